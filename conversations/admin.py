@@ -1,0 +1,76 @@
+from django.contrib import admin
+
+from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
+
+
+@admin.register(ModelProfile)
+class ModelProfileAdmin(admin.ModelAdmin[ModelProfile]):
+    list_display = ("name", "provider", "model", "base_url", "api_key_env", "is_demo")
+    list_filter = ("provider", "is_demo")
+    search_fields = ("name", "model", "base_url")
+
+
+class TurnInline(admin.TabularInline[Turn, Conversation]):
+    model = Turn
+    fields = ("seq", "question", "status", "answer", "created_at", "finished_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+
+@admin.register(Conversation)
+class ConversationAdmin(admin.ModelAdmin[Conversation]):
+    list_display = ("title", "owner", "model_profile", "paradigm", "tool_choice", "created_at")
+    list_filter = ("paradigm", "tool_choice", "model_profile")
+    search_fields = ("title", "public_id", "owner__username")
+    readonly_fields = ("public_id", "created_at")
+    inlines = [TurnInline]
+
+
+class StepInline(admin.TabularInline[Step, Turn]):
+    model = Step
+    fields = ("seq", "kind", "status", "title", "error", "started_at", "finished_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+
+@admin.register(Turn)
+class TurnAdmin(admin.ModelAdmin[Turn]):
+    list_display = ("conversation", "seq", "status", "paradigm", "tool_choice", "created_at")
+    list_filter = ("status", "paradigm")
+    readonly_fields = ("conversation", "seq", "tools", "transcript", "created_at", "started_at", "finished_at")
+    inlines = [StepInline]
+
+
+class ExchangeInline(admin.StackedInline[Exchange, Step]):
+    model = Exchange
+    fields = ("seq", "channel", "direction", "label", "jsonrpc_id", "status", "duration_ms", "request_body", "response_body")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+
+@admin.register(Step)
+class StepAdmin(admin.ModelAdmin[Step]):
+    list_display = ("turn", "seq", "kind", "status", "title")
+    list_filter = ("kind", "status")
+    readonly_fields = ("turn", "parent", "seq", "started_at", "finished_at", "updated_at")
+    inlines = [ExchangeInline]
+
+
+@admin.register(Exchange)
+class ExchangeAdmin(admin.ModelAdmin[Exchange]):
+    """Raw exchanges are the audit record: readable here, never editable."""
+
+    list_display = ("channel", "label", "server", "status", "duration_ms", "started_at")
+    list_filter = ("channel", "status", "server")
+    search_fields = ("label", "jsonrpc_id")
+
+    def has_change_permission(self, request: object, obj: object = None) -> bool:
+        return False
+
+    def has_add_permission(self, request: object) -> bool:
+        return False

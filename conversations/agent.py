@@ -1,0 +1,198 @@
+"""The agent loop: ask the model, check its calls, run them over MCP, repeat until it answers.
+
+Plain Python: no Django, Celery or Channels. Everything the loop observes goes to a
+``Recorder`` as it happens; tools are run by a ``ToolHost``. A failing model, an invalid call or
+a broken server never raises out of ``run_agent``: each becomes a recorded step, and the outcome
+says how the turn ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from jsonschema import SchemaError
+from jsonschema.validators import Draft202012Validator, validator_for
+
+from conversations.llm import Message, ToolCall, ToolChoice, ToolDef, tool_result_text
+from conversations.paradigms.base import Paradigm
+from conversations.providers.base import Provider, ProviderError
+from inspector.typealias import JSONDict
+from inspector.wire import WireExchange
+
+StepRef = int
+
+
+class Recorder(Protocol):
+    """Receives the turn as it happens. Each call is persisted before the loop goes on.
+
+    Field names are those of the ``Step`` model (``kind``, ``title``, ``prompt``, ``text``,
+    ``calls``, ``diagnostics``, ``tool_name``, ``arguments``, ``result``, ``is_error``,
+    ``error``, ``server_id``).
+    """
+
+    def step_open(self, *, kind: str, title: str, parent: StepRef | None = None, **fields: Any) -> StepRef: ...
+
+    def step_save(self, step: StepRef, *, exchanges: Sequence[WireExchange] = (), **fields: Any) -> None: ...
+
+    def step_close(
+        self, step: StepRef, *, status: str, exchanges: Sequence[WireExchange] = (), **fields: Any
+    ) -> None: ...
+
+
+@dataclass
+class ToolRun:
+    """What running one tool produced: the MCP result, or why there is none."""
+
+    result: JSONDict | None
+    error: str = ""
+    exchanges: list[WireExchange] = field(default_factory=list)
+
+
+class ToolHost(Protocol):
+    """Runs a tool on its MCP server. Never raises: failures come back in ``ToolRun.error``."""
+
+    def call(self, tool: ToolDef, arguments: JSONDict) -> ToolRun: ...
+
+
+@dataclass
+class AgentTurn:
+    question: str
+    tools: list[ToolDef]
+    history: list[Message] = field(default_factory=list)
+    choice: ToolChoice = field(default_factory=ToolChoice)
+    max_steps: int = 8
+
+
+@dataclass
+class AgentOutcome:
+    status: Literal["done", "failed"]
+    answer: str
+    error: str
+    messages: list[Message]
+
+
+@dataclass
+class CheckedCall:
+    """A call and the verdict on it: the tool it resolves to, or why it cannot be sent."""
+
+    call: ToolCall
+    tool: ToolDef | None
+    error: str = ""
+
+    def as_json(self) -> JSONDict:
+        data = self.call.as_json()
+        data["valid"] = not self.error
+        data["error"] = self.error
+        data["server"] = self.tool.server_name if self.tool else None
+        data["tool"] = self.tool.name if self.tool else None
+        return data
+
+
+def check_call(call: ToolCall, tools: dict[str, ToolDef]) -> CheckedCall:
+    """Resolve a call to an offered tool and validate its arguments against the inputSchema."""
+    tool = tools.get(call.name)
+    if tool is None:
+        offered = ", ".join(sorted(tools)) or "none"
+        return CheckedCall(call, None, f"unknown tool '{call.name}'; the tools offered are: {offered}")
+    if call.arguments is None:
+        return CheckedCall(
+            call, tool, f"the arguments for {call.name} are not a JSON object: {call.arguments_text[:300]!r}"
+        )
+    try:
+        validator_class = validator_for(tool.input_schema, default=Draft202012Validator)
+        problems = sorted(validator_class(tool.input_schema).iter_errors(call.arguments), key=lambda e: list(e.path))
+    except SchemaError as exc:
+        return CheckedCall(call, tool, f"the tool's inputSchema is not valid JSON Schema: {exc.message}")
+    if problems:
+        described = "; ".join(
+            (f"at '{'.'.join(str(p) for p in problem.path)}': " if problem.path else "") + problem.message
+            for problem in problems
+        )
+        return CheckedCall(call, tool, f"invalid arguments for {call.name}: {described}")
+    return CheckedCall(call, tool)
+
+
+def run_agent(
+    turn: AgentTurn, *, paradigm: Paradigm, provider: Provider, host: ToolHost, recorder: Recorder
+) -> AgentOutcome:
+    """Run one turn to a final answer, a failure, or the step limit."""
+    messages = [*turn.history, Message(role="user", content=turn.question)]
+    offered = {tool.provider_name: tool for tool in turn.tools}
+    choice = turn.choice
+    for index in range(1, turn.max_steps + 1):
+        request = paradigm.build_request(messages=messages, tools=turn.tools, choice=choice)
+        step = recorder.step_open(kind="decide", title=f"model call {index}")
+        try:
+            reply = provider.complete(request)
+        except ProviderError as exc:
+            recorder.step_close(
+                step,
+                status="error",
+                kind="error",
+                title="the model call failed",
+                error=exc.message,
+                exchanges=[exc.exchange] if exc.exchange else [],
+            )
+            return AgentOutcome("failed", "", exc.message, messages)
+        decision = paradigm.parse(reply, turn.tools)
+        messages.append(paradigm.assistant_message(reply, decision))
+        if not decision.calls:
+            answer = decision.text or ""
+            if not answer.strip():
+                decision.diagnostics.append("the model returned neither text nor a tool call")
+            recorder.step_close(
+                step,
+                status="ok",
+                kind="answer",
+                title="final answer",
+                text=answer,
+                diagnostics=decision.diagnostics,
+                exchanges=[reply.exchange],
+            )
+            return AgentOutcome("done", answer, "", messages)
+        checked = [check_call(call, offered) for call in decision.calls]
+        names = ", ".join(c.tool.name if c.tool else c.call.name for c in checked)
+        recorder.step_save(
+            step,
+            title=f"calls {names}",
+            text=decision.text or "",
+            calls=[c.as_json() for c in checked],
+            diagnostics=decision.diagnostics,
+            exchanges=[reply.exchange],
+        )
+        for item in checked:
+            text, is_error = _run_call(item, step, host, recorder)
+            messages.append(paradigm.result_message(item.call, text, is_error=is_error))
+        recorder.step_close(step, status="error" if any(c.error for c in checked) else "ok")
+        choice = choice.after_call()
+    limit = f"stopped after {turn.max_steps} model calls without a final answer"
+    error_step = recorder.step_open(kind="error", title="step limit reached")
+    recorder.step_close(error_step, status="error", error=limit)
+    return AgentOutcome("failed", "", limit, messages)
+
+
+def _run_call(item: CheckedCall, parent: StepRef, host: ToolHost, recorder: Recorder) -> tuple[str, bool]:
+    """Run (or refuse) one checked call; returns the text the model gets back and the error flag."""
+    tool = item.tool
+    step = recorder.step_open(
+        kind="tool",
+        parent=parent,
+        title=f"{tool.server_name}/{tool.name}" if tool else item.call.name,
+        tool_name=tool.name if tool else item.call.name,
+        arguments=item.call.arguments if item.call.arguments is not None else item.call.arguments_text,
+        server_id=tool.server_id if tool else None,
+    )
+    if item.error or tool is None:
+        recorder.step_close(step, status="error", is_error=True, error=f"not sent: {item.error}")
+        return f"Error: {item.error}", True
+    run = host.call(tool, item.call.arguments or {})
+    if run.error:
+        recorder.step_close(step, status="error", is_error=True, error=run.error, result=run.result, exchanges=run.exchanges)
+        return f"Error: {run.error}", True
+    is_error = bool(run.result and run.result.get("isError"))
+    recorder.step_close(
+        step, status="error" if is_error else "ok", is_error=is_error, result=run.result, exchanges=run.exchanges
+    )
+    return tool_result_text(run.result), is_error

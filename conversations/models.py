@@ -1,0 +1,236 @@
+"""Conversations, their turns, the steps of each turn and every raw exchange on the wire."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from conversations.paradigms import PARADIGMS
+from conversations.providers import PROVIDERS
+from servers.models import McpServer
+
+CAPABILITY_CHOICES = [("unknown", "unknown"), ("yes", "yes"), ("no", "no")]
+TOOL_CHOICE_MODES = [
+    ("auto", "auto — the model decides"),
+    ("required", "required — must call a tool"),
+    ("named", "named — must call the chosen tool"),
+    ("none", "none — no tool calls"),
+]
+
+
+class ModelProfile(models.Model):
+    """A model endpoint. Holds the *name* of the env var with the key, never the key itself."""
+
+    name = models.CharField(max_length=80, unique=True)
+    provider = models.CharField(
+        max_length=24, choices=[(key, p.label) for key, p in PROVIDERS.items()], default="openai_chat"
+    )
+    base_url = models.URLField(max_length=500, blank=True, help_text="Empty: the provider's default.")
+    model = models.CharField(max_length=120, help_text="The model name sent on the wire.")
+    api_key_env = models.CharField(
+        max_length=80, blank=True, help_text="Name of the environment variable that holds the API key."
+    )
+    native_tools = models.CharField(max_length=8, choices=CAPABILITY_CHOICES, default="unknown")
+    structured_output = models.CharField(max_length=8, choices=CAPABILITY_CHOICES, default="unknown")
+    parallel_calls = models.CharField(max_length=8, choices=CAPABILITY_CHOICES, default="unknown")
+    chat_template = models.TextField(blank=True, help_text="Optional Jinja chat template of the model.")
+    is_demo = models.BooleanField(
+        default=False, help_text="The deterministic offline demo model served by this app."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} (demo)" if self.is_demo else self.name
+
+
+class Conversation(models.Model):
+    """A thread of turns against one model profile and a set of MCP servers."""
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
+    title = models.CharField(max_length=200)
+    model_profile = models.ForeignKey(ModelProfile, on_delete=models.PROTECT, related_name="conversations")
+    paradigm = models.CharField(
+        max_length=16, choices=[(key, p.label) for key, p in PARADIGMS.items()], default="native"
+    )
+    tool_choice = models.CharField(max_length=10, choices=TOOL_CHOICE_MODES, default="auto")
+    tool_choice_name = models.CharField(
+        max_length=200, blank=True, help_text="With tool_choice 'named': the MCP tool, as server/tool."
+    )
+    servers = models.ManyToManyField(McpServer, blank=True, related_name="conversations")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "-created_at"])]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Turn(models.Model):
+    """One user message and the agent run that answers it."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+        INTERRUPTED = "interrupted"
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="turns")
+    seq = models.PositiveIntegerField()
+    question = models.TextField()
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    answer = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    # What this turn ran with, frozen: profiles and conversations may change later.
+    paradigm = models.CharField(max_length=16)
+    tool_choice = models.CharField(max_length=10)
+    tool_choice_name = models.CharField(max_length=200, blank=True)
+    model_name = models.CharField(max_length=120, blank=True)
+    # The exact tool list offered to the model: MCP definitions and the provider names they got.
+    tools = models.JSONField(default=list, blank=True)
+    # The neutral message list the turn ended with: the next turn's history.
+    transcript = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["conversation", "seq"]
+        constraints = [models.UniqueConstraint(fields=["conversation", "seq"], name="turn_seq_unique")]
+
+    def __str__(self) -> str:
+        return f"turn {self.seq} of {self.conversation_id}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in {self.Status.DONE, self.Status.FAILED, self.Status.INTERRUPTED}
+
+    def mark_running(self) -> None:
+        self.status = self.Status.RUNNING
+        self.started_at = timezone.now()
+
+    def mark_done(self, answer: str) -> None:
+        self.status = self.Status.DONE
+        self.answer = answer
+        self.finished_at = timezone.now()
+
+    def mark_failed(self, error: str) -> None:
+        self.status = self.Status.FAILED
+        self.error = error
+        self.finished_at = timezone.now()
+
+    def mark_interrupted(self, error: str) -> None:
+        self.status = self.Status.INTERRUPTED
+        self.error = error
+        self.finished_at = timezone.now()
+
+
+class Step(models.Model):
+    """One thing the agent did, in order: connect, a model decision, a tool call, an error...
+
+    A ``tool`` step hangs off the ``decide`` step whose call it executes (``parent``); the page
+    shows them on one row. ``updated_at`` moves whenever the step or a child changes, which is
+    how a reconnecting browser catches up.
+    """
+
+    class Kind(models.TextChoices):
+        CONNECT = "connect"
+        DECIDE = "decide"
+        TOOL = "tool"
+        ANSWER = "answer"
+        FALLBACK = "fallback"
+        ERROR = "error"
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        OK = "ok"
+        ERROR = "error"
+
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="steps")
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.RUNNING)
+    title = models.CharField(max_length=300, blank=True)
+    # decide/answer: the text the model reads, when it can be shown (else the request body is).
+    prompt = models.TextField(blank=True)
+    prompt_exact = models.BooleanField(default=False)
+    # decide/answer: what the paradigm parsed out of the raw reply.
+    text = models.TextField(blank=True)
+    calls = models.JSONField(default=list, blank=True)
+    diagnostics = models.JSONField(default=list, blank=True)
+    # tool: what was called and what came back.
+    server = models.ForeignKey(McpServer, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    tool_name = models.CharField(max_length=200, blank=True)
+    arguments = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    is_error = models.BooleanField(default=False)
+    error = models.TextField(blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["turn", "seq"]
+        constraints = [models.UniqueConstraint(fields=["turn", "seq"], name="step_seq_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} step {self.seq}"
+
+    @property
+    def duration_ms(self) -> int | None:
+        if self.finished_at is None:
+            return None
+        return int((self.finished_at - self.started_at).total_seconds() * 1000)
+
+
+class Exchange(models.Model):
+    """One raw pair on the wire (or one unpaired message), exactly as sent and received.
+
+    LLM bodies are the bytes the HTTP client sent and received; MCP bodies are the JSON-RPC
+    messages seen on the SDK transport's streams. Secrets (API keys, Authorization headers)
+    never reach this table.
+    """
+
+    class Channel(models.TextChoices):
+        LLM = "llm"
+        MCP = "mcp"
+
+    class Direction(models.TextChoices):
+        CLIENT = "client", "client → server"
+        SERVER = "server", "server → client"
+        LOCAL = "local", "local"
+
+    turn = models.ForeignKey(Turn, null=True, blank=True, on_delete=models.CASCADE, related_name="exchanges")
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.CASCADE, related_name="exchanges")
+    server = models.ForeignKey(McpServer, null=True, blank=True, on_delete=models.SET_NULL, related_name="exchanges")
+    seq = models.PositiveIntegerField(default=0)
+    channel = models.CharField(max_length=4, choices=Channel.choices)
+    direction = models.CharField(max_length=8, choices=Direction.choices, default=Direction.CLIENT)
+    label = models.CharField(max_length=200, help_text="e.g. POST /chat/completions, tools/call")
+    jsonrpc_id = models.CharField(max_length=64, blank=True)
+    request_headers = models.JSONField(default=dict, blank=True)
+    request_body = models.TextField(blank=True)
+    response_headers = models.JSONField(default=dict, blank=True)
+    response_body = models.TextField(blank=True)
+    status = models.CharField(max_length=32, blank=True, help_text="HTTP status, or ok / error / timeout")
+    error = models.TextField(blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    duration_ms = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["started_at", "id"]
+        indexes = [models.Index(fields=["server", "started_at"]), models.Index(fields=["turn", "seq"])]
+
+    def __str__(self) -> str:
+        return f"{self.channel} {self.label}"

@@ -1,0 +1,79 @@
+"""The provider contract: one module per wire format, one class each, registered in PROVIDERS."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol
+
+from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
+from inspector.typealias import JSONDict
+from inspector.wire import WireExchange
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and how to reach a model. ``api_key`` is resolved at run time and never stored."""
+
+    model: str
+    base_url: str
+    api_key: str
+    timeout: float = 120.0
+    in_process: bool = False
+
+
+@dataclass
+class ModelRequest:
+    """What a paradigm asks of the model, provider-neutral.
+
+    ``tools`` are sent as native tool definitions (empty for prompt paradigms, which put them in
+    the messages instead); ``response_format`` is the structured-output schema, if any.
+    """
+
+    messages: list[Message]
+    tools: list[ToolDef] = field(default_factory=list)
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    parallel_tool_calls: bool | None = None
+    response_format: JSONDict | None = None
+
+
+@dataclass
+class ModelReply:
+    """The model's answer as parsed from the wire, with the raw exchange it came in."""
+
+    text: str | None
+    tool_calls: list[ToolCall]
+    finish_reason: str
+    exchange: WireExchange
+    usage: JSONDict = field(default_factory=dict)
+    refusal: str | None = None
+
+
+class ProviderError(Exception):
+    """The model endpoint failed: an HTTP error status, a timeout, a connection failure.
+
+    ``exchange`` holds what went over the wire (when anything did), so it is recorded too.
+    """
+
+    def __init__(self, message: str, *, exchange: WireExchange | None = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exchange = exchange
+        self.status = status
+
+
+class Provider(Protocol):
+    """Turns a ``ModelRequest`` into one HTTP call in the provider's wire format.
+
+    ``complete`` captures the exact request and response bodies at the HTTP client (never an
+    API key or Authorization header) and returns them in ``ModelReply.exchange``.
+
+    Raises (from ``complete``):
+        ProviderError: the endpoint answered with an error or could not be reached.
+    """
+
+    key: ClassVar[str]
+    label: ClassVar[str]
+
+    def __init__(self, endpoint: Endpoint) -> None: ...
+
+    def complete(self, request: ModelRequest) -> ModelReply: ...

@@ -1,0 +1,229 @@
+"""Runs one queued turn: load it, connect its servers, hand it to the agent loop, finish it.
+
+Django-aware glue around ``conversations.agent`` (which is not): it builds the provider,
+the paradigm and the tool host from the database, and records through ``TurnRecorder``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+import httpx2
+from django.conf import settings
+from django.core.wsgi import get_wsgi_application
+
+from conversations.agent import AgentTurn, ToolRun, run_agent
+from conversations.llm import Message, ToolChoice, ToolDef, provider_tool_names
+from conversations.models import ModelProfile, Turn
+from conversations.paradigms import PARADIGMS
+from conversations.providers import PROVIDERS, Endpoint
+from conversations.providers.openai_chat import endpoint_transport
+from conversations.recording import TurnRecorder, server_records_store
+from inspector.typealias import JSONDict
+from inspector.wire import WireExchange
+from servers import gateway
+from servers.gateway.config import ServerConfig
+from servers.models import McpServer
+
+logger = logging.getLogger(__name__)
+
+# The demo model is served by this app; in-process it needs no listening port (ask, workers).
+DEMO_IN_PROCESS_URL = "http://127.0.0.1/demo-model/v1"
+
+
+class TurnSetupError(Exception):
+    """The turn cannot start as configured; the message says why, for the user."""
+
+
+def api_key_for(profile: ModelProfile) -> str:
+    """The key from the worker's environment (or one this app provides); never stored.
+
+    Raises:
+        TurnSetupError: the profile names a variable that is not set.
+    """
+    if not profile.api_key_env:
+        return ""
+    key = os.environ.get(profile.api_key_env) or settings.BUILTIN_API_KEYS.get(profile.api_key_env, "")
+    if not key:
+        raise TurnSetupError(
+            f"the API key variable {profile.api_key_env} is not set in this worker's environment"
+        )
+    return key
+
+
+def endpoint_for(profile: ModelProfile) -> Endpoint:
+    in_process = profile.is_demo and not profile.base_url
+    endpoint = Endpoint(
+        model=profile.model,
+        base_url=DEMO_IN_PROCESS_URL if in_process else (profile.base_url or "https://api.openai.com/v1"),
+        api_key=api_key_for(profile),
+        timeout=settings.MODEL_TIMEOUT_SECONDS,
+        in_process=in_process,
+    )
+    if in_process:
+        endpoint_transport.set(endpoint, httpx2.WSGITransport(app=get_wsgi_application()))
+    return endpoint
+
+
+@dataclass
+class GatewayToolHost:
+    """The agent's ``ToolHost``: calls go through the pooled gateway sessions."""
+
+    configs: dict[int, ServerConfig]
+
+    def call(self, tool: ToolDef, arguments: JSONDict) -> ToolRun:
+        outcome = gateway.call_tool(self.configs[tool.server_id], tool.name, arguments)
+        server_records_store(outcome.unclaimed)
+        return ToolRun(result=outcome.result, error=outcome.error, exchanges=outcome.records)
+
+
+def _session_note(server: McpServer, outcome: gateway.ListOutcome) -> str:
+    session = outcome.session
+    if session is None:
+        return f"{server.name}: {outcome.error}"
+    identity = f"{session.server_name} {session.server_version}".strip() or "unnamed server"
+    if session.spawned and session.respawn_reason:
+        how = f"respawned (session #{session.generation}) because {session.respawn_reason}"
+    elif session.spawned:
+        how = f"connected (session #{session.generation})"
+    else:
+        how = f"reused pooled session #{session.generation}"
+    note = f"{server.name}: {how}; {identity}; protocol {session.protocol_version}; {len(outcome.tools)} tools"
+    return note + (f"; error: {outcome.error}" if outcome.error else "")
+
+
+def connect_servers(turn: Turn, recorder: TurnRecorder) -> tuple[list[ToolDef], dict[int, ServerConfig]]:
+    """List every server's tools (a ``connect`` step) and name them for the provider."""
+    servers = list(turn.conversation.servers.filter(enabled=True).order_by("name"))
+    step = recorder.step_open(kind="connect", title=f"connect {len(servers)} MCP server(s)")
+    configs: dict[int, ServerConfig] = {}
+    listed: list[tuple[McpServer, dict[str, object]]] = []
+    notes: list[str] = []
+    problems: list[str] = []
+    records: list[WireExchange] = []
+    sessions: JSONDict = {}
+    for server in servers:
+        config = server.to_config()
+        configs[server.pk] = config
+        outcome = gateway.list_tools(config)
+        records.extend(outcome.records)
+        server_records_store(outcome.unclaimed)
+        notes.append(_session_note(server, outcome))
+        if outcome.error:
+            problems.append(f"{server.name}: {outcome.error}")
+        if outcome.session is not None:
+            sessions[server.name] = {
+                "generation": outcome.session.generation,
+                "spawned": outcome.session.spawned,
+                "respawn_reason": outcome.session.respawn_reason,
+                "protocol_version": outcome.session.protocol_version,
+                "server": outcome.session.server_name,
+                "version": outcome.session.server_version,
+            }
+        listed.extend((server, tool) for tool in outcome.tools)
+    names = provider_tool_names([(server.name, str(tool["name"])) for server, tool in listed])
+    tools = [
+        ToolDef(
+            server_id=server.pk,
+            server_name=server.name,
+            name=str(tool["name"]),
+            provider_name=name,
+            description=str(tool.get("description") or ""),
+            input_schema=tool.get("inputSchema") or {"type": "object", "properties": {}},  # type: ignore[arg-type]
+            title=str(tool.get("title") or ""),
+            output_schema=tool.get("outputSchema"),  # type: ignore[arg-type]
+            annotations=tool.get("annotations"),  # type: ignore[arg-type]
+        )
+        for (server, tool), name in zip(listed, names, strict=True)
+    ]
+    recorder.step_close(
+        step,
+        status="error" if problems else "ok",
+        title=f"{len(tools)} tools from {len(servers)} server(s)" if servers else "no MCP servers selected",
+        text="\n".join(notes),
+        diagnostics=problems,
+        result=sessions,
+        exchanges=records,
+    )
+    return tools, configs
+
+
+def _choice(turn: Turn, tools: list[ToolDef]) -> ToolChoice:
+    if turn.tool_choice != "named":
+        return ToolChoice(turn.tool_choice)  # type: ignore[arg-type]
+    server_name, _, tool_name = turn.tool_choice_name.partition("/")
+    for tool in tools:
+        if tool.server_name == server_name and tool.name == tool_name:
+            return ToolChoice("named", tool.provider_name)
+    raise TurnSetupError(f"the named tool {turn.tool_choice_name!r} is not offered by this turn's servers")
+
+
+def _history(turn: Turn) -> list[Message]:
+    previous = (
+        Turn.objects.filter(conversation=turn.conversation, seq__lt=turn.seq).order_by("-seq").first()
+    )
+    if previous is None:
+        return []
+    if previous.transcript:
+        return [Message.from_json(m) for m in previous.transcript]
+    # A turn that never finished has no transcript: keep at least its question and answer.
+    history = _history(previous)
+    history.append(Message(role="user", content=previous.question))
+    if previous.answer:
+        history.append(Message(role="assistant", content=previous.answer))
+    return history
+
+
+def turn_run(*, turn_id: int) -> None:
+    """Run a queued turn to its end. Safe to call twice: only a queued turn is started."""
+    turn = Turn.objects.select_related("conversation__model_profile").get(pk=turn_id)
+    if turn.status == Turn.Status.RUNNING:
+        # Redelivered after its worker died mid-turn: the steps so far stay; say what happened.
+        turn.mark_interrupted("the worker running this turn stopped before it finished")
+        turn.save()
+        TurnRecorder(turn).turn_changed()
+        return
+    if turn.status != Turn.Status.QUEUED:
+        return
+    turn.mark_running()
+    turn.save(update_fields=["status", "started_at", "updated_at"])
+    recorder = TurnRecorder(turn)
+    recorder.turn_changed()
+    try:
+        tools, configs = connect_servers(turn, recorder)
+        turn.tools = [tool.as_json() for tool in tools]
+        turn.save(update_fields=["tools", "updated_at"])
+        profile = turn.conversation.model_profile
+        provider = PROVIDERS[profile.provider](endpoint_for(profile))
+        outcome = run_agent(
+            AgentTurn(
+                question=turn.question,
+                tools=tools,
+                history=_history(turn),
+                choice=_choice(turn, tools),
+                max_steps=settings.AGENT_MAX_STEPS,
+            ),
+            paradigm=PARADIGMS[turn.paradigm](),
+            provider=provider,
+            host=GatewayToolHost(configs),
+            recorder=recorder,
+        )
+    except TurnSetupError as exc:
+        step = recorder.step_open(kind="error", title="the turn could not start")
+        recorder.step_close(step, status="error", error=str(exc))
+        turn.mark_failed(str(exc))
+    except Exception as exc:  # noqa: BLE001 — a bug must still end the turn visibly
+        logger.exception("turn %s failed", turn_id)
+        step = recorder.step_open(kind="error", title="internal error")
+        recorder.step_close(step, status="error", error=f"{type(exc).__name__}: {exc}")
+        turn.mark_failed(f"internal error: {type(exc).__name__}: {exc}")
+    else:
+        turn.transcript = [m.as_json() for m in outcome.messages]
+        if outcome.status == "done":
+            turn.mark_done(outcome.answer)
+        else:
+            turn.mark_failed(outcome.error)
+    turn.save()
+    recorder.turn_changed()

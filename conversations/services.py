@@ -1,0 +1,77 @@
+"""Writes about conversations: start them, add turns, set up the demo profile."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+from django.db.models import Max
+
+from conversations.execution import turn_dispatch
+from conversations.models import Conversation, ModelProfile, Turn
+from servers.models import McpServer
+
+DEMO_PROFILE_NAME = "demo"
+
+
+def turn_start(*, conversation: Conversation, question: str, dispatch: bool = True) -> Turn:
+    """Queue a new turn; it is handed to the runner only once this transaction commits."""
+    with transaction.atomic():
+        Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
+        last = conversation.turns.aggregate(m=Max("seq"))["m"] or 0
+        turn = Turn.objects.create(
+            conversation=conversation,
+            seq=last + 1,
+            question=question,
+            paradigm=conversation.paradigm,
+            tool_choice=conversation.tool_choice,
+            tool_choice_name=conversation.tool_choice_name,
+            model_name=conversation.model_profile.model,
+        )
+        if dispatch:
+            transaction.on_commit(lambda: turn_dispatch(turn.pk))
+    return turn
+
+
+def conversation_start(
+    *,
+    owner: AbstractBaseUser,
+    model_profile: ModelProfile,
+    question: str,
+    servers: Iterable[McpServer],
+    paradigm: str = "native",
+    tool_choice: str = "auto",
+    tool_choice_name: str = "",
+    dispatch: bool = True,
+) -> tuple[Conversation, Turn]:
+    """Create a conversation and queue its first turn."""
+    with transaction.atomic():
+        conversation = Conversation.objects.create(
+            owner=owner,
+            title=question.strip().splitlines()[0][:200] if question.strip() else "untitled",
+            model_profile=model_profile,
+            paradigm=paradigm,
+            tool_choice=tool_choice,
+            tool_choice_name=tool_choice_name if tool_choice == "named" else "",
+        )
+        conversation.servers.set(list(servers))
+        turn = turn_start(conversation=conversation, question=question, dispatch=dispatch)
+    return conversation, turn
+
+
+def demo_profile_ensure() -> ModelProfile:
+    """The demo model profile, created on first use (served in-process by this app)."""
+    profile, _ = ModelProfile.objects.update_or_create(
+        name=DEMO_PROFILE_NAME,
+        defaults={
+            "provider": "openai_chat",
+            "model": "demo",
+            "api_key_env": "DEMO_MODEL_API_KEY",
+            "is_demo": True,
+            "native_tools": "yes",
+            "structured_output": "yes",
+            "parallel_calls": "yes",
+        },
+    )
+    return profile

@@ -1,0 +1,71 @@
+"""The conversation websocket: a thin pipe from doorbell events to rendered rows.
+
+On connect it checks the user and the conversation, then (if the browser says what it last
+saw) re-sends every row changed since; afterwards each ``step.changed`` / ``turn.changed``
+event is rendered from the database with the same fragment templates the page uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from conversations.models import Conversation
+from inspector import live
+from inspector.fragments import render_catch_up, render_row, render_turn
+from inspector.live import StepChanged, TurnChanged
+from conversations.selectors import conversation_get
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_NOT_FOUND = 4404
+
+
+class ConversationConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+    conversation: Conversation
+    group: str
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        public_id = self.scope["url_route"]["kwargs"]["public_id"]
+        try:
+            self.conversation = await sync_to_async(conversation_get)(user=user, public_id=public_id)
+        except Conversation.DoesNotExist:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        live.bind_server_loop(asyncio.get_running_loop())
+        self.group = live.conversation_group(self.conversation.public_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        """``{"type": "catch_up", "since": ISO-8601}``: re-send rows and turns changed since then."""
+        if not isinstance(content, dict) or content.get("type") != "catch_up":
+            return
+        try:
+            since = datetime.fromisoformat(str(content.get("since")))
+        except ValueError:
+            await self.send_json({"type": "error", "message": "catch_up needs an ISO-8601 'since'"})
+            return
+        for message in await sync_to_async(render_catch_up)(conversation=self.conversation, since=since):
+            await self.send_json(message)
+
+    async def step_changed(self, event: StepChanged) -> None:
+        message = await sync_to_async(render_row)(conversation=self.conversation, step_id=event["step_id"])
+        if message is not None:
+            await self.send_json(message)
+
+    async def turn_changed(self, event: TurnChanged) -> None:
+        message = await sync_to_async(render_turn)(conversation=self.conversation, turn_id=event["turn_id"])
+        if message is not None:
+            await self.send_json(message)

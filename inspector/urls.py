@@ -1,0 +1,21 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from inspector import api, views
+
+urlpatterns = [
+    path("", views.conversation_list, name="inspector-conversations"),
+    path("conversations/new", views.conversation_create, name="inspector-conversation-create"),
+    path("c/<uuid:public_id>/", views.conversation_detail, name="inspector-conversation"),
+    path("c/<uuid:public_id>/ask", views.turn_create, name="inspector-turn-create"),
+    path("c/<uuid:public_id>/rows", views.conversation_rows, name="inspector-conversation-rows"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("api/openapi.json", api.OpenApiView.as_view(), name="api-openapi"),
+    path("api/token", api.token_obtain, name="api-token"),
+    path("api/conversations", api.ConversationListView.as_view(), name="api-conversations"),
+    path("api/conversations/<uuid:public_id>", api.ConversationTranscriptView.as_view(), name="api-conversation"),
+    path("demo-model/v1/", include("conversations.demo_model_urls")),
+]

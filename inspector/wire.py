@@ -1,0 +1,50 @@
+"""The raw-exchange record shared by the LLM client capture and the MCP transport tap.
+
+Kept free of Django so the agent loop and the gateway can produce it; the recorder turns it
+into an ``Exchange`` row.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+# Header names whose values are credentials: never stored, shown only as a mask.
+SECRET_HEADER_RE = re.compile(r"(authorization|api[-_]?key|cookie|token|secret|password)", re.IGNORECASE)
+MASK = "••••••"
+
+
+@dataclass
+class WireExchange:
+    """One request/response pair on the wire, or one unpaired message.
+
+    ``request_body`` and ``response_body`` hold the exact text; an unpaired server message
+    (a notification, stderr output) has only a ``response_body``.
+    """
+
+    channel: str
+    label: str
+    started_at: datetime
+    direction: str = "client"
+    jsonrpc_id: str = ""
+    request_headers: dict[str, str] = field(default_factory=dict)
+    request_body: str = ""
+    response_headers: dict[str, str] = field(default_factory=dict)
+    response_body: str = ""
+    status: str = ""
+    error: str = ""
+    duration_ms: float | None = None
+    server_id: int | None = None
+
+
+def safe_headers(headers: Iterable[tuple[str, str]] | Mapping[str, str]) -> dict[str, str]:
+    """Headers fit to store: every credential-bearing value replaced by a mask."""
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    return {name.lower(): (MASK if SECRET_HEADER_RE.search(name) else value) for name, value in items}
+
+
+def decode_body(data: bytes) -> str:
+    """Bytes as text; undecodable bytes become U+FFFD rather than failing the record."""
+    return data.decode("utf-8", errors="replace")

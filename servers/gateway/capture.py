@@ -1,0 +1,200 @@
+"""Capture every JSON-RPC message by wrapping the SDK transport's streams.
+
+The tap pairs requests with their responses by JSON-RPC id and hands each finished record to
+the ``Capture`` of the call that caused it: outgoing messages are attributed through a context
+variable set by the calling task; incoming ones through the id they answer (or the progress
+token they report on). Whatever belongs to no open call — a late response, a log notification,
+a list_changed — is kept as *unclaimed* for the server's own transcript.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from mcp.shared.message import SessionMessage
+
+from inspector.wire import WireExchange
+
+current_capture: contextvars.ContextVar[Capture | None] = contextvars.ContextVar("mcp_capture", default=None)
+
+
+class Capture:
+    """The records of one logical gateway operation (a connect, a tools/list, a tools/call)."""
+
+    def __init__(self) -> None:
+        self.records: list[WireExchange] = []
+        self.closed = False
+
+    def add(self, record: WireExchange) -> None:
+        self.records.append(record)
+
+
+@dataclass
+class _Pending:
+    capture: Capture | None
+    record: WireExchange
+    started: float
+
+
+@dataclass
+class Tap:
+    """Pairs and routes the messages of one session. Lives on the gateway loop only."""
+
+    body_limit: int
+    unclaimed: list[WireExchange] = field(default_factory=list)
+    _pending: dict[str, _Pending] = field(default_factory=dict)
+    _progress: dict[str, Capture] = field(default_factory=dict)
+
+    def _route(self, capture: Capture | None, record: WireExchange) -> None:
+        if capture is None or capture.closed:
+            self.unclaimed.append(record)
+        else:
+            capture.add(record)
+
+    def _body(self, message: dict[str, Any]) -> str:
+        text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+        if len(text) > self.body_limit:
+            return text[: self.body_limit] + f"\n… [cut: {len(text)} characters in all]"
+        return text
+
+    def observe(self, direction: str, item: object) -> None:
+        """Record one item seen on a stream (``send`` = client→server, ``recv`` = server→client)."""
+        now = time.monotonic()
+        wall = datetime.now(UTC)
+        if not isinstance(item, SessionMessage):
+            # The SDK hands transport failures (e.g. a non-JSON line on stdout) down the stream.
+            record = WireExchange(
+                channel="mcp", label="transport error", started_at=wall, direction="server",
+                response_body=repr(item), status="error", error=str(item),
+            )
+            self.unclaimed.append(record) if direction == "recv" else self._route(current_capture.get(), record)
+            return
+        message = json.loads(item.message.model_dump_json(by_alias=True, exclude_unset=True))
+        body = self._body(message)
+        method = message.get("method")
+        msg_id = message.get("id")
+        key = f"{direction}:{msg_id}"
+        is_request = method is not None and msg_id is not None
+        is_response = method is None and msg_id is not None
+        if is_request:
+            record = WireExchange(
+                channel="mcp", label=str(method), started_at=wall, jsonrpc_id=str(msg_id),
+                direction="client" if direction == "send" else "server", request_body=body,
+            )
+            capture = current_capture.get() if direction == "send" else None
+            self._pending[key] = _Pending(capture, record, now)
+            token = (message.get("params") or {}).get("_meta", {}).get("progressToken")
+            if token is not None and capture is not None:
+                self._progress[str(token)] = capture
+            if direction == "recv":
+                # A server→client request (sampling, roots, elicitation) is answered by the SDK;
+                # its response will come by on the send side.
+                pass
+            return
+        if is_response:
+            counterpart = f"{'send' if direction == 'recv' else 'recv'}:{msg_id}"
+            pending = self._pending.pop(counterpart, None)
+            if pending is None:
+                record = WireExchange(
+                    channel="mcp", label="response to unknown id", started_at=wall, jsonrpc_id=str(msg_id),
+                    direction="server" if direction == "recv" else "client", response_body=body,
+                    status="error" if "error" in message else "ok",
+                    error="the id matches no request in flight",
+                )
+                self.unclaimed.append(record)
+                return
+            record = pending.record
+            record.response_body = body
+            record.duration_ms = (now - pending.started) * 1000
+            if "error" in message:
+                record.status = "error"
+                record.error = str(message["error"].get("message", ""))
+            else:
+                record.status = "ok"
+            self._route(pending.capture, record)
+            return
+        # A notification.
+        record = WireExchange(
+            channel="mcp", label=str(method), started_at=wall,
+            direction="client" if direction == "send" else "server",
+        )
+        if direction == "send":
+            record.request_body = body
+            self._route(current_capture.get(), record)
+            return
+        record.response_body = body
+        params = message.get("params") or {}
+        token = params.get("progressToken")
+        target = self._progress.get(str(token)) if token is not None else None
+        self._route(target, record)
+
+    def finish(self, capture: Capture) -> None:
+        """Close a capture: requests of it still unanswered are recorded as such."""
+        for key, pending in list(self._pending.items()):
+            if pending.capture is capture:
+                del self._pending[key]
+                pending.record.status = "no response"
+                pending.record.duration_ms = (time.monotonic() - pending.started) * 1000
+                capture.add(pending.record)
+        for token, owner in list(self._progress.items()):
+            if owner is capture:
+                del self._progress[token]
+        capture.closed = True
+
+
+class _TapRead:
+    """Mirrors the SDK's read stream, reporting each item it yields."""
+
+    def __init__(self, inner: Any, observe: Callable[[str, object], None]) -> None:
+        self._inner = inner
+        self._observe = observe
+
+    async def receive(self) -> Any:
+        item = await self._inner.receive()
+        self._observe("recv", item)
+        return item
+
+    def __aiter__(self) -> _TapRead:
+        return self
+
+    async def __anext__(self) -> Any:
+        item = await self._inner.__anext__()
+        self._observe("recv", item)
+        return item
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _TapRead:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> Any:
+        return await self._inner.__aexit__(*exc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _TapWrite(_TapRead):
+    """Mirrors the SDK's write stream, reporting each item before it is sent."""
+
+    async def send(self, item: Any, /) -> None:
+        self._observe("send", item)
+        await self._inner.send(item)
+
+
+@asynccontextmanager
+async def tapped(
+    transport: AbstractAsyncContextManager[tuple[Any, Any]], tap: Tap
+) -> AsyncIterator[tuple[Any, Any]]:
+    """The same transport, with both message streams reporting to ``tap``."""
+    async with transport as (read_stream, write_stream):
+        yield _TapRead(read_stream, tap.observe), _TapWrite(write_stream, tap.observe)

@@ -1,0 +1,57 @@
+"""What the gateway needs to know about a server: plain, hashable, Django-free."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+ERAS: dict[str, str] = {
+    "legacy": "legacy — initialize handshake (≤ 2025-11-25)",
+    "auto": "auto — try server/discover, fall back to initialize",
+    "modern": "2026-07-28 — stateless, no probe",
+}
+MODERN_VERSION = "2026-07-28"
+
+_REFERENCE_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class ConfigError(ValueError):
+    """The server's configuration cannot be used as it stands (e.g. a missing env reference)."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How to reach one MCP server. Equal configs share one pooled session."""
+
+    server_id: int
+    name: str
+    transport: str
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    cwd: str = ""
+    url: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+    era: str = "legacy"
+    call_timeout: float = 30.0
+
+    def client_mode(self) -> str:
+        """The SDK ``Client(mode=...)`` value for this era."""
+        return {"legacy": "legacy", "auto": "auto"}.get(self.era, MODERN_VERSION)
+
+
+def resolve_references(value: str) -> str:
+    """Expand ``${VAR}`` from the process environment, so secrets need not be stored.
+
+    Raises:
+        ConfigError: a referenced variable is not set.
+    """
+
+    def expand(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in os.environ:
+            raise ConfigError(f"environment variable {name} is referenced but not set on this worker")
+        return os.environ[name]
+
+    return _REFERENCE_RE.sub(expand, value)

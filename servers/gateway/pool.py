@@ -1,0 +1,275 @@
+"""Pooled MCP sessions on one event loop in one background thread per process.
+
+This is the only place where async meets sync: callers in plain threads (the in-process runner,
+Celery's thread pool, management commands) submit coroutines with ``GatewayLoop.run``. Each
+session is entered and exited by its own holder task (anyio cancel scopes must be left by the
+task that entered them); requests are sent from the callers' tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Coroutine
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from pathlib import Path
+from datetime import UTC, datetime
+from typing import IO, Any, TypeVar
+
+from mcp import Client
+from mcp.types import Implementation
+
+from servers.gateway.capture import Capture, Tap, current_capture, tapped
+from servers.gateway.config import ServerConfig
+from servers.gateway.transports import TRANSPORTS
+from inspector.wire import WireExchange
+
+T = TypeVar("T")
+CLIENT_INFO = Implementation(name="tool-call-inspector", version="0.1.0")
+
+
+class GatewayError(Exception):
+    """A session could not be opened or used; the message is fit to show a user."""
+
+
+@dataclass
+class SessionInfo:
+    """What a caller should know about the session an operation ran on."""
+
+    generation: int
+    spawned: bool
+    respawn_reason: str
+    protocol_version: str
+    server_name: str
+    server_version: str
+    instructions: str
+    capabilities: dict[str, Any] = field(default_factory=dict)
+
+
+class GatewayLoop:
+    """A daemon thread running one asyncio loop, started on first use."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                ready = threading.Event()
+                loop = asyncio.new_event_loop()
+
+                def serve() -> None:
+                    asyncio.set_event_loop(loop)
+                    ready.set()
+                    loop.run_forever()
+
+                threading.Thread(target=serve, name="mcp-gateway", daemon=True).start()
+                ready.wait()
+                self._loop = loop
+            return self._loop
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        """Run ``coro`` on the gateway loop and wait for it, at most ``timeout`` seconds.
+
+        Raises:
+            GatewayError: the coroutine did not finish in time (it is cancelled).
+        """
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop())
+        try:
+            return future.result(timeout)
+        except FutureTimeout:
+            future.cancel()
+            raise GatewayError(f"the gateway gave no answer within {timeout:.0f} s") from None
+
+
+class PooledSession:
+    """One live connection to one server, shared by every turn in this process."""
+
+    def __init__(self, config: ServerConfig, generation: int, stderr_dir: Path, body_limit: int) -> None:
+        self.config = config
+        self.generation = generation
+        self.tap = Tap(body_limit=body_limit)
+        self.client: Client | None = None
+        self.dead_reason = ""
+        self.opened_at = time.time()
+        self._ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+        stderr_dir.mkdir(parents=True, exist_ok=True)
+        self.stderr_path = stderr_dir / f"{config.name}-{os.getpid()}-{generation}.log"
+        self._errlog: IO[str] = self.stderr_path.open("w+", encoding="utf-8", errors="replace")
+        self._stderr_offset = 0
+
+    @property
+    def dead(self) -> bool:
+        return bool(self.dead_reason) or (self._task is not None and self._task.done())
+
+    def mark_dead(self, reason: str) -> None:
+        self.dead_reason = self.dead_reason or reason
+        self._stop.set()
+
+    async def open(self, timeout: float) -> None:
+        """Start the holder task and wait for the handshake (or discovery).
+
+        Raises:
+            GatewayError: the server could not be started or did not answer in time.
+        """
+        self._task = asyncio.create_task(self._hold(), name=f"mcp-session-{self.config.name}")
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        except TimeoutError:
+            self.mark_dead("handshake timed out")
+            await self.close()
+            raise GatewayError(
+                f"{self.config.name} did not complete the connection within {timeout:.0f} s"
+            ) from None
+        if self._error is not None or self.client is None:
+            reason = _describe(self._error) if self._error else "the session ended during connect"
+            self.mark_dead(reason)
+            raise GatewayError(f"could not connect to {self.config.name}: {reason}")
+
+    async def _hold(self) -> None:
+        transport = TRANSPORTS[self.config.transport].open(self.config, self._errlog)
+        try:
+            async with Client(
+                tapped(transport, self.tap),
+                mode=self.config.client_mode(),
+                read_timeout_seconds=self.config.call_timeout,
+                client_info=CLIENT_INFO,
+                cache=None,
+            ) as client:
+                self.client = client
+                self._ready.set()
+                await self._stop.wait()
+        except BaseException as exc:  # noqa: BLE001 — recorded and shown; the holder must not leak it
+            self._error = exc
+            self.dead_reason = self.dead_reason or _describe(exc)
+        finally:
+            self.client = None if self._error else self.client
+            self._ready.set()
+
+    async def close(self) -> None:
+        self._stop.set()
+        if self._task is not None and not self._task.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), 5)
+            except (TimeoutError, Exception):  # noqa: BLE001 — closing is best effort
+                self._task.cancel()
+        self._errlog.close()
+
+    def info(self, *, spawned: bool, respawn_reason: str) -> SessionInfo:
+        client = self.client
+        session = client.session if client is not None else None
+        server_info = session.server_info if session is not None else None
+        capabilities = session.server_capabilities if session is not None else None
+        return SessionInfo(
+            generation=self.generation,
+            spawned=spawned,
+            respawn_reason=respawn_reason,
+            protocol_version=(session.protocol_version or "") if session is not None else "",
+            server_name=server_info.name if server_info else "",
+            server_version=server_info.version if server_info else "",
+            instructions=(session.instructions or "") if session is not None else "",
+            capabilities=capabilities.model_dump(by_alias=True, exclude_none=True, mode="json")
+            if capabilities is not None
+            else {},
+        )
+
+    def read_stderr(self) -> str:
+        """Server stderr written since the last read (each chunk is reported once)."""
+        try:
+            with self.stderr_path.open("r", encoding="utf-8", errors="replace") as handle:
+                handle.seek(self._stderr_offset)
+                text = handle.read()
+                self._stderr_offset = handle.tell()
+        except OSError:
+            return ""
+        return text
+
+    def take_unclaimed(self) -> list[WireExchange]:
+        records, self.tap.unclaimed = self.tap.unclaimed, []
+        return records
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(inner) for inner in exc.exceptions)
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if not text.startswith(type(exc).__name__) else text
+
+
+class SessionPool:
+    """Sessions by server id; a dead or reconfigured one is replaced on next use."""
+
+    def __init__(self, stderr_dir: Path, body_limit: int, connect_timeout: float) -> None:
+        self.stderr_dir = stderr_dir
+        self.body_limit = body_limit
+        self.connect_timeout = connect_timeout
+        self.spawns: Counter[int] = Counter()
+        self._sessions: dict[int, PooledSession] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    async def acquire(self, config: ServerConfig, capture: Capture) -> tuple[PooledSession, bool, str]:
+        """The live session for ``config``, opening one (recorded into ``capture``) if needed.
+
+        Returns the session, whether this call opened it, and why an earlier one was replaced.
+
+        Raises:
+            GatewayError: a new session could not be opened.
+        """
+        lock = self._locks.setdefault(config.server_id, asyncio.Lock())
+        async with lock:
+            session = self._sessions.get(config.server_id)
+            reason = ""
+            if session is not None and session.config != config:
+                reason = "the server's configuration changed"
+            elif session is not None and session.dead:
+                reason = f"the previous session died ({session.dead_reason or 'connection closed'})"
+            elif session is not None:
+                return session, False, ""
+            if session is not None:
+                del self._sessions[config.server_id]
+                await session.close()
+            generation = self.spawns[config.server_id] + 1
+            self.spawns[config.server_id] = generation
+            fresh = PooledSession(config, generation, self.stderr_dir, self.body_limit)
+            token = current_capture.set(capture)
+            try:
+                await fresh.open(self.connect_timeout)
+            except GatewayError:
+                capture.records.extend(fresh.take_unclaimed())
+                stderr = fresh.read_stderr()
+                if stderr:
+                    capture.records.append(stderr_record(stderr))
+                fresh.tap.finish(capture)
+                raise
+            finally:
+                current_capture.reset(token)
+            self._sessions[config.server_id] = fresh
+            return fresh, True, reason
+
+    async def close_all(self) -> None:
+        sessions = list(self._sessions.values())
+        self._sessions.clear()
+        for session in sessions:
+            await session.close()
+
+    async def close(self, server_id: int) -> None:
+        session = self._sessions.pop(server_id, None)
+        if session is not None:
+            await session.close()
+
+
+def stderr_record(text: str) -> WireExchange:
+    """An unpaired record carrying what the server wrote to stderr."""
+    return WireExchange(
+        channel="mcp", label="stderr", started_at=datetime.now(UTC), direction="server", response_body=text
+    )
+
+

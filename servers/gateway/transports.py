@@ -1,0 +1,85 @@
+"""MCP transports: one small class each behind one contract, registered in ``TRANSPORTS``."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator
+from typing import IO, Any, ClassVar, Protocol
+
+import httpx2
+from mcp import StdioServerParameters, stdio_client
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+
+from servers.gateway.config import ServerConfig, resolve_references
+
+Streams = tuple[Any, Any]
+
+
+class Transport(Protocol):
+    """Opens the SDK transport for a server.
+
+    ``open`` returns an async context manager yielding the SDK's ``(read_stream, write_stream)``;
+    the gateway wraps those streams to capture every message. ``errlog`` is a real file that
+    receives a subprocess's stderr (a Celery worker's ``sys.stderr`` has no file descriptor).
+
+    Raises (from ``open``):
+        ConfigError: an ``${VAR}`` reference in env or headers is not set.
+    """
+
+    key: ClassVar[str]
+    label: ClassVar[str]
+    spawns_process: ClassVar[bool]
+
+    def open(self, config: ServerConfig, errlog: IO[str]) -> AbstractAsyncContextManager[Streams]: ...
+
+
+class StdioTransport:
+    key = "stdio"
+    label = "stdio (spawns a command on the worker)"
+    spawns_process = True
+
+    def open(self, config: ServerConfig, errlog: IO[str]) -> AbstractAsyncContextManager[Streams]:
+        params = StdioServerParameters(
+            command=config.command,
+            args=list(config.args),
+            env={key: resolve_references(value) for key, value in config.env} or None,
+            cwd=config.cwd or None,
+            # A server that writes invalid UTF-8 must not wedge the session.
+            encoding_error_handler="replace",
+        )
+        return stdio_client(params, errlog=errlog)
+
+
+def _http_headers(config: ServerConfig) -> dict[str, str]:
+    return {key: resolve_references(value) for key, value in config.headers}
+
+
+class StreamableHttpTransport:
+    key = "http"
+    label = "streamable HTTP"
+    spawns_process = False
+
+    def open(self, config: ServerConfig, errlog: IO[str]) -> AbstractAsyncContextManager[Streams]:
+        return self._open(config)
+
+    @asynccontextmanager
+    async def _open(self, config: ServerConfig) -> AsyncIterator[Streams]:
+        timeout = httpx2.Timeout(config.call_timeout, read=config.call_timeout + 5)
+        async with httpx2.AsyncClient(headers=_http_headers(config), timeout=timeout) as http_client:
+            async with streamable_http_client(config.url, http_client=http_client) as streams:
+                yield streams[0], streams[1]
+
+
+class SseTransport:
+    key = "sse"
+    label = "HTTP+SSE (legacy, deprecated)"
+    spawns_process = False
+
+    def open(self, config: ServerConfig, errlog: IO[str]) -> AbstractAsyncContextManager[Streams]:
+        return sse_client(config.url, headers=_http_headers(config), timeout=config.call_timeout)  # type: ignore[no-any-return]
+
+
+TRANSPORTS: dict[str, Transport] = {
+    transport.key: transport for transport in (StdioTransport(), StreamableHttpTransport(), SseTransport())
+}
