@@ -1,0 +1,68 @@
+# Tool-Call Inspector — the two commands: `make run` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+PORT ?= 8000
+# The test services (CI and developers' machines run them locally).
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: run test test-postgres test-sqlite test-fast setup worker check lint typecheck clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py setup_local --port $(PORT)
+
+## make run — set everything up and serve http://127.0.0.1:$(PORT) (embedded default)
+run: setup
+	$(VENV)/bin/daphne -b 127.0.0.1 -p $(PORT) inspector.asgi:application
+
+## make worker — a Celery worker for the scaled deployment (needs DATABASE_URL and REDIS_URL)
+worker: $(VENV)/.installed
+	$(VENV)/bin/celery -A inspector worker -P threads -c 32 -l info
+
+$(CHROMIUM):
+	@if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	else \
+		echo "Chromium is needed for the browser tests: install Debian's 'chromium' package"; exit 1; \
+	fi
+
+## make test — the whole suite: PostgreSQL + Redis + a real Celery worker + Chromium, then the SQLite default
+test: $(VENV)/.installed $(CHROMIUM)
+	$(MAKE) --no-print-directory test-postgres
+	$(MAKE) --no-print-directory test-sqlite
+
+test-postgres: $(VENV)/.installed
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) REQUIRE_SERVICES=1 \
+		$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# The embedded default (SQLite, in-memory layer, in-process runner) on everything but the
+# groups that exist to exercise Postgres, Redis, Celery or the browser.
+test-sqlite: $(VENV)/.installed
+	env -u DATABASE_URL -u REDIS_URL VAR_DIR=$(CURDIR)/var/test-sqlite \
+		$(PY) -m pytest -q -p no:cacheprovider -m "not celery and not browser and not slow" $(PYTEST_ARGS)
+
+## make test-fast — a quick local subset: no worker, no browser, no third-party servers, SQLite
+test-fast: $(VENV)/.installed
+	env -u DATABASE_URL -u REDIS_URL VAR_DIR=$(CURDIR)/var/test-sqlite \
+		$(PY) -m pytest -q -x -m "not celery and not browser and not slow" $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+typecheck: $(VENV)/.installed
+	$(VENV)/bin/mypy inspector conversations servers
+
+check: lint typecheck test
+
+clean:
+	rm -rf $(VENV) var
