@@ -1,0 +1,99 @@
+"""Shared fixtures. With REQUIRE_SERVICES=1 (``make test``, CI) a missing PostgreSQL or Redis
+stops the run with a clear message instead of letting tests skip."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connections
+
+from inspector.celery import app
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if os.environ.get("REQUIRE_SERVICES") != "1":
+        return
+    problems = []
+    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        problems.append("DATABASE_URL must point at PostgreSQL")
+    else:
+        try:
+            connections["default"].ensure_connection()
+        except Exception as exc:  # noqa: BLE001 — reported below
+            problems.append(f"PostgreSQL is not reachable: {exc}")
+    if not settings.REDIS_URL:
+        problems.append("REDIS_URL must be set")
+    else:
+        try:
+            redis.Redis.from_url(settings.REDIS_URL).ping()
+        except Exception as exc:  # noqa: BLE001 — reported below
+            problems.append(f"Redis is not reachable at {settings.REDIS_URL}: {exc}")
+    if problems:
+        pytest.exit("the test services are missing: " + "; ".join(problems), returncode=3)
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """The Redis the scaled deployment uses; a test that needs it fails (never skips) without it."""
+    if not settings.REDIS_URL:
+        pytest.fail("this test needs REDIS_URL (run it through `make test`)")
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        client.ping()
+    except redis.ConnectionError as exc:
+        pytest.fail(f"Redis is not reachable at {settings.REDIS_URL}: {exc}")
+    return str(settings.REDIS_URL)
+
+
+def _database_url() -> str:
+    db = settings.DATABASES["default"]
+    if db["ENGINE"] != "django.db.backends.postgresql":
+        pytest.fail("a real Celery worker needs the PostgreSQL test database (run through `make test`)")
+    user = db.get("USER") or ""
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    auth = f"{user}{password}@" if user else ""
+    return f"postgres://{auth}{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
+
+
+@pytest.fixture
+def celery_worker(redis_url: str, transactional_db: None) -> Iterator[subprocess.Popen[str]]:
+    """A real ``celery worker`` process on the real Redis, using the test database."""
+    redis.Redis.from_url(redis_url).flushdb()
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "REDIS_URL": redis_url,
+        "VAR_DIR": str(settings.VAR_DIR),
+        "SECRET_KEY": settings.SECRET_KEY,
+    }
+    log = (Path(settings.VAR_DIR) / "celery-worker-test.log").open("w")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "inspector", "worker", "-P", "threads", "-c", "8",
+         "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info",
+         "-n", f"test-{os.getpid()}@%h"],
+        cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not app.control.ping(timeout=0.5):
+        if worker.poll() is not None or time.monotonic() > deadline:
+            worker.kill()
+            pytest.fail(f"the Celery worker did not come up; see {log.name}")
+    try:
+        yield worker
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+        log.close()
