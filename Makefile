@@ -29,15 +29,18 @@ run: setup
 worker: $(VENV)/.installed
 	$(VENV)/bin/celery -A inspector worker -P threads -c 32 -l info
 
-$(CHROMIUM):
+# Debian packages the suite drives: Chromium (browser tests) and docker-compose (validates
+# docker-compose.yml without an engine). Installed on demand when running as root.
+TOOLS := $(CHROMIUM) /usr/bin/docker-compose
+$(TOOLS):
 	@if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
-		apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+		apt-get update -qq && apt-get install -y -qq chromium docker-compose >/dev/null; \
 	else \
-		echo "Chromium is needed for the browser tests: install Debian's 'chromium' package"; exit 1; \
+		echo "The tests need Debian's 'chromium' and 'docker-compose' packages: install them"; exit 1; \
 	fi
 
 ## make test — the whole suite: PostgreSQL + Redis + a real Celery worker + Chromium, then the SQLite default
-test: $(VENV)/.installed $(CHROMIUM)
+test: $(VENV)/.installed $(TOOLS)
 	$(MAKE) --no-print-directory test-postgres
 	$(MAKE) --no-print-directory test-sqlite
 
