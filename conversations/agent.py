@@ -100,11 +100,14 @@ def check_call(call: ToolCall, tools: dict[str, ToolDef]) -> CheckedCall:
         return CheckedCall(
             call, tool, f"the arguments for {call.name} are not a JSON object: {call.arguments_text[:300]!r}"
         )
+    validator_class = validator_for(tool.input_schema, default=Draft202012Validator)
     try:
-        validator_class = validator_for(tool.input_schema, default=Draft202012Validator)
+        validator_class.check_schema(tool.input_schema)
         problems = sorted(validator_class(tool.input_schema).iter_errors(call.arguments), key=lambda e: list(e.path))
     except SchemaError as exc:
         return CheckedCall(call, tool, f"the tool's inputSchema is not valid JSON Schema: {exc.message}")
+    except Exception as exc:  # noqa: BLE001 — an unusable schema (unknown type, bad $ref) is the server's bug
+        return CheckedCall(call, tool, f"the tool's inputSchema cannot be used for validation: {exc}")
     if problems:
         described = "; ".join(
             (f"at '{'.'.join(str(p) for p in problem.path)}': " if problem.path else "") + problem.message

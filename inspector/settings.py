@@ -163,6 +163,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(exist_ok=True)
 # Serve straight from static/ (no collectstatic step on a fresh checkout).
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
@@ -187,6 +188,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Transcripts of agent turns: every step, every raw exchange on the wire.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "ENUM_NAME_OVERRIDES": {
+        "TurnStatusEnum": "conversations.models.Turn.Status",
+        "StepStatusEnum": "conversations.models.Step.Status",
+    },
 }
 
 # The agent loop.

@@ -90,8 +90,11 @@ class GatewayLoop:
 class PooledSession:
     """One live connection to one server, shared by every turn in this process."""
 
-    def __init__(self, config: ServerConfig, generation: int, stderr_dir: Path, body_limit: int) -> None:
+    def __init__(
+        self, config: ServerConfig, generation: int, stderr_dir: Path, body_limit: int, connect_timeout: float
+    ) -> None:
         self.config = config
+        self.connect_timeout = connect_timeout
         self.generation = generation
         self.tap = Tap(body_limit=body_limit)
         self.client: Client | None = None
@@ -135,12 +138,13 @@ class PooledSession:
             raise GatewayError(f"could not connect to {self.config.name}: {reason}")
 
     async def _hold(self) -> None:
-        transport = TRANSPORTS[self.config.transport].open(self.config, self._errlog)
         try:
+            transport = TRANSPORTS[self.config.transport].open(self.config, self._errlog)
             async with Client(
                 tapped(transport, self.tap),
                 mode=self.config.client_mode(),
-                read_timeout_seconds=self.config.call_timeout,
+                # The handshake and list calls get the connect budget; tools/call passes its own.
+                read_timeout_seconds=max(self.connect_timeout, self.config.call_timeout),
                 client_info=CLIENT_INFO,
                 cache=None,
             ) as client:
@@ -238,7 +242,7 @@ class SessionPool:
                 await session.close()
             generation = self.spawns[config.server_id] + 1
             self.spawns[config.server_id] = generation
-            fresh = PooledSession(config, generation, self.stderr_dir, self.body_limit)
+            fresh = PooledSession(config, generation, self.stderr_dir, self.body_limit, self.connect_timeout)
             token = current_capture.set(capture)
             try:
                 await fresh.open(self.connect_timeout)

@@ -1,0 +1,190 @@
+"""``manage.py ask "QUESTION"``: one turn through the same agent loop, printed step by step.
+
+The turn is recorded like any other (it shows up in the web UI under the chosen user) but runs
+here, in this process, so the command ends when the turn does. ``--json`` prints the transcript
+the API serves.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.urls import reverse
+
+from conversations.llm import tool_result_text
+from conversations.models import TOOL_CHOICE_MODES, Conversation, Exchange, ModelProfile, Step, Turn
+from conversations.paradigms import PARADIGMS
+from conversations.runner import turn_run
+from conversations.selectors import conversation_transcript, profiles_for_form, servers_for_form, turn_rows
+from conversations.services import DEMO_PROFILE_NAME, conversation_start, demo_profile_ensure
+from servers.models import McpServer
+from servers.services import DEMO_SERVER_NAME, demo_server_ensure
+
+CLI_USERNAME = "cli"
+INDENT = "    "
+
+
+class Command(BaseCommand):
+    help = "Ask one question through the agent loop and print every step (or the JSON transcript)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("question")
+        parser.add_argument("--model", help=f"A model profile's name (default: {DEMO_PROFILE_NAME}).")
+        parser.add_argument("--paradigm", default="native", choices=sorted(PARADIGMS))
+        parser.add_argument("--tool-choice", default="auto", choices=[key for key, _ in TOOL_CHOICE_MODES])
+        parser.add_argument("--tool", default="", help="With --tool-choice named: the tool, as server/tool.")
+        parser.add_argument(
+            "--server",
+            action="append",
+            dest="servers",
+            metavar="NAME",
+            help="An MCP server to offer (repeatable; default: the demo server).",
+        )
+        parser.add_argument(
+            "--user", help="Owner of the conversation (default: the first superuser, or 'cli')."
+        )
+        parser.add_argument("--json", action="store_true", help="Print the transcript as JSON.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        tool_choice: str = options["tool_choice"]
+        tool: str = options["tool"]
+        if tool_choice == "named" and "/" not in tool:
+            raise CommandError("--tool-choice named needs --tool SERVER/TOOL, e.g. --tool demo/calculate")
+        if tool and tool_choice != "named":
+            raise CommandError("--tool only applies with --tool-choice named")
+
+        conversation, turn = conversation_start(
+            owner=_owner(options["user"]),
+            model_profile=_profile(options["model"]),
+            question=options["question"],
+            servers=_servers(options["servers"]),
+            paradigm=options["paradigm"],
+            tool_choice=tool_choice,
+            tool_choice_name=tool,
+            dispatch=False,
+        )
+        turn_run(turn_id=turn.pk)
+        turn.refresh_from_db()
+
+        if options["json"]:
+            self.stdout.write(json.dumps(conversation_transcript(conversation=conversation), indent=2))
+        else:
+            self._print_turn(conversation, turn)
+        if turn.status != Turn.Status.DONE:
+            raise CommandError(f"the turn {turn.status}: {turn.error or 'no answer'}")
+
+    def _print_turn(self, conversation: Conversation, turn: Turn) -> None:
+        profile = conversation.model_profile
+        servers = ", ".join(s.name for s in conversation.servers.order_by("name")) or "none"
+        choice = turn.tool_choice + (f" {turn.tool_choice_name}" if turn.tool_choice_name else "")
+        self.stdout.write(f"Q: {turn.question}")
+        self.stdout.write(
+            f"model {profile}  ·  paradigm {turn.paradigm}  ·  tool choice {choice}  ·  servers {servers}"
+        )
+        self.stdout.write("")
+        for step in turn_rows(turn=turn):
+            self._print_step(step, depth=0)
+            for child in step.children.all():
+                self._print_step(child, depth=1)
+        self.stdout.write("")
+        if turn.status == Turn.Status.DONE:
+            self.stdout.write(self.style.SUCCESS(f"Answer: {turn.answer}"))
+        else:
+            self.stdout.write(self.style.ERROR(f"Turn {turn.status}: {turn.error}"))
+        path = reverse("inspector-conversation", kwargs={"public_id": conversation.public_id})
+        self.stdout.write(f"Conversation {conversation.public_id}  {path}")
+
+    def _print_step(self, step: Step, *, depth: int) -> None:
+        pad = INDENT * depth
+        status = self.style.ERROR(step.status) if step.status == Step.Status.ERROR else step.status
+        self.stdout.write(f"{pad}[{step.seq}] {step.kind} · {status} · {step.title}")
+        for detail in _step_details(step):
+            for line in detail.splitlines() or [""]:
+                self.stdout.write(f"{pad}{INDENT}{line}")
+        for exchange in step.exchanges.all():
+            self.stdout.write(f"{pad}{INDENT}⇄ {_exchange_line(exchange)}")
+
+
+def _step_details(step: Step) -> list[str]:
+    """What a reader needs to follow the step: calls and their verdicts, tool input and output."""
+    lines: list[str] = []
+    if step.kind == Step.Kind.DECIDE:
+        for call in step.calls:
+            verdict = "valid" if call.get("valid") else f"invalid: {call.get('error')}"
+            arguments = call.get("arguments")
+            shown = _compact(arguments) if arguments is not None else repr(call.get("arguments_text", ""))
+            lines.append(f"call {call.get('name')} {shown} — {verdict}")
+        if step.text:
+            lines.append(f"text: {step.text}")
+    elif step.kind == Step.Kind.TOOL:
+        # The title already names server/tool.
+        lines.append(f"arguments {_compact(step.arguments)}")
+        if step.result is not None:
+            lines.append(f"result: {tool_result_text(step.result)}")
+    elif step.text:
+        lines.append(step.text)
+    lines.extend(f"! {note}" for note in step.diagnostics)
+    if step.error:
+        lines.append(f"error: {step.error}")
+    return lines
+
+
+def _exchange_line(exchange: Exchange) -> str:
+    duration = f"{exchange.duration_ms:.0f} ms" if exchange.duration_ms is not None else "-"
+    return f"{exchange.channel} {exchange.label} · {exchange.status or '-'} · {duration}"
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _owner(username: str | None) -> AbstractBaseUser:
+    """The named user; else the first superuser; else a local 'cli' user (no usable password)."""
+    users = get_user_model().objects
+    if username:
+        user = users.filter(username=username).first()
+        if user is None:
+            raise CommandError(f"no user named {username!r}")
+        return user
+    superuser = users.filter(is_superuser=True).order_by("pk").first()
+    if superuser is not None:
+        return superuser
+    user, created = users.get_or_create(username=CLI_USERNAME)
+    if created:
+        # Only a command-line owner: it must never be able to sign in.
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    return user
+
+
+def _profile(name: str | None) -> ModelProfile:
+    if not name or name == DEMO_PROFILE_NAME:
+        return demo_profile_ensure()
+    profile = profiles_for_form().filter(name=name).first()
+    if profile is None:
+        valid = _names([DEMO_PROFILE_NAME, *profiles_for_form().values_list("name", flat=True)])
+        raise CommandError(f"no model profile named {name!r}; choose one of: {valid}")
+    return profile
+
+
+def _servers(names: list[str] | None) -> list[McpServer]:
+    if not names:
+        return [demo_server_ensure()]
+    if DEMO_SERVER_NAME in names:
+        demo_server_ensure()
+    available = {server.name: server for server in servers_for_form()}
+    unknown = [name for name in names if name not in available]
+    if unknown:
+        valid = _names([DEMO_SERVER_NAME, *available])
+        raise CommandError(f"no enabled MCP server named {_names(unknown)}; choose from: {valid}")
+    return [available[name] for name in dict.fromkeys(names)]
+
+
+def _names(names: Iterable[str]) -> str:
+    """The names, each once, in order."""
+    return ", ".join(dict.fromkeys(names))

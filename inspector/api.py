@@ -1,0 +1,98 @@
+"""The JSON API for scripts: conversation transcripts, the conversation list, tokens, the schema.
+
+Every view here is exempt from the site's ``LoginRequiredMiddleware`` (which would answer a
+token-authenticated script with a redirect to the login page) and relies on DRF's
+``IsAuthenticated`` instead, so an anonymous call gets a 401 JSON answer. Token auth is tried
+first so that 401 carries ``WWW-Authenticate: Token``; the browser's session works too.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from django.contrib.auth.decorators import login_not_required
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.utils.decorators import method_decorator
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.views import SpectacularJSONAPIView
+from rest_framework.authentication import BaseAuthentication, SessionAuthentication, TokenAuthentication
+from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.exceptions import NotFound
+from rest_framework.generics import ListAPIView
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from conversations.models import Conversation, Turn
+from conversations.selectors import conversation_get, conversation_list, conversation_transcript
+from inspector.serializers import ConversationSummarySerializer, TranscriptSerializer
+
+API_AUTHENTICATION: list[type[BaseAuthentication]] = [TokenAuthentication, SessionAuthentication]
+API_PERMISSIONS: list[type[BasePermission]] = [IsAuthenticated]
+
+
+class ConversationPagination(PageNumberPagination):
+    page_size = 50
+
+
+def _with_last_turn_status(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
+    """Annotate each conversation with the status of its latest turn (one query for the page)."""
+    last_turn = Turn.objects.filter(conversation=OuterRef("pk")).order_by("-seq").values("status")[:1]
+    return conversations.annotate(last_turn_status=Subquery(last_turn))
+
+
+@method_decorator(login_not_required, name="dispatch")
+class ConversationListView(ListAPIView[Conversation]):
+    """The signed-in user's conversations, newest first, paginated with ``?page=``."""
+
+    authentication_classes = API_AUTHENTICATION
+    permission_classes = API_PERMISSIONS
+    serializer_class = ConversationSummarySerializer
+    pagination_class = ConversationPagination
+
+    def get_queryset(self) -> QuerySet[Conversation]:
+        return _with_last_turn_status(conversation_list(user=self.request.user))
+
+
+@method_decorator(login_not_required, name="dispatch")
+class ConversationTranscriptView(APIView):
+    """One conversation as JSON: every turn, step and raw exchange — the same as ``ask --json``."""
+
+    authentication_classes = API_AUTHENTICATION
+    permission_classes = API_PERMISSIONS
+
+    @extend_schema(
+        responses={
+            200: TranscriptSerializer,
+            404: OpenApiResponse(description="No such conversation, or not yours (the same answer)."),
+        },
+    )
+    def get(self, request: Request, public_id: UUID) -> Response:
+        try:
+            conversation = conversation_get(user=request.user, public_id=public_id)
+        except Conversation.DoesNotExist:
+            raise NotFound("No such conversation.") from None
+        return Response(conversation_transcript(conversation=conversation))
+
+
+@method_decorator(login_not_required, name="dispatch")
+class OpenApiView(SpectacularJSONAPIView):
+    """This API's OpenAPI document; like the rest of the site, only for signed-in users."""
+
+    authentication_classes = API_AUTHENTICATION
+    permission_classes = API_PERMISSIONS
+
+
+class TokenObtainView(ObtainAuthToken):
+    """POST ``username`` and ``password``; get ``{"token": ...}`` for ``Authorization: Token ...``.
+
+    The same token is returned on every call until it is deleted (in the admin).
+    """
+
+    # The credentials are in the body: a stray session cookie must not make this a CSRF-checked call.
+    authentication_classes: list[type[BaseAuthentication]] = []
+
+
+token_obtain = login_not_required(TokenObtainView.as_view())
