@@ -10,10 +10,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 import redis
 from django.conf import settings
-from django.db import connections
 
 from inspector.celery import app
 
@@ -27,9 +27,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         problems.append("DATABASE_URL must point at PostgreSQL")
     else:
+        db = settings.DATABASES["default"]
         try:
-            connections["default"].ensure_connection()
-        except Exception as exc:  # noqa: BLE001 — reported below
+            psycopg.connect(
+                host=db.get("HOST") or "127.0.0.1", port=db.get("PORT") or 5432, user=db.get("USER") or None,
+                password=db.get("PASSWORD") or None, dbname=db["NAME"], connect_timeout=5,
+            ).close()
+        except psycopg.Error as exc:
             problems.append(f"PostgreSQL is not reachable: {exc}")
     if not settings.REDIS_URL:
         problems.append("REDIS_URL must be set")

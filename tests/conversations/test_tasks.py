@@ -1,0 +1,123 @@
+"""A real Celery worker on the real Redis runs a turn queued by the web side, end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import User
+
+from conversations.models import Exchange, Step, Turn
+from conversations.runner import turn_run
+from conversations.services import conversation_start, demo_profile_ensure
+from conversations.tasks import run_turn
+from inspector.routing import websocket_urlpatterns
+from servers import gateway
+from servers.services import demo_server_ensure
+
+WEATHER = "What will the weather be like in Beijing tomorrow?"
+
+
+@pytest.fixture(autouse=True)
+def _close_sessions() -> None:
+    yield
+    gateway.close_all()
+
+
+def _wait_finished(turn: Turn, seconds: float = 60) -> Turn:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        turn.refresh_from_db()
+        if turn.is_finished:
+            return turn
+        time.sleep(0.1)
+    raise AssertionError(f"turn still {turn.status} after {seconds} s")
+
+
+@pytest.mark.celery
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_runs_a_turn_queued_on_commit(celery_worker: subprocess.Popen[str]) -> None:
+    alice = User.objects.create_user("alice", password="pw-alice-123")
+    conversation, turn = conversation_start(
+        owner=alice, model_profile=demo_profile_ensure(), question=WEATHER, servers=[demo_server_ensure()]
+    )
+
+    turn = _wait_finished(turn)
+
+    assert turn.status == Turn.Status.DONE, turn.error
+    assert "Beijing" in turn.answer
+    kinds = list(Step.objects.filter(turn=turn, parent__isnull=True).values_list("kind", flat=True))
+    assert kinds == ["connect", "decide", "answer"]
+    call = Exchange.objects.get(turn=turn, label="tools/call")
+    assert json.loads(call.request_body)["params"]["arguments"] == {"city": "Beijing", "day": "tomorrow"}
+    assert json.loads(call.response_body)["result"]["structuredContent"]["city"] == "Beijing"
+    llm = Exchange.objects.filter(turn=turn, channel="llm").first()
+    assert llm is not None and "tools" in json.loads(llm.request_body)
+
+
+@pytest.mark.celery
+@pytest.mark.django_db(transaction=True)
+async def test_a_websocket_client_sees_the_workers_steps_through_redis(
+    celery_worker: subprocess.Popen[str],
+) -> None:
+    alice = await User.objects.acreate(username="alice")
+    profile = await sync_to_async(demo_profile_ensure)()
+    server = await sync_to_async(demo_server_ensure)()
+    conversation, turn = await sync_to_async(conversation_start)(
+        owner=alice, model_profile=profile, question=WEATHER, servers=[server], dispatch=False
+    )
+    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), f"/ws/conversations/{conversation.public_id}/")
+    communicator.scope["user"] = alice
+    connected, _ = await communicator.connect()
+    assert connected
+
+    await sync_to_async(run_turn.delay, thread_sensitive=False)(turn.pk)
+
+    rows: set[int] = set()
+    status = ""
+    deadline = time.monotonic() + 60
+    while status != "done" and time.monotonic() < deadline:
+        message = await communicator.receive_json_from(timeout=30)
+        if message["type"] == "row":
+            rows.add(message["step_id"])
+        elif message["type"] == "turn":
+            status = message["status"]
+    await communicator.disconnect()
+    assert status == "done"
+    assert len(rows) == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_running_a_turn_twice_does_not_run_it_again() -> None:
+    alice = User.objects.create_user("alice")
+    _, turn = conversation_start(
+        owner=alice, model_profile=demo_profile_ensure(), question=WEATHER,
+        servers=[demo_server_ensure()], dispatch=False,
+    )
+    run_turn(turn.pk)
+    steps = Step.objects.filter(turn=turn).count()
+
+    turn_run(turn_id=turn.pk)
+
+    assert Step.objects.filter(turn=turn).count() == steps
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_redelivered_while_running_is_marked_interrupted() -> None:
+    alice = User.objects.create_user("alice")
+    _, turn = conversation_start(
+        owner=alice, model_profile=demo_profile_ensure(), question=WEATHER,
+        servers=[demo_server_ensure()], dispatch=False,
+    )
+    Turn.objects.filter(pk=turn.pk).update(status=Turn.Status.RUNNING)
+
+    run_turn(turn.pk)
+
+    turn.refresh_from_db()
+    assert turn.status == Turn.Status.INTERRUPTED
+    assert "stopped before it finished" in turn.error
