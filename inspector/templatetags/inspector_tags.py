@@ -1,0 +1,185 @@
+"""Template helpers for the inspector: payload rendering, exchange grouping, small formats.
+
+Payloads come from models, MCP servers and tools, so they are untrusted. The only markup
+these helpers mark safe is Pygments output (Pygments escapes every token) or text passed
+through :func:`django.utils.html.escape` first.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from django import template
+from django.template.defaultfilters import filesizeformat
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import JsonLexer
+
+from conversations.models import Exchange, Step, Turn
+from conversations.paradigms import PARADIGMS
+from conversations.selectors import pretty_json
+from inspector.fragments import timestamp_iso
+from inspector.typealias import JSONValue
+
+register = template.Library()
+
+# Beyond either limit a payload starts collapsed, so one huge result does not bury the row.
+COLLAPSE_LINES = 40
+COLLAPSE_BYTES = 4096
+# Highlighting is linear but slow per token; past this a body is shown escaped, uncoloured.
+HIGHLIGHT_LIMIT_CHARS = 200_000
+OUTLINE_MAX_CHARS = 140
+OUTLINE_STRING_CHARS = 24
+
+_FORMATTER = HtmlFormatter(nowrap=True)
+_LEXER = JsonLexer()
+
+
+def _as_text(value: JSONValue) -> tuple[str, bool]:
+    """A stored body (exact text) or a decoded JSON value, as display text; and whether it is JSON."""
+    if isinstance(value, str):
+        return pretty_json(value)
+    return json.dumps(value, indent=2, ensure_ascii=False), True
+
+
+def _markup(text: str, is_json: bool) -> SafeString:
+    if is_json and len(text) <= HIGHLIGHT_LIMIT_CHARS:
+        # Pygments escapes &, <, > and quotes in every token it emits.
+        html: str = highlight(text, _LEXER, _FORMATTER)
+        return mark_safe(html)
+    return escape(text)
+
+
+def _hint(value: JSONValue) -> str:
+    if isinstance(value, dict):
+        return "{…}" if value else "{}"
+    if isinstance(value, list):
+        return f"[{len(value)}]"
+    if isinstance(value, str) and len(value) > OUTLINE_STRING_CHARS:
+        return '"…"'
+    return json.dumps(value, ensure_ascii=False)
+
+
+def outline(text: str) -> str:
+    """A one-line sketch of a JSON document's top level, e.g. ``{"model": "demo", "tools": [4]}``.
+
+    It is what a collapsed body shows, so its shape is readable without opening it.
+    """
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return ""
+    if isinstance(value, list):
+        return f"[{len(value)} items]"
+    if not isinstance(value, dict):
+        return ""
+    sketch = ""
+    for index, (key, item) in enumerate(value.items()):
+        part = f"{json.dumps(key, ensure_ascii=False)}: {_hint(item)}"
+        if index and len(sketch) + len(part) > OUTLINE_MAX_CHARS:
+            return "{" + sketch + ", …}"
+        sketch = f"{sketch}, {part}" if index else part
+    return "{" + sketch + "}"
+
+
+def is_long(text: str) -> bool:
+    """Whether a payload should start collapsed."""
+    return text.count("\n") + 1 > COLLAPSE_LINES or len(text.encode("utf-8")) > COLLAPSE_BYTES
+
+
+@register.filter
+def highlight_json(value: JSONValue) -> SafeString:
+    """``value`` pretty-printed and syntax-highlighted if it is JSON, else escaped as it is."""
+    text, is_json = _as_text(value)
+    return _markup(text, is_json)
+
+
+@register.inclusion_tag("inspector/_json.html")
+def payload(value: JSONValue, *key_parts: object, empty: str = "—") -> dict[str, object]:
+    """One body for display: highlighted, and collapsed behind a size summary when long.
+
+    ``key_parts`` name the ``<details>`` (joined with ``-``) so the page can keep it open
+    when the row around it is re-rendered live.
+    """
+    if value is None or value == "":
+        return {"is_empty": True, "empty": empty}
+    text, is_json = _as_text(value)
+    collapsed = is_long(text)
+    return {
+        "is_empty": False,
+        "html": _markup(text, is_json),
+        "is_json": is_json,
+        "collapsed": collapsed,
+        "outline": outline(text) if collapsed and is_json else "",
+        "lines": text.count("\n") + 1,
+        "size": filesizeformat(len(text.encode("utf-8"))),
+        "key": "-".join(str(part) for part in key_parts),
+    }
+
+
+@register.filter
+def llm_exchanges(step: Step) -> list[Exchange]:
+    """The model calls of a step (prefetched exchanges, no query)."""
+    return [e for e in step.exchanges.all() if e.channel == Exchange.Channel.LLM]
+
+
+@register.filter
+def mcp_exchanges(step: Step) -> list[Exchange]:
+    """The JSON-RPC messages of a step, notifications and stderr included (prefetched)."""
+    return [e for e in step.exchanges.all() if e.channel == Exchange.Channel.MCP]
+
+
+@register.filter
+def duration(milliseconds: float | int | None) -> str:
+    """A duration for people: ``850 ms``, ``2.4 s``, ``1 min 5 s``; ``—`` when unknown."""
+    if milliseconds is None:
+        return "—"
+    if milliseconds < 1000:
+        return f"{milliseconds:.0f} ms"
+    seconds = milliseconds / 1000
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+@register.filter
+def startswith(value: str, prefix: str) -> bool:
+    return isinstance(value, str) and value.startswith(prefix)
+
+
+@register.filter
+def iso(moment: object) -> str:
+    """The sortable timestamp format of the live messages (see ``inspector.fragments``)."""
+    return timestamp_iso(moment) if isinstance(moment, datetime) else ""
+
+
+@register.filter
+def paradigm_label(key: str) -> str:
+    paradigm = PARADIGMS.get(key)
+    return paradigm.label if paradigm is not None else key
+
+
+@register.filter
+def turn_duration(turn: Turn) -> str:
+    """How long a finished turn ran; empty while it has not both started and finished."""
+    if turn.started_at is None or turn.finished_at is None:
+        return ""
+    return duration((turn.finished_at - turn.started_at).total_seconds() * 1000)
+
+
+@register.filter
+def tone(status: str) -> str:
+    """A CSS tone for a free-form status (HTTP code, ok / error / timeout, a step status)."""
+    value = status.strip().lower()
+    if not value:
+        return "neutral"
+    if value.isdigit():
+        return "ok" if value.startswith(("1", "2", "3")) else "error"
+    if value in {"ok", "done"}:
+        return "ok"
+    if value in {"running", "queued"}:
+        return "busy"
+    return "error"

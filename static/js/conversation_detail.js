@@ -1,0 +1,239 @@
+// The conversation page, live: a websocket says which row or turn changed and carries its
+// server-rendered HTML (the same fragment templates as the page). On every (re)connect the
+// page asks for everything changed since the newest thing it has seen, so nothing is lost
+// while disconnected. Message formats: see inspector/fragments.py.
+(function () {
+  "use strict";
+
+  var root = document.getElementById("conversation");
+  if (!root) {
+    return;
+  }
+
+  var BACKOFF_FIRST_MS = 1000;
+  var BACKOFF_MAX_MS = 30000;
+  // A row's updated_at is taken before its transaction commits, so a row can become visible
+  // slightly after a newer-stamped one; catching up from a little earlier picks it up.
+  // Re-sent rows replace themselves, so the overlap is harmless.
+  var CATCH_UP_OVERLAP_MS = 5000;
+  var FINISHED = ["done", "failed", "interrupted"];
+
+  var wsPath = root.dataset.wsUrl;
+  var rowsUrl = root.dataset.rowsUrl;
+  var lastSeen = root.dataset.since || "";
+  var indicator = document.getElementById("live-status");
+  var turnsBox = document.getElementById("turns");
+  var followUp = document.getElementById("follow-up");
+
+  var socket = null;
+  var attempt = 0;
+  var reconnectTimer = null;
+  // Rows that arrived before their turn's container: applied once the turn shell is in.
+  var pendingRows = {};
+
+  function setState(state, text) {
+    if (indicator) {
+      indicator.dataset.state = state;
+      indicator.textContent = text;
+    }
+  }
+
+  // Timestamps share one fixed format (UTC, microseconds), so they order as strings.
+  function noteSeen(stamp) {
+    if (stamp && stamp > lastSeen) {
+      lastSeen = stamp;
+    }
+  }
+
+  function catchUpFrom() {
+    if (!lastSeen) {
+      return "1970-01-01T00:00:00+00:00";
+    }
+    // Date.parse wants at most milliseconds.
+    var ms = Date.parse(lastSeen.replace(/(\.\d{3})\d+/, "$1"));
+    if (isNaN(ms)) {
+      return lastSeen;
+    }
+    return new Date(ms - CATCH_UP_OVERLAP_MS).toISOString();
+  }
+
+  function fragment(html) {
+    var template = document.createElement("template");
+    template.innerHTML = html.trim();
+    return template.content.firstElementChild;
+  }
+
+  // Keep what the reader opened: a re-rendered row would otherwise collapse it.
+  function carryOpenDetails(oldEl, newEl) {
+    oldEl.querySelectorAll("details[open][data-key]").forEach(function (details) {
+      var twin = newEl.querySelector('details[data-key="' + CSS.escape(details.dataset.key) + '"]');
+      if (twin) {
+        twin.open = true;
+      }
+    });
+  }
+
+  function replaceIfNewer(oldEl, newEl) {
+    if ((newEl.dataset.updatedAt || "") < (oldEl.dataset.updatedAt || "")) {
+      return; // a late copy of something already shown in a newer state
+    }
+    carryOpenDetails(oldEl, newEl);
+    oldEl.replaceWith(newEl);
+  }
+
+  function insertBySeq(container, el) {
+    var seq = Number(el.dataset.seq);
+    var children = container.children;
+    for (var i = 0; i < children.length; i++) {
+      if (Number(children[i].dataset.seq) > seq) {
+        container.insertBefore(el, children[i]);
+        return;
+      }
+    }
+    container.appendChild(el);
+  }
+
+  function applyRow(message) {
+    var el = fragment(message.html);
+    if (!el) {
+      return;
+    }
+    var existing = document.getElementById("step-" + message.step_id);
+    if (existing) {
+      replaceIfNewer(existing, el);
+      return;
+    }
+    var container = document.querySelector("#turn-" + message.turn_id + " .rows");
+    if (!container) {
+      (pendingRows[message.turn_id] = pendingRows[message.turn_id] || []).push(message);
+      return;
+    }
+    insertBySeq(container, el);
+  }
+
+  function applyTurn(message) {
+    var shell = fragment(message.html_shell);
+    var turn = document.getElementById("turn-" + message.turn_id);
+    if (!turn) {
+      if (shell) {
+        insertBySeq(turnsBox, shell);
+      }
+    } else {
+      var status = document.getElementById("turn-status-" + message.turn_id);
+      var fresh = fragment(message.html);
+      if (status && fresh) {
+        replaceIfNewer(status, fresh);
+      }
+      // The header holds the tools offered, known only after the servers were listed.
+      var meta = document.getElementById("turn-meta-" + message.turn_id);
+      var freshMeta = shell && shell.querySelector("#turn-meta-" + message.turn_id);
+      if (meta && freshMeta && message.updated_at >= (status ? status.dataset.updatedAt : "")) {
+        carryOpenDetails(meta, freshMeta);
+        meta.replaceWith(freshMeta);
+      }
+    }
+    var waiting = pendingRows[message.turn_id];
+    if (waiting) {
+      delete pendingRows[message.turn_id];
+      waiting.forEach(applyRow);
+    }
+    updateFollowUp();
+  }
+
+  // The follow-up form opens once the newest turn has finished.
+  function updateFollowUp() {
+    if (!followUp) {
+      return;
+    }
+    var statuses = turnsBox.querySelectorAll(".turn-status");
+    var newest = statuses.length ? statuses[statuses.length - 1].dataset.status : "done";
+    var busy = FINISHED.indexOf(newest) === -1;
+    followUp.classList.toggle("is-busy", busy);
+    var button = followUp.querySelector("button[type=submit]");
+    if (button) {
+      button.disabled = busy;
+    }
+  }
+
+  function apply(message) {
+    if (message.type === "row") {
+      applyRow(message);
+    } else if (message.type === "turn") {
+      applyTurn(message);
+    } else if (message.type === "error") {
+      console.warn("inspector:", message.message);
+      return;
+    } else {
+      return;
+    }
+    noteSeen(message.updated_at);
+  }
+
+  // Without a websocket (a proxy that refuses upgrades) the page still moves: each retry
+  // also fetches what changed over plain HTTP.
+  function catchUpOverHttp() {
+    var url = rowsUrl + "?since=" + encodeURIComponent(catchUpFrom());
+    return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (response) {
+        return response.ok ? response.json() : { messages: [] };
+      })
+      .then(function (data) {
+        (data.messages || []).forEach(apply);
+      })
+      .catch(function () {
+        /* offline: the next retry tries again */
+      });
+  }
+
+  function scheduleReconnect() {
+    if (reconnectTimer !== null) {
+      return;
+    }
+    var delay = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * Math.pow(2, attempt));
+    attempt += 1;
+    setState("offline", "offline — retrying in " + Math.round(delay / 1000) + " s");
+    reconnectTimer = window.setTimeout(function () {
+      reconnectTimer = null;
+      catchUpOverHttp().then(connect);
+    }, delay);
+  }
+
+  function connect() {
+    if (!wsPath || !window.WebSocket || !location.host) {
+      setState("offline", "live updates unavailable");
+      return;
+    }
+    var scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    setState("connecting", "connecting…");
+    try {
+      socket = new WebSocket(scheme + location.host + wsPath);
+    } catch (error) {
+      scheduleReconnect();
+      return;
+    }
+    socket.addEventListener("open", function () {
+      attempt = 0;
+      setState("live", "live");
+      socket.send(JSON.stringify({ type: "catch_up", since: catchUpFrom() }));
+    });
+    socket.addEventListener("message", function (event) {
+      var message;
+      try {
+        message = JSON.parse(event.data);
+      } catch (error) {
+        return;
+      }
+      apply(message);
+    });
+    socket.addEventListener("close", function (event) {
+      socket = null;
+      if (event.code === 4401 || event.code === 4404) {
+        setState("offline", event.code === 4401 ? "signed out — reload to sign in" : "conversation not found");
+        return;
+      }
+      scheduleReconnect();
+    });
+  }
+
+  connect();
+})();
