@@ -41,13 +41,31 @@ class StepInline(admin.TabularInline[Step, Turn]):
 class TurnAdmin(admin.ModelAdmin[Turn]):
     list_display = ("conversation", "seq", "status", "paradigm", "tool_choice", "created_at")
     list_filter = ("status", "paradigm")
-    readonly_fields = ("conversation", "seq", "tools", "transcript", "created_at", "started_at", "finished_at")
+    readonly_fields = (
+        "conversation",
+        "seq",
+        "tools",
+        "transcript",
+        "created_at",
+        "started_at",
+        "finished_at",
+    )
     inlines = [StepInline]
 
 
 class ExchangeInline(admin.StackedInline[Exchange, Step]):
     model = Exchange
-    fields = ("seq", "channel", "direction", "label", "jsonrpc_id", "status", "duration_ms", "request_body", "response_body")
+    fields = (
+        "seq",
+        "channel",
+        "direction",
+        "label",
+        "jsonrpc_id",
+        "status",
+        "duration_ms",
+        "request_body",
+        "response_body",
+    )
     readonly_fields = fields
     extra = 0
     can_delete = False

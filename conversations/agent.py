@@ -32,7 +32,9 @@ class Recorder(Protocol):
     ``error``, ``server_id``).
     """
 
-    def step_open(self, *, kind: str, title: str, parent: StepRef | None = None, **fields: Any) -> StepRef: ...
+    def step_open(
+        self, *, kind: str, title: str, parent: StepRef | None = None, **fields: Any
+    ) -> StepRef: ...
 
     def step_save(self, step: StepRef, *, exchanges: Sequence[WireExchange] = (), **fields: Any) -> None: ...
 
@@ -103,7 +105,9 @@ def check_call(call: ToolCall, tools: dict[str, ToolDef]) -> CheckedCall:
     validator_class = validator_for(tool.input_schema, default=Draft202012Validator)
     try:
         validator_class.check_schema(tool.input_schema)
-        problems = sorted(validator_class(tool.input_schema).iter_errors(call.arguments), key=lambda e: list(e.path))
+        problems = sorted(
+            validator_class(tool.input_schema).iter_errors(call.arguments), key=lambda e: list(e.path)
+        )
     except SchemaError as exc:
         return CheckedCall(call, tool, f"the tool's inputSchema is not valid JSON Schema: {exc.message}")
     except Exception as exc:  # noqa: BLE001 — an unusable schema (unknown type, bad $ref) is the server's bug
@@ -192,10 +196,16 @@ def _run_call(item: CheckedCall, parent: StepRef, host: ToolHost, recorder: Reco
         return f"Error: {item.error}", True
     run = host.call(tool, item.call.arguments or {})
     if run.error:
-        recorder.step_close(step, status="error", is_error=True, error=run.error, result=run.result, exchanges=run.exchanges)
+        recorder.step_close(
+            step, status="error", is_error=True, error=run.error, result=run.result, exchanges=run.exchanges
+        )
         return f"Error: {run.error}", True
     is_error = bool(run.result and run.result.get("isError"))
     recorder.step_close(
-        step, status="error" if is_error else "ok", is_error=is_error, result=run.result, exchanges=run.exchanges
+        step,
+        status="error" if is_error else "ok",
+        is_error=is_error,
+        result=run.result,
+        exchanges=run.exchanges,
     )
     return tool_result_text(run.result), is_error

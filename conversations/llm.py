@@ -28,7 +28,12 @@ class ToolCall:
     arguments: JSONDict | None = None
 
     def as_json(self) -> JSONDict:
-        return {"id": self.id, "name": self.name, "arguments_text": self.arguments_text, "arguments": self.arguments}
+        return {
+            "id": self.id,
+            "name": self.name,
+            "arguments_text": self.arguments_text,
+            "arguments": self.arguments,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ToolCall:

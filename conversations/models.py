@@ -53,7 +53,9 @@ class Conversation(models.Model):
     """A thread of turns against one model profile and a set of MCP servers."""
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
+    )
     title = models.CharField(max_length=200)
     model_profile = models.ForeignKey(ModelProfile, on_delete=models.PROTECT, related_name="conversations")
     paradigm = models.CharField(
@@ -157,7 +159,9 @@ class Step(models.Model):
         ERROR = "error"
 
     turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="steps")
-    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=10, choices=Kind.choices)
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.RUNNING)
@@ -213,7 +217,9 @@ class Exchange(models.Model):
 
     turn = models.ForeignKey(Turn, null=True, blank=True, on_delete=models.CASCADE, related_name="exchanges")
     step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.CASCADE, related_name="exchanges")
-    server = models.ForeignKey(McpServer, null=True, blank=True, on_delete=models.SET_NULL, related_name="exchanges")
+    server = models.ForeignKey(
+        McpServer, null=True, blank=True, on_delete=models.SET_NULL, related_name="exchanges"
+    )
     seq = models.PositiveIntegerField(default=0)
     channel = models.CharField(max_length=4, choices=Channel.choices)
     direction = models.CharField(max_length=8, choices=Direction.choices, default=Direction.CLIENT)

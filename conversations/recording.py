@@ -15,8 +15,21 @@ from inspector import live
 from inspector.wire import WireExchange
 
 _STEP_FIELDS = {
-    "kind", "title", "prompt", "prompt_exact", "text", "calls", "diagnostics", "tool_name",
-    "arguments", "result", "is_error", "error", "server_id", "status", "finished_at",
+    "kind",
+    "title",
+    "prompt",
+    "prompt_exact",
+    "text",
+    "calls",
+    "diagnostics",
+    "tool_name",
+    "arguments",
+    "result",
+    "is_error",
+    "error",
+    "server_id",
+    "status",
+    "finished_at",
 }
 
 
@@ -78,8 +91,14 @@ class TurnRecorder:
         self._seq += 1
         now = timezone.now()
         step = Step.objects.create(
-            turn=self.turn, parent_id=parent, seq=self._seq, kind=kind, title=title[:300],
-            started_at=now, updated_at=now, **fields,
+            turn=self.turn,
+            parent_id=parent,
+            seq=self._seq,
+            kind=kind,
+            title=title[:300],
+            started_at=now,
+            updated_at=now,
+            **fields,
         )
         self._parents[step.pk] = parent
         if parent is not None:
@@ -98,12 +117,16 @@ class TurnRecorder:
             if parent is not None:
                 Step.objects.filter(pk=parent).update(updated_at=now)
             if exchanges:
-                rows = exchange_rows(exchanges, turn_id=self.turn.pk, step_id=step, first_seq=self._exchange_seq + 1)
+                rows = exchange_rows(
+                    exchanges, turn_id=self.turn.pk, step_id=step, first_seq=self._exchange_seq + 1
+                )
                 self._exchange_seq += len(rows)
                 Exchange.objects.bulk_create(rows)
         self._publish(step)
 
-    def step_close(self, step: int, *, status: str, exchanges: Sequence[WireExchange] = (), **fields: Any) -> None:
+    def step_close(
+        self, step: int, *, status: str, exchanges: Sequence[WireExchange] = (), **fields: Any
+    ) -> None:
         self.step_save(step, exchanges=exchanges, status=status, finished_at=timezone.now(), **fields)
 
     def turn_changed(self) -> None:

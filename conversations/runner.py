@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import httpx2
 from django.conf import settings
@@ -90,7 +90,9 @@ def _session_note(server: McpServer, outcome: gateway.ListOutcome) -> str:
         how = f"connected (session #{session.generation})"
     else:
         how = f"reused pooled session #{session.generation}"
-    note = f"{server.name}: {how}; {identity}; protocol {session.protocol_version}; {len(outcome.tools)} tools"
+    note = (
+        f"{server.name}: {how}; {identity}; protocol {session.protocol_version}; {len(outcome.tools)} tools"
+    )
     return note + (f"; error: {outcome.error}" if outcome.error else "")
 
 
@@ -161,9 +163,7 @@ def _choice(turn: Turn, tools: list[ToolDef]) -> ToolChoice:
 
 
 def _history(turn: Turn) -> list[Message]:
-    previous = (
-        Turn.objects.filter(conversation=turn.conversation, seq__lt=turn.seq).order_by("-seq").first()
-    )
+    previous = Turn.objects.filter(conversation=turn.conversation, seq__lt=turn.seq).order_by("-seq").first()
     if previous is None:
         return []
     if previous.transcript:

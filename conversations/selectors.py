@@ -20,7 +20,7 @@ def conversation_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Con
     if not user.is_authenticated:
         return Conversation.objects.none()
     return (
-        Conversation.objects.filter(owner=user)
+        Conversation.objects.filter(owner_id=user.pk)
         .select_related("model_profile")
         .annotate(turn_count=Count("turns"))
         .order_by("-created_at")
@@ -36,7 +36,7 @@ def conversation_get(*, user: AbstractBaseUser | AnonymousUser, public_id: UUID 
     return conversation_list(user=user).get(public_id=public_id)
 
 
-def _exchanges() -> Prefetch[Exchange]:
+def _exchanges() -> Prefetch[str, QuerySet[Exchange], str]:
     return Prefetch("exchanges", queryset=Exchange.objects.select_related("server").order_by("seq", "id"))
 
 

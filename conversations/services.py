@@ -48,7 +48,7 @@ def conversation_start(
     """Create a conversation and queue its first turn."""
     with transaction.atomic():
         conversation = Conversation.objects.create(
-            owner=owner,
+            owner_id=owner.pk,
             title=question.strip().splitlines()[0][:200] if question.strip() else "untitled",
             model_profile=model_profile,
             paradigm=paradigm,

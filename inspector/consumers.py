@@ -15,16 +15,16 @@ from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from conversations.models import Conversation
+from conversations.selectors import conversation_get
 from inspector import live
 from inspector.fragments import render_catch_up, render_row, render_turn
 from inspector.live import StepChanged, TurnChanged
-from conversations.selectors import conversation_get
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 
 
-class ConversationConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+class ConversationConsumer(AsyncJsonWebsocketConsumer):
     conversation: Conversation
     group: str
 

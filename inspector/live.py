@@ -64,7 +64,10 @@ def _send(group: str, event: Event) -> None:
 
 
 def publish_step_changed(*, conversation_id: UUID, turn_id: int, step_id: int) -> None:
-    _send(conversation_group(conversation_id), StepChanged(type="step.changed", turn_id=turn_id, step_id=step_id))
+    _send(
+        conversation_group(conversation_id),
+        StepChanged(type="step.changed", turn_id=turn_id, step_id=step_id),
+    )
 
 
 def publish_turn_changed(*, conversation_id: UUID, turn_id: int) -> None:

@@ -121,9 +121,13 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "inspector.sqlite3",
+            "NAME": str(VAR_DIR / "inspector.sqlite3"),
             # Turns write from worker threads while pages read: wait for the lock, don't fail.
-            "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"},
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL;",
+            },
             "TEST": {"NAME": str(VAR_DIR / "test.sqlite3")},
         }
     }
@@ -206,9 +210,9 @@ MCP_STDERR_DIR = VAR_DIR / "mcp-stderr"
 EXCHANGE_BODY_LIMIT = env_int("EXCHANGE_BODY_LIMIT", 2_000_000)
 
 # The demo model, served by this app at /demo-model/v1, keyed so it is no open endpoint.
-DEMO_MODEL_API_KEY = env_str("DEMO_MODEL_API_KEY") or hashlib.sha256(
-    f"demo-model:{SECRET_KEY}".encode()
-).hexdigest()
+DEMO_MODEL_API_KEY = (
+    env_str("DEMO_MODEL_API_KEY") or hashlib.sha256(f"demo-model:{SECRET_KEY}".encode()).hexdigest()
+)
 # Keys that the app itself provides, by env-var name (ModelProfile stores names, never keys).
 BUILTIN_API_KEYS = {"DEMO_MODEL_API_KEY": DEMO_MODEL_API_KEY}
 DEMO_MODEL_LATENCY_SECONDS = env_float("DEMO_MODEL_LATENCY_SECONDS", 0.0)

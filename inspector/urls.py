@@ -16,6 +16,10 @@ urlpatterns = [
     path("api/openapi.json", api.OpenApiView.as_view(), name="api-openapi"),
     path("api/token", api.token_obtain, name="api-token"),
     path("api/conversations", api.ConversationListView.as_view(), name="api-conversations"),
-    path("api/conversations/<uuid:public_id>", api.ConversationTranscriptView.as_view(), name="api-conversation"),
+    path(
+        "api/conversations/<uuid:public_id>",
+        api.ConversationTranscriptView.as_view(),
+        name="api-conversation",
+    ),
     path("demo-model/v1/", include("conversations.demo_model_urls")),
 ]

@@ -30,8 +30,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         db = settings.DATABASES["default"]
         try:
             psycopg.connect(
-                host=db.get("HOST") or "127.0.0.1", port=db.get("PORT") or 5432, user=db.get("USER") or None,
-                password=db.get("PASSWORD") or None, dbname=db["NAME"], connect_timeout=5,
+                host=db.get("HOST") or "127.0.0.1",
+                port=db.get("PORT") or 5432,
+                user=db.get("USER") or None,
+                password=db.get("PASSWORD") or None,
+                dbname=db["NAME"],
+                connect_timeout=5,
             ).close()
         except psycopg.Error as exc:
             problems.append(f"PostgreSQL is not reachable: {exc}")
@@ -82,10 +86,30 @@ def celery_worker(redis_url: str, transactional_db: None) -> Iterator[subprocess
     }
     log = (Path(settings.VAR_DIR) / "celery-worker-test.log").open("w")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "inspector", "worker", "-P", "threads", "-c", "8",
-         "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info",
-         "-n", f"test-{os.getpid()}@%h"],
-        cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "inspector",
+            "worker",
+            "-P",
+            "threads",
+            "-c",
+            "8",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            "info",
+            "-n",
+            f"test-{os.getpid()}@%h",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     deadline = time.monotonic() + 60
     while not app.control.ping(timeout=0.5):

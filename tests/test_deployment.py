@@ -14,7 +14,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def test_docker_compose_file_is_valid() -> None:
     compose = shutil.which("docker-compose")
     if compose is None:
-        pytest.fail("docker-compose is not installed (apt-get install docker-compose; `make test` does it as root)")
+        pytest.fail(
+            "docker-compose is not installed (apt-get install docker-compose; `make test` does it as root)"
+        )
     result = subprocess.run(
         [compose, "-f", "docker-compose.yml", "config", "-q"], cwd=REPO_ROOT, capture_output=True, text=True
     )
@@ -26,6 +28,9 @@ def test_docker_compose_describes_web_worker_postgres_and_redis() -> None:
     if compose is None:
         pytest.fail("docker-compose is not installed")
     result = subprocess.run(
-        [compose, "-f", "docker-compose.yml", "config", "--services"], cwd=REPO_ROOT, capture_output=True, text=True
+        [compose, "-f", "docker-compose.yml", "config", "--services"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
     )
     assert set(result.stdout.split()) == {"web", "worker", "postgres", "redis"}

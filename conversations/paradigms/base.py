@@ -35,7 +35,9 @@ class Paradigm(Protocol):
     key: ClassVar[str]
     label: ClassVar[str]
 
-    def build_request(self, *, messages: list[Message], tools: list[ToolDef], choice: ToolChoice) -> ModelRequest: ...
+    def build_request(
+        self, *, messages: list[Message], tools: list[ToolDef], choice: ToolChoice
+    ) -> ModelRequest: ...
 
     def parse(self, reply: ModelReply, tools: list[ToolDef]) -> Decision: ...
 

@@ -13,7 +13,9 @@ class NativeParadigm:
     key: ClassVar[str] = "native"
     label: ClassVar[str] = "Native function calling"
 
-    def build_request(self, *, messages: list[Message], tools: list[ToolDef], choice: ToolChoice) -> ModelRequest:
+    def build_request(
+        self, *, messages: list[Message], tools: list[ToolDef], choice: ToolChoice
+    ) -> ModelRequest:
         return ModelRequest(messages=list(messages), tools=list(tools), tool_choice=choice)
 
     def parse(self, reply: ModelReply, tools: list[ToolDef]) -> Decision:

@@ -54,7 +54,9 @@ class ProviderError(Exception):
     ``exchange`` holds what went over the wire (when anything did), so it is recorded too.
     """
 
-    def __init__(self, message: str, *, exchange: WireExchange | None = None, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, exchange: WireExchange | None = None, status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.exchange = exchange

@@ -84,7 +84,11 @@ def wire_message(message: Message) -> JSONDict:
             "role": "assistant",
             "content": message.content,
             "tool_calls": [
-                {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments_text}}
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments_text},
+                }
                 for call in message.tool_calls
             ],
         }
@@ -147,13 +151,17 @@ class OpenAIChatProvider:
         started = datetime.now(UTC)
         t0 = time.monotonic()
         try:
-            raw = client.chat.completions.with_raw_response.create(**request_body(self.endpoint.model, request))
+            raw = client.chat.completions.with_raw_response.create(
+                **request_body(self.endpoint.model, request)
+            )
         except openai.APIStatusError as exc:
             exchange = _with_response(_exchange(exc.response.request, started, t0), exc.response)
-            message = _error_message(exchange.response_body, str(exc))
-            exchange.error = message
+            detail = _error_message(exchange.response_body, str(exc))
+            exchange.error = detail
             raise ProviderError(
-                f"the model endpoint answered {exc.status_code}: {message}", exchange=exchange, status=exc.status_code
+                f"the model endpoint answered {exc.status_code}: {detail}",
+                exchange=exchange,
+                status=exc.status_code,
             ) from exc
         except openai.APIConnectionError as exc:
             exchange = _exchange(exc.request, started, t0)
@@ -168,7 +176,9 @@ class OpenAIChatProvider:
                 raise ValueError("no choices in the response")
         except Exception as exc:  # noqa: BLE001 — a malformed 200 is the endpoint's error, recorded
             exchange.error = f"unreadable response: {exc}"
-            raise ProviderError(f"the model endpoint sent an unreadable response: {exc}", exchange=exchange) from exc
+            raise ProviderError(
+                f"the model endpoint sent an unreadable response: {exc}", exchange=exchange
+            ) from exc
         choice = completion.choices[0]
         message = choice.message
         calls = [

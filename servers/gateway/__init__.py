@@ -18,9 +18,24 @@ from mcp import MCPError
 from inspector.wire import WireExchange
 from servers.gateway.capture import Capture, current_capture
 from servers.gateway.config import ConfigError, ServerConfig
-from servers.gateway.pool import GatewayError, GatewayLoop, PooledSession, SessionInfo, SessionPool, stderr_record
+from servers.gateway.pool import (
+    GatewayError,
+    GatewayLoop,
+    PooledSession,
+    SessionInfo,
+    SessionPool,
+    stderr_record,
+)
 
-__all__ = ["CallOutcome", "ListOutcome", "ServerConfig", "SessionInfo", "call_tool", "close_all", "list_tools"]
+__all__ = [
+    "CallOutcome",
+    "ListOutcome",
+    "ServerConfig",
+    "SessionInfo",
+    "call_tool",
+    "close_all",
+    "list_tools",
+]
 
 # Errors after which the connection cannot carry another request.
 _CONNECTION_LOST = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, ConnectionError)
@@ -93,7 +108,7 @@ async def _run(config: ServerConfig, outcome: Outcome, operation: Any) -> None:
     except Exception as exc:  # noqa: BLE001 — every failure becomes a recorded, explained outcome
         outcome.error = _describe_failure(config, exc)
         if isinstance(exc, MCPError) and exc.error.code == -32001:
-            setattr(outcome, "timed_out", True)
+            outcome.timed_out = True
         if _connection_lost(exc):
             session.mark_dead(outcome.error)
             outcome.error = f"{config.name} closed the connection during the call ({outcome.error})"
@@ -120,7 +135,9 @@ def list_tools(config: ServerConfig) -> ListOutcome:
         cursor: str | None = None
         for _ in range(_MAX_LIST_PAGES):
             result = await client.list_tools(cursor=cursor, cache_mode="bypass")
-            outcome.tools.extend(t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in result.tools)
+            outcome.tools.extend(
+                t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in result.tools
+            )
             cursor = result.next_cursor
             if not cursor:
                 break

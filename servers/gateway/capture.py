@@ -71,10 +71,17 @@ class Tap:
         if not isinstance(item, SessionMessage):
             # The SDK hands transport failures (e.g. a non-JSON line on stdout) down the stream.
             record = WireExchange(
-                channel="mcp", label="transport error", started_at=wall, direction="server",
-                response_body=repr(item), status="error", error=str(item),
+                channel="mcp",
+                label="transport error",
+                started_at=wall,
+                direction="server",
+                response_body=repr(item),
+                status="error",
+                error=str(item),
             )
-            self.unclaimed.append(record) if direction == "recv" else self._route(current_capture.get(), record)
+            self.unclaimed.append(record) if direction == "recv" else self._route(
+                current_capture.get(), record
+            )
             return
         message = json.loads(item.message.model_dump_json(by_alias=True, exclude_unset=True))
         body = self._body(message)
@@ -85,8 +92,12 @@ class Tap:
         is_response = method is None and msg_id is not None
         if is_request:
             record = WireExchange(
-                channel="mcp", label=str(method), started_at=wall, jsonrpc_id=str(msg_id),
-                direction="client" if direction == "send" else "server", request_body=body,
+                channel="mcp",
+                label=str(method),
+                started_at=wall,
+                jsonrpc_id=str(msg_id),
+                direction="client" if direction == "send" else "server",
+                request_body=body,
             )
             capture = current_capture.get() if direction == "send" else None
             self._pending[key] = _Pending(capture, record, now)
@@ -103,8 +114,12 @@ class Tap:
             pending = self._pending.pop(counterpart, None)
             if pending is None:
                 record = WireExchange(
-                    channel="mcp", label="response to unknown id", started_at=wall, jsonrpc_id=str(msg_id),
-                    direction="server" if direction == "recv" else "client", response_body=body,
+                    channel="mcp",
+                    label="response to unknown id",
+                    started_at=wall,
+                    jsonrpc_id=str(msg_id),
+                    direction="server" if direction == "recv" else "client",
+                    response_body=body,
                     status="error" if "error" in message else "ok",
                     error="the id matches no request in flight",
                 )
@@ -122,7 +137,9 @@ class Tap:
             return
         # A notification.
         record = WireExchange(
-            channel="mcp", label=str(method), started_at=wall,
+            channel="mcp",
+            label=str(method),
+            started_at=wall,
             direction="client" if direction == "send" else "server",
         )
         if direction == "send":

@@ -16,17 +16,17 @@ from collections import Counter
 from collections.abc import Coroutine
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from pathlib import Path
 from datetime import UTC, datetime
-from typing import IO, Any, TypeVar
+from pathlib import Path
+from typing import Any, TextIO, TypeVar
 
 from mcp import Client
 from mcp.types import Implementation
 
+from inspector.wire import WireExchange
 from servers.gateway.capture import Capture, Tap, current_capture, tapped
 from servers.gateway.config import ServerConfig
 from servers.gateway.transports import TRANSPORTS
-from inspector.wire import WireExchange
 
 T = TypeVar("T")
 CLIENT_INFO = Implementation(name="tool-call-inspector", version="0.1.0")
@@ -106,7 +106,7 @@ class PooledSession:
         self._error: BaseException | None = None
         stderr_dir.mkdir(parents=True, exist_ok=True)
         self.stderr_path = stderr_dir / f"{config.name}-{os.getpid()}-{generation}.log"
-        self._errlog: IO[str] = self.stderr_path.open("w+", encoding="utf-8", errors="replace")
+        self._errlog: TextIO = self.stderr_path.open("w+", encoding="utf-8", errors="replace")
         self._stderr_offset = 0
 
     @property
@@ -275,5 +275,3 @@ def stderr_record(text: str) -> WireExchange:
     return WireExchange(
         channel="mcp", label="stderr", started_at=datetime.now(UTC), direction="server", response_body=text
     )
-
-

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from collections.abc import AsyncIterator
-from typing import IO, Any, ClassVar, Protocol
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, ClassVar, Protocol, TextIO
 
 import httpx2
 from mcp import StdioServerParameters, stdio_client
@@ -31,15 +31,15 @@ class Transport(Protocol):
     label: ClassVar[str]
     spawns_process: ClassVar[bool]
 
-    def open(self, config: ServerConfig, errlog: IO[str]) -> AbstractAsyncContextManager[Streams]: ...
+    def open(self, config: ServerConfig, errlog: TextIO) -> AbstractAsyncContextManager[Streams]: ...
 
 
-class StdioTransport:
+class StdioTransport(Transport):
     key = "stdio"
     label = "stdio (spawns a command on the worker)"
     spawns_process = True
 
-    def open(self, config: ServerConfig, errlog: IO[str]) -> AbstractAsyncContextManager[Streams]:
+    def open(self, config: ServerConfig, errlog: TextIO) -> AbstractAsyncContextManager[Streams]:
         params = StdioServerParameters(
             command=config.command,
             args=list(config.args),
@@ -55,12 +55,12 @@ def _http_headers(config: ServerConfig) -> dict[str, str]:
     return {key: resolve_references(value) for key, value in config.headers}
 
 
-class StreamableHttpTransport:
+class StreamableHttpTransport(Transport):
     key = "http"
     label = "streamable HTTP"
     spawns_process = False
 
-    def open(self, config: ServerConfig, errlog: IO[str]) -> AbstractAsyncContextManager[Streams]:
+    def open(self, config: ServerConfig, errlog: TextIO) -> AbstractAsyncContextManager[Streams]:
         return self._open(config)
 
     @asynccontextmanager
@@ -71,13 +71,13 @@ class StreamableHttpTransport:
                 yield streams[0], streams[1]
 
 
-class SseTransport:
+class SseTransport(Transport):
     key = "sse"
     label = "HTTP+SSE (legacy, deprecated)"
     spawns_process = False
 
-    def open(self, config: ServerConfig, errlog: IO[str]) -> AbstractAsyncContextManager[Streams]:
-        return sse_client(config.url, headers=_http_headers(config), timeout=config.call_timeout)  # type: ignore[no-any-return]
+    def open(self, config: ServerConfig, errlog: TextIO) -> AbstractAsyncContextManager[Streams]:
+        return sse_client(config.url, headers=_http_headers(config), timeout=config.call_timeout)
 
 
 TRANSPORTS: dict[str, Transport] = {

@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,29 +15,108 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='McpServer',
+            name="McpServer",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=40, unique=True, validators=[django.core.validators.RegexValidator('^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$', "Use 1-40 letters, digits, '_' or '-' (the name prefixes tool names sent to models).")])),
-                ('description', models.CharField(blank=True, max_length=300)),
-                ('transport', models.CharField(choices=[('stdio', 'stdio (spawns a command on the worker)'), ('http', 'streamable HTTP'), ('sse', 'HTTP+SSE (legacy, deprecated)')], default='stdio', max_length=16)),
-                ('command', models.CharField(blank=True, help_text='stdio: the executable to launch.', max_length=500)),
-                ('args', models.JSONField(blank=True, default=list, help_text='stdio: a JSON list of arguments.')),
-                ('env', models.JSONField(blank=True, default=dict, help_text="stdio: extra environment variables. Write secrets as ${VAR} references to the worker's environment; the value itself is then never stored.")),
-                ('cwd', models.CharField(blank=True, help_text='stdio: working directory.', max_length=500)),
-                ('url', models.URLField(blank=True, help_text='http: the streamable HTTP endpoint.', max_length=500)),
-                ('headers', models.JSONField(blank=True, default=dict, help_text='http: extra request headers; secrets as ${VAR} references.')),
-                ('era', models.CharField(choices=[('legacy', 'legacy — initialize handshake (≤ 2025-11-25)'), ('auto', 'auto — try server/discover, fall back to initialize'), ('modern', '2026-07-28 — stateless, no probe')], default='legacy', help_text='Protocol era: the initialize handshake, auto (probe server/discover, then fall back), or 2026-07-28 stateless with no probe.', max_length=12)),
-                ('call_timeout', models.FloatField(default=30.0, help_text='Seconds before a request is cancelled.')),
-                ('enabled', models.BooleanField(default=True)),
-                ('is_demo', models.BooleanField(default=False, help_text='The bundled teaching server.')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('owner', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "name",
+                    models.CharField(
+                        max_length=40,
+                        unique=True,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$",
+                                "Use 1-40 letters, digits, '_' or '-' (the name prefixes tool names sent to models).",
+                            )
+                        ],
+                    ),
+                ),
+                ("description", models.CharField(blank=True, max_length=300)),
+                (
+                    "transport",
+                    models.CharField(
+                        choices=[
+                            ("stdio", "stdio (spawns a command on the worker)"),
+                            ("http", "streamable HTTP"),
+                            ("sse", "HTTP+SSE (legacy, deprecated)"),
+                        ],
+                        default="stdio",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "command",
+                    models.CharField(
+                        blank=True, help_text="stdio: the executable to launch.", max_length=500
+                    ),
+                ),
+                (
+                    "args",
+                    models.JSONField(blank=True, default=list, help_text="stdio: a JSON list of arguments."),
+                ),
+                (
+                    "env",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text="stdio: extra environment variables. Write secrets as ${VAR} references to the worker's environment; the value itself is then never stored.",
+                    ),
+                ),
+                ("cwd", models.CharField(blank=True, help_text="stdio: working directory.", max_length=500)),
+                (
+                    "url",
+                    models.URLField(
+                        blank=True, help_text="http: the streamable HTTP endpoint.", max_length=500
+                    ),
+                ),
+                (
+                    "headers",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text="http: extra request headers; secrets as ${VAR} references.",
+                    ),
+                ),
+                (
+                    "era",
+                    models.CharField(
+                        choices=[
+                            ("legacy", "legacy — initialize handshake (≤ 2025-11-25)"),
+                            ("auto", "auto — try server/discover, fall back to initialize"),
+                            ("modern", "2026-07-28 — stateless, no probe"),
+                        ],
+                        default="legacy",
+                        help_text="Protocol era: the initialize handshake, auto (probe server/discover, then fall back), or 2026-07-28 stateless with no probe.",
+                        max_length=12,
+                    ),
+                ),
+                (
+                    "call_timeout",
+                    models.FloatField(default=30.0, help_text="Seconds before a request is cancelled."),
+                ),
+                ("enabled", models.BooleanField(default=True)),
+                ("is_demo", models.BooleanField(default=False, help_text="The bundled teaching server.")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'MCP server',
-                'ordering': ['name'],
+                "verbose_name": "MCP server",
+                "ordering": ["name"],
             },
         ),
     ]

@@ -71,7 +71,9 @@ async def test_a_websocket_client_sees_the_workers_steps_through_redis(
     conversation, turn = await sync_to_async(conversation_start)(
         owner=alice, model_profile=profile, question=WEATHER, servers=[server], dispatch=False
     )
-    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), f"/ws/conversations/{conversation.public_id}/")
+    communicator = WebsocketCommunicator(
+        URLRouter(websocket_urlpatterns), f"/ws/conversations/{conversation.public_id}/"
+    )
     communicator.scope["user"] = alice
     connected, _ = await communicator.connect()
     assert connected
@@ -96,8 +98,11 @@ async def test_a_websocket_client_sees_the_workers_steps_through_redis(
 def test_running_a_turn_twice_does_not_run_it_again() -> None:
     alice = User.objects.create_user("alice")
     _, turn = conversation_start(
-        owner=alice, model_profile=demo_profile_ensure(), question=WEATHER,
-        servers=[demo_server_ensure()], dispatch=False,
+        owner=alice,
+        model_profile=demo_profile_ensure(),
+        question=WEATHER,
+        servers=[demo_server_ensure()],
+        dispatch=False,
     )
     run_turn(turn.pk)
     steps = Step.objects.filter(turn=turn).count()
@@ -111,8 +116,11 @@ def test_running_a_turn_twice_does_not_run_it_again() -> None:
 def test_a_turn_redelivered_while_running_is_marked_interrupted() -> None:
     alice = User.objects.create_user("alice")
     _, turn = conversation_start(
-        owner=alice, model_profile=demo_profile_ensure(), question=WEATHER,
-        servers=[demo_server_ensure()], dispatch=False,
+        owner=alice,
+        model_profile=demo_profile_ensure(),
+        question=WEATHER,
+        servers=[demo_server_ensure()],
+        dispatch=False,
     )
     Turn.objects.filter(pk=turn.pk).update(status=Turn.Status.RUNNING)
 

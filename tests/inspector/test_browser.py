@@ -17,8 +17,13 @@ from playwright.sync_api import Page, expect, sync_playwright
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 PASSWORD = "browser-test-password"
 WEATHER = "What will the weather be like in Beijing tomorrow?"
@@ -37,16 +42,25 @@ def inspector_server(tmp_path: Path) -> Iterator[str]:
     """``make run``'s steps in a scratch directory: migrate, set up, serve with daphne."""
     port = _free_port()
     env = {key: value for key, value in os.environ.items() if key not in {"DATABASE_URL", "REDIS_URL"}}
-    env.update(VAR_DIR=str(tmp_path), ADMIN_PASSWORD=PASSWORD, PORT=str(port),
-               # The model thinks a little, so rows visibly arrive after the page has loaded.
-               DEMO_MODEL_LATENCY_SECONDS="0.4")
+    env.update(
+        VAR_DIR=str(tmp_path),
+        ADMIN_PASSWORD=PASSWORD,
+        PORT=str(port),
+        # The model thinks a little, so rows visibly arrive after the page has loaded.
+        DEMO_MODEL_LATENCY_SECONDS="0.4",
+    )
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "--noinput"], cwd=REPO_ROOT, env=env, check=True, capture_output=True)
-    subprocess.run([*manage, "setup_local", "--port", str(port)], cwd=REPO_ROOT, env=env, check=True, capture_output=True)
+    subprocess.run(
+        [*manage, "setup_local", "--port", str(port)], cwd=REPO_ROOT, env=env, check=True, capture_output=True
+    )
     log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "inspector.asgi:application"],
-        cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -82,7 +96,9 @@ def _row_texts(page: Page) -> list[str]:
     return [row.inner_text() for row in page.locator(".rows > [id^=step-]").all()]
 
 
-def test_a_user_asks_the_weather_question_and_watches_the_steps_arrive_live(inspector_server: str, page: Page) -> None:
+def test_a_user_asks_the_weather_question_and_watches_the_steps_arrive_live(
+    inspector_server: str, page: Page
+) -> None:
     page.goto(f"{inspector_server}/")
     page.fill("input[name=username]", "admin")
     page.fill("input[name=password]", PASSWORD)
@@ -104,4 +120,6 @@ def test_a_user_asks_the_weather_question_and_watches_the_steps_arrive_live(insp
     page.reload()
     expect(page.locator("[id^=turn-status-]")).to_contain_text("Beijing")
     assert _row_texts(page) == rows
-    page.screenshot(path=str(Path(os.environ.get("VAR_DIR", REPO_ROOT / "var")) / "browser-weather.png"), full_page=True)
+    page.screenshot(
+        path=str(Path(os.environ.get("VAR_DIR", REPO_ROOT / "var")) / "browser-weather.png"), full_page=True
+    )

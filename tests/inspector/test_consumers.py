@@ -25,10 +25,16 @@ def _conversation(owner: User) -> tuple[Conversation, Turn, Step]:
     profile = ModelProfile.objects.create(name=f"p-{owner.username}", model="demo", is_demo=True)
     conversation = Conversation.objects.create(owner=owner, title="weather", model_profile=profile)
     turn = Turn.objects.create(
-        conversation=conversation, seq=1, question="What will the weather be like?", paradigm="native",
-        tool_choice="auto", status=Turn.Status.RUNNING,
+        conversation=conversation,
+        seq=1,
+        question="What will the weather be like?",
+        paradigm="native",
+        tool_choice="auto",
+        status=Turn.Status.RUNNING,
     )
-    step = Step.objects.create(turn=turn, seq=1, kind="decide", title="model call 1", text="thinking about Beijing")
+    step = Step.objects.create(
+        turn=turn, seq=1, kind="decide", title="model call 1", text="thinking about Beijing"
+    )
     return conversation, turn, step
 
 
@@ -45,7 +51,9 @@ async def _as(user: User, conversation: Conversation) -> WebsocketCommunicator:
 async def test_an_anonymous_socket_is_closed_before_accept() -> None:
     alice = await User.objects.acreate(username="alice")
     conversation, _, _ = await sync_to_async(_conversation)(alice)
-    communicator = WebsocketCommunicator(application, _path(conversation), headers=[(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")])
+    communicator = WebsocketCommunicator(
+        application, _path(conversation), headers=[(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")]
+    )
 
     connected, code = await communicator.connect()
 
@@ -60,7 +68,9 @@ async def test_a_foreign_origin_is_refused_even_with_a_valid_session() -> None:
     await sync_to_async(client.force_login)(alice)
     cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
     communicator = WebsocketCommunicator(
-        application, _path(conversation), headers=[(b"origin", b"http://evil.example"), (b"host", b"127.0.0.1"), (b"cookie", cookie)]
+        application,
+        _path(conversation),
+        headers=[(b"origin", b"http://evil.example"), (b"host", b"127.0.0.1"), (b"cookie", cookie)],
     )
 
     connected, _ = await communicator.connect()
@@ -75,7 +85,9 @@ async def test_the_owner_connects_through_the_real_auth_stack() -> None:
     await sync_to_async(client.force_login)(alice)
     cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
     communicator = WebsocketCommunicator(
-        application, _path(conversation), headers=[(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"), (b"cookie", cookie)]
+        application,
+        _path(conversation),
+        headers=[(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"), (b"cookie", cookie)],
     )
 
     connected, _ = await communicator.connect()
@@ -121,7 +133,9 @@ async def test_a_reconnecting_browser_catches_up_from_the_last_change_it_saw() -
     alice = await User.objects.acreate(username="alice")
     conversation, turn, step = await sync_to_async(_conversation)(alice)
     seen = timezone.now()
-    later = await Step.objects.acreate(turn=turn, seq=2, kind="answer", title="final answer", text="It will rain.")
+    later = await Step.objects.acreate(
+        turn=turn, seq=2, kind="answer", title="final answer", text="It will rain."
+    )
     await Step.objects.filter(pk=step.pk).aupdate(updated_at=seen - timedelta(minutes=5))
     communicator = await _as(alice, conversation)
     assert (await communicator.connect())[0]
