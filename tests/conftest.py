@@ -7,13 +7,15 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 import redis
+from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connections
 
 from inspector.celery import app
 
@@ -61,6 +63,13 @@ def redis_url() -> str:
     except redis.ConnectionError as exc:
         pytest.fail(f"Redis is not reachable at {settings.REDIS_URL}: {exc}")
     return str(settings.REDIS_URL)
+
+
+@pytest.fixture
+async def async_db_connections() -> AsyncIterator[None]:
+    """Close the connection the async ORM opened in its worker thread, so the test database can be dropped."""
+    yield
+    await sync_to_async(connections.close_all)()
 
 
 def _database_url() -> str:

@@ -62,6 +62,7 @@ def test_a_worker_runs_a_turn_queued_on_commit(celery_worker: subprocess.Popen[s
 
 @pytest.mark.celery
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("async_db_connections")
 async def test_a_websocket_client_sees_the_workers_steps_through_redis(
     celery_worker: subprocess.Popen[str],
 ) -> None:

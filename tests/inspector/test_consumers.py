@@ -18,7 +18,7 @@ from inspector import live
 from inspector.asgi import application
 from inspector.routing import websocket_urlpatterns
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("async_db_connections")]
 
 
 def _conversation(owner: User) -> tuple[Conversation, Turn, Step]:

@@ -417,8 +417,9 @@ def test_hostile_tool_results_and_model_output_are_escaped_everywhere() -> None:
     ExchangeFactory(
         step=tool,
         mcp=True,
-        jsonrpc_id=hostile,
-        status=hostile,
+        # Within the column sizes (jsonrpc_id 64, status 32) that PostgreSQL enforces.
+        jsonrpc_id=HOSTILE_SCRIPT,
+        status=HOSTILE_SCRIPT,
         error=hostile,
         response_body=json.dumps(
             {"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": hostile}]}}
