@@ -50,6 +50,7 @@ class ToolRun:
     result: JSONDict | None
     error: str = ""
     exchanges: list[WireExchange] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 class ToolHost(Protocol):
@@ -197,7 +198,13 @@ def _run_call(item: CheckedCall, parent: StepRef, host: ToolHost, recorder: Reco
     run = host.call(tool, item.call.arguments or {})
     if run.error:
         recorder.step_close(
-            step, status="error", is_error=True, error=run.error, result=run.result, exchanges=run.exchanges
+            step,
+            status="error",
+            is_error=True,
+            error=run.error,
+            result=run.result,
+            diagnostics=run.notes,
+            exchanges=run.exchanges,
         )
         return f"Error: {run.error}", True
     is_error = bool(run.result and run.result.get("isError"))
@@ -206,6 +213,7 @@ def _run_call(item: CheckedCall, parent: StepRef, host: ToolHost, recorder: Reco
         status="error" if is_error else "ok",
         is_error=is_error,
         result=run.result,
+        diagnostics=run.notes,
         exchanges=run.exchanges,
     )
     return tool_result_text(run.result), is_error

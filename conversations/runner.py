@@ -76,7 +76,11 @@ class GatewayToolHost:
     def call(self, tool: ToolDef, arguments: JSONDict) -> ToolRun:
         outcome = gateway.call_tool(self.configs[tool.server_id], tool.name, arguments)
         server_records_store(outcome.unclaimed)
-        return ToolRun(result=outcome.result, error=outcome.error, exchanges=outcome.records)
+        notes = []
+        if outcome.session is not None and outcome.session.spawned:
+            reason = outcome.session.respawn_reason or "no session was open"
+            notes.append(f"respawned the server (session #{outcome.session.generation}) because {reason}")
+        return ToolRun(result=outcome.result, error=outcome.error, exchanges=outcome.records, notes=notes)
 
 
 def _session_note(server: McpServer, outcome: gateway.ListOutcome) -> str:

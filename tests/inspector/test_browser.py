@@ -37,48 +37,80 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def inspector_server(tmp_path: Path) -> Iterator[str]:
+class InspectorServer:
     """``make run``'s steps in a scratch directory: migrate, set up, serve with daphne."""
-    port = _free_port()
-    env = {key: value for key, value in os.environ.items() if key not in {"DATABASE_URL", "REDIS_URL"}}
-    env.update(
-        VAR_DIR=str(tmp_path),
-        ADMIN_PASSWORD=PASSWORD,
-        PORT=str(port),
-        # The model thinks a little, so rows visibly arrive after the page has loaded.
-        DEMO_MODEL_LATENCY_SECONDS="0.4",
-    )
-    manage = [sys.executable, "manage.py"]
-    subprocess.run([*manage, "migrate", "--noinput"], cwd=REPO_ROOT, env=env, check=True, capture_output=True)
-    subprocess.run(
-        [*manage, "setup_local", "--port", str(port)], cwd=REPO_ROOT, env=env, check=True, capture_output=True
-    )
-    log = (tmp_path / "server.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "inspector.asgi:application"],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"{base}/accounts/login/", timeout=1)
-            break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                pytest.fail(f"the server did not start: {(tmp_path / 'server.log').read_text()}")
-            time.sleep(0.1)
+
+    def __init__(self, var_dir: Path) -> None:
+        self.var_dir = var_dir
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            key: value for key, value in os.environ.items() if key not in {"DATABASE_URL", "REDIS_URL"}
+        }
+        self.env.update(
+            VAR_DIR=str(var_dir),
+            ADMIN_PASSWORD=PASSWORD,
+            PORT=str(self.port),
+            # The model thinks a little, so rows visibly arrive after the page has loaded.
+            DEMO_MODEL_LATENCY_SECONDS="0.4",
+        )
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def set_up(self) -> None:
+        for command in (["migrate", "--noinput"], ["setup_local", "--port", str(self.port)]):
+            subprocess.run(
+                [sys.executable, "manage.py", *command],
+                cwd=REPO_ROOT,
+                env=self.env,
+                check=True,
+                capture_output=True,
+            )
+
+    def start(self) -> None:
+        log = (self.var_dir / "server.log").open("a")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "inspector.asgi:application",
+            ],
+            cwd=REPO_ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.base}/accounts/login/", timeout=1)
+                return
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.process.kill()
+                    pytest.fail(f"the server did not start: {(self.var_dir / 'server.log').read_text()}")
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=15)
+            self.process = None
+
+
+@pytest.fixture
+def inspector_server(tmp_path: Path) -> Iterator[InspectorServer]:
+    server = InspectorServer(tmp_path)
+    server.set_up()
+    server.start()
     try:
-        yield base
+        yield server
     finally:
-        server.terminate()
-        server.wait(timeout=15)
-        log.close()
+        server.stop()
 
 
 @pytest.fixture
@@ -97,9 +129,9 @@ def _row_texts(page: Page) -> list[str]:
 
 
 def test_a_user_asks_the_weather_question_and_watches_the_steps_arrive_live(
-    inspector_server: str, page: Page
+    inspector_server: InspectorServer, page: Page
 ) -> None:
-    page.goto(f"{inspector_server}/")
+    page.goto(f"{inspector_server.base}/")
     page.fill("input[name=username]", "admin")
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit], input[type=submit]")
@@ -120,6 +152,11 @@ def test_a_user_asks_the_weather_question_and_watches_the_steps_arrive_live(
     page.reload()
     expect(page.locator("[id^=turn-status-]")).to_contain_text("Beijing")
     assert _row_texts(page) == rows
-    page.screenshot(
-        path=str(Path(os.environ.get("VAR_DIR", REPO_ROOT / "var")) / "browser-weather.png"), full_page=True
-    )
+
+    # After a restart of the whole server the conversation is still there, identical.
+    inspector_server.stop()
+    inspector_server.start()
+    page.reload()
+    expect(page.locator("[id^=turn-status-]")).to_contain_text("Beijing")
+    assert _row_texts(page) == rows
+    page.screenshot(path=str(inspector_server.var_dir / "browser-weather.png"), full_page=True)
