@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.db import models
 
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
 
@@ -8,6 +9,7 @@ class ModelProfileAdmin(admin.ModelAdmin[ModelProfile]):
     list_display = ("name", "provider", "model", "base_url", "api_key_env", "is_demo")
     list_filter = ("provider", "is_demo")
     search_fields = ("name", "model", "base_url")
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
 
 class TurnInline(admin.TabularInline[Turn, Conversation]):

@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.db import models
 from django.http import HttpRequest
 
 from servers.models import McpServer
@@ -10,6 +11,7 @@ class McpServerAdmin(admin.ModelAdmin[McpServer]):
     list_filter = ("transport", "era", "enabled", "is_demo")
     search_fields = ("name", "description", "command", "url")
     readonly_fields = ("created_at", "updated_at")
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         # A stdio server runs a command on the worker: only staff may register or change one.

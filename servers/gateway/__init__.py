@@ -48,6 +48,7 @@ class Outcome:
     unclaimed: list[WireExchange] = field(default_factory=list)
     session: SessionInfo | None = None
     error: str = ""
+    timed_out: bool = False
 
 
 @dataclass
@@ -58,7 +59,6 @@ class ListOutcome(Outcome):
 @dataclass
 class CallOutcome(Outcome):
     result: dict[str, Any] | None = None
-    timed_out: bool = False
 
 
 _loop = GatewayLoop()
