@@ -9,15 +9,16 @@ says how the turn ended.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
 from jsonschema import SchemaError
 from jsonschema.validators import Draft202012Validator, validator_for
 
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef, tool_result_text
-from conversations.paradigms.base import Paradigm
-from conversations.providers.base import Provider, ProviderError
+from conversations.paradigms.base import DecisionContext, Paradigm
+from conversations.providers.base import ModelReply, ModelRequest, Provider, ProviderError
+from conversations.splicing import Spliced
 from inspector.typealias import JSONDict
 from inspector.wire import WireExchange
 
@@ -66,14 +67,18 @@ class AgentTurn:
     history: list[Message] = field(default_factory=list)
     choice: ToolChoice = field(default_factory=ToolChoice)
     max_steps: int = 8
+    capabilities: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class AgentOutcome:
+    """How the turn ended; ``downgrades`` lists (capability, reason) the model turned out to lack."""
+
     status: Literal["done", "failed"]
     answer: str
     error: str
     messages: list[Message]
+    downgrades: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -122,30 +127,103 @@ def check_call(call: ToolCall, tools: dict[str, ToolDef]) -> CheckedCall:
     return CheckedCall(call, tool)
 
 
+class PromptRenderer(Protocol):
+    """Renders the text the model reads for a request (the spliced prompt), with token counts."""
+
+    def __call__(self, request: ModelRequest) -> Spliced: ...
+
+
+class _Asker:
+    """The loop's ``Asker``: each model call becomes a ``decide`` step, persisted before the call."""
+
+    def __init__(self, provider: Provider, recorder: Recorder, render: PromptRenderer) -> None:
+        self.provider = provider
+        self.recorder = recorder
+        self.render = render
+        self.steps: list[StepRef] = []
+        self.downgrades: list[tuple[str, str]] = []
+
+    @property
+    def last_step(self) -> StepRef | None:
+        return self.steps[-1] if self.steps else None
+
+    def ask(self, request: ModelRequest, *, title: str) -> ModelReply:
+        if self.steps:
+            # An earlier call of the same decision (intent's classify, a re-ask) is complete.
+            self.recorder.step_close(self.steps[-1], status="ok")
+        spliced = self.render(request)
+        step = self.recorder.step_open(
+            kind="decide",
+            title=title,
+            prompt=spliced.text,
+            prompt_exact=spliced.exact,
+            prompt_source=spliced.source[:300],
+            tokens=asdict(spliced.tokens),
+        )
+        try:
+            reply = self.provider.complete(request)
+        except ProviderError as exc:
+            self.recorder.step_close(
+                step,
+                status="error",
+                kind="error",
+                title=f"{title} failed",
+                error=exc.message,
+                exchanges=[exc.exchange] if exc.exchange else [],
+            )
+            raise
+        self.steps.append(step)
+        self.recorder.step_save(step, text=reply.text or "", usage=reply.usage, exchanges=[reply.exchange])
+        return reply
+
+    def note(self, *, text: str | None = None, diagnostics: Sequence[str] = ()) -> None:
+        if self.last_step is None:
+            return
+        fields: dict[str, Any] = {"diagnostics": list(diagnostics)}
+        if text is not None:
+            fields["text"] = text
+        self.recorder.step_save(self.last_step, **fields)
+
+    def fallback(self, *, title: str, reason: str, capability: str | None = None) -> None:
+        step = self.recorder.step_open(kind="fallback", title=title)
+        self.recorder.step_close(step, status="ok", text=reason)
+        if capability is not None:
+            self.downgrades.append((capability, reason))
+
+
 def run_agent(
-    turn: AgentTurn, *, paradigm: Paradigm, provider: Provider, host: ToolHost, recorder: Recorder
+    turn: AgentTurn,
+    *,
+    paradigm: Paradigm,
+    provider: Provider,
+    host: ToolHost,
+    recorder: Recorder,
+    render: PromptRenderer,
 ) -> AgentOutcome:
     """Run one turn to a final answer, a failure, or the step limit."""
     messages = [*turn.history, Message(role="user", content=turn.question)]
     offered = {tool.provider_name: tool for tool in turn.tools}
     choice = turn.choice
-    for index in range(1, turn.max_steps + 1):
-        request = paradigm.build_request(messages=messages, tools=turn.tools, choice=choice)
-        step = recorder.step_open(kind="decide", title=f"model call {index}")
+    downgrades: list[tuple[str, str]] = []
+    for _ in range(turn.max_steps):
+        asker = _Asker(provider, recorder, render)
+        context = DecisionContext(
+            messages=list(messages),
+            tools=list(turn.tools),
+            choice=choice,
+            asker=asker,
+            capabilities=turn.capabilities,
+        )
         try:
-            reply = provider.complete(request)
+            decision = paradigm.decide(context)
         except ProviderError as exc:
-            recorder.step_close(
-                step,
-                status="error",
-                kind="error",
-                title="the model call failed",
-                error=exc.message,
-                exchanges=[exc.exchange] if exc.exchange else [],
-            )
-            return AgentOutcome("failed", "", exc.message, messages)
-        decision = paradigm.parse(reply, turn.tools)
-        messages.append(paradigm.assistant_message(reply, decision))
+            downgrades.extend(asker.downgrades)
+            return AgentOutcome("failed", "", exc.message, messages, downgrades)
+        downgrades.extend(asker.downgrades)
+        step = asker.last_step
+        if step is None:
+            raise RuntimeError(f"the {paradigm.key} paradigm decided without asking the model")
+        messages.append(decision.assistant)
         if not decision.calls:
             answer = decision.text or ""
             if not answer.strip():
@@ -157,28 +235,33 @@ def run_agent(
                 title="final answer",
                 text=answer,
                 diagnostics=decision.diagnostics,
-                exchanges=[reply.exchange],
             )
-            return AgentOutcome("done", answer, "", messages)
+            return AgentOutcome("done", answer, "", messages, downgrades)
         checked = [check_call(call, offered) for call in decision.calls]
         names = ", ".join(c.tool.name if c.tool else c.call.name for c in checked)
         recorder.step_save(
             step,
             title=f"calls {names}",
-            text=decision.text or "",
             calls=[c.as_json() for c in checked],
             diagnostics=decision.diagnostics,
-            exchanges=[reply.exchange],
         )
         for item in checked:
             text, is_error = _run_call(item, step, host, recorder)
-            messages.append(paradigm.result_message(item.call, text, is_error=is_error))
+            messages.append(
+                Message(
+                    role="tool",
+                    content=text,
+                    tool_call_id=item.call.id,
+                    name=item.call.name,
+                    is_error=is_error,
+                )
+            )
         recorder.step_close(step, status="error" if any(c.error for c in checked) else "ok")
         choice = choice.after_call()
-    limit = f"stopped after {turn.max_steps} model calls without a final answer"
+    limit = f"stopped after {turn.max_steps} decisions without a final answer"
     error_step = recorder.step_open(kind="error", title="step limit reached")
     recorder.step_close(error_step, status="error", error=limit)
-    return AgentOutcome("failed", "", limit, messages)
+    return AgentOutcome("failed", "", limit, messages, downgrades)
 
 
 def _run_call(item: CheckedCall, parent: StepRef, host: ToolHost, recorder: Recorder) -> tuple[str, bool]:

@@ -50,9 +50,13 @@ class Message:
     tool_call_id: str | None = None
     name: str | None = None
     is_error: bool = False
+    # The paradigm whose text convention ``content`` already follows (replayed verbatim by it).
+    format: str | None = None
 
     def as_json(self) -> JSONDict:
         data: JSONDict = {"role": self.role, "content": self.content}
+        if self.format is not None:
+            data["format"] = self.format
         if self.tool_calls:
             data["tool_calls"] = [call.as_json() for call in self.tool_calls]
         if self.tool_call_id is not None:
@@ -72,6 +76,7 @@ class Message:
             tool_call_id=data.get("tool_call_id"),
             name=data.get("name"),
             is_error=bool(data.get("is_error", False)),
+            format=data.get("format"),
         )
 
 

@@ -49,6 +49,21 @@ class ModelProfile(models.Model):
         return f"{self.name} (demo)" if self.is_demo else self.name
 
 
+class Comparison(models.Model):
+    """One question run side by side under several paradigms (and models): a group of conversations."""
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="comparisons")
+    question = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.question[:80]
+
+
 class Conversation(models.Model):
     """A thread of turns against one model profile and a set of MCP servers."""
 
@@ -66,6 +81,9 @@ class Conversation(models.Model):
         max_length=200, blank=True, help_text="With tool_choice 'named': the MCP tool, as server/tool."
     )
     servers = models.ManyToManyField(McpServer, blank=True, related_name="conversations")
+    comparison = models.ForeignKey(
+        Comparison, null=True, blank=True, on_delete=models.SET_NULL, related_name="conversations"
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
@@ -169,6 +187,13 @@ class Step(models.Model):
     # decide/answer: the text the model reads, when it can be shown (else the request body is).
     prompt = models.TextField(blank=True)
     prompt_exact = models.BooleanField(default=False)
+    prompt_source = models.CharField(
+        max_length=300, blank=True, help_text="Where the spliced prompt comes from."
+    )
+    # Token counts of the spliced prompt, each tool definition and each tool result (named encoding).
+    tokens = models.JSONField(default=dict, blank=True)
+    # The provider's own usage report for this call (tokens in and out), as it sent it.
+    usage = models.JSONField(default=dict, blank=True)
     # decide/answer: what the paradigm parsed out of the raw reply.
     text = models.TextField(blank=True)
     calls = models.JSONField(default=list, blank=True)

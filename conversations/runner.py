@@ -14,13 +14,14 @@ import httpx2
 from django.conf import settings
 from django.core.wsgi import get_wsgi_application
 
-from conversations.agent import AgentTurn, ToolRun, run_agent
+from conversations.agent import AgentTurn, PromptRenderer, ToolRun, run_agent
 from conversations.llm import Message, ToolChoice, ToolDef, provider_tool_names
 from conversations.models import ModelProfile, Turn
 from conversations.paradigms import PARADIGMS
-from conversations.providers import PROVIDERS, Endpoint
-from conversations.providers.openai_chat import endpoint_transport
+from conversations.providers import PROVIDERS, Endpoint, ModelRequest
+from conversations.providers.openai_chat import endpoint_transport, wire_message, wire_tool
 from conversations.recording import TurnRecorder, server_records_store
+from conversations.splicing import Spliced, splice
 from inspector.typealias import JSONDict
 from inspector.wire import WireExchange
 from servers import gateway
@@ -81,6 +82,33 @@ class GatewayToolHost:
             reason = outcome.session.respawn_reason or "no session was open"
             notes.append(f"respawned the server (session #{outcome.session.generation}) because {reason}")
         return ToolRun(result=outcome.result, error=outcome.error, exchanges=outcome.records, notes=notes)
+
+
+CAPABILITY_FIELDS = ("native_tools", "structured_output", "parallel_calls")
+
+
+def prompt_renderer(profile: ModelProfile) -> PromptRenderer:
+    """Splices each request the way the profile's model reads it (its chat template, if known)."""
+
+    def render(request: ModelRequest) -> Spliced:
+        return splice(
+            messages=[wire_message(m) for m in request.messages],
+            tools=[wire_tool(t) for t in request.tools],
+            model=profile.model,
+            template=profile.chat_template or None,
+            prompt_is_ours=not request.tools,
+        )
+
+    return render
+
+
+def _remember_downgrades(profile: ModelProfile, downgrades: list[tuple[str, str]]) -> None:
+    """What the provider refused at run time is remembered, so ``auto`` starts lower next time."""
+    changed = [capability for capability, _ in downgrades if capability in CAPABILITY_FIELDS]
+    for capability in changed:
+        setattr(profile, capability, "no")
+    if changed:
+        profile.save(update_fields=changed)
 
 
 def _session_note(server: McpServer, outcome: gateway.ListOutcome) -> str:
@@ -208,12 +236,15 @@ def turn_run(*, turn_id: int) -> None:
                 history=_history(turn),
                 choice=_choice(turn, tools),
                 max_steps=settings.AGENT_MAX_STEPS,
+                capabilities={name: getattr(profile, name) for name in CAPABILITY_FIELDS},
             ),
             paradigm=PARADIGMS[turn.paradigm](),
             provider=provider,
             host=GatewayToolHost(configs),
             recorder=recorder,
+            render=prompt_renderer(profile),
         )
+        _remember_downgrades(profile, outcome.downgrades)
     except TurnSetupError as exc:
         step = recorder.step_open(kind="error", title="the turn could not start")
         recorder.step_close(step, status="error", error=str(exc))

@@ -9,7 +9,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from conversations.execution import turn_dispatch
-from conversations.models import Conversation, ModelProfile, Turn
+from conversations.models import Comparison, Conversation, ModelProfile, Turn
 from servers.models import McpServer
 
 DEMO_PROFILE_NAME = "demo"
@@ -43,11 +43,13 @@ def conversation_start(
     paradigm: str = "native",
     tool_choice: str = "auto",
     tool_choice_name: str = "",
+    comparison: Comparison | None = None,
     dispatch: bool = True,
 ) -> tuple[Conversation, Turn]:
     """Create a conversation and queue its first turn."""
     with transaction.atomic():
         conversation = Conversation.objects.create(
+            comparison=comparison,
             owner_id=owner.pk,
             title=question.strip().splitlines()[0][:200] if question.strip() else "untitled",
             model_profile=model_profile,
@@ -58,6 +60,46 @@ def conversation_start(
         conversation.servers.set(list(servers))
         turn = turn_start(conversation=conversation, question=question, dispatch=dispatch)
     return conversation, turn
+
+
+def comparison_start(
+    *,
+    owner: AbstractBaseUser,
+    question: str,
+    runs: Iterable[tuple[ModelProfile, str]],
+    servers: Iterable[McpServer],
+    tool_choice: str = "auto",
+    tool_choice_name: str = "",
+    dispatch: bool = True,
+) -> tuple[Comparison, list[Turn]]:
+    """One question under several (model profile, paradigm) runs: ordinary conversations, grouped.
+
+    Raises:
+        ValueError: fewer than two runs, or the same run twice.
+    """
+    runs = list(runs)
+    if len(runs) < 2:
+        raise ValueError("a comparison needs at least two runs")
+    if len({(profile.pk, paradigm) for profile, paradigm in runs}) != len(runs):
+        raise ValueError("each run must differ in model or paradigm")
+    servers = list(servers)
+    with transaction.atomic():
+        comparison = Comparison.objects.create(owner_id=owner.pk, question=question)
+        turns = [
+            conversation_start(
+                owner=owner,
+                model_profile=profile,
+                question=question,
+                servers=servers,
+                paradigm=paradigm,
+                tool_choice=tool_choice,
+                tool_choice_name=tool_choice_name,
+                comparison=comparison,
+                dispatch=dispatch,
+            )[1]
+            for profile, paradigm in runs
+        ]
+    return comparison, turns
 
 
 def demo_profile_ensure() -> ModelProfile:

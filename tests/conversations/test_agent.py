@@ -21,6 +21,7 @@ from conversations.llm import (
     tool_result_text,
 )
 from conversations.paradigms.native import NativeParadigm
+from conversations.splicing import Spliced, TokenReport
 from conversations.providers.base import ModelReply, ModelRequest, ProviderError
 from inspector.typealias import JSONDict
 from inspector.wire import WireExchange
@@ -59,6 +60,14 @@ FORECAST: JSONDict = {
 
 
 # --- fakes ---------------------------------------------------------------------------------
+
+
+def render(request: ModelRequest) -> Spliced:
+    """A stand-in splicer: the loop only stores what it returns."""
+    text = "\n".join(f"{m.role}: {m.content}" for m in request.messages)
+    return Spliced(
+        text=text, exact=True, source="test", tokens=TokenReport(None, None, {}, [], "not counted")
+    )
 
 
 def exchange(label: str = "POST /v1/chat/completions") -> WireExchange:
@@ -175,7 +184,9 @@ def run(
         choice=choice or ToolChoice(),
         max_steps=max_steps,
     )
-    outcome = run_agent(turn, paradigm=NativeParadigm(), provider=provider, host=host, recorder=recorder)
+    outcome = run_agent(
+        turn, paradigm=NativeParadigm(), provider=provider, host=host, recorder=recorder, render=render
+    )
     return Run(outcome, provider, host, recorder)
 
 
@@ -397,7 +408,7 @@ def test_a_provider_error_becomes_an_error_step_with_its_exchange_and_fails_the_
     assert decide["status"] == "ok"
     assert tool["result"] == FORECAST
     assert failed["status"] == "error"
-    assert failed["title"] == "the model call failed"
+    assert failed["title"] == "model call failed"
     assert failed["error"] == "the model endpoint answered 500: overloaded"
     assert failed["exchanges"] == [failed_exchange]
     assert [m.role for m in done.outcome.messages] == ["user", "assistant", "tool"]
@@ -417,13 +428,13 @@ def test_the_step_limit_ends_the_turn_failed_with_an_error_step() -> None:
     done = run(*looping, max_steps=2)
 
     assert done.outcome.status == "failed"
-    assert done.outcome.error == "stopped after 2 model calls without a final answer"
+    assert done.outcome.error == "stopped after 2 decisions without a final answer"
     assert len(done.provider.requests) == 2
     assert done.recorder.kinds() == ["decide", "tool", "decide", "tool", "error"]
     limit = done.recorder.steps[-1]
     assert limit["title"] == "step limit reached"
     assert limit["status"] == "error"
-    assert limit["error"] == "stopped after 2 model calls without a final answer"
+    assert limit["error"] == "stopped after 2 decisions without a final answer"
     assert limit["parent"] is None
 
 
@@ -583,7 +594,9 @@ def test_a_tool_with_an_invalid_input_schema_is_refused_without_ending_the_turn(
     recorder = MemoryRecorder()
     turn = AgentTurn(question="Use t.", tools=[MISTYPED])
 
-    outcome = run_agent(turn, paradigm=NativeParadigm(), provider=provider, host=host, recorder=recorder)
+    outcome = run_agent(
+        turn, paradigm=NativeParadigm(), provider=provider, host=host, recorder=recorder, render=render
+    )
 
     assert outcome.status == "done"
     assert host.calls == []

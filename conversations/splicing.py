@@ -1,0 +1,763 @@
+"""The spliced prompt: the text a model actually reads for one call, and its token counts.
+
+What "exact" can mean depends on the backend (reference: wire-formats §0):
+
+* **Prompt paradigms** write the tool descriptions into the system prompt themselves, so the
+  messages *are* the prompt (the provider only adds its own chat markup around them).
+* **Open-weight models** read their Jinja chat template applied to the messages and tools. With
+  the model's own template (pasted into the profile, or read from the serving engine with
+  :func:`template_from_server`) :func:`render_chat_template` reproduces transformers' rendering
+  environment (wire-formats §7.1), so the result is the exact prompt.
+* **Hosted closed models** never reveal their rendering. We show :data:`GENERIC_TEMPLATE`
+  applied to the request, always labelled as illustrative: a generic ChatML rendering in the
+  style of the Hermes / Qwen tool templates, written for this project — not any provider's
+  real template.
+
+Token counts come from ``quicktok`` (offline BPE tokenizers shipped in its wheel). A model with
+no known encoding gets no counts and a note saying so, never a character-based estimate.
+
+Pure Python: no Django, no I/O (server probing takes an injected ``get_json``).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import functools
+import importlib
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Protocol
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import jinja2
+import jinja2.exceptions
+import jinja2.ext
+import jinja2.nodes
+import jinja2.parser
+import jinja2.sandbox
+
+from inspector.typealias import JSONDict, JSONValue
+
+__all__ = [
+    "GENERIC_SOURCE",
+    "GENERIC_TEMPLATE",
+    "OLLAMA_GO_TEMPLATE_SOURCE",
+    "PARADIGM_SOURCE",
+    "ServerTemplate",
+    "Spliced",
+    "TemplateError",
+    "TokenReport",
+    "count_tokens",
+    "encoding_for",
+    "probe_request",
+    "prompt_diff",
+    "render_chat_template",
+    "server_template",
+    "splice",
+    "template_from_server",
+]
+
+# The name jinja gives a template compiled from a string; frames carrying it in a traceback are
+# template lines, which is how a runtime error is pinned to a line.
+_TEMPLATE_FILENAME = "<template>"
+
+GENERIC_SOURCE = "generic ChatML template (illustrative: the provider's own rendering is not observable)"
+PARADIGM_SOURCE = "the messages as the paradigm wrote them (the provider adds its own chat markup)"
+OLLAMA_GO_TEMPLATE_SOURCE = "Ollama Go template (shown as is; not rendered)"
+
+# Special-token variables transformers passes when the tokenizer defines them. Defaulting them
+# to "" lets templates that print ``{{ bos_token }}`` render when we don't know the tokens.
+_SPECIAL_TOKEN_NAMES = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "pad_token",
+    "sep_token",
+    "cls_token",
+    "mask_token",
+)
+# Variables the renderer owns; ``extra`` may not replace them (it would silently change what
+# "the messages" are).
+_RESERVED_VARIABLES = frozenset({"messages", "tools", "add_generation_prompt"})
+
+
+# --------------------------------------------------------------------------------------------
+# Errors and results
+# --------------------------------------------------------------------------------------------
+
+
+class TemplateError(Exception):
+    """A chat template failed to render. ``str(err)`` says why, with the line when known.
+
+    ``reason`` is the bare cause (the jinja message, or the text the template passed to
+    ``raise_exception``); ``lineno`` is the template line, or None when jinja did not say.
+    """
+
+    def __init__(self, reason: str, *, lineno: int | None = None, kind: str = "error") -> None:
+        self.reason = reason
+        self.lineno = lineno
+        self.kind = kind
+        where = f" at line {lineno}" if lineno is not None else ""
+        super().__init__(f"template {kind}{where}: {reason}")
+
+
+class _TemplateRaised(Exception):
+    """What ``raise_exception`` throws inside jinja; turned into :class:`TemplateError` with a line."""
+
+
+@dataclass
+class TokenReport:
+    """Token counts of one spliced prompt, named by encoding.
+
+    ``prompt``/``tools``/``results`` are empty (None, {}, []) when ``encoding`` is None or the
+    tokenizer could not be loaded; ``note`` then says why. Counts recognise the encoding's
+    special-token strings (``<|im_start|>`` is one token for Qwen), as a serving engine does when
+    it tokenizes a rendered template.
+    """
+
+    encoding: str | None
+    prompt: int | None
+    tools: dict[str, int] = field(default_factory=dict)
+    results: list[int] = field(default_factory=list)
+    note: str = ""
+
+
+@dataclass
+class Spliced:
+    """The prompt text of one model call, whether it is exact, where it came from, its tokens."""
+
+    text: str
+    exact: bool
+    source: str
+    tokens: TokenReport
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering (transformers' environment, wire-formats §7.1)
+# --------------------------------------------------------------------------------------------
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """``{% generation %}…{% endgeneration %}``: transformers uses it to mark the assistant's tokens
+    for training masks. It changes nothing in the rendered text, so its body is emitted as is."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node | list[jinja2.nodes.Node]:
+        next(parser.stream)  # the `generation` name itself
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
+def _tojson(
+    value: object,
+    ensure_ascii: bool = False,
+    indent: int | str | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    """transformers' ``tojson``: plain ``json.dumps``. Jinja's own filter HTML-escapes ``<>&'``,
+    which would change the prompt (``"a<b"`` would become ``"a\\u003cb"``)."""
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _raise_exception(message: str) -> None:
+    """The ``raise_exception(msg)`` global templates call to refuse a conversation."""
+    raise _TemplateRaised(str(message))
+
+
+def _strftime_now(fmt: str) -> str:
+    """The ``strftime_now(fmt)`` global (Llama templates print today's date with it). Local time,
+    as in transformers."""
+    return datetime.now().strftime(fmt)
+
+
+@functools.cache
+def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
+    """One shared environment. Built once: it is immutable after setup and safe to share.
+
+    Undefined stays jinja's default (printing a missing variable gives ""), as in transformers;
+    real templates rely on it, e.g. ``{% if tools %}`` on a variable that was never passed.
+    """
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[_GenerationTag, jinja2.ext.loopcontrols],
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+@functools.lru_cache(maxsize=64)
+def _compile(template: str) -> jinja2.Template:
+    """Compiled templates, cached: the same template is rendered at every step of a turn."""
+    return _environment().from_string(template)
+
+
+def _template_line(tb: TracebackType | None) -> int | None:
+    """The template line of the innermost template frame in ``tb`` (jinja rewrites tracebacks so
+    template code appears with its own file name and line numbers)."""
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == _TEMPLATE_FILENAME:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _arguments_as_value(arguments: JSONValue) -> JSONValue:
+    """A tool call's ``arguments`` as templates expect them in history: a dict.
+
+    The wire carries a JSON string; templates that ``tojson`` it (Llama 3.x) would double-encode
+    a string (wire-formats §7.1). Anything that does not parse to a JSON object stays the
+    original string, so the template shows what the model really produced.
+    """
+    if not isinstance(arguments, str):
+        return arguments
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return arguments
+    return parsed if isinstance(parsed, dict) else arguments
+
+
+def _template_messages(messages: Sequence[JSONDict]) -> list[JSONDict]:
+    """Deep copies of ``messages`` with tool-call arguments parsed (the caller's stay untouched)."""
+    prepared: list[JSONDict] = []
+    for message in messages:
+        item = copy.deepcopy(message)
+        calls = item.get("tool_calls")
+        if isinstance(calls, list):
+            for call in calls:
+                if not isinstance(call, dict):
+                    continue
+                function = call.get("function")
+                if isinstance(function, dict) and "arguments" in function:
+                    function["arguments"] = _arguments_as_value(function["arguments"])
+        prepared.append(item)
+    return prepared
+
+
+def render_chat_template(
+    template: str,
+    *,
+    messages: list[JSONDict],
+    tools: list[JSONDict] | None = None,
+    add_generation_prompt: bool = True,
+    special_tokens: Mapping[str, str] | None = None,
+    extra: Mapping[str, JSONValue] | None = None,
+) -> str:
+    """Render a Jinja chat template the way transformers' ``apply_chat_template`` does.
+
+    Same environment (immutable sandbox, ``trim_blocks``, ``lstrip_blocks``, ``loopcontrols``, a
+    no-op ``generation`` tag), same globals (``raise_exception``, ``strftime_now``), same
+    ``tojson`` (no HTML escaping), same variables: ``messages``, ``tools`` (None when there are
+    none), ``documents`` (None), ``add_generation_prompt``, the special tokens (``bos_token``,
+    ``eos_token``, … default ""), then ``extra`` (e.g. ``enable_thinking``, ``date_string``).
+    Tool-call ``arguments`` in history are passed as dicts (see :func:`_arguments_as_value`).
+
+    Raises :class:`TemplateError` for anything that stops the rendering: syntax errors, use of
+    undefined values, sandbox violations (a template cannot reach Python internals: reading an
+    unsafe attribute gives an undefined value and any use of it fails), ``raise_exception``.
+    Raises ``ValueError`` if ``extra`` tries to replace ``messages``, ``tools`` or
+    ``add_generation_prompt``.
+    """
+    clash = _RESERVED_VARIABLES & set(extra or {})
+    if clash:
+        raise ValueError(f"extra may not set {', '.join(sorted(clash))}")
+    context: dict[str, object] = dict.fromkeys(_SPECIAL_TOKEN_NAMES, "")
+    context.update(special_tokens or {})
+    context["documents"] = None
+    context.update(extra or {})
+    context["messages"] = _template_messages(messages)
+    context["tools"] = copy.deepcopy(tools) if tools else None
+    context["add_generation_prompt"] = add_generation_prompt
+
+    try:
+        compiled = _compile(template)
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateError(exc.message or str(exc), lineno=exc.lineno, kind="syntax error") from exc
+    except jinja2.TemplateError as exc:  # e.g. an unknown filter or test, found at compile time
+        raise TemplateError(str(exc), lineno=getattr(exc, "lineno", None)) from exc
+    try:
+        return compiled.render(context)
+    except _TemplateRaised as exc:
+        raise TemplateError(
+            str(exc), lineno=_template_line(exc.__traceback__), kind="raised an exception"
+        ) from exc
+    except jinja2.exceptions.SecurityError as exc:
+        raise TemplateError(
+            str(exc), lineno=_template_line(exc.__traceback__), kind="sandbox violation"
+        ) from exc
+    except jinja2.UndefinedError as exc:
+        raise TemplateError(
+            str(exc), lineno=_template_line(exc.__traceback__), kind="undefined value"
+        ) from exc
+    except Exception as exc:  # noqa: BLE001 — any failure inside a user-supplied template is its error
+        raise TemplateError(f"{type(exc).__name__}: {exc}", lineno=_template_line(exc.__traceback__)) from exc
+
+
+# A generic ChatML tool template in the style of the Hermes / Qwen2.5 templates (wire-formats
+# §7.2), written for this project. It is NOT any provider's real template: it only shows, by
+# analogy, how tool definitions, calls and results typically become prompt text.
+GENERIC_TEMPLATE = """\
+{#- Tool-Call Inspector: generic ChatML tool template (illustrative; not any provider's own). -#}
+{% macro text(content) %}
+{%- if content is string -%}
+{{ content }}
+{%- elif content is mapping -%}
+{{ content | tojson }}
+{%- elif content is iterable -%}
+{%- for part in content -%}
+{%- if part is string %}{{ part }}{% elif part.text is defined %}{{ part.text }}{% endif -%}
+{%- endfor -%}
+{%- elif content is not none -%}
+{{ content }}
+{%- endif -%}
+{% endmacro %}
+{% set system = namespace(parts=[]) %}
+{% if messages and messages[0].role == 'system' %}
+{% set system.parts = [text(messages[0].content)] %}
+{% endif %}
+{% if tools %}
+{% set tools_section %}
+# Tools
+
+You may call one or more of the functions below to help with the user's request.
+Their signatures are listed inside <tools></tools>, one JSON object per line:
+<tools>
+{% for tool in tools %}
+{{ tool | tojson }}
+{% endfor %}
+</tools>
+
+To call a function, answer with a JSON object holding its name and arguments inside
+<tool_call></tool_call> tags, one block per call:
+<tool_call>
+{"name": <function-name>, "arguments": <arguments-as-a-JSON-object>}
+</tool_call>
+{% endset %}
+{% set system.parts = system.parts + [tools_section | trim] %}
+{% endif %}
+{% if system.parts %}
+<|im_start|>system
+{{ system.parts | join('\\n\\n') }}<|im_end|>
+{% endif %}
+{% for message in messages %}
+{% if loop.first and message.role == 'system' %}
+{# already part of the system turn above #}
+{% elif message.role == 'tool' %}
+{% if loop.first or messages[loop.index0 - 1].role != 'tool' %}
+<|im_start|>user
+{% endif %}
+<tool_response>
+{{ text(message.content) }}
+</tool_response>{{ '<|im_end|>' if loop.last or messages[loop.index0 + 1].role != 'tool' }}
+{% elif message.role == 'assistant' %}
+{% set turn = namespace(parts=[]) %}
+{% if message.content %}
+{% set turn.parts = [text(message.content)] %}
+{% endif %}
+{% for call in message.tool_calls or [] %}
+{% set fn = call.function if call.function is defined else call %}
+{% set args = fn.arguments if fn.arguments is string else fn.arguments | tojson %}
+{% set turn.parts = turn.parts + ['<tool_call>\\n{"name": ' + fn.name | tojson + ', "arguments": ' + args + '}\\n</tool_call>'] %}
+{% endfor %}
+<|im_start|>assistant
+{{ turn.parts | join('\\n') }}<|im_end|>
+{% else %}
+<|im_start|>{{ message.role }}
+{{ text(message.content) }}<|im_end|>
+{% endif %}
+{% endfor %}
+{% if add_generation_prompt %}
+<|im_start|>assistant
+{% endif %}
+"""
+
+
+def _content_text(content: JSONValue) -> str:
+    """A message's content as plain text: strings as is, the text of content parts, else JSON."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        pieces: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                pieces.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                pieces.append(str(part["text"]))
+        return "".join(pieces)
+    return json.dumps(content, ensure_ascii=False)
+
+
+def _plain_rendering(messages: Sequence[JSONDict]) -> str:
+    """Role-labelled text of the messages, for prompt paradigms whose messages are the prompt.
+
+    Calls carried natively (rare in prompt paradigms) are shown as one JSON line each, so
+    nothing the request holds is hidden.
+    """
+    blocks: list[str] = []
+    for message in messages:
+        role = str(message.get("role", "?"))
+        label = role
+        if role == "tool" and message.get("tool_call_id"):
+            label = f"tool ({message['tool_call_id']})"
+        lines = [_content_text(message.get("content"))]
+        calls = message.get("tool_calls")
+        if isinstance(calls, list):
+            for call in calls:
+                if isinstance(call, dict):
+                    function = call.get("function")
+                    lines.append(
+                        "tool call: "
+                        + json.dumps(function if function is not None else call, ensure_ascii=False)
+                    )
+        body = "\n".join(line for line in lines if line)
+        blocks.append(f"### {label}\n{body}")
+    return "\n\n".join(blocks)
+
+
+# --------------------------------------------------------------------------------------------
+# Tokens
+# --------------------------------------------------------------------------------------------
+
+
+class _Encoding(Protocol):
+    """The part of ``quicktok.Tokenizer`` used here (quicktok ships no type information)."""
+
+    def encode_with_special(self, text: str) -> list[int]: ...
+
+
+# Prefix rules, checked before quicktok's own table: its prefix matching sends "gpt-4.1" to
+# cl100k_base (as "gpt-4" + ".") although the 4.1 family uses o200k_base. First match wins.
+_MODEL_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), encoding)
+    for pattern, encoding in (
+        (r"gpt-oss", "o200k_harmony"),
+        (r"(chatgpt-4o|gpt-4o|gpt-4\.1|gpt-4\.5|gpt-5)", "o200k_base"),
+        (r"(o1|o3|o4)(\b|$)", "o200k_base"),
+        (r"(gpt-4|gpt-3\.5|gpt-35)", "cl100k_base"),
+        (r"(llama-3|llama3|meta-llama-3)", "llama3"),
+        # Qwen2, 2.5 and 3 share one BPE vocabulary; QwQ is built on Qwen2.5.
+        (r"(qwen|qwq)", "qwen3"),
+    )
+)
+# The demo model is no language model and has no tokenizer. o200k_base is this project's
+# choice so a class still sees real counts; the note says it is a stand-in.
+_DEMO_MODEL = "demo"
+_DEMO_ENCODING = "o200k_base"
+
+
+def _quicktok_table() -> dict[str, str]:
+    """quicktok's ``MODEL_TO_ENCODING`` (empty if the package lacks it)."""
+    module = importlib.import_module("quicktok")
+    table = getattr(module, "MODEL_TO_ENCODING", {})
+    if not isinstance(table, dict):
+        return {}
+    return {str(name).lower(): str(encoding) for name, encoding in table.items()}
+
+
+def _normalise_model(model: str) -> str:
+    """``"ft:gpt-4o-mini:org::x"`` → ``"gpt-4o-mini:org::x"``; ``"Qwen/Qwen2.5-7B"`` → ``"qwen2.5-7b"``."""
+    name = model.strip().lower()
+    if name.startswith("ft:"):
+        name = name[3:]
+    return name.rsplit("/", 1)[-1]
+
+
+def encoding_for(model: str) -> str | None:
+    """The quicktok encoding of ``model``, or None when none is known (then nothing is counted).
+
+    Order: the demo model (→ o200k_base, a stand-in), this module's prefix rules (gpt-oss →
+    o200k_harmony; gpt-4o/4.1/4.5/5, o1/o3/o4 → o200k_base; gpt-4/3.5 → cl100k_base; llama-3 →
+    llama3; qwen/qwq → qwen3), then quicktok's ``MODEL_TO_ENCODING`` (exact name, or the name
+    followed by ``-`` or ``.``). Org prefixes (``Qwen/…``) and ``ft:`` are ignored.
+    """
+    name = _normalise_model(model)
+    if not name:
+        return None
+    if name == _DEMO_MODEL:
+        return _DEMO_ENCODING
+    for pattern, encoding in _MODEL_RULES:
+        if pattern.match(name):
+            return encoding
+    for known, encoding in sorted(_quicktok_table().items(), key=lambda item: -len(item[0])):
+        if name == known or name.startswith((known + "-", known + ".")):
+            return encoding
+    return None
+
+
+@functools.cache
+def _encoding(name: str) -> _Encoding:
+    """A loaded tokenizer, cached for the process (loading one takes about half a second)."""
+    module = importlib.import_module("quicktok")
+    encoding: _Encoding = module.get_encoding(name)
+    return encoding
+
+
+def count_tokens(text: str, encoding: str) -> int:
+    """Tokens in ``text`` under the quicktok ``encoding``.
+
+    Special-token strings of the encoding count as one token each, as when a serving engine
+    tokenizes a rendered template. Raises whatever quicktok raises for an unknown encoding.
+    """
+    return len(_encoding(encoding).encode_with_special(text))
+
+
+def _tool_name(tool: JSONDict) -> str:
+    function = tool.get("function")
+    if isinstance(function, dict) and isinstance(function.get("name"), str):
+        return str(function["name"])
+    return str(tool.get("name", "?"))
+
+
+def _token_report(
+    text: str, *, model: str, tools: Sequence[JSONDict], messages: Sequence[JSONDict], exact: bool
+) -> TokenReport:
+    encoding = encoding_for(model)
+    if encoding is None:
+        return TokenReport(None, None, {}, [], f"no tokenizer is known for model {model!r}; counts not shown")
+    try:
+        prompt = count_tokens(text, encoding)
+        # Each definition as the Hermes-style templates splice it: one JSON line per tool.
+        tool_counts = {
+            _tool_name(tool): count_tokens(json.dumps(tool, ensure_ascii=False), encoding) for tool in tools
+        }
+        results = [
+            count_tokens(_content_text(message.get("content")), encoding)
+            for message in messages
+            if message.get("role") == "tool"
+        ]
+    except Exception as exc:  # noqa: BLE001 — a tokenizer that fails must not hide the prompt
+        return TokenReport(
+            encoding,
+            None,
+            {},
+            [],
+            f"the {encoding} tokenizer failed ({type(exc).__name__}: {exc}); counts not shown",
+        )
+    notes = [f"counted with {encoding} (quicktok)"]
+    if _normalise_model(model) == _DEMO_MODEL:
+        notes.append(f"the demo model has no tokenizer; {encoding} is this app's stand-in")
+    if not exact:
+        notes.append("the prompt total is of this illustrative rendering")
+    return TokenReport(encoding, prompt, tool_counts, results, "; ".join(notes))
+
+
+# --------------------------------------------------------------------------------------------
+# Splicing
+# --------------------------------------------------------------------------------------------
+
+
+# Sources are stored in a short column and read in a header line; a long jinja message is cut.
+_MAX_PROBLEM_CHARS = 180
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= _MAX_PROBLEM_CHARS else text[: _MAX_PROBLEM_CHARS - 1] + "…"
+
+
+def _is_go_template(source: str) -> bool:
+    return "go template" in source.lower()
+
+
+def splice(
+    *,
+    messages: list[JSONDict],
+    tools: list[JSONDict],
+    model: str,
+    template: str | None = None,
+    template_source: str = "the profile's chat template",
+    prompt_is_ours: bool = False,
+    special_tokens: Mapping[str, str] | None = None,
+) -> Spliced:
+    """The spliced prompt of one model call (OpenAI-shaped ``messages`` and ``tools``).
+
+    * ``template`` given → rendered; ``exact=True``, ``source=template_source``. With
+      ``prompt_is_ours`` it is rendered without ``tools`` (the paradigm sends none natively;
+      its tool text is already in the messages).
+    * ``template`` fails → the fallback below, and ``source`` names the template's error.
+    * A template whose ``template_source`` says it is a Go template (Ollama) is not Jinja and is
+      not rendered; ``source`` says so.
+    * No template, ``prompt_is_ours`` → the messages, role-labelled; ``exact=True`` (the text is
+      exactly what we sent; the provider's chat markup around it is not shown).
+    * Otherwise → :data:`GENERIC_TEMPLATE`, ``exact=False``, labelled illustrative.
+
+    Tokens: see :class:`TokenReport`. Tool counts are each definition's JSON as Hermes-style
+    templates splice it, keyed by function name.
+    """
+    text, exact, source = _spliced_text(
+        messages=messages,
+        tools=tools,
+        template=template,
+        template_source=template_source,
+        prompt_is_ours=prompt_is_ours,
+        special_tokens=special_tokens,
+    )
+    report = _token_report(text, model=model, tools=tools, messages=messages, exact=exact)
+    return Spliced(text, exact, source, report)
+
+
+def _spliced_text(
+    *,
+    messages: list[JSONDict],
+    tools: list[JSONDict],
+    template: str | None,
+    template_source: str,
+    prompt_is_ours: bool,
+    special_tokens: Mapping[str, str] | None,
+) -> tuple[str, bool, str]:
+    """``(text, exact, source)`` by the rules of :func:`splice`."""
+    problem: str | None = None
+    if template is not None and template.strip() and _is_go_template(template_source):
+        problem = f"the server's template is an Ollama Go template ({template_source})"
+        template = None
+    if template is not None and template.strip():
+        try:
+            text = render_chat_template(
+                template,
+                messages=messages,
+                tools=None if prompt_is_ours else tools,
+                special_tokens=special_tokens,
+            )
+        except TemplateError as exc:
+            problem = f"{template_source} failed: {_shorten(str(exc))}"
+        else:
+            return text, True, template_source
+
+    if prompt_is_ours:
+        source = PARADIGM_SOURCE if problem is None else f"{PARADIGM_SOURCE} — {problem}"
+        return _plain_rendering(messages), True, source
+
+    # The generic template is ours and tested; a failure here is a bug and should surface.
+    text = render_chat_template(GENERIC_TEMPLATE, messages=messages, tools=tools)
+    source = GENERIC_SOURCE if problem is None else f"generic ChatML template (illustrative) — {problem}"
+    return text, False, source
+
+
+# --------------------------------------------------------------------------------------------
+# Templates served by the engine
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ServerTemplate:
+    """A chat template read from a serving engine, with the special tokens it reported."""
+
+    template: str
+    source: str
+    special_tokens: dict[str, str] = field(default_factory=dict)
+
+
+def _server_root(base_url: str) -> str:
+    """``http://h:8080/v1`` → ``http://h:8080``; Ollama's ``…/api`` likewise (the probes live at the root)."""
+    root = base_url.strip().rstrip("/")
+    for suffix in ("/v1", "/api"):
+        if root.endswith(suffix):
+            return root[: -len(suffix)]
+    return root
+
+
+def probe_request(url: str) -> tuple[str, str, JSONDict | None]:
+    """How the caller's ``get_json`` must fetch a probe URL: ``(method, url, json_body)``.
+
+    The probes are plain GETs except Ollama's ``/api/show``, which only answers POST with
+    ``{"model": name}``. :func:`server_template` encodes that as ``…/api/show?model=name`` so
+    ``get_json`` can stay a one-argument callable; this function decodes it. A typical caller::
+
+        def get_json(url):
+            method, target, body = probe_request(url)
+            response = client.request(method, target, json=body, timeout=5)
+            return response.json() if response.is_success else None
+    """
+    parts = urlsplit(url)
+    if parts.path.rstrip("/").endswith("/api/show") and parts.query:
+        body: JSONDict = {key: value for key, value in parse_qsl(parts.query)}
+        return "POST", urlunsplit(parts._replace(query="")), body
+    return "GET", url, None
+
+
+def server_template(
+    base_url: str, model: str, get_json: Callable[[str], JSONDict | None]
+) -> ServerTemplate | None:
+    """The chat template the engine at ``base_url`` applies to ``model``, or None.
+
+    Tries llama.cpp ``GET {root}/props`` (``chat_template_tool_use`` when present — llama.cpp
+    uses it when a request has tools — else ``chat_template``; ``bos_token``/``eos_token``
+    are kept for rendering), then Ollama ``{root}/api/show`` (a Go template, returned as is and
+    labelled :data:`OLLAMA_GO_TEMPLATE_SOURCE`). ``get_json(url)`` does the HTTP (see
+    :func:`probe_request`) and returns the decoded object, or None when the endpoint is missing
+    or answers with something else; exceptions it raises propagate.
+    """
+    root = _server_root(base_url)
+    props = get_json(f"{root}/props")
+    if isinstance(props, dict):
+        tokens = {
+            name: value for name in ("bos_token", "eos_token") if isinstance(value := props.get(name), str)
+        }
+        for key in ("chat_template_tool_use", "chat_template"):
+            value = props.get(key)
+            if isinstance(value, str) and value.strip():
+                return ServerTemplate(value, f"llama.cpp /props {key}", tokens)
+    shown = get_json(f"{root}/api/show?{urlencode({'model': model})}")
+    if isinstance(shown, dict):
+        value = shown.get("template")
+        if isinstance(value, str) and value.strip():
+            return ServerTemplate(value, OLLAMA_GO_TEMPLATE_SOURCE)
+    return None
+
+
+def template_from_server(
+    base_url: str, model: str, get_json: Callable[[str], JSONDict | None]
+) -> tuple[str, str] | None:
+    """``(template, source label)`` from :func:`server_template`, or None when none was found."""
+    found = server_template(base_url, model, get_json)
+    return None if found is None else (found.template, found.source)
+
+
+# --------------------------------------------------------------------------------------------
+# Step-to-step difference
+# --------------------------------------------------------------------------------------------
+
+
+def prompt_diff(previous: str, current: str) -> list[tuple[str, str]]:
+    """What changed in the prompt between two steps, line by line: ``(op, text)`` chunks.
+
+    ``op`` is ``"same"``, ``"added"`` or ``"removed"``; neighbouring lines with the same op are
+    merged into one chunk and keep their line ends, so the ``same``+``added`` texts joined give
+    ``current`` and the ``same``+``removed`` texts joined give ``previous``. A replaced block is
+    reported as its removed lines, then its added lines.
+    """
+    old = previous.splitlines(keepends=True)
+    new = current.splitlines(keepends=True)
+    chunks: list[tuple[str, str]] = []
+
+    def emit(op: str, lines: list[str]) -> None:
+        if not lines:
+            return
+        text = "".join(lines)
+        if chunks and chunks[-1][0] == op:
+            chunks[-1] = (op, chunks[-1][1] + text)
+        else:
+            chunks.append((op, text))
+
+    # autojunk off: prompts repeat lines (blank lines, tags) that must not be treated as noise.
+    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            emit("same", old[i1:i2])
+        else:
+            emit("removed", old[i1:i2])
+            emit("added", new[j1:j2])
+    return chunks
