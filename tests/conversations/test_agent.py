@@ -21,8 +21,8 @@ from conversations.llm import (
     tool_result_text,
 )
 from conversations.paradigms.native import NativeParadigm
-from conversations.splicing import Spliced, TokenReport
 from conversations.providers.base import ModelReply, ModelRequest, ProviderError
+from conversations.splicing import Spliced, TokenReport
 from inspector.typealias import JSONDict
 from inspector.wire import WireExchange
 
