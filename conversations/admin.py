@@ -1,7 +1,10 @@
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db import models
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
-from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
+from conversations.models import Comparison, Conversation, Exchange, ModelProfile, Step, Turn
+from conversations.services import profile_probe
 
 
 @admin.register(ModelProfile)
@@ -10,6 +13,13 @@ class ModelProfileAdmin(admin.ModelAdmin[ModelProfile]):
     list_filter = ("provider", "is_demo")
     search_fields = ("name", "model", "base_url")
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+    actions = ["probe"]
+
+    @admin.action(description="Read chat template and tool support from the engine (llama.cpp, Ollama)")
+    def probe(self, request: HttpRequest, queryset: QuerySet[ModelProfile]) -> None:
+        for profile in queryset:
+            for note in profile_probe(profile=profile):
+                self.message_user(request, f"{profile.name}: {note}", messages.INFO)
 
 
 class TurnInline(admin.TabularInline[Turn, Conversation]):
@@ -94,3 +104,10 @@ class ExchangeAdmin(admin.ModelAdmin[Exchange]):
 
     def has_add_permission(self, request: object) -> bool:
         return False
+
+
+@admin.register(Comparison)
+class ComparisonAdmin(admin.ModelAdmin[Comparison]):
+    list_display = ("question", "owner", "created_at")
+    search_fields = ("question", "public_id", "owner__username")
+    readonly_fields = ("public_id", "created_at")

@@ -36,7 +36,17 @@ class ModelProfile(models.Model):
     native_tools = models.CharField(max_length=8, choices=CAPABILITY_CHOICES, default="unknown")
     structured_output = models.CharField(max_length=8, choices=CAPABILITY_CHOICES, default="unknown")
     parallel_calls = models.CharField(max_length=8, choices=CAPABILITY_CHOICES, default="unknown")
-    chat_template = models.TextField(blank=True, help_text="Optional Jinja chat template of the model.")
+    chat_template = models.TextField(
+        blank=True,
+        help_text="The model's own Jinja chat template (pasted, or read from llama.cpp /props or Ollama "
+        "/api/show): native calls are then spliced exactly as the model reads them.",
+    )
+    chat_template_source = models.CharField(
+        max_length=200, blank=True, help_text="Where the template came from (empty: pasted by a user)."
+    )
+    special_tokens = models.JSONField(
+        default=dict, blank=True, help_text="bos_token/eos_token for the template."
+    )
     is_demo = models.BooleanField(
         default=False, help_text="The deterministic offline demo model served by this app."
     )

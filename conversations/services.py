@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import httpx2
+
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Max
 
 from conversations.execution import turn_dispatch
 from conversations.models import Comparison, Conversation, ModelProfile, Turn
+from conversations.splicing import probe_request, server_template
+from inspector.typealias import JSONDict
 from servers.models import McpServer
 
 DEMO_PROFILE_NAME = "demo"
@@ -100,6 +104,58 @@ def comparison_start(
             for profile, paradigm in runs
         ]
     return comparison, turns
+
+
+def profile_probe(*, profile: ModelProfile, client: httpx2.Client | None = None) -> list[str]:
+    """Ask the profile's engine for its chat template and tool support, and keep what it says.
+
+    llama.cpp (``GET /props``: ``chat_template_tool_use`` / ``chat_template``) and Ollama
+    (``POST /api/show``: ``template``, ``capabilities``) describe themselves; hosted APIs do not,
+    and nothing is changed for them. Returns notes for the user.
+    """
+    if profile.is_demo and not profile.base_url:
+        return ["the demo model is served by this app: there is no engine to ask"]
+    if not profile.base_url:
+        return ["no base URL: hosted APIs do not publish their chat template"]
+    seen: dict[str, JSONDict] = {}
+    http = client or httpx2.Client(timeout=5)
+
+    def get_json(url: str) -> JSONDict | None:
+        method, target, body = probe_request(url)
+        try:
+            response = http.request(method, target, json=body)
+            data = response.json() if response.is_success else None
+        except (httpx2.HTTPError, ValueError):
+            return None
+        if isinstance(data, dict):
+            seen[target] = data
+            return data
+        return None
+
+    notes: list[str] = []
+    found = server_template(profile.base_url, profile.model, get_json)
+    if found is not None:
+        profile.chat_template = found.template
+        profile.chat_template_source = found.source
+        profile.special_tokens = dict(found.special_tokens)
+        notes.append(f"chat template read from {found.source}")
+    else:
+        notes.append("the engine published no chat template (not llama.cpp or Ollama?)")
+    for url, data in seen.items():
+        if url.endswith("/api/show") and isinstance(data.get("capabilities"), list):
+            supports = "tools" in data["capabilities"]
+            profile.native_tools = "yes" if supports else "no"
+            notes.append(f"Ollama says the model {'supports' if supports else 'does not support'} tools")
+        if url.endswith("/props") and "chat_template" in data:
+            supports = bool(data.get("chat_template_tool_use")) or "tools" in str(
+                data.get("chat_template", "")
+            )
+            profile.native_tools = "yes" if supports else "unknown"
+            notes.append(
+                "llama.cpp " + ("has a tool-use template" if supports else "shows no tool-use template")
+            )
+    profile.save()
+    return notes
 
 
 def demo_profile_ensure() -> ModelProfile:
