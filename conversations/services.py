@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import httpx2
-
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Max
@@ -142,8 +141,9 @@ def profile_probe(*, profile: ModelProfile, client: httpx2.Client | None = None)
     else:
         notes.append("the engine published no chat template (not llama.cpp or Ollama?)")
     for url, data in seen.items():
-        if url.endswith("/api/show") and isinstance(data.get("capabilities"), list):
-            supports = "tools" in data["capabilities"]
+        capabilities = data.get("capabilities")
+        if url.endswith("/api/show") and isinstance(capabilities, list):
+            supports = "tools" in capabilities
             profile.native_tools = "yes" if supports else "no"
             notes.append(f"Ollama says the model {'supports' if supports else 'does not support'} tools")
         if url.endswith("/props") and "chat_template" in data:
