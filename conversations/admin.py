@@ -3,7 +3,7 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from conversations.models import Comparison, Conversation, Exchange, ModelProfile, Step, Turn
+from conversations.models import Comparison, Conversation, Exchange, ModelProfile, RedactionRule, Step, Turn
 from conversations.services import profile_probe
 
 
@@ -111,3 +111,11 @@ class ComparisonAdmin(admin.ModelAdmin[Comparison]):
     list_display = ("question", "owner", "created_at")
     search_fields = ("question", "public_id", "owner__username")
     readonly_fields = ("public_id", "created_at")
+
+
+@admin.register(RedactionRule)
+class RedactionRuleAdmin(admin.ModelAdmin[RedactionRule]):
+    """Patterns redacted from every record written after they are saved (the originals are not kept)."""
+
+    list_display = ("name", "pattern", "enabled", "created_at")
+    list_filter = ("enabled",)

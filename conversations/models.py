@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
@@ -268,6 +270,9 @@ class Exchange(models.Model):
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     duration_ms = models.FloatField(null=True, blank=True)
+    # The conversation's hash chain (conversations.integrity); empty for server-only records.
+    prev_hash = models.CharField(max_length=64, blank=True)
+    hash = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["started_at", "id"]
@@ -275,3 +280,24 @@ class Exchange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel} {self.label}"
+
+
+class RedactionRule(models.Model):
+    """A staff-defined pattern redacted from every record written after it is saved."""
+
+    name = models.SlugField(max_length=40, unique=True, help_text="Shown in the marker: [REDACTED:name].")
+    pattern = models.CharField(max_length=500, help_text="A Python regular expression.")
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        try:
+            re.compile(self.pattern)
+        except re.error as exc:
+            raise ValidationError({"pattern": f"not a valid regular expression: {exc}"}) from exc

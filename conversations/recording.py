@@ -10,7 +10,9 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from conversations.models import Exchange, Step, Turn
+from conversations.integrity import chain_head, exchange_digest
+from conversations.models import Exchange, RedactionRule, Step, Turn
+from conversations.redaction import Redactor, redactor
 from inspector import live
 from inspector.wire import WireExchange
 
@@ -36,6 +38,10 @@ _STEP_FIELDS = {
 }
 
 
+# Step fields that may carry model or tool text (and so secrets).
+_REDACTED_FIELDS = {"title", "prompt", "text", "calls", "diagnostics", "arguments", "result", "error"}
+
+
 def _storable(text: str) -> str:
     """Text fit for every database: no NUL (Postgres refuses it), cut at the configured limit."""
     if "\x00" in text:
@@ -46,10 +52,28 @@ def _storable(text: str) -> str:
     return text
 
 
+def active_redactor(*, secrets: Sequence[str] = ()) -> Redactor:
+    """The built-in patterns, the enabled staff rules, and the secret values of this run."""
+    rules = RedactionRule.objects.filter(enabled=True).values_list("name", "pattern")
+    return redactor(rules=list(rules), secrets=secrets)
+
+
 def exchange_rows(
-    records: Sequence[WireExchange], *, turn_id: int | None, step_id: int | None, first_seq: int = 0
+    records: Sequence[WireExchange],
+    *,
+    turn_id: int | None,
+    step_id: int | None,
+    redact: Redactor,
+    first_seq: int = 0,
 ) -> list[Exchange]:
-    """Unsaved ``Exchange`` rows for captured records, in order."""
+    """Unsaved ``Exchange`` rows for captured records, in order, redacted."""
+
+    def text(value: str) -> str:
+        return _storable(redact.text(value))
+
+    def headers(values: dict[str, str]) -> dict[str, str]:
+        return {name: redact.text(value) for name, value in values.items()}
+
     return [
         Exchange(
             turn_id=turn_id,
@@ -60,12 +84,12 @@ def exchange_rows(
             direction=record.direction,
             label=record.label[:200],
             jsonrpc_id=record.jsonrpc_id[:64],
-            request_headers=record.request_headers,
-            request_body=_storable(record.request_body),
-            response_headers=record.response_headers,
-            response_body=_storable(record.response_body),
+            request_headers=headers(record.request_headers),
+            request_body=text(record.request_body),
+            response_headers=headers(record.response_headers),
+            response_body=text(record.response_body),
             status=record.status[:32],
-            error=_storable(record.error),
+            error=text(record.error),
             started_at=record.started_at,
             duration_ms=record.duration_ms,
         )
@@ -73,24 +97,29 @@ def exchange_rows(
     ]
 
 
-def server_records_store(records: Sequence[WireExchange]) -> None:
+def server_records_store(records: Sequence[WireExchange], *, redact: Redactor | None = None) -> None:
     """Messages that belong to a server but to no call (late replies, log notifications)."""
     if records:
-        Exchange.objects.bulk_create(exchange_rows(records, turn_id=None, step_id=None))
+        rows = exchange_rows(records, turn_id=None, step_id=None, redact=redact or active_redactor())
+        Exchange.objects.bulk_create(rows)
 
 
 class TurnRecorder:
     """Implements the agent's ``Recorder`` for one ``Turn``: write the row, then publish its id."""
 
-    def __init__(self, turn: Turn) -> None:
+    def __init__(self, turn: Turn, *, redact: Redactor | None = None) -> None:
         self.turn = turn
         self.conversation_id = turn.conversation.public_id
+        self.redact = redact or active_redactor()
         self._seq = Step.objects.filter(turn=turn).aggregate(m=Max("seq"))["m"] or 0
         self._exchange_seq = Exchange.objects.filter(turn=turn).aggregate(m=Max("seq"))["m"] or 0
         self._parents: dict[int, int | None] = {}
+        self._chain = chain_head(turn.conversation_id)
 
     def step_open(self, *, kind: str, title: str, parent: int | None = None, **fields: Any) -> int:
         self._check(fields)
+        fields = self._redacted(fields)
+        title = self.redact.text(title)
         self._seq += 1
         now = timezone.now()
         step = Step.objects.create(
@@ -111,6 +140,7 @@ class TurnRecorder:
 
     def step_save(self, step: int, *, exchanges: Sequence[WireExchange] = (), **fields: Any) -> None:
         self._check(fields)
+        fields = self._redacted(fields)
         now = timezone.now()
         if "title" in fields:
             fields["title"] = str(fields["title"])[:300]
@@ -121,9 +151,18 @@ class TurnRecorder:
                 Step.objects.filter(pk=parent).update(updated_at=now)
             if exchanges:
                 rows = exchange_rows(
-                    exchanges, turn_id=self.turn.pk, step_id=step, first_seq=self._exchange_seq + 1
+                    exchanges,
+                    turn_id=self.turn.pk,
+                    step_id=step,
+                    redact=self.redact,
+                    first_seq=self._exchange_seq + 1,
                 )
                 self._exchange_seq += len(rows)
+                for row in rows:
+                    row.prev_hash = self._chain
+                    row.hash = self._chain = exchange_digest(
+                        row, turn_seq=self.turn.seq, previous=self._chain
+                    )
                 Exchange.objects.bulk_create(rows)
         self._publish(step)
 
@@ -138,6 +177,12 @@ class TurnRecorder:
     def _publish(self, step: int) -> None:
         row = self._parents.get(step) or step
         live.publish_step_changed(conversation_id=self.conversation_id, turn_id=self.turn.pk, step_id=row)
+
+    def _redacted(self, fields: dict[str, Any]) -> dict[str, Any]:
+        return {
+            name: self.redact.json(value) if name in _REDACTED_FIELDS else value
+            for name, value in fields.items()
+        }
 
     @staticmethod
     def _check(fields: dict[str, Any]) -> None:

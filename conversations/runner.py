@@ -20,12 +20,13 @@ from conversations.models import ModelProfile, Turn
 from conversations.paradigms import PARADIGMS
 from conversations.providers import PROVIDERS, Endpoint, ModelRequest
 from conversations.providers.openai_chat import endpoint_transport, wire_message, wire_tool
-from conversations.recording import TurnRecorder, server_records_store
+from conversations.recording import TurnRecorder, active_redactor, server_records_store
+from conversations.redaction import Redactor
 from conversations.splicing import Spliced, splice
 from inspector.typealias import JSONDict
 from inspector.wire import WireExchange
 from servers import gateway
-from servers.gateway.config import ServerConfig
+from servers.gateway.config import ConfigError, ServerConfig, resolve_references
 from servers.models import McpServer
 
 logger = logging.getLogger(__name__)
@@ -73,10 +74,11 @@ class GatewayToolHost:
     """The agent's ``ToolHost``: calls go through the pooled gateway sessions."""
 
     configs: dict[int, ServerConfig]
+    redact: Redactor
 
     def call(self, tool: ToolDef, arguments: JSONDict) -> ToolRun:
         outcome = gateway.call_tool(self.configs[tool.server_id], tool.name, arguments)
-        server_records_store(outcome.unclaimed)
+        server_records_store(outcome.unclaimed, redact=self.redact)
         notes = []
         if outcome.session is not None and outcome.session.spawned:
             reason = outcome.session.respawn_reason or "no session was open"
@@ -145,7 +147,7 @@ def connect_servers(turn: Turn, recorder: TurnRecorder) -> tuple[list[ToolDef], 
         configs[server.pk] = config
         outcome = gateway.list_tools(config)
         records.extend(outcome.records)
-        server_records_store(outcome.unclaimed)
+        server_records_store(outcome.unclaimed, redact=recorder.redact)
         notes.append(_session_note(server, outcome))
         if outcome.error:
             problems.append(f"{server.name}: {outcome.error}")
@@ -196,6 +198,24 @@ def _choice(turn: Turn, tools: list[ToolDef]) -> ToolChoice:
     raise TurnSetupError(f"the named tool {turn.tool_choice_name!r} is not offered by this turn's servers")
 
 
+def _run_secrets(turn: Turn) -> list[str]:
+    """The secret values this turn will use: never to be written anywhere, even if echoed back."""
+    secrets: list[str] = []
+    try:
+        secrets.append(api_key_for(turn.conversation.model_profile))
+    except TurnSetupError:
+        pass
+    for server in turn.conversation.servers.all():
+        for value in (*server.env.values(), *server.headers.values()):
+            try:
+                resolved = resolve_references(str(value))
+            except ConfigError:
+                continue
+            if resolved != value:
+                secrets.append(resolved)
+    return secrets
+
+
 def _history(turn: Turn) -> list[Message]:
     previous = Turn.objects.filter(conversation=turn.conversation, seq__lt=turn.seq).order_by("-seq").first()
     if previous is None:
@@ -223,7 +243,7 @@ def turn_run(*, turn_id: int) -> None:
         return
     turn.mark_running()
     turn.save(update_fields=["status", "started_at", "updated_at"])
-    recorder = TurnRecorder(turn)
+    recorder = TurnRecorder(turn, redact=active_redactor(secrets=_run_secrets(turn)))
     recorder.turn_changed()
     try:
         tools, configs = connect_servers(turn, recorder)
@@ -242,7 +262,7 @@ def turn_run(*, turn_id: int) -> None:
             ),
             paradigm=PARADIGMS[turn.paradigm](),
             provider=provider,
-            host=GatewayToolHost(configs),
+            host=GatewayToolHost(configs, recorder.redact),
             recorder=recorder,
             render=prompt_renderer(profile),
         )

@@ -1,0 +1,69 @@
+"""Redaction at write time: secrets never reach the database, an export or a page.
+
+Built-in patterns catch API keys, bearer tokens and e-mail addresses; staff add their own
+regexes (``RedactionRule``); the exact values of secrets the run itself used (the model's API
+key, ``${VAR}`` values given to servers) are always replaced. The original is not kept: the
+stored text carries a visible marker such as ``[REDACTED:email]`` instead.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from inspector.typealias import JSONValue
+
+BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
+    (
+        "api_key",
+        r"\b(?:sk-(?:proj-|ant-(?:api\d+-)?)?[A-Za-z0-9_\-]{20,}"
+        r"|AKIA[0-9A-Z]{16}"
+        r"|gh[pousr]_[A-Za-z0-9]{30,}"
+        r"|xox[abprs]-[A-Za-z0-9-]{10,}"
+        r"|AIza[0-9A-Za-z_\-]{35})",
+    ),
+    ("bearer_token", r"(?i)\bbearer\s+[A-Za-z0-9._~+/=\-]{8,}"),
+    ("email", r"\b[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}\b"),
+)
+
+
+def marker(name: str) -> str:
+    return f"[REDACTED:{name}]"
+
+
+@dataclass(frozen=True)
+class Redactor:
+    """Replaces every match of its patterns (and every known secret value) with a marker."""
+
+    patterns: tuple[tuple[str, re.Pattern[str]], ...]
+    secrets: tuple[str, ...] = ()
+
+    def text(self, value: str) -> str:
+        for secret in self.secrets:
+            if secret in value:
+                value = value.replace(secret, marker("secret"))
+        for name, pattern in self.patterns:
+            value = pattern.sub(marker(name), value)
+        return value
+
+    def json(self, value: JSONValue) -> JSONValue:
+        """The same JSON value with every string (keys kept) redacted."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, list):
+            return [self.json(item) for item in value]
+        if isinstance(value, dict):
+            return {key: self.json(item) for key, item in value.items()}
+        return value
+
+
+def redactor(*, rules: Iterable[tuple[str, str]] = (), secrets: Sequence[str] = ()) -> Redactor:
+    """A redactor with the built-in patterns, the given ``(name, regex)`` rules and secret values.
+
+    Secrets shorter than 6 characters are ignored (replacing "a" everywhere would destroy the
+    record and protect nothing). Invalid regexes are rejected where rules are saved, not here.
+    """
+    compiled = tuple((name, re.compile(regex)) for name, regex in (*BUILTIN_PATTERNS, *rules))
+    usable = tuple(sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True))
+    return Redactor(compiled, usable)
