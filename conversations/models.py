@@ -96,6 +96,9 @@ class Conversation(models.Model):
     comparison = models.ForeignKey(
         Comparison, null=True, blank=True, on_delete=models.SET_NULL, related_name="conversations"
     )
+    # Set on conversations brought in from an exported transcript: they are read-only, and this
+    # keeps what the export said (original id, owner, model profile, servers) for re-export.
+    imported_meta = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
@@ -104,6 +107,10 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+    @property
+    def read_only(self) -> bool:
+        return self.imported_meta is not None
 
 
 class Turn(models.Model):
@@ -212,6 +219,8 @@ class Step(models.Model):
     diagnostics = models.JSONField(default=list, blank=True)
     # tool: what was called and what came back.
     server = models.ForeignKey(McpServer, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # The server's name when there is no server row (imported transcripts, deleted servers).
+    server_name = models.CharField(max_length=40, blank=True)
     tool_name = models.CharField(max_length=200, blank=True)
     arguments = models.JSONField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
@@ -257,6 +266,7 @@ class Exchange(models.Model):
     server = models.ForeignKey(
         McpServer, null=True, blank=True, on_delete=models.SET_NULL, related_name="exchanges"
     )
+    server_name = models.CharField(max_length=40, blank=True)
     seq = models.PositiveIntegerField(default=0)
     channel = models.CharField(max_length=4, choices=Channel.choices)
     direction = models.CharField(max_length=8, choices=Direction.choices, default=Direction.CLIENT)
@@ -301,3 +311,41 @@ class RedactionRule(models.Model):
             re.compile(self.pattern)
         except re.error as exc:
             raise ValidationError({"pattern": f"not a valid regular expression: {exc}"}) from exc
+
+
+class Team(models.Model):
+    """People who see each other's conversations."""
+
+    name = models.CharField(max_length=80, unique=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="inspector_teams", blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class AuditEvent(models.Model):
+    """Who read, exported, imported or pruned which conversation, and when (visible to staff)."""
+
+    class Action(models.TextChoices):
+        OPENED = "opened"
+        EXPORTED = "exported"
+        IMPORTED = "imported"
+        PRUNED = "pruned"
+
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_name = models.CharField(max_length=150, blank=True, help_text="Kept when the user is deleted.")
+    action = models.CharField(max_length=12, choices=Action.choices)
+    conversation_public_id = models.UUIDField(null=True, blank=True, db_index=True)
+    detail = models.JSONField(default=dict, blank=True)
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-at"]
+
+    def __str__(self) -> str:
+        return f"{self.actor_name} {self.action} {self.conversation_public_id or ''}"

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from conversations.execution import turn_dispatch
-from conversations.models import Comparison, Conversation, ModelProfile, Turn
+from conversations.models import AuditEvent, Comparison, Conversation, ModelProfile, Turn
 from conversations.splicing import probe_request, server_template
 from inspector.typealias import JSONDict
 from servers.models import McpServer
@@ -173,3 +173,20 @@ def demo_profile_ensure() -> ModelProfile:
         },
     )
     return profile
+
+
+def audit_record(
+    *,
+    actor: AbstractBaseUser | None,
+    action: str,
+    conversation: Conversation | None = None,
+    detail: JSONDict | None = None,
+) -> AuditEvent:
+    """Write one read-audit entry (opened, exported, imported, pruned)."""
+    return AuditEvent.objects.create(
+        actor_id=actor.pk if actor is not None else None,
+        actor_name=actor.get_username() if actor is not None else "system",
+        action=action,
+        conversation_public_id=conversation.public_id if conversation is not None else None,
+        detail=detail or {},
+    )
