@@ -9,7 +9,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test test-postgres test-sqlite test-fast setup worker check lint typecheck clean
+.PHONY: run test test-postgres test-sqlite test-fast setup worker beat check lint typecheck clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ run: setup
 ## make worker — a Celery worker for the scaled deployment (needs DATABASE_URL and REDIS_URL)
 worker: $(VENV)/.installed
 	$(VENV)/bin/celery -A inspector worker -P threads -c 32 -l info
+
+## make beat — the Celery beat scheduler: the daily retention run when RETENTION_DAYS > 0 (run one)
+beat: $(VENV)/.installed
+	$(VENV)/bin/celery -A inspector beat -l info
 
 # Debian packages the suite drives: Chromium (browser tests) and docker-compose (validates
 # docker-compose.yml without an engine). Installed on demand when running as root.

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import dj_database_url
 import django_stubs_ext
+from celery.schedules import crontab
 
 # Lets annotations such as ModelAdmin[McpServer] work at run time.
 django_stubs_ext.monkeypatch()
@@ -224,3 +225,18 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"daphne": {"level": "WARNING"}, "httpx2": {"level": "WARNING"}, "mcp": {"level": "WARNING"}},
 }
+
+# Retention: conversations older than this many days are deleted daily at 03:30 UTC by Celery
+# beat (`make beat`), and the run is recorded in the audit log. 0 keeps everything.
+RETENTION_DAYS = env_int("RETENTION_DAYS", 0)
+CELERY_BEAT_SCHEDULE = (
+    {
+        "prune-conversations": {
+            "task": "conversations.tasks.prune_conversations",
+            "schedule": crontab(hour=3, minute=30),
+        }
+    }
+    if RETENTION_DAYS > 0
+    else {}
+)
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

@@ -23,7 +23,7 @@ def test_docker_compose_file_is_valid() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_docker_compose_describes_web_worker_postgres_and_redis() -> None:
+def test_docker_compose_describes_web_worker_beat_postgres_and_redis() -> None:
     compose = shutil.which("docker-compose")
     if compose is None:
         pytest.fail("docker-compose is not installed")
@@ -33,4 +33,4 @@ def test_docker_compose_describes_web_worker_postgres_and_redis() -> None:
         capture_output=True,
         text=True,
     )
-    assert set(result.stdout.split()) == {"web", "worker", "postgres", "redis"}
+    assert set(result.stdout.split()) == {"web", "worker", "beat", "postgres", "redis"}

@@ -1,0 +1,66 @@
+"""``manage.py export UUID --format json|jsonl|otel [--output FILE]``: a conversation as a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from conversations.models import AuditEvent, Conversation
+from conversations.services import audit_record
+from conversations.transcripts import EXPORT_FORMATS, transcript_export
+
+
+def command_user(username: str | None) -> AbstractBaseUser | None:
+    """The user a command acts as (``--user``), or None: the audit log then says "system".
+
+    Raises:
+        CommandError: there is no user of that name.
+    """
+    if not username:
+        return None
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise CommandError(f"no user named {username!r}")
+    return user
+
+
+class Command(BaseCommand):
+    help = (
+        "Export a conversation: json (the full transcript with every raw body; importable), "
+        "jsonl (one exchange a line) or otel (OTLP/JSON spans, OpenTelemetry GenAI conventions)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("conversation", help="the conversation's UUID")
+        parser.add_argument("--format", choices=EXPORT_FORMATS, default="json", dest="fmt")
+        parser.add_argument("--output", "-o", help="write to this file (default: standard output)")
+        parser.add_argument("--user", help="who exports, for the audit log (default: system)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        actor = command_user(options["user"])
+        try:
+            conversation = Conversation.objects.get(public_id=options["conversation"])
+        except (Conversation.DoesNotExist, ValidationError) as exc:
+            raise CommandError(f"no conversation {options['conversation']}") from exc
+        text = transcript_export(conversation=conversation, fmt=options["fmt"])
+        output: str | None = options["output"]
+        if output:
+            try:
+                Path(output).write_text(text, encoding="utf-8", newline="")
+            except OSError as exc:
+                raise CommandError(f"cannot write {output}: {exc.strerror or exc}") from exc
+        else:
+            self.stdout.write(text, ending="")
+        audit_record(
+            actor=actor,
+            action=AuditEvent.Action.EXPORTED,
+            conversation=conversation,
+            detail={"format": options["fmt"], "to": output or "stdout", "bytes": len(text.encode())},
+        )
+        if output:
+            self.stderr.write(f"exported {conversation.public_id} as {options['fmt']} to {output}")
