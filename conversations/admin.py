@@ -3,7 +3,17 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from conversations.models import Comparison, Conversation, Exchange, ModelProfile, RedactionRule, Step, Turn
+from conversations.models import (
+    AuditEvent,
+    Comparison,
+    Conversation,
+    Exchange,
+    ModelProfile,
+    RedactionRule,
+    Step,
+    Team,
+    Turn,
+)
 from conversations.services import profile_probe
 
 
@@ -119,3 +129,29 @@ class RedactionRuleAdmin(admin.ModelAdmin[RedactionRule]):
 
     list_display = ("name", "pattern", "enabled", "created_at")
     list_filter = ("enabled",)
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin[Team]):
+    list_display = ("name",)
+    filter_horizontal = ("members",)
+    search_fields = ("name",)
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin[AuditEvent]):
+    """The read-audit log: who opened, exported, imported or pruned what. Staff read it; no one edits it."""
+
+    list_display = ("at", "actor_name", "action", "conversation_public_id")
+    list_filter = ("action",)
+    search_fields = ("actor_name", "conversation_public_id")
+    date_hierarchy = "at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False

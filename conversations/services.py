@@ -19,7 +19,13 @@ DEMO_PROFILE_NAME = "demo"
 
 
 def turn_start(*, conversation: Conversation, question: str, dispatch: bool = True) -> Turn:
-    """Queue a new turn; it is handed to the runner only once this transaction commits."""
+    """Queue a new turn; it is handed to the runner only once this transaction commits.
+
+    Raises:
+        ValueError: the conversation was imported and is read-only.
+    """
+    if conversation.read_only:
+        raise ValueError("this conversation was imported from a transcript and is read-only")
     with transaction.atomic():
         Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
         last = conversation.turns.aggregate(m=Max("seq"))["m"] or 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.decorators import login_not_required
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils.decorators import method_decorator
@@ -27,6 +28,7 @@ from rest_framework.views import APIView
 
 from conversations.models import Conversation, Turn
 from conversations.selectors import conversation_get, conversation_list, conversation_transcript
+from conversations.services import audit_record
 from inspector.serializers import ConversationSummarySerializer, TranscriptSerializer
 
 API_AUTHENTICATION: list[type[BaseAuthentication]] = [TokenAuthentication, SessionAuthentication]
@@ -74,6 +76,8 @@ class ConversationTranscriptView(APIView):
             conversation = conversation_get(user=request.user, public_id=public_id)
         except Conversation.DoesNotExist:
             raise NotFound("No such conversation.") from None
+        actor = request.user if isinstance(request.user, AbstractBaseUser) else None
+        audit_record(actor=actor, action="opened", conversation=conversation, detail={"via": "api"})
         return Response(conversation_transcript(conversation=conversation))
 
 

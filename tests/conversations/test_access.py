@@ -1,0 +1,81 @@
+"""The one access rule, with personas: alice and bob share a team, carol is alone, dave is staff."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from conversations.models import AuditEvent, Conversation, Team
+from conversations.selectors import conversation_list
+from tests.factories import ConversationFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def people() -> dict[str, User]:
+    users = {name: User.objects.create_user(name, password="pw") for name in ("alice", "bob", "carol")}
+    users["dave"] = User.objects.create_user("dave", password="pw", is_staff=True)
+    Team.objects.create(name="platform").members.add(users["alice"], users["bob"])
+    return users
+
+
+@pytest.fixture
+def alices(people: dict[str, User]) -> Conversation:
+    return ConversationFactory(owner=people["alice"])
+
+
+def test_the_owner_her_team_and_staff_see_a_conversation_and_no_one_else(
+    people: dict[str, User], alices: Conversation
+) -> None:
+    seen = {name: conversation_list(user=user).filter(pk=alices.pk).exists() for name, user in people.items()}
+
+    assert seen == {"alice": True, "bob": True, "carol": False, "dave": True}
+
+
+def test_membership_in_several_teams_does_not_duplicate_rows(
+    people: dict[str, User], alices: Conversation
+) -> None:
+    Team.objects.create(name="second").members.add(people["alice"], people["bob"])
+
+    assert list(conversation_list(user=people["bob"])) == [alices]
+
+
+@pytest.mark.parametrize(
+    "path", ["/c/{id}/", "/api/conversations/{id}", "/c/{id}/rows?since=2020-01-01T00:00:00"]
+)
+def test_an_outsider_gets_404_on_every_surface(
+    people: dict[str, User], alices: Conversation, path: str
+) -> None:
+    client = Client()
+    client.force_login(people["carol"])
+
+    assert client.get(path.format(id=alices.public_id)).status_code == 404
+
+
+@pytest.mark.parametrize("who", ["bob", "dave"])
+def test_a_team_mate_and_staff_can_open_it_and_the_read_is_audited(
+    people: dict[str, User], alices: Conversation, who: str
+) -> None:
+    client = Client()
+    client.force_login(people[who])
+
+    assert client.get(f"/c/{alices.public_id}/").status_code == 200
+    assert client.get(f"/api/conversations/{alices.public_id}").status_code == 200
+
+    events = AuditEvent.objects.filter(
+        actor_name=who, conversation_public_id=alices.public_id, action="opened"
+    )
+    assert sorted(e.detail["via"] for e in events) == ["api", "page"]
+
+
+def test_an_imported_conversation_refuses_follow_up_questions(people: dict[str, User]) -> None:
+    imported = ConversationFactory(owner=people["alice"], imported_meta={"owner": "someone"})
+    client = Client()
+    client.force_login(people["alice"])
+
+    response = client.post(f"/c/{imported.public_id}/ask", {"question": "more?"})
+
+    assert response.status_code == 409
+    assert not imported.turns.exists()
