@@ -11,7 +11,13 @@ Contract of :func:`complete`:
   OpenAI's where the wording is known.
 * With no tool results after the last user message, it decides: call tools, or answer in text.
 * With tool results, it repairs once after an error result, else writes the final answer.
-* Markers in the user's question make it misbehave on purpose (:data:`MARKERS`).
+* It speaks the format the request asks for (:data:`_FORMATS`): native ``tool_calls``; the
+  ``tool_decision`` structured-output schema; or, read from the system prompt the inspector's
+  text paradigms write, the XML or JSON call convention, an intent label, or bare arguments.
+  Tools, tool_choice, calls and results are read back from that prompt and that history.
+* Markers in the user's question make it misbehave on purpose (:data:`MARKERS`), in every
+  format; the call-breaking ones only on the first attempt at a decision (a re-ask or a repair
+  is answered properly).
 * The same request gives the same body, apart from ``created``.
 
 Pure Python: no Django, no I/O, no randomness.
@@ -27,6 +33,7 @@ import string
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from xml.sax.saxutils import escape as xml_escape
 
 from inspector.typealias import JSONDict, JSONValue
 
@@ -36,10 +43,16 @@ MAX_TOOL_NAME_LENGTH = 64
 ANSWER_PREFIX = "[demo model] "
 
 MARKERS: Mapping[str, str] = {
-    "[demo:malformed-json]": "the first tool call's arguments are cut short (invalid JSON)",
+    "[demo:malformed-json]": "the first tool call is cut short: invalid JSON arguments (native), "
+    "a JSON reply without its closing brackets, an XML block without its closing tags",
     "[demo:unknown-tool]": "the first tool call names a tool that was not offered",
     "[demo:missing-argument]": "the first tool call leaves out a required argument",
+    "[demo:code-fence]": "the call is wrapped in a ```xml / ```json code fence (native: written as "
+    "fenced JSON text instead of tool_calls)",
     "[demo:no-tool]": "answer in text even when a tool fits",
+    "[demo:no-native-tools]": "refuse any request with native 'tools' (400, as Ollama does for a model "
+    "without tool support)",
+    "[demo:no-structured]": "refuse a json_schema response_format (400)",
     "[demo:http-500]": "fail with HTTP 500 on every request for this question",
     "[demo:slow=SECONDS]": "wait SECONDS (at most 30) before answering; applied by the HTTP view",
 }
@@ -74,7 +87,7 @@ def complete(request: Mapping[str, JSONValue]) -> DemoReply:
     Never raises for bad input: invalid requests become a 400 reply, ``[demo:http-500]`` a 500.
     """
     try:
-        parsed = _parse_request(request)
+        speaking, parsed = _understand(_parse_request(request))
     except _RequestError as error:
         return DemoReply(400, openai_error_body(error.message, param=error.param, code=error.code))
     question = _read_question(parsed.messages)
@@ -83,17 +96,39 @@ def complete(request: Mapping[str, JSONValue]) -> DemoReply:
             "The server had an error while processing your request. Sorry about that! (demo: [demo:http-500])"
         )
         return DemoReply(500, openai_error_body(message, error_type="server_error"))
-    return DemoReply(200, _completion_body(parsed, _respond(parsed, question)))
+    refusal = _refusal(request, parsed, question)
+    if refusal is not None:
+        return DemoReply(400, refusal)
+    try:
+        _check_response_format(parsed.response_format)
+    except _RequestError as error:
+        return DemoReply(400, openai_error_body(error.message, param=error.param, code=error.code))
+    written = speaking.encode(parsed, speaking.respond(parsed, question))
+    return DemoReply(200, _completion_body(parsed, written))
 
 
 def simulated_delay(request: Mapping[str, JSONValue]) -> float:
     """Seconds asked for by a ``[demo:slow=SECONDS]`` marker in the current question, capped at
     :data:`SLOW_MARKER_CAP_SECONDS`; 0 when there is none or the request is invalid."""
     try:
-        messages = _parse_messages(request)
+        _, parsed = _understand(_parse_request(request))
     except _RequestError:
         return 0.0
-    return min(_read_question(messages).slow_seconds, SLOW_MARKER_CAP_SECONDS)
+    return min(_read_question(parsed.messages).slow_seconds, SLOW_MARKER_CAP_SECONDS)
+
+
+def _refusal(raw: Mapping[str, JSONValue], request: _Request, question: _Question) -> JSONDict | None:
+    """The 400 a server without the capability gives, when a marker asks the demo to be one."""
+    if "no-native-tools" in question.markers and raw.get("tools"):
+        # Ollama's wording for a model whose template has no tool support (wire-formats §6).
+        return openai_error_body(f"registry.ollama.ai/library/{request.model} does not support tools")
+    if "no-structured" in question.markers and _format_type(request.response_format) == "json_schema":
+        # xAI's wording when response_format is not available for a model.
+        return openai_error_body(
+            "The response_format parameter is unsupported at the moment. Leave it unset.",
+            param="response_format",
+        )
+    return None
 
 
 # --- Request validation -------------------------------------------------------------------
@@ -146,6 +181,7 @@ class _Request:
     parallel: bool
     fingerprint: str
     messages_fingerprint: str
+    response_format: JSONDict | None = None
 
     @property
     def can_call(self) -> bool:
@@ -171,6 +207,9 @@ def _parse_request(raw: Mapping[str, JSONValue]) -> _Request:
     tools = _parse_tools(raw.get("tools"))
     choice = _parse_tool_choice(raw.get("tool_choice"), tools)
     parallel = _parse_flag(raw, "parallel_tool_calls", default=True)
+    response_format = raw.get("response_format")
+    if response_format is not None and not isinstance(response_format, dict):
+        raise _wrong_type("response_format", "an object", response_format)
     if _parse_flag(raw, "stream", default=False):
         raise _RequestError(
             "The demo model does not stream; send 'stream': false.", param="stream", code="unsupported_value"
@@ -183,6 +222,7 @@ def _parse_request(raw: Mapping[str, JSONValue]) -> _Request:
         parallel=parallel,
         fingerprint=_canonical(dict(raw)),
         messages_fingerprint=_canonical(raw.get("messages")),
+        response_format=response_format,
     )
 
 
@@ -1109,7 +1149,7 @@ def _drop_required_argument(call: _Call, tool: _Tool, offered: frozenset[str]) -
     return replace(call, arguments=_dump(parsed))
 
 
-def _truncate_arguments(call: _Call, tool: _Tool, offered: frozenset[str]) -> _Call:
+def _truncate_arguments(call: _Call) -> _Call:
     # Any proper prefix of a JSON object is invalid JSON, as a cut-off stream would be.
     return replace(call, arguments=call.arguments[: max(1, len(call.arguments) * 2 // 3)])
 
@@ -1136,9 +1176,10 @@ def _misspellings(word: str) -> list[str]:
 # Applied in this order to the first call of the first decision after the user's message.
 _MISBEHAVIOURS: dict[str, Callable[[_Call, _Tool, frozenset[str]], _Call]] = {
     "missing-argument": _drop_required_argument,
-    "malformed-json": _truncate_arguments,
     "unknown-tool": _misname_tool,
 }
+# Misbehaviours of form rather than content: each format's writer applies them its own way.
+_FLAWS = frozenset({"malformed-json", "code-fence"})
 
 
 # --- Responding ----------------------------------------------------------------------------
@@ -1159,8 +1200,11 @@ class _Round:
 
 @dataclass(frozen=True)
 class _Turn:
+    """What the demo decided, before it is written in the request's format."""
+
     content: str | None
     calls: tuple[_Call, ...] = ()
+    flaws: frozenset[str] = frozenset()  # form misbehaviours the writer must apply
 
 
 def _respond(request: _Request, question: _Question) -> _Turn:
@@ -1213,7 +1257,15 @@ def _needs_repair(rounds: Sequence[_Round]) -> bool:
     return latest_failed and not earlier_failed
 
 
+def _first_attempt(messages: Sequence[_Message]) -> bool:
+    """Whether nothing was answered yet after the question (a re-ask follows a reply)."""
+    return not any(message.role == "assistant" for message in messages[_last_user_index(messages) + 1 :])
+
+
 def _decide(request: _Request, question: _Question) -> _Turn:
+    if not _first_attempt(request.messages):
+        # Asked again after a reply that broke the rules: this time the demo behaves.
+        question = replace(question, markers=frozenset())
     facts = _read_facts(question.text)
     match = _best_tool(request.candidates(), facts)
     if "no-tool" in question.markers:
@@ -1231,7 +1283,7 @@ def _decide(request: _Request, question: _Question) -> _Turn:
     for marker, misbehave in _MISBEHAVIOURS.items():
         if marker in question.markers:
             calls[0] = misbehave(calls[0], match.tool, offered)
-    return _Turn(None, tuple(calls))
+    return _Turn(None, tuple(calls), question.markers & _FLAWS)
 
 
 def _repair(request: _Request, question: _Question, latest: _Round) -> _Turn:
@@ -1308,6 +1360,483 @@ def _sentence(text: str) -> str:
     return text if text.endswith((".", "!", "?")) else f"{text}."
 
 
+# --- Speaking each paradigm's format ---------------------------------------------------------
+#
+# The inspector's text paradigms put the tools in the system prompt and the calls and results
+# in the message text. The demo reads them back from there, as a model would, by the phrases
+# those prompts contain, decides as usual, and writes the reply in the convention it was taught.
+
+
+@dataclass(frozen=True)
+class _Written:
+    """The reply as it goes on the wire: text content, native tool calls, or both."""
+
+    content: str | None
+    calls: tuple[_Call, ...] = ()
+
+
+def _text_reply(request: _Request, turn: _Turn) -> _Written:
+    return _Written(turn.content or "")
+
+
+@dataclass(frozen=True)
+class _Format:
+    """One way a request asks the demo to speak.
+
+    ``detects`` recognises the request (its ``response_format``, or a phrase of the system
+    prompt); ``decode`` reads tools, tool_choice, calls and results back out of it into the form
+    the responder works on; ``respond`` decides; ``encode`` writes the decision.
+    """
+
+    key: str
+    detects: Callable[[_Request], bool]
+    decode: Callable[[_Request], _Request]
+    encode: Callable[[_Request, _Turn], _Written] = _text_reply
+    respond: Callable[[_Request, _Question], _Turn] = _respond
+
+
+def _understand(request: _Request) -> tuple[_Format, _Request]:
+    """The format the request asks for, and the request as the responder needs it."""
+    speaking = next(candidate for candidate in _FORMATS if candidate.detects(request))
+    return speaking, speaking.decode(request)
+
+
+_XML_PHRASE = "<function_calls>"
+_JSON_PHRASES = ('{"tool": "TOOL_NAME"', '"Tool result for')
+_LABEL_PHRASE = "You route a user's request to one tool"
+_FILL_PHRASE = "You fill in the arguments for the tool"
+_ANSWER_PHRASE = "Answer the user's request in plain text; do not call tools"
+_REQUIRED_PHRASE = "A tool call is required"
+_CORRECTION = re.compile(r"\s*Correction:")
+_TOOLS_BLOCK = re.compile(r"<tools>\n(.*?)\n</tools>", re.DOTALL)
+_LABEL_LINE = re.compile(r"^- ([A-Za-z0-9_.-]+): (.*)$", re.MULTILINE)
+_XML_RESULT = re.compile(
+    r'<function_result\s+call_id="([^"]*)"\s+name="([^"]*)"(\s+is_error="true")?\s*>\n?(.*?)\n?</function_result>',
+    re.DOTALL,
+)
+_JSON_RESULT = re.compile(r"^Tool (result|error) for (\S+) \(call id (\S*)\):\n?", re.MULTILINE)
+_DECISION_SCHEMA = "tool_decision"
+
+
+def _system_text(request: _Request) -> str:
+    return "\n".join(message.text for message in request.messages if message.role in ("system", "developer"))
+
+
+def _says(*phrases: str) -> Callable[[_Request], bool]:
+    def detects(request: _Request) -> bool:
+        system = _system_text(request)
+        return any(phrase in system for phrase in phrases)
+
+    return detects
+
+
+def _always(request: _Request) -> bool:
+    return True
+
+
+def _as_is(request: _Request) -> _Request:
+    return request
+
+
+@dataclass(frozen=True)
+class _Posted:
+    """A tool result as a text paradigm posts it in a user message."""
+
+    call_id: str
+    name: str
+    text: str
+    is_error: bool
+
+
+def _xml_results(text: str) -> list[_Posted]:
+    return [
+        _Posted(match.group(1), match.group(2), match.group(4), bool(match.group(3)))
+        for match in _XML_RESULT.finditer(text)
+    ]
+
+
+def _json_results(text: str) -> list[_Posted]:
+    headers = list(_JSON_RESULT.finditer(text))
+    if not headers or headers[0].start() != 0:
+        return []
+    ends = [header.start() for header in headers[1:]] + [len(text)]
+    return [
+        _Posted(
+            header.group(3),
+            header.group(2),
+            text[header.end() : end].rstrip("\n"),
+            header.group(1) == "error",
+        )
+        for header, end in zip(headers, ends, strict=True)
+    ]
+
+
+def _text_history(
+    messages: Sequence[_Message], read_results: Callable[[str], list[_Posted]]
+) -> tuple[_Message, ...]:
+    """Messages with posted results turned back into tool messages (answering calls of the
+    assistant message before them) and corrections into instructions, not questions."""
+    decoded: list[_Message] = []
+    for message in messages:
+        posted = read_results(message.text) if message.role == "user" else []
+        if posted:
+            _attach_calls(decoded, posted)
+            decoded.extend(_Message("tool", _result_text(item), tool_call_id=item.call_id) for item in posted)
+        elif message.role == "user" and _CORRECTION.match(message.text):
+            decoded.append(_Message("system", message.text))
+        else:
+            decoded.append(message)
+    return tuple(decoded)
+
+
+def _attach_calls(decoded: list[_Message], posted: Sequence[_Posted]) -> None:
+    # The results name their calls, so the calls need not be parsed out of the reply text
+    # (which may be broken on purpose).
+    index = max((i for i, message in enumerate(decoded) if message.role == "assistant"), default=None)
+    if index is None:
+        return
+    calls = tuple(_Call(item.call_id, item.name, "{}") for item in posted)
+    decoded[index] = replace(decoded[index], calls=decoded[index].calls + calls)
+
+
+def _result_text(item: _Posted) -> str:
+    if item.is_error and not _is_error_result(item.text):
+        return f"Error: {item.text}"
+    return item.text
+
+
+def _tools_listed(system: str) -> tuple[_Tool, ...]:
+    """Tools from a ``<tools>`` block: one JSON object per line (name, description, parameters)."""
+    match = _TOOLS_BLOCK.search(system)
+    tools: list[_Tool] = []
+    for line in match.group(1).splitlines() if match else []:
+        parsed = _json_or_none(line)
+        if isinstance(parsed, dict) and isinstance(parsed.get("name"), str):
+            description = parsed.get("description")
+            parameters = parsed.get("parameters")
+            tools.append(
+                _Tool(
+                    str(parsed["name"]),
+                    description if isinstance(description, str) else "",
+                    parameters if isinstance(parameters, dict) else {},
+                )
+            )
+    return tuple(tools)
+
+
+def _tools_named(system: str) -> tuple[_Tool, ...]:
+    """Tools from ``- name: description`` lines (a label prompt has no schemas)."""
+    return tuple(_Tool(match.group(1), match.group(2), {}) for match in _LABEL_LINE.finditer(system))
+
+
+def _no_tools(system: str) -> tuple[_Tool, ...]:
+    return ()
+
+
+def _prompted(
+    read_tools: Callable[[str], tuple[_Tool, ...]],
+    read_results: Callable[[str], list[_Posted]],
+    *,
+    required: bool = False,
+) -> Callable[[_Request], _Request]:
+    """A decoder for a text paradigm: tools from its system prompt, results from its messages."""
+
+    def decode(request: _Request) -> _Request:
+        system = _system_text(request)
+        tools = read_tools(system)
+        if not tools:
+            choice = _ToolChoice("none")
+        elif required or _REQUIRED_PHRASE in system:
+            choice = _ToolChoice("required")
+        else:
+            choice = _ToolChoice("auto")
+        return replace(
+            request, messages=_text_history(request.messages, read_results), tools=tools, choice=choice
+        )
+
+    return decode
+
+
+# The structured paradigm's schema: {"decision": anyOf [call_tool branches..., final_answer]}.
+
+
+@dataclass(frozen=True)
+class _Branch:
+    tool: _Tool
+    keys: tuple[str, ...]  # every argument the strict schema lists (optional ones are nullable)
+    encoded: bool  # arguments travel as a JSON string in "arguments_json"
+
+
+def _format_type(response_format: JSONDict | None) -> str | None:
+    kind = response_format.get("type") if response_format else None
+    return kind if isinstance(kind, str) else None
+
+
+def _json_schema_of(response_format: JSONDict | None) -> JSONDict:
+    spec = response_format.get("json_schema") if response_format else None
+    return spec if isinstance(spec, dict) else {}
+
+
+def _asks_structured(request: _Request) -> bool:
+    return (
+        _format_type(request.response_format) == "json_schema"
+        and _json_schema_of(request.response_format).get("name") == _DECISION_SCHEMA
+    )
+
+
+def _decision_branches(response_format: JSONDict | None) -> tuple[dict[str, _Branch], bool]:
+    """The tool branches by name, and whether a final answer is allowed."""
+    schema = _json_schema_of(response_format).get("schema")
+    decision = _path(schema, "properties", "decision")
+    union = decision.get("anyOf") if isinstance(decision.get("anyOf"), list) else [decision]
+    branches: dict[str, _Branch] = {}
+    answer = False
+    for item in union if isinstance(union, list) else []:
+        properties = _path(item, "properties")
+        action = _path(properties, "action").get("enum")
+        if action == ["final_answer"]:
+            answer = True
+            continue
+        names = _path(properties, "tool").get("enum")
+        if (
+            action != ["call_tool"]
+            or not isinstance(names, list)
+            or not names
+            or not isinstance(names[0], str)
+        ):
+            continue
+        description = item.get("description") if isinstance(item, dict) else None
+        branch = _branch(names[0], description if isinstance(description, str) else "", properties)
+        branches[branch.tool.name] = branch
+    return branches, answer
+
+
+def _branch(name: str, description: str, properties: JSONDict) -> _Branch:
+    if "arguments_json" in properties:
+        # The relaxation quotes the real schema after "JSON Schema: " in its description.
+        text = str(_path(properties, "arguments_json").get("description", ""))
+        schema = _json_or_none(text.partition("JSON Schema: ")[2])
+        return _Branch(_Tool(name, description, schema if isinstance(schema, dict) else {}), (), True)
+    arguments = _path(properties, "arguments")
+    listed = _path(arguments, "properties")
+    optional = {key for key, value in listed.items() if isinstance(value, dict) and _accepts_null(value)}
+    # A strict schema lists every property as required; the nullable ones are really optional.
+    required: list[JSONValue] = [key for key in listed if key not in optional]
+    return _Branch(_Tool(name, description, {**arguments, "required": required}), tuple(listed), False)
+
+
+def _accepts_null(schema: JSONDict) -> bool:
+    declared = schema.get("type")
+    if declared == "null" or (isinstance(declared, list) and "null" in declared):
+        return True
+    union = schema.get("anyOf")
+    return isinstance(union, list) and any(isinstance(item, dict) and _accepts_null(item) for item in union)
+
+
+def _path(value: JSONValue, *keys: str) -> JSONDict:
+    """The object at ``keys`` inside ``value``, or an empty one."""
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _decode_structured(request: _Request) -> _Request:
+    branches, answer = _decision_branches(request.response_format)
+    tools = tuple(branch.tool for branch in branches.values())
+    if not tools:
+        choice = _ToolChoice("none")
+    else:
+        choice = _ToolChoice("auto" if answer else "required")
+    return replace(
+        request, messages=_text_history(request.messages, _json_results), tools=tools, choice=choice
+    )
+
+
+# Writers. Form misbehaviours (``_Turn.flaws``) are applied here, each format its own way.
+
+
+def _with_fence(text: str, language: str, flaws: frozenset[str]) -> str:
+    return f"```{language}\n{text}\n```" if "code-fence" in flaws else text
+
+
+def _cut_closers(text: str, flaws: frozenset[str]) -> str:
+    # A reply cut off before its closing brackets, as when a stream ends early.
+    return text.rstrip("}]") if "malformed-json" in flaws else text
+
+
+def _native_reply(request: _Request, turn: _Turn) -> _Written:
+    calls = turn.calls
+    if calls and "code-fence" in turn.flaws:
+        # The call written as text: what a server whose tool parser missed the call returns.
+        shown: list[JSONValue] = [
+            {"name": call.name, "arguments": _json_or_none(call.arguments)} for call in calls
+        ]
+        return _Written(_with_fence(_dump(shown[0] if len(shown) == 1 else shown), "json", turn.flaws))
+    if calls and "malformed-json" in turn.flaws:
+        calls = (_truncate_arguments(calls[0]), *calls[1:])
+    return _Written(turn.content, calls)
+
+
+def _xml_reply(request: _Request, turn: _Turn) -> _Written:
+    if not turn.calls:
+        return _Written(turn.content or "")
+    invokes = "\n".join(_xml_invoke(call) for call in turn.calls)
+    text = f"<function_calls>\n{invokes}\n</function_calls>"
+    if "malformed-json" in turn.flaws:
+        text = text[: text.rfind("</invoke>")].rstrip()
+    return _Written(_with_fence(text, "xml", turn.flaws))
+
+
+def _xml_invoke(call: _Call) -> str:
+    arguments = _json_or_none(call.arguments)
+    parameters = "".join(
+        f'<parameter name="{xml_escape(name)}">{xml_escape(value if isinstance(value, str) else _dump(value))}'
+        "</parameter>\n"
+        for name, value in (arguments.items() if isinstance(arguments, dict) else ())
+    )
+    return f'<invoke name="{xml_escape(call.name)}">\n{parameters}</invoke>'
+
+
+def _json_reply(request: _Request, turn: _Turn) -> _Written:
+    if not turn.calls:
+        return _Written(turn.content or "")
+    shown = [{"tool": call.name, "arguments": _json_or_none(call.arguments)} for call in turn.calls]
+    text = json.dumps(shown[0] if len(shown) == 1 else shown, ensure_ascii=False)
+    return _Written(_with_fence(_cut_closers(text, turn.flaws), "json", turn.flaws))
+
+
+def _structured_reply(request: _Request, turn: _Turn) -> _Written:
+    decision: JSONDict
+    if not turn.calls:
+        decision = {"action": "final_answer", "answer": turn.content or ""}
+    else:
+        # One call per decision: the schema has a single tool slot.
+        call = turn.calls[0]
+        branch = _decision_branches(request.response_format)[0].get(call.name)
+        decision = {"action": "call_tool", "tool": call.name}
+        if branch is not None and branch.encoded:
+            decision["arguments_json"] = call.arguments
+        else:
+            arguments = _json_or_none(call.arguments)
+            given = arguments if isinstance(arguments, dict) else {}
+            # Strict mode makes every key present; what the demo leaves out is written as null.
+            keys = branch.keys if branch is not None else tuple(given)
+            decision["arguments"] = {key: given.get(key) for key in keys}
+    text = json.dumps({"decision": decision}, ensure_ascii=False)
+    return _Written(_with_fence(_cut_closers(text, turn.flaws), "json", turn.flaws))
+
+
+def _label_reply(request: _Request, turn: _Turn) -> _Written:
+    return _Written(turn.calls[0].name if turn.calls else "none")
+
+
+def _arguments_reply(request: _Request, turn: _Turn) -> _Written:
+    if not turn.calls:
+        return _Written(turn.content or "")
+    return _Written(_with_fence(_cut_closers(turn.calls[0].arguments, turn.flaws), "json", turn.flaws))
+
+
+def _respond_with_arguments(request: _Request, question: _Question) -> _Turn:
+    """For a fill prompt the tool is already chosen: repair a failed call, else decide anew."""
+    rounds = _rounds_after(request.messages, _last_user_index(request.messages))
+    if rounds and _needs_repair(rounds):
+        return _repair(request, question, rounds[-1])
+    return _decide(request, question)
+
+
+# Tried in order: the most specific signals first, native (the wire's own form) last.
+_FORMATS: tuple[_Format, ...] = (
+    _Format("structured", _asks_structured, _decode_structured, _structured_reply),
+    _Format("intent-label", _says(_LABEL_PHRASE), _prompted(_tools_named, _json_results), _label_reply),
+    _Format(
+        "intent-arguments",
+        _says(_FILL_PHRASE),
+        _prompted(_tools_listed, _json_results, required=True),
+        _arguments_reply,
+        _respond_with_arguments,
+    ),
+    _Format("intent-answer", _says(_ANSWER_PHRASE), _prompted(_no_tools, _json_results)),
+    _Format("prompt-xml", _says(_XML_PHRASE), _prompted(_tools_listed, _xml_results), _xml_reply),
+    _Format("prompt-json", _says(*_JSON_PHRASES), _prompted(_tools_listed, _json_results), _json_reply),
+    _Format("native", _always, _as_is, _native_reply),
+)
+
+
+# --- Structured-output schemas: what strict mode refuses ----------------------------------------
+
+_STRICT_FORBIDDEN = ("allOf", "not", "dependentRequired", "dependentSchemas", "if", "then", "else")
+
+
+def _check_response_format(response_format: JSONDict | None) -> None:
+    """Refuse a ``response_format`` OpenAI would refuse, with its wording where known.
+
+    Raises:
+        _RequestError: an unknown type, a missing schema name, or a strict schema outside the
+            strict subset (wire-formats §2).
+    """
+    if response_format is None:
+        return
+    kind = _format_type(response_format)
+    if kind not in ("text", "json_object", "json_schema"):
+        raise _RequestError(
+            f"Invalid value: '{kind}'. Supported values are: 'text', 'json_object', and 'json_schema'.",
+            param="response_format.type",
+            code="invalid_value",
+        )
+    if kind != "json_schema":
+        return
+    spec = _required_object(response_format, "json_schema", "response_format")
+    name = _required_string(spec, "name", "response_format.json_schema")
+    schema = spec.get("schema")
+    if spec.get("strict") is True and isinstance(schema, dict):
+        problem = _strict_problem(schema)
+        if problem:
+            raise _RequestError(
+                f"Invalid schema for response_format '{name}': {problem}",
+                param="response_format",
+                code="invalid_json_schema",
+            )
+
+
+def _strict_problem(schema: JSONDict) -> str | None:
+    if schema.get("type") != "object":
+        return f"schema must be a JSON Schema of 'type: \"object\"', got 'type: \"{schema.get('type')}\"'."
+    return _strict_node(schema, ())
+
+
+def _strict_node(node: JSONValue, context: tuple[str, ...]) -> str | None:
+    if not isinstance(node, dict):
+        return None
+    for keyword in _STRICT_FORBIDDEN:
+        if keyword in node:
+            return f"In context={context!r}, '{keyword}' is not permitted."
+    properties = node.get("properties")
+    if isinstance(properties, dict) or node.get("type") == "object":
+        if node.get("additionalProperties") is not False:
+            return (
+                f"In context={context!r}, 'additionalProperties' is required to be supplied and to be false."
+            )
+        required = node.get("required")
+        listed = required if isinstance(required, list) else []
+        missing = [key for key in (properties if isinstance(properties, dict) else {}) if key not in listed]
+        if missing:
+            return (
+                f"In context={context!r}, 'required' is required to be supplied and to be an array "
+                f"including every key in properties. Missing '{missing[0]}'."
+            )
+    children: list[tuple[tuple[str, ...], JSONValue]] = []
+    for key in ("properties", "$defs"):
+        group = node.get(key)
+        if isinstance(group, dict):
+            children += [((*context, key, name), child) for name, child in group.items()]
+    union = node.get("anyOf")
+    if isinstance(union, list):
+        children += [((*context, "anyOf", str(index)), child) for index, child in enumerate(union)]
+    if "items" in node:
+        children.append(((*context, "items"), node["items"]))
+    return next((problem for path, child in children if (problem := _strict_node(child, path))), None)
+
+
 # --- The wire body -------------------------------------------------------------------------
 
 
@@ -1325,7 +1854,7 @@ def _call_id(fingerprint: str, index: int) -> str:
     return "call_" + "".join(characters)
 
 
-def _completion_body(request: _Request, turn: _Turn) -> JSONDict:
+def _completion_body(request: _Request, turn: _Written) -> JSONDict:
     message: JSONDict = {"role": "assistant", "content": turn.content, "refusal": None, "annotations": []}
     if turn.calls:
         tool_calls: list[JSONValue] = [

@@ -1,7 +1,8 @@
-"""The inspection UI: the conversation list, one conversation's rows, and asking questions.
+"""The inspection UI: the conversation list, one conversation's rows, asking questions, and
+comparisons (one question under several paradigms and models, side by side).
 
 Login is enforced for every view by ``LoginRequiredMiddleware``; access to one conversation
-is checked here, by looking it up among the user's own.
+or comparison is checked here, by looking it up among the user's own.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from conversations import selectors, services
-from conversations.models import Conversation, Turn
+from conversations.models import Comparison, Conversation, Turn
 from inspector import fragments
-from inspector.forms import ConversationForm, QuestionForm
+from inspector.forms import ComparisonForm, ConversationForm, QuestionForm
 
 CONVERSATIONS_PER_PAGE = 25
+COMPARISONS_PER_PAGE = 25
 STATUS_BAD_REQUEST = 400
 STATUS_CONFLICT = 409
 
@@ -41,6 +43,14 @@ def _conversation(request: HttpRequest, public_id: UUID) -> Conversation:
         return selectors.conversation_get(user=_user(request), public_id=public_id)
     except Conversation.DoesNotExist:
         raise Http404("No such conversation.") from None
+
+
+def _comparison(request: HttpRequest, public_id: UUID) -> Comparison:
+    """One of the user's comparisons; anyone else's is a 404, exactly like a missing one."""
+    try:
+        return selectors.comparison_get(user=_user(request), public_id=public_id)
+    except Comparison.DoesNotExist:
+        raise Http404("No such comparison.") from None
 
 
 def _turn_in_progress(turns: list[Turn]) -> bool:
@@ -106,6 +116,9 @@ def conversation_create(request: HttpRequest) -> HttpResponse:
 @require_GET
 def conversation_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
     conversation = _conversation(request, public_id)
+    services.audit_record(
+        actor=_user(request), action="opened", conversation=conversation, detail={"via": "page"}
+    )
     return _detail_page(request, conversation, QuestionForm())
 
 
@@ -115,6 +128,9 @@ def turn_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
     form = QuestionForm(request.POST)
     if not form.is_valid():
         return _detail_page(request, conversation, form, status=STATUS_BAD_REQUEST)
+    if conversation.read_only:
+        form.add_error(None, "This conversation was imported from a transcript: it is read-only.")
+        return _detail_page(request, conversation, form, status=STATUS_CONFLICT)
     if _turn_in_progress(selectors.conversation_turns(conversation=conversation)):
         # Each turn's history is the previous turn's transcript: it must be finished first.
         form.add_error(None, "The previous turn is still running; ask again when it has finished.")
@@ -132,3 +148,50 @@ def conversation_rows(request: HttpRequest, public_id: UUID) -> JsonResponse:
         return JsonResponse({"error": "'since' must be an ISO-8601 timestamp"}, status=STATUS_BAD_REQUEST)
     messages = fragments.render_catch_up(conversation=conversation, since=since)
     return JsonResponse({"messages": messages})
+
+
+def _comparisons_page(request: HttpRequest, form: ComparisonForm, *, status: int = 200) -> HttpResponse:
+    comparisons = selectors.comparison_list(user=_user(request))
+    page = Paginator(comparisons, COMPARISONS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "inspector/comparison_list.html", {"page": page, "form": form}, status=status)
+
+
+def _columns_context(comparison: Comparison) -> dict[str, object]:
+    """What ``_compare_columns.html`` needs; the page and the summary endpoint both use it."""
+    runs = selectors.comparison_runs(comparison=comparison)
+    return {"comparison": comparison, "runs": runs, "finished": all(run.finished for run in runs)}
+
+
+@require_GET
+def comparison_list(request: HttpRequest) -> HttpResponse:
+    return _comparisons_page(request, ComparisonForm())
+
+
+@require_POST
+def comparison_create(request: HttpRequest) -> HttpResponse:
+    form = ComparisonForm(request.POST)
+    if not form.is_valid():
+        return _comparisons_page(request, form, status=STATUS_BAD_REQUEST)
+    comparison, _ = services.comparison_start(
+        owner=_user(request),
+        question=form.cleaned_data["question"],
+        runs=form.runs(),
+        servers=form.cleaned_data["servers"],
+        tool_choice=form.cleaned_data["tool_choice"],
+        tool_choice_name=form.cleaned_data["tool_choice_name"],
+    )
+    return redirect("inspector-comparison", public_id=comparison.public_id)
+
+
+@require_GET
+def comparison_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
+    comparison = _comparison(request, public_id)
+    context = _columns_context(comparison)
+    return render(request, "inspector/comparison_detail.html", context)
+
+
+@require_GET
+def comparison_summary(request: HttpRequest, public_id: UUID) -> HttpResponse:
+    """The columns alone, re-fetched by the page whenever one of its runs' websockets rings."""
+    comparison = _comparison(request, public_id)
+    return render(request, "inspector/_compare_columns.html", _columns_context(comparison))

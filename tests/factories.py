@@ -15,7 +15,7 @@ from django.db.models import Max
 from django.utils import timezone
 from factory.django import DjangoModelFactory
 
-from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
+from conversations.models import Comparison, Conversation, Exchange, ModelProfile, Step, Turn
 from servers.models import McpServer
 
 PASSWORD = "correct horse battery staple"
@@ -81,6 +81,16 @@ class McpServerFactory(DjangoModelFactory[McpServer]):
 
     class Params:
         demo = factory.Trait(name="demo", description="Bundled teaching server.", is_demo=True)
+
+
+class ComparisonFactory(DjangoModelFactory[Comparison]):
+    """A comparison with no runs yet: add ``ConversationFactory(comparison=..., owner=...)`` runs."""
+
+    class Meta:
+        model = Comparison
+
+    owner = factory.SubFactory(UserFactory)
+    question = "What will the weather be like in Beijing tomorrow?"
 
 
 class ConversationFactory(DjangoModelFactory[Conversation]):

@@ -9,6 +9,13 @@ from conversations.paradigms.base import CALL_LIKE_MARKERS, Decision, DecisionCo
 from conversations.providers.base import ModelRequest
 
 
+def _native(message: Message) -> Message:
+    """A call written as text by a prompt paradigm is replayed once, as ``tool_calls`` only."""
+    if message.format is not None and message.tool_calls:
+        return Message(role=message.role, content=None, tool_calls=message.tool_calls)
+    return message
+
+
 class NativeParadigm:
     key: ClassVar[str] = "native"
     label: ClassVar[str] = "Native function calling"
@@ -16,7 +23,9 @@ class NativeParadigm:
 
     def decide(self, context: DecisionContext) -> Decision:
         request = ModelRequest(
-            messages=list(context.messages), tools=list(context.tools), tool_choice=context.choice
+            messages=[_native(m) for m in context.messages],
+            tools=list(context.tools),
+            tool_choice=context.choice,
         )
         reply = context.asker.ask(request, title="model call")
         diagnostics: list[str] = []

@@ -1,4 +1,4 @@
-"""Template helpers for the inspector: payload rendering, exchange grouping, small formats.
+"""Template helpers for the inspector: payload rendering, exchange grouping, token counts, small formats.
 
 Payloads come from models, MCP servers and tools, so they are untrusted. The only markup
 these helpers mark safe is Pygments output (Pygments escapes every token) or text passed
@@ -8,6 +8,7 @@ through :func:`django.utils.html.escape` first.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 
 from django import template
@@ -20,7 +21,13 @@ from pygments.lexers import JsonLexer
 
 from conversations.models import Exchange, Step, Turn
 from conversations.paradigms import PARADIGMS
-from conversations.selectors import pretty_json
+from conversations.selectors import (
+    USAGE_IN_KEYS,
+    USAGE_OUT_KEYS,
+    PromptDiff,
+    pretty_json,
+    step_prompt_diff,
+)
 from inspector.fragments import timestamp_iso
 from inspector.typealias import JSONValue
 
@@ -183,3 +190,94 @@ def tone(status: str) -> str:
     if value in {"running", "queued"}:
         return "busy"
     return "error"
+
+
+@dataclass(frozen=True)
+class TokenCounts:
+    """A step's ``tokens`` record, ready to show; counts are None where none was made.
+
+    Without an offline encoding for the model there are no counts, only ``note`` saying why:
+    the page never shows an estimate.
+    """
+
+    encoding: str
+    prompt: int | None
+    tools: list[tuple[str, int]]
+    tools_total: int
+    results: list[int]
+    note: str
+
+    @property
+    def counted(self) -> bool:
+        return bool(self.encoding) and self.prompt is not None
+
+
+def _whole(value: JSONValue) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@register.filter
+def token_counts(step: Step) -> TokenCounts | None:
+    """The token counts recorded with a step's spliced prompt; None if it recorded nothing."""
+    tokens = step.tokens if isinstance(step.tokens, dict) else {}
+    if not tokens:
+        return None
+    raw_tools = tokens.get("tools")
+    tools = [
+        (str(name), count)
+        for name, value in (raw_tools.items() if isinstance(raw_tools, dict) else [])
+        if (count := _whole(value)) is not None
+    ]
+    raw_results = tokens.get("results")
+    results = [
+        count
+        for value in (raw_results if isinstance(raw_results, list) else [])
+        if (count := _whole(value)) is not None
+    ]
+    return TokenCounts(
+        encoding=str(tokens.get("encoding") or ""),
+        prompt=_whole(tokens.get("prompt")),
+        tools=tools,
+        tools_total=sum(count for _, count in tools),
+        results=results,
+        note=str(tokens.get("note") or ""),
+    )
+
+
+@dataclass(frozen=True)
+class Usage:
+    """The provider's own count of a call's tokens in and out (None where it did not say)."""
+
+    tokens_in: int | None
+    tokens_out: int | None
+    total: int | None
+
+
+def _first_count(usage: dict[str, JSONValue], keys: tuple[str, ...]) -> int | None:
+    return next((count for key in keys if (count := _whole(usage.get(key))) is not None), None)
+
+
+@register.filter
+def usage(step: Step) -> Usage | None:
+    """The usage the provider reported for a step's model call; None if it reported none."""
+    report = step.usage if isinstance(step.usage, dict) else {}
+    found = Usage(
+        tokens_in=_first_count(report, USAGE_IN_KEYS),
+        tokens_out=_first_count(report, USAGE_OUT_KEYS),
+        total=_first_count(report, ("total_tokens", "totalTokenCount")),
+    )
+    return None if found == Usage(None, None, None) else found
+
+
+@register.filter
+def prompt_changes(step: Step) -> PromptDiff | None:
+    """What changed in the spliced prompt since the turn's previous model call (one query)."""
+    return step_prompt_diff(step=step)
+
+
+@register.filter
+def count(value: int | float | None) -> str:
+    """A count with thousands separators; ``—`` when unknown."""
+    if value is None:
+        return "—"
+    return f"{value:,.0f}"

@@ -10,6 +10,8 @@ import pytest
 from openai.types.chat import ChatCompletion
 
 from conversations.demo_model import MARKERS, DemoReply, complete, simulated_delay
+from conversations.llm import ToolChoice, ToolDef
+from conversations.paradigms import intent, prompt_json, prompt_xml, structured
 
 WEATHER = {
     "type": "function",
@@ -465,10 +467,40 @@ def test_every_marker_is_documented() -> None:
         "demo:malformed-json",
         "demo:unknown-tool",
         "demo:missing-argument",
+        "demo:code-fence",
         "demo:no-tool",
+        "demo:no-native-tools",
+        "demo:no-structured",
         "demo:http-500",
         "demo:slow",
     }
+
+
+def test_code_fence_marker_writes_a_native_call_as_fenced_text_instead_of_tool_calls() -> None:
+    body = reply_of(ask(f"[demo:code-fence] {BEIJING}"))
+    message = message_of(body)
+
+    assert "tool_calls" not in message
+    assert message["content"].startswith("```json\n")
+    fenced = json.loads(message["content"].removeprefix("```json\n").removesuffix("\n```"))
+    assert fenced == {
+        "name": "demo__get_weather_forecast",
+        "arguments": {"city": "Beijing", "day": "tomorrow"},
+    }
+
+
+def test_no_native_tools_marker_refuses_tools_with_ollamas_wording() -> None:
+    error = error_of(ask(f"[demo:no-native-tools] {BEIJING}"))
+
+    assert error["message"] == "registry.ollama.ai/library/demo does not support tools"
+    assert error["type"] == "invalid_request_error"
+
+
+def test_no_native_tools_marker_still_answers_a_request_without_tools() -> None:
+    request = ask(f"[demo:no-native-tools] {BEIJING}")
+    del request["tools"]
+
+    assert message_of(reply_of(request))["content"].startswith("[demo model] ")
 
 
 # --- Validation ----------------------------------------------------------------------------------
@@ -602,3 +634,262 @@ def test_a_different_request_gives_different_ids() -> None:
 
     assert first["id"] != second["id"]
     assert message_of(first)["tool_calls"][0]["id"] != message_of(second)["tool_calls"][0]["id"]
+
+
+# --- Speaking the text paradigms' formats ------------------------------------------------------
+#
+# The requests are built with the paradigms' own prompt writers: the demo must read what they write.
+
+
+def tool_defs(*tools: dict[str, Any]) -> list[ToolDef]:
+    return [
+        ToolDef(
+            server_id=1,
+            server_name="demo",
+            name=tool["function"]["name"].removeprefix("demo__"),
+            provider_name=tool["function"]["name"],
+            description=tool["function"]["description"],
+            input_schema=tool["function"]["parameters"],
+        )
+        for tool in tools
+    ]
+
+
+TOOLS = tool_defs(*ALL_TOOLS)
+
+
+def text_request(system: str, *messages: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"model": "demo", "messages": [{"role": "system", "content": system}, *messages], **extra}
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def content_of(request: dict[str, Any]) -> str:
+    body = reply_of(request)
+    assert "tool_calls" not in message_of(body)
+    content: str = message_of(body)["content"]
+    return content
+
+
+XML_AUTO = prompt_xml.system_prompt(TOOLS, ToolChoice("auto"), history=False)
+JSON_AUTO = prompt_json.system_prompt(TOOLS, ToolChoice("auto"), history=False)
+
+
+def test_xml_prompt_gets_a_function_calls_block_with_one_parameter_per_argument() -> None:
+    assert content_of(text_request(XML_AUTO, user(BEIJING))) == (
+        "<function_calls>\n"
+        '<invoke name="demo__get_weather_forecast">\n'
+        '<parameter name="city">Beijing</parameter>\n'
+        '<parameter name="day">tomorrow</parameter>\n'
+        "</invoke>\n"
+        "</function_calls>"
+    )
+
+
+def test_xml_prompt_with_two_places_gets_two_invokes() -> None:
+    reply = content_of(text_request(XML_AUTO, user("What's the weather in Beijing and Shanghai?")))
+
+    assert reply.count("<invoke ") == 2
+
+
+def test_xml_results_are_answered_in_plain_text() -> None:
+    call = content_of(text_request(XML_AUTO, user(BEIJING)))
+    result = '<function_result call_id="call_1" name="demo__get_weather_forecast">\n{"summary": "Sunny"}\n</function_result>'
+
+    answer = content_of(text_request(XML_AUTO, user(BEIJING), assistant(call), user(result)))
+
+    assert answer == "[demo model] demo__get_weather_forecast reports: Sunny."
+
+
+def test_an_xml_error_result_is_repaired_with_a_fresh_block() -> None:
+    first = content_of(text_request(XML_AUTO, user(f"[demo:unknown-tool] {BEIJING}")))
+    assert '<invoke name="demo__get_wether_forecast">' in first
+    error = (
+        '<function_result call_id="call_1" name="demo__get_wether_forecast" is_error="true">\n'
+        "unknown tool\n</function_result>"
+    )
+
+    second = content_of(
+        text_request(XML_AUTO, user(f"[demo:unknown-tool] {BEIJING}"), assistant(first), user(error))
+    )
+
+    assert '<invoke name="demo__get_weather_forecast">' in second
+
+
+def test_xml_malformed_marker_leaves_the_block_unclosed_and_code_fence_wraps_it() -> None:
+    cut = content_of(text_request(XML_AUTO, user(f"[demo:malformed-json] {BEIJING}")))
+    fenced = content_of(text_request(XML_AUTO, user(f"[demo:code-fence] {BEIJING}")))
+
+    assert cut.endswith('<parameter name="day">tomorrow</parameter>')
+    assert "</function_calls>" not in cut
+    assert fenced.startswith("```xml\n<function_calls>") and fenced.endswith("</function_calls>\n```")
+
+
+def test_json_prompt_gets_the_tool_object_or_a_list_for_several_calls() -> None:
+    one = json.loads(content_of(text_request(JSON_AUTO, user(BEIJING))))
+    two = json.loads(content_of(text_request(JSON_AUTO, user("What's the weather in Beijing and Shanghai?"))))
+
+    assert one == {"tool": "demo__get_weather_forecast", "arguments": {"city": "Beijing", "day": "tomorrow"}}
+    assert [call["arguments"]["city"] for call in two] == ["Beijing", "Shanghai"]
+
+
+def test_json_results_are_answered_and_errors_repaired() -> None:
+    call = content_of(text_request(JSON_AUTO, user(BEIJING)))
+    done = "Tool result for demo__get_weather_forecast (call id call_1):\n84"
+    failed = "Tool error for demo__get_weather_forecast (call id call_1):\nError: city not found"
+
+    assert content_of(text_request(JSON_AUTO, user(BEIJING), assistant(call), user(done))) == (
+        '[demo model] demo__get_weather_forecast returned: "84".'
+    )
+    repaired = json.loads(content_of(text_request(JSON_AUTO, user(BEIJING), assistant(call), user(failed))))
+    assert repaired["tool"] == "demo__get_weather_forecast"
+
+
+def test_json_malformed_marker_drops_the_closing_brackets() -> None:
+    cut = content_of(text_request(JSON_AUTO, user(f"[demo:malformed-json] {BEIJING}")))
+
+    assert cut == '{"tool": "demo__get_weather_forecast", "arguments": {"city": "Beijing", "day": "tomorrow"'
+
+
+def test_a_required_prompt_makes_the_demo_call_even_without_a_match() -> None:
+    required = prompt_json.system_prompt(TOOLS, ToolChoice("required"), history=False)
+
+    assert json.loads(content_of(text_request(required, user("Tell me a joke about penguins"))))["tool"]
+
+
+def test_a_prompt_without_tools_is_answered_in_text() -> None:
+    none = prompt_xml.system_prompt([], ToolChoice("none"), history=False)
+
+    assert "no tools were offered" in content_of(text_request(none, user(BEIJING)))
+
+
+def test_after_a_correction_the_demo_no_longer_misbehaves() -> None:
+    required = prompt_json.system_prompt(TOOLS, ToolChoice("required"), history=False)
+    question = user(f"[demo:no-tool] {BEIJING}")
+    first = content_of(text_request(required, question))
+    correction = user("Correction: a tool call is required. Reply with only the JSON object.")
+
+    second = json.loads(content_of(text_request(required, question, assistant(first), correction)))
+
+    assert first.startswith("[demo model] I answer without calling a tool")
+    assert second == {
+        "tool": "demo__get_weather_forecast",
+        "arguments": {"city": "Beijing", "day": "tomorrow"},
+    }
+
+
+# Structured output: the tool_decision schema.
+
+
+def structured_request(
+    question: str, *messages: dict[str, Any], choice: ToolChoice | None = None, tools: list[ToolDef] = TOOLS
+) -> dict[str, Any]:
+    choice = choice or ToolChoice("auto")
+    forced = choice.mode in {"required", "named"}
+    schema = structured.decision_schema(tools, allow_answer=not forced)
+    system = structured.system_prompt(tools, choice)
+    return text_request(system, user(question), *messages, response_format=schema.response_format)
+
+
+def test_structured_request_gets_a_call_decision_with_every_key_present() -> None:
+    decision = json.loads(content_of(structured_request("What's the weather in Beijing?")))
+
+    assert decision == {
+        "decision": {
+            "action": "call_tool",
+            "tool": "demo__get_weather_forecast",
+            # day is optional, so nullable in strict form: the demo writes null for "not given".
+            "arguments": {"city": "Beijing", "day": None},
+        }
+    }
+
+
+def test_structured_results_get_a_final_answer_decision() -> None:
+    call = content_of(structured_request(BEIJING))
+    result = user('Tool result for demo__get_weather_forecast (call id call_1):\n{"summary": "Sunny"}')
+
+    decision = json.loads(content_of(structured_request(BEIJING, assistant(call), result)))
+
+    assert decision == {
+        "decision": {
+            "action": "final_answer",
+            "answer": "[demo model] demo__get_weather_forecast reports: Sunny.",
+        }
+    }
+
+
+def test_structured_relaxed_arguments_come_as_a_json_string() -> None:
+    [free] = tool_defs(
+        {
+            "function": {
+                "name": "demo__save_note",
+                "description": "Save a short note.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"text": {"type": "string"}, "meta": {"type": "object"}},
+                },
+            }
+        }
+    )
+
+    decision = json.loads(content_of(structured_request('Save a note "buy milk"', tools=[free])))["decision"]
+
+    assert json.loads(decision["arguments_json"]) == {"text": "buy milk"}
+
+
+def test_a_non_strict_schema_is_refused_with_openais_wording() -> None:
+    request = structured_request(BEIJING)
+    schema = request["response_format"]["json_schema"]["schema"]
+    schema["properties"]["decision"]["anyOf"][0]["properties"]["arguments"]["additionalProperties"] = True
+
+    error = error_of(request)
+
+    assert error["message"] == (
+        "Invalid schema for response_format 'tool_decision': In context=('properties', 'decision', 'anyOf', '0', "
+        "'properties', 'arguments'), 'additionalProperties' is required to be supplied and to be false."
+    )
+
+
+def test_no_structured_marker_refuses_a_json_schema_response_format() -> None:
+    error = error_of(structured_request(f"[demo:no-structured] {BEIJING}"))
+
+    assert error["message"] == "The response_format parameter is unsupported at the moment. Leave it unset."
+    assert error["param"] == "response_format"
+
+
+# Intent: the label prompt, the fill prompt, the answer prompt.
+
+
+def test_intent_label_prompt_gets_one_tool_name_then_none_once_results_are_in() -> None:
+    classify = intent.classify_prompt(TOOLS, required=False, results=False)
+    after = intent.classify_prompt(TOOLS, required=False, results=True)
+    call = assistant('{"tool": "demo__get_weather_forecast", "arguments": {"city": "Beijing"}}')
+    result = user("Tool result for demo__get_weather_forecast (call id call_1):\nSunny")
+
+    assert content_of(text_request(classify, user(BEIJING))) == "demo__get_weather_forecast"
+    assert content_of(text_request(classify, user("Tell me a joke about penguins"))) == "none"
+    assert content_of(text_request(after, user(BEIJING), call, result)) == "none"
+
+
+def test_intent_fill_prompt_gets_the_bare_arguments() -> None:
+    [weather] = tool_defs(WEATHER)
+    fill = intent.fill_prompt(weather)
+
+    assert json.loads(content_of(text_request(fill, user(BEIJING)))) == {"city": "Beijing", "day": "tomorrow"}
+    assert content_of(text_request(fill, user(f"[demo:code-fence] {BEIJING}"))).startswith("```json\n{")
+
+
+def test_intent_answer_prompt_answers_from_the_results() -> None:
+    answer = intent.answer_prompt(results=True)
+    call = assistant('{"tool": "demo__calculate", "arguments": {"expression": "12 * 7"}}')
+    result = user("Tool result for demo__calculate (call id call_1):\n84")
+
+    assert content_of(text_request(answer, user("What is 12 * 7?"), call, result)) == (
+        '[demo model] demo__calculate returned: "84".'
+    )

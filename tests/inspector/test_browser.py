@@ -160,3 +160,29 @@ def test_a_user_asks_the_weather_question_and_watches_the_steps_arrive_live(
     expect(page.locator("[id^=turn-status-]")).to_contain_text("Beijing")
     assert _row_texts(page) == rows
     page.screenshot(path=str(inspector_server.var_dir / "browser-weather.png"), full_page=True)
+
+
+def test_a_comparison_page_fills_in_live_as_its_runs_finish(
+    inspector_server: InspectorServer, page: Page
+) -> None:
+    page.goto(f"{inspector_server.base}/compare/")
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit], input[type=submit]")
+    page.fill("textarea[name=question]", WEATHER)
+    runs = page.locator("input[name=paradigms]:checked").count()  # the demo model, every paradigm
+    assert runs >= 2
+    page.locator("form#new-comparison [type=submit]").click()
+    page.wait_for_url("**/compare/*/")
+    page.evaluate("window.__loadedOnce = true")
+
+    expect(page.locator("#compare-columns")).to_have_attribute("data-finished", "true", timeout=60_000)
+
+    # The columns were swapped in by the page itself: it was never reloaded.
+    assert page.evaluate("window.__loadedOnce") is True
+    expect(page.locator("#live-status")).to_have_text("all runs finished")
+    expect(page.locator(".run-head")).to_have_count(runs)
+    for cell in page.locator("td.answered").all():
+        expect(cell).to_contain_text("yes")
+    assert all("Beijing" in cell.inner_text() for cell in page.locator("td.answer").all())
+    page.screenshot(path=str(inspector_server.var_dir / "browser-compare.png"), full_page=True)

@@ -597,3 +597,195 @@ def test_exchange_fragment_renders_on_its_own() -> None:
 
     assert f'id="exchange-{exchange.pk}"' in html
     assert "tools/call" in html
+
+
+# --- column 1: the spliced prompt -----------------------------------------------------------
+
+CHATML_PROMPT = (
+    "<|im_start|>system\n"
+    "You can call these tools:\n"
+    '{"name": "demo__get_forecast", "description": "Forecast for a city"}\n'
+    "<|im_end|>\n"
+    "<|im_start|>user\n"
+    "What is the weather in Paris tomorrow?<|im_end|>\n"
+    "<|im_start|>assistant\n"
+)
+COUNTED = {
+    "encoding": "o200k_base",
+    "prompt": 1234,
+    "tools": {"demo__get_forecast": 87, "demo__calculate": 41},
+    "results": [19],
+    "note": "",
+}
+
+
+def model_call(turn: Turn, **fields: Any) -> Step:
+    """A decide step with one model call on the wire."""
+    step = StepFactory(turn=turn, **fields)
+    ExchangeFactory(step=step, request_body=LLM_REQUEST, response_body=LLM_RESPONSE)
+    return step
+
+
+def test_an_exact_prompt_comes_first_with_its_badge_source_and_token_counts() -> None:
+    turn = make_turn()
+    step = model_call(
+        turn,
+        prompt=CHATML_PROMPT,
+        prompt_exact=True,
+        prompt_source="the profile's chat template",
+        tokens=COUNTED,
+        usage={"prompt_tokens": 1240, "completion_tokens": 31, "total_tokens": 1271},
+    )
+
+    html = html_of(turn.conversation, step)
+
+    assert "Spliced prompt" in html
+    assert '<span class="badge prompt-exact"' in html and ">exact</span>" in html
+    assert "prompt-illustrative" not in html
+    assert "the profile&#x27;s chat template" in html
+    assert "<strong>1,234</strong> tokens · <code>o200k_base</code>" in html
+    # Per-tool definition tokens in a small collapsed table, per tool-result tokens beside it.
+    assert '<details class="token-table"' in html
+    assert "tool definitions: 128 tokens in 2 tools" in html
+    assert '<code>demo__get_forecast</code></td><td class="num">87</td>' in html
+    assert "#1 19 tokens" in html
+    # The raw request body is still there, after the prompt; usage sits with the raw response.
+    assert html.index("Spliced prompt") < html.index("Raw HTTP request body") < html.index('"tool_choice"')
+    assert "<strong>1,240</strong> tokens in · <strong>31</strong> out · 1,271 total" in html
+    assert html.index('class="cell ex-response"') < html.index('class="usage"')
+
+
+def test_an_illustrative_prompt_is_labelled_with_where_it_comes_from() -> None:
+    turn = make_turn()
+    source = "generic ChatML template (illustrative: the provider does not publish its own)"
+    step = model_call(turn, prompt=CHATML_PROMPT, prompt_exact=False, prompt_source=source, tokens=COUNTED)
+
+    html = html_of(turn.conversation, step)
+
+    assert '<span class="badge prompt-illustrative"' in html and ">illustrative</span>" in html
+    assert "prompt-exact" not in html
+    assert source in html
+
+
+def test_without_an_encoding_the_note_is_shown_and_no_count_is_made_up() -> None:
+    turn = make_turn()
+    note = "no offline tokenizer is known for the model 'mystery-1'"
+    step = model_call(
+        turn,
+        prompt=CHATML_PROMPT,
+        prompt_source="generic ChatML template (illustrative)",
+        tokens={"encoding": None, "prompt": None, "tools": {}, "results": [], "note": note},
+    )
+
+    html = html_of(turn.conversation, step)
+
+    assert "No token counts: no offline tokenizer is known for the model &#x27;mystery-1&#x27;" in html
+    assert "token-count" not in html
+    assert "tool definitions:" not in html
+    assert "tokens in" not in html  # no usage reported either: nothing shown
+
+
+def test_a_long_prompt_starts_collapsed_like_other_payloads() -> None:
+    turn = make_turn()
+    prompt = "\n".join(f"line {n}: tool description text" for n in range(200))
+    step = model_call(turn, prompt=prompt, prompt_exact=True, tokens=COUNTED)
+
+    html = html_of(turn.conversation, step)
+
+    assert f'<details class="payload" data-key="step-{step.pk}-prompt-body">' in html
+    assert "200 lines" in html
+
+
+def test_the_second_model_call_shows_what_changed_in_the_prompt_since_the_first() -> None:
+    turn = make_turn()
+    first = model_call(turn, prompt=CHATML_PROMPT, prompt_exact=True, tokens=COUNTED)
+    StepFactory(turn=turn, parent=first, kind=Step.Kind.TOOL, title="demo/get_forecast")
+    follow_up = CHATML_PROMPT.replace("You can call these tools:", "Tools:").replace(
+        "<|im_start|>assistant\n", "<|im_start|>tool\nParis: sunny, 21 C<|im_end|>\n<|im_start|>assistant\n"
+    )
+    second = model_call(turn, kind=Step.Kind.ANSWER, prompt=follow_up, prompt_exact=True, tokens=COUNTED)
+
+    first_html = html_of(turn.conversation, first)
+    second_html = html_of(turn.conversation, second)
+
+    assert "What changed since the previous model call" not in first_html
+    assert f'<details class="prompt-diff" data-key="step-{second.pk}-diff">' in second_html
+    assert (
+        '<span class="diff-count add">+3</span> <span class="diff-count del">−1</span> lines' in second_html
+    )
+    assert (
+        '<span class="dl add"><span class="op">+</span>Paris: sunny, 21 C&lt;|im_end|&gt;</span>'
+        in second_html
+    )
+    assert '<span class="dl del"><span class="op">−</span>You can call these tools:</span>' in second_html
+    assert '<span class="dl ctx">' in second_html
+
+
+def test_the_diff_compares_with_the_previous_model_call_of_the_same_turn_only() -> None:
+    earlier_turn = make_turn()
+    model_call(earlier_turn, prompt="a prompt of another turn", prompt_exact=True)
+    turn = make_turn(conversation=earlier_turn.conversation)
+    first = model_call(turn, prompt="system\nuser: hi", prompt_exact=True)
+    repeat = model_call(turn, prompt="system\nuser: hi", prompt_exact=True)
+
+    assert "What changed" not in html_of(turn.conversation, first)
+    assert "Identical to the previous model call" in html_of(turn.conversation, repeat)
+
+
+def test_a_model_call_still_waiting_shows_its_prompt_already() -> None:
+    turn = make_turn(status=Turn.Status.RUNNING)
+    step = StepFactory(turn=turn, status=Step.Status.RUNNING, prompt=CHATML_PROMPT, tokens=COUNTED)
+
+    html = html_of(turn.conversation, step)
+
+    assert "Spliced prompt" in html
+    assert "waiting for the model…" in html
+
+
+def test_hostile_prompts_sources_and_tool_names_are_escaped() -> None:
+    hostile = HOSTILE_SCRIPT + HOSTILE_IMG
+    turn = make_turn()
+    model_call(turn, prompt="system\n" + hostile, prompt_exact=True)
+    step = model_call(
+        turn,
+        prompt="system\n" + hostile + "\n" + hostile,
+        prompt_source=hostile,
+        tokens={"encoding": hostile, "prompt": 5, "tools": {hostile: 3}, "results": [], "note": hostile},
+    )
+
+    html = html_of(turn.conversation, step)
+
+    assert "<script" not in html
+    assert "<img" not in html
+    assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 5
+
+
+# --- fallbacks and intent labels ------------------------------------------------------------
+
+
+def test_a_fallback_row_says_what_was_downgraded_and_why() -> None:
+    turn = make_turn()
+    step = StepFactory(
+        turn=turn,
+        kind=Step.Kind.FALLBACK,
+        title="native → structured",
+        text="the provider refused tools: HTTP 400 'tools is not supported for this model'",
+    )
+
+    html = html_of(turn.conversation, step)
+
+    assert 'class="step kind-fallback' in html
+    assert '<div class="fallback-note" role="note">' in html
+    assert "Paradigm downgrade" in html and "native → structured" in html
+    assert "the provider refused tools: HTTP 400 &#x27;tools is not supported for this model&#x27;" in html
+    assert "area-model" not in html  # no empty columns around it
+
+
+def test_an_intent_label_is_shown_in_the_parsed_column() -> None:
+    turn = make_turn()
+    step = model_call(turn, title="classify the question", text="get_forecast")
+
+    html = html_of(turn.conversation, step)
+
+    parsed = html[html.index('class="area area-parsed"') : html.index('class="area area-rpc"')]
+    assert "get_forecast" in parsed

@@ -10,8 +10,11 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import escape
 
 from conversations.models import Conversation, Step, Turn
+from conversations.paradigms import PARADIGMS
+from inspector.forms import paradigm_explanation
 from tests.factories import (
     ConversationFactory,
     DemoModelProfileFactory,
@@ -162,6 +165,18 @@ def test_the_new_conversation_form_offers_the_demo_model_first_and_labelled(alic
     html = response.content.decode()
     assert f'value="{demo_server.pk}"' in html
     assert "checked" in html
+
+
+def test_the_new_conversation_form_offers_every_paradigm_with_a_line_on_each(alice_client: Client) -> None:
+    response = alice_client.get(reverse("inspector-conversations"))
+
+    choices = dict(response.context["form"].fields["paradigm"].choices)
+    assert list(choices) == list(PARADIGMS)
+    html = response.content.decode()
+    for key, paradigm in PARADIGMS.items():
+        assert choices[key] == f"{paradigm.label} — {paradigm_explanation(key)}"
+        assert f'type="radio" name="paradigm" value="{key}"' in html
+        assert escape(choices[key]) in html
 
 
 # --- starting a conversation ----------------------------------------------------------------

@@ -3,6 +3,10 @@
 The turn is recorded like any other (it shows up in the web UI under the chosen user) but runs
 here, in this process, so the command ends when the turn does. ``--json`` prints the transcript
 the API serves.
+
+``--compare native,prompt_xml,...`` asks the same question once per listed run (``paradigm``, with
+``--model``'s profile, or ``model:paradigm``), one after another, as a comparison the web UI shows
+side by side, and prints a table of what each run cost and chose.
 """
 
 from __future__ import annotations
@@ -20,13 +24,30 @@ from conversations.llm import tool_result_text
 from conversations.models import TOOL_CHOICE_MODES, Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.paradigms import PARADIGMS
 from conversations.runner import turn_run
-from conversations.selectors import conversation_transcript, profiles_for_form, servers_for_form, turn_rows
-from conversations.services import DEMO_PROFILE_NAME, conversation_start, demo_profile_ensure
+from conversations.selectors import (
+    RunSummary,
+    comparison_runs,
+    conversation_transcript,
+    profiles_for_form,
+    run_summary_json,
+    servers_for_form,
+    turn_rows,
+)
+from conversations.services import (
+    DEMO_PROFILE_NAME,
+    comparison_start,
+    conversation_start,
+    demo_profile_ensure,
+)
 from servers.models import McpServer
 from servers.services import DEMO_SERVER_NAME, demo_server_ensure
 
 CLI_USERNAME = "cli"
 INDENT = "    "
+DEFAULT_PARADIGM = "native"
+# The tool-and-arguments cell of the summary table is cut here (the JSON has it whole).
+TOOL_CELL_CHARS = 60
+ANSWER_LINE_CHARS = 160
 
 
 class Command(BaseCommand):
@@ -35,7 +56,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("question")
         parser.add_argument("--model", help=f"A model profile's name (default: {DEMO_PROFILE_NAME}).")
-        parser.add_argument("--paradigm", default="native", choices=sorted(PARADIGMS))
+        parser.add_argument(
+            "--paradigm", choices=sorted(PARADIGMS), help=f"default: {DEFAULT_PARADIGM}; not with --compare"
+        )
+        parser.add_argument(
+            "--compare",
+            metavar="RUNS",
+            help="Run the question once per comma-separated PARADIGM or MODEL:PARADIGM "
+            "(e.g. native,prompt_xml or demo:native,other:native) and print a comparison.",
+        )
         parser.add_argument("--tool-choice", default="auto", choices=[key for key, _ in TOOL_CHOICE_MODES])
         parser.add_argument("--tool", default="", help="With --tool-choice named: the tool, as server/tool.")
         parser.add_argument(
@@ -57,13 +86,20 @@ class Command(BaseCommand):
             raise CommandError("--tool-choice named needs --tool SERVER/TOOL, e.g. --tool demo/calculate")
         if tool and tool_choice != "named":
             raise CommandError("--tool only applies with --tool-choice named")
+        if options["compare"] is not None:
+            if options["paradigm"]:
+                raise CommandError(
+                    "--paradigm and --compare exclude each other: list the paradigms in --compare"
+                )
+            self._compare(options, runs=_compare_runs(options["compare"], model=options["model"]))
+            return
 
         conversation, turn = conversation_start(
             owner=_owner(options["user"]),
             model_profile=_profile(options["model"]),
             question=options["question"],
             servers=_servers(options["servers"]),
-            paradigm=options["paradigm"],
+            paradigm=options["paradigm"] or DEFAULT_PARADIGM,
             tool_choice=tool_choice,
             tool_choice_name=tool,
             dispatch=False,
@@ -77,6 +113,58 @@ class Command(BaseCommand):
             self._print_turn(conversation, turn)
         if turn.status != Turn.Status.DONE:
             raise CommandError(f"the turn {turn.status}: {turn.error or 'no answer'}")
+
+    def _compare(self, options: dict[str, Any], *, runs: list[tuple[ModelProfile, str]]) -> None:
+        """Start the comparison, run each turn here in turn, then print the table (or the JSON)."""
+        comparison, turns = comparison_start(
+            owner=_owner(options["user"]),
+            question=options["question"],
+            runs=runs,
+            servers=_servers(options["servers"]),
+            tool_choice=options["tool_choice"],
+            tool_choice_name=options["tool"],
+            dispatch=False,
+        )
+        for number, ((profile, paradigm), turn) in enumerate(zip(runs, turns, strict=True), start=1):
+            if not options["json"]:
+                self.stdout.write(f"[{number}/{len(turns)}] {paradigm} on {profile.name} …")
+            turn_run(turn_id=turn.pk)
+        summaries = comparison_runs(comparison=comparison)
+
+        if options["json"]:
+            document = {
+                "comparison": str(comparison.public_id),
+                "runs": [conversation_transcript(conversation=run.conversation) for run in summaries],
+                "summary": [run_summary_json(run) for run in summaries],
+            }
+            self.stdout.write(json.dumps(document, indent=2))
+        else:
+            self._print_comparison(options["question"], summaries)
+            path = reverse("inspector-comparison", kwargs={"public_id": comparison.public_id})
+            self.stdout.write(f"Comparison {comparison.public_id}  {path}")
+        unfinished = [run for run in summaries if run.status != Turn.Status.DONE]
+        if unfinished:
+            listed = "; ".join(
+                f"{run.profile}:{run.paradigm} {run.status}: {run.error or 'no answer'}" for run in unfinished
+            )
+            raise CommandError(f"{len(unfinished)} of {len(summaries)} runs did not finish: {listed}")
+
+    def _print_comparison(self, question: str, runs: list[RunSummary]) -> None:
+        self.stdout.write("")
+        self.stdout.write(f"Q: {question}")
+        self.stdout.write("")
+        table = [SUMMARY_COLUMNS, *(_summary_row(run) for run in runs)]
+        widths = [max(len(row[column]) for row in table) for column in range(len(SUMMARY_COLUMNS))]
+        for index, row in enumerate(table):
+            self.stdout.write(
+                "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            )
+            if index == 0:
+                self.stdout.write("  ".join("-" * width for width in widths))
+        self.stdout.write("")
+        for run in runs:
+            answer = " ".join(run.answer.split()) or f"({run.status}: {run.error or 'no answer'})"
+            self.stdout.write(f"{run.paradigm} · {run.profile}: {_cut(answer, ANSWER_LINE_CHARS)}")
 
     def _print_turn(self, conversation: Conversation, turn: Turn) -> None:
         profile = conversation.model_profile
@@ -132,6 +220,76 @@ def _step_details(step: Step) -> list[str]:
     if step.error:
         lines.append(f"error: {step.error}")
     return lines
+
+
+SUMMARY_COLUMNS = (
+    "paradigm",
+    "model",
+    "status",
+    "steps",
+    "model calls",
+    "tokens in/out",
+    "prompt tokens",
+    "model ms",
+    "wall ms",
+    "tool + arguments",
+    "answered",
+)
+
+
+def _number(value: float | int | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _summary_row(run: RunSummary) -> tuple[str, ...]:
+    """One line of the comparison table; the same measurements the compare page shows."""
+    tool = f"{run.tool} {_compact(run.arguments)}" if run.tool else "-"
+    return (
+        run.paradigm,
+        run.profile,
+        run.status,
+        str(run.steps),
+        str(run.model_calls),
+        f"{_number(run.tokens_in)}/{_number(run.tokens_out)}",
+        _number(run.prompt_tokens),
+        _number(run.llm_ms),
+        _number(run.wall_ms),
+        _cut(tool, TOOL_CELL_CHARS),
+        "yes" if run.answered else "no",
+    )
+
+
+def _compare_runs(spec: str, *, model: str | None) -> list[tuple[ModelProfile, str]]:
+    """The runs ``--compare`` lists, checked before anything is created.
+
+    Raises:
+        CommandError: fewer than two runs, an unknown paradigm or model, or a run listed twice.
+    """
+    entries = [entry.strip() for entry in spec.split(",") if entry.strip()]
+    if len(entries) < 2:
+        raise CommandError("--compare needs at least two runs, e.g. --compare native,prompt_xml")
+    runs: list[tuple[ModelProfile, str]] = []
+    for entry in entries:
+        # Profile names may hold a colon (llama3:8b); paradigm keys never do.
+        name, colon, paradigm = entry.rpartition(":")
+        if colon and not name:
+            raise CommandError(f"--compare entry {entry!r}: write PARADIGM or MODEL:PARADIGM")
+        if paradigm not in PARADIGMS:
+            raise CommandError(
+                f"--compare entry {entry!r}: no paradigm {paradigm!r}; choose from: {_names(PARADIGMS)}"
+            )
+        profile = _profile(name if colon else model)
+        if any(profile.pk == seen.pk and paradigm == key for seen, key in runs):
+            raise CommandError(
+                f"--compare lists the run {profile.name}:{paradigm} twice; "
+                "each run must differ in model or paradigm"
+            )
+        runs.append((profile, paradigm))
+    return runs
 
 
 def _exchange_line(exchange: Exchange) -> str:
