@@ -99,6 +99,10 @@ class Conversation(models.Model):
     # Set on conversations brought in from an exported transcript: they are read-only, and this
     # keeps what the export said (original id, owner, model profile, servers) for re-export.
     imported_meta = models.JSONField(null=True, blank=True)
+    # A replay re-runs a recorded turn against today's servers and profile, to see what changed.
+    replay_of = models.ForeignKey(
+        "Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays"
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
