@@ -52,6 +52,9 @@ class ModelProfile(models.Model):
     is_demo = models.BooleanField(
         default=False, help_text="The deterministic offline demo model served by this app."
     )
+    stream = models.BooleanField(
+        default=False, help_text="Use the provider's streaming mode (the raw event stream is stored)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
