@@ -114,7 +114,8 @@ def test_two_models_answer_the_same_question_and_the_table_compares_them(second_
     assert set(rule) <= {"-", " "}
     for row, profile in zip(rows, ["demo", "demo-2"], strict=True):
         assert row.split()[:3] == ["native", profile, "done"]
-        assert "demo/get_weather_forecast" in row and '"city": "Beijing"' in row
+        # The arguments column is cut to its width; the city is in it either way.
+        assert "demo/get_weather_forecast" in row and '"city": "Beij' in row
         assert row.rstrip().endswith("yes")
     assert f"Comparison {comparison.public_id}  /compare/{comparison.public_id}/" in output
 
