@@ -1,5 +1,8 @@
 """The demo model: a deterministic, offline model behind the OpenAI Chat Completions wire format.
 
+(The HTTP views also speak OpenAI Responses, Anthropic Messages and Gemini, streamed or not: each
+request is converted into this module's form and the answer back, by ``demo_formats``.)
+
 It lets a class run the real client code, the raw capture, the parser, the validator and the
 repair loop with no API key and no network. It is no language model: it picks a tool by word
 overlap with the tools' names and descriptions, fills arguments with a few patterns guided by
@@ -1415,7 +1418,8 @@ _XML_RESULT = re.compile(
     re.DOTALL,
 )
 _JSON_RESULT = re.compile(r"^Tool (result|error) for (\S+) \(call id (\S*)\):\n?", re.MULTILINE)
-_DECISION_SCHEMA = "tool_decision"
+# The structured paradigm's schema name (formats without schema names are matched by shape).
+DECISION_SCHEMA = "tool_decision"
 
 
 def _system_text(request: _Request) -> str:
@@ -1580,7 +1584,7 @@ def _json_schema_of(response_format: JSONDict | None) -> JSONDict:
 def _asks_structured(request: _Request) -> bool:
     return (
         _format_type(request.response_format) == "json_schema"
-        and _json_schema_of(request.response_format).get("name") == _DECISION_SCHEMA
+        and _json_schema_of(request.response_format).get("name") == DECISION_SCHEMA
     )
 
 

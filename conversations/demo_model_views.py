@@ -1,8 +1,18 @@
-"""The demo model over HTTP, at an OpenAI-compatible base URL (``/demo-model/v1``).
+"""The demo model over HTTP, in each provider's wire format.
 
-Keyed by ``settings.DEMO_MODEL_API_KEY`` instead of a login, so the app's own OpenAI client
-reaches it exactly as it would reach a real provider. Errors use OpenAI's envelope, so the
-client raises its usual exceptions (``AuthenticationError``, ``BadRequestError``, ...).
+* OpenAI Chat Completions and Responses under ``/demo-model/v1`` (``chat/completions``,
+  ``responses``), keyed by ``Authorization: Bearer``;
+* Anthropic Messages at ``/demo-model/v1/messages`` (base URL ``/demo-model``), keyed by
+  ``x-api-key`` and requiring ``anthropic-version``;
+* Gemini at ``/demo-model/v1beta/models/<model>:generateContent`` and
+  ``:streamGenerateContent?alt=sse`` (base URL ``/demo-model``), keyed by ``x-goog-api-key``
+  (or ``?key=``).
+
+Keyed by ``settings.DEMO_MODEL_API_KEY`` instead of a login, so the app's own clients reach it
+exactly as they would reach a real provider. Each request is converted to the demo's Chat
+Completions form, answered by ``demo_model.complete`` and converted back
+(``conversations.demo_formats``); errors use each format's own envelope, and ``stream: true``
+(or Gemini's stream route) answers with the format's event stream.
 """
 
 import hmac
@@ -11,11 +21,12 @@ import time
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from conversations import demo_model
+from conversations import demo_formats, demo_model
+from conversations.demo_formats import Dialect, FormatError
 from inspector.typealias import JSONDict, JSONValue
 
 MODEL_LIST: JSONDict = {
@@ -27,17 +38,61 @@ MODEL_LIST: JSONDict = {
 @login_not_required
 @csrf_exempt
 @require_POST
-def chat_completions(request: HttpRequest) -> JsonResponse:
+def chat_completions(request: HttpRequest) -> HttpResponse:
     """``POST chat/completions``: one Chat Completions request answered by the demo model."""
-    if not _has_valid_key(request):
+    if not _has_valid_bearer_key(request):
         return _unauthorized(request)
-    try:
-        payload = _json_object(request.body)
-    except ValueError as error:
-        return JsonResponse(demo_model.openai_error_body(str(error)), status=400)
-    _simulate_latency(payload)
-    reply = demo_model.complete(payload)
-    return JsonResponse(reply.body, status=reply.status)
+    return _answer(request, demo_formats.CHAT)
+
+
+@login_not_required
+@csrf_exempt
+@require_POST
+def responses(request: HttpRequest) -> HttpResponse:
+    """``POST responses``: one OpenAI Responses request answered by the demo model."""
+    if not _has_valid_bearer_key(request):
+        return _unauthorized(request)
+    return _answer(request, demo_formats.RESPONSES)
+
+
+@login_not_required
+@csrf_exempt
+@require_POST
+def messages(request: HttpRequest) -> HttpResponse:
+    """``POST messages``: one Anthropic Messages request answered by the demo model."""
+    key = request.headers.get("x-api-key")
+    if not key:
+        return _anthropic_refusal(401, "x-api-key header is required")
+    if not _is_demo_key(key):
+        return _anthropic_refusal(401, "invalid x-api-key")
+    if not request.headers.get("anthropic-version"):
+        return _anthropic_refusal(400, "anthropic-version: header is required")
+    return _answer(request, demo_formats.ANTHROPIC)
+
+
+@login_not_required
+@csrf_exempt
+@require_POST
+def generate_content(request: HttpRequest, model: str) -> HttpResponse:
+    """``POST v1beta/models/<model>:generateContent``: one Gemini request answered by the demo model."""
+    refusal = _gemini_key_refusal(request)
+    if refusal is not None:
+        return refusal
+    return _answer(request, demo_formats.GEMINI, model=model, stream=False)
+
+
+@login_not_required
+@csrf_exempt
+@require_POST
+def stream_generate_content(request: HttpRequest, model: str) -> HttpResponse:
+    """``POST v1beta/models/<model>:streamGenerateContent?alt=sse``: the same, as an event stream."""
+    refusal = _gemini_key_refusal(request)
+    if refusal is not None:
+        return refusal
+    if request.GET.get("alt") != "sse":
+        message = "The demo model streams only as server-sent events: add ?alt=sse to the URL."
+        return JsonResponse(demo_formats.gemini_error(400, message), status=400)
+    return _answer(request, demo_formats.GEMINI, model=model, stream=True)
 
 
 @login_not_required
@@ -45,16 +100,41 @@ def chat_completions(request: HttpRequest) -> JsonResponse:
 @require_GET
 def models(request: HttpRequest) -> JsonResponse:
     """``GET models``: the one model this endpoint serves."""
-    if not _has_valid_key(request):
+    if not _has_valid_bearer_key(request):
         return _unauthorized(request)
     return JsonResponse(MODEL_LIST)
 
 
-def _has_valid_key(request: HttpRequest) -> bool:
+def _answer(
+    request: HttpRequest, dialect: Dialect, *, model: str | None = None, stream: bool | None = None
+) -> HttpResponse:
+    """Convert, let the demo model answer, convert back; ``stream`` None: as the body asks."""
+    try:
+        payload = _json_object(request.body)
+        chat = dialect.to_chat(payload, model)
+    except (ValueError, FormatError) as error:
+        return JsonResponse(dialect.error(400, str(error)), status=400)
+    _simulate_latency(chat)
+    reply = demo_model.complete(chat)
+    if reply.status != 200:
+        return JsonResponse(dialect.error_from_chat(reply.status, reply.body), status=reply.status)
+    if (payload.get("stream") is True) if stream is None else stream:
+        # Written whole: the demo has nothing to generate token by token; clients read it as a stream.
+        response = HttpResponse(dialect.events(reply.body, payload), content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        return response
+    return JsonResponse(dialect.from_chat(reply.body, payload))
+
+
+def _is_demo_key(key: str) -> bool:
+    return hmac.compare_digest(key.strip().encode(), settings.DEMO_MODEL_API_KEY.encode())
+
+
+def _has_valid_bearer_key(request: HttpRequest) -> bool:
     scheme, _, key = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         return False
-    return hmac.compare_digest(key.strip().encode(), settings.DEMO_MODEL_API_KEY.encode())
+    return _is_demo_key(key)
 
 
 def _unauthorized(request: HttpRequest) -> JsonResponse:
@@ -69,6 +149,26 @@ def _unauthorized(request: HttpRequest) -> JsonResponse:
     response = JsonResponse(demo_model.openai_error_body(message, code="invalid_api_key"), status=401)
     response["WWW-Authenticate"] = 'Bearer realm="demo-model"'
     return response
+
+
+def _anthropic_refusal(status: int, message: str) -> JsonResponse:
+    return JsonResponse(demo_formats.anthropic_error(status, message), status=status)
+
+
+def _gemini_key_refusal(request: HttpRequest) -> JsonResponse | None:
+    """Gemini's answer to a missing or wrong key (its own wording and statuses), else None."""
+    key = request.headers.get("x-goog-api-key") or request.GET.get("key", "")
+    if not key:
+        message = (
+            "Method doesn't allow unregistered callers (callers without established identity). "
+            "Please use API Key or other form of API consumer identity to call this API."
+        )
+        return JsonResponse(demo_formats.gemini_error(403, message), status=403)
+    if not _is_demo_key(key):
+        return JsonResponse(
+            demo_formats.gemini_error(400, "API key not valid. Please pass a valid API key."), status=400
+        )
+    return None
 
 
 def _json_object(body: bytes) -> JSONDict:

@@ -52,6 +52,9 @@ class Message:
     is_error: bool = False
     # The paradigm whose text convention ``content`` already follows (replayed verbatim by it).
     format: str | None = None
+    # What a provider must get back unchanged when this assistant message is replayed (thinking
+    # blocks, thought signatures, reasoning_content), keyed by the provider's key.
+    echo: JSONDict | None = None
 
     def as_json(self) -> JSONDict:
         data: JSONDict = {"role": self.role, "content": self.content}
@@ -65,6 +68,8 @@ class Message:
             data["name"] = self.name
         if self.is_error:
             data["is_error"] = True
+        if self.echo is not None:
+            data["echo"] = self.echo
         return data
 
     @classmethod
@@ -77,6 +82,7 @@ class Message:
             name=data.get("name"),
             is_error=bool(data.get("is_error", False)),
             format=data.get("format"),
+            echo=data.get("echo"),
         )
 
 

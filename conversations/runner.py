@@ -31,9 +31,6 @@ from servers.models import McpServer
 
 logger = logging.getLogger(__name__)
 
-# The demo model is served by this app; in-process it needs no listening port (ask, workers).
-DEMO_IN_PROCESS_URL = "http://127.0.0.1/demo-model/v1"
-
 
 class TurnSetupError(Exception):
     """The turn cannot start as configured; the message says why, for the user."""
@@ -56,13 +53,16 @@ def api_key_for(profile: ModelProfile) -> str:
 
 
 def endpoint_for(profile: ModelProfile) -> Endpoint:
+    """Where the profile's model is reached; the demo model, in process, at its provider's base URL."""
     in_process = profile.is_demo and not profile.base_url
+    provider = PROVIDERS[profile.provider]
     endpoint = Endpoint(
         model=profile.model,
-        base_url=DEMO_IN_PROCESS_URL if in_process else (profile.base_url or "https://api.openai.com/v1"),
+        base_url=provider.demo_base_url if in_process else (profile.base_url or provider.default_base_url),
         api_key=api_key_for(profile),
         timeout=settings.MODEL_TIMEOUT_SECONDS,
         in_process=in_process,
+        stream=profile.stream,
     )
     if in_process:
         endpoint_transport.set(endpoint, httpx2.WSGITransport(app=get_wsgi_application()))

@@ -44,7 +44,7 @@ class NativeParadigm:
         if context.choice.mode in {"required", "named"} and not calls:
             diagnostics.append(f"tool_choice '{context.choice.mode}' was sent but the model made no call")
         return Decision(
-            assistant=Message(role="assistant", content=reply.text, tool_calls=list(calls)),
+            assistant=Message(role="assistant", content=reply.text, tool_calls=list(calls), echo=reply.echo),
             calls=calls,
             text=reply.text,
             diagnostics=diagnostics,

@@ -19,6 +19,8 @@ class Endpoint:
     api_key: str
     timeout: float = 120.0
     in_process: bool = False
+    # Use the provider's streaming mode; the raw event stream is what gets recorded.
+    stream: bool = False
 
 
 @dataclass
@@ -46,6 +48,8 @@ class ModelReply:
     exchange: WireExchange
     usage: JSONDict = field(default_factory=dict)
     refusal: str | None = None
+    # Provider data the next request must send back unchanged (``Message.echo``), if any.
+    echo: JSONDict | None = None
 
 
 class ProviderError(Exception):
@@ -75,6 +79,9 @@ class Provider(Protocol):
 
     key: ClassVar[str]
     label: ClassVar[str]
+    # The base URL when a profile leaves it empty, and the in-process demo model's for this format.
+    default_base_url: ClassVar[str]
+    demo_base_url: ClassVar[str]
 
     def __init__(self, endpoint: Endpoint) -> None: ...
 

@@ -2,26 +2,54 @@
 
 The SDK does the HTTP; the exact request bytes and the response body are taken from the
 httpx2 request/response objects the SDK exposes (``with_raw_response``), so what is recorded is
-what crossed the wire. Any OpenAI-compatible server (Ollama, vLLM, llama.cpp) and the demo model
-speak this format.
+what crossed the wire. The reply is parsed from the recorded body itself, not from the SDK's
+models, so the quirks of compatible servers survive (wire-formats §6):
+
+* ``arguments`` sent as a JSON object instead of a string (Ollama) is serialised compactly;
+* an empty or missing call ``id`` (Gemini's compatible endpoint) is synthesized;
+* ``reasoning_content`` (DeepSeek thinking mode) and a call's ``extra_content`` (Gemini's
+  thought signature) are kept in ``ModelReply.echo`` and sent back on the assistant tool-call
+  message when it is replayed (wire-formats §13);
+* ``finish_reason: "tool"`` (old llama.cpp) counts as ``tool_calls``.
+
+Streaming (``Endpoint.stream``) sends ``stream: true`` with ``stream_options.include_usage``;
+the whole SSE text is read and recorded verbatim as the response body, then the ``delta``
+fragments (``tool_calls[index]`` argument pieces) are joined into the same reply the
+non-streamed path gives.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import httpx2
 import openai
-from openai.types.chat import ChatCompletion
 
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
 from conversations.providers.base import Endpoint, ModelReply, ModelRequest, ProviderError
-from inspector.typealias import JSONDict
-from inspector.wire import WireExchange, decode_body, safe_headers
+from conversations.providers.http import (
+    compact_json,
+    endpoint_transport,
+    error_detail,
+    json_object,
+    list_or_empty,
+    new_exchange,
+    object_or_empty,
+    parse_sse,
+    stream_error,
+    string_or_none,
+    synthesized_call_id,
+    unreadable,
+    with_response,
+)
+from inspector.typealias import JSONDict, JSONValue
+from inspector.wire import WireExchange
+
+__all__ = ["OpenAIChatProvider", "endpoint_transport", "request_body", "wire_message", "wire_tool"]
 
 _clients: dict[Endpoint, openai.OpenAI] = {}
 _clients_lock = threading.Lock()
@@ -47,22 +75,6 @@ def _client(endpoint: Endpoint) -> openai.OpenAI:
         return client
 
 
-class _TransportRegistry:
-    """In-process transports for endpoints served by this app (the demo model), by endpoint."""
-
-    def __init__(self) -> None:
-        self._transports: dict[Endpoint, httpx2.BaseTransport] = {}
-
-    def set(self, endpoint: Endpoint, transport: httpx2.BaseTransport) -> None:
-        self._transports.setdefault(endpoint, transport)
-
-    def get(self, endpoint: Endpoint) -> httpx2.BaseTransport | None:
-        return self._transports.get(endpoint)
-
-
-endpoint_transport = _TransportRegistry()
-
-
 def wire_tool(tool: ToolDef) -> JSONDict:
     function: JSONDict = {"name": tool.provider_name, "parameters": tool.input_schema}
     if tool.description:
@@ -80,22 +92,27 @@ def wire_message(message: Message) -> JSONDict:
     if message.role == "tool":
         return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.content or ""}
     if message.role == "assistant" and message.tool_calls:
-        return {
-            "role": "assistant",
-            "content": message.content,
-            "tool_calls": [
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments_text},
-                }
-                for call in message.tool_calls
-            ],
-        }
+        echo = object_or_empty((message.echo or {}).get(OpenAIChatProvider.key))
+        extra = object_or_empty(echo.get("extra_content"))
+        calls: list[JSONValue] = []
+        for call in message.tool_calls:
+            item: JSONDict = {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments_text},
+            }
+            if call.id in extra:
+                item["extra_content"] = extra[call.id]
+            calls.append(item)
+        wire: JSONDict = {"role": "assistant", "content": message.content, "tool_calls": calls}
+        reasoning = string_or_none(echo.get("reasoning_content"))
+        if reasoning is not None:
+            wire["reasoning_content"] = reasoning
+        return wire
     return {"role": message.role, "content": message.content or ""}
 
 
-def request_body(model: str, request: ModelRequest) -> dict[str, Any]:
+def request_body(model: str, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
     """The keyword arguments of ``chat.completions.create`` for this request."""
     body: dict[str, Any] = {"model": model, "messages": [wire_message(m) for m in request.messages]}
     if request.tools:
@@ -105,43 +122,189 @@ def request_body(model: str, request: ModelRequest) -> dict[str, Any]:
             body["parallel_tool_calls"] = request.parallel_tool_calls
     if request.response_format is not None:
         body["response_format"] = request.response_format
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
     return body
 
 
-def _exchange(request: httpx2.Request, started: datetime, t0: float) -> WireExchange:
-    return WireExchange(
-        channel="llm",
-        label=f"{request.method} {request.url.path}",
-        started_at=started,
-        request_headers=safe_headers(request.headers.multi_items()),
-        request_body=decode_body(request.content),
-        duration_ms=(time.monotonic() - t0) * 1000,
+def _arguments_text(value: JSONValue) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    # Ollama sends the arguments already parsed.
+    return compact_json(value)
+
+
+def _text(content: JSONValue) -> str | None:
+    """``content`` as text: a string, or the ``text`` parts of a content array joined."""
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+    return string_or_none(content)
+
+
+def _reply(
+    message: JSONDict, finish_reason: str, usage: JSONDict, exchange: WireExchange, seed: str
+) -> ModelReply:
+    """The neutral reply for an assistant ``message`` (as sent whole, or as assembled from a stream)."""
+    calls: list[ToolCall] = []
+    extra: JSONDict = {}
+    for index, raw in enumerate(list_or_empty(message.get("tool_calls"))):
+        if not isinstance(raw, dict) or raw.get("type", "function") != "function":
+            continue
+        function = object_or_empty(raw.get("function"))
+        call_id = string_or_none(raw.get("id")) or synthesized_call_id(seed, index)
+        calls.append(
+            ToolCall(
+                id=call_id,
+                name=string_or_none(function.get("name")) or "",
+                arguments_text=_arguments_text(function.get("arguments")),
+            )
+        )
+        if raw.get("extra_content") is not None:
+            extra[call_id] = raw["extra_content"]
+    echo: JSONDict = {}
+    reasoning = string_or_none(message.get("reasoning_content"))
+    if reasoning:
+        echo["reasoning_content"] = reasoning
+    if extra:
+        echo["extra_content"] = extra
+    return ModelReply(
+        text=_text(message.get("content")),
+        tool_calls=calls,
+        # Old llama.cpp builds say "tool" (wire-formats §6).
+        finish_reason="tool_calls" if finish_reason == "tool" else finish_reason,
+        exchange=exchange,
+        usage=usage,
+        refusal=string_or_none(message.get("refusal")),
+        echo={OpenAIChatProvider.key: echo} if echo else None,
     )
 
 
-def _with_response(exchange: WireExchange, response: httpx2.Response) -> WireExchange:
-    exchange.status = str(response.status_code)
-    exchange.response_headers = safe_headers(response.headers.multi_items())
-    exchange.response_body = decode_body(response.content)
-    return exchange
+def _parse_completion(body: str, exchange: WireExchange) -> ModelReply:
+    """The reply in a ``chat.completion`` body.
+
+    Raises:
+        ValueError: the body is not a completion with at least one choice.
+    """
+    completion = json_object(body)
+    choices = list_or_empty(completion.get("choices"))
+    if not choices or not isinstance(choices[0], dict):
+        raise ValueError("no choices in the response")
+    choice = choices[0]
+    return _reply(
+        object_or_empty(choice.get("message")),
+        string_or_none(choice.get("finish_reason")) or "",
+        object_or_empty(completion.get("usage")),
+        exchange,
+        body,
+    )
 
 
-def _error_message(body: str, fallback: str) -> str:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return fallback
-    error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict) and error.get("message"):
-        return str(error["message"])
-    if isinstance(error, str):
-        return error
-    return fallback
+@dataclass
+class _PendingCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+    extra_content: JSONValue = None
+
+
+@dataclass
+class _ChunkAssembler:
+    """Joins ``chat.completion.chunk`` deltas back into one assistant message (wire-formats §1.3)."""
+
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    refusal: list[str] = field(default_factory=list)
+    calls: dict[int, _PendingCall] = field(default_factory=dict)
+    finish_reason: str = ""
+    usage: JSONDict = field(default_factory=dict)
+    done: bool = False
+
+    def add(self, chunk: JSONDict) -> None:
+        if chunk.get("usage"):
+            self.usage = object_or_empty(chunk["usage"])
+        for choice in list_or_empty(chunk.get("choices")):
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = object_or_empty(choice.get("delta"))
+            for key, parts in (
+                ("content", self.content),
+                ("reasoning_content", self.reasoning),
+                ("refusal", self.refusal),
+            ):
+                if isinstance(delta.get(key), str):
+                    parts.append(str(delta[key]))
+            for position, fragment in enumerate(list_or_empty(delta.get("tool_calls"))):
+                if isinstance(fragment, dict):
+                    self._add_call_fragment(position, fragment)
+            if isinstance(choice.get("finish_reason"), str):
+                self.finish_reason = str(choice["finish_reason"])
+
+    def _add_call_fragment(self, position: int, fragment: JSONDict) -> None:
+        index = fragment.get("index")
+        pending = self.calls.setdefault(index if isinstance(index, int) else position, _PendingCall())
+        if isinstance(fragment.get("id"), str) and fragment["id"]:
+            pending.id = str(fragment["id"])
+        function = object_or_empty(fragment.get("function"))
+        # The name comes whole in a call's first fragment; later fragments carry arguments only.
+        if isinstance(function.get("name"), str) and not pending.name:
+            pending.name = str(function["name"])
+        if function.get("arguments") is not None:
+            pending.arguments.append(_arguments_text(function["arguments"]))
+        if fragment.get("extra_content") is not None:
+            pending.extra_content = fragment["extra_content"]
+
+    def message(self) -> JSONDict:
+        tool_calls: list[JSONValue] = []
+        for _, pending in sorted(self.calls.items()):
+            call: JSONDict = {
+                "id": pending.id,
+                "type": "function",
+                "function": {"name": pending.name, "arguments": "".join(pending.arguments)},
+            }
+            if pending.extra_content is not None:
+                call["extra_content"] = pending.extra_content
+            tool_calls.append(call)
+        return {
+            "content": "".join(self.content) if self.content else None,
+            "reasoning_content": "".join(self.reasoning) if self.reasoning else None,
+            "refusal": "".join(self.refusal) if self.refusal else None,
+            "tool_calls": tool_calls,
+        }
+
+
+def _parse_stream(body: str, exchange: WireExchange) -> ModelReply:
+    """The reply assembled from a recorded Chat Completions event stream.
+
+    Raises:
+        ProviderError: the stream carries an error object.
+        ValueError: a chunk is not JSON, or the stream ended before the reply was complete.
+    """
+    assembler = _ChunkAssembler()
+    for event in parse_sse(body):
+        if event.data.strip() == "[DONE]":
+            assembler.done = True
+            break
+        chunk = json_object(event.data)
+        if chunk.get("error") is not None:
+            raise stream_error(exchange, error_detail(event.data, event.data))
+        assembler.add(chunk)
+    if not assembler.done and not assembler.finish_reason:
+        raise ValueError("the event stream ended before a finish_reason or [DONE]")
+    return _reply(assembler.message(), assembler.finish_reason, assembler.usage, exchange, body)
 
 
 class OpenAIChatProvider:
     key: ClassVar[str] = "openai_chat"
     label: ClassVar[str] = "OpenAI Chat Completions"
+    default_base_url: ClassVar[str] = "https://api.openai.com/v1"
+    demo_base_url: ClassVar[str] = "http://127.0.0.1/demo-model/v1"
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
@@ -150,13 +313,14 @@ class OpenAIChatProvider:
         client = _client(self.endpoint)
         started = datetime.now(UTC)
         t0 = time.monotonic()
+        stream = self.endpoint.stream
         try:
             raw = client.chat.completions.with_raw_response.create(
-                **request_body(self.endpoint.model, request)
+                **request_body(self.endpoint.model, request, stream=stream)
             )
         except openai.APIStatusError as exc:
-            exchange = _with_response(_exchange(exc.response.request, started, t0), exc.response)
-            detail = _error_message(exchange.response_body, str(exc))
+            exchange = with_response(new_exchange(exc.response.request, started, t0), exc.response)
+            detail = error_detail(exchange.response_body, str(exc))
             exchange.error = detail
             raise ProviderError(
                 f"the model endpoint answered {exc.status_code}: {detail}",
@@ -164,33 +328,28 @@ class OpenAIChatProvider:
                 status=exc.status_code,
             ) from exc
         except openai.APIConnectionError as exc:
-            exchange = _exchange(exc.request, started, t0)
+            exchange = new_exchange(exc.request, started, t0)
             kind = "timed out" if isinstance(exc, openai.APITimeoutError) else "could not be reached"
             exchange.status = "timeout" if isinstance(exc, openai.APITimeoutError) else "error"
             exchange.error = f"{type(exc).__name__}: {exc.__cause__ or exc}"
             raise ProviderError(f"the model endpoint {kind}: {exchange.error}", exchange=exchange) from exc
-        exchange = _with_response(_exchange(raw.http_request, started, t0), raw.http_response)
+        response = raw.http_response
         try:
-            completion = raw.parse()
-            if not isinstance(completion, ChatCompletion) or not completion.choices:
-                raise ValueError("no choices in the response")
-        except Exception as exc:  # noqa: BLE001 — a malformed 200 is the endpoint's error, recorded
-            exchange.error = f"unreadable response: {exc}"
+            # A stream is read to its end: the recorded body is the whole event stream.
+            response.read()
+        except httpx2.HTTPError as exc:
+            exchange = new_exchange(response.request, started, t0)
+            exchange.status = "timeout" if isinstance(exc, httpx2.TimeoutException) else "error"
+            exchange.error = f"{type(exc).__name__}: {exc}"
             raise ProviderError(
-                f"the model endpoint sent an unreadable response: {exc}", exchange=exchange
+                f"the model endpoint stopped sending mid-stream: {exchange.error}", exchange=exchange
             ) from exc
-        choice = completion.choices[0]
-        message = choice.message
-        calls = [
-            ToolCall(id=call.id, name=call.function.name, arguments_text=call.function.arguments or "")
-            for call in message.tool_calls or []
-            if call.type == "function"
-        ]
-        return ModelReply(
-            text=message.content,
-            tool_calls=calls,
-            finish_reason=str(choice.finish_reason or ""),
-            exchange=exchange,
-            usage=completion.usage.model_dump(mode="json", exclude_none=True) if completion.usage else {},
-            refusal=message.refusal,
-        )
+        finally:
+            response.close()
+        exchange = with_response(new_exchange(response.request, started, t0), response)
+        try:
+            if stream:
+                return _parse_stream(exchange.response_body, exchange)
+            return _parse_completion(exchange.response_body, exchange)
+        except ValueError as exc:
+            raise unreadable(exchange, str(exc)) from exc

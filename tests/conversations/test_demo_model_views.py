@@ -128,3 +128,323 @@ def test_models_lists_the_demo_model(client: Client) -> None:
 
 def test_models_needs_the_key_too(client: Client) -> None:
     assert client.get(MODELS).status_code == 401
+
+
+# --- the other wire formats ----------------------------------------------------------------
+
+BEIJING = "What will the weather be like in Beijing tomorrow?"
+ARGUMENTS = {"city": "Beijing", "day": "tomorrow"}
+PARAMETERS = WEATHER["function"]["parameters"]  # type: ignore[index]
+
+
+@pytest.fixture
+def gemini_routes(settings: Settings) -> None:
+    settings.ROOT_URLCONF = "tests.conversations.demo_urls"
+
+
+def events_of(response: Any) -> list[tuple[str, Any]]:
+    """(event name, decoded data) of every event in a text/event-stream response."""
+    assert response["Content-Type"].startswith("text/event-stream")
+    out = []
+    for block in response.content.decode().strip().split("\n\n"):
+        name, data = "message", ""
+        for line in block.split("\n"):
+            field, _, value = line.partition(": ")
+            if field == "event":
+                name = value
+            elif field == "data":
+                data = value
+        out.append((name, data if data == "[DONE]" else json.loads(data)))
+    return out
+
+
+def test_chat_completions_streams_chunks_with_the_arguments_over_several_fragments(client: Client) -> None:
+    response = post(client, {**QUESTION, "stream": True, "stream_options": {"include_usage": True}})
+
+    events = [data for _, data in events_of(response)]
+    assert events[-1] == "[DONE]"
+    fragments = [
+        call["function"]["arguments"]
+        for chunk in events[:-1]
+        for choice in chunk["choices"]
+        for call in choice["delta"].get("tool_calls", [])
+        if "id" not in call
+    ]
+    assert len(fragments) > 1
+    assert json.loads("".join(fragments)) == ARGUMENTS
+    assert [c["finish_reason"] for chunk in events[:-1] for c in chunk["choices"] if c["finish_reason"]] == [
+        "tool_calls"
+    ]
+    assert events[-2]["choices"] == [] and events[-2]["usage"]["total_tokens"] > 0
+
+
+RESPONSES_URL = "/demo-model/v1/responses"
+RESPONSES_QUESTION = {
+    "model": "demo",
+    "input": [{"role": "user", "content": BEIJING}],
+    "tools": [
+        {"type": "function", "name": "demo__get_weather_forecast", "parameters": PARAMETERS, "strict": False}
+    ],
+}
+
+
+def post_responses(client: Client, body: Any, key: str | None = KEY) -> Any:
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {key}"} if key is not None else {}
+    return client.post(RESPONSES_URL, data=json.dumps(body), content_type="application/json", **headers)
+
+
+def test_responses_answers_with_a_function_call_item(client: Client) -> None:
+    response = post_responses(client, RESPONSES_QUESTION)
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["object"] == "response" and body["status"] == "completed"
+    [item] = body["output"]
+    assert item["type"] == "function_call" and item["id"].startswith("fc_")
+    assert item["call_id"].startswith("call_")
+    assert json.loads(item["arguments"]) == ARGUMENTS
+
+
+def test_responses_needs_the_bearer_key(client: Client) -> None:
+    assert post_responses(client, RESPONSES_QUESTION, key=None).status_code == 401
+
+
+def test_responses_reads_back_function_call_outputs_and_answers(client: Client) -> None:
+    call = post_responses(client, RESPONSES_QUESTION).json()["output"][0]
+    follow_up = {
+        **RESPONSES_QUESTION,
+        "input": [
+            *RESPONSES_QUESTION["input"],  # type: ignore[misc]
+            {key: call[key] for key in ("type", "call_id", "name", "arguments")},
+            {"type": "function_call_output", "call_id": call["call_id"], "output": "Sunny, 24°C"},
+        ],
+    }
+
+    body = post_responses(client, follow_up).json()
+
+    [message] = body["output"]
+    assert message["type"] == "message"
+    assert "Sunny, 24°C" in message["content"][0]["text"]
+
+
+def test_responses_streams_named_events_with_argument_deltas(client: Client) -> None:
+    events = events_of(post_responses(client, {**RESPONSES_QUESTION, "stream": True}))
+
+    names = [name for name, _ in events]
+    assert names[0] == "response.created" and names[-1] == "response.completed"
+    assert all(name == data["type"] for name, data in events)
+    deltas = [data["delta"] for name, data in events if name == "response.function_call_arguments.delta"]
+    assert len(deltas) > 1 and json.loads("".join(deltas)) == ARGUMENTS
+    assert [data["sequence_number"] for _, data in events] == list(range(len(events)))
+
+
+MESSAGES_URL = "/demo-model/v1/messages"
+MESSAGES_QUESTION = {
+    "model": "demo",
+    "max_tokens": 1024,
+    "messages": [{"role": "user", "content": BEIJING}],
+    "tools": [{"name": "demo__get_weather_forecast", "input_schema": PARAMETERS}],
+}
+
+
+def post_messages(
+    client: Client, body: Any, key: str | None = KEY, version: str | None = "2023-06-01"
+) -> Any:
+    headers = {}
+    if key is not None:
+        headers["HTTP_X_API_KEY"] = key
+    if version is not None:
+        headers["HTTP_ANTHROPIC_VERSION"] = version
+    return client.post(MESSAGES_URL, data=json.dumps(body), content_type="application/json", **headers)
+
+
+def test_messages_answers_with_a_tool_use_block(client: Client) -> None:
+    response = post_messages(client, MESSAGES_QUESTION)
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["type"] == "message" and body["stop_reason"] == "tool_use"
+    [block] = body["content"]
+    assert block["type"] == "tool_use" and block["id"].startswith("toolu_")
+    assert block["input"] == ARGUMENTS
+
+
+@pytest.mark.parametrize(
+    ("key", "version", "status", "error_type"),
+    [
+        (None, "2023-06-01", 401, "authentication_error"),
+        ("sk-ant-wrong", "2023-06-01", 401, "authentication_error"),
+        (KEY, None, 400, "invalid_request_error"),
+    ],
+    ids=["no-key", "wrong-key", "no-version"],
+)
+def test_messages_checks_the_key_and_version_in_anthropics_envelope(
+    client: Client, key: str | None, version: str | None, status: int, error_type: str
+) -> None:
+    response = post_messages(client, MESSAGES_QUESTION, key=key, version=version)
+
+    assert response.status_code == status
+    assert response.json()["type"] == "error"
+    assert response.json()["error"]["type"] == error_type
+    assert "sk-ant-wrong" not in response.content.decode()
+
+
+def test_messages_refuses_tool_use_without_results_in_anthropics_words(client: Client) -> None:
+    block = post_messages(client, MESSAGES_QUESTION).json()["content"][0]
+    body = {
+        **MESSAGES_QUESTION,
+        "messages": [
+            *MESSAGES_QUESTION["messages"],  # type: ignore[misc]
+            {"role": "assistant", "content": [block]},
+            {"role": "user", "content": "Well?"},
+        ],
+    }
+
+    response = post_messages(client, body)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["message"].startswith(
+        "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_"
+    )
+
+
+def test_messages_without_max_tokens_is_refused(client: Client) -> None:
+    body = {key: value for key, value in MESSAGES_QUESTION.items() if key != "max_tokens"}
+
+    assert post_messages(client, body).json()["error"]["message"] == "max_tokens: Field required"
+
+
+def test_messages_streams_input_json_deltas_between_block_start_and_stop(client: Client) -> None:
+    events = events_of(post_messages(client, {**MESSAGES_QUESTION, "stream": True}))
+
+    names = [name for name, _ in events]
+    assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]
+    fragments = [data["delta"]["partial_json"] for name, data in events if name == "content_block_delta"]
+    assert len(fragments) > 1 and json.loads("".join(fragments)) == ARGUMENTS
+    assert (
+        names.index("content_block_start")
+        < names.index("content_block_delta")
+        < names.index("content_block_stop")
+    )
+
+
+def test_a_demo_error_arrives_in_anthropics_envelope_with_the_same_status(client: Client) -> None:
+    body = {
+        **MESSAGES_QUESTION,
+        "messages": [{"role": "user", "content": "[demo:no-native-tools] weather in Oslo"}],
+    }
+
+    response = post_messages(client, body)
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "registry.ollama.ai/library/demo does not support tools",
+        },
+    }
+
+
+GENERATE_URL = "/demo-model/v1beta/models/demo:generateContent"
+STREAM_URL = "/demo-model/v1beta/models/demo:streamGenerateContent?alt=sse"
+GEMINI_QUESTION = {
+    "contents": [{"role": "user", "parts": [{"text": BEIJING}]}],
+    "tools": [{"functionDeclarations": [{"name": "demo__get_weather_forecast", "parameters": PARAMETERS}]}],
+}
+
+
+def post_gemini(client: Client, body: Any, url: str = GENERATE_URL, key: str | None = KEY) -> Any:
+    headers = {"HTTP_X_GOOG_API_KEY": key} if key is not None else {}
+    return client.post(url, data=json.dumps(body), content_type="application/json", **headers)
+
+
+@pytest.mark.usefixtures("gemini_routes")
+def test_generate_content_answers_with_a_function_call_part_without_an_id(client: Client) -> None:
+    response = post_gemini(client, GEMINI_QUESTION)
+
+    assert response.status_code == 200
+    candidate = response.json()["candidates"][0]
+    assert candidate["finishReason"] == "STOP"
+    [part] = candidate["content"]["parts"]
+    assert part["functionCall"] == {"name": "demo__get_weather_forecast", "args": ARGUMENTS}
+    assert part["thoughtSignature"]
+
+
+@pytest.mark.usefixtures("gemini_routes")
+@pytest.mark.parametrize(("key", "status"), [(None, 403), ("AIza-wrong", 400)], ids=["no-key", "wrong-key"])
+def test_generate_content_checks_the_key_in_geminis_envelope(
+    client: Client, key: str | None, status: int
+) -> None:
+    response = post_gemini(client, GEMINI_QUESTION, key=key)
+
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == status
+
+
+@pytest.mark.usefixtures("gemini_routes")
+def test_generate_content_reads_function_responses_and_answers(client: Client) -> None:
+    call_part = post_gemini(client, GEMINI_QUESTION).json()["candidates"][0]["content"]["parts"][0]
+    follow_up = {
+        **GEMINI_QUESTION,
+        "contents": [
+            *GEMINI_QUESTION["contents"],  # type: ignore[misc]
+            {"role": "model", "parts": [call_part]},
+            {
+                "role": "user",
+                "parts": [
+                    {
+                        "functionResponse": {
+                            "name": "demo__get_weather_forecast",
+                            "response": {"output": "Sunny"},
+                        }
+                    }
+                ],
+            },
+        ],
+    }
+
+    body = post_gemini(client, follow_up).json()
+
+    assert "Sunny" in body["candidates"][0]["content"]["parts"][0]["text"]
+
+
+@pytest.mark.usefixtures("gemini_routes")
+def test_a_function_response_without_a_call_turn_is_refused_in_geminis_words(client: Client) -> None:
+    body = {
+        "contents": [
+            {"role": "user", "parts": [{"functionResponse": {"name": "x", "response": {"output": "1"}}}]},
+        ]
+    }
+
+    response = post_gemini(client, body)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["status"] == "INVALID_ARGUMENT"
+    assert (
+        "function response turn comes immediately after a function call turn"
+        in response.json()["error"]["message"]
+    )
+
+
+@pytest.mark.usefixtures("gemini_routes")
+def test_stream_generate_content_sends_whole_response_chunks_as_sse(client: Client) -> None:
+    body = {
+        **GEMINI_QUESTION,
+        "contents": [{"role": "user", "parts": [{"text": "Hello there, how are you today?"}]}],
+    }
+
+    events = [data for _, data in events_of(post_gemini(client, body, url=STREAM_URL))]
+
+    assert len(events) > 1
+    text = "".join(part["text"] for chunk in events for part in chunk["candidates"][0]["content"]["parts"])
+    assert text.startswith("[demo model]")
+    assert [chunk["candidates"][0].get("finishReason") for chunk in events][-1] == "STOP"
+    assert "usageMetadata" in events[-1]
+
+
+@pytest.mark.usefixtures("gemini_routes")
+def test_stream_generate_content_needs_alt_sse(client: Client) -> None:
+    response = post_gemini(client, GEMINI_QUESTION, url=STREAM_URL.removesuffix("?alt=sse"))
+
+    assert response.status_code == 400

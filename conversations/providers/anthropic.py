@@ -1,0 +1,359 @@
+"""Anthropic Messages (``POST {base}/v1/messages``, wire-formats §4), over plain httpx2.
+
+Base URL convention: as in Anthropic's own SDK, the base URL is the host without a version
+(``https://api.anthropic.com``) and requests go to ``{base}/v1/messages``; a base URL that already
+ends in ``/v1`` gets ``/messages`` only. The in-process demo model's is ``http://127.0.0.1/demo-model``.
+Headers: ``x-api-key`` (masked in the record) and ``anthropic-version: 2023-06-01``.
+
+Request shape:
+
+* system messages become the top-level ``system`` (joined by blank lines: Messages has no system
+  role); ``max_tokens`` is required and defaults to :data:`DEFAULT_MAX_TOKENS`;
+* tools are ``{name, description, input_schema}``; tool_choice auto / required / named / none
+  become ``{type: auto | any | tool (+ name) | none}``, with ``disable_parallel_tool_use`` when
+  the request says ``parallel_tool_calls: false``;
+* an assistant message is text + ``tool_use`` blocks (``input`` is an object: arguments that
+  are not a JSON object are sent as ``{}``). When the message carries the blocks exactly as the
+  model sent them (``Message.echo["anthropic"]["content"]``, kept for replies with thinking
+  blocks) and they hold the same ``tool_use`` ids, those blocks are sent instead, unchanged —
+  Anthropic needs thinking blocks back before ``tool_use`` (wire-formats §13);
+* consecutive tool results become ONE user message of ``tool_result`` blocks (``is_error:
+  true`` for an error result, wire-formats §11); a user message right after them joins that
+  message as a text block after the results;
+* structured output: Messages has no ``response_format``; a ``json_schema`` one is sent as
+  ``output_config.format = {type: "json_schema", schema}`` (wire-formats §4.5). A ``json_object``
+  request (no schema) has no Anthropic form and is refused before sending, worded so that
+  ``auto`` downgrades.
+
+Reply: text blocks joined; each ``tool_use`` block a call whose ``arguments_text`` is the compact
+JSON of its ``input``; ``stop_reason`` mapped to the neutral finish reasons (``tool_use`` →
+``tool_calls``, ``max_tokens`` → ``length``, ``end_turn``/``stop_sequence`` → ``stop``; others as
+sent, ``refusal`` also sets ``ModelReply.refusal``).
+
+Streaming (``Endpoint.stream``) sends ``stream: true``; the whole named-event stream is recorded
+verbatim, then blocks are rebuilt from ``content_block_start`` + ``content_block_delta`` (text,
+``input_json_delta`` fragments joined and parsed at ``content_block_stop``, thinking and its
+signature) and the stop reason and usage from ``message_delta``. A tool with no arguments streams
+``partial_json: ""``, read as ``{}``; joined fragments that are not JSON are kept as the call's raw
+``arguments_text`` so the parser and the repair loop see them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
+from conversations.providers.base import Endpoint, ModelReply, ModelRequest, ProviderError
+from conversations.providers.http import (
+    compact_json,
+    json_object,
+    list_or_empty,
+    object_or_empty,
+    parse_sse,
+    post_json,
+    stream_error,
+    string_or_none,
+    unreadable,
+)
+from inspector.typealias import JSONDict, JSONValue
+from inspector.wire import WireExchange
+
+API_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+KEY = "anthropic"
+
+_STOP_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+}
+# Blocks the neutral message can rebuild; any other kind (thinking, redacted_thinking, server
+# tool blocks) makes the reply keep its raw blocks for the echo.
+_REBUILDABLE = frozenset({"text", "tool_use"})
+
+
+def messages_url(base_url: str) -> str:
+    base = base_url.rstrip("/")
+    return f"{base}/messages" if base.endswith("/v1") else f"{base}/v1/messages"
+
+
+def wire_tool(tool: ToolDef) -> JSONDict:
+    wire: JSONDict = {"name": tool.provider_name}
+    if tool.description:
+        wire["description"] = tool.description
+    wire["input_schema"] = tool.input_schema
+    return wire
+
+
+def wire_tool_choice(choice: ToolChoice, parallel: bool | None) -> JSONDict:
+    wire: JSONDict
+    if choice.mode == "named":
+        wire = {"type": "tool", "name": choice.name or ""}
+    elif choice.mode == "required":
+        wire = {"type": "any"}
+    else:
+        wire = {"type": choice.mode}
+    if parallel is False and choice.mode != "none":
+        wire["disable_parallel_tool_use"] = True
+    return wire
+
+
+def _input(call: ToolCall) -> JSONDict:
+    if call.arguments is not None:
+        return call.arguments
+    try:
+        value = json.loads(call.arguments_text) if call.arguments_text.strip() else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _echoed_blocks(message: Message) -> list[JSONValue] | None:
+    """The assistant's raw blocks, when kept and still matching its calls."""
+    blocks = list_or_empty(object_or_empty((message.echo or {}).get(KEY)).get("content"))
+    ids = [block.get("id") for block in blocks if isinstance(block, dict) and block.get("type") == "tool_use"]
+    if blocks and ids == [call.id for call in message.tool_calls]:
+        return blocks
+    return None
+
+
+def _assistant_content(message: Message) -> list[JSONValue]:
+    echoed = _echoed_blocks(message)
+    if echoed is not None:
+        return echoed
+    blocks: list[JSONValue] = []
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
+    blocks.extend(
+        {"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call)}
+        for call in message.tool_calls
+    )
+    return blocks
+
+
+def _tool_result(message: Message) -> JSONDict:
+    block: JSONDict = {
+        "type": "tool_result",
+        "tool_use_id": message.tool_call_id or "",
+        "content": message.content or "",
+    }
+    if message.is_error:
+        block["is_error"] = True
+    return block
+
+
+def wire_messages(messages: list[Message]) -> tuple[str, list[JSONValue]]:
+    """The neutral conversation as (``system``, ``messages``) in Anthropic's shape."""
+    system: list[str] = []
+    wire: list[JSONValue] = []
+    results: list[JSONValue] | None = None  # the content of the open tool-result user message
+    for message in messages:
+        if message.role == "system":
+            system.append(message.content or "")
+        elif message.role == "tool":
+            if results is None:
+                results = []
+                wire.append({"role": "user", "content": results})
+            results.append(_tool_result(message))
+        elif message.role == "user" and results is not None:
+            results.append({"type": "text", "text": message.content or ""})
+            results = None
+        elif message.role == "user":
+            wire.append({"role": "user", "content": message.content or ""})
+        else:
+            results = None
+            content = _assistant_content(message)
+            if content:  # an empty assistant message is not accepted; nothing was said
+                wire.append({"role": "assistant", "content": content})
+    return "\n\n".join(system), wire
+
+
+def _output_format(response_format: JSONDict) -> JSONDict:
+    """``output_config.format`` for a chat-shaped ``response_format``.
+
+    Raises:
+        ProviderError: the format has no Anthropic equivalent (anything but ``json_schema``).
+    """
+    if response_format.get("type") != "json_schema":
+        raise ProviderError(
+            f"response_format type {response_format.get('type')!r} is not supported by Anthropic "
+            "Messages (only a json_schema, sent as output_config.format)"
+        )
+    schema = object_or_empty(object_or_empty(response_format.get("json_schema")).get("schema"))
+    return {"type": "json_schema", "schema": schema}
+
+
+def request_body(model: str, request: ModelRequest, *, stream: bool = False) -> JSONDict:
+    """The Messages request body.
+
+    Raises:
+        ProviderError: the request asks for a structured output Anthropic cannot express.
+    """
+    system, messages = wire_messages(request.messages)
+    body: JSONDict = {"model": model, "max_tokens": DEFAULT_MAX_TOKENS}
+    if system:
+        body["system"] = system
+    body["messages"] = messages
+    if request.tools:
+        body["tools"] = [wire_tool(tool) for tool in request.tools]
+        body["tool_choice"] = wire_tool_choice(request.tool_choice, request.parallel_tool_calls)
+    if request.response_format is not None and request.response_format.get("type") != "text":
+        body["output_config"] = {"format": _output_format(request.response_format)}
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def _reply(message: JSONDict, exchange: WireExchange, raw_inputs: dict[str, str] | None = None) -> ModelReply:
+    """The neutral reply for a Messages ``message`` (as sent whole, or as rebuilt from a stream).
+
+    ``raw_inputs`` holds, by ``tool_use`` id, streamed input text that did not parse as JSON.
+    """
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    content = list_or_empty(message.get("content"))
+    for block in content:
+        block = object_or_empty(block)
+        if block.get("type") == "text":
+            texts.append(string_or_none(block.get("text")) or "")
+        elif block.get("type") == "tool_use":
+            call_id = string_or_none(block.get("id")) or ""
+            raw = (raw_inputs or {}).get(call_id)
+            calls.append(
+                ToolCall(
+                    id=call_id,
+                    name=string_or_none(block.get("name")) or "",
+                    arguments_text=raw if raw is not None else compact_json(block.get("input", {})),
+                )
+            )
+    stop_reason = string_or_none(message.get("stop_reason")) or ""
+    text = "".join(texts) if texts else None
+    keep = any(object_or_empty(block).get("type") not in _REBUILDABLE for block in content)
+    return ModelReply(
+        text=text,
+        tool_calls=calls,
+        finish_reason=_STOP_REASONS.get(stop_reason, stop_reason),
+        exchange=exchange,
+        usage=object_or_empty(message.get("usage")),
+        refusal=(text or "the model declined to answer (stop_reason: refusal)")
+        if stop_reason == "refusal"
+        else None,
+        echo={KEY: {"content": content}} if keep else None,
+    )
+
+
+@dataclass
+class _BlockAssembler:
+    """Rebuilds a streamed message from its events (wire-formats §4.4)."""
+
+    message: JSONDict = field(default_factory=dict)
+    blocks: dict[int, JSONDict] = field(default_factory=dict)
+    partial_json: dict[int, list[str]] = field(default_factory=dict)
+    raw_inputs: dict[str, str] = field(default_factory=dict)
+    stopped: bool = False
+
+    def add(self, event: JSONDict) -> None:
+        kind = event.get("type")
+        index = event.get("index")
+        position = index if isinstance(index, int) else -1
+        if kind == "message_start":
+            self.message = dict(object_or_empty(event.get("message")))
+        elif kind == "content_block_start":
+            self.blocks[position] = dict(object_or_empty(event.get("content_block")))
+        elif kind == "content_block_delta":
+            self._add_delta(position, object_or_empty(event.get("delta")))
+        elif kind == "content_block_stop":
+            self._finish_block(position)
+        elif kind == "message_delta":
+            self.message.update(object_or_empty(event.get("delta")))
+            usage = {**object_or_empty(self.message.get("usage")), **object_or_empty(event.get("usage"))}
+            self.message["usage"] = usage
+        elif kind == "message_stop":
+            self.stopped = True
+
+    def _add_delta(self, position: int, delta: JSONDict) -> None:
+        block = self.blocks.setdefault(position, {})
+        kind = delta.get("type")
+        if kind == "input_json_delta":
+            self.partial_json.setdefault(position, []).append(string_or_none(delta.get("partial_json")) or "")
+        elif kind == "text_delta":
+            block["text"] = (string_or_none(block.get("text")) or "") + (
+                string_or_none(delta.get("text")) or ""
+            )
+        elif kind == "thinking_delta":
+            block["thinking"] = (string_or_none(block.get("thinking")) or "") + (
+                string_or_none(delta.get("thinking")) or ""
+            )
+        elif kind == "signature_delta":
+            block["signature"] = (string_or_none(block.get("signature")) or "") + (
+                string_or_none(delta.get("signature")) or ""
+            )
+
+    def _finish_block(self, position: int) -> None:
+        block = self.blocks.get(position)
+        if block is None or block.get("type") != "tool_use" or position not in self.partial_json:
+            return
+        joined = "".join(self.partial_json[position])
+        try:
+            value = json.loads(joined) if joined.strip() else {}
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            block["input"] = value
+        else:
+            self.raw_inputs[string_or_none(block.get("id")) or ""] = joined
+
+    def assembled(self) -> JSONDict:
+        return {**self.message, "content": [self.blocks[position] for position in sorted(self.blocks)]}
+
+
+def _parse_stream(body: str, exchange: WireExchange) -> ModelReply:
+    """The reply rebuilt from a recorded Messages event stream.
+
+    Raises:
+        ProviderError: an ``error`` event (e.g. ``overloaded_error``) in the stream.
+        ValueError: an event is not JSON, or the stream ended before ``message_stop``.
+    """
+    assembler = _BlockAssembler()
+    for event in parse_sse(body):
+        data = json_object(event.data)
+        if data.get("type") == "error":
+            detail = string_or_none(object_or_empty(data.get("error")).get("message"))
+            raise stream_error(exchange, detail or event.data)
+        assembler.add(data)
+    if not assembler.stopped:
+        raise ValueError("the event stream ended before message_stop")
+    return _reply(assembler.assembled(), exchange, assembler.raw_inputs)
+
+
+class AnthropicProvider:
+    key: ClassVar[str] = KEY
+    label: ClassVar[str] = "Anthropic Messages"
+    default_base_url: ClassVar[str] = "https://api.anthropic.com"
+    demo_base_url: ClassVar[str] = "http://127.0.0.1/demo-model"
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+
+    def complete(self, request: ModelRequest) -> ModelReply:
+        headers = {"anthropic-version": API_VERSION}
+        if self.endpoint.api_key:
+            headers["x-api-key"] = self.endpoint.api_key
+        exchange, body = post_json(
+            self.endpoint,
+            messages_url(self.endpoint.base_url),
+            request_body(self.endpoint.model, request, stream=self.endpoint.stream),
+            headers,
+        )
+        try:
+            if self.endpoint.stream:
+                return _parse_stream(body, exchange)
+            message = json_object(body)
+            if message.get("type") != "message":
+                raise ValueError(f"expected a message object, got type {message.get('type')!r}")
+            return _reply(message, exchange)
+        except ValueError as exc:
+            raise unreadable(exchange, str(exc)) from exc

@@ -1,0 +1,228 @@
+"""The HTTP seam every provider shares: one client per endpoint, exact capture, errors with intent.
+
+Requests are captured at the httpx2 client: the recorded request body is ``request.content``
+(the bytes that were sent), the response body is the bytes that came back — for a streamed
+reply the whole event stream, verbatim, read to its end before it is parsed. Credential headers
+are masked by ``inspector.wire.safe_headers``; nothing here ever stores a key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import httpx2
+
+from conversations.providers.base import Endpoint, ProviderError
+from inspector.typealias import JSONDict, JSONValue
+from inspector.wire import WireExchange, decode_body, safe_headers
+
+# Ids a provider had to make up (the wire had none); providers that pair by position send them
+# nowhere, the others send them back like any id.
+SYNTHESIZED_ID_PREFIX = "synth_"
+
+
+class _TransportRegistry:
+    """In-process transports for endpoints served by this app (the demo model), by endpoint."""
+
+    def __init__(self) -> None:
+        self._transports: dict[Endpoint, httpx2.BaseTransport] = {}
+
+    def set(self, endpoint: Endpoint, transport: httpx2.BaseTransport) -> None:
+        self._transports.setdefault(endpoint, transport)
+
+    def get(self, endpoint: Endpoint) -> httpx2.BaseTransport | None:
+        return self._transports.get(endpoint)
+
+
+endpoint_transport = _TransportRegistry()
+
+_clients: dict[Endpoint, httpx2.Client] = {}
+_clients_lock = threading.Lock()
+
+
+def http_client(endpoint: Endpoint) -> httpx2.Client:
+    """One client (and connection pool) per endpoint, shared by all threads; never retries."""
+    with _clients_lock:
+        client = _clients.get(endpoint)
+        if client is None:
+            client = httpx2.Client(
+                transport=endpoint_transport.get(endpoint), timeout=endpoint.timeout, follow_redirects=False
+            )
+            _clients[endpoint] = client
+        return client
+
+
+def new_exchange(request: httpx2.Request, started: datetime, t0: float) -> WireExchange:
+    """The record of ``request`` as sent, timed from ``t0`` until now."""
+    return WireExchange(
+        channel="llm",
+        label=f"{request.method} {request.url.path}",
+        started_at=started,
+        request_headers=safe_headers(request.headers.multi_items()),
+        request_body=decode_body(request.content),
+        duration_ms=(time.monotonic() - t0) * 1000,
+    )
+
+
+def with_response(exchange: WireExchange, response: httpx2.Response) -> WireExchange:
+    """``exchange`` completed with the (already read) response: status, masked headers, body."""
+    exchange.status = str(response.status_code)
+    exchange.response_headers = safe_headers(response.headers.multi_items())
+    exchange.response_body = decode_body(response.content)
+    return exchange
+
+
+def error_detail(body: str, fallback: str) -> str:
+    """The provider's own error message from an error body, verbatim, else ``fallback``.
+
+    OpenAI (``{"error": {"message"}}``), Anthropic (``{"type": "error", "error": {"message"}}``)
+    and Gemini (``{"error": {"code", "message", "status"}}``) all put it at ``error.message``;
+    some compatible servers send ``{"error": "text"}``.
+    """
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return fallback
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])
+    if isinstance(error, str) and error:
+        return error
+    return fallback
+
+
+def status_error(exchange: WireExchange, status: int) -> ProviderError:
+    """The error for an HTTP error status; its message carries the provider's text verbatim."""
+    detail = error_detail(exchange.response_body, f"HTTP {status}")
+    exchange.error = detail
+    return ProviderError(f"the model endpoint answered {status}: {detail}", exchange=exchange, status=status)
+
+
+def unreadable(exchange: WireExchange, problem: str) -> ProviderError:
+    """The error for a 2xx answer that cannot be read as the wire format says."""
+    exchange.error = f"unreadable response: {problem}"
+    return ProviderError(f"the model endpoint sent an unreadable response: {problem}", exchange=exchange)
+
+
+def stream_error(exchange: WireExchange, detail: str) -> ProviderError:
+    """The error for an error event inside a 2xx event stream (e.g. Anthropic's ``overloaded_error``)."""
+    exchange.error = detail
+    return ProviderError(f"the model endpoint sent an error in the event stream: {detail}", exchange=exchange)
+
+
+def post_json(
+    endpoint: Endpoint, url: str, body: JSONDict, headers: Mapping[str, str]
+) -> tuple[WireExchange, str]:
+    """POST ``body`` as JSON to ``url`` and read the whole answer (a JSON body or an event stream).
+
+    Returns the recorded exchange and the response text (the raw event stream for a stream).
+
+    Raises:
+        ProviderError: an HTTP error status (the provider's message verbatim, ``status`` set), a
+            timeout or a connection failure; always with the exchange as far as it got.
+    """
+    client = http_client(endpoint)
+    request = client.build_request(
+        "POST",
+        url,
+        content=json.dumps(body, ensure_ascii=False).encode(),
+        headers={"content-type": "application/json", **headers},
+    )
+    started = datetime.now(UTC)
+    t0 = time.monotonic()
+    try:
+        response = client.send(request)
+    except httpx2.TimeoutException as exc:
+        exchange = new_exchange(request, started, t0)
+        exchange.status = "timeout"
+        exchange.error = f"{type(exc).__name__}: {exc}"
+        raise ProviderError(f"the model endpoint timed out: {exchange.error}", exchange=exchange) from exc
+    except httpx2.HTTPError as exc:
+        exchange = new_exchange(request, started, t0)
+        exchange.status = "error"
+        exchange.error = f"{type(exc).__name__}: {exc}"
+        raise ProviderError(
+            f"the model endpoint could not be reached: {exchange.error}", exchange=exchange
+        ) from exc
+    exchange = with_response(new_exchange(request, started, t0), response)
+    if response.status_code >= 400:
+        raise status_error(exchange, response.status_code)
+    return exchange, exchange.response_body
+
+
+def json_object(text: str) -> JSONDict:
+    """``text`` parsed as a JSON object.
+
+    Raises:
+        ValueError: it is not JSON, or not an object.
+    """
+    value: JSONValue = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    """One server-sent event: its ``event:`` name (``message`` when unnamed) and joined ``data:``."""
+
+    event: str
+    data: str
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def parse_sse(text: str) -> list[SseEvent]:
+    """The events of a recorded ``text/event-stream`` body, in order (comments dropped).
+
+    Only CR/LF end a line: JSON data may hold U+2028 and friends unescaped.
+    """
+    events: list[SseEvent] = []
+    name = ""
+    data: list[str] = []
+    for line in [*_LINE_BREAK.split(text), ""]:
+        if not line:
+            if data:
+                events.append(SseEvent(name or "message", "\n".join(data)))
+            name, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "event":
+            name = value
+        elif field == "data":
+            data.append(value)
+    return events
+
+
+def compact_json(value: JSONValue) -> str:
+    """The JSON text of an already parsed value (a tool input or ``args`` object)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def synthesized_call_id(seed: str, index: int) -> str:
+    """A stable id for the ``index``-th call of a reply whose wire gave it none (wire-formats §10.7)."""
+    digest = hashlib.sha256(f"{seed}#{index}".encode()).hexdigest()[:16]
+    return f"{SYNTHESIZED_ID_PREFIX}{digest}_{index}"
+
+
+def string_or_none(value: JSONValue) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def object_or_empty(value: JSONValue) -> JSONDict:
+    return value if isinstance(value, dict) else {}
+
+
+def list_or_empty(value: JSONValue) -> list[JSONValue]:
+    return value if isinstance(value, list) else []
