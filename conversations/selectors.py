@@ -3,14 +3,36 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime, timedelta
+from itertools import zip_longest
 from uuid import UUID
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
-from django.db.models import Count, Prefetch, Q, QuerySet
+from django.contrib.postgres.search import SearchQuery, SearchVector
+from django.db import connection
+from django.db.models import (
+    BigIntegerField,
+    Case,
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, Coalesce, Left
 
 from conversations.models import Comparison, Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.splicing import prompt_diff
@@ -473,3 +495,518 @@ def run_summary_json(run: RunSummary) -> JSONDict:
         "answer": run.answer,
         "error": run.error,
     }
+
+
+# --- finding conversations: filters, full text, sorting --------------------------------------------
+
+
+@dataclass(frozen=True)
+class ErrorClass:
+    """A kind of failure, as the steps that record it (``steps`` filters ``Step`` rows)."""
+
+    label: str
+    steps: Q
+
+
+# What the gateway says when a server, not the tool, failed (see servers.gateway and its pool).
+SERVER_FAILURE_MARKERS = (
+    "closed the connection",
+    "timed out",
+    "could not connect",
+    "did not complete the connection",
+    "gave no answer",
+)
+
+
+def _mentions_any(field_name: str, markers: tuple[str, ...]) -> Q:
+    condition = Q()
+    for marker in markers:
+        condition |= Q(**{f"{field_name}__icontains": marker})
+    return condition
+
+
+_NOT_SENT = Q(error__startswith="not sent:")
+# A call the server never answered, or a server that could not even list its tools.
+_SERVER_FAILED = (
+    Q(kind=Step.Kind.TOOL, status=Step.Status.ERROR) & _mentions_any("error", SERVER_FAILURE_MARKERS)
+) | Q(kind=Step.Kind.CONNECT, status=Step.Status.ERROR)
+_MODEL_FAILED = Q(kind=Step.Kind.ERROR, title__endswith=" failed")
+
+# The fixed set of error classes the list can be filtered by. A conversation is in a class when
+# any step of any of its turns is.
+ERROR_CLASSES: dict[str, ErrorClass] = {
+    "model": ErrorClass("model error — the provider call failed", _MODEL_FAILED),
+    "invalid_call": ErrorClass(
+        "invalid call — refused before it was sent (unknown tool, bad arguments)",
+        Q(kind=Step.Kind.TOOL) & _NOT_SENT,
+    ),
+    "tool": ErrorClass(
+        "tool error — the tool answered with an error",
+        Q(kind=Step.Kind.TOOL, status=Step.Status.ERROR) & ~_NOT_SENT & ~_SERVER_FAILED,
+    ),
+    "server": ErrorClass("server crashed, unreachable or timed out", _SERVER_FAILED),
+    "run": ErrorClass(
+        "the run stopped — could not start, internal error, step limit",
+        Q(kind=Step.Kind.ERROR) & ~_MODEL_FAILED,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Sort:
+    label: str
+    field: str
+    descending: bool
+
+
+# Sort keys as they appear in ``?sort=``; ties fall back to newest first.
+SORTS: dict[str, Sort] = {
+    "-created": Sort("newest first", "created_at", True),
+    "created": Sort("oldest first", "created_at", False),
+    "-duration": Sort("longest first", "duration", True),
+    "duration": Sort("shortest first", "duration", False),
+    "-tokens": Sort("most tokens first", "tokens", True),
+    "tokens": Sort("fewest tokens first", "tokens", False),
+}
+DEFAULT_SORT = "-created"
+
+
+@dataclass(frozen=True)
+class ConversationFilters:
+    """What to look for in the conversation list; an empty field does not filter.
+
+    ``server`` — the conversation's servers, or any recorded exchange with that server (imported
+    conversations keep server names only). ``tool`` — any tool call of that tool, by name
+    (``get_weather_forecast``) or as ``server/tool``. ``model_profile`` — the profile's name.
+    ``status`` — the status of the conversation's *latest* turn, i.e. what it is now (a failure
+    in an earlier turn is what ``error`` finds). ``error`` — a key of ``ERROR_CLASSES``.
+    ``owner`` — a username (only narrows what the user may see anyway). ``created_from`` /
+    ``created_to`` — inclusive dates, in the site's time zone. ``q`` — full text over questions,
+    answers and raw exchange bodies (see ``text_match``). ``sort`` — a key of ``SORTS``.
+    """
+
+    q: str = ""
+    server: str = ""
+    tool: str = ""
+    model_profile: str = ""
+    paradigm: str = ""
+    status: str = ""
+    error: str = ""
+    owner: str = ""
+    created_from: date | None = None
+    created_to: date | None = None
+    sort: str = DEFAULT_SORT
+
+
+# PostgreSQL full text: the text search configuration, and how much of each raw body is indexed.
+# A tsvector holds at most 1 MB; 200,000 characters of the most varied text stay well below it,
+# and a body is cut there (the SQLite fallback reads whole bodies).
+FTS_CONFIG = "english"
+FTS_BODY_CHARS = 200_000
+
+
+def turn_search_document() -> SearchVector:
+    """The searchable text of a turn on PostgreSQL (an index must use this very expression)."""
+    return SearchVector("question", "answer", config=FTS_CONFIG)
+
+
+def exchange_search_document() -> SearchVector:
+    """The searchable text of an exchange on PostgreSQL (an index must use this very expression)."""
+    return SearchVector(
+        Left("request_body", FTS_BODY_CHARS), Left("response_body", FTS_BODY_CHARS), config=FTS_CONFIG
+    )
+
+
+def _terms(text: str) -> list[str]:
+    """Words, or "quoted phrases", of a search text."""
+    return [phrase or word for phrase, word in re.findall(r'"([^"]+)"|(\S+)', text) if phrase or word]
+
+
+def text_match(text: str) -> Q:
+    """Conversations with ``text`` in a question, an answer or a raw exchange body.
+
+    PostgreSQL: full-text search (``websearch_to_tsquery``: words are stemmed and all must occur
+    in one turn or one exchange; "quoted phrases", ``or`` and ``-word`` work). Elsewhere (the
+    SQLite default): every word or "quoted phrase" must occur, case-insensitively, in the same
+    turn or the same exchange.
+    """
+    turns: QuerySet[Turn]
+    exchanges: QuerySet[Exchange]
+    if connection.vendor == "postgresql":
+        query = SearchQuery(text, search_type="websearch", config=FTS_CONFIG)
+        turns = Turn.objects.annotate(document=turn_search_document()).filter(document=query)
+        exchanges = Exchange.objects.annotate(document=exchange_search_document()).filter(document=query)
+    else:
+        terms = _terms(text)
+        turns = Turn.objects.filter(*[Q(question__icontains=t) | Q(answer__icontains=t) for t in terms])
+        exchanges = Exchange.objects.filter(
+            *[Q(request_body__icontains=t) | Q(response_body__icontains=t) for t in terms]
+        )
+    return Q(pk__in=turns.values("conversation_id")) | Q(
+        pk__in=exchanges.filter(turn__isnull=False).values("turn__conversation_id")
+    )
+
+
+def _in_conversations(steps_or_exchanges: QuerySet[Step] | QuerySet[Exchange]) -> Q:
+    return Q(pk__in=steps_or_exchanges.filter(turn__isnull=False).values("turn__conversation_id"))
+
+
+def _usage_count(key: str) -> Case:
+    """One whole-number key of a step's ``usage``, NULL when absent or not a whole number."""
+    return Case(
+        When(
+            **{f"usage__{key}__regex": r"^[0-9]+$"},
+            then=Cast(KeyTextTransform(key, "usage"), BigIntegerField()),
+        ),
+        default=Value(None),
+        output_field=BigIntegerField(),
+    )
+
+
+def _step_tokens() -> Coalesce:
+    """The tokens a model call used, as the provider reported them (OpenAI, Gemini, Anthropic names)."""
+    return Coalesce(
+        _usage_count("total_tokens"),
+        _usage_count("totalTokenCount"),
+        _usage_count("input_tokens") + _usage_count("output_tokens"),
+        output_field=BigIntegerField(),
+    )
+
+
+def _measured(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
+    """Annotate ``latest_status``, ``duration`` (the sum of its turns' run times, NULL before any
+    turn finished) and ``tokens`` (the sum of the provider-reported usage of every model call,
+    NULL when none reported any)."""
+    latest = Turn.objects.filter(conversation=OuterRef("pk")).order_by("-seq").values("status")[:1]
+    run_time = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
+    durations = (
+        Turn.objects.filter(conversation=OuterRef("pk"), started_at__isnull=False, finished_at__isnull=False)
+        .order_by()
+        .values("conversation")
+        .annotate(total=Sum(run_time))
+        .values("total")
+    )
+    tokens = (
+        Step.objects.filter(turn__conversation=OuterRef("pk"))
+        .order_by()
+        .values("turn__conversation")
+        .annotate(total=Sum(_step_tokens()))
+        .values("total")
+    )
+    return conversations.annotate(
+        latest_status=Subquery(latest),
+        duration=Subquery(durations, output_field=DurationField()),
+        tokens=Subquery(tokens, output_field=BigIntegerField()),
+    )
+
+
+def _conditions(filters: ConversationFilters) -> list[Q]:
+    conditions: list[Q] = []
+    if filters.server:
+        conditions.append(
+            Q(
+                pk__in=Conversation.servers.through.objects.filter(mcpserver__name=filters.server).values(
+                    "conversation_id"
+                )
+            )
+            | _in_conversations(
+                Exchange.objects.filter(Q(server__name=filters.server) | Q(server_name=filters.server))
+            )
+        )
+    if filters.tool:
+        calls = Step.objects.filter(kind=Step.Kind.TOOL).filter(
+            Q(tool_name=filters.tool) | Q(title=filters.tool)
+        )
+        conditions.append(_in_conversations(calls))
+    if filters.model_profile:
+        conditions.append(Q(model_profile__name=filters.model_profile))
+    if filters.paradigm:
+        conditions.append(Q(paradigm=filters.paradigm))
+    if filters.status:
+        conditions.append(Q(latest_status=filters.status))
+    if filters.error:
+        conditions.append(_in_conversations(Step.objects.filter(ERROR_CLASSES[filters.error].steps)))
+    if filters.owner:
+        conditions.append(Q(owner__username=filters.owner))
+    if filters.created_from is not None:
+        conditions.append(Q(created_at__date__gte=filters.created_from))
+    if filters.created_to is not None:
+        conditions.append(Q(created_at__date__lte=filters.created_to))
+    if filters.q.strip():
+        conditions.append(text_match(filters.q.strip()))
+    return conditions
+
+
+def conversation_search(
+    *, user: AbstractBaseUser | AnonymousUser, filters: ConversationFilters
+) -> QuerySet[Conversation]:
+    """The conversations ``user`` may see (``conversation_list``) that match ``filters``, sorted.
+
+    Each conversation appears once however many of its turns, steps or exchanges match, and
+    carries the annotations ``latest_status``, ``duration`` and ``tokens``. Conversations
+    without a duration or a token count sort last either way.
+
+    Raises:
+        ValueError: an unknown ``error`` class or ``sort`` key.
+    """
+    if filters.error and filters.error not in ERROR_CLASSES:
+        raise ValueError(f"unknown error class {filters.error!r}")
+    sort = SORTS.get(filters.sort)
+    if sort is None:
+        raise ValueError(f"unknown sort {filters.sort!r}")
+    column = F(sort.field)
+    order = column.desc(nulls_last=True) if sort.descending else column.asc(nulls_last=True)
+    return (
+        _measured(conversation_list(user=user))
+        .filter(*_conditions(filters))
+        .order_by(order, "-created_at", "-pk")
+    )
+
+
+@dataclass(frozen=True)
+class ConversationRow:
+    """One line of the conversation list."""
+
+    conversation: Conversation
+    status: str
+    duration_ms: float | None
+    tokens: int | None
+    tools: list[str]
+
+
+def _tool_label(server: str, tool: str) -> str:
+    return f"{server}/{tool}" if server else tool
+
+
+def conversation_rows(*, conversations: Sequence[Conversation]) -> list[ConversationRow]:
+    """The list page's rows for a page of ``conversation_search`` results, with the tools each
+    called (distinct ``server/tool`` names, in the order first called; one query for the page)."""
+    tools: dict[int, list[str]] = {conversation.pk: [] for conversation in conversations}
+    calls = (
+        Step.objects.filter(kind=Step.Kind.TOOL, turn__conversation__in=list(tools))
+        .order_by("turn__conversation_id", "turn__seq", "seq")
+        .values_list("turn__conversation_id", "server__name", "server_name", "tool_name")
+    )
+    for conversation_id, server, server_name, tool in calls:
+        label = _tool_label(server or server_name, tool)
+        if label and label not in tools[conversation_id]:
+            tools[conversation_id].append(label)
+    rows = []
+    for conversation in conversations:
+        duration: timedelta | None = getattr(conversation, "duration", None)
+        tokens: int | None = getattr(conversation, "tokens", None)
+        rows.append(
+            ConversationRow(
+                conversation=conversation,
+                status=getattr(conversation, "latest_status", None) or "",
+                duration_ms=duration.total_seconds() * 1000 if duration is not None else None,
+                tokens=tokens,
+                tools=tools[conversation.pk],
+            )
+        )
+    return rows
+
+
+def exchange_get(*, conversation: Conversation, exchange_id: int) -> Exchange | None:
+    """One exchange of ``conversation``; None if it is not one of its turns'."""
+    return Exchange.objects.filter(turn__conversation=conversation, pk=exchange_id).first()
+
+
+# --- replays: the same question against today's servers and profile, compared ---------------------
+
+
+@dataclass(frozen=True)
+class Compared:
+    """One value of the original turn beside the replay's."""
+
+    original: JSONValue
+    replay: JSONValue
+
+    @property
+    def same(self) -> bool:
+        return self.original == self.replay
+
+
+@dataclass(frozen=True)
+class ToolChange:
+    """A tool offered to both turns whose definition changed."""
+
+    tool: str
+    schema: PromptDiff | None
+    description: Compared | None
+
+
+@dataclass(frozen=True)
+class ToolListDiff:
+    """The tools offered to the replay against those the original was offered, by ``server/name``."""
+
+    added: list[str]
+    removed: list[str]
+    changed: list[ToolChange]
+    unchanged: int
+
+    @property
+    def same(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+
+@dataclass(frozen=True)
+class CallDiff:
+    """The n-th tool call of each turn (``None`` on the side that made fewer calls)."""
+
+    index: int
+    tool: Compared
+    arguments: Compared
+    result: Compared
+    status: Compared
+
+    @property
+    def same(self) -> bool:
+        return self.tool.same and self.arguments.same and self.result.same and self.status.same
+
+
+@dataclass(frozen=True)
+class ReplayDiff:
+    """What a replay did differently from the turn it replays: tools offered, calls, outcome."""
+
+    original: Turn
+    replay: Turn
+    tools: ToolListDiff
+    calls: list[CallDiff]
+    status: Compared
+    answer: Compared
+    error: Compared
+
+    @property
+    def same(self) -> bool:
+        return (
+            self.tools.same
+            and all(call.same for call in self.calls)
+            and self.status.same
+            and self.answer.same
+            and self.error.same
+        )
+
+
+def _offered(tools: JSONValue) -> dict[str, JSONDict]:
+    """A turn's stored tool list by ``server/name``."""
+    offered: dict[str, JSONDict] = {}
+    for tool in tools if isinstance(tools, list) else []:
+        if isinstance(tool, dict):
+            offered[_tool_label(str(tool.get("server") or ""), str(tool.get("name") or ""))] = tool
+    return offered
+
+
+def _schema_text(schema: JSONValue) -> str:
+    return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _tool_change(name: str, before: JSONDict, after: JSONDict) -> ToolChange | None:
+    old_schema, new_schema = before.get("inputSchema"), after.get("inputSchema")
+    old_text, new_text = before.get("description") or "", after.get("description") or ""
+    if old_schema == new_schema and old_text == new_text:
+        return None
+    return ToolChange(
+        tool=name,
+        schema=(
+            prompt_diff_lines(_schema_text(old_schema), _schema_text(new_schema))
+            if old_schema != new_schema
+            else None
+        ),
+        description=Compared(old_text, new_text) if old_text != new_text else None,
+    )
+
+
+def tool_list_diff(*, original: JSONValue, replay: JSONValue) -> ToolListDiff:
+    """Two stored tool lists (``Turn.tools``) compared by ``server/name``: inputSchema and description."""
+    before, after = _offered(original), _offered(replay)
+    changed = [
+        change
+        for name in before
+        if name in after and (change := _tool_change(name, before[name], after[name])) is not None
+    ]
+    return ToolListDiff(
+        added=[name for name in after if name not in before],
+        removed=[name for name in before if name not in after],
+        changed=changed,
+        unchanged=len([name for name in before if name in after]) - len(changed),
+    )
+
+
+def _tool_calls(turn: Turn) -> list[Step]:
+    return list(Step.objects.filter(turn=turn, kind=Step.Kind.TOOL).select_related("server").order_by("seq"))
+
+
+def _outcome(step: Step) -> JSONValue:
+    """What came back from a call: the result, else the error text (a call never sent has only that)."""
+    return step.result if step.result is not None else (step.error or None)
+
+
+def _call_side(step: Step | None) -> tuple[JSONValue, JSONValue, JSONValue, JSONValue]:
+    if step is None:
+        return None, None, None, None
+    tool = _tool_label(step.server.name if step.server else step.server_name, step.tool_name)
+    return tool, step.arguments, _outcome(step), step.status
+
+
+def replay_diff(*, original: Turn, replay: Turn) -> ReplayDiff:
+    """The replay against the original, call by call in the order the calls were made."""
+    calls = []
+    pairs = zip_longest(_tool_calls(original), _tool_calls(replay))
+    for index, (before, after) in enumerate(pairs, start=1):
+        old, new = _call_side(before), _call_side(after)
+        calls.append(
+            CallDiff(
+                index=index,
+                tool=Compared(old[0], new[0]),
+                arguments=Compared(old[1], new[1]),
+                result=Compared(old[2], new[2]),
+                status=Compared(old[3], new[3]),
+            )
+        )
+    return ReplayDiff(
+        original=original,
+        replay=replay,
+        tools=tool_list_diff(original=original.tools, replay=replay.tools),
+        calls=calls,
+        status=Compared(original.status, replay.status),
+        answer=Compared(original.answer, replay.answer),
+        error=Compared(original.error, replay.error),
+    )
+
+
+@dataclass(frozen=True)
+class ReplaySummary:
+    """A replay conversation's link to what it replays, for its page.
+
+    ``original`` is None when the user may not see the original conversation (the replay's
+    owner may have had access that this viewer lacks); ``diff`` is None until both turns exist
+    and the replay has finished.
+    """
+
+    original: Turn | None
+    replay: Turn | None
+    diff: ReplayDiff | None
+
+
+def replay_summary(
+    *, user: AbstractBaseUser | AnonymousUser, conversation: Conversation
+) -> ReplaySummary | None:
+    """How a replay conversation differs from the turn it replays; None if it replays nothing.
+
+    The replay is the conversation's first turn; the original is looked up among the
+    conversations ``user`` may see, so a replay never shows a record its viewer could not open.
+    """
+    if conversation.replay_of_id is None:
+        return None
+    original = (
+        Turn.objects.filter(
+            pk=conversation.replay_of_id, conversation__in=conversation_list(user=user).values("pk")
+        )
+        .select_related("conversation")
+        .first()
+    )
+    replay = conversation.turns.order_by("seq").first()
+    finished = original is not None and replay is not None and replay.is_finished
+    diff = replay_diff(original=original, replay=replay) if finished and original and replay else None
+    return ReplaySummary(original=original, replay=replay, diff=diff)

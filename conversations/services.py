@@ -1,4 +1,5 @@
-"""Writes about conversations: start them, add turns, set up the demo profile."""
+"""Writes about conversations: start them, add turns, replay them, export and import them, set up
+the demo profile, and the read-audit log."""
 
 from __future__ import annotations
 
@@ -10,9 +11,15 @@ from django.db import transaction
 from django.db.models import Max
 
 from conversations.execution import turn_dispatch
-from conversations.models import AuditEvent, Comparison, Conversation, ModelProfile, Turn
+from conversations.models import AuditEvent, Comparison, Conversation, Exchange, ModelProfile, Turn
 from conversations.splicing import probe_request, server_template
-from inspector.typealias import JSONDict
+from conversations.transcripts import (
+    IMPORTED_PROFILE_PREFIX,
+    ExportFormat,
+    transcript_export,
+    transcript_import,
+)
+from inspector.typealias import JSONDict, JSONValue
 from servers.models import McpServer
 
 DEMO_PROFILE_NAME = "demo"
@@ -196,3 +203,114 @@ def audit_record(
         conversation_public_id=conversation.public_id if conversation is not None else None,
         detail=detail or {},
     )
+
+
+def conversation_export(
+    *, conversation: Conversation, fmt: ExportFormat, actor: AbstractBaseUser | None, via: str
+) -> str:
+    """The conversation as a file in ``fmt`` (``transcripts.transcript_export``), audited "exported"."""
+    text = transcript_export(conversation=conversation, fmt=fmt)
+    audit_record(
+        actor=actor,
+        action=AuditEvent.Action.EXPORTED,
+        conversation=conversation,
+        detail={"format": fmt, "via": via, "bytes": len(text.encode())},
+    )
+    return text
+
+
+def conversation_import(*, data: str | bytes, actor: AbstractBaseUser, source: str) -> Conversation:
+    """Import an exported ``json`` transcript as a read-only conversation of ``actor``, audited.
+
+    ``source`` says where the data came from (a file name) for the audit log.
+
+    Raises:
+        TranscriptError: the data is not an importable transcript (nothing is stored then).
+    """
+    conversation = transcript_import(data=data, owner=actor)
+    meta = conversation.imported_meta or {}
+    audit_record(
+        actor=actor,
+        action=AuditEvent.Action.IMPORTED,
+        conversation=conversation,
+        detail={
+            "original_id": meta.get("original_id"),
+            "from": source,
+            "owner": actor.get_username(),
+            "turns": conversation.turns.count(),
+            "exchanges": Exchange.objects.filter(turn__conversation=conversation).count(),
+        },
+    )
+    return conversation
+
+
+class ReplayError(ValueError):
+    """A turn that cannot be replayed here; the message says why, for the user."""
+
+
+def _imported_server_names(conversation: Conversation) -> list[str]:
+    servers: JSONValue = (conversation.imported_meta or {}).get("servers")
+    return [
+        str(server["name"])
+        for server in (servers if isinstance(servers, list) else [])
+        if isinstance(server, dict) and server.get("name")
+    ]
+
+
+def _replay_servers(conversation: Conversation) -> list[McpServer]:
+    """The servers a replay runs against: the conversation's own as they are configured today;
+    for an imported conversation, this installation's servers of the recorded names.
+
+    Raises:
+        ReplayError: an imported conversation names a server or a model profile not set up here.
+    """
+    if not conversation.read_only:
+        return list(conversation.servers.order_by("name"))
+    if conversation.model_profile.name.startswith(IMPORTED_PROFILE_PREFIX):
+        raise ReplayError(
+            f"this conversation was imported and its model profile "
+            f"“{conversation.model_profile.name.removeprefix(IMPORTED_PROFILE_PREFIX)}” is not set up "
+            "here: there is no model to replay it against"
+        )
+    names = _imported_server_names(conversation)
+    servers = list(McpServer.objects.filter(name__in=names, enabled=True).order_by("name"))
+    missing = sorted(set(names) - {server.name for server in servers})
+    if missing:
+        raise ReplayError(
+            "this conversation was imported and these MCP servers are not set up (or not enabled) "
+            f"here: {', '.join(missing)}"
+        )
+    return servers
+
+
+def turn_replay(*, turn: Turn, actor: AbstractBaseUser, dispatch: bool = True) -> tuple[Conversation, Turn]:
+    """Ask a recorded turn's question again in a new conversation, to see what changed since.
+
+    The replay conversation belongs to ``actor`` and has ``replay_of=turn``; it runs against
+    the original conversation's model profile and servers as they are configured *today*, with
+    the paradigm and tool_choice the turn ran with. Only the question is asked again: the
+    history of earlier turns is not replayed (a follow-up turn is replayed as if it opened the
+    conversation). An imported conversation replays against this installation's servers of the
+    recorded names, if they and its model profile exist here.
+
+    Raises:
+        ReplayError: the turn has not finished, or what it ran against is not available here.
+    """
+    if not turn.is_finished:
+        raise ReplayError("this turn has not finished yet: replay it once it has")
+    original = turn.conversation
+    servers = _replay_servers(original)
+    title = f"Replay of “{original.title}”" + (f" · turn {turn.seq}" if turn.seq > 1 else "")
+    with transaction.atomic():
+        conversation = Conversation.objects.create(
+            owner_id=actor.pk,
+            title=title[:200],
+            model_profile=original.model_profile,
+            paradigm=turn.paradigm,
+            tool_choice=turn.tool_choice,
+            tool_choice_name=turn.tool_choice_name,
+            replay_of=turn,
+        )
+        conversation.servers.set(servers)
+        replay = turn_start(conversation=conversation, question=turn.question, dispatch=dispatch)
+    return conversation, replay

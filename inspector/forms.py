@@ -1,17 +1,23 @@
-"""Forms of the inspection UI: start a conversation, ask a follow-up question, start a comparison."""
+"""Forms of the inspection UI: start a conversation, ask a follow-up question, start a comparison,
+find conversations, upload a transcript."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django import forms
+from django.core.files.uploadedfile import UploadedFile
+from django.template.defaultfilters import filesizeformat
 
 from conversations import selectors
-from conversations.models import TOOL_CHOICE_MODES, ModelProfile
+from conversations.models import TOOL_CHOICE_MODES, ModelProfile, Turn
 from conversations.paradigms import PARADIGMS
 from servers.models import McpServer
 
 QUESTION_MAX_CHARS = 10_000
+# Bigger transcripts go through `manage.py import`, which streams no request body.
+TRANSCRIPT_UPLOAD_MAX_BYTES = 20 * 1024 * 1024
 # Every run is a full agent turn; a comparison wider than this is unreadable side by side anyway.
 COMPARISON_MAX_RUNS = 12
 
@@ -193,3 +199,135 @@ class QuestionForm(forms.Form):
     """A follow-up question in an existing conversation."""
 
     question = _question_field("And in Fahrenheit?")
+
+
+ANY = [("", "any")]
+
+
+def _model_profile_choices() -> list[tuple[str, str]]:
+    return ANY + [(profile.name, _profile_label(profile)) for profile in selectors.profiles_for_form()]
+
+
+def _text(placeholder: str, *, label: str, input_type: str = "text") -> forms.CharField:
+    return forms.CharField(
+        required=False,
+        max_length=200,
+        label=label,
+        widget=forms.TextInput(attrs={"placeholder": placeholder, "type": input_type}),
+    )
+
+
+def _date(label: str) -> forms.DateField:
+    return forms.DateField(required=False, label=label, widget=forms.DateInput(attrs={"type": "date"}))
+
+
+@dataclass(frozen=True)
+class SortColumn:
+    """A sortable column head: the ``sort`` its link asks for, and an arrow if it is the current one."""
+
+    key: str
+    arrow: str
+
+
+# The list's sortable columns: (descending key, ascending key) per column.
+SORT_COLUMNS = {
+    "started": ("-created", "created"),
+    "duration": ("-duration", "duration"),
+    "tokens": ("-tokens", "tokens"),
+}
+
+
+class ConversationFilterForm(forms.Form):
+    """The conversation list's filters (GET): each empty field filters nothing."""
+
+    q = _text("words in questions, answers and raw payloads", label="Text", input_type="search")
+    server = _text("e.g. demo", label="Server")
+    tool = _text("e.g. get_weather_forecast", label="Tool called")
+    model_profile = forms.ChoiceField(choices=_model_profile_choices, required=False, label="Model")
+    paradigm = forms.ChoiceField(
+        choices=ANY + [(key, paradigm.label) for key, paradigm in PARADIGMS.items()],
+        required=False,
+        label="Paradigm",
+    )
+    status = forms.ChoiceField(
+        choices=ANY + list(Turn.Status.choices),
+        required=False,
+        label="Status",
+        help_text="of the latest turn",
+    )
+    error = forms.ChoiceField(
+        choices=ANY + [(key, error.label) for key, error in selectors.ERROR_CLASSES.items()],
+        required=False,
+        label="Error",
+        help_text="in any turn",
+    )
+    owner = _text("username", label="Owner")
+    created_from = _date("Started from")
+    created_to = _date("Started until")
+    sort = forms.ChoiceField(
+        choices=[(key, sort.label) for key, sort in selectors.SORTS.items()],
+        required=False,
+        widget=forms.HiddenInput,
+    )
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        start, end = cleaned.get("created_from"), cleaned.get("created_to")
+        if start and end and start > end:
+            self.add_error("created_to", "The end date is before the start date.")
+        return cleaned
+
+    def filters(self) -> selectors.ConversationFilters:
+        """The valid fields as filters (call after ``is_valid()``; an invalid field filters nothing)."""
+        data = getattr(self, "cleaned_data", {})
+        return selectors.ConversationFilters(
+            q=data.get("q") or "",
+            server=data.get("server") or "",
+            tool=data.get("tool") or "",
+            model_profile=data.get("model_profile") or "",
+            paradigm=data.get("paradigm") or "",
+            status=data.get("status") or "",
+            error=data.get("error") or "",
+            owner=data.get("owner") or "",
+            created_from=data.get("created_from"),
+            created_to=data.get("created_to"),
+            sort=data.get("sort") or selectors.DEFAULT_SORT,
+        )
+
+    @property
+    def active(self) -> bool:
+        """Whether any filter (not the sort) is set."""
+        return any(value for name, value in getattr(self, "cleaned_data", {}).items() if name != "sort")
+
+    def sort_columns(self) -> dict[str, SortColumn]:
+        """Per sortable column: the link flips the current order, or starts with the largest first."""
+        current = self.filters().sort
+        columns = {}
+        for name, (descending, ascending) in SORT_COLUMNS.items():
+            if current == descending:
+                columns[name] = SortColumn(key=ascending, arrow="↓")
+            elif current == ascending:
+                columns[name] = SortColumn(key=descending, arrow="↑")
+            else:
+                columns[name] = SortColumn(key=descending, arrow="")
+        return columns
+
+
+class TranscriptUploadForm(forms.Form):
+    """A ``json`` transcript exported by this or another installation, to import read-only."""
+
+    transcript = forms.FileField(
+        label="Transcript file",
+        help_text="A JSON transcript from “Download → JSON” or `manage.py export --format json`.",
+        widget=forms.ClearableFileInput(attrs={"accept": ".json,application/json"}),
+    )
+
+    def clean_transcript(self) -> UploadedFile[bytes]:
+        upload: UploadedFile[bytes] = self.cleaned_data["transcript"]
+        if upload.size is not None and upload.size > TRANSCRIPT_UPLOAD_MAX_BYTES:
+            raise forms.ValidationError(
+                f"The file is {filesizeformat(upload.size)}; at most "
+                f"{filesizeformat(TRANSCRIPT_UPLOAD_MAX_BYTES)} can be uploaded here "
+                "(`manage.py import FILE` takes bigger transcripts)."
+            )
+        return upload

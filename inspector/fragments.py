@@ -73,14 +73,14 @@ def catch_up_mark(turns: Sequence[tuple[Turn, Sequence[Step]]]) -> str:
     return timestamp_iso(max(stamps, default=datetime(1970, 1, 1, tzinfo=UTC)))
 
 
-def _row_message(step: Step) -> RowMessage:
+def _row_message(conversation: Conversation, step: Step) -> RowMessage:
     return {
         "type": "row",
         "turn_id": step.turn_id,
         "step_id": step.pk,
         "seq": step.seq,
         "updated_at": timestamp_iso(step.updated_at),
-        "html": render_to_string(STEP_TEMPLATE, {"step": step}),
+        "html": render_to_string(STEP_TEMPLATE, {"conversation": conversation, "step": step}),
     }
 
 
@@ -100,7 +100,7 @@ def _turn_message(conversation: Conversation, turn: Turn) -> TurnMessage:
 def render_row(*, conversation: Conversation, step_id: int) -> RowMessage | None:
     """The ``row`` message for one top-level step; None if it is no row of ``conversation``."""
     step = selectors.step_row(conversation=conversation, step_id=step_id)
-    return None if step is None else _row_message(step)
+    return None if step is None else _row_message(conversation, step)
 
 
 def render_turn(*, conversation: Conversation, turn_id: int) -> TurnMessage | None:
@@ -123,5 +123,5 @@ def render_catch_up(*, conversation: Conversation, since: datetime) -> list[Mess
         selectors.rows_changed_since(conversation=conversation, since=since), key=lambda s: (s.turn_id, s.seq)
     )
     messages: list[Message] = [_turn_message(conversation, turn) for turn in turns]
-    messages.extend(_row_message(step) for step in rows)
+    messages.extend(_row_message(conversation, step) for step in rows)
     return messages

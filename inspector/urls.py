@@ -7,9 +7,17 @@ from inspector import api, views
 urlpatterns = [
     path("", views.conversation_list, name="inspector-conversations"),
     path("conversations/new", views.conversation_create, name="inspector-conversation-create"),
+    path("conversations/import", views.conversation_import, name="inspector-conversation-import"),
     path("c/<uuid:public_id>/", views.conversation_detail, name="inspector-conversation"),
     path("c/<uuid:public_id>/ask", views.turn_create, name="inspector-turn-create"),
     path("c/<uuid:public_id>/rows", views.conversation_rows, name="inspector-conversation-rows"),
+    path("c/<uuid:public_id>/export", views.conversation_export, name="inspector-conversation-export"),
+    path(
+        "c/<uuid:public_id>/exchanges/<int:exchange_id>/body",
+        views.exchange_body,
+        name="inspector-exchange-body",
+    ),
+    path("c/<uuid:public_id>/turns/<int:turn_id>/replay", views.turn_replay, name="inspector-turn-replay"),
     path("compare/", views.comparison_list, name="inspector-comparisons"),
     path("compare/new", views.comparison_create, name="inspector-comparison-create"),
     path("compare/<uuid:public_id>/", views.comparison_detail, name="inspector-comparison"),
@@ -26,4 +34,5 @@ urlpatterns = [
         name="api-conversation",
     ),
     path("demo-model/v1/", include("conversations.demo_model_urls")),
+    path("demo-model/", include("conversations.demo_model_gemini_urls")),
 ]

@@ -1,4 +1,5 @@
-"""The inspection UI: the conversation list, one conversation's rows, asking questions, and
+"""The inspection UI: the conversation list (find, import), one conversation's rows (export,
+full bodies, the chain badge, replays and their differences), asking questions, and
 comparisons (one question under several paradigms and models, side by side).
 
 Login is enforced for every view by ``LoginRequiredMiddleware``; access to one conversation
@@ -10,23 +11,35 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from uuid import UUID
 
+from django.contrib import messages
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 
 from conversations import selectors, services
+from conversations.integrity import conversation_verify
 from conversations.models import Comparison, Conversation, Turn
+from conversations.transcripts import EXPORT_FORMATS, MEDIA_TYPES, ExportFormat, TranscriptError
 from inspector import fragments
-from inspector.forms import ComparisonForm, ConversationForm, QuestionForm
+from inspector.forms import (
+    ComparisonForm,
+    ConversationFilterForm,
+    ConversationForm,
+    QuestionForm,
+    TranscriptUploadForm,
+)
 
 CONVERSATIONS_PER_PAGE = 25
 COMPARISONS_PER_PAGE = 25
 STATUS_BAD_REQUEST = 400
 STATUS_CONFLICT = 409
+EXPORT_SUFFIXES: dict[ExportFormat, str] = {"json": "json", "jsonl": "jsonl", "otel": "otlp.json"}
+BODY_PARTS = ("request", "response")
 
 
 def _user(request: HttpRequest) -> AbstractBaseUser:
@@ -68,14 +81,36 @@ def _since(raw: str | None) -> datetime | None:
     return timezone.make_aware(moment, UTC) if timezone.is_naive(moment) else moment
 
 
-def _list_page(request: HttpRequest, form: ConversationForm, *, status: int = 200) -> HttpResponse:
-    conversations = selectors.conversation_list(user=_user(request))
+def _list_page(
+    request: HttpRequest,
+    form: ConversationForm,
+    *,
+    upload: TranscriptUploadForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    """The list page: the filters come from the query string whatever the request's method."""
+    filters = ConversationFilterForm(request.GET)
+    if not filters.is_valid():
+        status = STATUS_BAD_REQUEST  # the valid filters still apply; the form says what is wrong
+    conversations = selectors.conversation_search(user=_user(request), filters=filters.filters())
     page = Paginator(conversations, CONVERSATIONS_PER_PAGE).get_page(request.GET.get("page"))
-    return render(request, "inspector/conversation_list.html", {"page": page, "form": form}, status=status)
+    context = {
+        "page": page,
+        "rows": selectors.conversation_rows(conversations=list(page.object_list)),
+        "form": form,
+        "filters": filters,
+        "upload": upload or TranscriptUploadForm(),
+    }
+    return render(request, "inspector/conversation_list.html", context, status=status)
 
 
 def _detail_page(
-    request: HttpRequest, conversation: Conversation, form: QuestionForm, *, status: int = 200
+    request: HttpRequest,
+    conversation: Conversation,
+    form: QuestionForm,
+    *,
+    status: int = 200,
+    problem: str = "",
 ) -> HttpResponse:
     turns = selectors.conversation_turns(conversation=conversation)
     turn_rows = [(turn, selectors.turn_rows(turn=turn)) for turn in turns]
@@ -84,11 +119,18 @@ def _detail_page(
         "turns": turn_rows,
         "servers": conversation.servers.order_by("name"),
         "form": form,
+        "problem": problem,
         "busy": _turn_in_progress(turns),
         "since": fragments.catch_up_mark(turn_rows),
         "ws_path": f"/ws/conversations/{conversation.public_id}/",
+        "chain": conversation_verify(conversation=conversation),
+        "replay": selectors.replay_summary(user=_user(request), conversation=conversation),
     }
     return render(request, "inspector/conversation_detail.html", context, status=status)
+
+
+def _export_format(raw: str | None) -> ExportFormat | None:
+    return next((fmt for fmt in EXPORT_FORMATS if fmt == raw), None)
 
 
 @require_GET
@@ -129,14 +171,86 @@ def turn_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
     if not form.is_valid():
         return _detail_page(request, conversation, form, status=STATUS_BAD_REQUEST)
     if conversation.read_only:
-        form.add_error(None, "This conversation was imported from a transcript: it is read-only.")
-        return _detail_page(request, conversation, form, status=STATUS_CONFLICT)
+        problem = "This conversation was imported from a transcript: it is read-only."
+        return _detail_page(request, conversation, form, status=STATUS_CONFLICT, problem=problem)
     if _turn_in_progress(selectors.conversation_turns(conversation=conversation)):
         # Each turn's history is the previous turn's transcript: it must be finished first.
         form.add_error(None, "The previous turn is still running; ask again when it has finished.")
         return _detail_page(request, conversation, form, status=STATUS_CONFLICT)
     services.turn_start(conversation=conversation, question=form.cleaned_data["question"])
     return redirect("inspector-conversation", public_id=conversation.public_id)
+
+
+@require_POST
+def conversation_import(request: HttpRequest) -> HttpResponse:
+    upload = TranscriptUploadForm(request.POST, request.FILES)
+    if not upload.is_valid():
+        return _list_page(request, ConversationForm(), upload=upload, status=STATUS_BAD_REQUEST)
+    transcript = upload.cleaned_data["transcript"]
+    try:
+        conversation = services.conversation_import(
+            data=transcript.read(), actor=_user(request), source=transcript.name or "upload"
+        )
+    except TranscriptError as exc:
+        upload.add_error("transcript", f"This file cannot be imported: {exc}")
+        return _list_page(request, ConversationForm(), upload=upload, status=STATUS_BAD_REQUEST)
+    messages.success(request, "Imported: the hash chain verifies. The conversation is read-only.")
+    return redirect("inspector-conversation", public_id=conversation.public_id)
+
+
+@require_GET
+def conversation_export(request: HttpRequest, public_id: UUID) -> HttpResponse:
+    conversation = _conversation(request, public_id)
+    fmt = _export_format(request.GET.get("format", "json"))
+    if fmt is None:
+        choices = ", ".join(EXPORT_FORMATS)
+        return HttpResponse(
+            f"format must be one of {choices}", status=STATUS_BAD_REQUEST, content_type="text/plain"
+        )
+    text = services.conversation_export(conversation=conversation, fmt=fmt, actor=_user(request), via="page")
+    response = HttpResponse(text, content_type=f"{MEDIA_TYPES[fmt]}; charset=utf-8")
+    filename = f"conversation-{conversation.public_id}.{EXPORT_SUFFIXES[fmt]}"
+    response["Content-Disposition"] = content_disposition_header(as_attachment=True, filename=filename)
+    return response
+
+
+@require_GET
+def exchange_body(request: HttpRequest, public_id: UUID, exchange_id: int) -> HttpResponse:
+    """One whole raw body: highlighted HTML for the page, or with ``raw=1`` the exact stored text."""
+    conversation = _conversation(request, public_id)
+    exchange = selectors.exchange_get(conversation=conversation, exchange_id=exchange_id)
+    if exchange is None:
+        raise Http404("No such exchange.")
+    part = request.GET.get("part")
+    if part not in BODY_PARTS:
+        return HttpResponse(
+            "part must be request or response", status=STATUS_BAD_REQUEST, content_type="text/plain"
+        )
+    services.audit_record(
+        actor=_user(request),
+        action="opened",
+        conversation=conversation,
+        detail={"via": "exchange body", "exchange": exchange.pk, "part": part},
+    )
+    body = exchange.request_body if part == "request" else exchange.response_body
+    if request.GET.get("raw"):
+        # text/plain (with nosniff): a browser shows a recorded body, never runs it.
+        return HttpResponse(body, content_type="text/plain; charset=utf-8")
+    return render(request, "inspector/_exchange_body.html", {"body": body})
+
+
+@require_POST
+def turn_replay(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
+    conversation = _conversation(request, public_id)
+    turn = selectors.turn_get(conversation=conversation, turn_id=turn_id)
+    if turn is None:
+        raise Http404("No such turn.")
+    try:
+        replay, _ = services.turn_replay(turn=turn, actor=_user(request))
+    except services.ReplayError as exc:
+        problem = f"Turn {turn.seq} cannot be replayed: {exc}."
+        return _detail_page(request, conversation, QuestionForm(), status=STATUS_CONFLICT, problem=problem)
+    return redirect("inspector-conversation", public_id=replay.public_id)
 
 
 @require_GET

@@ -13,13 +13,14 @@ from datetime import datetime
 
 from django import template
 from django.template.defaultfilters import filesizeformat
+from django.urls import reverse
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import JsonLexer
 
-from conversations.models import Exchange, Step, Turn
+from conversations.models import Conversation, Exchange, Step, Turn
 from conversations.paradigms import PARADIGMS
 from conversations.selectors import (
     USAGE_IN_KEYS,
@@ -38,6 +39,10 @@ COLLAPSE_LINES = 40
 COLLAPSE_BYTES = 4096
 # Highlighting is linear but slow per token; past this a body is shown escaped, uncoloured.
 HIGHLIGHT_LIMIT_CHARS = 200_000
+# A raw body bigger than this is shown as a preview of its first PREVIEW_CHARS characters,
+# with a button that loads the rest (a few such bodies would otherwise make the page crawl).
+PREVIEW_THRESHOLD_BYTES = 64 * 1024
+PREVIEW_CHARS = 16 * 1024
 OUTLINE_MAX_CHARS = 140
 OUTLINE_STRING_CHARS = 24
 
@@ -105,8 +110,11 @@ def highlight_json(value: JSONValue) -> SafeString:
 
 
 @register.inclusion_tag("inspector/_json.html")
-def payload(value: JSONValue, *key_parts: object, empty: str = "—") -> dict[str, object]:
-    """One body for display: highlighted, and collapsed behind a size summary when long.
+def payload(
+    value: JSONValue, *key_parts: object, empty: str = "—", expanded: bool = False
+) -> dict[str, object]:
+    """One body for display: highlighted, and collapsed behind a size summary when long
+    (unless ``expanded``).
 
     ``key_parts`` name the ``<details>`` (joined with ``-``) so the page can keep it open
     when the row around it is re-rendered live.
@@ -114,7 +122,7 @@ def payload(value: JSONValue, *key_parts: object, empty: str = "—") -> dict[st
     if value is None or value == "":
         return {"is_empty": True, "empty": empty}
     text, is_json = _as_text(value)
-    collapsed = is_long(text)
+    collapsed = not expanded and is_long(text)
     return {
         "is_empty": False,
         "html": _markup(text, is_json),
@@ -124,6 +132,46 @@ def payload(value: JSONValue, *key_parts: object, empty: str = "—") -> dict[st
         "lines": text.count("\n") + 1,
         "size": filesizeformat(len(text.encode("utf-8"))),
         "key": "-".join(str(part) for part in key_parts),
+    }
+
+
+def _body_url(exchange: Exchange, part: str, conversation: Conversation | None) -> str:
+    """Where the full body is fetched from (the conversation is looked up if not at hand)."""
+    if conversation is None:
+        conversation = Conversation.objects.get(turns__exchanges=exchange)
+    url = reverse("inspector-exchange-body", args=[conversation.public_id, exchange.pk])
+    return f"{url}?part={part}"
+
+
+@register.inclusion_tag("inspector/_json.html")
+def exchange_body(
+    exchange: Exchange, part: str, conversation: object = None, *, empty: str = "—"
+) -> dict[str, object]:
+    """An exchange's raw ``request`` or ``response`` body, as ``payload`` shows it; a body over
+    ``PREVIEW_THRESHOLD_BYTES`` shows only its first ``PREVIEW_CHARS`` characters (highlighted)
+    and a button that loads the whole of it from the exchange-body view.
+
+    ``conversation`` is the page's (anything else: it is looked up, for a fragment rendered alone).
+    """
+    body = exchange.request_body if part == "request" else exchange.response_body
+    size = len(body.encode("utf-8"))
+    if size <= PREVIEW_THRESHOLD_BYTES:
+        return payload(body, "ex", exchange.pk, part, empty=empty)
+    text, is_json = _as_text(body)
+    owner = conversation if isinstance(conversation, Conversation) else None
+    return {
+        "is_empty": False,
+        "html": _markup(text[:PREVIEW_CHARS], is_json),
+        "is_json": is_json,
+        "collapsed": True,
+        "outline": outline(body) if is_json else "",
+        "lines": text.count("\n") + 1,
+        "size": filesizeformat(size),
+        "key": f"ex-{exchange.pk}-{part}",
+        "preview": {
+            "shown": filesizeformat(len(text[:PREVIEW_CHARS].encode("utf-8"))),
+            "url": _body_url(exchange, part, owner),
+        },
     }
 
 

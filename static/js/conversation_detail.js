@@ -235,5 +235,58 @@
     });
   }
 
+  // A body too big to show whole is a preview with a "load the full body" button; the
+  // server renders the whole body (highlighted, escaped) and it replaces the preview.
+  function loadFullBody(button) {
+    var note = button.closest(".preview-more");
+    var details = note && note.closest("details");
+    var preview = details && details.querySelector("pre.body");
+    var state = note.querySelector(".load-state");
+    button.disabled = true;
+    state.textContent = "loading…";
+    fetch(note.dataset.bodyUrl, { credentials: "same-origin", headers: { Accept: "text/html" } })
+      .then(function (response) {
+        if (!response.ok) {
+          throw new Error("the server answered " + response.status);
+        }
+        return response.text();
+      })
+      .then(function (html) {
+        var full = fragment(html);
+        if (preview && full) {
+          preview.replaceWith(full);
+        }
+        var badge = details.querySelector(".preview-badge");
+        if (badge) {
+          badge.remove();
+        }
+        note.remove();
+      })
+      .catch(function (error) {
+        button.disabled = false;
+        state.textContent = "could not load it: " + error.message;
+      });
+  }
+
+  root.addEventListener("click", function (event) {
+    var button = event.target.closest("button.load-full");
+    if (button) {
+      loadFullBody(button);
+    }
+  });
+
+  // Turn blocks that arrived live were rendered without a request, so their forms carry no
+  // CSRF token: lend them the page's.
+  root.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form.querySelector("input[name=csrfmiddlewaretoken]") && root.dataset.csrfToken) {
+      var token = document.createElement("input");
+      token.type = "hidden";
+      token.name = "csrfmiddlewaretoken";
+      token.value = root.dataset.csrfToken;
+      form.appendChild(token);
+    }
+  });
+
   connect();
 })();

@@ -186,3 +186,32 @@ def test_a_comparison_page_fills_in_live_as_its_runs_finish(
         expect(cell).to_contain_text("yes")
     assert all("Beijing" in cell.inner_text() for cell in page.locator("td.answer").all())
     page.screenshot(path=str(inspector_server.var_dir / "browser-compare.png"), full_page=True)
+
+
+def test_a_turn_that_finished_live_is_replayed_and_the_replay_shows_no_differences(
+    inspector_server: InspectorServer, page: Page
+) -> None:
+    page.goto(f"{inspector_server.base}/")
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit], input[type=submit]")
+    page.fill("textarea[name=question]", WEATHER)
+    page.locator("form#new-conversation [type=submit]").click()
+    page.wait_for_url("**/c/*/")
+    original = page.url
+    expect(page.locator("[id^=turn-status-]")).to_contain_text("Beijing", timeout=30_000)
+
+    # The replay button came over the websocket, rendered without a request: no CSRF token of
+    # its own; the page lends it one.
+    button = page.locator("form.replay-form button")
+    assert page.locator("form.replay-form input[name=csrfmiddlewaretoken]").count() == 0
+    with page.expect_navigation():
+        button.click()
+
+    assert page.url != original
+    expect(page.locator("#replay-diff")).to_contain_text("Differences from the original turn")
+    expect(page.locator("[id^=turn-status-]")).to_contain_text("Beijing", timeout=30_000)
+    page.reload()
+    expect(page.locator("#replay-diff .replay-head")).to_contain_text("identical")
+    expect(page.locator("#chain-badge")).to_contain_text("record intact")
+    page.screenshot(path=str(inspector_server.var_dir / "browser-replay.png"), full_page=True)

@@ -1,0 +1,108 @@
+"""Full-text search on PostgreSQL, the scaled deployment's path: stemming, web-search syntax,
+raw payloads of any size. ``make test`` runs this in its PostgreSQL pass; on any other
+database these tests fail (they never skip), since what they check does not exist there."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+
+from conversations.selectors import FTS_BODY_CHARS, ConversationFilters, conversation_search
+from tests.factories import ConversationFactory, ExchangeFactory, StepFactory, TurnFactory, UserFactory
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+
+
+@pytest.fixture(autouse=True)
+def _on_postgres() -> Iterator[None]:
+    if connection.vendor != "postgresql":
+        pytest.fail(
+            f"this module tests PostgreSQL full-text search, but the database is {connection.vendor}: "
+            "run it with DATABASE_URL=postgres://… (make test-postgres)"
+        )
+    yield
+
+
+@pytest.fixture
+def alice() -> User:
+    return UserFactory(username="alice")
+
+
+def found(user: User, q: str) -> list[str]:
+    return [c.title for c in conversation_search(user=user, filters=ConversationFilters(q=q))]
+
+
+def asked(owner: User, title: str, **turn: Any) -> None:
+    TurnFactory(conversation=ConversationFactory(owner=owner, title=title), **turn)
+
+
+def test_the_search_runs_as_postgres_full_text_search(alice: User) -> None:
+    query = str(conversation_search(user=alice, filters=ConversationFilters(q="rain")).query)
+
+    assert "to_tsvector" in query and "websearch_to_tsquery" in query
+
+
+def test_words_are_stemmed_in_questions_and_answers(alice: User) -> None:
+    asked(alice, "rainy", question="Will it be raining in Bergen?")
+    asked(alice, "forecasts", answer="Both forecasts agree: sunny.")
+
+    assert found(alice, "rain") == ["rainy"]
+    assert found(alice, "forecast") == ["forecasts"]
+
+
+def test_web_search_syntax_phrases_or_and_exclusion(alice: User) -> None:
+    asked(alice, "paris rain", question="Rain in Paris tomorrow?")
+    asked(alice, "paris sun", question="Sun in Paris tomorrow?")
+    asked(alice, "oslo snow", question="Snow in Oslo tomorrow?")
+
+    assert found(alice, "paris -rain") == ["paris sun"]
+    assert found(alice, "rain or snow") == ["oslo snow", "paris rain"]
+    assert found(alice, '"tomorrow paris"') == []
+
+
+def test_tool_names_and_values_in_raw_json_bodies_are_found(alice: User) -> None:
+    step = StepFactory(turn=TurnFactory(conversation=ConversationFactory(owner=alice, title="raw")))
+    ExchangeFactory(
+        step=step,
+        mcp=True,
+        request_body='{"method": "tools/call", "params": {"name": "get_weather_forecast", "arguments": {"city": "Ulaanbaatar"}}}',
+        response_body='{"result": {"content": [{"type": "text", "text": "Ulaanbaatar: -12 C"}]}}',
+    )
+    asked(alice, "unrelated", question="What is 2 + 2?")
+
+    assert found(alice, "get_weather_forecast") == ["raw"]
+    assert found(alice, "ulaanbaatar") == ["raw"]
+
+
+def test_a_huge_varied_body_neither_breaks_the_search_nor_hides_its_beginning(alice: User) -> None:
+    # Distinct tokens are what make a tsvector big: 2 MB of hashes would overflow its 1 MB.
+    noise = " ".join(hashlib.md5(str(n).encode()).hexdigest() for n in range(60_000))
+    step = StepFactory(turn=TurnFactory(conversation=ConversationFactory(owner=alice, title="huge")))
+    ExchangeFactory(step=step, mcp=True, response_body="Kinshasa " + noise + " Timbuktu")
+    assert len(noise) > 2 * FTS_BODY_CHARS
+
+    assert found(alice, "kinshasa") == ["huge"]
+    # Past the indexed prefix of a body, PostgreSQL does not look (documented; SQLite does).
+    assert found(alice, "timbuktu") == []
+
+
+def test_a_conversation_matching_in_many_rows_is_listed_once(alice: User) -> None:
+    conversation = ConversationFactory(owner=alice, title="chatty")
+    for _ in range(3):
+        step = StepFactory(
+            turn=TurnFactory(conversation=conversation, question="Lagos?", answer="Lagos: hot")
+        )
+        ExchangeFactory(step=step, request_body='"Lagos"', response_body='"Lagos"')
+
+    assert found(alice, "lagos") == ["chatty"]
+
+
+def test_other_peoples_conversations_are_not_found(alice: User) -> None:
+    asked(UserFactory(username="bob"), "bob's", question="Where is Atlantis?")
+
+    assert found(alice, "atlantis") == []
