@@ -56,12 +56,12 @@ test-postgres: $(VENV)/.installed
 # groups that exist to exercise Postgres, Redis, Celery or the browser.
 test-sqlite: $(VENV)/.installed
 	env -u DATABASE_URL -u REDIS_URL VAR_DIR=$(CURDIR)/var/test-sqlite \
-		$(PY) -m pytest -q -p no:cacheprovider -m "not celery and not browser and not slow" $(PYTEST_ARGS)
+		$(PY) -m pytest -q -p no:cacheprovider -m "not celery and not browser and not slow and not postgres" $(PYTEST_ARGS)
 
 ## make test-fast — a quick local subset: no worker, no browser, no third-party servers, SQLite
 test-fast: $(VENV)/.installed
 	env -u DATABASE_URL -u REDIS_URL VAR_DIR=$(CURDIR)/var/test-sqlite \
-		$(PY) -m pytest -q -x -m "not celery and not browser and not slow" $(PYTEST_ARGS)
+		$(PY) -m pytest -q -x -m "not celery and not browser and not slow and not postgres" $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
@@ -73,3 +73,18 @@ check: lint typecheck test
 
 clean:
 	rm -rf $(VENV) var
+
+# --- Performance benchmarks (bench/): the product against a bare agent loop, on this machine ---
+.PHONY: bench bench-quick
+$(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed
+	$(PY) -m pip install --quiet -e ".[dev,bench]"
+	touch $@
+
+## make bench — every measure (P1-P7) on PostgreSQL + Redis when they answer (the bench's own
+## database `inspector_bench` and Redis index 14); writes bench/results/latest.json and latest.md
+bench: $(VENV)/.installed-bench $(CHROMIUM)
+	$(PY) -m bench $(BENCH_ARGS)
+
+## make bench-quick — P1 (step overhead) and P3 (pooling) with fewer repeats, in under two minutes
+bench-quick: $(VENV)/.installed-bench
+	$(PY) -m bench --quick $(BENCH_ARGS)

@@ -1,0 +1,178 @@
+"""P2 time to first step: turn submitted → first step event received by a websocket client.
+
+The product runs as deployed: daphne serving ``inspector.asgi`` and, with Postgres and Redis up,
+a Celery worker (``-P threads``) and channels-redis; otherwise the embedded default (SQLite, the
+in-process runner, the in-memory layer). A logged-in client opens the conversation's websocket,
+then submits a follow-up question with the page's own form POST; the clock runs from just before
+the POST to the first ``row`` message of the new turn. That first row is the ``connect`` step,
+recorded before any model call, so model latency is excluded by construction (the demo model
+also runs with no think time).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import ExitStack
+from typing import Any
+
+import httpx2
+from websockets.sync.client import ClientConnection, connect
+
+from bench import fixtures
+from bench.context import Context
+from bench.processes import CeleryWorker, WebServer
+from bench.stats import Result, judged, summary
+from conversations.models import Conversation, Step, Turn
+
+ID, NAME, UNIT, TARGET, LIMIT = "P2", "time to first step", "ms", "≤ 50 ms median", 50.0
+WARMUP = 2
+QUESTION = "What is 12 * (3 + 4)?"
+TURN_TIMEOUT = 60.0
+FINISHED = {"done", "failed", "interrupted"}
+
+
+def _login(base: str, username: str) -> httpx2.Client:
+    client = httpx2.Client(base_url=base, follow_redirects=False, timeout=30)
+    client.get("/accounts/login/")
+    response = client.post(
+        "/accounts/login/",
+        data={
+            "username": username,
+            "password": fixtures.PASSWORD,
+            "csrfmiddlewaretoken": client.cookies["csrftoken"],
+        },
+        headers={"Referer": f"{base}/accounts/login/"},
+    )
+    if response.status_code != 302 or "sessionid" not in client.cookies:
+        raise RuntimeError(f"could not log in to the bench server (HTTP {response.status_code})")
+    return client
+
+
+def _conversation(owner: Any, profile: Any, server: Any) -> Conversation:
+    """A conversation whose first turn is finished, so a follow-up may be asked at once."""
+    conversation, turn = fixtures.queued_turn(owner=owner, profile=profile, server=server, question="warm-up")
+    turn.mark_done("set up by the benchmark")
+    turn.save()
+    return conversation
+
+
+def _receive(ws: ClientConnection, deadline: float) -> dict[str, Any]:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError("no websocket message in time")
+    return dict(json.loads(ws.recv(timeout=remaining)))
+
+
+def _sample(base: str, http: httpx2.Client, conversation: Conversation) -> dict[str, float]:
+    """One submission; returns the milliseconds to the POST's answer, the first turn and row events."""
+    url = base.replace("http://", "ws://") + f"/ws/conversations/{conversation.public_id}/"
+    cookies = "; ".join(f"{name}={value}" for name, value in http.cookies.items())
+    with connect(url, additional_headers={"Cookie": cookies}, origin=base, open_timeout=10) as ws:  # type: ignore[arg-type]
+        started = time.perf_counter()
+        wall = time.time()
+        response = http.post(
+            f"/c/{conversation.public_id}/ask",
+            data={"question": QUESTION, "csrfmiddlewaretoken": http.cookies["csrftoken"]},
+            headers={"Referer": f"{base}/c/{conversation.public_id}/"},
+        )
+        posted = time.perf_counter()
+        if response.status_code != 302:
+            raise RuntimeError(f"the follow-up was refused (HTTP {response.status_code})")
+        deadline = time.monotonic() + TURN_TIMEOUT
+        times: dict[str, float] = {"post_ms": (posted - started) * 1000}
+        while "first_row_ms" not in times:
+            message = _receive(ws, deadline)
+            elapsed = (time.perf_counter() - started) * 1000
+            if message.get("type") == "turn" and message.get("seq") == 2:
+                times.setdefault("turn_event_ms", elapsed)
+            if message.get("type") == "row":
+                times["first_row_ms"] = elapsed
+                times.update(_stages(conversation, wall, elapsed))
+        while True:  # let the turn finish, so the next sample starts from an idle server
+            message = _receive(ws, deadline)
+            if (
+                message.get("type") == "turn"
+                and message.get("seq") == 2
+                and message.get("status") in FINISHED
+            ):
+                break
+    return times
+
+
+def _stages(conversation: Conversation, wall: float, first_row_ms: float) -> dict[str, float]:
+    """Where the time went, from the rows' own timestamps (one clock: the same machine)."""
+    turn = Turn.objects.get(conversation=conversation, seq=2)
+    connect = Step.objects.filter(turn=turn).order_by("seq").first()
+    if turn.started_at is None or connect is None:
+        return {}
+    created = (turn.created_at.timestamp() - wall) * 1000
+    started = (turn.started_at.timestamp() - wall) * 1000
+    opened = (connect.started_at.timestamp() - wall) * 1000
+    return {
+        "stage_submit_to_turn_row_ms": created,
+        "stage_turn_row_to_worker_start_ms": started - created,
+        "stage_worker_start_to_connect_step_ms": opened - started,
+        "stage_connect_step_to_client_ms": first_row_ms - opened,
+    }
+
+
+def run(ctx: Context) -> list[Result]:
+    repeats = ctx.repeats(full=20, quick=5)
+    owner = fixtures.user("bench-p2")
+    fixtures.purge(owner)
+    profile = fixtures.demo_profile()
+    server = fixtures.demo_server()
+    mode = "scaled: daphne + Celery worker (-P threads -c 8) + channels-redis + PostgreSQL"
+    if not ctx.services.scaled:
+        mode = "embedded: daphne with the in-process runner, in-memory layer, SQLite"
+    samples: list[dict[str, float]] = []
+    with ExitStack() as stack:
+        web = stack.enter_context(WebServer(name="bench-p2-web"))
+        if ctx.services.scaled:
+            stack.enter_context(CeleryWorker(concurrency=8, name="bench-p2"))
+        http = _login(web.base, owner.get_username())
+        for index in range(WARMUP + repeats):
+            times = _sample(web.base, http, _conversation(owner, profile, server))
+            if index >= WARMUP:
+                samples.append(times)
+                ctx.log(f"P2 {index - WARMUP + 1}/{repeats}: first row after {times['first_row_ms']:.1f} ms")
+    turns = Turn.objects.filter(conversation__owner_id=owner.pk, seq=2)
+    statuses = sorted({t.status for t in turns})
+    result = judged(
+        id=ID,
+        name=NAME,
+        unit=UNIT,
+        target=TARGET,
+        limit=LIMIT,
+        samples=[s["first_row_ms"] for s in samples],
+        details={
+            "deployment": mode,
+            "post_ms": summary([s["post_ms"] for s in samples]),
+            "turn_event_ms": summary([s["turn_event_ms"] for s in samples if "turn_event_ms" in s]),
+            "turn_statuses": statuses,
+            "stages_ms": {
+                key.removeprefix("stage_").removesuffix("_ms"): summary([s[key] for s in samples if key in s])
+                for key in (
+                    "stage_submit_to_turn_row_ms",
+                    "stage_turn_row_to_worker_start_ms",
+                    "stage_worker_start_to_connect_step_ms",
+                    "stage_connect_step_to_client_ms",
+                )
+            },
+            "summary": "POST → first row (the connect step) on the websocket; stages: "
+            + ", ".join(
+                f"{key.removeprefix('stage_').removesuffix('_ms').replace('_', ' ')} "
+                f"{summary([s[key] for s in samples if key in s])['median']:.0f}"
+                for key in (
+                    "stage_submit_to_turn_row_ms",
+                    "stage_turn_row_to_worker_start_ms",
+                    "stage_worker_start_to_connect_step_ms",
+                    "stage_connect_step_to_client_ms",
+                )
+            )
+            + " ms",
+        },
+    )
+    fixtures.purge(owner)
+    return [result]

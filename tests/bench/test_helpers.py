@@ -1,0 +1,67 @@
+"""The benchmark's own helpers: statistics, the fake model's script, profile summaries."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.fake_model import reply_for
+from bench.profiling import summarise
+from bench.stats import judged, percentile, summary
+
+TOOLS = [{"type": "function", "function": {"name": "demo__calculate", "parameters": {}}}]
+
+
+def test_percentiles_interpolate_between_the_closest_ranks() -> None:
+    assert percentile([1, 2, 3, 4], 0.5) == 2.5
+    assert percentile([10], 0.95) == 10
+    assert summary([3, 1, 2])["median"] == 2
+
+
+def test_a_result_passes_only_when_its_statistic_is_within_the_limit() -> None:
+    assert judged(id="P", name="", unit="ms", target="", limit=5, samples=[1, 9, 2]).status == "pass"
+    assert (
+        judged(id="P", name="", unit="ms", target="", limit=5, samples=[1, 9, 2], statistic="max").status
+        == "fail"
+    )
+
+
+def test_percentile_of_nothing_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        percentile([], 0.5)
+
+
+def test_the_fake_model_calls_the_calculator_steps_minus_one_times_then_answers() -> None:
+    messages: list[dict[str, object]] = [{"role": "user", "content": "go"}]
+    calls = 0
+    while True:
+        reply = reply_for({"model": "m", "messages": messages, "tools": TOOLS}, steps=4)
+        message = reply["choices"][0]["message"]
+        if not message.get("tool_calls"):
+            break
+        calls += 1
+        assert message["tool_calls"][0]["function"]["name"] == "demo__calculate"
+        messages += [message, {"role": "tool", "tool_call_id": "x", "content": "1"}]
+    assert calls == 3
+    assert reply["choices"][0]["finish_reason"] == "stop"
+
+
+def test_the_fake_model_counts_only_the_tool_results_of_the_current_question() -> None:
+    earlier = [
+        {"role": "user", "content": "a"},
+        {"role": "tool", "content": "1"},
+        {"role": "tool", "content": "1"},
+    ]
+    reply = reply_for({"messages": [*earlier, {"role": "user", "content": "b"}], "tools": TOOLS}, steps=2)
+    assert reply["choices"][0]["message"]["tool_calls"]
+
+
+def test_a_profile_summary_puts_samples_in_areas_and_project_functions() -> None:
+    collapsed = (
+        "MainThread;turn_run (/work/main/conversations/runner.py:1);_send (/work/main/inspector/live.py:2);"
+        "__call__ (/x/site-packages/asgiref/sync.py:3) 3\n"
+        "MainThread;turn_run (/work/main/conversations/runner.py:1);execute (/x/site-packages/psycopg/cursor.py:4) 1\n"
+    )
+    result = summarise(collapsed)
+    assert result["samples"] == 4
+    assert result["by_area_pct"]["publishing (asgiref async_to_sync → channels-redis)"] == 75.0
+    assert ["turn_run (conversations/runner.py)", 100.0] in result["top_project_inclusive_pct"]
