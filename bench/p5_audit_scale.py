@@ -77,7 +77,8 @@ def _timed(run: Callable[[], object], repeats: int) -> tuple[list[float], list[s
     while len(times) < repeats and (spent < BUDGET_SECONDS or len(times) < minimum):
         times.append(_once(run))
         spent += times[-1] / 1000
-    return times, [query["sql"] for query in captured.captured_queries]
+    statements = [query["sql"] for query in captured.captured_queries]
+    return times, [sql for sql in statements if sql.lstrip().upper().startswith("SELECT")]
 
 
 def _explain(label: str, statements: list[str], *, analyze: bool) -> str:
