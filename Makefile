@@ -8,6 +8,8 @@ PORT ?= 8000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 CHROMIUM ?= /usr/bin/chromium
+# Third-party MCP servers from npm that the workbench tests run (versions pinned by the lockfile).
+NODE_SERVERS := tests/mcp_servers/node_modules/.installed
 
 .PHONY: run test test-postgres test-sqlite test-fast setup worker beat check lint typecheck clean
 
@@ -48,7 +50,11 @@ test: $(VENV)/.installed $(TOOLS)
 	$(MAKE) --no-print-directory test-postgres
 	$(MAKE) --no-print-directory test-sqlite
 
-test-postgres: $(VENV)/.installed
+$(NODE_SERVERS): tests/mcp_servers/package.json tests/mcp_servers/package-lock.json
+	npm ci --prefix tests/mcp_servers --no-audit --no-fund --loglevel=error
+	touch $@
+
+test-postgres: $(VENV)/.installed $(NODE_SERVERS)
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) REQUIRE_SERVICES=1 \
 		$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 

@@ -18,6 +18,7 @@ urlpatterns = [
         name="inspector-exchange-body",
     ),
     path("c/<uuid:public_id>/turns/<int:turn_id>/replay", views.turn_replay, name="inspector-turn-replay"),
+    path("servers/", include("servers.urls")),
     path("compare/", views.comparison_list, name="inspector-comparisons"),
     path("compare/new", views.comparison_create, name="inspector-comparison-create"),
     path("compare/<uuid:public_id>/", views.comparison_detail, name="inspector-comparison"),

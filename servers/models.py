@@ -1,22 +1,33 @@
-"""The MCP server registry."""
+"""The MCP server registry, and what the workbench did with each server."""
 
 from __future__ import annotations
+
+import re
+import uuid
 
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
+from django.utils import timezone
 
-from servers.gateway.config import ERAS, ServerConfig
+from inspector.wire import SECRET_HEADER_RE
+from servers.gateway.config import ERAS, ConfigError, ServerConfig, has_references, resolve_references
 from servers.gateway.transports import TRANSPORTS
+from servers.vault import UnsealError, is_sealed, unseal
 
 server_name_validator = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$",
     "Use 1-40 letters, digits, '_' or '-' (the name prefixes tool names sent to models).",
 )
+SECRET_NAME_RE = re.compile(SECRET_HEADER_RE.pattern, re.IGNORECASE)
 
 
 class McpServer(models.Model):
-    """One MCP server the agent can connect to: how to reach it and which protocol era to speak."""
+    """One MCP server the agent can connect to: how to reach it and which protocol era to speak.
+
+    ``env`` and ``headers`` map names to values; a secret value is stored sealed
+    (``servers.vault``) or as a ``${VAR}`` reference, never in plain text.
+    """
 
     name = models.CharField(max_length=40, unique=True, validators=[server_name_validator])
     description = models.CharField(max_length=300, blank=True)
@@ -44,6 +55,22 @@ class McpServer(models.Model):
         "back), or 2026-07-28 stateless with no probe.",
     )
     call_timeout = models.FloatField(default=30.0, help_text="Seconds before a request is cancelled.")
+    roots = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Roots offered to a server that asks (roots/list): a list of {uri, name}.",
+    )
+    sampling_profile = models.ForeignKey(
+        "conversations.ModelProfile",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The model that answers the server's sampling requests (none: sampling is not offered).",
+    )
+    elicitation = models.BooleanField(
+        default=True, help_text="Offer elicitation: the server may ask the workbench user for input."
+    )
     enabled = models.BooleanField(default=True)
     is_demo = models.BooleanField(default=False, help_text="The bundled teaching server.")
     owner = models.ForeignKey(
@@ -59,18 +86,179 @@ class McpServer(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    def to_config(self) -> ServerConfig:
-        """The plain, Django-free description the gateway pools sessions by."""
+    @property
+    def spawns_process(self) -> bool:
+        return TRANSPORTS[self.transport].spawns_process
+
+    def secret_values(self) -> list[str]:
+        """The plain values of every secret entry that can be resolved here (to mask them)."""
+        values: list[str] = []
+        for value in (*self.env.values(), *self.headers.values()):
+            text = str(value)
+            try:
+                if is_sealed(text):
+                    values.append(unseal(text))
+                elif has_references(text):
+                    values.append(resolve_references(text))
+            except (UnsealError, ConfigError):
+                continue
+        return values
+
+    def to_config(self, *, interactive: bool = False) -> ServerConfig:
+        """The plain, Django-free description the gateway pools sessions by.
+
+        ``interactive`` configs (the workbench) advertise elicitation when the server allows it;
+        agent turns have nobody to ask.
+
+        Raises:
+            ConfigError: a sealed secret cannot be decrypted.
+        """
+        try:
+            env = tuple(sorted((str(k), unseal(str(v))) for k, v in self.env.items()))
+            headers = tuple(sorted((str(k), unseal(str(v))) for k, v in self.headers.items()))
+        except UnsealError as exc:
+            raise ConfigError(str(exc)) from None
         return ServerConfig(
             server_id=self.pk,
             name=self.name,
             transport=self.transport,
             command=self.command,
             args=tuple(str(a) for a in self.args),
-            env=tuple(sorted((str(k), str(v)) for k, v in self.env.items())),
+            env=env,
             cwd=self.cwd,
             url=self.url,
-            headers=tuple(sorted((str(k), str(v)) for k, v in self.headers.items())),
+            headers=headers,
             era=self.era,
             call_timeout=self.call_timeout,
+            roots=tuple((str(r.get("uri", "")), str(r.get("name", ""))) for r in self.roots if isinstance(r, dict)),
+            sampling=self.sampling_profile_id is not None,
+            elicitation=interactive and self.elicitation,
+            secrets=tuple(self.secret_values()),
         )
+
+
+class Operation(models.Model):
+    """One thing done with a server from the workbench or the CLI: connect, list, call, read...
+
+    Its exchanges are the raw JSON-RPC messages (and HTTP metadata, stderr, nested model calls)
+    it caused, in order; a 2026-07-28 call that needed input spans several ``tools/call`` round
+    trips and they all belong here, grouped as one logical call.
+    """
+
+    class Kind(models.TextChoices):
+        CONNECT = "connect"
+        TOOLS_LIST = "tools/list"
+        TOOLS_CALL = "tools/call"
+        RESOURCES_LIST = "resources/list"
+        TEMPLATES_LIST = "resources/templates/list"
+        RESOURCE_READ = "resources/read"
+        PROMPTS_LIST = "prompts/list"
+        PROMPT_GET = "prompts/get"
+        COMPLETE = "completion/complete"
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        OK = "ok"
+        ERROR = "error"
+        CANCELLED = "cancelled"
+        TIMEOUT = "timeout"
+
+    class Source(models.TextChoices):
+        WEB = "web"
+        CLI = "cli"
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="operations")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    source = models.CharField(max_length=4, choices=Source.choices, default=Source.WEB)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    target = models.CharField(max_length=500, blank=True, help_text="The tool, resource URI or prompt.")
+    arguments = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    result = models.JSONField(null=True, blank=True)
+    is_error = models.BooleanField(default=False, help_text="A tool result with isError: true.")
+    error = models.TextField(blank=True)
+    # Who the server said it was on this operation's session (identity, protocol, capabilities).
+    session = models.JSONField(default=dict, blank=True)
+    # structuredContent checked against the tool's outputSchema: {"checked", "valid", "errors"}.
+    output_check = models.JSONField(default=dict, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    saved_call = models.ForeignKey(
+        "SavedCall", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    exchanges = models.ManyToManyField("conversations.Exchange", blank=True, related_name="+")
+    started_at = models.DateTimeField(default=timezone.now, db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        indexes = [models.Index(fields=["server", "kind", "-started_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.target}".strip()
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status != self.Status.RUNNING
+
+    @property
+    def duration_ms(self) -> int | None:
+        if self.finished_at is None:
+            return None
+        return int((self.finished_at - self.started_at).total_seconds() * 1000)
+
+
+class PendingInput(models.Model):
+    """A server's elicitation request waiting for the workbench user's answer."""
+
+    class Status(models.TextChoices):
+        WAITING = "waiting"
+        ACCEPTED = "accept"
+        DECLINED = "decline"
+        CANCELLED = "cancel"
+        EXPIRED = "expired"
+
+    operation = models.ForeignKey(Operation, on_delete=models.CASCADE, related_name="questions")
+    kind = models.CharField(max_length=16, default="elicitation")
+    params = models.JSONField(default=dict)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.WAITING)
+    answer = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} for {self.operation_id} ({self.status})"
+
+    def mark_answered(self, *, action: str, content: dict[str, object] | None) -> None:
+        self.status = action
+        self.answer = {"action": action, **({"content": content} if content is not None else {})}
+        self.answered_at = timezone.now()
+
+
+class SavedCall(models.Model):
+    """A manual tool call kept to run again later (and see what changed)."""
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="saved_calls")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    name = models.CharField(max_length=120)
+    tool = models.CharField(max_length=200)
+    arguments = models.JSONField(default=dict, blank=True)
+    baseline = models.ForeignKey(
+        Operation, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="The call it was saved from: re-runs are compared with it.",
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["server", "name"]
+
+    def __str__(self) -> str:
+        return self.name

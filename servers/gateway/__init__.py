@@ -3,17 +3,28 @@
 Every operation returns an outcome instead of raising: the records it captured (paired JSON-RPC
 exchanges, notifications, stderr), the session it ran on, and an error message when it failed.
 Callers persist the records; nothing here touches the database.
+
+Two ways in: the blocking helpers (``list_tools``, ``call_tool``, ``run``) for callers that only
+want the outcome, and ``begin`` for a caller that follows an operation as it happens — each
+record as it is captured, the server's own requests (sampling, elicitation) to answer, and a
+cancel — from its own thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import queue
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import mcp.types as types
 from django.conf import settings
-from mcp import MCPError
+from mcp import Client, MCPError
 
 from inspector.wire import WireExchange
 from servers.gateway.capture import Capture, current_capture
@@ -30,16 +41,23 @@ from servers.gateway.pool import (
 __all__ = [
     "CallOutcome",
     "ListOutcome",
+    "Outcome",
+    "Question",
+    "Running",
     "ServerConfig",
     "SessionInfo",
+    "begin",
     "call_tool",
     "close_all",
     "list_tools",
+    "run",
 ]
 
 # Errors after which the connection cannot carry another request.
 _CONNECTION_LOST = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, ConnectionError)
 _MAX_LIST_PAGES = 50
+
+Operation = Callable[[Client], Awaitable[Any]]
 
 
 @dataclass
@@ -49,6 +67,9 @@ class Outcome:
     session: SessionInfo | None = None
     error: str = ""
     timed_out: bool = False
+    cancelled: bool = False
+    # What the operation returned, as JSON (a result, a list of definitions...).
+    value: Any = None
 
 
 @dataclass
@@ -85,26 +106,36 @@ def _connection_lost(exc: BaseException) -> bool:
 def _describe_failure(config: ServerConfig, exc: BaseException) -> str:
     if isinstance(exc, MCPError):
         return f"MCP error {exc.error.code}: {exc.error.message}"
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe_failure(config, inner) for inner in exc.exceptions)
     return f"{type(exc).__name__}: {exc}"
 
 
-async def _run(config: ServerConfig, outcome: Outcome, operation: Any) -> None:
+async def _run(
+    config: ServerConfig, outcome: Outcome, operation: Operation, capture: Capture, *, fresh: bool = False
+) -> None:
     """Acquire the session, run ``operation(client)``, and gather everything it captured."""
-    capture = Capture()
     current_capture.set(capture)
     pool = _get_pool()
+    if fresh:
+        await pool.close(config.server_id)
     try:
         session, spawned, reason = await pool.acquire(config, capture)
     except (GatewayError, ConfigError) as exc:
         outcome.error = str(exc)
         outcome.records = capture.records
+        capture.closed = True
         for record in outcome.records:
             record.server_id = config.server_id
         return
     outcome.session = session.info(spawned=spawned, respawn_reason=reason)
+    session.tap.active.append(capture)
     try:
         assert session.client is not None
-        await operation(session.client)
+        outcome.value = await operation(session.client)
+    except asyncio.CancelledError:
+        outcome.cancelled = True
+        outcome.error = "cancelled by the user (the server was sent notifications/cancelled)"
     except Exception as exc:  # noqa: BLE001 — every failure becomes a recorded, explained outcome
         outcome.error = _describe_failure(config, exc)
         if isinstance(exc, MCPError) and exc.error.code == -32001:
@@ -113,6 +144,8 @@ async def _run(config: ServerConfig, outcome: Outcome, operation: Any) -> None:
             session.mark_dead(outcome.error)
             outcome.error = f"{config.name} closed the connection during the call ({outcome.error})"
     finally:
+        if capture in session.tap.active:
+            session.tap.active.remove(capture)
         _finish(session, capture, outcome)
 
 
@@ -120,29 +153,251 @@ def _finish(session: PooledSession, capture: Capture, outcome: Outcome) -> None:
     session.tap.finish(capture)
     stderr = session.read_stderr()
     if stderr:
-        capture.records.append(stderr_record(stderr))
+        record = stderr_record(stderr, session.tap)
+        record.server_id = session.config.server_id
+        capture.records.append(record)
+        if capture.listener is not None:
+            capture.listener(record)
     outcome.records = capture.records
     outcome.unclaimed = session.take_unclaimed()
     for record in (*outcome.records, *outcome.unclaimed):
         record.server_id = session.config.server_id
 
 
+# --- following an operation from another thread ------------------------------------------
+
+
+@dataclass
+class Question:
+    """A request from the server (``sampling`` or ``elicitation``) waiting for an answer.
+
+    ``params`` is the request's params as JSON. Answer with ``answer(result_json)`` (the
+    protocol's result object) or ``refuse(message)``; both may be called from any thread.
+    """
+
+    kind: str
+    params: dict[str, Any]
+    _future: asyncio.Future[dict[str, Any] | str]
+    _loop: asyncio.AbstractEventLoop
+
+    def answer(self, result: dict[str, Any]) -> None:
+        self._loop.call_soon_threadsafe(self._settle, result)
+
+    def refuse(self, message: str) -> None:
+        self._loop.call_soon_threadsafe(self._settle, message)
+
+    def _settle(self, value: dict[str, Any] | str) -> None:
+        if not self._future.done():
+            self._future.set_result(value)
+
+
+Event = WireExchange | Question
+
+
+class _HandOff:
+    """``ClientFeatures`` that hand each request to the thread following the operation."""
+
+    def __init__(self, events: queue.Queue[Event], wait_seconds: float) -> None:
+        self.events = events
+        self.wait_seconds = wait_seconds
+
+    async def _ask(self, kind: str, params: Any) -> dict[str, Any] | str:
+        loop = asyncio.get_running_loop()
+        question = Question(
+            kind=kind,
+            params=params.model_dump(by_alias=True, exclude_none=True, mode="json"),
+            _future=loop.create_future(),
+            _loop=loop,
+        )
+        self.events.put(question)
+        try:
+            return await asyncio.wait_for(question._future, self.wait_seconds)
+        except TimeoutError:
+            return f"no answer within {self.wait_seconds:.0f} s"
+
+    async def sample(
+        self, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.ErrorData:
+        answer = await self._ask("sampling", params)
+        if isinstance(answer, str):
+            return types.ErrorData(code=types.INVALID_REQUEST, message=answer)
+        try:
+            return types.CreateMessageResult.model_validate(answer)
+        except ValueError as exc:
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"the model's answer is unusable: {exc}")
+
+    async def elicit(self, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
+        answer = await self._ask("elicitation", params)
+        if isinstance(answer, str):
+            return types.ElicitResult(action="cancel" if "no answer" in answer else "decline")
+        return types.ElicitResult.model_validate(answer)
+
+
+@dataclass
+class Running:
+    """An operation in flight on the gateway loop, followed from a plain thread.
+
+    ``done`` waits for the operation's coroutine to really end — after a cancel too, when its
+    last records (the request left unanswered, ``notifications/cancelled``, stderr) are still
+    being written — and for every event to be taken.
+    """
+
+    events: queue.Queue[Event]
+    outcome: Outcome
+    _future: Future[None]
+    _ended: threading.Event
+
+    def next_event(self, timeout: float) -> Event | None:
+        """The next record or question, or None if none came within ``timeout`` seconds."""
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    @property
+    def done(self) -> bool:
+        return self._ended.is_set() and self.events.empty()
+
+    def cancel(self) -> None:
+        """Cancel the operation's task: the SDK sends the server ``notifications/cancelled``."""
+        self._future.cancel()
+
+    def wait(self, timeout: float) -> Outcome:
+        """The outcome once finished (within ``timeout`` seconds, else a gateway error)."""
+        if not self._ended.wait(timeout) and not self.outcome.error:
+            self.outcome.error = f"the gateway did not finish the operation within {timeout:.0f} s"
+        if self._future.cancelled() and not self.outcome.error:
+            self.outcome.error = "the operation was cancelled"
+            self.outcome.cancelled = True
+        return self.outcome
+
+
+def begin(
+    config: ServerConfig,
+    operation: Operation,
+    *,
+    answer_wait: float = 120.0,
+    fresh: bool = False,
+    outcome: Outcome | None = None,
+) -> Running:
+    """Start ``operation`` and return at once; the caller drains ``events`` until ``done``.
+
+    ``fresh`` closes the pooled session first, so the connection (handshake included) is part
+    of this operation's record. The server's requests wait at most ``answer_wait`` seconds.
+    """
+    events: queue.Queue[Event] = queue.Queue()
+    result = outcome if outcome is not None else Outcome()
+    capture = Capture(listener=events.put, features=_HandOff(events, answer_wait))
+    ended = threading.Event()
+
+    async def followed() -> None:
+        try:
+            await _run(config, result, operation, capture, fresh=fresh)
+        finally:
+            ended.set()
+
+    future = asyncio.run_coroutine_threadsafe(followed(), _loop.loop())
+    return Running(events=events, outcome=result, _future=future, _ended=ended)
+
+
+def run(config: ServerConfig, operation: Operation, *, fresh: bool = False) -> Outcome:
+    """Run ``operation`` to its end; the server's own requests are refused (nobody to ask)."""
+    outcome = Outcome()
+    _loop.run(_run(config, outcome, operation, Capture(), fresh=fresh), timeout=_budget(config))
+    return outcome
+
+
+# --- the operations ------------------------------------------------------------------------
+
+
+def dump(model: Any) -> Any:
+    return model.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+async def _all_pages(fetch: Callable[[str | None], Awaitable[Any]], attribute: str) -> list[Any]:
+    items: list[Any] = []
+    cursor: str | None = None
+    for _ in range(_MAX_LIST_PAGES):
+        page = await fetch(cursor)
+        items.extend(dump(item) for item in getattr(page, attribute))
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return items
+
+
+def op_list_tools(client: Client) -> Awaitable[list[Any]]:
+    return _all_pages(lambda cursor: client.list_tools(cursor=cursor, cache_mode="bypass"), "tools")
+
+
+def op_list_resources(client: Client) -> Awaitable[list[Any]]:
+    return _all_pages(lambda cursor: client.list_resources(cursor=cursor, cache_mode="bypass"), "resources")
+
+
+def op_list_templates(client: Client) -> Awaitable[list[Any]]:
+    return _all_pages(
+        lambda cursor: client.list_resource_templates(cursor=cursor, cache_mode="bypass"),
+        "resource_templates",
+    )
+
+
+def op_list_prompts(client: Client) -> Awaitable[list[Any]]:
+    return _all_pages(lambda cursor: client.list_prompts(cursor=cursor, cache_mode="bypass"), "prompts")
+
+
+async def _noop_progress(progress: float, total: float | None, message: str | None) -> None:
+    """Asking for progress makes the request carry a progressToken; the tap records the rest."""
+
+
+def op_call_tool(name: str, arguments: dict[str, Any], timeout: float) -> Operation:
+    async def operation(client: Client) -> Any:
+        result = await client.call_tool(
+            name, arguments, read_timeout_seconds=timeout, progress_callback=_noop_progress
+        )
+        return dump(result)
+
+    return operation
+
+
+def op_read_resource(uri: str) -> Operation:
+    async def operation(client: Client) -> Any:
+        return dump(await client.read_resource(uri, cache_mode="bypass"))
+
+    return operation
+
+
+def op_get_prompt(name: str, arguments: dict[str, str]) -> Operation:
+    async def operation(client: Client) -> Any:
+        return dump(await client.get_prompt(name, arguments))
+
+    return operation
+
+
+def op_complete(ref: dict[str, str], argument: dict[str, str], context: dict[str, str]) -> Operation:
+    async def operation(client: Client) -> Any:
+        reference: types.ResourceTemplateReference | types.PromptReference
+        if ref.get("type") == "ref/resource":
+            reference = types.ResourceTemplateReference(type="ref/resource", uri=ref["uri"])
+        else:
+            reference = types.PromptReference(type="ref/prompt", name=ref["name"])
+        return dump(await client.complete(reference, argument, context or None))
+
+    return operation
+
+
+async def op_connect(client: Client) -> Any:
+    """Nothing beyond the connection itself: the handshake (or discovery) is the record."""
+    return None
+
+
+# --- the agent's blocking helpers ------------------------------------------------------------
+
+
 def list_tools(config: ServerConfig) -> ListOutcome:
     """Every tool the server offers now (all pages, never from a cache)."""
     outcome = ListOutcome()
-
-    async def operation(client: Any) -> None:
-        cursor: str | None = None
-        for _ in range(_MAX_LIST_PAGES):
-            result = await client.list_tools(cursor=cursor, cache_mode="bypass")
-            outcome.tools.extend(
-                t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in result.tools
-            )
-            cursor = result.next_cursor
-            if not cursor:
-                break
-
-    _loop.run(_run(config, outcome, operation), timeout=_budget(config, settings.MCP_CONNECT_TIMEOUT_SECONDS))
+    _loop.run(_run(config, outcome, op_list_tools, Capture()), timeout=_budget(config))
+    outcome.tools = list(outcome.value or [])
     return outcome
 
 
@@ -150,17 +405,18 @@ def call_tool(config: ServerConfig, name: str, arguments: dict[str, Any]) -> Cal
     """Call one tool; the server's ``call_timeout`` bounds the wait (the SDK then sends a cancel)."""
     outcome = CallOutcome()
 
-    async def operation(client: Any) -> None:
+    async def operation(client: Client) -> Any:
         result = await client.call_tool(name, arguments, read_timeout_seconds=config.call_timeout)
-        outcome.result = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+        return dump(result)
 
-    _loop.run(_run(config, outcome, operation), timeout=_budget(config, settings.MCP_CONNECT_TIMEOUT_SECONDS))
+    _loop.run(_run(config, outcome, operation, Capture()), timeout=_budget(config))
+    outcome.result = outcome.value
     return outcome
 
 
-def _budget(config: ServerConfig, connect_timeout: float) -> float:
+def _budget(config: ServerConfig) -> float:
     # The SDK's own timeouts fire first; this outer bound only guards against a wedged loop.
-    return connect_timeout + config.call_timeout + 15
+    return settings.MCP_CONNECT_TIMEOUT_SECONDS + config.call_timeout + 15
 
 
 def spawn_count(server_id: int) -> int:

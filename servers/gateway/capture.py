@@ -20,20 +20,32 @@ from typing import Any
 
 from mcp.shared.message import SessionMessage
 
-from inspector.wire import WireExchange
+from inspector.wire import WireExchange, safe_headers
 
 current_capture: contextvars.ContextVar[Capture | None] = contextvars.ContextVar("mcp_capture", default=None)
 
 
-class Capture:
-    """The records of one logical gateway operation (a connect, a tools/list, a tools/call)."""
+SECRET_MARKER = "[REDACTED:secret]"
+Listener = Callable[[WireExchange], None]
 
-    def __init__(self) -> None:
+
+class Capture:
+    """The records of one logical gateway operation (a connect, a tools/list, a tools/call).
+
+    ``listener``, when set, is told of each record as it is finished (on the gateway loop: it
+    must not block); ``features`` answers the server's own requests made during the operation.
+    """
+
+    def __init__(self, listener: Listener | None = None, features: object | None = None) -> None:
         self.records: list[WireExchange] = []
         self.closed = False
+        self.listener = listener
+        self.features = features
 
     def add(self, record: WireExchange) -> None:
         self.records.append(record)
+        if self.listener is not None:
+            self.listener(record)
 
 
 @dataclass
@@ -48,9 +60,14 @@ class Tap:
     """Pairs and routes the messages of one session. Lives on the gateway loop only."""
 
     body_limit: int
+    secrets: tuple[str, ...] = ()
     unclaimed: list[WireExchange] = field(default_factory=list)
+    # Operations in flight on this session, oldest first: server→client requests go to the newest.
+    active: list[Capture] = field(default_factory=list)
     _pending: dict[str, _Pending] = field(default_factory=dict)
     _progress: dict[str, Capture] = field(default_factory=dict)
+    _sent_notifications: dict[str, WireExchange] = field(default_factory=dict)
+    _answered: dict[str, WireExchange] = field(default_factory=dict)
 
     def _route(self, capture: Capture | None, record: WireExchange) -> None:
         if capture is None or capture.closed:
@@ -58,11 +75,76 @@ class Tap:
         else:
             capture.add(record)
 
+    def newest_active(self) -> Capture | None:
+        """The operation a server→client request most likely belongs to.
+
+        stdio gives no hint which request a server's own request serves; the caller's context
+        does when the SDK runs the callback in the calling task (2026 input-required rounds).
+        """
+        current = current_capture.get()
+        if current is not None and not current.closed and current in self.active:
+            return current
+        open_ones = [capture for capture in self.active if not capture.closed]
+        return open_ones[-1] if open_ones else None
+
+    def mask(self, text: str) -> str:
+        """``text`` with every configured secret value replaced by a marker."""
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, SECRET_MARKER)
+        return text
+
     def _body(self, message: dict[str, Any]) -> str:
-        text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+        text = self.mask(json.dumps(message, ensure_ascii=False, separators=(",", ":")))
         if len(text) > self.body_limit:
             return text[: self.body_limit] + f"\n… [cut: {len(text)} characters in all]"
         return text
+
+    def _headers(self, headers: Any) -> dict[str, str]:
+        return {name: self.mask(value) for name, value in safe_headers(headers.multi_items()).items()}
+
+    def http_request(self, method: str, path: str, headers: Any, content: bytes) -> WireExchange | None:
+        """Attach an HTTP request's headers to the JSON-RPC record its body carries.
+
+        A request without a JSON-RPC body (the GET stream, DELETE on close) becomes a record of
+        its own, returned for the response hook to complete.
+        """
+        message = _json_object(content)
+        record = self._record_for(message)
+        if record is not None:
+            record.request_headers = {":method": method, ":path": path, **self._headers(headers)}
+            return record
+        if message is not None:
+            return None
+        record = WireExchange(
+            channel="mcp",
+            label=f"{method} {path}",
+            started_at=datetime.now(UTC),
+            request_headers={":method": method, ":path": path, **self._headers(headers)},
+        )
+        self._route(current_capture.get(), record)
+        return record
+
+    def http_response(self, record: WireExchange | None, status: int, headers: Any) -> None:
+        if record is None:
+            return
+        record.response_headers = {":status": str(status), **self._headers(headers)}
+        if record.label.startswith(("GET ", "DELETE ")):
+            record.status = str(status)
+            record.direction = "client"
+
+    def _record_for(self, message: dict[str, Any] | None) -> WireExchange | None:
+        if message is None:
+            return None
+        msg_id = message.get("id")
+        if msg_id is not None and "method" in message:
+            pending = self._pending.get(f"send:{msg_id}")
+            return pending.record if pending is not None else None
+        if msg_id is not None:
+            # Our response to a server→client request.
+            return self._answered.get(str(msg_id))
+        method = message.get("method")
+        return self._sent_notifications.get(str(method)) if method is not None else None
 
     def observe(self, direction: str, item: object) -> None:
         """Record one item seen on a stream (``send`` = client→server, ``recv`` = server→client)."""
@@ -75,9 +157,9 @@ class Tap:
                 label="transport error",
                 started_at=wall,
                 direction="server",
-                response_body=repr(item),
+                response_body=self.mask(repr(item)),
                 status="error",
-                error=str(item),
+                error=self.mask(str(item)),
             )
             self.unclaimed.append(record) if direction == "recv" else self._route(
                 current_capture.get(), record
@@ -99,15 +181,11 @@ class Tap:
                 direction="client" if direction == "send" else "server",
                 request_body=body,
             )
-            capture = current_capture.get() if direction == "send" else None
+            capture = current_capture.get() if direction == "send" else self.newest_active()
             self._pending[key] = _Pending(capture, record, now)
             token = (message.get("params") or {}).get("_meta", {}).get("progressToken")
             if token is not None and capture is not None:
                 self._progress[str(token)] = capture
-            if direction == "recv":
-                # A server→client request (sampling, roots, elicitation) is answered by the SDK;
-                # its response will come by on the send side.
-                pass
             return
         if is_response:
             counterpart = f"{'send' if direction == 'recv' else 'recv'}:{msg_id}"
@@ -128,9 +206,11 @@ class Tap:
             record = pending.record
             record.response_body = body
             record.duration_ms = (now - pending.started) * 1000
+            if direction == "send":
+                self._answered = {str(msg_id): record}
             if "error" in message:
                 record.status = "error"
-                record.error = str(message["error"].get("message", ""))
+                record.error = self.mask(str(message["error"].get("message", "")))
             else:
                 record.status = "ok"
             self._route(pending.capture, record)
@@ -144,12 +224,17 @@ class Tap:
         )
         if direction == "send":
             record.request_body = body
+            self._sent_notifications[str(method)] = record
             self._route(current_capture.get(), record)
             return
         record.response_body = body
         params = message.get("params") or {}
         token = params.get("progressToken")
         target = self._progress.get(str(token)) if token is not None else None
+        if target is None and method == "notifications/message":
+            # A log line sent while an operation runs is shown with it (it also reaches the
+            # server's transcript through that operation).
+            target = self.newest_active()
         self._route(target, record)
 
     def finish(self, capture: Capture) -> None:
@@ -164,6 +249,16 @@ class Tap:
             if owner is capture:
                 del self._progress[token]
         capture.closed = True
+
+
+def _json_object(content: bytes) -> dict[str, Any] | None:
+    if not content:
+        return None
+    try:
+        value = json.loads(content)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 class _TapRead:

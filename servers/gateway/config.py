@@ -12,6 +12,8 @@ ERAS: dict[str, str] = {
     "modern": "2026-07-28 — stateless, no probe",
 }
 MODERN_VERSION = "2026-07-28"
+# Shorter values are not treated as secrets: masking "a" everywhere would destroy the record.
+MIN_SECRET_CHARS = 6
 
 _REFERENCE_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -22,7 +24,13 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """How to reach one MCP server. Equal configs share one pooled session."""
+    """How to reach one MCP server. Equal configs share one pooled session.
+
+    ``secrets`` are the plain values of the server's secret env entries and headers (decrypted,
+    or resolved from ``${VAR}`` references): the gateway masks them in everything it captures.
+    ``roots`` are offered to servers that ask (``roots/list``); ``sampling`` and ``elicitation``
+    say whether the client advertises those capabilities.
+    """
 
     server_id: int
     name: str
@@ -35,10 +43,23 @@ class ServerConfig:
     headers: tuple[tuple[str, str], ...] = ()
     era: str = "legacy"
     call_timeout: float = 30.0
+    roots: tuple[tuple[str, str], ...] = ()
+    sampling: bool = False
+    elicitation: bool = False
+    secrets: tuple[str, ...] = ()
 
     def client_mode(self) -> str:
         """The SDK ``Client(mode=...)`` value for this era."""
         return {"legacy": "legacy", "auto": "auto"}.get(self.era, MODERN_VERSION)
+
+    def maskable_secrets(self) -> tuple[str, ...]:
+        """The secret values worth masking, longest first (so a secret inside another goes second)."""
+        usable = {value for value in self.secrets if len(value) >= MIN_SECRET_CHARS}
+        return tuple(sorted(usable, key=len, reverse=True))
+
+
+def has_references(value: str) -> bool:
+    return _REFERENCE_RE.search(value) is not None
 
 
 def resolve_references(value: str) -> str:

@@ -20,12 +20,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
+import mcp.types as types
 from mcp import Client
+from mcp.client.session import ClientRequestContext
 from mcp.types import Implementation
 
 from inspector.wire import WireExchange
 from servers.gateway.capture import Capture, Tap, current_capture, tapped
-from servers.gateway.config import ServerConfig
+from servers.gateway.config import MODERN_VERSION, ServerConfig
+from servers.gateway.features import ClientFeatures
 from servers.gateway.transports import TRANSPORTS
 
 T = TypeVar("T")
@@ -48,6 +51,9 @@ class SessionInfo:
     server_version: str
     instructions: str
     capabilities: dict[str, Any] = field(default_factory=dict)
+    server_title: str = ""
+    # How the era was settled: "initialize", "server/discover", or both for an auto fallback.
+    handshake: str = ""
 
 
 class GatewayLoop:
@@ -96,7 +102,7 @@ class PooledSession:
         self.config = config
         self.connect_timeout = connect_timeout
         self.generation = generation
-        self.tap = Tap(body_limit=body_limit)
+        self.tap = Tap(body_limit=body_limit, secrets=config.maskable_secrets())
         self.client: Client | None = None
         self.dead_reason = ""
         self.opened_at = time.time()
@@ -139,7 +145,7 @@ class PooledSession:
 
     async def _hold(self) -> None:
         try:
-            transport = TRANSPORTS[self.config.transport].open(self.config, self._errlog)
+            transport = TRANSPORTS[self.config.transport].open(self.config, self._errlog, self.tap)
             async with Client(
                 tapped(transport, self.tap),
                 mode=self.config.client_mode(),
@@ -147,7 +153,15 @@ class PooledSession:
                 read_timeout_seconds=max(self.connect_timeout, self.config.call_timeout),
                 client_info=CLIENT_INFO,
                 cache=None,
+                sampling_callback=self._sample if self.config.sampling else None,
+                elicitation_callback=self._elicit if self.config.elicitation else None,
+                list_roots_callback=self._roots if self.config.roots else None,
             ) as client:
+                if self.config.era == "modern":
+                    # Pinned to 2026-07-28 the SDK adopts the version without asking; discovery
+                    # is still how the server says who it is (and a server MUST implement it).
+                    raw = await client.session.send_discover(MODERN_VERSION)
+                    client.session.adopt(types.DiscoverResult.model_validate(raw))
                 self.client = client
                 self._ready.set()
                 await self._stop.wait()
@@ -157,6 +171,35 @@ class PooledSession:
         finally:
             self.client = None if self._error else self.client
             self._ready.set()
+
+    def _features(self) -> ClientFeatures | None:
+        capture = self.tap.newest_active()
+        features = capture.features if capture is not None else None
+        return features if isinstance(features, ClientFeatures) else None
+
+    async def _sample(
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.ErrorData:
+        features = self._features()
+        if features is None:
+            return types.ErrorData(
+                code=types.INVALID_REQUEST, message="no operation on this client is answering sampling now"
+            )
+        return await features.sample(params)
+
+    async def _elicit(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        features = self._features()
+        if features is None:
+            # Nobody can answer (e.g. an agent turn): declining is the protocol's polite no.
+            return types.ElicitResult(action="decline")
+        return await features.elicit(params)
+
+    async def _roots(self, context: ClientRequestContext) -> types.ListRootsResult:
+        return types.ListRootsResult(
+            roots=[types.Root(uri=uri, name=name or None) for uri, name in self.config.roots]  # type: ignore[arg-type]
+        )
 
     async def close(self) -> None:
         self._stop.set()
@@ -172,7 +215,12 @@ class PooledSession:
         session = client.session if client is not None else None
         server_info = session.server_info if session is not None else None
         capabilities = session.server_capabilities if session is not None else None
+        handshake = ""
+        if session is not None:
+            handshake = "server/discover" if session.discover_result is not None else "initialize"
         return SessionInfo(
+            server_title=(server_info.title or "") if server_info else "",
+            handshake=handshake,
             generation=self.generation,
             spawned=spawned,
             respawn_reason=respawn_reason,
@@ -247,10 +295,11 @@ class SessionPool:
             try:
                 await fresh.open(self.connect_timeout)
             except GatewayError:
-                capture.records.extend(fresh.take_unclaimed())
+                for record in fresh.take_unclaimed():
+                    capture.add(record)
                 stderr = fresh.read_stderr()
                 if stderr:
-                    capture.records.append(stderr_record(stderr))
+                    capture.add(stderr_record(stderr, fresh.tap))
                 fresh.tap.finish(capture)
                 raise
             finally:
@@ -270,8 +319,12 @@ class SessionPool:
             await session.close()
 
 
-def stderr_record(text: str) -> WireExchange:
-    """An unpaired record carrying what the server wrote to stderr."""
+def stderr_record(text: str, tap: Tap | None = None) -> WireExchange:
+    """An unpaired record carrying what the server wrote to stderr (secrets masked)."""
     return WireExchange(
-        channel="mcp", label="stderr", started_at=datetime.now(UTC), direction="server", response_body=text
+        channel="mcp",
+        label="stderr",
+        started_at=datetime.now(UTC),
+        direction="server",
+        response_body=tap.mask(text) if tap is not None else text,
     )

@@ -11,6 +11,7 @@ from mcp import StdioServerParameters, stdio_client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
+from servers.gateway.capture import Tap
 from servers.gateway.config import ServerConfig, resolve_references
 
 Streams = tuple[Any, Any]
@@ -22,6 +23,8 @@ class Transport(Protocol):
     ``open`` returns an async context manager yielding the SDK's ``(read_stream, write_stream)``;
     the gateway wraps those streams to capture every message. ``errlog`` is a real file that
     receives a subprocess's stderr (a Celery worker's ``sys.stderr`` has no file descriptor).
+    HTTP transports also report each request's headers and each response's status and headers
+    to ``tap``.
 
     Raises (from ``open``):
         ConfigError: an ``${VAR}`` reference in env or headers is not set.
@@ -31,7 +34,7 @@ class Transport(Protocol):
     label: ClassVar[str]
     spawns_process: ClassVar[bool]
 
-    def open(self, config: ServerConfig, errlog: TextIO) -> AbstractAsyncContextManager[Streams]: ...
+    def open(self, config: ServerConfig, errlog: TextIO, tap: Tap) -> AbstractAsyncContextManager[Streams]: ...
 
 
 class StdioTransport(Transport):
@@ -39,7 +42,7 @@ class StdioTransport(Transport):
     label = "stdio (spawns a command on the worker)"
     spawns_process = True
 
-    def open(self, config: ServerConfig, errlog: TextIO) -> AbstractAsyncContextManager[Streams]:
+    def open(self, config: ServerConfig, errlog: TextIO, tap: Tap) -> AbstractAsyncContextManager[Streams]:
         params = StdioServerParameters(
             command=config.command,
             args=list(config.args),
@@ -55,18 +58,33 @@ def _http_headers(config: ServerConfig) -> dict[str, str]:
     return {key: resolve_references(value) for key, value in config.headers}
 
 
+def _observed_client(tap: Tap, **kwargs: Any) -> httpx2.AsyncClient:
+    """An HTTP client whose event hooks report every request and response to ``tap``."""
+    records: dict[int, Any] = {}
+
+    async def on_request(request: httpx2.Request) -> None:
+        content = request.content if request.method != "GET" else b""
+        records[id(request)] = tap.http_request(request.method, request.url.path, request.headers, content)
+
+    async def on_response(response: httpx2.Response) -> None:
+        record = records.pop(id(response.request), None)
+        tap.http_response(record, response.status_code, response.headers)
+
+    return httpx2.AsyncClient(event_hooks={"request": [on_request], "response": [on_response]}, **kwargs)
+
+
 class StreamableHttpTransport(Transport):
     key = "http"
     label = "streamable HTTP"
     spawns_process = False
 
-    def open(self, config: ServerConfig, errlog: TextIO) -> AbstractAsyncContextManager[Streams]:
-        return self._open(config)
+    def open(self, config: ServerConfig, errlog: TextIO, tap: Tap) -> AbstractAsyncContextManager[Streams]:
+        return self._open(config, tap)
 
     @asynccontextmanager
-    async def _open(self, config: ServerConfig) -> AsyncIterator[Streams]:
+    async def _open(self, config: ServerConfig, tap: Tap) -> AsyncIterator[Streams]:
         timeout = httpx2.Timeout(config.call_timeout, read=config.call_timeout + 5)
-        async with httpx2.AsyncClient(headers=_http_headers(config), timeout=timeout) as http_client:
+        async with _observed_client(tap, headers=_http_headers(config), timeout=timeout) as http_client:
             async with streamable_http_client(config.url, http_client=http_client) as streams:
                 yield streams[0], streams[1]
 
@@ -76,8 +94,17 @@ class SseTransport(Transport):
     label = "HTTP+SSE (legacy, deprecated)"
     spawns_process = False
 
-    def open(self, config: ServerConfig, errlog: TextIO) -> AbstractAsyncContextManager[Streams]:
-        return sse_client(config.url, headers=_http_headers(config), timeout=config.call_timeout)
+    def open(self, config: ServerConfig, errlog: TextIO, tap: Tap) -> AbstractAsyncContextManager[Streams]:
+        def factory(
+            headers: dict[str, str] | None = None,
+            timeout: httpx2.Timeout | None = None,
+            auth: httpx2.Auth | None = None,
+        ) -> httpx2.AsyncClient:
+            return _observed_client(tap, headers=headers, timeout=timeout, auth=auth)
+
+        return sse_client(
+            config.url, headers=_http_headers(config), timeout=config.call_timeout, httpx_client_factory=factory
+        )
 
 
 TRANSPORTS: dict[str, Transport] = {

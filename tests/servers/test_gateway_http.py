@@ -71,7 +71,18 @@ def test_tools_are_listed_and_called_over_streamable_http_with_every_message_cap
 
     assert listing.error == ""
     assert {tool["name"] for tool in listing.tools} >= {"get_weather_forecast", "calculate"}
-    assert [r.label for r in listing.records] == ["initialize", "notifications/initialized", "tools/list"]
+    assert [r.label for r in listing.records if r.jsonrpc_id or r.label.startswith("notifications/")] == [
+        "initialize",
+        "notifications/initialized",
+        "tools/list",
+    ]
+    # The HTTP layer is on the records too: status and headers of each POST, and the GET stream.
+    initialize = listing.records[0]
+    assert initialize.request_headers[":method"] == "POST"
+    assert initialize.response_headers[":status"] == "200"
+    assert "mcp-session-id" in initialize.response_headers
+    get_stream = next(r for r in listing.records if r.label == "GET /mcp")
+    assert get_stream.response_headers[":status"] == "200"
     assert all(r.status == "ok" for r in listing.records if r.jsonrpc_id)
     assert call.error == ""
     assert call.result is not None and call.result["structuredContent"]["city"] == "Beijing"

@@ -1,0 +1,185 @@
+"""``manage.py server``: the workbench from a terminal, recorded exactly as the browser records it.
+
+    server add NAME -- COMMAND [ARGS...]       a stdio server
+    server add NAME --url URL [--sse]          a streamable HTTP (or legacy HTTP+SSE) server
+    server list
+    server tools NAME [--json]
+    server call NAME TOOL --args JSON [--json]
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from servers import selectors, services
+from servers.forms import schema_errors
+from servers.gateway.config import ERAS
+from servers.models import McpServer, Operation
+
+
+class Command(BaseCommand):
+    help = "Register MCP servers, list their tools and call them; every exchange is recorded."
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        # Everything after "--" is the stdio command line, options of its own included.
+        if "--" in argv:
+            split = argv.index("--")
+            argv, self.stdio_command = argv[:split], argv[split + 1 :]
+        super().run_from_argv(argv)
+
+    stdio_command: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        add = sub.add_parser("add", help="register a server: NAME -- COMMAND [ARGS...] or NAME --url URL")
+        add.add_argument("name")
+        add.add_argument("--url", default="")
+        add.add_argument("--sse", action="store_true", help="the URL speaks the legacy HTTP+SSE transport")
+        add.add_argument("--era", choices=list(ERAS), default="legacy")
+        add.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+        add.add_argument("--secret-env", action="append", default=[], metavar="NAME=VALUE")
+        add.add_argument("--header", action="append", default=[], metavar="NAME:VALUE")
+        add.add_argument("--secret-header", action="append", default=[], metavar="NAME:VALUE")
+        add.add_argument("--cwd", default="")
+        add.add_argument("--timeout", type=float, default=30.0)
+        add.add_argument("command", nargs="*", help="-- COMMAND [ARGS...] for a stdio server")
+        sub.add_parser("list", help="the registered servers")
+        tools = sub.add_parser("tools", help="list a server's tools (a recorded tools/list)")
+        tools.add_argument("name")
+        tools.add_argument("--json", action="store_true")
+        call = sub.add_parser("call", help="call a tool (a recorded tools/call)")
+        call.add_argument("name")
+        call.add_argument("tool")
+        call.add_argument("--args", dest="arguments", default="{}", help="the arguments as a JSON object")
+        call.add_argument("--json", action="store_true")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        action = options["action"]
+        if action == "add":
+            self._add(options)
+        elif action == "list":
+            self._list()
+        elif action == "tools":
+            self._tools(self._server(options["name"]), as_json=options["json"])
+        else:
+            self._call(self._server(options["name"]), options["tool"], options["arguments"], as_json=options["json"])
+
+    def _server(self, name: str) -> McpServer:
+        try:
+            return McpServer.objects.get(name=name)
+        except McpServer.DoesNotExist:
+            raise CommandError(f"no server named {name!r} (see: manage.py server list)") from None
+
+    @staticmethod
+    def _pairs(items: list[str], separator: str) -> dict[str, str]:
+        pairs = {}
+        for item in items:
+            name, found, value = item.partition(separator)
+            if not found:
+                raise CommandError(f"{item!r}: write NAME{separator}VALUE")
+            pairs[name.strip()] = value.strip() if separator == ":" else value
+        return pairs
+
+    def _add(self, options: dict[str, Any]) -> None:
+        command = list(options["command"]) or list(self.stdio_command)
+        if bool(command) == bool(options["url"]):
+            raise CommandError("give either -- COMMAND [ARGS...] (stdio) or --url URL")
+        transport = "stdio" if command else ("sse" if options["sse"] else "http")
+        fields = {
+            "name": options["name"],
+            "transport": transport,
+            "command": command[0] if command else "",
+            "args": command[1:],
+            "cwd": options["cwd"],
+            "url": options["url"],
+            "era": options["era"],
+            "call_timeout": options["timeout"],
+        }
+        existing = McpServer.objects.filter(name=options["name"]).first()
+        try:
+            server = services.server_save(
+                server=existing,
+                owner=None,
+                fields=fields,
+                env=self._pairs(options["env"], "="),
+                secret_env=self._pairs(options["secret_env"], "="),
+                headers=self._pairs(options["header"], ":"),
+                secret_headers=self._pairs(options["secret_header"], ":"),
+            )
+        except Exception as exc:  # noqa: BLE001 — validation errors are the user's to fix
+            raise CommandError(f"cannot save {options['name']!r}: {exc}") from None
+        self.stdout.write(f"{'updated' if existing else 'added'} {server.name} ({server.get_transport_display()})")
+
+    def _list(self) -> None:
+        for server in McpServer.objects.order_by("name"):
+            reaches = f"{server.command} {' '.join(server.args)}" if server.spawns_process else server.url
+            state = "enabled" if server.enabled else "disabled"
+            self.stdout.write(f"{server.name:<20} {server.transport:<6} {server.era:<7} {state:<9} {reaches}")
+
+    def _tools(self, server: McpServer, *, as_json: bool) -> None:
+        operation = services.operation_start(
+            server=server, user=None, kind=Operation.Kind.TOOLS_LIST, source=Operation.Source.CLI
+        )
+        if operation.status != Operation.Status.OK:
+            raise CommandError(f"tools/list failed: {operation.error}")
+        tools = operation.result if isinstance(operation.result, list) else []
+        if as_json:
+            self.stdout.write(json.dumps({"server": server.name, "operation": str(operation.public_id), "tools": tools}, indent=2))
+            return
+        for tool in tools:
+            description = str(tool.get("description") or "").splitlines()
+            self.stdout.write(f"{tool.get('name')}: {description[0] if description else ''}")
+
+    def _call(self, server: McpServer, tool: str, raw: str, *, as_json: bool) -> None:
+        try:
+            arguments = json.loads(raw)
+        except ValueError as exc:
+            raise CommandError(f"--args is not JSON: {exc}") from None
+        if not isinstance(arguments, dict):
+            raise CommandError("--args must be a JSON object")
+        definition = selectors.tool_definition(server=server, name=tool)
+        if definition is not None and isinstance(definition.get("inputSchema"), dict):
+            errors = schema_errors(definition["inputSchema"], arguments)
+            if errors:
+                raise CommandError("not sent: the arguments do not match the inputSchema:\n  " + "\n  ".join(errors))
+        operation = services.operation_start(
+            server=server,
+            user=None,
+            kind=Operation.Kind.TOOLS_CALL,
+            target=tool,
+            arguments=arguments,
+            source=Operation.Source.CLI,
+            tool=definition,
+        )
+        if as_json:
+            self.stdout.write(
+                json.dumps(
+                    {
+                        "server": server.name,
+                        "tool": tool,
+                        "operation": str(operation.public_id),
+                        "status": operation.status,
+                        "error": operation.error,
+                        "result": operation.result,
+                        "exchanges": selectors.transcript_export(exchanges=operation.exchanges.order_by("seq")),
+                    },
+                    indent=2,
+                    ensure_ascii=False,
+                )
+            )
+        else:
+            if operation.error:
+                self.stderr.write(f"error: {operation.error}")
+            result = operation.result if isinstance(operation.result, dict) else {}
+            for block in result.get("content") or []:
+                if block.get("type") == "text":
+                    self.stdout.write(str(block.get("text", "")))
+                else:
+                    self.stdout.write(f"[{block.get('type')} {block.get('mimeType', '')}]")
+            if result.get("isError"):
+                self.stderr.write("the tool reported an error (isError: true)")
+        if operation.status != Operation.Status.OK or operation.is_error:
+            raise CommandError(f"{tool} ended with status {operation.status}" + (" (isError)" if operation.is_error else ""))

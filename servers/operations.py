@@ -1,0 +1,313 @@
+"""Runs one workbench operation: load it, follow it on the gateway, record it, finish it.
+
+Django-aware glue around ``servers.gateway.begin``: this thread persists each record the
+moment it is captured (so a page polling the operation sees progress notifications arrive),
+answers the server's own requests — sampling with the server's model profile, elicitation by
+asking the user through a ``PendingInput`` row — and turns a user's cancel into a cancel on
+the wire.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import jsonschema
+from django.conf import settings
+from django.db import close_old_connections, transaction
+from django.utils import timezone
+
+from conversations.models import Exchange
+from conversations.recording import active_redactor, exchange_rows, server_records_store
+from conversations.redaction import Redactor
+from inspector.wire import WireExchange
+from servers import gateway
+from servers.gateway import Outcome, Question
+from servers.gateway.config import ConfigError, ServerConfig
+from servers.models import McpServer, Operation, PendingInput
+from servers.sampling import sampling_answer
+
+logger = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.2
+CANCEL_CHECK_SECONDS = 0.5
+# How long the server's requests wait for a person (elicitation) before they are cancelled.
+ANSWER_WAIT_SECONDS: float = getattr(settings, "WORKBENCH_ANSWER_WAIT_SECONDS", 120.0)
+THREADS: int = getattr(settings, "WORKBENCH_THREADS", 8)
+
+
+class _Recorder:
+    """Writes an operation's exchanges as they arrive, in order, redacted."""
+
+    def __init__(self, operation: Operation, redact: Redactor) -> None:
+        self.operation = operation
+        self.redact = redact
+        self.seq = 0
+
+    def record(self, records: list[WireExchange]) -> None:
+        if not records:
+            return
+        rows = exchange_rows(records, turn_id=None, step_id=None, redact=self.redact, first_seq=self.seq + 1)
+        self.seq += len(rows)
+        for row in rows:
+            row.server_id = self.operation.server_id
+            row.server_name = self.operation.server.name
+        with transaction.atomic():
+            Exchange.objects.bulk_create(rows)
+            self.operation.exchanges.add(*rows)
+
+
+def _operation_for(operation: Operation, config: ServerConfig) -> gateway.Operation:
+    kind = Operation.Kind
+    arguments: Any = operation.arguments or {}
+    if operation.kind == kind.TOOLS_CALL:
+        # A person may need to answer the server mid-call: the call waits for them too.
+        timeout = config.call_timeout + (ANSWER_WAIT_SECONDS if config.elicitation else 0)
+        return gateway.op_call_tool(operation.target, arguments, timeout)
+    if operation.kind == kind.RESOURCE_READ:
+        return gateway.op_read_resource(operation.target)
+    if operation.kind == kind.PROMPT_GET:
+        return gateway.op_get_prompt(operation.target, {k: str(v) for k, v in arguments.items()})
+    if operation.kind == kind.COMPLETE:
+        return gateway.op_complete(arguments["ref"], arguments["argument"], arguments.get("context") or {})
+    simple = {
+        kind.CONNECT: gateway.op_connect,
+        kind.TOOLS_LIST: gateway.op_list_tools,
+        kind.RESOURCES_LIST: gateway.op_list_resources,
+        kind.TEMPLATES_LIST: gateway.op_list_templates,
+        kind.PROMPTS_LIST: gateway.op_list_prompts,
+    }
+    return simple[Operation.Kind(operation.kind)]
+
+
+def output_check(result: Any, tool: dict[str, Any] | None) -> dict[str, Any]:
+    """``structuredContent`` against the tool's ``outputSchema``; not checked for isError results."""
+    if not isinstance(result, dict):
+        return {}
+    schema = (tool or {}).get("outputSchema")
+    if not isinstance(schema, dict):
+        return {"checked": False, "reason": "the tool declares no outputSchema"}
+    if result.get("isError"):
+        return {"checked": False, "reason": "isError results are not checked against the outputSchema"}
+    if "structuredContent" not in result:
+        return {"checked": True, "valid": False, "errors": ["the tool declares an outputSchema but sent no structuredContent"]}
+    validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    errors = [
+        f"{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {error.message}"
+        for error in validator_class(schema).iter_errors(result["structuredContent"])
+    ]
+    return {"checked": True, "valid": not errors, "errors": errors}
+
+
+class _Follower:
+    """Drains a running operation's events and keeps its questions answered."""
+
+    def __init__(
+        self, operation: Operation, running: gateway.Running, recorder: _Recorder, *, timeout: float | None
+    ) -> None:
+        self.operation = operation
+        self.running = running
+        self.recorder = recorder
+        self.waiting: dict[int, tuple[PendingInput, Question, float]] = {}
+        self.cancelled = False
+        self.timed_out = False
+        self._next_cancel_check = 0.0
+        # The server's time to answer; the time a person takes to answer it does not count.
+        self.timeout = timeout
+        self._deadline = time.monotonic() + timeout if timeout is not None else None
+        self._last_tick = time.monotonic()
+
+    def follow(self) -> None:
+        while not self.running.done:
+            event = self.running.next_event(POLL_SECONDS)
+            if isinstance(event, WireExchange):
+                self.recorder.record([event])
+            elif isinstance(event, Question):
+                self._ask(event)
+            self._check_answers()
+            self._check_cancel()
+            self._check_deadline()
+        self._expire_all()
+
+    def _check_deadline(self) -> None:
+        now = time.monotonic()
+        if self.waiting and self._deadline is not None:
+            self._deadline += now - self._last_tick
+        self._last_tick = now
+        if self._deadline is None or self.timed_out or self.cancelled or now < self._deadline:
+            return
+        self.timed_out = True
+        self.running.cancel()
+
+    def _ask(self, question: Question) -> None:
+        server = self.operation.server
+        if question.kind == "sampling":
+            profile = server.sampling_profile
+            if profile is None:
+                question.refuse("this server has no sampling model configured in the workbench")
+                return
+            answer = sampling_answer(profile=profile, params=question.params)
+            if answer.exchange is not None:
+                self.recorder.record([answer.exchange])
+            if answer.result is None:
+                question.refuse(answer.error)
+            else:
+                question.answer(answer.result)
+            return
+        pending = PendingInput.objects.create(
+            operation=self.operation, kind=question.kind, params=self.recorder.redact.json(question.params)
+        )
+        self.waiting[pending.pk] = (pending, question, time.monotonic() + ANSWER_WAIT_SECONDS)
+
+    def _check_answers(self) -> None:
+        if not self.waiting:
+            return
+        answered = PendingInput.objects.filter(pk__in=list(self.waiting)).exclude(status=PendingInput.Status.WAITING)
+        for row in answered:
+            _, question, _ = self.waiting.pop(row.pk)
+            question.answer(row.answer or {"action": row.status})
+        now = time.monotonic()
+        for pk, (_row, question, deadline) in list(self.waiting.items()):
+            if now > deadline:
+                del self.waiting[pk]
+                PendingInput.objects.filter(pk=pk, status=PendingInput.Status.WAITING).update(
+                    status=PendingInput.Status.EXPIRED, answered_at=timezone.now()
+                )
+                question.refuse(f"no answer within {ANSWER_WAIT_SECONDS:.0f} s")
+
+    def _check_cancel(self) -> None:
+        now = time.monotonic()
+        if self.cancelled or now < self._next_cancel_check:
+            return
+        self._next_cancel_check = now + CANCEL_CHECK_SECONDS
+        if Operation.objects.filter(pk=self.operation.pk, cancel_requested=True).exists():
+            self.cancelled = True
+            for _, question, _ in self.waiting.values():
+                question.answer({"action": "cancel"})
+            self.running.cancel()
+
+    def _expire_all(self) -> None:
+        for pk, (_, question, _) in self.waiting.items():
+            question.refuse("the operation ended")
+            PendingInput.objects.filter(pk=pk, status=PendingInput.Status.WAITING).update(
+                status=PendingInput.Status.EXPIRED, answered_at=timezone.now()
+            )
+        self.waiting.clear()
+
+
+def _status(outcome: Outcome) -> str:
+    if outcome.cancelled:
+        return Operation.Status.CANCELLED
+    if outcome.timed_out:
+        return Operation.Status.TIMEOUT
+    return Operation.Status.ERROR if outcome.error else Operation.Status.OK
+
+
+def operation_run(*, operation_id: int, tool: dict[str, Any] | None = None) -> Operation:
+    """Run a created operation to its end and record everything it caused.
+
+    ``tool`` is the called tool's definition as last listed (for the outputSchema check).
+    Never raises for a server's failure: the operation ends with status ``error`` and why.
+    """
+    operation = Operation.objects.select_related("server", "server__sampling_profile").get(pk=operation_id)
+    server: McpServer = operation.server
+    try:
+        config = server.to_config(interactive=operation.source == Operation.Source.WEB)
+    except ConfigError as exc:
+        return _finish(operation, status=Operation.Status.ERROR, error=str(exc))
+    recorder = _Recorder(operation, active_redactor(secrets=config.secrets))
+    running = gateway.begin(
+        config,
+        _operation_for(operation, config),
+        answer_wait=ANSWER_WAIT_SECONDS + 5,
+        fresh=operation.kind == Operation.Kind.CONNECT,
+    )
+    timeout = None if operation.kind == Operation.Kind.CONNECT else config.call_timeout
+    follower = _Follower(operation, running, recorder, timeout=timeout)
+    follower.follow()
+    outcome = running.wait(timeout=10)
+    server_records_store(outcome.unclaimed, redact=recorder.redact)
+    redact = recorder.redact
+    result = redact.json(outcome.value) if outcome.value is not None else None
+    session = outcome.session
+    status = _status(outcome)
+    error = outcome.error
+    if follower.cancelled:
+        status = Operation.Status.CANCELLED
+    elif follower.timed_out:
+        status = Operation.Status.TIMEOUT
+        error = (
+            f"{server.name} did not answer within {config.call_timeout:g} s (the call timeout): "
+            "the request was abandoned and the server was sent notifications/cancelled"
+        )
+    return _finish(
+        operation,
+        status=status,
+        error=redact.text(error),
+        result=result,
+        is_error=bool(isinstance(result, dict) and result.get("isError")),
+        session=redact.json(
+            {
+                "server_name": session.server_name,
+                "server_title": session.server_title,
+                "server_version": session.server_version,
+                "protocol_version": session.protocol_version,
+                "instructions": session.instructions,
+                "capabilities": session.capabilities,
+                "handshake": session.handshake,
+                "generation": session.generation,
+                "spawned": session.spawned,
+                "respawn_reason": session.respawn_reason,
+            }
+        )
+        if session is not None
+        else {},
+        output_check=output_check(result, tool) if operation.kind == Operation.Kind.TOOLS_CALL else {},
+    )
+
+
+def _finish(operation: Operation, **fields: Any) -> Operation:
+    for name, value in fields.items():
+        setattr(operation, name, value)
+    operation.finished_at = timezone.now()
+    operation.save()
+    return operation
+
+
+# --- where operations run -------------------------------------------------------------------
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _run_in_thread(operation_id: int, tool: dict[str, Any] | None) -> None:
+    close_old_connections()
+    try:
+        operation_run(operation_id=operation_id, tool=tool)
+    except Exception as exc:  # noqa: BLE001 — the thread's boundary: the operation must still end
+        logger.exception("workbench operation %s crashed", operation_id)
+        Operation.objects.filter(pk=operation_id, status=Operation.Status.RUNNING).update(
+            status=Operation.Status.ERROR, error=f"internal error: {type(exc).__name__}: {exc}",
+            finished_at=timezone.now(),
+        )
+    finally:
+        close_old_connections()
+
+
+def operation_dispatch(*, operation_id: int, tool: dict[str, Any] | None = None) -> None:
+    """Run the operation in this process's workbench thread pool once the transaction commits.
+
+    With ``settings.WORKBENCH_RUNNER = "inline"`` it runs at once, in this thread (tests).
+    """
+    if getattr(settings, "WORKBENCH_RUNNER", "thread") == "inline":
+        operation_run(operation_id=operation_id, tool=tool)
+        return
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="workbench")
+    executor = _executor
+    transaction.on_commit(lambda: executor.submit(_run_in_thread, operation_id, tool))

@@ -1,0 +1,422 @@
+"""The MCP server workbench: the registry, one server's identity and catalogue, manual calls,
+resources and prompts, the answers the server asks for, and its raw transcript.
+
+Login is enforced for every view by ``LoginRequiredMiddleware``. Registering or changing a
+server is for staff, as is reconnecting a stdio server (it spawns a process); any signed-in user
+may browse and use the enabled servers (their commands were vetted by the staff who registered
+them). Disabled servers are visible to staff only.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from uuid import UUID
+
+import uritemplate
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from servers import selectors, services
+from servers.forms import CompletionForm, ResourceReadForm, SaveCallForm, ServerForm, ToolCallForm
+from servers.models import McpServer, Operation, PendingInput, SavedCall
+
+TRANSCRIPT_PER_PAGE = 50
+STATUS_BAD_REQUEST = 400
+LIST_KINDS = {
+    "tools": Operation.Kind.TOOLS_LIST,
+    "resources": Operation.Kind.RESOURCES_LIST,
+    "templates": Operation.Kind.TEMPLATES_LIST,
+    "prompts": Operation.Kind.PROMPTS_LIST,
+}
+
+
+def _user(request: HttpRequest) -> AbstractBaseUser:
+    user = request.user
+    if not isinstance(user, AbstractBaseUser) or not user.is_authenticated:
+        raise PermissionDenied
+    return user
+
+
+def _require_staff(request: HttpRequest) -> AbstractBaseUser:
+    user = _user(request)
+    if not getattr(user, "is_staff", False):
+        raise PermissionDenied("Only staff may register, change or respawn servers.")
+    return user
+
+
+def _server(request: HttpRequest, name: str) -> McpServer:
+    try:
+        return selectors.server_get(user=_user(request), name=name)
+    except McpServer.DoesNotExist:
+        raise Http404("No such server.") from None
+
+
+def _operation(request: HttpRequest, public_id: UUID) -> Operation:
+    try:
+        return selectors.operation_get(user=_user(request), public_id=public_id)
+    except Operation.DoesNotExist:
+        raise Http404("No such operation.") from None
+
+
+def _saved_call(request: HttpRequest, public_id: UUID) -> SavedCall:
+    try:
+        return selectors.saved_call_get(user=_user(request), public_id=public_id)
+    except SavedCall.DoesNotExist:
+        raise Http404("No such saved call.") from None
+
+
+# --- the registry ---------------------------------------------------------------------------
+
+
+@require_GET
+def server_list(request: HttpRequest) -> HttpResponse:
+    servers = selectors.server_list(user=_user(request))
+    return render(request, "servers/server_list.html", {"servers": servers})
+
+
+def _form_page(request: HttpRequest, form: ServerForm, server: McpServer | None, status: int = 200) -> HttpResponse:
+    return render(request, "servers/server_form.html", {"form": form, "server": server}, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+def server_create(request: HttpRequest) -> HttpResponse:
+    user = _require_staff(request)
+    if request.method == "GET":
+        return _form_page(request, ServerForm(), None)
+    form = ServerForm(request.POST)
+    if not form.is_valid():
+        return _form_page(request, form, None, STATUS_BAD_REQUEST)
+    server = services.server_save(
+        server=None,
+        owner=user,
+        fields=form.model_fields(),
+        env=form.cleaned_data["env"],
+        secret_env=form.cleaned_data["secret_env"],
+        headers=form.cleaned_data["headers"],
+        secret_headers=form.cleaned_data["secret_headers"],
+    )
+    return redirect("servers-detail", name=server.name)
+
+
+@require_http_methods(["GET", "POST"])
+def server_edit(request: HttpRequest, name: str) -> HttpResponse:
+    user = _require_staff(request)
+    server = _server(request, name)
+    if request.method == "GET":
+        return _form_page(request, ServerForm(instance=server), server)
+    form = ServerForm(request.POST, instance=server)
+    if not form.is_valid():
+        return _form_page(request, form, server, STATUS_BAD_REQUEST)
+    server = services.server_save(
+        server=server,
+        owner=user,
+        fields=form.model_fields(),
+        env=form.cleaned_data["env"],
+        secret_env=form.cleaned_data["secret_env"],
+        headers=form.cleaned_data["headers"],
+        secret_headers=form.cleaned_data["secret_headers"],
+    )
+    return redirect("servers-detail", name=server.name)
+
+
+@require_POST
+def server_toggle(request: HttpRequest, name: str) -> HttpResponse:
+    _require_staff(request)
+    server = _server(request, name)
+    services.server_set_enabled(server=server, enabled=not server.enabled)
+    return redirect("servers-detail", name=server.name)
+
+
+# --- one server -----------------------------------------------------------------------------
+
+
+@require_GET
+def server_detail(request: HttpRequest, name: str) -> HttpResponse:
+    server = _server(request, name)
+    listing, tools, overall = selectors.server_tool_reports(server=server)
+    context = {
+        "server": server,
+        "identity": selectors.server_identity(server=server),
+        "tools": tools,
+        "tool_listing": listing,
+        "tool_findings": overall,
+        "tool_tokens": sum(report.tokens or 0 for report in tools),
+        "resources": selectors.server_listing(server=server, kind=Operation.Kind.RESOURCES_LIST),
+        "templates": [
+            (template, sorted(uritemplate.URITemplate(str(template.get("uriTemplate", ""))).variable_names))
+            for template in selectors.server_listing(server=server, kind=Operation.Kind.TEMPLATES_LIST).items
+        ],
+        "templates_listing": selectors.server_listing(server=server, kind=Operation.Kind.TEMPLATES_LIST),
+        "prompts": selectors.server_listing(server=server, kind=Operation.Kind.PROMPTS_LIST),
+        "saved_calls": selectors.server_saved_calls(server=server),
+        "operations": selectors.server_operations(server=server)[:15],
+        "can_respawn": getattr(_user(request), "is_staff", False) or not server.spawns_process,
+    }
+    return render(request, "servers/server_detail.html", context)
+
+
+@require_POST
+def server_connect(request: HttpRequest, name: str) -> HttpResponse:
+    server = _server(request, name)
+    if server.spawns_process:
+        _require_staff(request)
+    services.operation_start(server=server, user=_user(request), kind=Operation.Kind.CONNECT)
+    return redirect(reverse("servers-detail", kwargs={"name": server.name}) + "#identity")
+
+
+@require_POST
+def server_refresh(request: HttpRequest, name: str, what: str) -> HttpResponse:
+    server = _server(request, name)
+    kind = LIST_KINDS.get(what)
+    if kind is None:
+        raise Http404("Nothing to list by that name.")
+    services.operation_start(server=server, user=_user(request), kind=kind)
+    return redirect(reverse("servers-detail", kwargs={"name": server.name}) + f"#{what}")
+
+
+def _tool_page(
+    request: HttpRequest, server: McpServer, tool: dict[str, Any], form: ToolCallForm, status: int = 200
+) -> HttpResponse:
+    context = {
+        "server": server,
+        "tool": tool,
+        "form": form,
+        "recent": selectors.server_operations(server=server, kind=Operation.Kind.TOOLS_CALL, target=tool["name"])[:10],
+    }
+    return render(request, "servers/server_tool.html", context, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+def tool_detail(request: HttpRequest, name: str, tool: str) -> HttpResponse:
+    server = _server(request, name)
+    definition = selectors.tool_definition(server=server, name=tool)
+    if definition is None:
+        raise Http404("This tool is not in the server's last tools/list: list the tools again.")
+    schema = definition.get("inputSchema") if isinstance(definition.get("inputSchema"), dict) else None
+    if request.method == "GET":
+        initial = request.GET.get("arguments") or "{}"
+        return _tool_page(request, server, definition, ToolCallForm(initial={"arguments": initial}, schema=schema))
+    form = ToolCallForm(request.POST, schema=schema)
+    if not form.is_valid():
+        return _tool_page(request, server, definition, form, STATUS_BAD_REQUEST)
+    operation = services.operation_start(
+        server=server,
+        user=_user(request),
+        kind=Operation.Kind.TOOLS_CALL,
+        target=tool,
+        arguments=form.cleaned_data["arguments"],
+        tool=definition,
+        background=True,
+    )
+    return redirect("servers-operation", public_id=operation.public_id)
+
+
+@require_POST
+def resource_read(request: HttpRequest, name: str) -> HttpResponse:
+    server = _server(request, name)
+    template = request.POST.get("template", "")
+    if template:
+        uri = uritemplate.URITemplate(template).expand(
+            {key.removeprefix("var_"): str(value) for key, value in request.POST.items() if key.startswith("var_")}
+        )
+    else:
+        form = ResourceReadForm(request.POST)
+        if not form.is_valid():
+            return HttpResponse("A resource URI is needed.", status=STATUS_BAD_REQUEST)
+        uri = form.cleaned_data["uri"]
+    operation = services.operation_start(
+        server=server, user=_user(request), kind=Operation.Kind.RESOURCE_READ, target=uri,
+        arguments={"template": template} if template else None,
+    )
+    return redirect("servers-operation", public_id=operation.public_id)
+
+
+@require_POST
+def prompt_get(request: HttpRequest, name: str) -> HttpResponse:
+    server = _server(request, name)
+    prompt = request.POST.get("prompt", "")
+    if not prompt:
+        return HttpResponse("Which prompt?", status=STATUS_BAD_REQUEST)
+    arguments = {
+        key.removeprefix("arg_"): value
+        for key, value in request.POST.items()
+        if key.startswith("arg_") and value != ""
+    }
+    operation = services.operation_start(
+        server=server, user=_user(request), kind=Operation.Kind.PROMPT_GET, target=prompt, arguments=arguments
+    )
+    return redirect("servers-operation", public_id=operation.public_id)
+
+
+@require_POST
+def completion(request: HttpRequest, name: str) -> JsonResponse:
+    """Suggestions for one prompt argument or template variable (``completion/complete``)."""
+    server = _server(request, name)
+    form = CompletionForm(request.POST)
+    if not form.is_valid():
+        return JsonResponse({"error": form.errors.get_json_data()}, status=STATUS_BAD_REQUEST)
+    data = form.cleaned_data
+    key = "name" if data["ref_type"] == "ref/prompt" else "uri"
+    operation = services.operation_start(
+        server=server,
+        user=_user(request),
+        kind=Operation.Kind.COMPLETE,
+        target=data["ref"],
+        arguments={
+            "ref": {"type": data["ref_type"], key: data["ref"]},
+            "argument": {"name": data["argument"], "value": data["value"]},
+            "context": data["context"],
+        },
+    )
+    result = operation.result if isinstance(operation.result, dict) else {}
+    values = (result.get("completion") or {}).get("values") or []
+    return JsonResponse(
+        {
+            "values": [str(v) for v in values],
+            "error": operation.error,
+            "operation": reverse("servers-operation", kwargs={"public_id": operation.public_id}),
+        }
+    )
+
+
+# --- operations -----------------------------------------------------------------------------
+
+
+def _operation_context(operation: Operation) -> dict[str, Any]:
+    return {
+        "operation": operation,
+        "server": operation.server,
+        "exchanges": selectors.operation_exchanges(operation=operation),
+        "questions": selectors.operation_questions(operation=operation),
+        "diff": selectors.operation_diff(operation=operation),
+    }
+
+
+@require_GET
+def operation_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
+    operation = _operation(request, public_id)
+    context = _operation_context(operation) | {"save_form": SaveCallForm()}
+    return render(request, "servers/server_operation.html", context)
+
+
+@require_GET
+def operation_state(request: HttpRequest, public_id: UUID) -> JsonResponse:
+    """What a polling page needs: whether the operation is still running, and its body rendered."""
+    operation = _operation(request, public_id)
+    html = render_to_string("servers/_operation.html", _operation_context(operation), request=request)
+    return JsonResponse({"status": operation.status, "finished": operation.is_finished, "html": html})
+
+
+@require_POST
+def operation_cancel(request: HttpRequest, public_id: UUID) -> HttpResponse:
+    operation = _operation(request, public_id)
+    services.operation_cancel(operation=operation)
+    return redirect("servers-operation", public_id=operation.public_id)
+
+
+@require_POST
+def question_answer(request: HttpRequest, public_id: UUID, question_id: int) -> HttpResponse:
+    operation = _operation(request, public_id)
+    try:
+        question = operation.questions.get(pk=question_id)
+    except PendingInput.DoesNotExist:
+        raise Http404("No such question.") from None
+    action = request.POST.get("action", "decline")
+    if action not in {"accept", "decline", "cancel"}:
+        return HttpResponse("Unknown action.", status=STATUS_BAD_REQUEST)
+    content: dict[str, Any] | None = None
+    if action == "accept" and question.params.get("mode", "form") != "url":
+        try:
+            content = json.loads(request.POST.get("content") or "{}")
+        except ValueError:
+            return HttpResponse("The answer is not JSON.", status=STATUS_BAD_REQUEST)
+        if not isinstance(content, dict):
+            return HttpResponse("The answer must be a JSON object.", status=STATUS_BAD_REQUEST)
+    services.question_answer(question=question, action=action, content=content)
+    return redirect("servers-operation", public_id=operation.public_id)
+
+
+# --- saved calls ----------------------------------------------------------------------------
+
+
+@require_POST
+def saved_call_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
+    operation = _operation(request, public_id)
+    if operation.kind != Operation.Kind.TOOLS_CALL:
+        return HttpResponse("Only tool calls can be saved.", status=STATUS_BAD_REQUEST)
+    form = SaveCallForm(request.POST)
+    form.is_valid()
+    services.saved_call_create(operation=operation, owner=_user(request), name=form.cleaned_data.get("name", ""))
+    return redirect(reverse("servers-detail", kwargs={"name": operation.server.name}) + "#saved")
+
+
+@require_POST
+def saved_call_run(request: HttpRequest, public_id: UUID) -> HttpResponse:
+    saved = _saved_call(request, public_id)
+    operation = services.operation_start(
+        server=saved.server,
+        user=_user(request),
+        kind=Operation.Kind.TOOLS_CALL,
+        target=saved.tool,
+        arguments=saved.arguments,
+        saved_call=saved,
+        tool=selectors.tool_definition(server=saved.server, name=saved.tool),
+        background=True,
+    )
+    return redirect("servers-operation", public_id=operation.public_id)
+
+
+@require_POST
+def saved_call_delete(request: HttpRequest, public_id: UUID) -> HttpResponse:
+    saved = _saved_call(request, public_id)
+    services.saved_call_delete(saved_call=saved)
+    return redirect(reverse("servers-detail", kwargs={"name": saved.server.name}) + "#saved")
+
+
+# --- the transcript -------------------------------------------------------------------------
+
+
+def _transcript_filters(request: HttpRequest) -> dict[str, Any]:
+    return {
+        "method": request.GET.get("method", "").strip(),
+        "errors": request.GET.get("errors") == "1",
+        "turns": request.GET.get("turns") == "1",
+    }
+
+
+@require_GET
+def transcript(request: HttpRequest, name: str) -> HttpResponse:
+    server = _server(request, name)
+    filters = _transcript_filters(request)
+    exchanges = selectors.server_transcript(server=server, user=_user(request), **filters)
+    page = Paginator(exchanges, TRANSCRIPT_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "server": server,
+        "page": page,
+        "filters": filters,
+        "methods": selectors.transcript_methods(server=server),
+        "query": query.urlencode(),
+    }
+    return render(request, "servers/server_transcript.html", context)
+
+
+@require_GET
+def transcript_export(request: HttpRequest, name: str) -> JsonResponse:
+    server = _server(request, name)
+    filters = _transcript_filters(request)
+    exchanges = selectors.server_transcript(server=server, user=_user(request), **filters)
+    response = JsonResponse(
+        {"server": server.name, "filters": filters, "messages": selectors.transcript_export(exchanges=exchanges)},
+        json_dumps_params={"ensure_ascii": False, "indent": 1},
+    )
+    response["Content-Disposition"] = f'attachment; filename="{server.name}-transcript.json"'
+    return response

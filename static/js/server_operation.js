@@ -1,0 +1,103 @@
+// An operation page: while it runs, poll its state and redraw its body (records arrive as the
+// server sends them); questions from the server (elicitation) get a small form.
+(function () {
+  "use strict";
+
+  const box = document.getElementById("operation");
+  if (!box) return;
+  const stateUrl = box.dataset.stateUrl;
+  let dirty = false;
+
+  function field(name, schema, required) {
+    const id = `elicit-${name}`;
+    const wrap = document.createElement("div");
+    wrap.className = "sf-field";
+    const label = document.createElement("label");
+    label.htmlFor = id;
+    label.textContent = (schema.title || name) + (required ? " *" : "");
+    wrap.append(label);
+    if (schema.description) {
+      const help = document.createElement("p");
+      help.className = "help";
+      help.textContent = schema.description;
+      wrap.append(help);
+    }
+    let input;
+    const options = schema.enum || (schema.oneOf || []).map((o) => o.const);
+    if (options && options.length) {
+      input = document.createElement("select");
+      input.append(new Option("— choose —", ""));
+      options.forEach((value, i) => input.append(new Option((schema.enumNames || [])[i] || String(value), String(value))));
+    } else if (schema.type === "boolean") {
+      input = document.createElement("input");
+      input.type = "checkbox";
+      if (schema.default) input.checked = true;
+    } else {
+      input = document.createElement("input");
+      input.type = schema.type === "number" || schema.type === "integer" ? "number" : "text";
+      if (schema.default !== undefined) input.value = String(schema.default);
+    }
+    input.id = id;
+    input.dataset.name = name;
+    input.dataset.type = schema.type || "string";
+    wrap.append(input);
+    return wrap;
+  }
+
+  function bindQuestions() {
+    box.querySelectorAll(".elicit-form").forEach((form) => {
+      const fields = form.querySelector(".elicit-fields");
+      const area = form.querySelector("textarea[name=content]");
+      if (!fields || fields.dataset.bound) return;
+      fields.dataset.bound = "1";
+      let schema = {};
+      try { schema = JSON.parse(fields.dataset.schema || "{}"); } catch (e) { schema = {}; }
+      const required = new Set(schema.required || []);
+      for (const [name, sub] of Object.entries(schema.properties || {})) fields.append(field(name, sub, required.has(name)));
+      const write = () => {
+        dirty = true;
+        const value = {};
+        fields.querySelectorAll("[data-name]").forEach((input) => {
+          const type = input.dataset.type;
+          if (input.type === "checkbox") value[input.dataset.name] = input.checked;
+          else if (input.value === "") return;
+          else if (type === "number" || type === "integer") value[input.dataset.name] = Number(input.value);
+          else value[input.dataset.name] = input.value;
+        });
+        area.value = JSON.stringify(value);
+      };
+      fields.addEventListener("input", write);
+      fields.addEventListener("change", write);
+      area.addEventListener("input", () => { dirty = true; });
+      write();
+      dirty = false;
+    });
+  }
+
+  async function poll() {
+    if (box.dataset.finished === "true") return;
+    try {
+      const response = await fetch(stateUrl, { headers: { Accept: "application/json" } });
+      if (response.ok) {
+        const state = await response.json();
+        const open = new Set([...box.querySelectorAll("details[open][data-key]")].map((d) => d.dataset.key));
+        if (!dirty || state.finished) {
+          box.innerHTML = state.html;
+          box.querySelectorAll("details[data-key]").forEach((d) => { if (open.has(d.dataset.key)) d.open = true; });
+          bindQuestions();
+        }
+        if (state.finished) {
+          box.dataset.finished = "true";
+          window.location.reload();
+          return;
+        }
+      }
+    } catch (e) {
+      // A dropped poll is retried on the next tick.
+    }
+    window.setTimeout(poll, 600);
+  }
+
+  bindQuestions();
+  window.setTimeout(poll, 300);
+})();
