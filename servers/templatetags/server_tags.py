@@ -148,3 +148,10 @@ def http_status(exchange: Any) -> str:
     """The HTTP status a transport recorded with a JSON-RPC message (empty for stdio)."""
     headers = getattr(exchange, "response_headers", None)
     return str(headers.get(":status", "")) if isinstance(headers, dict) else ""
+
+
+@register.filter
+def web_url(value: Any) -> str:
+    """A server-chosen URL fit for a link: http(s) only (no ``javascript:``, ``data:``...), else ""."""
+    text = str(value or "").strip()
+    return text if re.match(r"^https?://[^\s]+$", text, re.IGNORECASE) else ""
