@@ -126,12 +126,33 @@ class Command(BaseCommand):
         if operation.status != Operation.Status.OK:
             raise CommandError(f"tools/list failed: {operation.error}")
         tools = operation.result if isinstance(operation.result, list) else []
+        _, reports, overall = selectors.server_tool_reports(server=server)
+        lint = {
+            report.name: {
+                "tokens": report.tokens,
+                "findings": [{"level": f.level, "message": f.message} for f in report.findings],
+            }
+            for report in reports
+        }
         if as_json:
-            self.stdout.write(json.dumps({"server": server.name, "operation": str(operation.public_id), "tools": tools}, indent=2))
+            document = {
+                "server": server.name,
+                "operation": str(operation.public_id),
+                "tools": tools,
+                "lint": lint,
+                "catalog_findings": [{"level": f.level, "message": f.message} for f in overall],
+            }
+            self.stdout.write(json.dumps(document, indent=2))
             return
         for tool in tools:
             description = str(tool.get("description") or "").splitlines()
-            self.stdout.write(f"{tool.get('name')}: {description[0] if description else ''}")
+            report = lint.get(str(tool.get("name")), {})
+            cost = f"  [{report['tokens']} tokens]" if report.get("tokens") is not None else ""
+            self.stdout.write(f"{tool.get('name')}: {description[0] if description else ''}{cost}")
+            for finding in report.get("findings", []):
+                self.stdout.write(f"    {finding['level']}: {finding['message']}")
+        for finding in overall:
+            self.stdout.write(f"{finding.level}: {finding.message}")
 
     def _call(self, server: McpServer, tool: str, raw: str, *, as_json: bool) -> None:
         try:
