@@ -1,0 +1,169 @@
+"""A server that asks back — elicitation, sampling, roots — in both protocol eras.
+
+At the 2026-07-28 era the call comes back ``input_required`` and is retried with the answers:
+the round trips are one logical call, one operation. At the handshake era the server sends its
+own request in the middle of the call. Either way the person answers in the page and the model
+answers sampling, and every message is recorded under the operation.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from conversations.services import demo_profile_ensure
+from servers import selectors, services
+from servers.models import McpServer, Operation, PendingInput
+from servers.operations import operation_run
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def asking(era: str, **fields: object) -> McpServer:
+    return services.server_save(
+        server=None,
+        owner=None,
+        fields={
+            "name": f"asking-{era.replace('-', '')}",
+            "transport": "stdio",
+            "command": sys.executable,
+            "args": ["-m", "tests.fixtures.asking_server"],
+            "cwd": str(REPO_ROOT),
+            "era": era,
+            "call_timeout": 20.0,
+            **fields,
+        },
+        env={},
+        secret_env={},
+        headers={},
+        secret_headers={},
+    )
+
+
+def wait_for(check: Callable[[], object], timeout: float = 20.0) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    pytest.fail("timed out waiting")
+
+
+def run_in_background(operation: Operation) -> threading.Thread:
+    worker = threading.Thread(target=operation_run, kwargs={"operation_id": operation.pk})
+    worker.start()
+    return worker
+
+
+def call(server: McpServer, tool: str, arguments: dict[str, object]) -> Operation:
+    return Operation.objects.create(server=server, kind=Operation.Kind.TOOLS_CALL, target=tool, arguments=arguments)
+
+
+def labels(operation: Operation) -> list[str]:
+    return [exchange.label for exchange in selectors.operation_exchanges(operation=operation)]
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_the_person_answers_the_servers_question_in_the_page_and_the_call_completes(
+    client: Client, workbench: None, era: str
+) -> None:
+    alice = User.objects.create_user("alice", password="pw")
+    client.force_login(alice)
+    server = asking(era)
+    operation = call(server, "delete_record", {"name": "invoice-7"})
+
+    worker = run_in_background(operation)
+    question = wait_for(lambda: PendingInput.objects.filter(operation=operation).first())
+    assert isinstance(question, PendingInput)
+    page = client.get(f"/servers/op/{operation.public_id}/").content.decode()
+    assert "Delete the record &#x27;invoice-7&#x27;?" in page and "Send" in page
+    answered = client.post(
+        f"/servers/op/{operation.public_id}/questions/{question.pk}",
+        {"action": "accept", "content": json.dumps({"confirm": True, "reason": "duplicate"})},
+    )
+    worker.join(timeout=30)
+
+    assert answered.status_code == 302
+    operation.refresh_from_db()
+    assert operation.status == "ok", operation.error
+    assert operation.result["content"][0]["text"] == "Deleted invoice-7 (duplicate)."
+    sent = labels(operation)
+    if era == "modern":
+        # One logical call: the first round came back input_required, the retry carried the answer.
+        assert sent.count("tools/call") == 2 and "elicitation/create" not in sent
+        first, retry = [e for e in selectors.operation_exchanges(operation=operation) if e.label == "tools/call"]
+        assert '"input_required"' in first.response_body
+        assert "inputResponses" in retry.request_body and '"duplicate"' in retry.request_body
+    else:
+        assert sent.count("tools/call") == 1 and "elicitation/create" in sent
+    question.refresh_from_db()
+    assert question.status == "accept"
+
+
+def test_a_declined_question_is_what_the_tool_hears(workbench: None) -> None:
+    server = asking("legacy")
+    operation = call(server, "delete_record", {"name": "invoice-8"})
+
+    worker = run_in_background(operation)
+    question = wait_for(lambda: PendingInput.objects.filter(operation=operation).first())
+    assert isinstance(question, PendingInput)
+    assert services.question_answer(question=question, action="decline", content=None) is True
+    worker.join(timeout=30)
+
+    operation.refresh_from_db()
+    assert operation.result["content"][0]["text"] == "Kept invoice-8: the user said decline."
+    assert services.question_answer(question=question, action="accept", content={}) is False
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_sampling_is_answered_by_the_chosen_model_and_its_call_is_recorded_under_the_operation(
+    workbench: None, era: str
+) -> None:
+    server = asking(era, sampling_profile=demo_profile_ensure())
+
+    operation = services.operation_start(
+        server=server, user=None, kind=Operation.Kind.TOOLS_CALL, target="one_line_about", arguments={"topic": "tea"}
+    )
+
+    assert operation.status == "ok", operation.error
+    assert operation.result["content"][0]["text"].startswith("The model (")
+    exchanges = selectors.operation_exchanges(operation=operation)
+    model_calls = [e for e in exchanges if e.channel == "llm"]
+    assert len(model_calls) == 1
+    assert "Write one line about tea." in model_calls[0].request_body
+    assert model_calls[0].response_body
+
+
+def test_without_a_sampling_model_the_capability_is_not_offered_and_the_error_says_so(workbench: None) -> None:
+    server = asking("legacy")
+
+    operation = services.operation_start(
+        server=server, user=None, kind=Operation.Kind.TOOLS_CALL, target="one_line_about", arguments={"topic": "tea"}
+    )
+
+    # No model configured: the workbench does not offer sampling, and the server says so.
+    assert operation.status == "error"
+    assert "-32021" in operation.error and "sampling capability" in operation.error
+    assert labels(operation)[-1] == "tools/call"
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_roots_come_from_the_servers_configured_list(workbench: None, era: str) -> None:
+    server = asking(era, roots=[{"uri": "file:///srv/data", "name": "data"}, {"uri": "file:///srv/logs", "name": "logs"}])
+
+    operation = services.operation_start(
+        server=server, user=None, kind=Operation.Kind.TOOLS_CALL, target="count_roots", arguments={}
+    )
+
+    assert operation.status == "ok", operation.error
+    assert operation.result["content"][0]["text"] == "2 roots: file:///srv/data, file:///srv/logs"
