@@ -85,36 +85,15 @@ def _form_page(request: HttpRequest, form: ServerForm, server: McpServer | None,
     return render(request, "servers/server_form.html", {"form": form, "server": server}, status=status)
 
 
-@require_http_methods(["GET", "POST"])
-def server_create(request: HttpRequest) -> HttpResponse:
+def _save_from_form(request: HttpRequest, server: McpServer | None) -> HttpResponse:
+    """The registry form for a new (``server=None``) or existing server; saves a valid POST."""
     user = _require_staff(request)
-    if request.method == "GET":
-        return _form_page(request, ServerForm(), None)
-    form = ServerForm(request.POST)
-    if not form.is_valid():
-        return _form_page(request, form, None, STATUS_BAD_REQUEST)
-    server = services.server_save(
-        server=None,
-        owner=user,
-        fields=form.model_fields(),
-        env=form.cleaned_data["env"],
-        secret_env=form.cleaned_data["secret_env"],
-        headers=form.cleaned_data["headers"],
-        secret_headers=form.cleaned_data["secret_headers"],
-    )
-    return redirect("servers-detail", name=server.name)
-
-
-@require_http_methods(["GET", "POST"])
-def server_edit(request: HttpRequest, name: str) -> HttpResponse:
-    user = _require_staff(request)
-    server = _server(request, name)
     if request.method == "GET":
         return _form_page(request, ServerForm(instance=server), server)
     form = ServerForm(request.POST, instance=server)
     if not form.is_valid():
         return _form_page(request, form, server, STATUS_BAD_REQUEST)
-    server = services.server_save(
+    saved = services.server_save(
         server=server,
         owner=user,
         fields=form.model_fields(),
@@ -123,7 +102,18 @@ def server_edit(request: HttpRequest, name: str) -> HttpResponse:
         headers=form.cleaned_data["headers"],
         secret_headers=form.cleaned_data["secret_headers"],
     )
-    return redirect("servers-detail", name=server.name)
+    return redirect("servers-detail", name=saved.name)
+
+
+@require_http_methods(["GET", "POST"])
+def server_create(request: HttpRequest) -> HttpResponse:
+    return _save_from_form(request, None)
+
+
+@require_http_methods(["GET", "POST"])
+def server_edit(request: HttpRequest, name: str) -> HttpResponse:
+    _require_staff(request)
+    return _save_from_form(request, _server(request, name))
 
 
 @require_POST
