@@ -144,13 +144,14 @@ class Command(BaseCommand):
             }
             self.stdout.write(json.dumps(document, indent=2))
             return
+        by_name = {report.name: report for report in reports}
         for tool in tools:
             description = str(tool.get("description") or "").splitlines()
-            report = lint.get(str(tool.get("name")), {})
-            cost = f"  [{report['tokens']} tokens]" if report.get("tokens") is not None else ""
+            tool_report = by_name.get(str(tool.get("name")))
+            cost = f"  [{tool_report.tokens} tokens]" if tool_report and tool_report.tokens is not None else ""
             self.stdout.write(f"{tool.get('name')}: {description[0] if description else ''}{cost}")
-            for finding in report.get("findings", []):
-                self.stdout.write(f"    {finding['level']}: {finding['message']}")
+            for finding in tool_report.findings if tool_report else []:
+                self.stdout.write(f"    {finding.level}: {finding.message}")
         for finding in overall:
             self.stdout.write(f"{finding.level}: {finding.message}")
 
