@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
@@ -43,7 +44,7 @@ MODEL_LIST: JSONDict = {
 @login_not_required
 @csrf_exempt
 @require_POST
-def chat_completions(request: HttpRequest) -> HttpResponse:
+def chat_completions(request: HttpRequest) -> HttpResponseBase:
     """``POST chat/completions``: one Chat Completions request answered by the demo model."""
     if not _has_valid_bearer_key(request):
         return _unauthorized(request)
@@ -53,7 +54,7 @@ def chat_completions(request: HttpRequest) -> HttpResponse:
 @login_not_required
 @csrf_exempt
 @require_POST
-def responses(request: HttpRequest) -> HttpResponse:
+def responses(request: HttpRequest) -> HttpResponseBase:
     """``POST responses``: one OpenAI Responses request answered by the demo model."""
     if not _has_valid_bearer_key(request):
         return _unauthorized(request)
@@ -63,7 +64,7 @@ def responses(request: HttpRequest) -> HttpResponse:
 @login_not_required
 @csrf_exempt
 @require_POST
-def messages(request: HttpRequest) -> HttpResponse:
+def messages(request: HttpRequest) -> HttpResponseBase:
     """``POST messages``: one Anthropic Messages request answered by the demo model."""
     key = request.headers.get("x-api-key")
     if not key:
@@ -78,7 +79,7 @@ def messages(request: HttpRequest) -> HttpResponse:
 @login_not_required
 @csrf_exempt
 @require_POST
-def generate_content(request: HttpRequest, model: str) -> HttpResponse:
+def generate_content(request: HttpRequest, model: str) -> HttpResponseBase:
     """``POST v1beta/models/<model>:generateContent``: one Gemini request answered by the demo model."""
     refusal = _gemini_key_refusal(request)
     if refusal is not None:
@@ -89,7 +90,7 @@ def generate_content(request: HttpRequest, model: str) -> HttpResponse:
 @login_not_required
 @csrf_exempt
 @require_POST
-def stream_generate_content(request: HttpRequest, model: str) -> HttpResponse:
+def stream_generate_content(request: HttpRequest, model: str) -> HttpResponseBase:
     """``POST v1beta/models/<model>:streamGenerateContent?alt=sse``: the same, as an event stream."""
     refusal = _gemini_key_refusal(request)
     if refusal is not None:
@@ -112,7 +113,7 @@ def models(request: HttpRequest) -> JsonResponse:
 
 def _answer(
     request: HttpRequest, dialect: Dialect, *, model: str | None = None, stream: bool | None = None
-) -> HttpResponse:
+) -> HttpResponseBase:
     """Convert, let the demo model answer, convert back; ``stream`` None: as the body asks."""
     try:
         payload = _json_object(request.body)
