@@ -93,3 +93,39 @@ def test_a_streamed_call_and_answer_grow_on_the_page_then_the_stored_steps_repla
     expect(page.locator(".rows > [id^=step-]")).to_have_count(3)
     assert "message_start" in (page.locator(".rows").first.text_content() or "")
     page.screenshot(path=str(streaming_server.var_dir / "browser-streaming.png"), full_page=True)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_compare_providers_from_the_browser_shows_the_call_in_all_four_formats(
+    streaming_server: InspectorServer,
+    page: Page,  # noqa: F811
+    stream: bool,
+) -> None:
+    page.goto(f"{streaming_server.base}/compare/")
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit], input[type=submit]")
+    form = page.locator("form#compare-providers")
+    expect(form.locator("textarea[name=question]")).to_have_value(
+        "What will the weather be like in Beijing tomorrow?"
+    )
+    if stream:
+        form.locator("input[name=stream]").check()
+    form.locator("[type=submit]").click()
+    page.wait_for_url("**/compare/*/")
+
+    expect(page.locator("#compare-columns")).to_have_attribute("data-finished", "true", timeout=90_000)
+    for cell in page.locator("td.answered").all():
+        expect(cell).to_contain_text("yes")
+    columns = page.locator(".wire-column")
+    expect(columns).to_have_count(4)
+    for provider, key in (
+        ("openai_chat", '"tool_calls"'),
+        ("openai_responses", '"function_call_output"'),
+        ("anthropic", '"tool_result"'),
+        ("gemini", '"functionResponse"'),
+    ):
+        column = page.locator(f'.wire-column[data-provider="{provider}"]')
+        expect(column).to_contain_text(key)
+        expect(column.locator("mark.wire-name").first).to_contain_text("demo__get_weather_forecast")
+    page.screenshot(path=str(streaming_server.var_dir / f"browser-wire-{stream}.png"), full_page=True)
