@@ -170,8 +170,9 @@ def read_events(chunks: Iterable[bytes], listener: EventListener | None) -> byte
 def throttled(callback: DeltaCallback, *, interval: float) -> DeltaCallback:
     """``callback`` called at most once per ``interval`` seconds, with the newest snapshot.
 
-    Snapshots that arrive sooner are coalesced: the newest waits and goes with the next call
-    that is due. The last one may never go — the finished step replaces the display anyway.
+    Snapshots are cumulative, so one that comes too soon is dropped: the next one that is due
+    carries everything it had. The last ones of a burst may never go — the stored step replaces
+    the display when the reply is complete.
     """
     last_sent = float("-inf")
 
