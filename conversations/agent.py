@@ -8,7 +8,7 @@ says how the turn ended.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -18,11 +18,14 @@ from jsonschema.validators import Draft202012Validator, validator_for
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef, tool_result_text
 from conversations.paradigms.base import DecisionContext, Paradigm
 from conversations.providers.base import ModelReply, ModelRequest, Provider, ProviderError
+from conversations.providers.streaming import DeltaCallback
 from conversations.splicing import Spliced
 from inspector.typealias import JSONDict
 from inspector.wire import WireExchange
 
 StepRef = int
+# Given a model-call step, where its streamed reply is shown while it arrives (None: nowhere).
+PartialSinks = Callable[[StepRef], DeltaCallback | None]
 
 
 class Recorder(Protocol):
@@ -136,10 +139,13 @@ class PromptRenderer(Protocol):
 class _Asker:
     """The loop's ``Asker``: each model call becomes a ``decide`` step, persisted before the call."""
 
-    def __init__(self, provider: Provider, recorder: Recorder, render: PromptRenderer) -> None:
+    def __init__(
+        self, provider: Provider, recorder: Recorder, render: PromptRenderer, partials: PartialSinks | None
+    ) -> None:
         self.provider = provider
         self.recorder = recorder
         self.render = render
+        self.partials = partials
         self.steps: list[StepRef] = []
         self.downgrades: list[tuple[str, str]] = []
 
@@ -161,7 +167,9 @@ class _Asker:
             tokens=asdict(spliced.tokens),
         )
         try:
-            reply = self.provider.complete(request)
+            reply = self.provider.complete(
+                request, on_delta=self.partials(step) if self.partials is not None else None
+            )
         except ProviderError as exc:
             self.recorder.step_close(
                 step,
@@ -199,14 +207,18 @@ def run_agent(
     host: ToolHost,
     recorder: Recorder,
     render: PromptRenderer,
+    partials: PartialSinks | None = None,
 ) -> AgentOutcome:
-    """Run one turn to a final answer, a failure, or the step limit."""
+    """Run one turn to a final answer, a failure, or the step limit.
+
+    ``partials`` gives each model call's step a place to show its reply while it streams in.
+    """
     messages = [*turn.history, Message(role="user", content=turn.question)]
     offered = {tool.provider_name: tool for tool in turn.tools}
     choice = turn.choice
     downgrades: list[tuple[str, str]] = []
     for _ in range(turn.max_steps):
-        asker = _Asker(provider, recorder, render)
+        asker = _Asker(provider, recorder, render, partials)
         context = DecisionContext(
             messages=list(messages),
             tools=list(turn.tools),

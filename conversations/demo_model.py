@@ -41,6 +41,7 @@ from xml.sax.saxutils import escape as xml_escape
 from inspector.typealias import JSONDict, JSONValue
 
 SLOW_MARKER_CAP_SECONDS = 30.0
+DRIP_MARKER_CAP_SECONDS = 2.0
 MAX_TOOLS = 128
 MAX_TOOL_NAME_LENGTH = 64
 ANSWER_PREFIX = "[demo model] "
@@ -58,6 +59,8 @@ MARKERS: Mapping[str, str] = {
     "[demo:no-structured]": "refuse a json_schema response_format (400)",
     "[demo:http-500]": "fail with HTTP 500 on every request for this question",
     "[demo:slow=SECONDS]": "wait SECONDS (at most 30) before answering; applied by the HTTP view",
+    "[demo:drip=SECONDS]": "when streaming, wait SECONDS (at most 2) between events, so the reply "
+    "visibly grows; applied by the HTTP view",
 }
 
 _QUOTE_LIMIT = 500
@@ -118,6 +121,17 @@ def simulated_delay(request: Mapping[str, JSONValue]) -> float:
     except _RequestError:
         return 0.0
     return min(_read_question(parsed.messages).slow_seconds, SLOW_MARKER_CAP_SECONDS)
+
+
+def stream_delay(request: Mapping[str, JSONValue]) -> float:
+    """Seconds between streamed events asked for by a ``[demo:drip=SECONDS]`` marker in the current
+    question, capped at :data:`DRIP_MARKER_CAP_SECONDS`; 0 when there is none or the request is
+    invalid."""
+    try:
+        _, parsed = _understand(_parse_request(request))
+    except _RequestError:
+        return 0.0
+    return min(_read_question(parsed.messages).drip_seconds, DRIP_MARKER_CAP_SECONDS)
 
 
 def _refusal(raw: Mapping[str, JSONValue], request: _Request, question: _Question) -> JSONDict | None:
@@ -540,6 +554,7 @@ class _Question:
     text: str  # the last user message, markers removed, whitespace collapsed
     markers: frozenset[str]
     slow_seconds: float
+    drip_seconds: float = 0.0
 
 
 def _read_question(messages: Sequence[_Message]) -> _Question:
@@ -547,10 +562,12 @@ def _read_question(messages: Sequence[_Message]) -> _Question:
     raw = messages[index].text if index >= 0 else ""
     found = list(_MARKER.finditer(raw))
     slow = [float(match.group(2)) for match in found if match.group(1).lower() == "slow" and match.group(2)]
+    drip = [float(match.group(2)) for match in found if match.group(1).lower() == "drip" and match.group(2)]
     return _Question(
         text=" ".join(_MARKER.sub(" ", raw).split()),
         markers=frozenset(match.group(1).lower() for match in found),
         slow_seconds=max(slow, default=0.0),
+        drip_seconds=max(drip, default=0.0),
     )
 
 

@@ -17,17 +17,23 @@ Completions form, answered by ``demo_model.complete`` and converted back
 
 import hmac
 import json
+import re
 import time
+from collections.abc import Iterator
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from conversations import demo_formats, demo_model
 from conversations.demo_formats import Dialect, FormatError
 from inspector.typealias import JSONDict, JSONValue
+
+# Splits after each event's blank line, keeping it with the event.
+_EVENT_END = re.compile(r"(?<=\n\n)")
 
 MODEL_LIST: JSONDict = {
     "object": "list",
@@ -38,7 +44,7 @@ MODEL_LIST: JSONDict = {
 @login_not_required
 @csrf_exempt
 @require_POST
-def chat_completions(request: HttpRequest) -> HttpResponse:
+def chat_completions(request: HttpRequest) -> HttpResponseBase:
     """``POST chat/completions``: one Chat Completions request answered by the demo model."""
     if not _has_valid_bearer_key(request):
         return _unauthorized(request)
@@ -48,7 +54,7 @@ def chat_completions(request: HttpRequest) -> HttpResponse:
 @login_not_required
 @csrf_exempt
 @require_POST
-def responses(request: HttpRequest) -> HttpResponse:
+def responses(request: HttpRequest) -> HttpResponseBase:
     """``POST responses``: one OpenAI Responses request answered by the demo model."""
     if not _has_valid_bearer_key(request):
         return _unauthorized(request)
@@ -58,7 +64,7 @@ def responses(request: HttpRequest) -> HttpResponse:
 @login_not_required
 @csrf_exempt
 @require_POST
-def messages(request: HttpRequest) -> HttpResponse:
+def messages(request: HttpRequest) -> HttpResponseBase:
     """``POST messages``: one Anthropic Messages request answered by the demo model."""
     key = request.headers.get("x-api-key")
     if not key:
@@ -73,7 +79,7 @@ def messages(request: HttpRequest) -> HttpResponse:
 @login_not_required
 @csrf_exempt
 @require_POST
-def generate_content(request: HttpRequest, model: str) -> HttpResponse:
+def generate_content(request: HttpRequest, model: str) -> HttpResponseBase:
     """``POST v1beta/models/<model>:generateContent``: one Gemini request answered by the demo model."""
     refusal = _gemini_key_refusal(request)
     if refusal is not None:
@@ -84,7 +90,7 @@ def generate_content(request: HttpRequest, model: str) -> HttpResponse:
 @login_not_required
 @csrf_exempt
 @require_POST
-def stream_generate_content(request: HttpRequest, model: str) -> HttpResponse:
+def stream_generate_content(request: HttpRequest, model: str) -> HttpResponseBase:
     """``POST v1beta/models/<model>:streamGenerateContent?alt=sse``: the same, as an event stream."""
     refusal = _gemini_key_refusal(request)
     if refusal is not None:
@@ -107,7 +113,7 @@ def models(request: HttpRequest) -> JsonResponse:
 
 def _answer(
     request: HttpRequest, dialect: Dialect, *, model: str | None = None, stream: bool | None = None
-) -> HttpResponse:
+) -> HttpResponseBase:
     """Convert, let the demo model answer, convert back; ``stream`` None: as the body asks."""
     try:
         payload = _json_object(request.body)
@@ -119,11 +125,32 @@ def _answer(
     if reply.status != 200:
         return JsonResponse(dialect.error_from_chat(reply.status, reply.body), status=reply.status)
     if (payload.get("stream") is True) if stream is None else stream:
-        # Written whole: the demo has nothing to generate token by token; clients read it as a stream.
-        response = HttpResponse(dialect.events(reply.body, payload), content_type="text/event-stream")
+        events = dialect.events(reply.body, payload)
+        delay = _stream_delay(chat)
+        response: HttpResponse | StreamingHttpResponse
+        if delay > 0:
+            response = StreamingHttpResponse(_dripped(events, delay), content_type="text/event-stream")
+        else:
+            # Written whole: the demo has nothing to generate token by token; clients read it as a stream.
+            response = HttpResponse(events, content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         return response
     return JsonResponse(dialect.from_chat(reply.body, payload))
+
+
+def _stream_delay(payload: JSONDict) -> float:
+    """Seconds between streamed events: ``DEMO_MODEL_STREAM_DELAY_SECONDS`` or a ``[demo:drip=N]`` marker."""
+    return max(0.0, float(settings.DEMO_MODEL_STREAM_DELAY_SECONDS), demo_model.stream_delay(payload))
+
+
+def _dripped(events: str, delay: float) -> Iterator[bytes]:
+    """The event stream one event at a time, ``delay`` seconds apart, as a slow model sends it."""
+    for index, event in enumerate(_EVENT_END.split(events)):
+        if not event:
+            continue
+        if index:
+            time.sleep(delay)
+        yield event.encode()
 
 
 def _is_demo_key(key: str) -> bool:

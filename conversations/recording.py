@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from conversations.integrity import chain_head, exchange_digest
 from conversations.models import Exchange, RedactionRule, Step, Turn
+from conversations.providers.streaming import DeltaCallback, PartialReply, throttled
 from conversations.redaction import Redactor, redactor
 from inspector import live
 from inspector.wire import WireExchange
@@ -37,6 +38,11 @@ _STEP_FIELDS = {
     "finished_at",
 }
 
+
+# A streamed reply is shown at most this often, and only its last characters (each snapshot
+# carries everything so far).
+PARTIAL_INTERVAL_SECONDS = 0.05
+PARTIAL_TAIL_CHARS = 8000
 
 # Step fields that may carry model or tool text (and so secrets).
 _REDACTED_FIELDS = {"title", "prompt", "text", "calls", "diagnostics", "arguments", "result", "error"}
@@ -170,6 +176,29 @@ class TurnRecorder:
         self, step: int, *, status: str, exchanges: Sequence[WireExchange] = (), **fields: Any
     ) -> None:
         self.step_save(step, exchanges=exchanges, status=status, finished_at=timezone.now(), **fields)
+
+    def partial_sink(self, step: int) -> DeltaCallback:
+        """Where a streamed reply for ``step`` is shown while it arrives: redacted, cut to its
+        tail, throttled, published (never stored)."""
+
+        def publish(partial: PartialReply) -> None:
+            live.publish_step_partial(
+                conversation_id=self.conversation_id,
+                turn_id=self.turn.pk,
+                step_id=step,
+                text=self.redact.text(partial.text)[-PARTIAL_TAIL_CHARS:],
+                calls=[
+                    {
+                        "index": call.index,
+                        "id": self.redact.text(call.id),
+                        "name": self.redact.text(call.name),
+                        "arguments": self.redact.text(call.arguments)[-PARTIAL_TAIL_CHARS:],
+                    }
+                    for call in partial.calls
+                ],
+            )
+
+        return throttled(publish, interval=PARTIAL_INTERVAL_SECONDS)
 
     def turn_changed(self) -> None:
         live.publish_turn_changed(conversation_id=self.conversation_id, turn_id=self.turn.pk)

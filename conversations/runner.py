@@ -265,6 +265,7 @@ def turn_run(*, turn_id: int) -> None:
             host=GatewayToolHost(configs, recorder.redact),
             recorder=recorder,
             render=prompt_renderer(profile),
+            partials=recorder.partial_sink,
         )
         _remember_downgrades(profile, outcome.downgrades)
     except TurnSetupError as exc:

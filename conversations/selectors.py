@@ -35,6 +35,8 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, Left
 
 from conversations.models import Comparison, Conversation, Exchange, ModelProfile, Step, Turn
+from conversations.providers import PROVIDERS
+from conversations.providers.excerpts import EXCERPTS
 from conversations.splicing import prompt_diff
 from inspector.typealias import JSONDict, JSONValue
 from servers.models import McpServer
@@ -495,6 +497,114 @@ def run_summary_json(run: RunSummary) -> JSONDict:
         "answer": run.answer,
         "error": run.error,
     }
+
+
+# --- comparisons: one tool call in each provider's wire format ---------------------------------
+
+Marked = list[tuple[str, str]]
+
+
+def json_marked(value: JSONValue, roles: dict[str, str], *, indent: int = 0, role: str = "") -> Marked:
+    """``value`` as indented JSON text in pieces, each with the role (``name``, ``id``,
+    ``arguments``, ...) of the nearest key above it in ``roles`` ("" for none)."""
+    pad = "  " * indent
+    pieces: Marked = []
+    if isinstance(value, dict) and value:
+        pieces.append(("{\n", role))
+        for position, (key, item) in enumerate(value.items()):
+            inner = roles.get(key, role)
+            pieces.append((f"{pad}  ", role))
+            pieces.append((f"{json.dumps(key, ensure_ascii=False)}: ", inner))
+            pieces += json_marked(item, roles, indent=indent + 1, role=inner)
+            pieces.append((",\n" if position < len(value) - 1 else "\n", role))
+        pieces.append((pad + "}", role))
+    elif isinstance(value, list) and value:
+        pieces.append(("[\n", role))
+        for position, item in enumerate(value):
+            pieces.append((pad + "  ", role))
+            pieces += json_marked(item, roles, indent=indent + 1, role=role)
+            pieces.append((",\n" if position < len(value) - 1 else "\n", role))
+        pieces.append((pad + "]", role))
+    else:
+        pieces.append((json.dumps(value, ensure_ascii=False), role))
+    merged: Marked = []
+    for text, kind in pieces:
+        if merged and merged[-1][1] == kind:
+            merged[-1] = (merged[-1][0] + text, kind)
+        else:
+            merged.append((text, kind))
+    return merged
+
+
+@dataclass(frozen=True)
+class WireColumn:
+    """One run's first tool call in its provider's wire format, from its recorded exchanges.
+
+    ``sent`` is the call in the reply (None when the reply was streamed: see ``call_exchange``'s
+    raw event stream); ``replayed`` the call as the next request sends it back; ``result`` the
+    tool-result message of that request.
+    """
+
+    run: Conversation
+    provider: str
+    provider_label: str
+    streamed: bool
+    call_exchange: Exchange
+    result_exchange: Exchange
+    sent: Marked | None
+    replayed: Marked
+    result: Marked
+
+
+def _json_or_none(text: str) -> JSONDict | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _wire_column(conversation: Conversation, exchanges: list[Exchange]) -> WireColumn | None:
+    provider = conversation.model_profile.provider
+    excerpt = EXCERPTS.get(provider)
+    if excerpt is None:
+        return None
+    for call_exchange, result_exchange in zip(exchanges, exchanges[1:], strict=False):
+        request = _json_or_none(result_exchange.request_body)
+        if request is None:
+            continue
+        found = excerpt(request, _json_or_none(call_exchange.response_body))
+        if found is None:
+            continue
+        return WireColumn(
+            run=conversation,
+            provider=provider,
+            provider_label=PROVIDERS[provider].label if provider in PROVIDERS else provider,
+            streamed=_json_or_none(call_exchange.response_body) is None,
+            call_exchange=call_exchange,
+            result_exchange=result_exchange,
+            sent=json_marked(found.sent, found.call_roles) if found.sent is not None else None,
+            replayed=json_marked(found.replayed, found.call_roles),
+            result=json_marked(found.result, found.result_roles),
+        )
+    return None
+
+
+def comparison_wire_formats(*, comparison: Comparison) -> list[WireColumn]:
+    """For each run of ``comparison`` that made a native tool call, that first call and its result
+    as its provider's wire format carried them, in run order (runs without one are left out)."""
+    conversations = list(comparison.conversations.select_related("model_profile").order_by("pk"))
+    exchanges: dict[int, list[Exchange]] = {}
+    llm = Exchange.objects.filter(
+        turn__conversation__in=conversations, turn__seq=1, channel=Exchange.Channel.LLM, status="200"
+    ).order_by("turn_id", "seq", "id")
+    for exchange in llm.select_related("turn"):
+        if exchange.turn is not None:
+            exchanges.setdefault(exchange.turn.conversation_id, []).append(exchange)
+    columns = [
+        _wire_column(conversation, exchanges.get(conversation.pk, [])) for conversation in conversations
+    ]
+    return [column for column in columns if column is not None]
 
 
 # --- finding conversations: filters, full text, sorting --------------------------------------------

@@ -12,6 +12,7 @@ from django.db.models import Max
 
 from conversations.execution import turn_dispatch
 from conversations.models import AuditEvent, Comparison, Conversation, Exchange, ModelProfile, Turn
+from conversations.providers import PROVIDERS
 from conversations.splicing import probe_request, server_template
 from conversations.transcripts import (
     IMPORTED_PROFILE_PREFIX,
@@ -21,6 +22,7 @@ from conversations.transcripts import (
 )
 from inspector.typealias import JSONDict, JSONValue
 from servers.models import McpServer
+from servers.services import demo_server_ensure
 
 DEMO_PROFILE_NAME = "demo"
 
@@ -116,6 +118,39 @@ def comparison_start(
             for profile, paradigm in runs
         ]
     return comparison, turns
+
+
+def demo_format_profiles_ensure(*, stream: bool) -> list[ModelProfile]:
+    """One demo model profile per provider wire format (served in-process, each in its format),
+    streamed or not, created on first use; in registry order."""
+    profiles = []
+    for key in PROVIDERS:
+        profile, _ = ModelProfile.objects.update_or_create(
+            name=f"demo {key}{' streamed' if stream else ''}",
+            defaults={
+                "provider": key,
+                "model": "demo",
+                "api_key_env": "DEMO_MODEL_API_KEY",
+                "is_demo": True,
+                "stream": stream,
+            },
+        )
+        profiles.append(profile)
+    return profiles
+
+
+def comparison_providers_start(
+    *, owner: AbstractBaseUser, question: str, stream: bool, dispatch: bool = True
+) -> tuple[Comparison, list[Turn]]:
+    """The question under the demo model in every provider wire format (native tool calling, the
+    demo MCP server): the same call, once per format, for the compare view's wire-format section."""
+    return comparison_start(
+        owner=owner,
+        question=question,
+        runs=[(profile, "native") for profile in demo_format_profiles_ensure(stream=stream)],
+        servers=[demo_server_ensure()],
+        dispatch=dispatch,
+    )
 
 
 def profile_probe(*, profile: ModelProfile, client: httpx2.Client | None = None) -> list[str]:

@@ -2,7 +2,9 @@
 
 On connect it checks the user and the conversation, then (if the browser says what it last
 saw) re-sends every row changed since; afterwards each ``step.changed`` / ``turn.changed``
-event is rendered from the database with the same fragment templates the page uses.
+event is rendered from the database with the same fragment templates the page uses. A
+``step.partial`` event (a streamed reply so far, never stored) is passed on as it came, as plain
+data for the page to show as text.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from conversations.models import Conversation
 from conversations.selectors import conversation_get
 from inspector import live
 from inspector.fragments import render_catch_up, render_row, render_turn
-from inspector.live import StepChanged, TurnChanged
+from inspector.live import StepChanged, StepPartial, TurnChanged
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
@@ -69,3 +71,14 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         message = await sync_to_async(render_turn)(conversation=self.conversation, turn_id=event["turn_id"])
         if message is not None:
             await self.send_json(message)
+
+    async def step_partial(self, event: StepPartial) -> None:
+        await self.send_json(
+            {
+                "type": "partial",
+                "turn_id": event["turn_id"],
+                "step_id": event["step_id"],
+                "text": event["text"],
+                "calls": event["calls"],
+            }
+        )

@@ -331,3 +331,11 @@ class TranscriptUploadForm(forms.Form):
                 "(`manage.py import FILE` takes bigger transcripts)."
             )
         return upload
+
+
+class ProviderComparisonForm(forms.Form):
+    """One question under the demo model in every provider wire format."""
+
+    question = _question_field("What will the weather be like in Beijing tomorrow?")
+    question.initial = "What will the weather be like in Beijing tomorrow?"
+    stream = forms.BooleanField(required=False, label="Stream the replies")

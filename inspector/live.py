@@ -16,6 +16,8 @@ from uuid import UUID
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
+from inspector.typealias import JSONDict
+
 logger = logging.getLogger(__name__)
 
 
@@ -30,7 +32,18 @@ class TurnChanged(TypedDict):
     turn_id: int
 
 
-Event = StepChanged | TurnChanged
+class StepPartial(TypedDict):
+    """A streamed model reply as far as it has arrived. The one event that carries data: it is
+    never stored (the exchange keeps the raw stream), so there is no row to render it from."""
+
+    type: Literal["step.partial"]
+    turn_id: int
+    step_id: int
+    text: str
+    calls: list[JSONDict]
+
+
+Event = StepChanged | TurnChanged | StepPartial
 
 _server_loop: asyncio.AbstractEventLoop | None = None
 _lock = threading.Lock()
@@ -72,3 +85,12 @@ def publish_step_changed(*, conversation_id: UUID, turn_id: int, step_id: int) -
 
 def publish_turn_changed(*, conversation_id: UUID, turn_id: int) -> None:
     _send(conversation_group(conversation_id), TurnChanged(type="turn.changed", turn_id=turn_id))
+
+
+def publish_step_partial(
+    *, conversation_id: UUID, turn_id: int, step_id: int, text: str, calls: list[JSONDict]
+) -> None:
+    _send(
+        conversation_group(conversation_id),
+        StepPartial(type="step.partial", turn_id=turn_id, step_id=step_id, text=text, calls=calls),
+    )

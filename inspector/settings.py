@@ -217,6 +217,8 @@ DEMO_MODEL_API_KEY = (
 # Keys that the app itself provides, by env-var name (ModelProfile stores names, never keys).
 BUILTIN_API_KEYS = {"DEMO_MODEL_API_KEY": DEMO_MODEL_API_KEY}
 DEMO_MODEL_LATENCY_SECONDS = env_float("DEMO_MODEL_LATENCY_SECONDS", 0.0)
+# Seconds between the events of a streamed demo reply (0: the whole stream at once).
+DEMO_MODEL_STREAM_DELAY_SECONDS = env_float("DEMO_MODEL_STREAM_DELAY_SECONDS", 0.0)
 
 LOGGING = {
     "version": 1,

@@ -21,6 +21,7 @@ urlpatterns = [
     path("servers/", include("servers.urls")),
     path("compare/", views.comparison_list, name="inspector-comparisons"),
     path("compare/new", views.comparison_create, name="inspector-comparison-create"),
+    path("compare/providers", views.comparison_providers_create, name="inspector-comparison-providers"),
     path("compare/<uuid:public_id>/", views.comparison_detail, name="inspector-comparison"),
     path("compare/<uuid:public_id>/summary", views.comparison_summary, name="inspector-comparison-summary"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

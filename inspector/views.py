@@ -30,6 +30,7 @@ from inspector.forms import (
     ComparisonForm,
     ConversationFilterForm,
     ConversationForm,
+    ProviderComparisonForm,
     QuestionForm,
     TranscriptUploadForm,
 )
@@ -264,16 +265,28 @@ def conversation_rows(request: HttpRequest, public_id: UUID) -> JsonResponse:
     return JsonResponse({"messages": messages})
 
 
-def _comparisons_page(request: HttpRequest, form: ComparisonForm, *, status: int = 200) -> HttpResponse:
+def _comparisons_page(
+    request: HttpRequest,
+    form: ComparisonForm,
+    *,
+    status: int = 200,
+    providers: ProviderComparisonForm | None = None,
+) -> HttpResponse:
     comparisons = selectors.comparison_list(user=_user(request))
     page = Paginator(comparisons, COMPARISONS_PER_PAGE).get_page(request.GET.get("page"))
-    return render(request, "inspector/comparison_list.html", {"page": page, "form": form}, status=status)
+    context = {"page": page, "form": form, "providers": providers or ProviderComparisonForm()}
+    return render(request, "inspector/comparison_list.html", context, status=status)
 
 
 def _columns_context(comparison: Comparison) -> dict[str, object]:
     """What ``_compare_columns.html`` needs; the page and the summary endpoint both use it."""
     runs = selectors.comparison_runs(comparison=comparison)
-    return {"comparison": comparison, "runs": runs, "finished": all(run.finished for run in runs)}
+    return {
+        "comparison": comparison,
+        "runs": runs,
+        "finished": all(run.finished for run in runs),
+        "wire": selectors.comparison_wire_formats(comparison=comparison),
+    }
 
 
 @require_GET
@@ -293,6 +306,18 @@ def comparison_create(request: HttpRequest) -> HttpResponse:
         servers=form.cleaned_data["servers"],
         tool_choice=form.cleaned_data["tool_choice"],
         tool_choice_name=form.cleaned_data["tool_choice_name"],
+    )
+    return redirect("inspector-comparison", public_id=comparison.public_id)
+
+
+@require_POST
+def comparison_providers_create(request: HttpRequest) -> HttpResponse:
+    """The question under the demo model in every provider wire format, streamed or not."""
+    form = ProviderComparisonForm(request.POST)
+    if not form.is_valid():
+        return _comparisons_page(request, ComparisonForm(), status=STATUS_BAD_REQUEST, providers=form)
+    comparison, _ = services.comparison_providers_start(
+        owner=_user(request), question=form.cleaned_data["question"], stream=form.cleaned_data["stream"]
     )
     return redirect("inspector-comparison", public_id=comparison.public_id)
 

@@ -57,6 +57,15 @@ from conversations.providers.http import (
     string_or_none,
     unreadable,
 )
+from conversations.providers.streaming import (
+    DeltaCallback,
+    EventListener,
+    PartialCall,
+    PartialEmitter,
+    PartialReply,
+    SseEvent,
+    display_pass,
+)
 from inspector.typealias import JSONDict, JSONValue
 from inspector.wire import WireExchange
 
@@ -247,13 +256,36 @@ def _reply(message: JSONDict, exchange: WireExchange, raw_inputs: dict[str, str]
 
 @dataclass
 class _BlockAssembler:
-    """Rebuilds a streamed message from its events (wire-formats §4.4)."""
+    """Rebuilds a streamed message from its events (wire-formats §4.4).
+
+    ``emitter`` is told each new ``PartialReply`` (text blocks so far, each ``tool_use`` block's
+    ``input_json_delta`` fragments joined so far).
+    """
 
     message: JSONDict = field(default_factory=dict)
     blocks: dict[int, JSONDict] = field(default_factory=dict)
     partial_json: dict[int, list[str]] = field(default_factory=dict)
     raw_inputs: dict[str, str] = field(default_factory=dict)
     stopped: bool = False
+    emitter: PartialEmitter = field(default_factory=lambda: PartialEmitter(None))
+
+    def partial(self) -> PartialReply:
+        texts: list[str] = []
+        calls: list[PartialCall] = []
+        for position in sorted(self.blocks):
+            block = self.blocks[position]
+            if block.get("type") == "text":
+                texts.append(string_or_none(block.get("text")) or "")
+            elif block.get("type") == "tool_use":
+                calls.append(
+                    PartialCall(
+                        index=len(calls),
+                        id=string_or_none(block.get("id")) or "",
+                        name=string_or_none(block.get("name")) or "",
+                        arguments="".join(self.partial_json.get(position, [])),
+                    )
+                )
+        return PartialReply(text="".join(texts), calls=tuple(calls))
 
     def add(self, event: JSONDict) -> None:
         kind = event.get("type")
@@ -273,6 +305,7 @@ class _BlockAssembler:
             self.message["usage"] = usage
         elif kind == "message_stop":
             self.stopped = True
+        self.emitter.offer(self.partial)
 
     def _add_delta(self, position: int, delta: JSONDict) -> None:
         block = self.blocks.setdefault(position, {})
@@ -329,6 +362,17 @@ def _parse_stream(body: str, exchange: WireExchange) -> ModelReply:
     return _reply(assembler.assembled(), exchange, assembler.raw_inputs)
 
 
+def _display_pass(on_delta: DeltaCallback | None) -> EventListener | None:
+    if on_delta is None:
+        return None
+    live = _BlockAssembler(emitter=PartialEmitter(on_delta))
+
+    def show(event: SseEvent) -> None:
+        live.add(json_object(event.data))
+
+    return display_pass(show)
+
+
 class AnthropicProvider:
     key: ClassVar[str] = KEY
     label: ClassVar[str] = "Anthropic Messages"
@@ -338,7 +382,7 @@ class AnthropicProvider:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
 
-    def complete(self, request: ModelRequest) -> ModelReply:
+    def complete(self, request: ModelRequest, *, on_delta: DeltaCallback | None = None) -> ModelReply:
         headers = {"anthropic-version": API_VERSION}
         if self.endpoint.api_key:
             headers["x-api-key"] = self.endpoint.api_key
@@ -347,6 +391,7 @@ class AnthropicProvider:
             messages_url(self.endpoint.base_url),
             request_body(self.endpoint.model, request, stream=self.endpoint.stream),
             headers,
+            _display_pass(on_delta) if self.endpoint.stream else None,
         )
         try:
             if self.endpoint.stream:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
+from conversations.providers.streaming import DeltaCallback
 from inspector.typealias import JSONDict
 from inspector.wire import WireExchange
 
@@ -71,7 +72,9 @@ class Provider(Protocol):
     """Turns a ``ModelRequest`` into one HTTP call in the provider's wire format.
 
     ``complete`` captures the exact request and response bodies at the HTTP client (never an
-    API key or Authorization header) and returns them in ``ModelReply.exchange``.
+    API key or Authorization header) and returns them in ``ModelReply.exchange``. When the
+    endpoint streams, ``on_delta`` (if given) is called from the calling thread with each new
+    ``PartialReply`` as the events arrive; it is never called for a reply sent whole.
 
     Raises (from ``complete``):
         ProviderError: the endpoint answered with an error or could not be reached.
@@ -85,4 +88,4 @@ class Provider(Protocol):
 
     def __init__(self, endpoint: Endpoint) -> None: ...
 
-    def complete(self, request: ModelRequest) -> ModelReply: ...
+    def complete(self, request: ModelRequest, *, on_delta: DeltaCallback | None = None) -> ModelReply: ...

@@ -63,6 +63,15 @@ from conversations.providers.http import (
     synthesized_call_id,
     unreadable,
 )
+from conversations.providers.streaming import (
+    DeltaCallback,
+    EventListener,
+    PartialCall,
+    PartialEmitter,
+    PartialReply,
+    SseEvent,
+    display_pass,
+)
 from inspector.typealias import JSONDict, JSONValue
 from inspector.wire import WireExchange
 
@@ -437,6 +446,68 @@ def _plain_text(part: JSONValue) -> bool:
     return isinstance(part, dict) and set(part) == {"text"}
 
 
+@dataclass
+class _ChunkMerger:
+    """Joins the chunks of a ``streamGenerateContent`` stream into one response: the first
+    candidate's parts concatenated (adjacent plain text merged), the last ``finishReason`` and
+    ``usageMetadata`` kept.
+
+    ``emitter`` is told each new ``PartialReply``: the text so far and each ``functionCall`` (which
+    arrives whole on the Gemini API, so its arguments appear at once).
+    """
+
+    parts: list[JSONValue] = field(default_factory=list)
+    merged: JSONDict = field(default_factory=dict)
+    candidate: JSONDict = field(default_factory=dict)
+    emitter: PartialEmitter = field(default_factory=lambda: PartialEmitter(None))
+
+    def add(self, chunk: JSONDict) -> None:
+        self.merged.update({key: value for key, value in chunk.items() if key != "candidates"})
+        for item in list_or_empty(chunk.get("candidates"))[:1]:
+            item = object_or_empty(item)
+            self.candidate.update({key: value for key, value in item.items() if key != "content"})
+            for part in list_or_empty(object_or_empty(item.get("content")).get("parts")):
+                if _plain_text(part) and self.parts and _plain_text(self.parts[-1]):
+                    previous = object_or_empty(self.parts[-1])
+                    self.parts[-1] = {"text": str(previous["text"]) + str(object_or_empty(part)["text"])}
+                else:
+                    self.parts.append(part)
+        self.emitter.offer(self.partial)
+
+    def partial(self) -> PartialReply:
+        texts: list[str] = []
+        calls: list[PartialCall] = []
+        for part in self.parts:
+            part = object_or_empty(part)
+            if "functionCall" in part:
+                function_call = object_or_empty(part.get("functionCall"))
+                calls.append(
+                    PartialCall(
+                        index=len(calls),
+                        id=string_or_none(function_call.get("id")) or "",
+                        name=string_or_none(function_call.get("name")) or "",
+                        arguments=compact_json(function_call.get("args") or {}),
+                    )
+                )
+            elif isinstance(part.get("text"), str) and not part.get("thought"):
+                texts.append(str(part["text"]))
+        return PartialReply(text="".join(texts), calls=tuple(calls))
+
+    def response(self) -> JSONDict:
+        """The merged response.
+
+        Raises:
+            ValueError: the stream ended before a finish or block reason.
+        """
+        blocked = object_or_empty(self.merged.get("promptFeedback")).get("blockReason")
+        if "finishReason" not in self.candidate and blocked is None:
+            raise ValueError("the event stream ended before a finishReason")
+        response = dict(self.merged)
+        if self.candidate or self.parts:
+            response["candidates"] = [{**self.candidate, "content": {"role": "model", "parts": self.parts}}]
+        return response
+
+
 def _parse_stream(body: str, exchange: WireExchange) -> ModelReply:
     """The reply assembled from a recorded ``streamGenerateContent?alt=sse`` stream.
 
@@ -444,29 +515,24 @@ def _parse_stream(body: str, exchange: WireExchange) -> ModelReply:
         ProviderError: an error object in the stream.
         ValueError: a chunk is not JSON, or the stream ended before a finish or block reason.
     """
-    parts: list[JSONValue] = []
-    merged: JSONDict = {}
-    candidate: JSONDict = {}
+    merger = _ChunkMerger()
     for event in parse_sse(body):
         chunk = json_object(event.data)
         if chunk.get("error") is not None:
             raise stream_error(exchange, error_detail(event.data, event.data))
-        merged.update({key: value for key, value in chunk.items() if key != "candidates"})
-        for item in list_or_empty(chunk.get("candidates"))[:1]:
-            item = object_or_empty(item)
-            candidate.update({key: value for key, value in item.items() if key != "content"})
-            for part in list_or_empty(object_or_empty(item.get("content")).get("parts")):
-                if _plain_text(part) and parts and _plain_text(parts[-1]):
-                    previous = object_or_empty(parts[-1])
-                    parts[-1] = {"text": str(previous["text"]) + str(object_or_empty(part)["text"])}
-                else:
-                    parts.append(part)
-    blocked = object_or_empty(merged.get("promptFeedback")).get("blockReason")
-    if "finishReason" not in candidate and blocked is None:
-        raise ValueError("the event stream ended before a finishReason")
-    if candidate or parts:
-        merged["candidates"] = [{**candidate, "content": {"role": "model", "parts": parts}}]
-    return _reply(merged, exchange, body)
+        merger.add(chunk)
+    return _reply(merger.response(), exchange, body)
+
+
+def _display_pass(on_delta: DeltaCallback | None) -> EventListener | None:
+    if on_delta is None:
+        return None
+    live = _ChunkMerger(emitter=PartialEmitter(on_delta))
+
+    def show(event: SseEvent) -> None:
+        live.add(json_object(event.data))
+
+    return display_pass(show)
 
 
 class GeminiProvider:
@@ -478,7 +544,7 @@ class GeminiProvider:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
 
-    def complete(self, request: ModelRequest) -> ModelReply:
+    def complete(self, request: ModelRequest, *, on_delta: DeltaCallback | None = None) -> ModelReply:
         headers = {"x-goog-api-key": self.endpoint.api_key} if self.endpoint.api_key else {}
         stream = self.endpoint.stream
         exchange, body = post_json(
@@ -486,6 +552,7 @@ class GeminiProvider:
             model_url(self.endpoint.base_url, self.endpoint.model, stream=stream),
             request_body(request),
             headers,
+            _display_pass(on_delta) if stream else None,
         )
         try:
             if stream:

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import httpx2
 
 from conversations.providers.base import Endpoint, ProviderError
+from conversations.providers.streaming import EventListener, read_events
+from conversations.providers.streaming import SseEvent as SseEvent
+from conversations.providers.streaming import parse_sse as parse_sse
 from inspector.typealias import JSONDict, JSONValue
 from inspector.wire import WireExchange, decode_body, safe_headers
 
@@ -71,12 +72,39 @@ def new_exchange(request: httpx2.Request, started: datetime, t0: float) -> WireE
     )
 
 
-def with_response(exchange: WireExchange, response: httpx2.Response) -> WireExchange:
-    """``exchange`` completed with the (already read) response: status, masked headers, body."""
+def with_response(
+    exchange: WireExchange, response: httpx2.Response, content: bytes | None = None
+) -> WireExchange:
+    """``exchange`` completed with the response: status, masked headers, body (``content`` when
+    the body was streamed rather than read)."""
     exchange.status = str(response.status_code)
     exchange.response_headers = safe_headers(response.headers.multi_items())
-    exchange.response_body = decode_body(response.content)
+    exchange.response_body = decode_body(response.content if content is None else content)
     return exchange
+
+
+def read_streamed(
+    response: httpx2.Response, on_event: EventListener | None, started: datetime, t0: float
+) -> bytes:
+    """The whole body of a response sent with ``stream=True``, telling ``on_event`` each
+    server-sent event as it arrives; the response is closed after.
+
+    Raises:
+        ProviderError: the connection broke or timed out mid-stream (the exchange as far as it got).
+    """
+    try:
+        if response.status_code >= 400 or on_event is None:
+            return response.read()
+        return read_events(response.iter_bytes(), on_event)
+    except httpx2.HTTPError as exc:
+        exchange = new_exchange(response.request, started, t0)
+        exchange.status = "timeout" if isinstance(exc, httpx2.TimeoutException) else "error"
+        exchange.error = f"{type(exc).__name__}: {exc}"
+        raise ProviderError(
+            f"the model endpoint stopped sending mid-stream: {exchange.error}", exchange=exchange
+        ) from exc
+    finally:
+        response.close()
 
 
 def error_detail(body: str, fallback: str) -> str:
@@ -118,11 +146,17 @@ def stream_error(exchange: WireExchange, detail: str) -> ProviderError:
 
 
 def post_json(
-    endpoint: Endpoint, url: str, body: JSONDict, headers: Mapping[str, str]
+    endpoint: Endpoint,
+    url: str,
+    body: JSONDict,
+    headers: Mapping[str, str],
+    on_event: EventListener | None = None,
 ) -> tuple[WireExchange, str]:
     """POST ``body`` as JSON to ``url`` and read the whole answer (a JSON body or an event stream).
 
     Returns the recorded exchange and the response text (the raw event stream for a stream).
+    With ``on_event`` the answer is read as it arrives and each server-sent event is passed on
+    (``streaming.display_pass``); the recorded text is the same either way.
 
     Raises:
         ProviderError: an HTTP error status (the provider's message verbatim, ``status`` set), a
@@ -138,7 +172,7 @@ def post_json(
     started = datetime.now(UTC)
     t0 = time.monotonic()
     try:
-        response = client.send(request)
+        response = client.send(request, stream=on_event is not None)
     except httpx2.TimeoutException as exc:
         exchange = new_exchange(request, started, t0)
         exchange.status = "timeout"
@@ -151,7 +185,8 @@ def post_json(
         raise ProviderError(
             f"the model endpoint could not be reached: {exchange.error}", exchange=exchange
         ) from exc
-    exchange = with_response(new_exchange(request, started, t0), response)
+    content = read_streamed(response, on_event, started, t0) if on_event is not None else None
+    exchange = with_response(new_exchange(request, started, t0), response, content)
     if response.status_code >= 400:
         raise status_error(exchange, response.status_code)
     return exchange, exchange.response_body
@@ -167,42 +202,6 @@ def json_object(text: str) -> JSONDict:
     if not isinstance(value, dict):
         raise ValueError(f"expected a JSON object, got {type(value).__name__}")
     return value
-
-
-@dataclass(frozen=True)
-class SseEvent:
-    """One server-sent event: its ``event:`` name (``message`` when unnamed) and joined ``data:``."""
-
-    event: str
-    data: str
-
-
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
-
-
-def parse_sse(text: str) -> list[SseEvent]:
-    """The events of a recorded ``text/event-stream`` body, in order (comments dropped).
-
-    Only CR/LF end a line: JSON data may hold U+2028 and friends unescaped.
-    """
-    events: list[SseEvent] = []
-    name = ""
-    data: list[str] = []
-    for line in [*_LINE_BREAK.split(text), ""]:
-        if not line:
-            if data:
-                events.append(SseEvent(name or "message", "\n".join(data)))
-            name, data = "", []
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if field == "event":
-            name = value
-        elif field == "data":
-            data.append(value)
-    return events
 
 
 def compact_json(value: JSONValue) -> str:

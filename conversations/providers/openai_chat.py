@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -40,11 +41,20 @@ from conversations.providers.http import (
     new_exchange,
     object_or_empty,
     parse_sse,
+    read_streamed,
     stream_error,
     string_or_none,
     synthesized_call_id,
     unreadable,
     with_response,
+)
+from conversations.providers.streaming import (
+    DeltaCallback,
+    PartialCall,
+    PartialEmitter,
+    PartialReply,
+    SseEvent,
+    display_pass,
 )
 from inspector.typealias import JSONDict, JSONValue
 from inspector.wire import WireExchange
@@ -216,7 +226,10 @@ class _PendingCall:
 
 @dataclass
 class _ChunkAssembler:
-    """Joins ``chat.completion.chunk`` deltas back into one assistant message (wire-formats §1.3)."""
+    """Joins ``chat.completion.chunk`` deltas back into one assistant message (wire-formats §1.3).
+
+    ``emitter`` is told each new ``PartialReply`` (text so far, each call's argument text so far).
+    """
 
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
@@ -225,6 +238,18 @@ class _ChunkAssembler:
     finish_reason: str = ""
     usage: JSONDict = field(default_factory=dict)
     done: bool = False
+    emitter: PartialEmitter = field(default_factory=lambda: PartialEmitter(None))
+
+    def partial(self) -> PartialReply:
+        return PartialReply(
+            text="".join(self.content),
+            calls=tuple(
+                PartialCall(
+                    index=index, id=pending.id, name=pending.name, arguments="".join(pending.arguments)
+                )
+                for index, pending in sorted(self.calls.items())
+            ),
+        )
 
     def add(self, chunk: JSONDict) -> None:
         if chunk.get("usage"):
@@ -245,6 +270,7 @@ class _ChunkAssembler:
                     self._add_call_fragment(position, fragment)
             if isinstance(choice.get("finish_reason"), str):
                 self.finish_reason = str(choice["finish_reason"])
+        self.emitter.offer(self.partial)
 
     def _add_call_fragment(self, position: int, fragment: JSONDict) -> None:
         index = fragment.get("index")
@@ -300,6 +326,16 @@ def _parse_stream(body: str, exchange: WireExchange) -> ModelReply:
     return _reply(assembler.message(), assembler.finish_reason, assembler.usage, exchange, body)
 
 
+def _display_pass(on_delta: DeltaCallback) -> Callable[[SseEvent], None]:
+    live = _ChunkAssembler(emitter=PartialEmitter(on_delta))
+
+    def show(event: SseEvent) -> None:
+        if event.data.strip() != "[DONE]":
+            live.add(json_object(event.data))
+
+    return display_pass(show)
+
+
 class OpenAIChatProvider:
     key: ClassVar[str] = "openai_chat"
     label: ClassVar[str] = "OpenAI Chat Completions"
@@ -309,7 +345,7 @@ class OpenAIChatProvider:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
 
-    def complete(self, request: ModelRequest) -> ModelReply:
+    def complete(self, request: ModelRequest, *, on_delta: DeltaCallback | None = None) -> ModelReply:
         client = _client(self.endpoint)
         started = datetime.now(UTC)
         t0 = time.monotonic()
@@ -334,19 +370,10 @@ class OpenAIChatProvider:
             exchange.error = f"{type(exc).__name__}: {exc.__cause__ or exc}"
             raise ProviderError(f"the model endpoint {kind}: {exchange.error}", exchange=exchange) from exc
         response = raw.http_response
-        try:
-            # A stream is read to its end: the recorded body is the whole event stream.
-            response.read()
-        except httpx2.HTTPError as exc:
-            exchange = new_exchange(response.request, started, t0)
-            exchange.status = "timeout" if isinstance(exc, httpx2.TimeoutException) else "error"
-            exchange.error = f"{type(exc).__name__}: {exc}"
-            raise ProviderError(
-                f"the model endpoint stopped sending mid-stream: {exchange.error}", exchange=exchange
-            ) from exc
-        finally:
-            response.close()
-        exchange = with_response(new_exchange(response.request, started, t0), response)
+        # A stream is read to its end: the recorded body is the whole event stream.
+        listener = _display_pass(on_delta) if stream and on_delta is not None else None
+        content = read_streamed(response, listener, started, t0)
+        exchange = with_response(new_exchange(response.request, started, t0), response, content)
         try:
             if stream:
                 return _parse_stream(exchange.response_body, exchange)

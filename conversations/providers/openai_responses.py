@@ -34,6 +34,15 @@ from conversations.providers.http import (
     synthesized_call_id,
     unreadable,
 )
+from conversations.providers.streaming import (
+    DeltaCallback,
+    EventListener,
+    PartialCall,
+    PartialEmitter,
+    PartialReply,
+    SseEvent,
+    display_pass,
+)
 from inspector.typealias import JSONDict, JSONValue
 from inspector.wire import WireExchange
 
@@ -158,12 +167,37 @@ def _reply(response: JSONDict, exchange: WireExchange, seed: str) -> ModelReply:
 
 @dataclass
 class _ItemAssembler:
-    """Rebuilds the ``output`` items of a streamed response from its events (wire-formats §3)."""
+    """Rebuilds the ``output`` items of a streamed response from its events (wire-formats §3).
+
+    ``emitter`` is told each new ``PartialReply`` (message text so far, each ``function_call``
+    item's arguments so far, paired by ``call_id``).
+    """
 
     items: dict[int, JSONDict] = field(default_factory=dict)
     fragments: dict[int, list[str]] = field(default_factory=dict)
     finished: dict[int, JSONDict] = field(default_factory=dict)
     response: JSONDict | None = None
+    emitter: PartialEmitter = field(default_factory=lambda: PartialEmitter(None))
+
+    def partial(self) -> PartialReply:
+        texts: list[str] = []
+        calls: list[PartialCall] = []
+        for position in sorted(self.items.keys() | self.finished.keys()):
+            item = self.finished.get(position) or self.items[position]
+            joined = "".join(self.fragments.get(position, []))
+            if item.get("type") == "message":
+                texts.append(joined)
+            elif item.get("type") == "function_call":
+                arguments = item.get("arguments") if position in self.finished else joined
+                calls.append(
+                    PartialCall(
+                        index=len(calls),
+                        id=string_or_none(item.get("call_id")) or "",
+                        name=string_or_none(item.get("name")) or "",
+                        arguments=_arguments_text(arguments),
+                    )
+                )
+        return PartialReply(text="".join(texts), calls=tuple(calls))
 
     def add(self, event: JSONDict) -> None:
         kind = event.get("type")
@@ -178,6 +212,7 @@ class _ItemAssembler:
             self.finished[position] = object_or_empty(event.get("item"))
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
             self.response = object_or_empty(event.get("response"))
+        self.emitter.offer(self.partial)
 
     def output(self) -> list[JSONValue]:
         output: list[JSONValue] = []
@@ -216,6 +251,17 @@ def _parse_stream(body: str, exchange: WireExchange) -> ModelReply:
     return _reply({**assembler.response, "output": assembler.output()}, exchange, body)
 
 
+def _display_pass(on_delta: DeltaCallback | None) -> EventListener | None:
+    if on_delta is None:
+        return None
+    live = _ItemAssembler(emitter=PartialEmitter(on_delta))
+
+    def show(event: SseEvent) -> None:
+        live.add(json_object(event.data))
+
+    return display_pass(show)
+
+
 class OpenAIResponsesProvider:
     key: ClassVar[str] = "openai_responses"
     label: ClassVar[str] = "OpenAI Responses"
@@ -225,13 +271,14 @@ class OpenAIResponsesProvider:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
 
-    def complete(self, request: ModelRequest) -> ModelReply:
+    def complete(self, request: ModelRequest, *, on_delta: DeltaCallback | None = None) -> ModelReply:
         headers = {"authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
         exchange, body = post_json(
             self.endpoint,
             self.endpoint.base_url.rstrip("/") + "/responses",
             request_body(self.endpoint.model, request, stream=self.endpoint.stream),
             headers,
+            _display_pass(on_delta) if self.endpoint.stream else None,
         )
         try:
             if self.endpoint.stream:

@@ -129,7 +129,18 @@
       showState();
       refresh(); // catch up with what happened before the socket opened
     });
-    socket.addEventListener("message", refresh);
+    socket.addEventListener("message", function (event) {
+      var message = null;
+      try {
+        message = JSON.parse(event.data);
+      } catch (error) {
+        /* not ours to read: still a doorbell */
+      }
+      // A streamed reply so far changes nothing in the columns: only stored rows do.
+      if (!message || message.type !== "partial") {
+        refresh();
+      }
+    });
     socket.addEventListener("close", function (event) {
       if (sockets[path] !== socket) {
         return;

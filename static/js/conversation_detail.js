@@ -160,6 +160,10 @@
       applyRow(message);
     } else if (message.type === "turn") {
       applyTurn(message);
+    } else if (message.type === "partial") {
+      // A streamed reply so far (never stored): stream_partial.js draws it.
+      root.dispatchEvent(new CustomEvent("inspector:partial", { detail: message }));
+      return;
     } else if (message.type === "error") {
       console.warn("inspector:", message.message);
       return;

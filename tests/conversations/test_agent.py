@@ -22,6 +22,7 @@ from conversations.llm import (
 )
 from conversations.paradigms.native import NativeParadigm
 from conversations.providers.base import ModelReply, ModelRequest, ProviderError
+from conversations.providers.streaming import DeltaCallback, PartialCall, PartialReply
 from conversations.splicing import Spliced, TokenReport
 from inspector.typealias import JSONDict
 from inspector.wire import WireExchange
@@ -100,11 +101,15 @@ class ScriptedProvider:
 
     script: list[ModelReply | ProviderError]
     requests: list[ModelRequest] = field(default_factory=list)
+    # Each call streams this partial reply to its on_delta, if it was given one.
+    streams: PartialReply | None = None
     key: ClassVar[str] = "scripted"
     label: ClassVar[str] = "scripted"
 
-    def complete(self, request: ModelRequest) -> ModelReply:
+    def complete(self, request: ModelRequest, *, on_delta: DeltaCallback | None = None) -> ModelReply:
         self.requests.append(request)
+        if on_delta is not None and self.streams is not None:
+            on_delta(self.streams)
         if not self.script:
             raise AssertionError("the loop asked the model more often than the script allows")
         item = self.script.pop(0)
@@ -188,6 +193,33 @@ def run(
         turn, paradigm=NativeParadigm(), provider=provider, host=host, recorder=recorder, render=render
     )
     return Run(outcome, provider, host, recorder)
+
+
+def test_each_model_call_streams_to_the_place_its_own_step_gives() -> None:
+    partial = PartialReply(calls=(PartialCall(0, "call_1", "demo__get_weather_forecast", '{"ci'),))
+    provider = ScriptedProvider(
+        [reply(None, call("call_1", "demo__get_weather_forecast", '{"city": "Paris"}')), reply("Sunny.")],
+        streams=partial,
+    )
+    recorder = MemoryRecorder()
+    shown: list[tuple[int, PartialReply]] = []
+
+    def partials(step: int) -> DeltaCallback:
+        return lambda seen: shown.append((step, seen))
+
+    outcome = run_agent(
+        AgentTurn(question="What is the weather in Paris?", tools=TOOLS),
+        paradigm=NativeParadigm(),
+        provider=provider,
+        host=FakeHost({"get_weather_forecast": ok(FORECAST)}),
+        recorder=recorder,
+        render=render,
+        partials=partials,
+    )
+
+    assert outcome.status == "done"
+    decide, answer = (index for index, step in enumerate(recorder.steps) if step["kind"] != "tool")
+    assert shown == [(decide, partial), (answer, partial)]
 
 
 def tool_messages(request: ModelRequest) -> list[Message]:

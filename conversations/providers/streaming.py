@@ -1,0 +1,193 @@
+"""What a streamed reply looks like while it is still arriving, and how it is read as it arrives.
+
+A provider in streaming mode reads the event stream as the bytes come in. The recorded body is
+still the whole stream, verbatim, and the reply is still parsed from it once it has ended; on
+the way, each complete event is also fed to a second assembler (the "display pass") that tells
+an optional ``DeltaCallback`` what the reply looks like so far: the text and every tool call's
+name, id and argument text, as snapshots that only grow. The display pass never changes the
+reply: if it fails (an event it cannot read, a callback that raises) it is switched off, logged,
+and the call goes on.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from inspector.typealias import JSONDict
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PartialCall:
+    """One tool call as far as it has arrived: ``arguments`` is the argument text so far (not
+    necessarily JSON yet)."""
+
+    index: int
+    id: str
+    name: str
+    arguments: str
+
+    def as_json(self) -> JSONDict:
+        return {"index": self.index, "id": self.id, "name": self.name, "arguments": self.arguments}
+
+
+@dataclass(frozen=True)
+class PartialReply:
+    """A streamed reply so far: the answer text and the tool calls, in the order they began."""
+
+    text: str = ""
+    calls: tuple[PartialCall, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.text and not self.calls
+
+
+DeltaCallback = Callable[[PartialReply], None]
+
+
+@dataclass
+class PartialEmitter:
+    """Calls ``callback`` with each new snapshot an assembler offers, skipping repeats."""
+
+    callback: DeltaCallback | None
+    last: PartialReply = field(default_factory=PartialReply)
+
+    def offer(self, snapshot: Callable[[], PartialReply]) -> None:
+        if self.callback is None:
+            return
+        partial = snapshot()
+        if partial != self.last and not partial.empty:
+            self.last = partial
+            self.callback(partial)
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    """One server-sent event: its ``event:`` name (``message`` when unnamed) and joined ``data:``."""
+
+    event: str
+    data: str
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def parse_sse(text: str) -> list[SseEvent]:
+    """The events of a recorded ``text/event-stream`` body, in order (comments dropped).
+
+    Only CR/LF end a line: JSON data may hold U+2028 and friends unescaped.
+    """
+    events: list[SseEvent] = []
+    name = ""
+    data: list[str] = []
+    for line in [*_LINE_BREAK.split(text), ""]:
+        if not line:
+            if data:
+                events.append(SseEvent(name or "message", "\n".join(data)))
+            name, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        key, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if key == "event":
+            name = value
+        elif key == "data":
+            data.append(value)
+    return events
+
+
+# Two line ends in a row; atomic, so a CRLF is never read as CR plus LF.
+_BOUNDARY = re.compile(r"(?>\r\n|\r|\n)(?>\r\n|\r|\n)")
+
+
+class SseReader:
+    """Splits a ``text/event-stream`` into events as its bytes arrive (UTF-8 split anywhere)."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._buffer = ""
+
+    def feed(self, data: bytes) -> list[SseEvent]:
+        self._buffer += self._decoder.decode(data)
+        # A trailing CR may be the first half of a CRLF: wait for the next bytes to know.
+        usable = self._buffer[:-1] if self._buffer.endswith("\r") else self._buffer
+        end = 0
+        for match in _BOUNDARY.finditer(usable):
+            end = match.end()
+        if end == 0:
+            return []
+        complete, self._buffer = self._buffer[:end], self._buffer[end:]
+        return parse_sse(complete)
+
+    def close(self) -> list[SseEvent]:
+        rest, self._buffer = self._buffer + self._decoder.decode(b"", final=True), ""
+        return parse_sse(rest)
+
+
+EventListener = Callable[[SseEvent], None]
+
+
+def display_pass(handle: EventListener) -> EventListener:
+    """``handle`` made harmless to the call it watches: its first failure switches it off."""
+    broken = False
+
+    def listener(event: SseEvent) -> None:
+        nonlocal broken
+        if broken:
+            return
+        try:
+            handle(event)
+        except Exception:  # noqa: BLE001 — the display is a courtesy; the recorded stream is the truth
+            broken = True
+            logger.exception("live display of a streamed reply stopped")
+
+    return listener
+
+
+def read_events(chunks: Iterable[bytes], listener: EventListener | None) -> bytes:
+    """All of ``chunks`` joined (the body to record), telling ``listener`` each event on the way."""
+    body = bytearray()
+    reader = SseReader() if listener is not None else None
+    for chunk in chunks:
+        body += chunk
+        if reader is not None and listener is not None:
+            for event in reader.feed(chunk):
+                listener(event)
+    if reader is not None and listener is not None:
+        for event in reader.close():
+            listener(event)
+    return bytes(body)
+
+
+def throttled(callback: DeltaCallback, *, interval: float) -> DeltaCallback:
+    """``callback`` called at most once per ``interval`` seconds, with the newest snapshot.
+
+    Snapshots are cumulative, so one that comes too soon is dropped: the next one that is due
+    carries everything it had. The last ones of a burst may never go — the stored step replaces
+    the display when the reply is complete.
+    """
+    last_sent = float("-inf")
+
+    def throttle(partial: PartialReply) -> None:
+        nonlocal last_sent
+        now = time.monotonic()
+        if now - last_sent >= interval:
+            last_sent = now
+            callback(partial)
+
+    return throttle
+
+
+def chunks_of(text: str, size: int) -> Iterator[bytes]:
+    """``text`` as UTF-8 in pieces of ``size`` bytes (cut anywhere, even inside a character)."""
+    data = text.encode()
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
