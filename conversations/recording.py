@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +44,8 @@ _STEP_FIELDS = {
 # carries everything so far).
 PARTIAL_INTERVAL_SECONDS = 0.05
 PARTIAL_TAIL_CHARS = 8000
+# The characters keys, tokens and e-mail addresses are made of (see ``redaction``).
+_UNFINISHED_TOKEN = re.compile(r"[A-Za-z0-9_\-./+=:@~]+\Z")
 
 # Step fields that may carry model or tool text (and so secrets).
 _REDACTED_FIELDS = {"title", "prompt", "text", "calls", "diagnostics", "arguments", "result", "error"}
@@ -186,19 +189,28 @@ class TurnRecorder:
                 conversation_id=self.conversation_id,
                 turn_id=self.turn.pk,
                 step_id=step,
-                text=self.redact.text(partial.text)[-PARTIAL_TAIL_CHARS:],
+                text=self._settled(partial.text),
                 calls=[
                     {
                         "index": call.index,
                         "id": self.redact.text(call.id),
                         "name": self.redact.text(call.name),
-                        "arguments": self.redact.text(call.arguments)[-PARTIAL_TAIL_CHARS:],
+                        "arguments": self._settled(call.arguments),
                     }
                     for call in partial.calls
                 ],
             )
 
         return throttled(publish, interval=PARTIAL_INTERVAL_SECONDS)
+
+    def _settled(self, text: str) -> str:
+        """The redacted tail of a growing text, without its unfinished last word.
+
+        A secret arriving in pieces matches no redaction pattern until it is whole; holding back
+        the trailing run of token characters shows it only once a delimiter has followed it,
+        when the redactor can see all of it. The stored step shows everything right after.
+        """
+        return self.redact.text(_UNFINISHED_TOKEN.sub("", text))[-PARTIAL_TAIL_CHARS:]
 
     def turn_changed(self) -> None:
         live.publish_turn_changed(conversation_id=self.conversation_id, turn_id=self.turn.pk)
