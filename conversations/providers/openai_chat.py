@@ -38,6 +38,7 @@ from conversations.providers.http import (
     json_object,
     list_or_empty,
     new_exchange,
+    new_http_client,
     object_or_empty,
     parse_sse,
     stream_error,
@@ -60,9 +61,7 @@ def _client(endpoint: Endpoint) -> openai.OpenAI:
     with _clients_lock:
         client = _clients.get(endpoint)
         if client is None:
-            http_client = httpx2.Client(
-                transport=endpoint_transport.get(endpoint), timeout=endpoint.timeout, follow_redirects=False
-            )
+            http_client = new_http_client(endpoint)
             client = openai.OpenAI(
                 base_url=endpoint.base_url,
                 api_key=endpoint.api_key or "no-key",
