@@ -256,8 +256,9 @@ def turn_run(*, turn_id: int) -> None:
         return
     recorder = TurnRecorder(turn, redact=active_redactor(secrets=_run_secrets(turn)))
     turn.mark_running()
-    # Written with the connect step, in one transaction.
     recorder.turn_save("status", "started_at")
+    # Its own (asynchronous) commit, so browsers render the running turn while it connects.
+    recorder.flush()
     try:
         tools, configs = connect_servers(turn, recorder)
         turn.tools = [tool.as_json() for tool in tools]
