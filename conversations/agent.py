@@ -8,11 +8,14 @@ says how the turn ended.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
 from jsonschema import SchemaError
+from jsonschema.protocols import Validator
 from jsonschema.validators import Draft202012Validator, validator_for
 
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef, tool_result_text
@@ -29,7 +32,10 @@ PartialSinks = Callable[[StepRef], DeltaCallback | None]
 
 
 class Recorder(Protocol):
-    """Receives the turn as it happens. Each call is persisted before the loop goes on.
+    """Receives the turn as it happens. ``step_open`` persists at once; ``step_save`` and
+    ``step_close`` may be held until the next ``step_open`` (the loop opens a step before every
+    model or tool call, so nothing is held while the loop waits on the outside world) or until
+    the recorder's owner flushes it at the end of the turn.
 
     Field names are those of the ``Step`` model (``kind``, ``title``, ``prompt``, ``text``,
     ``calls``, ``diagnostics``, ``tool_name``, ``arguments``, ``result``, ``is_error``,
@@ -101,6 +107,19 @@ class CheckedCall:
         return data
 
 
+@functools.lru_cache(maxsize=512)
+def _validator(schema_text: str) -> Validator:
+    """A checked validator per distinct schema (checking a schema costs far more than using it).
+
+    Raises:
+        SchemaError: the schema is not valid JSON Schema (not cached: asked again next time).
+    """
+    schema = json.loads(schema_text)
+    validator_class = validator_for(schema, default=Draft202012Validator)
+    validator_class.check_schema(schema)
+    return validator_class(schema)
+
+
 def check_call(call: ToolCall, tools: dict[str, ToolDef]) -> CheckedCall:
     """Resolve a call to an offered tool and validate its arguments against the inputSchema."""
     tool = tools.get(call.name)
@@ -111,12 +130,9 @@ def check_call(call: ToolCall, tools: dict[str, ToolDef]) -> CheckedCall:
         return CheckedCall(
             call, tool, f"the arguments for {call.name} are not a JSON object: {call.arguments_text[:300]!r}"
         )
-    validator_class = validator_for(tool.input_schema, default=Draft202012Validator)
     try:
-        validator_class.check_schema(tool.input_schema)
-        problems = sorted(
-            validator_class(tool.input_schema).iter_errors(call.arguments), key=lambda e: list(e.path)
-        )
+        validator = _validator(json.dumps(tool.input_schema, sort_keys=True))
+        problems = sorted(validator.iter_errors(call.arguments), key=lambda e: list(e.path))
     except SchemaError as exc:
         return CheckedCall(call, tool, f"the tool's inputSchema is not valid JSON Schema: {exc.message}")
     except Exception as exc:  # noqa: BLE001 — an unusable schema (unknown type, bad $ref) is the server's bug

@@ -13,7 +13,7 @@ from typing import Protocol
 from django.conf import settings
 from django.db import close_old_connections
 
-from conversations.runner import turn_run
+from conversations.runner import turn_abandon, turn_run
 from conversations.tasks import run_turn
 
 logger = logging.getLogger(__name__)
@@ -48,8 +48,12 @@ class EmbeddedDispatcher:
         close_old_connections()
         try:
             turn_run(turn_id=turn_id)
-        except Exception:  # noqa: BLE001 — the thread's boundary
+        except Exception as exc:  # noqa: BLE001 — the thread's boundary
             logger.exception("embedded turn %s crashed", turn_id)
+            try:
+                turn_abandon(turn_id=turn_id, reason=f"the turn could not run: {type(exc).__name__}: {exc}")
+            except Exception:  # noqa: BLE001 — nothing more can be done here; the log has it
+                logger.exception("could not mark turn %s failed", turn_id)
         finally:
             close_old_connections()
 

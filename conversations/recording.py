@@ -1,4 +1,17 @@
-"""The recorder: persists each step and exchange of a running turn, then rings the doorbell."""
+"""The recorder: persists each step and exchange of a running turn, then rings the doorbell.
+
+A step's updates (its reply, its parsed calls, its close) are kept until the recorder next opens
+a step — the loop opens one before every model or tool call — or is flushed, and then written
+with that step in one transaction: nothing the loop saw is ever held while it waits on the
+outside world, and a step costs two commits instead of seven.
+
+Those transactions commit asynchronously on PostgreSQL (``synchronous_commit = off``): the rows
+are visible to every reader at once, but the wait for the disk is skipped. A crash of the
+database server (not of the worker) can lose the last fraction of a second of steps; the turn's
+final status is written with an ordinary commit, which makes everything before it durable too.
+Between writes the recorder hands its connection back to the pool, so a turn waiting on a model
+holds no database connection.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -114,7 +127,7 @@ def server_records_store(records: Sequence[WireExchange], *, redact: Redactor | 
 
 
 class TurnRecorder:
-    """Implements the agent's ``Recorder`` for one ``Turn``: write the row, then publish its id."""
+    """Implements the agent's ``Recorder`` for one ``Turn``: write the rows, then publish their ids."""
 
     def __init__(self, turn: Turn, *, redact: Redactor | None = None) -> None:
         self.turn = turn
@@ -124,14 +137,21 @@ class TurnRecorder:
         self._exchange_seq = Exchange.objects.filter(turn=turn).aggregate(m=Max("seq"))["m"] or 0
         self._parents: dict[int, int | None] = {}
         self._chain = chain_head(turn.conversation_id)
+        # Step updates not yet written, by step id, in the order they were first made.
+        self._updates: dict[int, dict[str, Any]] = {}
+        self._exchanges: list[Exchange] = []
+        self._turn_fields: list[str] = []
+        self._changed: list[int] = []
+        self._turn_written = False
 
     def step_open(self, *, kind: str, title: str, parent: int | None = None, **fields: Any) -> int:
+        """Write the new step (with every pending update) at once, and return its id."""
         self._check(fields)
         fields = self._redacted(fields)
         title = self.redact.text(title)
         self._seq += 1
         now = timezone.now()
-        step = Step.objects.create(
+        step = Step(
             turn=self.turn,
             parent_id=parent,
             seq=self._seq,
@@ -141,39 +161,37 @@ class TurnRecorder:
             updated_at=now,
             **fields,
         )
-        self._parents[step.pk] = parent
         if parent is not None:
-            Step.objects.filter(pk=parent).update(updated_at=now)
-        self._publish(step.pk)
+            self._touch(parent, now)
+        self._write(step)
+        self._parents[step.pk] = parent
+        self._publish([step.pk])
         return step.pk
 
     def step_save(self, step: int, *, exchanges: Sequence[WireExchange] = (), **fields: Any) -> None:
+        """Queue an update of ``step``; it is written by the next ``step_open`` or ``flush``."""
         self._check(fields)
         fields = self._redacted(fields)
         now = timezone.now()
         if "title" in fields:
             fields["title"] = str(fields["title"])[:300]
-        with transaction.atomic():
-            Step.objects.filter(pk=step).update(updated_at=now, **fields)
-            parent = self._parents.get(step)
-            if parent is not None:
-                Step.objects.filter(pk=parent).update(updated_at=now)
-            if exchanges:
-                rows = exchange_rows(
-                    exchanges,
-                    turn_id=self.turn.pk,
-                    step_id=step,
-                    redact=self.redact,
-                    first_seq=self._exchange_seq + 1,
-                )
-                self._exchange_seq += len(rows)
-                for row in rows:
-                    row.prev_hash = self._chain
-                    row.hash = self._chain = exchange_digest(
-                        row, turn_seq=self.turn.seq, previous=self._chain
-                    )
-                Exchange.objects.bulk_create(rows)
-        self._publish(step)
+        self._updates.setdefault(step, {}).update(fields, updated_at=now)
+        parent = self._parents.get(step)
+        if parent is not None:
+            self._touch(parent, now)
+        if exchanges:
+            rows = exchange_rows(
+                exchanges,
+                turn_id=self.turn.pk,
+                step_id=step,
+                redact=self.redact,
+                first_seq=self._exchange_seq + 1,
+            )
+            self._exchange_seq += len(rows)
+            for row in rows:
+                row.prev_hash = self._chain
+                row.hash = self._chain = exchange_digest(row, turn_seq=self.turn.seq, previous=self._chain)
+            self._exchanges.extend(rows)
 
     def step_close(
         self, step: int, *, status: str, exchanges: Sequence[WireExchange] = (), **fields: Any
@@ -212,12 +230,51 @@ class TurnRecorder:
         """
         return self.redact.text(_UNFINISHED_TOKEN.sub("", text))[-PARTIAL_TAIL_CHARS:]
 
+    def turn_save(self, *fields: str) -> None:
+        """Queue a save of these fields of the turn (and its ``updated_at``) with the next write;
+        the turn's doorbell rings once it is written."""
+        self._turn_fields.extend(name for name in (*fields, "updated_at") if name not in self._turn_fields)
+
+    def flush(self) -> None:
+        """Write every pending update now, then publish the rows it changed."""
+        if self._updates or self._exchanges or self._turn_fields:
+            self._write(None)
+            self._publish([])
+
     def turn_changed(self) -> None:
         live.publish_turn_changed(conversation_id=self.conversation_id, turn_id=self.turn.pk)
 
-    def _publish(self, step: int) -> None:
-        row = self._parents.get(step) or step
-        live.publish_step_changed(conversation_id=self.conversation_id, turn_id=self.turn.pk, step_id=row)
+    def _touch(self, parent: int, now: Any) -> None:
+        """A child changed: move the parent's ``updated_at`` so a reconnecting browser re-reads it."""
+        self._updates.setdefault(parent, {})["updated_at"] = now
+
+    def _write(self, step: Step | None) -> None:
+        """One transaction: the pending turn fields, step updates and exchanges, then ``step``."""
+        updates, self._updates = self._updates, {}
+        exchanges, self._exchanges = self._exchanges, []
+        turn_fields, self._turn_fields = self._turn_fields, []
+        self._changed = list(updates)
+        self._turn_written = bool(turn_fields)
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SET LOCAL synchronous_commit TO OFF")
+            if turn_fields:
+                self.turn.save(update_fields=turn_fields)
+            for pk, fields in updates.items():
+                Step.objects.filter(pk=pk).update(**fields)
+            if exchanges:
+                Exchange.objects.bulk_create(exchanges)
+            if step is not None:
+                step.save(force_insert=True)
+        _release_connection()
+
+    def _publish(self, opened: list[int]) -> None:
+        if self._turn_written:
+            self.turn_changed()
+        rows = dict.fromkeys(self._parents.get(pk) or pk for pk in (*self._changed, *opened))
+        for row in rows:
+            live.publish_step_changed(conversation_id=self.conversation_id, turn_id=self.turn.pk, step_id=row)
 
     def _redacted(self, fields: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -230,3 +287,9 @@ class TurnRecorder:
         unknown = set(fields) - _STEP_FIELDS
         if unknown:
             raise TypeError(f"not Step fields: {', '.join(sorted(unknown))}")
+
+
+def _release_connection() -> None:
+    """Hand a pooled connection back between writes: a turn waiting on a model must not hold one."""
+    if connection.settings_dict["OPTIONS"].get("pool") and not connection.in_atomic_block:
+        connection.close()

@@ -6,6 +6,7 @@ the paradigm and the tool host from the database, and records through ``TurnReco
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from conversations.providers.openai_chat import endpoint_transport, wire_message
 from conversations.recording import TurnRecorder, active_redactor, server_records_store
 from conversations.redaction import Redactor
 from conversations.splicing import Spliced, splice
+from inspector import live
 from inspector.typealias import JSONDict
 from inspector.wire import WireExchange
 from servers import gateway
@@ -65,8 +67,14 @@ def endpoint_for(profile: ModelProfile) -> Endpoint:
         stream=profile.stream,
     )
     if in_process:
-        endpoint_transport.set(endpoint, httpx2.WSGITransport(app=get_wsgi_application()))
+        endpoint_transport.set(endpoint, _in_process_transport())
     return endpoint
+
+
+@functools.cache
+def _in_process_transport() -> httpx2.WSGITransport:
+    """The app itself as an HTTP transport (the demo model's views), built once per process."""
+    return httpx2.WSGITransport(app=get_wsgi_application())
 
 
 @dataclass
@@ -231,7 +239,12 @@ def _history(turn: Turn) -> list[Message]:
 
 
 def turn_run(*, turn_id: int) -> None:
-    """Run a queued turn to its end. Safe to call twice: only a queued turn is started."""
+    """Run a queued turn to its end. Safe to call twice: only a queued turn is started.
+
+    Raises:
+        django.db.DatabaseError: the database could not be reached before the turn started (it
+            is still queued then, and may be run again).
+    """
     turn = Turn.objects.select_related("conversation__model_profile").get(pk=turn_id)
     if turn.status == Turn.Status.RUNNING:
         # Redelivered after its worker died mid-turn: the steps so far stay; say what happened.
@@ -241,14 +254,15 @@ def turn_run(*, turn_id: int) -> None:
         return
     if turn.status != Turn.Status.QUEUED:
         return
-    turn.mark_running()
-    turn.save(update_fields=["status", "started_at", "updated_at"])
     recorder = TurnRecorder(turn, redact=active_redactor(secrets=_run_secrets(turn)))
-    recorder.turn_changed()
+    turn.mark_running()
+    recorder.turn_save("status", "started_at")
+    # Its own (asynchronous) commit, so browsers render the running turn while it connects.
+    recorder.flush()
     try:
         tools, configs = connect_servers(turn, recorder)
         turn.tools = [tool.as_json() for tool in tools]
-        turn.save(update_fields=["tools", "updated_at"])
+        recorder.turn_save("tools")
         profile = turn.conversation.model_profile
         provider = PROVIDERS[profile.provider](endpoint_for(profile))
         outcome = run_agent(
@@ -283,5 +297,21 @@ def turn_run(*, turn_id: int) -> None:
             turn.mark_done(outcome.answer)
         else:
             turn.mark_failed(outcome.error)
+    recorder.flush()
+    # An ordinary (synchronous) commit: it makes the turn and every step before it durable.
     turn.save()
     recorder.turn_changed()
+
+
+def turn_abandon(*, turn_id: int, reason: str) -> bool:
+    """Mark a turn that could not be run failed, with the reason, if it has not finished.
+
+    Returns whether the turn was changed (a turn that finished meanwhile is left alone).
+    """
+    turn = Turn.objects.select_related("conversation").get(pk=turn_id)
+    if turn.is_finished:
+        return False
+    turn.mark_failed(reason)
+    turn.save(update_fields=["status", "error", "finished_at", "updated_at"])
+    live.publish_turn_changed(conversation_id=turn.conversation.public_id, turn_id=turn.pk)
+    return True

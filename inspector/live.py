@@ -1,20 +1,28 @@
 """The only module that talks to the channel layer: it rings the doorbell, never carries data.
 
-Events name a row that changed; consumers render it from the database. In the embedded
-default the in-memory layer is not thread-safe across event loops, so a send from a worker
-thread is scheduled on the web server's own loop (bound by the first consumer that connects).
+Events name a row that changed; consumers render it from the database. Callers publish only
+after the row is committed, and a publish never blocks them: events go to one long-lived
+publisher thread per process, which sends them in order on its own event loop over one
+persistent channel-layer connection (a new loop per send would open a new Redis connection
+each time). A doorbell still waiting to be sent is not queued twice: the consumer renders the
+row as it is when the event arrives, so one ring covers every change made before it.
+
+In the embedded default the in-memory layer is not thread-safe across event loops, so its sends
+are scheduled on the web server's own loop (bound by the first consumer that connects).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
+import os
 import threading
+from collections import deque
 from typing import Literal, TypedDict
 from uuid import UUID
 
-from asgiref.sync import async_to_sync
-from channels.layers import InMemoryChannelLayer, get_channel_layer
+from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 
 from inspector.typealias import JSONDict
 
@@ -60,20 +68,110 @@ def bind_server_loop(loop: asyncio.AbstractEventLoop) -> None:
         _server_loop = loop
 
 
+_Key = tuple[str, str, int, int]
+
+
+def _key(group: str, event: Event) -> _Key:
+    step_id = event["step_id"] if event["type"] in {"step.changed", "step.partial"} else 0
+    return (group, event["type"], event["turn_id"], step_id)
+
+
+class _Publisher:
+    """A daemon thread with its own event loop that sends queued events in order."""
+
+    def __init__(self, layer: BaseChannelLayer) -> None:
+        self.layer = layer
+        self.pid = os.getpid()
+        self._pending: deque[tuple[str, Event]] = deque()
+        self._queued: set[_Key] = set()
+        self._busy = 0  # events taken off the queue and not yet sent
+        self._condition = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="live-publisher", daemon=True)
+        self._thread.start()
+
+    def put(self, group: str, event: Event) -> None:
+        key = _key(group, event)
+        with self._condition:
+            if key in self._queued:
+                if event["type"] == "step.partial":
+                    # A partial carries data: the newest snapshot replaces the one still waiting.
+                    for index, (waiting_group, waiting) in enumerate(self._pending):
+                        if _key(waiting_group, waiting) == key:
+                            self._pending[index] = (group, event)
+                            break
+                return  # the same doorbell is still waiting: it will cover this change too
+            self._queued.add(key)
+            self._pending.append((group, event))
+            self._condition.notify()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until every event queued so far has been sent (or ``timeout`` seconds pass)."""
+        with self._condition:
+            return self._condition.wait_for(lambda: not self._pending and not self._busy, timeout)
+
+    def _take(self) -> list[tuple[str, Event]]:
+        with self._condition:
+            self._condition.wait_for(lambda: bool(self._pending))
+            batch = list(self._pending)
+            self._pending.clear()
+            self._queued.clear()
+            self._busy = len(batch)
+            return batch
+
+    def _done(self) -> None:
+        with self._condition:
+            self._busy = 0
+            self._condition.notify_all()
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        while True:
+            batch = self._take()
+            for group, event in batch:
+                try:
+                    loop.run_until_complete(self.layer.group_send(group, dict(event)))
+                except Exception:  # noqa: BLE001 — the record is stored; a lost doorbell is caught up on reconnect
+                    logger.exception("could not publish %s to %s", event["type"], group)
+            self._done()
+
+
+_publisher: _Publisher | None = None
+
+
+def _publisher_for(layer: BaseChannelLayer) -> _Publisher:
+    global _publisher
+    with _lock:
+        if _publisher is None or _publisher.layer is not layer or _publisher.pid != os.getpid():
+            _publisher = _Publisher(layer)
+        return _publisher
+
+
+def flush(timeout: float = 5.0) -> bool:
+    """Wait until every event published so far in this process has been sent; False on timeout."""
+    publisher = _publisher
+    if publisher is None or publisher.pid != os.getpid():
+        return True
+    return publisher.wait_idle(timeout)
+
+
+atexit.register(flush, 2.0)
+
+
 def _send(group: str, event: Event) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    loop = _server_loop
-    try:
-        if isinstance(layer, InMemoryChannelLayer):
-            if loop is None or loop.is_closed():
-                return  # no consumer has ever connected in this process: nobody to tell
+    if isinstance(layer, InMemoryChannelLayer):
+        loop = _server_loop
+        if loop is None or loop.is_closed():
+            return  # no consumer has ever connected in this process: nobody to tell
+        try:
             asyncio.run_coroutine_threadsafe(layer.group_send(group, dict(event)), loop)
-        else:
-            async_to_sync(layer.group_send)(group, dict(event))
-    except Exception:  # noqa: BLE001 — the record is already stored; a lost doorbell is caught up on reconnect
-        logger.exception("could not publish %s to %s", event["type"], group)
+        except Exception:  # noqa: BLE001 — the record is already stored; a lost doorbell is caught up on reconnect
+            logger.exception("could not publish %s to %s", event["type"], group)
+        return
+    _publisher_for(layer).put(group, event)
 
 
 def publish_step_changed(*, conversation_id: UUID, turn_id: int, step_id: int) -> None:

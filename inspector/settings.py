@@ -117,7 +117,17 @@ TEMPLATES = [
 
 DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+    # Every process (a web server, a worker with hundreds of turn threads) borrows connections
+    # from one bounded pool instead of opening one per thread: Postgres's max_connections is
+    # shared by all of them. A thread that finds the pool empty waits up to the timeout.
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
+    DATABASES["default"]["OPTIONS"] = {
+        "pool": {
+            "min_size": env_int("DATABASE_POOL_MIN_SIZE", 2),
+            "max_size": env_int("DATABASE_POOL_MAX_SIZE", 20),
+            "timeout": env_float("DATABASE_POOL_TIMEOUT_SECONDS", 30.0),
+        }
+    }
 else:
     DATABASES = {
         "default": {
@@ -152,6 +162,10 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A turn that cannot reach the database (pool exhausted, "too many clients", a restart) is
+# retried with exponential backoff this many times; then it is marked failed with the reason.
+TURN_DATABASE_RETRIES = env_int("TURN_DATABASE_RETRIES", 6)
+TURN_RETRY_BACKOFF_MAX_SECONDS = env_int("TURN_RETRY_BACKOFF_MAX_SECONDS", 60)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

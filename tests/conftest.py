@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -82,9 +83,9 @@ def _database_url() -> str:
     return f"postgres://{auth}{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
 
 
-@pytest.fixture
-def celery_worker(redis_url: str, transactional_db: None) -> Iterator[subprocess.Popen[str]]:
-    """A real ``celery worker`` process on the real Redis, using the test database."""
+@contextmanager
+def running_celery_worker(redis_url: str, **extra_env: str) -> Iterator[subprocess.Popen[str]]:
+    """A real ``celery worker`` process on the real Redis, using the test database (plus ``extra_env``)."""
     redis.Redis.from_url(redis_url).flushdb()
     env = {
         **os.environ,
@@ -92,8 +93,9 @@ def celery_worker(redis_url: str, transactional_db: None) -> Iterator[subprocess
         "REDIS_URL": redis_url,
         "VAR_DIR": str(settings.VAR_DIR),
         "SECRET_KEY": settings.SECRET_KEY,
+        **extra_env,
     }
-    log = (Path(settings.VAR_DIR) / "celery-worker-test.log").open("w")
+    log = worker_log_path().open("w")
     worker = subprocess.Popen(
         [
             sys.executable,
@@ -134,3 +136,14 @@ def celery_worker(redis_url: str, transactional_db: None) -> Iterator[subprocess
         except subprocess.TimeoutExpired:
             worker.kill()
         log.close()
+
+
+def worker_log_path() -> Path:
+    return Path(settings.VAR_DIR) / "celery-worker-test.log"
+
+
+@pytest.fixture
+def celery_worker(redis_url: str, transactional_db: None) -> Iterator[subprocess.Popen[str]]:
+    """A real ``celery worker`` process on the real Redis, using the test database."""
+    with running_celery_worker(redis_url) as worker:
+        yield worker

@@ -48,15 +48,27 @@ _clients: dict[Endpoint, httpx2.Client] = {}
 _clients_lock = threading.Lock()
 
 
+# A worker runs hundreds of turns at once against one model endpoint: every one of them may be
+# waiting on a reply, so the pool must not make them queue for a connection (httpx's default is 100).
+MODEL_CONNECTION_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=200)
+
+
+def new_http_client(endpoint: Endpoint) -> httpx2.Client:
+    """An HTTP client for ``endpoint`` (its in-process transport, if any); never follows redirects."""
+    return httpx2.Client(
+        transport=endpoint_transport.get(endpoint),
+        timeout=endpoint.timeout,
+        follow_redirects=False,
+        limits=MODEL_CONNECTION_LIMITS,
+    )
+
+
 def http_client(endpoint: Endpoint) -> httpx2.Client:
     """One client (and connection pool) per endpoint, shared by all threads; never retries."""
     with _clients_lock:
         client = _clients.get(endpoint)
         if client is None:
-            client = httpx2.Client(
-                transport=endpoint_transport.get(endpoint), timeout=endpoint.timeout, follow_redirects=False
-            )
-            _clients[endpoint] = client
+            client = _clients[endpoint] = new_http_client(endpoint)
         return client
 
 

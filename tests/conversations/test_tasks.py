@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
+from collections.abc import Iterator
 
+import psycopg
 import pytest
 from asgiref.sync import sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
+from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import connection
 
 from conversations.models import Exchange, Step, Turn
-from conversations.runner import turn_run
+from conversations.runner import turn_abandon, turn_run
 from conversations.services import conversation_start, demo_profile_ensure
 from conversations.tasks import run_turn
 from inspector.routing import websocket_urlpatterns
 from servers import gateway
 from servers.services import demo_server_ensure
+from tests.conftest import running_celery_worker, worker_log_path
 
 WEATHER = "What will the weather be like in Beijing tomorrow?"
 
@@ -130,3 +136,118 @@ def test_a_turn_redelivered_while_running_is_marked_interrupted() -> None:
     turn.refresh_from_db()
     assert turn.status == Turn.Status.INTERRUPTED
     assert "stopped before it finished" in turn.error
+
+
+@pytest.fixture
+def starved_role(transactional_db: None) -> Iterator[tuple[str, list[psycopg.Connection]]]:
+    """A database role allowed two connections, both held by the test: a worker using it finds
+    Postgres refusing it ("too many connections") until the test lets go of them."""
+    db = settings.DATABASES["default"]
+    role = f"starved_{os.getpid()}"
+    admin = connection.cursor()
+    admin.execute(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT 2')
+    admin.execute(f'GRANT ALL ON ALL TABLES IN SCHEMA public TO "{role}"')
+    admin.execute(f'GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO "{role}"')
+    held = [
+        psycopg.connect(
+            host=db.get("HOST") or "127.0.0.1", port=db.get("PORT") or 5432, user=role, dbname=db["NAME"]
+        )
+        for _ in range(2)
+    ]
+    try:
+        yield role, held
+    finally:
+        for conn in held:
+            conn.close()
+        admin.execute(f'DROP OWNED BY "{role}"')
+        admin.execute(f'DROP ROLE "{role}"')
+        admin.close()
+
+
+def _starved_worker_env(role: str, retries: int) -> dict[str, str]:
+    db = settings.DATABASES["default"]
+    return {
+        "DATABASE_URL": f"postgres://{role}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}",
+        "DATABASE_POOL_MIN_SIZE": "1",
+        "DATABASE_POOL_MAX_SIZE": "2",
+        "DATABASE_POOL_TIMEOUT_SECONDS": "1",
+        "TURN_DATABASE_RETRIES": str(retries),
+        "TURN_RETRY_BACKOFF_MAX_SECONDS": "2",
+    }
+
+
+def _wait_for_log(text: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if text in worker_log_path().read_text():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the worker never logged {text!r}")
+
+
+@pytest.mark.celery
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_refused_a_database_connection_is_retried_and_then_runs(
+    redis_url: str, starved_role: tuple[str, list[psycopg.Connection]]
+) -> None:
+    role, held = starved_role
+    alice = User.objects.create_user("alice")
+    with running_celery_worker(redis_url, **_starved_worker_env(role, retries=6)):
+        _, turn = conversation_start(
+            owner=alice, model_profile=demo_profile_ensure(), question=WEATHER, servers=[demo_server_ensure()]
+        )
+        _wait_for_log("Retry in")
+        turn.refresh_from_db()
+        assert turn.status == Turn.Status.QUEUED
+
+        for conn in held:
+            conn.close()
+        turn = _wait_finished(turn)
+
+    assert turn.status == Turn.Status.DONE, turn.error
+    assert "Beijing" in turn.answer
+
+
+@pytest.mark.celery
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_that_never_gets_a_connection_is_marked_failed_with_the_reason(
+    redis_url: str, starved_role: tuple[str, list[psycopg.Connection]]
+) -> None:
+    role, held = starved_role
+    alice = User.objects.create_user("alice")
+    with running_celery_worker(redis_url, **_starved_worker_env(role, retries=1)):
+        _, turn = conversation_start(
+            owner=alice, model_profile=demo_profile_ensure(), question=WEATHER, servers=[demo_server_ensure()]
+        )
+        _wait_for_log("raised unexpected")
+        # The database comes back: the verdict, waiting in the queue, is written.
+        for conn in held:
+            conn.close()
+        turn = _wait_finished(turn)
+
+    assert turn.status == Turn.Status.FAILED
+    assert turn.error.startswith("the worker could not run this turn after 1 retry: OperationalError")
+    assert "couldn't get a connection" in turn.error
+    assert not Step.objects.filter(turn=turn).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_abandoning_a_finished_turn_leaves_it_alone() -> None:
+    alice = User.objects.create_user("alice")
+    _, turn = conversation_start(
+        owner=alice,
+        model_profile=demo_profile_ensure(),
+        question=WEATHER,
+        servers=[demo_server_ensure()],
+        dispatch=False,
+    )
+    run_turn(turn.pk)
+
+    changed = turn_abandon(turn_id=turn.pk, reason="too late")
+
+    turn.refresh_from_db()
+    assert changed is False
+    assert turn.status == Turn.Status.DONE
+    assert turn.error == ""

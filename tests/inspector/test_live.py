@@ -1,0 +1,98 @@
+"""Doorbells through the real Redis channel layer: sent in order from one publisher thread,
+without blocking the caller."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+from channels.layers import get_channel_layer
+
+from inspector import live
+
+pytestmark = [pytest.mark.celery, pytest.mark.usefixtures("redis_url")]
+
+
+async def _subscribe(conversation_id: uuid.UUID) -> str:
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    await layer.group_add(live.conversation_group(conversation_id), channel)
+    return channel
+
+
+async def test_doorbells_from_a_worker_thread_arrive_in_the_order_they_were_rung() -> None:
+    conversation_id = uuid.uuid4()
+    channel = await _subscribe(conversation_id)
+
+    def ring() -> None:
+        for step_id in range(1, 31):
+            live.publish_step_changed(conversation_id=conversation_id, turn_id=7, step_id=step_id)
+        live.publish_turn_changed(conversation_id=conversation_id, turn_id=7)
+        assert live.flush(timeout=10)
+
+    worker = threading.Thread(target=ring)
+    worker.start()
+    worker.join()
+
+    layer = get_channel_layer()
+    received = [await layer.receive(channel) for _ in range(31)]
+    assert [event.get("step_id") for event in received[:30]] == list(range(1, 31))
+    assert received[30] == {"type": "turn.changed", "turn_id": 7}
+
+
+async def test_a_doorbell_rung_again_before_it_was_sent_is_not_sent_twice() -> None:
+    conversation_id = uuid.uuid4()
+    channel = await _subscribe(conversation_id)
+
+    def ring() -> None:
+        for _ in range(50):
+            live.publish_step_changed(conversation_id=conversation_id, turn_id=7, step_id=1)
+        live.publish_turn_changed(conversation_id=conversation_id, turn_id=7)
+        assert live.flush(timeout=10)
+
+    worker = threading.Thread(target=ring)
+    worker.start()
+    worker.join()
+
+    layer = get_channel_layer()
+    received = []
+    while True:
+        event = await layer.receive(channel)
+        received.append(event)
+        if event["type"] == "turn.changed":
+            break
+    steps = [event for event in received if event["type"] == "step.changed"]
+    assert 1 <= len(steps) < 50
+    assert all(event == {"type": "step.changed", "turn_id": 7, "step_id": 1} for event in steps)
+
+
+async def test_a_waiting_partial_is_replaced_by_the_newer_one_never_dropped_for_an_older_one() -> None:
+    conversation_id = uuid.uuid4()
+    channel = await _subscribe(conversation_id)
+
+    def stream() -> None:
+        for n in range(1, 51):
+            for step_id in (2, 3):
+                live.publish_step_partial(
+                    conversation_id=conversation_id, turn_id=7, step_id=step_id, text="x" * n, calls=[]
+                )
+        live.publish_turn_changed(conversation_id=conversation_id, turn_id=7)
+        assert live.flush(timeout=10)
+
+    worker = threading.Thread(target=stream)
+    worker.start()
+    worker.join()
+
+    layer = get_channel_layer()
+    received = []
+    while True:
+        event = await layer.receive(channel)
+        received.append(event)
+        if event["type"] == "turn.changed":
+            break
+    for step_id in (2, 3):
+        texts = [event["text"] for event in received if event.get("step_id") == step_id]
+        # Each step's snapshots arrive growing, and the last one sent is the newest.
+        assert texts and texts[-1] == "x" * 50
+        assert [len(text) for text in texts] == sorted(len(text) for text in texts)
