@@ -132,7 +132,9 @@ def tool_call(owner: User, title: str, tool: str, server_tool: str) -> None:
 def test_the_filters_find_the_same_conversations_with_the_indexes(alice: User) -> None:
     tool_call(alice, "forecast", "get_weather_forecast", "demo/get_weather_forecast")
     tool_call(alice, "sum", "calculate", "demo/calculate")
-    tool_call(UserFactory(username="bob"), "bob's forecast", "get_weather_forecast", "demo/get_weather_forecast")
+    tool_call(
+        UserFactory(username="bob"), "bob's forecast", "get_weather_forecast", "demo/get_weather_forecast"
+    )
     # A decide step that merely mentions the tool is no call of it.
     StepFactory(
         turn=TurnFactory(conversation=ConversationFactory(owner=alice, title="mention")),
@@ -143,7 +145,9 @@ def test_the_filters_find_the_same_conversations_with_the_indexes(alice: User) -
     ExchangeFactory(step=step, response_body='{"city": "Reykjavik"}')
 
     def titles(**filters: str) -> list[str]:
-        return sorted(c.title for c in conversation_search(user=alice, filters=ConversationFilters(**filters)))
+        return sorted(
+            c.title for c in conversation_search(user=alice, filters=ConversationFilters(**filters))
+        )
 
     assert titles(tool="get_weather_forecast") == ["forecast"]
     assert titles(tool="demo/calculate") == ["sum"]

@@ -99,7 +99,9 @@ def test_the_page_shows_the_newest_turns_rows_and_folds_the_older_ones(
     assert html.count("3 rows") == 3
 
 
-def test_the_newest_turn_is_shown_whole_however_long_it_is(alice: User, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_newest_turn_is_shown_whole_however_long_it_is(
+    alice: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(views, "PAGE_ROWS", 2)
     conversation = ConversationFactory(owner=alice)
     older = turn_with_rows(conversation, 1)

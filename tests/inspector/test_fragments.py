@@ -714,7 +714,8 @@ def test_the_second_model_call_shows_what_changed_in_the_prompt_since_the_first(
     # which is computed only when the reader opens it.
     diff_url = f"/c/{turn.conversation.public_id}/steps/{second.pk}/prompt-diff"
     assert (
-        f'<details class="prompt-diff" data-key="step-{second.pk}-diff" data-diff-url="{diff_url}">' in second_html
+        f'<details class="prompt-diff" data-key="step-{second.pk}-diff" data-diff-url="{diff_url}">'
+        in second_html
     )
     changed_line = CHATML_PROMPT[: CHATML_PROMPT.index("You can call these tools:")].count("\n") + 1
     delta = len(follow_up) - len(CHATML_PROMPT)
