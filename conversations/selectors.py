@@ -110,7 +110,9 @@ def rows_changed_since(*, conversation: Conversation, since: datetime) -> list[S
 
 
 def conversation_turns(*, conversation: Conversation) -> list[Turn]:
-    return list(conversation.turns.order_by("seq"))
+    """The turns, in order, for the page. ``transcript`` (the whole message history, large on a
+    long conversation, never shown) is deferred: it loads if something reads it."""
+    return list(conversation.turns.defer("transcript").order_by("seq"))
 
 
 def turn_row_counts(*, conversation: Conversation) -> dict[int, int]:
@@ -139,7 +141,8 @@ def step_get(*, conversation: Conversation, step_id: int) -> Step | None:
 
 
 def turn_get(*, conversation: Conversation, turn_id: int) -> Turn | None:
-    return conversation.turns.filter(pk=turn_id).first()
+    """One turn of ``conversation`` (``transcript`` deferred, as in ``conversation_turns``)."""
+    return conversation.turns.defer("transcript").filter(pk=turn_id).first()
 
 
 def profiles_for_form() -> QuerySet[ModelProfile]:

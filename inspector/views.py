@@ -37,7 +37,7 @@ from inspector.forms import (
 COMPARISONS_PER_PAGE = 25
 # The conversation page renders the rows of its newest turns up to about this many rows; the
 # turns before them are folded (a header and a button that loads the turn, as it streamed).
-PAGE_ROWS = 50
+PAGE_ROWS = 30
 STATUS_BAD_REQUEST = 400
 STATUS_CONFLICT = 409
 EXPORT_SUFFIXES: dict[ExportFormat, str] = {"json": "json", "jsonl": "jsonl", "otel": "otlp.json"}

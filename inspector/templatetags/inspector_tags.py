@@ -163,18 +163,21 @@ def exchange_body(
 
 def _preview(body: str, size: int, *, key: str, url: str) -> dict[str, object]:
     """What ``_json.html`` shows for a body too big to render whole: its first ``PREVIEW_CHARS``
-    characters (pretty-printed and highlighted if it is JSON) and a button that loads ``url``."""
-    text, is_json = _as_text(body)
+    characters as stored (escaped, not parsed, pretty-printed nor highlighted: on a long
+    conversation that work on every big body was most of the page's time) and a button that
+    loads the whole body, pretty-printed, from ``url``."""
+    shown = body[:PREVIEW_CHARS]
     return {
         "is_empty": False,
-        "html": _markup(text[:PREVIEW_CHARS], is_json),
-        "is_json": is_json,
+        "html": escape(shown),
+        "is_json": False,
+        "looks_json": body.lstrip()[:1] in {"{", "["},
         "collapsed": True,
-        "outline": outline(body) if is_json else "",
-        "lines": text.count("\n") + 1,
+        "outline": "",
+        "lines": body.count("\n") + 1,
         "size": filesizeformat(size),
         "key": key,
-        "preview": {"shown": filesizeformat(len(text[:PREVIEW_CHARS].encode("utf-8"))), "url": url},
+        "preview": {"shown": filesizeformat(len(shown.encode("utf-8"))), "url": url},
     }
 
 
