@@ -55,8 +55,15 @@ def conversation_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Con
     if not getattr(user, "is_staff", False):
         peers = get_user_model().objects.filter(inspector_teams__members=user.pk).values("pk")
         visible = visible.filter(Q(owner_id=user.pk) | Q(owner_id__in=peers))
-    # A subquery, not Count("turns"): a join and GROUP BY would make every count and every page
-    # aggregate all visible conversations; this is computed for the rows shown only.
+    return _listed(visible).order_by("-created_at")
+
+
+def _listed(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
+    """What a listed conversation carries: its profile and owner, and ``turn_count``.
+
+    A subquery, not Count("turns"): a join and GROUP BY would make every count and every page
+    aggregate all visible conversations; this is computed for the rows shown only.
+    """
     turn_count = (
         Turn.objects.filter(conversation=OuterRef("pk"))
         .order_by()
@@ -64,10 +71,8 @@ def conversation_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Con
         .annotate(n=Count("pk"))
         .values("n")
     )
-    return (
-        visible.select_related("model_profile", "owner")
-        .annotate(turn_count=Coalesce(Subquery(turn_count), 0))
-        .order_by("-created_at")
+    return conversations.select_related("model_profile", "owner").annotate(
+        turn_count=Coalesce(Subquery(turn_count), 0)
     )
 
 
@@ -873,20 +878,38 @@ CONVERSATIONS_PER_PAGE = 25
 
 
 class CappedPaginator(Paginator[Conversation]):
-    """A paginator whose ``count`` stops at ``cap + 1`` (``capped`` then says there are more)."""
+    """A paginator that counts at most ``cap + 1`` matches (``capped`` then says there are more).
+
+    The filtered query runs once: it yields the matching ids in order, up to the cap, which
+    are the count; the page's conversations are then loaded by id. (Counting, then asking
+    the filtered query again for the page, evaluated a text search twice.)
+    """
 
     def __init__(self, object_list: QuerySet[Conversation], per_page: int, *, cap: int) -> None:
         super().__init__(object_list, per_page)
         self.cap = cap
 
     @cached_property
-    def count(self) -> int:
+    def ids(self) -> list[int]:
         queryset: QuerySet[Conversation] = self.object_list  # type: ignore[assignment]
-        return queryset.values("pk")[: self.cap + 1].count()
+        return list(queryset.values_list("pk", flat=True)[: self.cap + 1])
+
+    @cached_property
+    def count(self) -> int:
+        return len(self.ids)
 
     @property
     def capped(self) -> bool:
         return self.count > self.cap
+
+    def page(self, number: int | str) -> Page[Conversation]:
+        number = self.validate_number(number)
+        bottom = (number - 1) * self.per_page
+        wanted = self.ids[bottom : bottom + self.per_page]
+        # These ids came through conversation_search, i.e. the access rule: loading them by id
+        # shows nothing the user may not see.
+        loaded = {c.pk: c for c in _measured(_listed(Conversation.objects.filter(pk__in=wanted)))}
+        return Page([loaded[pk] for pk in wanted if pk in loaded], number, self)
 
 
 def conversation_page(
