@@ -746,9 +746,12 @@ def text_match(text: str) -> Q:
         exchanges = Exchange.objects.filter(
             *[Q(request_body__icontains=t) | Q(response_body__icontains=t) for t in terms]
         )
-    return Q(pk__in=turns.values("conversation_id")) | Q(
-        pk__in=exchanges.filter(turn__isnull=False).values("turn__conversation_id")
-    )
+    # One IN over a UNION, not two INs joined by OR: PostgreSQL can only turn a lone IN into a
+    # semi-join, and so start from the few matches of a rare word instead of testing every
+    # visible conversation against both lists.
+    in_turns = turns.order_by().values("conversation_id")
+    in_exchanges = exchanges.filter(turn__isnull=False).order_by().values("turn__conversation_id")
+    return Q(pk__in=in_turns.union(in_exchanges, all=True))
 
 
 def _in_conversations(steps_or_exchanges: QuerySet[Step] | QuerySet[Exchange]) -> Q:
