@@ -140,6 +140,11 @@ def conversation_changed_at(*, conversation: Conversation) -> datetime | None:
     return max(stamps, default=None)
 
 
+def exchange_count(*, conversation: Conversation) -> int:
+    """How many raw exchanges the turns of ``conversation`` recorded."""
+    return Exchange.objects.filter(turn__conversation=conversation).count()
+
+
 def step_get(*, conversation: Conversation, step_id: int) -> Step | None:
     """One step (any, a tool call too) of ``conversation``; None if it is not one of its turns'."""
     return Step.objects.filter(turn__conversation=conversation, pk=step_id).first()

@@ -38,6 +38,9 @@ COMPARISONS_PER_PAGE = 25
 # The conversation page renders the rows of its newest turns up to about this many rows; the
 # turns before them are folded (a header and a button that loads the turn, as it streamed).
 PAGE_ROWS = 30
+# Up to this many exchanges the page verifies the hash chain by itself once it has loaded;
+# beyond, on request (re-hashing a 1,000-step conversation takes seconds of server time).
+CHAIN_AUTO_EXCHANGES = 300
 STATUS_BAD_REQUEST = 400
 STATUS_CONFLICT = 409
 EXPORT_SUFFIXES: dict[ExportFormat, str] = {"json": "json", "jsonl": "jsonl", "otel": "otlp.json"}
@@ -123,6 +126,7 @@ def _detail_page(
         for turn in turns
     ]
     changed = selectors.conversation_changed_at(conversation=conversation)
+    exchanges = selectors.exchange_count(conversation=conversation)
     context = {
         "conversation": conversation,
         "turns": turn_rows,
@@ -134,6 +138,8 @@ def _detail_page(
         "since": fragments.timestamp_iso(changed) if changed else fragments.catch_up_mark([]),
         "ws_path": f"/ws/conversations/{conversation.public_id}/",
         "replay": selectors.replay_summary(user=_user(request), conversation=conversation),
+        "exchanges": exchanges,
+        "chain_auto": exchanges <= CHAIN_AUTO_EXCHANGES,
     }
     return render(request, "inspector/conversation_detail.html", context, status=status)
 

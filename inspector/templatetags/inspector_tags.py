@@ -40,9 +40,10 @@ COLLAPSE_BYTES = 4096
 # Highlighting is linear but slow per token; past this a body is shown escaped, uncoloured.
 HIGHLIGHT_LIMIT_CHARS = 200_000
 # A raw body bigger than this is shown as a preview of its first PREVIEW_CHARS characters,
-# with a button that loads the rest (a few such bodies would otherwise make the page crawl).
+# with a button that loads the rest (a few such bodies would otherwise make the page crawl;
+# on a long conversation every model call has two: its request and its spliced prompt).
 PREVIEW_THRESHOLD_BYTES = 64 * 1024
-PREVIEW_CHARS = 16 * 1024
+PREVIEW_CHARS = 4 * 1024
 OUTLINE_MAX_CHARS = 140
 OUTLINE_STRING_CHARS = 24
 

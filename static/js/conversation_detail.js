@@ -331,9 +331,9 @@
   }
 
   // The hash chain is verified after the page has painted (it re-hashes every exchange).
-  function loadChain() {
+  function loadChain(onRequest) {
     var badge = document.getElementById("chain-badge");
-    if (!badge || !badge.dataset.chainUrl) {
+    if (!badge || !badge.dataset.chainUrl || !(onRequest || badge.dataset.auto)) {
       return;
     }
     badge.textContent = "verifying the record…";
@@ -353,6 +353,10 @@
     var button = event.target.closest("button.load-full");
     if (button) {
       loadFullBody(button);
+      return;
+    }
+    if (event.target.closest("button.verify-chain")) {
+      loadChain(true);
       return;
     }
     var turnLink = event.target.closest("a.load-turn");
@@ -389,5 +393,5 @@
   });
 
   connect();
-  loadChain();
+  loadChain(false);
 })();

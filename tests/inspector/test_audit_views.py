@@ -17,7 +17,7 @@ from django.urls import reverse
 from conversations.integrity import GENESIS, exchange_digest
 from conversations.models import AuditEvent, Conversation, Exchange, Team, Turn
 from conversations.transcripts import EXPORT_FORMATS, MEDIA_TYPES, transcript_export
-from inspector import forms
+from inspector import forms, views
 from inspector.fragments import render_row
 from inspector.templatetags.inspector_tags import PREVIEW_CHARS, PREVIEW_THRESHOLD_BYTES
 from tests.factories import (
@@ -333,8 +333,19 @@ def test_the_page_loads_the_badge_after_it_has_painted(alice: User) -> None:
     html = client_for(alice).get(page_url(conversation)).content.decode()
 
     # Verifying re-hashes every exchange: the page names where the verdict comes from instead.
-    assert f'data-chain-url="{chain_url(conversation)}"' in html
+    assert f'data-chain-url="{chain_url(conversation)}" data-auto="1"' in html
     assert "record intact" not in html
+
+
+def test_a_long_record_is_verified_on_request_only(alice: User, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(views, "CHAIN_AUTO_EXCHANGES", 1)
+    conversation = recorded(alice)
+
+    html = client_for(alice).get(page_url(conversation)).content.decode()
+
+    assert f'data-chain-url="{chain_url(conversation)}" role="status">' in html  # no data-auto
+    assert "Verify the record (2 exchanges)</button>" in html
+    assert "record intact (2 exchanges)" in client_for(alice).get(chain_url(conversation)).content.decode()
 
 
 def test_the_badge_says_the_record_is_intact(alice: User) -> None:
