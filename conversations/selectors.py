@@ -755,7 +755,12 @@ def text_match(text: str) -> Q:
     # semi-join, and so start from the few matches of a rare word instead of testing every
     # visible conversation against both lists.
     in_turns = turns.order_by().values("conversation_id")
-    in_exchanges = exchanges.filter(turn__isnull=False).order_by().values("turn__conversation_id")
+    # The matching exchanges' turns, looked up as a set (not a join row by row).
+    in_exchanges = (
+        Turn.objects.filter(pk__in=exchanges.filter(turn__isnull=False).order_by().values("turn_id"))
+        .order_by()
+        .values("conversation_id")
+    )
     return Q(pk__in=in_turns.union(in_exchanges, all=True))
 
 
