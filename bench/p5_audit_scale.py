@@ -2,8 +2,9 @@
 
 The server time of one list page is what the list view asks of the database: the product's own
 ``selectors.conversation_search`` with ``ConversationFilters(tool=...)`` or ``(q=...)`` (PostgreSQL
-full-text search over questions, answers and raw exchange bodies), paginated 25 to a page
-(``Paginator.count`` plus the page's rows) and ``selectors.conversation_rows`` for that page.
+full-text search over questions, answers and raw exchange bodies), paginated 25 to a page as the
+view does (``selectors.conversation_page``: the count, capped at ``LIST_COUNT_CAP``, plus the
+page's rows) and ``selectors.conversation_rows`` for that page.
 Measured in-process against PostgreSQL, each query repeated, p95 judged; a query still running
 after ``TIMEOUT_SECONDS`` is stopped by a statement timeout and recorded at the bound.
 
@@ -20,7 +21,6 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.paginator import Paginator
 from django.db import OperationalError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
@@ -47,7 +47,8 @@ def list_page(user: Any, filters: ConversationFilters) -> int:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"SET LOCAL statement_timeout = {int(TIMEOUT_SECONDS * 1000)}")
         conversations = selectors.conversation_search(user=user, filters=filters)
-        page = Paginator(conversations, PER_PAGE).get_page(1)  # counts every match to number the pages
+        # As the view pages the list: the count stops at LIST_COUNT_CAP ("more than 1000").
+        page = selectors.conversation_page(conversations, 1, per_page=PER_PAGE)
         return len(selectors.conversation_rows(conversations=list(page.object_list)))
 
 

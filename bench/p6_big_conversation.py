@@ -5,7 +5,9 @@ The conversation is made by the product itself, once, and kept (user ``bench-p6`
 decisions, each with its tool call on the same row; plus one connect row per turn). Every request
 body carries the conversation so far, as it does with a real model, so later steps are large.
 
-Server time: a logged-in GET of the page from daphne, until the whole body has arrived.
+Server time: a logged-in GET of the page from daphne, until the whole body has arrived. The page
+renders the rows of its newest turns (``inspector.views.PAGE_ROWS``) and folds the older ones;
+``rows_in_dom`` says how many rows the browser got.
 First paint: Chromium (Playwright) navigates to the page; ``first-contentful-paint`` is read from
 the Performance timeline (milliseconds from navigation start, so it includes the server time).
 The first paint is judged. Runs that exceed the bounds below are recorded at the bound and
@@ -277,7 +279,10 @@ def run(ctx: Context) -> list[Result]:
             f"server ≥ {SERVER_TIMEOUT:.0f} s (bound hit; estimated {diagnosis.get('estimated_page_server_ms', 0) / 1000:.0f} s, "
             f"{diagnosis.get('estimated_page_bytes', 0) / 1e6:.0f} MB), first paint not reached"
             if server_capped
-            else f"server {summary(server_ms)['median']:.0f} ms, {size / 1e6:.1f} MB of HTML, {rows} rows"
+            else (
+                f"server {summary(server_ms)['median']:.0f} ms, {size / 1e6:.1f} MB of HTML, "
+                f"{browser['rows_in_dom']} of {rows} rows rendered (older turns folded, loaded on demand)"
+            )
         ),
     }
     if server_capped or browser["capped"]:

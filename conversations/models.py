@@ -240,6 +240,11 @@ class Step(models.Model):
     class Meta:
         ordering = ["turn", "seq"]
         constraints = [models.UniqueConstraint(fields=["turn", "seq"], name="step_seq_unique")]
+        # The list's tool filter matches a tool call by its name or by its ``server/tool`` title.
+        indexes = [
+            models.Index(fields=["tool_name"], condition=models.Q(kind="tool"), name="step_tool_name_idx"),
+            models.Index(fields=["title"], condition=models.Q(kind="tool"), name="step_tool_title_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} step {self.seq}"

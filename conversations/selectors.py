@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
+from functools import cached_property
 from itertools import zip_longest
 from uuid import UUID
 
@@ -14,6 +15,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.contrib.postgres.search import SearchQuery, SearchVector
+from django.core.paginator import Page, Paginator
 from django.db import connection
 from django.db.models import (
     BigIntegerField,
@@ -22,6 +24,7 @@ from django.db.models import (
     DurationField,
     ExpressionWrapper,
     F,
+    Max,
     OuterRef,
     Prefetch,
     Q,
@@ -54,10 +57,24 @@ def conversation_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Con
     if not getattr(user, "is_staff", False):
         peers = get_user_model().objects.filter(inspector_teams__members=user.pk).values("pk")
         visible = visible.filter(Q(owner_id=user.pk) | Q(owner_id__in=peers))
-    return (
-        visible.select_related("model_profile", "owner")
-        .annotate(turn_count=Count("turns"))
-        .order_by("-created_at")
+    return _listed(visible).order_by("-created_at")
+
+
+def _listed(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
+    """What a listed conversation carries: its profile and owner, and ``turn_count``.
+
+    A subquery, not Count("turns"): a join and GROUP BY would make every count and every page
+    aggregate all visible conversations; this is computed for the rows shown only.
+    """
+    turn_count = (
+        Turn.objects.filter(conversation=OuterRef("pk"))
+        .order_by()
+        .values("conversation")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return conversations.select_related("model_profile", "owner").annotate(
+        turn_count=Coalesce(Subquery(turn_count), 0)
     )
 
 
@@ -100,11 +117,44 @@ def rows_changed_since(*, conversation: Conversation, since: datetime) -> list[S
 
 
 def conversation_turns(*, conversation: Conversation) -> list[Turn]:
-    return list(conversation.turns.order_by("seq"))
+    """The turns, in order, for the page. ``transcript`` (the whole message history, large on a
+    long conversation, never shown) is deferred: it loads if something reads it."""
+    return list(conversation.turns.defer("transcript").order_by("seq"))
+
+
+def turn_row_counts(*, conversation: Conversation) -> dict[int, int]:
+    """How many rows (top-level steps) each turn of ``conversation`` has, by turn id (one query)."""
+    counts = (
+        Step.objects.filter(turn__conversation=conversation, parent__isnull=True)
+        .order_by()
+        .values("turn_id")
+        .annotate(n=Count("pk"))
+        .values_list("turn_id", "n")
+    )
+    return dict(counts)
+
+
+def conversation_changed_at(*, conversation: Conversation) -> datetime | None:
+    """The newest ``updated_at`` of any turn or step of ``conversation`` (None: nothing yet)."""
+    steps = Step.objects.filter(turn__conversation=conversation).aggregate(at=Max("updated_at"))["at"]
+    turns = conversation.turns.aggregate(at=Max("updated_at"))["at"]
+    stamps: list[datetime] = [stamp for stamp in (steps, turns) if stamp is not None]
+    return max(stamps, default=None)
+
+
+def exchange_count(*, conversation: Conversation) -> int:
+    """How many raw exchanges the turns of ``conversation`` recorded."""
+    return Exchange.objects.filter(turn__conversation=conversation).count()
+
+
+def step_get(*, conversation: Conversation, step_id: int) -> Step | None:
+    """One step (any, a tool call too) of ``conversation``; None if it is not one of its turns'."""
+    return Step.objects.filter(turn__conversation=conversation, pk=step_id).first()
 
 
 def turn_get(*, conversation: Conversation, turn_id: int) -> Turn | None:
-    return conversation.turns.filter(pk=turn_id).first()
+    """One turn of ``conversation`` (``transcript`` deferred, as in ``conversation_turns``)."""
+    return conversation.turns.defer("transcript").filter(pk=turn_id).first()
 
 
 def profiles_for_form() -> QuerySet[ModelProfile]:
@@ -267,6 +317,69 @@ def prompt_diff_lines(previous: str, current: str) -> PromptDiff:
     return PromptDiff(lines=lines, added=added, removed=removed)
 
 
+def _previous_prompt(step: Step) -> str | None:
+    """The spliced prompt of the model call before ``step`` in its turn (None: none, or not one)."""
+    if step.kind not in MODEL_CALL_KINDS or not step.prompt:
+        return None
+    previous: str | None = (
+        Step.objects.filter(turn_id=step.turn_id, seq__lt=step.seq, kind__in=MODEL_CALL_KINDS)
+        .exclude(prompt="")
+        .order_by("-seq")
+        .values_list("prompt", flat=True)
+        .first()
+    )
+    return previous
+
+
+def common_prefix_length(first: str, second: str) -> int:
+    """How many leading characters two strings share (a binary search of C-speed comparisons)."""
+    low, high = 0, min(len(first), len(second))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if first[:middle] == second[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+@dataclass(frozen=True)
+class PromptChange:
+    """How a spliced prompt differs from the previous model call's, found without a line diff.
+
+    ``appended``: the previous prompt is where this one starts (a turn's prompts usually grow
+    at the end); ``added_lines`` then counts the lines that follow it. ``first_line`` is the
+    (1-based) line where the two first differ; ``delta_chars`` is the change in length. The line
+    diff itself is ``step_prompt_diff``, loaded when asked for.
+    """
+
+    same: bool
+    appended: bool
+    first_line: int
+    added_lines: int
+    delta_chars: int
+
+
+def step_prompt_change(*, step: Step) -> PromptChange | None:
+    """What changed since the turn's previous model call, cheaply; None where there is nothing
+    to compare (as ``step_prompt_diff``)."""
+    previous = _previous_prompt(step)
+    if previous is None:
+        return None
+    current = step.prompt
+    shared = common_prefix_length(previous, current)
+    appended = shared == len(previous)
+    tail = current[shared:]
+    added_lines = tail.count("\n") + (1 if tail and not tail.endswith("\n") else 0) if appended else 0
+    return PromptChange(
+        same=previous == current,
+        appended=appended,
+        first_line=current.count("\n", 0, shared) + 1,
+        added_lines=added_lines,
+        delta_chars=len(current) - len(previous),
+    )
+
+
 def step_prompt_diff(*, step: Step) -> PromptDiff | None:
     """What changed in the spliced prompt since the previous model call of the same turn.
 
@@ -274,15 +387,7 @@ def step_prompt_diff(*, step: Step) -> PromptDiff | None:
     compare with). The previous call is the nearest earlier decide/answer step (by ``seq``)
     that recorded a prompt.
     """
-    if step.kind not in MODEL_CALL_KINDS or not step.prompt:
-        return None
-    previous = (
-        Step.objects.filter(turn_id=step.turn_id, seq__lt=step.seq, kind__in=MODEL_CALL_KINDS)
-        .exclude(prompt="")
-        .order_by("-seq")
-        .values_list("prompt", flat=True)
-        .first()
-    )
+    previous = _previous_prompt(step)
     if previous is None:
         return None
     return prompt_diff_lines(previous, step.prompt)
@@ -716,12 +821,16 @@ FTS_BODY_CHARS = 200_000
 
 
 def turn_search_document() -> SearchVector:
-    """The searchable text of a turn on PostgreSQL (an index must use this very expression)."""
+    """The searchable text of a turn on PostgreSQL.
+
+    Migration ``0010_audit_indexes`` indexes the SQL this compiles to (GIN); the planner uses
+    that index only for the very same expression, so change the two together.
+    """
     return SearchVector("question", "answer", config=FTS_CONFIG)
 
 
 def exchange_search_document() -> SearchVector:
-    """The searchable text of an exchange on PostgreSQL (an index must use this very expression)."""
+    """The searchable text of an exchange on PostgreSQL (indexed as ``turn_search_document`` is)."""
     return SearchVector(
         Left("request_body", FTS_BODY_CHARS), Left("response_body", FTS_BODY_CHARS), config=FTS_CONFIG
     )
@@ -752,9 +861,17 @@ def text_match(text: str) -> Q:
         exchanges = Exchange.objects.filter(
             *[Q(request_body__icontains=t) | Q(response_body__icontains=t) for t in terms]
         )
-    return Q(pk__in=turns.values("conversation_id")) | Q(
-        pk__in=exchanges.filter(turn__isnull=False).values("turn__conversation_id")
+    # One IN over a UNION, not two INs joined by OR: PostgreSQL can only turn a lone IN into a
+    # semi-join, and so start from the few matches of a rare word instead of testing every
+    # visible conversation against both lists.
+    in_turns = turns.order_by().values("conversation_id")
+    # The matching exchanges' turns, looked up as a set (not a join row by row).
+    in_exchanges = (
+        Turn.objects.filter(pk__in=exchanges.filter(turn__isnull=False).order_by().values("turn_id"))
+        .order_by()
+        .values("conversation_id")
     )
+    return Q(pk__in=in_turns.union(in_exchanges, all=True))
 
 
 def _in_conversations(steps_or_exchanges: QuerySet[Step] | QuerySet[Exchange]) -> Q:
@@ -865,12 +982,71 @@ def conversation_search(
     if sort is None:
         raise ValueError(f"unknown sort {filters.sort!r}")
     column = F(sort.field)
-    order = column.desc(nulls_last=True) if sort.descending else column.asc(nulls_last=True)
+    # created_at is never NULL: a plain order lets its index serve the page (NULLS LAST would
+    # not match the index, and every match would be sorted to show 25).
+    nulls_last = True if sort.field != "created_at" else None
+    order = column.desc(nulls_last=nulls_last) if sort.descending else column.asc(nulls_last=nulls_last)
     return (
         _measured(conversation_list(user=user))
         .filter(*_conditions(filters))
         .order_by(order, "-created_at", "-pk")
     )
+
+
+# The list counts its matches only this far (and at least one page beyond the page shown):
+# past it, the count says "more than". Counting a million rows exactly, on every page, for a
+# number nobody reads, is what made the list slow.
+LIST_COUNT_CAP = 1000
+CONVERSATIONS_PER_PAGE = 25
+
+
+class CappedPaginator(Paginator[Conversation]):
+    """A paginator that counts at most ``cap + 1`` matches (``capped`` then says there are more).
+
+    The filtered query runs once: it yields the matching ids in order, up to the cap, which
+    are the count; the page's conversations are then loaded by id. (Counting, then asking
+    the filtered query again for the page, evaluated a text search twice.)
+    """
+
+    def __init__(self, object_list: QuerySet[Conversation], per_page: int, *, cap: int) -> None:
+        super().__init__(object_list, per_page)
+        self.cap = cap
+
+    @cached_property
+    def ids(self) -> list[int]:
+        queryset: QuerySet[Conversation] = self.object_list  # type: ignore[assignment]
+        return list(queryset.values_list("pk", flat=True)[: self.cap + 1])
+
+    @cached_property
+    def count(self) -> int:
+        return len(self.ids)
+
+    @property
+    def capped(self) -> bool:
+        return self.count > self.cap
+
+    def page(self, number: int | str) -> Page[Conversation]:
+        number = self.validate_number(number)
+        bottom = (number - 1) * self.per_page
+        wanted = self.ids[bottom : bottom + self.per_page]
+        # These ids came through conversation_search, i.e. the access rule: loading them by id
+        # shows nothing the user may not see.
+        loaded = {c.pk: c for c in _measured(_listed(Conversation.objects.filter(pk__in=wanted)))}
+        return Page([loaded[pk] for pk in wanted if pk in loaded], number, self)
+
+
+def conversation_page(
+    conversations: QuerySet[Conversation], number: object, *, per_page: int = CONVERSATIONS_PER_PAGE
+) -> Page[Conversation]:
+    """One page of ``conversation_search`` results, counted up to ``LIST_COUNT_CAP`` or to the
+    page after the one asked for, whichever is further (so every page can be reached and "next"
+    is always right). An unreadable ``number`` is page 1; one past the end is the last page."""
+    try:
+        requested = max(1, int(str(number)))
+    except ValueError:
+        requested = 1
+    cap = max(LIST_COUNT_CAP, (requested + 1) * per_page)
+    return CappedPaginator(conversations, per_page, cap=cap).get_page(requested)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,18 @@ urlpatterns = [
         views.exchange_body,
         name="inspector-exchange-body",
     ),
+    path(
+        "c/<uuid:public_id>/steps/<int:step_id>/prompt",
+        views.step_prompt,
+        name="inspector-step-prompt",
+    ),
+    path(
+        "c/<uuid:public_id>/steps/<int:step_id>/prompt-diff",
+        views.step_prompt_diff,
+        name="inspector-step-prompt-diff",
+    ),
+    path("c/<uuid:public_id>/chain", views.conversation_chain, name="inspector-conversation-chain"),
+    path("c/<uuid:public_id>/turns/<int:turn_id>/", views.turn_detail, name="inspector-turn"),
     path("c/<uuid:public_id>/turns/<int:turn_id>/replay", views.turn_replay, name="inspector-turn-replay"),
     path("servers/", include("servers.urls")),
     path("compare/", views.comparison_list, name="inspector-comparisons"),

@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from conversations import selectors, services
 from conversations.integrity import conversation_verify
-from conversations.models import Comparison, Conversation, Turn
+from conversations.models import Comparison, Conversation, Step, Turn
 from conversations.transcripts import EXPORT_FORMATS, MEDIA_TYPES, ExportFormat, TranscriptError
 from inspector import fragments
 from inspector.forms import (
@@ -35,8 +35,13 @@ from inspector.forms import (
     TranscriptUploadForm,
 )
 
-CONVERSATIONS_PER_PAGE = 25
 COMPARISONS_PER_PAGE = 25
+# The conversation page renders the rows of its newest turns up to about this many rows; the
+# turns before them are folded (a header and a button that loads the turn, as it streamed).
+PAGE_ROWS = 30
+# Up to this many exchanges the page verifies the hash chain by itself once it has loaded;
+# beyond, on request (re-hashing a 1,000-step conversation takes seconds of server time).
+CHAIN_AUTO_EXCHANGES = 300
 STATUS_BAD_REQUEST = 400
 STATUS_CONFLICT = 409
 EXPORT_SUFFIXES: dict[ExportFormat, str] = {"json": "json", "jsonl": "jsonl", "otel": "otlp.json"}
@@ -94,7 +99,7 @@ def _list_page(
     if not filters.is_valid():
         status = STATUS_BAD_REQUEST  # the valid filters still apply; the form says what is wrong
     conversations = selectors.conversation_search(user=_user(request), filters=filters.filters())
-    page = Paginator(conversations, CONVERSATIONS_PER_PAGE).get_page(request.GET.get("page"))
+    page = selectors.conversation_page(conversations, request.GET.get("page"))
     context = {
         "page": page,
         "rows": selectors.conversation_rows(conversations=list(page.object_list)),
@@ -114,20 +119,43 @@ def _detail_page(
     problem: str = "",
 ) -> HttpResponse:
     turns = selectors.conversation_turns(conversation=conversation)
-    turn_rows = [(turn, selectors.turn_rows(turn=turn)) for turn in turns]
+    counts = selectors.turn_row_counts(conversation=conversation)
+    shown = _turns_shown(turns, counts)
+    # (turn, rows, row count): a turn before the shown ones has no rows loaded (it is folded).
+    turn_rows = [
+        (turn, selectors.turn_rows(turn=turn) if turn.pk in shown else None, counts.get(turn.pk, 0))
+        for turn in turns
+    ]
+    changed = selectors.conversation_changed_at(conversation=conversation)
+    exchanges = selectors.exchange_count(conversation=conversation)
     context = {
         "conversation": conversation,
         "turns": turn_rows,
+        "folded": len(turns) - len(shown),
         "servers": conversation.servers.order_by("name"),
         "form": form,
         "problem": problem,
         "busy": _turn_in_progress(turns),
-        "since": fragments.catch_up_mark(turn_rows),
+        "since": fragments.timestamp_iso(changed) if changed else fragments.catch_up_mark([]),
         "ws_path": f"/ws/conversations/{conversation.public_id}/",
-        "chain": conversation_verify(conversation=conversation),
         "replay": selectors.replay_summary(user=_user(request), conversation=conversation),
+        "exchanges": exchanges,
+        "chain_auto": exchanges <= CHAIN_AUTO_EXCHANGES,
     }
     return render(request, "inspector/conversation_detail.html", context, status=status)
+
+
+def _turns_shown(turns: list[Turn], counts: dict[int, int]) -> set[int]:
+    """The ids of the newest turns whose rows the page renders: as many as fit in
+    ``PAGE_ROWS`` rows, and always the newest one. Older turns are folded and load on demand."""
+    shown: set[int] = set()
+    rows = 0
+    for turn in reversed(turns):
+        rows += counts.get(turn.pk, 0)
+        if shown and rows > PAGE_ROWS:
+            break
+        shown.add(turn.pk)
+    return shown
 
 
 def _export_format(raw: str | None) -> ExportFormat | None:
@@ -238,6 +266,66 @@ def exchange_body(request: HttpRequest, public_id: UUID, exchange_id: int) -> Ht
         # text/plain (with nosniff): a browser shows a recorded body, never runs it.
         return HttpResponse(body, content_type="text/plain; charset=utf-8")
     return render(request, "inspector/_exchange_body.html", {"body": body})
+
+
+def _step(conversation: Conversation, step_id: int) -> Step:
+    step = selectors.step_get(conversation=conversation, step_id=step_id)
+    if step is None:
+        raise Http404("No such step.")
+    return step
+
+
+@require_GET
+def step_prompt(request: HttpRequest, public_id: UUID, step_id: int) -> HttpResponse:
+    """A step's whole spliced prompt: escaped HTML for the page, or with ``raw=1`` the exact text."""
+    conversation = _conversation(request, public_id)
+    step = _step(conversation, step_id)
+    services.audit_record(
+        actor=_user(request),
+        action="opened",
+        conversation=conversation,
+        detail={"via": "spliced prompt", "step": step.pk},
+    )
+    if request.GET.get("raw"):
+        return HttpResponse(step.prompt, content_type="text/plain; charset=utf-8")
+    return render(request, "inspector/_exchange_body.html", {"body": step.prompt})
+
+
+@require_GET
+def step_prompt_diff(request: HttpRequest, public_id: UUID, step_id: int) -> HttpResponse:
+    """The line diff of a step's spliced prompt against the turn's previous model call's."""
+    conversation = _conversation(request, public_id)
+    step = _step(conversation, step_id)
+    diff = selectors.step_prompt_diff(step=step)
+    if diff is None:
+        raise Http404("This step has no previous model call to compare with.")
+    services.audit_record(
+        actor=_user(request),
+        action="opened",
+        conversation=conversation,
+        detail={"via": "prompt diff", "step": step.pk},
+    )
+    return render(request, "inspector/_prompt_diff.html", {"diff": diff})
+
+
+@require_GET
+def conversation_chain(request: HttpRequest, public_id: UUID) -> HttpResponse:
+    """The hash-chain badge: every exchange re-hashed (the page loads it after it has painted)."""
+    conversation = _conversation(request, public_id)
+    chain = conversation_verify(conversation=conversation)
+    return render(request, "inspector/_chain_badge.html", {"conversation": conversation, "chain": chain})
+
+
+@require_GET
+def turn_detail(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
+    """One whole turn block with its rows, as the page renders it (a folded turn, unfolded)."""
+    conversation = _conversation(request, public_id)
+    turn = selectors.turn_get(conversation=conversation, turn_id=turn_id)
+    if turn is None:
+        raise Http404("No such turn.")
+    rows = selectors.turn_rows(turn=turn)
+    context = fragments.turn_context(conversation=conversation, turn=turn, rows=rows)
+    return render(request, fragments.TURN_TEMPLATE, context)
 
 
 @require_POST

@@ -25,9 +25,9 @@ from conversations.paradigms import PARADIGMS
 from conversations.selectors import (
     USAGE_IN_KEYS,
     USAGE_OUT_KEYS,
-    PromptDiff,
+    PromptChange,
     pretty_json,
-    step_prompt_diff,
+    step_prompt_change,
 )
 from inspector.fragments import timestamp_iso
 from inspector.typealias import JSONValue
@@ -40,9 +40,10 @@ COLLAPSE_BYTES = 4096
 # Highlighting is linear but slow per token; past this a body is shown escaped, uncoloured.
 HIGHLIGHT_LIMIT_CHARS = 200_000
 # A raw body bigger than this is shown as a preview of its first PREVIEW_CHARS characters,
-# with a button that loads the rest (a few such bodies would otherwise make the page crawl).
+# with a button that loads the rest (a few such bodies would otherwise make the page crawl;
+# on a long conversation every model call has two: its request and its spliced prompt).
 PREVIEW_THRESHOLD_BYTES = 64 * 1024
-PREVIEW_CHARS = 16 * 1024
+PREVIEW_CHARS = 4 * 1024
 OUTLINE_MAX_CHARS = 140
 OUTLINE_STRING_CHARS = 24
 
@@ -157,22 +158,41 @@ def exchange_body(
     size = len(body.encode("utf-8"))
     if size <= PREVIEW_THRESHOLD_BYTES:
         return payload(body, "ex", exchange.pk, part, empty=empty)
-    text, is_json = _as_text(body)
     owner = conversation if isinstance(conversation, Conversation) else None
+    return _preview(body, size, key=f"ex-{exchange.pk}-{part}", url=_body_url(exchange, part, owner))
+
+
+def _preview(body: str, size: int, *, key: str, url: str) -> dict[str, object]:
+    """What ``_json.html`` shows for a body too big to render whole: its first ``PREVIEW_CHARS``
+    characters as stored (escaped, not parsed, pretty-printed nor highlighted: on a long
+    conversation that work on every big body was most of the page's time) and a button that
+    loads the whole body, pretty-printed, from ``url``."""
+    shown = body[:PREVIEW_CHARS]
     return {
         "is_empty": False,
-        "html": _markup(text[:PREVIEW_CHARS], is_json),
-        "is_json": is_json,
+        "html": escape(shown),
+        "is_json": False,
+        "looks_json": body.lstrip()[:1] in {"{", "["},
         "collapsed": True,
-        "outline": outline(body) if is_json else "",
-        "lines": text.count("\n") + 1,
+        "outline": "",
+        "lines": body.count("\n") + 1,
         "size": filesizeformat(size),
-        "key": f"ex-{exchange.pk}-{part}",
-        "preview": {
-            "shown": filesizeformat(len(text[:PREVIEW_CHARS].encode("utf-8"))),
-            "url": _body_url(exchange, part, owner),
-        },
+        "key": key,
+        "preview": {"shown": filesizeformat(len(shown.encode("utf-8"))), "url": url},
     }
+
+
+@register.inclusion_tag("inspector/_json.html")
+def prompt_body(step: Step, conversation: object = None) -> dict[str, object]:
+    """A step's spliced prompt, as ``exchange_body`` shows a raw body: whole up to
+    ``PREVIEW_THRESHOLD_BYTES``, else a preview and a button that loads the rest."""
+    size = len(step.prompt.encode("utf-8"))
+    if size <= PREVIEW_THRESHOLD_BYTES:
+        return payload(step.prompt, "step", step.pk, "prompt-body")
+    if not isinstance(conversation, Conversation):
+        conversation = Conversation.objects.get(turns__steps=step)
+    url = reverse("inspector-step-prompt", args=[conversation.public_id, step.pk])
+    return _preview(step.prompt, size, key=f"step-{step.pk}-prompt-body", url=f"{url}?part=prompt")
 
 
 @register.filter
@@ -318,9 +338,10 @@ def usage(step: Step) -> Usage | None:
 
 
 @register.filter
-def prompt_changes(step: Step) -> PromptDiff | None:
-    """What changed in the spliced prompt since the turn's previous model call (one query)."""
-    return step_prompt_diff(step=step)
+def prompt_change(step: Step) -> PromptChange | None:
+    """How the spliced prompt changed since the turn's previous model call, in summary (one
+    query, no line diff: the page loads that when it is opened)."""
+    return step_prompt_change(step=step)
 
 
 @register.filter

@@ -103,7 +103,11 @@
       replaceIfNewer(existing, el);
       return;
     }
-    var container = document.querySelector("#turn-" + message.turn_id + " .rows");
+    var turn = document.getElementById("turn-" + message.turn_id);
+    if (turn && turn.dataset.folded) {
+      return; // a folded turn shows no rows: opening it loads them all, fresh
+    }
+    var container = turn && turn.querySelector(".rows");
     if (!container) {
       (pendingRows[message.turn_id] = pendingRows[message.turn_id] || []).push(message);
       return;
@@ -272,12 +276,112 @@
       });
   }
 
+  function fetchHtml(url) {
+    return fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } }).then(function (response) {
+      if (!response.ok) {
+        throw new Error("the server answered " + response.status);
+      }
+      return response.text();
+    });
+  }
+
+  // An older turn is folded (its header only); opening it loads the whole turn block, the
+  // same fragment the page renders for a turn it shows.
+  function loadTurn(link) {
+    var folded = link.closest(".turn-folded");
+    var state = folded.querySelector(".load-state");
+    if (folded.dataset.loading) {
+      return;
+    }
+    folded.dataset.loading = "1";
+    state.textContent = "loading…";
+    fetchHtml(folded.dataset.turnUrl)
+      .then(function (html) {
+        var turn = fragment(html);
+        if (turn) {
+          folded.replaceWith(turn);
+        }
+      })
+      .catch(function (error) {
+        delete folded.dataset.loading;
+        state.textContent = "could not load it: " + error.message;
+      });
+  }
+
+  // The line diff of a spliced prompt against the previous one is computed when it is opened.
+  function loadDiff(details) {
+    var body = details.querySelector(".diff-body");
+    if (!body || details.dataset.loaded || details.dataset.loading) {
+      return;
+    }
+    details.dataset.loading = "1";
+    var state = body.querySelector(".diff-state");
+    if (state) {
+      state.textContent = "loading the line diff…";
+    }
+    fetchHtml(details.dataset.diffUrl)
+      .then(function (html) {
+        body.innerHTML = html;
+        details.dataset.loaded = "1";
+      })
+      .catch(function (error) {
+        if (state) {
+          state.textContent = "could not load it: " + error.message;
+        }
+      })
+      .then(function () {
+        delete details.dataset.loading;
+      });
+  }
+
+  // The hash chain is verified after the page has painted (it re-hashes every exchange).
+  function loadChain(onRequest) {
+    var badge = document.getElementById("chain-badge");
+    if (!badge || !badge.dataset.chainUrl || !(onRequest || badge.dataset.auto)) {
+      return;
+    }
+    badge.textContent = "verifying the record…";
+    fetchHtml(badge.dataset.chainUrl)
+      .then(function (html) {
+        var fresh = fragment(html);
+        if (fresh) {
+          badge.replaceWith(fresh);
+        }
+      })
+      .catch(function (error) {
+        badge.textContent = "could not verify the record: " + error.message;
+      });
+  }
+
   root.addEventListener("click", function (event) {
     var button = event.target.closest("button.load-full");
     if (button) {
       loadFullBody(button);
+      return;
+    }
+    if (event.target.closest("button.verify-chain")) {
+      loadChain(true);
+      return;
+    }
+    var turnLink = event.target.closest("a.load-turn");
+    if (turnLink) {
+      event.preventDefault();
+      loadTurn(turnLink);
     }
   });
+
+  // "toggle" does not bubble: listen in the capture phase. It also fires when a re-rendered
+  // row re-opens a diff the reader had open, which loads it again.
+  root.addEventListener(
+    "toggle",
+    function (event) {
+      var details = event.target;
+      if (details.open && details.matches && details.matches("details.prompt-diff[data-diff-url]")) {
+        loadDiff(details);
+      }
+    },
+    true
+  );
 
   // Turn blocks that arrived live were rendered without a request, so their forms carry no
   // CSRF token: lend them the page's.
@@ -293,4 +397,5 @@
   });
 
   connect();
+  loadChain(false);
 })();

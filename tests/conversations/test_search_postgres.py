@@ -106,3 +106,51 @@ def test_other_peoples_conversations_are_not_found(alice: User) -> None:
     asked(UserFactory(username="bob"), "bob's", question="Where is Atlantis?")
 
     assert found(alice, "atlantis") == []
+
+
+# --- the indexes of migration 0010_audit_indexes ------------------------------------------------
+
+
+def test_the_search_and_tool_indexes_exist(alice: User) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename LIKE 'conversations_%%'")
+        names = {row[0] for row in cursor.fetchall()}
+
+    assert {
+        "conversations_turn_search_gin",
+        "conversations_exchange_search_gin",
+        "step_tool_name_idx",
+        "step_tool_title_idx",
+    } <= names
+
+
+def tool_call(owner: User, title: str, tool: str, server_tool: str) -> None:
+    turn = TurnFactory(conversation=ConversationFactory(owner=owner, title=title))
+    StepFactory(turn=turn, parent=StepFactory(turn=turn), kind="tool", tool_name=tool, title=server_tool)
+
+
+def test_the_filters_find_the_same_conversations_with_the_indexes(alice: User) -> None:
+    tool_call(alice, "forecast", "get_weather_forecast", "demo/get_weather_forecast")
+    tool_call(alice, "sum", "calculate", "demo/calculate")
+    tool_call(
+        UserFactory(username="bob"), "bob's forecast", "get_weather_forecast", "demo/get_weather_forecast"
+    )
+    # A decide step that merely mentions the tool is no call of it.
+    StepFactory(
+        turn=TurnFactory(conversation=ConversationFactory(owner=alice, title="mention")),
+        title="get_weather_forecast",
+    )
+    asked(alice, "answered", answer="Reykjavik will be windy.")
+    step = StepFactory(turn=TurnFactory(conversation=ConversationFactory(owner=alice, title="on the wire")))
+    ExchangeFactory(step=step, response_body='{"city": "Reykjavik"}')
+
+    def titles(**filters: str) -> list[str]:
+        return sorted(
+            c.title for c in conversation_search(user=alice, filters=ConversationFilters(**filters))
+        )
+
+    assert titles(tool="get_weather_forecast") == ["forecast"]
+    assert titles(tool="demo/calculate") == ["sum"]
+    assert titles(tool="list_notes") == []
+    assert titles(q="reykjavik") == ["answered", "on the wire"]
+    assert titles(q="reykjavik", tool="calculate") == []

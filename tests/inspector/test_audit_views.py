@@ -17,7 +17,7 @@ from django.urls import reverse
 from conversations.integrity import GENESIS, exchange_digest
 from conversations.models import AuditEvent, Conversation, Exchange, Team, Turn
 from conversations.transcripts import EXPORT_FORMATS, MEDIA_TYPES, transcript_export
-from inspector import forms
+from inspector import forms, views
 from inspector.fragments import render_row
 from inspector.templatetags.inspector_tags import PREVIEW_CHARS, PREVIEW_THRESHOLD_BYTES
 from tests.factories import (
@@ -277,8 +277,8 @@ def test_an_uploaded_transcript_becomes_a_read_only_conversation(alice: User, bo
     html = client_for(bob).get(page_url(imported)).content.decode()
     assert "Read-only" in html and f"imported from <code>{original.public_id}</code>" in html
     assert 'id="follow-up"' not in html
-    assert "record intact (2 exchanges)" in html
     assert "<script>alert" not in html
+    assert "record intact (2 exchanges)" in client_for(bob).get(chain_url(imported)).content.decode()
 
 
 def test_a_file_that_is_not_a_transcript_is_a_400_that_says_why(alice: User) -> None:
@@ -323,12 +323,44 @@ def test_an_upload_without_a_file_is_a_400(alice: User) -> None:
 # --- the hash-chain badge --------------------------------------------------------------------
 
 
-def test_the_badge_says_the_record_is_intact(alice: User) -> None:
+def chain_url(conversation: Conversation) -> str:
+    return reverse("inspector-conversation-chain", args=[conversation.public_id])
+
+
+def test_the_page_loads_the_badge_after_it_has_painted(alice: User) -> None:
     conversation = recorded(alice)
 
     html = client_for(alice).get(page_url(conversation)).content.decode()
 
+    # Verifying re-hashes every exchange: the page names where the verdict comes from instead.
+    assert f'data-chain-url="{chain_url(conversation)}" data-auto="1"' in html
+    assert "record intact" not in html
+
+
+def test_a_long_record_is_verified_on_request_only(alice: User, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(views, "CHAIN_AUTO_EXCHANGES", 1)
+    conversation = recorded(alice)
+
+    html = client_for(alice).get(page_url(conversation)).content.decode()
+
+    assert f'data-chain-url="{chain_url(conversation)}" role="status">' in html  # no data-auto
+    assert "Verify the record (2 exchanges)</button>" in html
+    assert "record intact (2 exchanges)" in client_for(alice).get(chain_url(conversation)).content.decode()
+
+
+def test_the_badge_says_the_record_is_intact(alice: User) -> None:
+    conversation = recorded(alice)
+
+    html = client_for(alice).get(chain_url(conversation)).content.decode()
+
     assert "record intact (2 exchanges)" in html
+
+
+def test_the_badge_is_only_for_those_who_may_see_the_conversation(alice: User, bob: User) -> None:
+    conversation = recorded(alice)
+
+    assert client_for(bob).get(chain_url(conversation)).status_code == 404
+    assert Client().get(chain_url(conversation)).status_code == 302  # to the login page
 
 
 def test_the_badge_names_the_first_broken_record_after_a_direct_edit(alice: User) -> None:
@@ -337,7 +369,7 @@ def test_the_badge_names_the_first_broken_record_after_a_direct_edit(alice: User
     assert first is not None
     Exchange.objects.filter(pk=first.pk).update(response_body='{"edited": "afterwards"}')
 
-    html = client_for(alice).get(page_url(conversation)).content.decode()
+    html = client_for(alice).get(chain_url(conversation)).content.decode()
 
     assert f"record BROKEN at exchange #{first.pk}: its content does not match its hash" in html
     assert f'href="#exchange-{first.pk}"' in html

@@ -153,6 +153,14 @@ def test_a_user_asks_the_weather_question_and_watches_the_steps_arrive_live(
     expect(page.locator("[id^=turn-status-]")).to_contain_text("Beijing")
     assert _row_texts(page) == rows
 
+    # The answer's prompt differs from the decision's: the line diff loads when it is opened.
+    diff = page.locator("details.prompt-diff").last
+    expect(diff.locator(".diff-body")).to_contain_text("loads when this is opened")
+    diff.locator("summary").click()
+    expect(diff.locator(".diff-body .dl.add").first).to_be_visible()
+    expect(diff.locator(".diff-totals")).to_contain_text("+")
+    expect(page.locator("#chain-badge")).to_contain_text("record intact")
+
     # After a restart of the whole server the conversation is still there, identical.
     inspector_server.stop()
     inspector_server.start()

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.template.loader import render_to_string
+from django.test import Client
 from django.utils import timezone
 
 from conversations.models import Conversation, Exchange, Step, Turn
@@ -696,7 +697,7 @@ def test_a_long_prompt_starts_collapsed_like_other_payloads() -> None:
     assert "200 lines" in html
 
 
-def test_the_second_model_call_shows_what_changed_in_the_prompt_since_the_first() -> None:
+def test_the_second_model_call_shows_what_changed_in_the_prompt_since_the_first(client: Client) -> None:
     turn = make_turn()
     first = model_call(turn, prompt=CHATML_PROMPT, prompt_exact=True, tokens=COUNTED)
     StepFactory(turn=turn, parent=first, kind=Step.Kind.TOOL, title="demo/get_forecast")
@@ -709,19 +710,43 @@ def test_the_second_model_call_shows_what_changed_in_the_prompt_since_the_first(
     second_html = html_of(turn.conversation, second)
 
     assert "What changed since the previous model call" not in first_html
-    assert f'<details class="prompt-diff" data-key="step-{second.pk}-diff">' in second_html
+    # The row carries a cheap summary (where the prompts part) and the URL of the line diff,
+    # which is computed only when the reader opens it.
+    diff_url = f"/c/{turn.conversation.public_id}/steps/{second.pk}/prompt-diff"
     assert (
-        '<span class="diff-count add">+3</span> <span class="diff-count del">−1</span> lines' in second_html
-    )
-    assert (
-        '<span class="dl add"><span class="op">+</span>Paris: sunny, 21 C&lt;|im_end|&gt;</span>'
+        f'<details class="prompt-diff" data-key="step-{second.pk}-diff" data-diff-url="{diff_url}">'
         in second_html
     )
-    assert '<span class="dl del"><span class="op">−</span>You can call these tools:</span>' in second_html
-    assert '<span class="dl ctx">' in second_html
+    changed_line = CHATML_PROMPT[: CHATML_PROMPT.index("You can call these tools:")].count("\n") + 1
+    delta = len(follow_up) - len(CHATML_PROMPT)
+    assert f'from line {changed_line} on <span class="diff-chars">(+{delta} characters)</span>' in second_html
+    assert '<span class="dl add">' not in second_html
+
+    client.force_login(turn.conversation.owner)
+    diff_html = client.get(diff_url).content.decode()
+
+    assert '<span class="diff-count add">+3</span> <span class="diff-count del">−1</span> lines' in diff_html
+    assert (
+        '<span class="dl add"><span class="op">+</span>Paris: sunny, 21 C&lt;|im_end|&gt;</span>' in diff_html
+    )
+    assert '<span class="dl del"><span class="op">−</span>You can call these tools:</span>' in diff_html
+    assert '<span class="dl ctx">' in diff_html
 
 
-def test_the_diff_compares_with_the_previous_model_call_of_the_same_turn_only() -> None:
+def test_a_prompt_that_grew_at_the_end_is_summarised_by_the_lines_added() -> None:
+    turn = make_turn()
+    model_call(turn, prompt="system\nuser: hi\n", prompt_exact=True)
+    grown = model_call(turn, prompt="system\nuser: hi\ntool: 42\nassistant: ", prompt_exact=True)
+
+    html = html_of(turn.conversation, grown)
+
+    assert (
+        '<span class="diff-count add">+2</span> lines at the end <span class="diff-chars">(+20 characters)</span>'
+        in html
+    )
+
+
+def test_the_diff_compares_with_the_previous_model_call_of_the_same_turn_only(client: Client) -> None:
     earlier_turn = make_turn()
     model_call(earlier_turn, prompt="a prompt of another turn", prompt_exact=True)
     turn = make_turn(conversation=earlier_turn.conversation)
@@ -729,7 +754,12 @@ def test_the_diff_compares_with_the_previous_model_call_of_the_same_turn_only() 
     repeat = model_call(turn, prompt="system\nuser: hi", prompt_exact=True)
 
     assert "What changed" not in html_of(turn.conversation, first)
-    assert "Identical to the previous model call" in html_of(turn.conversation, repeat)
+    assert '<span class="diff-summary">nothing</span>' in html_of(turn.conversation, repeat)
+    client.force_login(turn.conversation.owner)
+    diff = client.get(f"/c/{turn.conversation.public_id}/steps/{repeat.pk}/prompt-diff")
+    assert "Identical to the previous model call" in diff.content.decode()
+    # The first call of a turn has nothing to compare with, even though an earlier turn had a prompt.
+    assert client.get(f"/c/{turn.conversation.public_id}/steps/{first.pk}/prompt-diff").status_code == 404
 
 
 def test_a_model_call_still_waiting_shows_its_prompt_already() -> None:
