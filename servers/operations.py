@@ -17,7 +17,7 @@ from typing import Any
 
 import jsonschema
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connections, transaction
 from django.utils import timezone
 
 from conversations.models import Exchange
@@ -294,7 +294,8 @@ def _run_in_thread(operation_id: int, tool: dict[str, Any] | None) -> None:
             finished_at=timezone.now(),
         )
     finally:
-        close_old_connections()
+        # An idle pool thread must not keep a database connection open (nor a test database).
+        connections.close_all()
 
 
 def operation_dispatch(*, operation_id: int, tool: dict[str, Any] | None = None) -> None:

@@ -1,0 +1,473 @@
+"""The workbench against MCP servers nobody here wrote, through its services, views and CLI.
+
+``@modelcontextprotocol/server-everything`` and ``server-filesystem`` (npm, installed by
+``make tests/mcp_servers/node_modules/.installed``), ``mcp-server-time`` and ``mcp-server-git``
+(PyPI), and the bundled demo server served over streamable HTTP. Every tool, resource, template
+and prompt server-everything offers is exercised; the model boundary (sampling) is the bundled
+demo model, answered in process.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.test import Client
+
+from conversations.models import Exchange
+from conversations.services import demo_profile_ensure
+from servers import gateway, selectors, services
+from servers.models import McpServer, Operation, PendingInput
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NODE_MODULES = REPO_ROOT / "tests" / "mcp_servers" / "node_modules"
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def node_server(package: str) -> list[str]:
+    """The command line of an npm MCP server, from its package.json ``bin``."""
+    folder = NODE_MODULES / "@modelcontextprotocol" / package
+    manifest = folder / "package.json"
+    if not manifest.exists() or shutil.which("node") is None:
+        pytest.fail(f"{package} is not installed: run make tests/mcp_servers/node_modules/.installed")
+    bin_entry = json.loads(manifest.read_text())["bin"]
+    entry = bin_entry if isinstance(bin_entry, str) else next(iter(bin_entry.values()))
+    return [str(shutil.which("node")), str(folder / entry)]
+
+
+def register(name: str, command: list[str], **fields: Any) -> McpServer:
+    return services.server_save(
+        server=None,
+        owner=None,
+        fields={"name": name, "transport": "stdio", "command": command[0], "args": command[1:], "call_timeout": 30.0, **fields},
+        env={},
+        secret_env={},
+        headers={},
+        secret_headers={},
+    )
+
+
+def wait_for(predicate: Callable[[], bool], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail("the condition did not come true in time")
+        time.sleep(0.05)
+
+
+def labels(operation: Operation) -> list[str]:
+    return [exchange.label for exchange in selectors.operation_exchanges(operation=operation)]
+
+
+def exchange(operation: Operation, label: str) -> Exchange:
+    return next(e for e in selectors.operation_exchanges(operation=operation) if e.label == label)
+
+
+def block_types(operation: Operation) -> list[str]:
+    return [block["type"] for block in operation.result["content"]]
+
+
+def finished(operation: Operation) -> Operation:
+    wait_for(lambda: Operation.objects.get(pk=operation.pk).is_finished)
+    operation.refresh_from_db()
+    return operation
+
+
+@pytest.fixture
+def everything(tmp_path: Path) -> McpServer:
+    """server-everything with roots, a sampling model and elicitation: every conditional tool shows."""
+    return register(
+        "everything",
+        [*node_server("server-everything"), "stdio"],
+        roots=[{"uri": tmp_path.as_uri(), "name": "scratch"}],
+        sampling_profile=demo_profile_ensure(),
+    )
+
+
+@pytest.fixture
+def threaded(settings: Any) -> None:
+    """Operations run in the workbench thread pool, as in production: the test follows them."""
+    settings.WORKBENCH_RUNNER = "thread"
+
+
+def sample_value(prop: dict[str, Any]) -> Any:
+    if "enum" in prop:
+        return prop["enum"][0]
+    return {"string": "hello inspector", "number": 2, "integer": 2, "boolean": True, "array": [], "object": {}}[
+        prop.get("type", "string")
+    ]
+
+
+def arguments_from_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Valid arguments: every default, and a sample for each required property without one."""
+    required = set(schema.get("required", []))
+    return {
+        name: prop["default"] if "default" in prop else sample_value(prop)
+        for name, prop in schema.get("properties", {}).items()
+        if "default" in prop or name in required
+    }
+
+
+# What each non-interactive tool of server-everything is called with beyond its schema's
+# defaults (no network: gzip a data: URI), and the content blocks it must answer with.
+OVERRIDES: dict[str, dict[str, Any]] = {
+    "get-annotated-message": {"includeImage": True},
+    "gzip-file-as-resource": {"data": "data:text/plain;base64,aGVsbG8gaW5zcGVjdG9y", "name": "hello.txt.gz"},
+    "trigger-long-running-operation": {"duration": 1, "steps": 2},
+    "trigger-sampling-request": {"prompt": "name a colour", "maxTokens": 50},
+}
+EXPECTED_BLOCKS: dict[str, list[str]] = {
+    "echo": ["text"],
+    "get-annotated-message": ["text", "image"],
+    "get-env": ["text"],
+    "get-resource-links": ["text", "resource_link", "resource_link", "resource_link"],
+    "get-resource-reference": ["text", "resource", "text"],
+    "get-structured-content": ["text"],
+    "get-sum": ["text"],
+    "get-tiny-image": ["text", "image", "text"],
+    "gzip-file-as-resource": ["resource_link"],
+    "toggle-simulated-logging": ["text"],
+    "toggle-subscriber-updates": ["text"],
+    "trigger-long-running-operation": ["text"],
+    "get-roots-list": ["text"],
+    "trigger-sampling-request": ["text"],
+    "simulate-research-query": ["text"],
+}
+# Tools that wait for a person: exercised one by one below.
+INTERACTIVE = {"trigger-elicitation-request", "trigger-url-elicitation"}
+
+
+# --- server-everything: every tool from its form ---------------------------------------------
+
+
+def test_every_tool_of_server_everything_is_called_from_its_form_and_every_content_type_is_shown(
+    client: Client, workbench: None, bob: User, everything: McpServer, tmp_path: Path
+) -> None:
+    client.force_login(bob)
+    client.post(f"/servers/{everything.name}/list/tools")
+    listing, reports, _ = selectors.server_tool_reports(server=everything)
+    tools = {tool["name"]: tool for tool in listing.items}
+    assert set(tools) == set(EXPECTED_BLOCKS) | INTERACTIVE
+    assert all(report.tokens for report in reports)
+
+    pages: dict[str, str] = {}
+    for name in EXPECTED_BLOCKS:
+        form = client.get(f"/servers/{everything.name}/tools/{name}")
+        assert form.status_code == 200 and 'id="input-schema"' in form.content.decode()
+        arguments = arguments_from_schema(tools[name]["inputSchema"]) | OVERRIDES.get(name, {})
+        response = client.post(f"/servers/{everything.name}/tools/{name}", {"arguments": json.dumps(arguments)})
+        assert response.status_code == 302, response.content.decode()[:2000]
+        pages[name] = client.get(response["Location"]).content.decode()
+
+    calls = {op.target: op for op in Operation.objects.filter(server=everything, kind="tools/call")}
+    for name, expected in EXPECTED_BLOCKS.items():
+        operation = calls[name]
+        assert operation.status == "ok", (name, operation.error)
+        assert block_types(operation) == expected, name
+        call = exchange(operation, "tools/call")
+        assert json.loads(call.request_body)["params"]["name"] == name
+        assert json.loads(call.response_body)["id"] == json.loads(call.request_body)["id"]
+    assert calls["echo"].result["content"][0]["text"] == "Echo: hello inspector"
+    assert calls["get-sum"].result["content"][0]["text"] == "The sum of 2 and 2 is 4."
+    assert str(tmp_path.as_uri()) in calls["get-roots-list"].result["content"][0]["text"]
+
+    # Annotations on content blocks, images, links and embedded resources are all drawn.
+    annotated = calls["get-annotated-message"].result["content"][0]
+    assert annotated["annotations"]["priority"] == 1.0
+    assert "priority 1" in pages["get-annotated-message"] and "audience: user, assistant" in pages["get-annotated-message"]
+    assert pages["get-tiny-image"].count('src="data:image/png;base64,') == 1
+    assert "resource link" in pages["get-resource-links"] and "demo://resource/dynamic/text/2" in pages["get-resource-links"]
+    assert "embedded resource text/plain" in pages["get-resource-reference"]
+    assert "Resource 1: This is a plaintext resource" in pages["get-resource-reference"]
+
+    # structuredContent checked against the declared outputSchema.
+    structured = calls["get-structured-content"]
+    assert structured.output_check == {"checked": True, "valid": True, "errors": []}
+    assert set(structured.result["structuredContent"]) == {"temperature", "conditions", "humidity"}
+    assert "matches the outputSchema" in pages["get-structured-content"]
+
+    # Progress, logging and the nested sampling call are on the operations that caused them.
+    assert labels(calls["trigger-long-running-operation"]).count("notifications/progress") == 2
+    assert "notifications/message" in labels(calls["toggle-simulated-logging"])
+    sampled = calls["trigger-sampling-request"]
+    assert "[demo model]" in sampled.result["content"][0]["text"]
+    assert "sampling/createMessage" in labels(sampled)
+
+
+def test_the_task_only_research_tool_is_an_explained_error(
+    client: Client, workbench: None, bob: User, everything: McpServer
+) -> None:
+    client.force_login(bob)
+    client.post(f"/servers/{everything.name}/list/tools")
+
+    response = client.post(
+        f"/servers/{everything.name}/tools/simulate-research-query", {"arguments": json.dumps({"topic": "python"})}
+    )
+
+    operation = Operation.objects.get(kind="tools/call")
+    assert operation.status == "ok" and operation.is_error
+    assert "requires task augmentation" in operation.result["content"][0]["text"]
+    page = client.get(response["Location"]).content.decode()
+    assert "isError: true" in page and "requires task augmentation" in page
+
+
+# --- server-everything: resources, templates, prompts, completion ------------------------------
+
+
+def test_every_resource_and_template_is_read_and_every_prompt_is_got_from_the_server_page(
+    client: Client, workbench: None, bob: User, everything: McpServer
+) -> None:
+    client.force_login(bob)
+    for what in ("resources", "templates", "prompts"):
+        client.post(f"/servers/{everything.name}/list/{what}")
+    page = client.get(f"/servers/{everything.name}/").content.decode()
+    resources = selectors.server_listing(server=everything, kind=Operation.Kind.RESOURCES_LIST).items
+    templates = selectors.server_listing(server=everything, kind=Operation.Kind.TEMPLATES_LIST).items
+    prompts = selectors.server_listing(server=everything, kind=Operation.Kind.PROMPTS_LIST).items
+    assert len(resources) == 7 and len(templates) == 2 and len(prompts) == 4
+    assert 'name="var_resourceId"' in page and 'name="arg_department"' in page
+
+    for resource in resources:
+        client.post(f"/servers/{everything.name}/read", {"uri": resource["uri"]})
+    template_pages = {}
+    for template in templates:
+        response = client.post(
+            f"/servers/{everything.name}/read", {"template": template["uriTemplate"], "var_resourceId": "7"}
+        )
+        template_pages[template["uriTemplate"]] = client.get(response["Location"]).content.decode()
+    arguments = {
+        "simple-prompt": {},
+        "args-prompt": {"arg_city": "Lyon", "arg_state": ""},
+        "completable-prompt": {"arg_department": "Engineering", "arg_name": "Bob"},
+        "resource-prompt": {"arg_resourceType": "Text", "arg_resourceId": "3"},
+    }
+    prompt_pages = {}
+    for prompt in prompts:
+        response = client.post(f"/servers/{everything.name}/prompt", {"prompt": prompt["name"], **arguments[prompt["name"]]})
+        prompt_pages[prompt["name"]] = client.get(response["Location"]).content.decode()
+
+    reads = Operation.objects.filter(server=everything, kind="resources/read")
+    assert reads.count() == 9 and all(read.status == "ok" for read in reads)
+    for read in reads.filter(arguments__isnull=True):
+        [content] = read.result["contents"]
+        assert content["uri"] == read.target and content["mimeType"] == "text/markdown" and content["text"]
+    text_read = reads.get(target="demo://resource/dynamic/text/7")
+    blob_read = reads.get(target="demo://resource/dynamic/blob/7")
+    assert text_read.result["contents"][0]["text"].startswith("Resource 7:")
+    assert "blob" in blob_read.result["contents"][0]
+    assert "Resource 7: This is a base64 blob" in template_pages["demo://resource/dynamic/blob/{resourceId}"]
+    assert json.loads(exchange(text_read, "resources/read").request_body)["params"]["uri"] == text_read.target
+
+    gets = {op.target: op for op in Operation.objects.filter(server=everything, kind="prompts/get")}
+    assert all(op.status == "ok" for op in gets.values())
+    assert gets["args-prompt"].arguments == {"city": "Lyon"}
+    assert "What's weather in Lyon?" in prompt_pages["args-prompt"]
+    assert "Please promote Bob to the head of the Engineering team." in prompt_pages["completable-prompt"]
+    embedded = gets["resource-prompt"].result["messages"][1]["content"]
+    assert embedded["type"] == "resource" and embedded["resource"]["uri"] == "demo://resource/dynamic/text/3"
+    assert "demo://resource/dynamic/text/3" in prompt_pages["resource-prompt"]
+
+
+def test_completion_suggests_prompt_arguments_and_template_variables(
+    client: Client, workbench: None, alice: User, everything: McpServer
+) -> None:
+    client.force_login(alice)
+    client.post(f"/servers/{everything.name}/connect")
+
+    department = client.post(
+        f"/servers/{everything.name}/complete",
+        {"ref_type": "ref/prompt", "ref": "completable-prompt", "argument": "department", "value": "Eng"},
+    ).json()
+    people = client.post(
+        f"/servers/{everything.name}/complete",
+        {
+            "ref_type": "ref/prompt",
+            "ref": "completable-prompt",
+            "argument": "name",
+            "value": "",
+            "context": json.dumps({"department": "Sales"}),
+        },
+    ).json()
+    resource_id = client.post(
+        f"/servers/{everything.name}/complete",
+        {"ref_type": "ref/resource", "ref": "demo://resource/dynamic/text/{resourceId}", "argument": "resourceId", "value": "1"},
+    ).json()
+
+    assert department == {"values": ["Engineering"], "error": "", "operation": department["operation"]}
+    assert people["values"] == ["David", "Eve", "Frank"]
+    assert resource_id["values"] == ["1"]
+    completions = Operation.objects.filter(server=everything, kind="completion/complete").order_by("started_at")
+    request = json.loads(exchange(completions[1], "completion/complete").request_body)
+    assert request["params"]["context"] == {"arguments": {"department": "Sales"}}
+    assert client.get(department["operation"]).status_code == 200
+    assert 'data-completions="1"' in client.get(f"/servers/{everything.name}/").content.decode()
+
+
+# --- server-everything: the server's own requests, progress and logging ----------------------
+
+
+def question_of(operation: Operation) -> PendingInput:
+    wait_for(lambda: operation.questions.filter(status="waiting").exists())
+    return operation.questions.get(status="waiting")
+
+
+def test_an_elicitation_is_answered_in_the_browser_and_its_round_trip_recorded(
+    client: Client, workbench: None, threaded: None, bob: User, everything: McpServer
+) -> None:
+    client.force_login(bob)
+    client.post(f"/servers/{everything.name}/list/tools")
+
+    response = client.post(f"/servers/{everything.name}/tools/trigger-elicitation-request", {"arguments": "{}"})
+    operation = Operation.objects.get(kind="tools/call")
+    question = question_of(operation)
+    asking = client.get(response["Location"]).content.decode()
+    answer = {"name": "Bob Builder", "check": True, "integer": 7, "untitledMultipleSelectEnum": ["Piano"]}
+    client.post(
+        f"/servers/op/{operation.public_id}/questions/{question.pk}",
+        {"action": "accept", "content": json.dumps(answer)},
+    )
+    operation = finished(operation)
+
+    assert "Please provide inputs for the following fields" in asking and "elicit-fields" in asking
+    assert "Your full, legal name" in asking  # the requested schema travels to the page's form
+    assert operation.status == "ok", operation.error
+    text = "\n".join(block["text"] for block in operation.result["content"])
+    assert "User provided the requested information" in text and "- Name: Bob Builder" in text
+    asked = exchange(operation, "elicitation/create")
+    assert asked.direction == "server"
+    assert json.loads(asked.request_body)["params"]["requestedSchema"]["required"] == ["name"]
+    assert json.loads(asked.response_body)["result"] == {"action": "accept", "content": answer}
+    question.refresh_from_db()
+    assert question.status == "accept" and question.answer == {"action": "accept", "content": answer}
+    assert "your answer" in client.get(response["Location"]).content.decode()
+
+
+def test_a_declined_elicitation_reaches_the_server_as_a_decline(
+    client: Client, workbench: None, threaded: None, bob: User, everything: McpServer
+) -> None:
+    client.force_login(bob)
+    client.post(f"/servers/{everything.name}/list/tools")
+
+    client.post(f"/servers/{everything.name}/tools/trigger-elicitation-request", {"arguments": "{}"})
+    operation = Operation.objects.get(kind="tools/call")
+    question = question_of(operation)
+    client.post(f"/servers/op/{operation.public_id}/questions/{question.pk}", {"action": "decline"})
+    operation = finished(operation)
+
+    assert operation.status == "ok"
+    assert "User declined to provide the requested information" in operation.result["content"][0]["text"]
+    assert json.loads(exchange(operation, "elicitation/create").response_body)["result"] == {"action": "decline"}
+
+
+def test_a_url_elicitation_shows_the_link_and_done_reports_completion(
+    client: Client, workbench: None, threaded: None, bob: User, everything: McpServer
+) -> None:
+    client.force_login(bob)
+    client.post(f"/servers/{everything.name}/list/tools")
+
+    response = client.post(
+        f"/servers/{everything.name}/tools/trigger-url-elicitation",
+        {"arguments": json.dumps({"url": "https://example.com/consent?step=1"})},
+    )
+    operation = Operation.objects.get(kind="tools/call")
+    question = question_of(operation)
+    page = client.get(response["Location"]).content.decode()
+    client.post(f"/servers/op/{operation.public_id}/questions/{question.pk}", {"action": "accept"})
+    operation = finished(operation)
+
+    assert question.params["mode"] == "url"
+    assert 'href="https://example.com/consent?step=1"' in page and 'rel="noopener noreferrer"' in page
+    assert operation.status == "ok"
+    assert "User completed the URL elicitation flow" in operation.result["content"][0]["text"]
+    assert json.loads(exchange(operation, "elicitation/create").response_body)["result"] == {"action": "accept"}
+
+
+def test_progress_notifications_are_recorded_while_the_call_runs_and_the_call_can_be_cancelled(
+    client: Client, workbench: None, threaded: None, bob: User, everything: McpServer
+) -> None:
+    client.force_login(bob)
+    client.post(f"/servers/{everything.name}/list/tools")
+
+    response = client.post(
+        f"/servers/{everything.name}/tools/trigger-long-running-operation",
+        {"arguments": json.dumps({"duration": 60, "steps": 60})},
+    )
+    operation = Operation.objects.get(kind="tools/call")
+    wait_for(lambda: operation.exchanges.filter(label="notifications/progress").count() >= 2)
+    state = client.get(f"/servers/op/{operation.public_id}/state").json()
+    client.post(f"/servers/op/{operation.public_id}/cancel")
+    operation = finished(operation)
+
+    assert state["finished"] is False and state["status"] == "running"
+    assert "notifications/progress" in state["html"] and "more as they arrive" in state["html"]
+    progress = [
+        json.loads(e.response_body)["params"] for e in selectors.operation_exchanges(operation=operation)
+        if e.label == "notifications/progress"
+    ]
+    token = json.loads(exchange(operation, "tools/call").request_body)["params"]["_meta"]["progressToken"]
+    assert all(p["progressToken"] == token and p["total"] == 60 for p in progress)
+    assert [p["progress"] for p in progress] == sorted(p["progress"] for p in progress)
+    assert operation.status == "cancelled"
+    assert "notifications/cancelled" in labels(operation)
+    assert exchange(operation, "tools/call").status == "no response"
+    assert "cancelled" in client.get(response["Location"]).content.decode()
+
+
+def test_log_notifications_are_recorded_with_the_operation_and_in_the_transcript(
+    client: Client, workbench: None, bob: User, everything: McpServer
+) -> None:
+    client.force_login(bob)
+    client.post(f"/servers/{everything.name}/list/tools")
+
+    client.post(f"/servers/{everything.name}/tools/toggle-simulated-logging", {"arguments": "{}"})
+    operation = Operation.objects.get(kind="tools/call")
+    transcript = client.get(f"/servers/{everything.name}/transcript?method=notifications/message")
+
+    log = json.loads(exchange(operation, "notifications/message").response_body)
+    assert log["params"]["level"] in {"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
+    assert log["params"]["data"].lower().startswith(log["params"]["level"])
+    assert transcript.context["page"].paginator.count >= 1
+    assert "notifications/message" in transcript.content.decode()
+
+
+def test_sampling_is_answered_by_the_servers_model_profile_with_the_model_call_recorded(
+    client: Client, workbench: None, bob: User, everything: McpServer
+) -> None:
+    client.force_login(bob)
+    client.post(f"/servers/{everything.name}/list/tools")
+
+    response = client.post(
+        f"/servers/{everything.name}/tools/trigger-sampling-request",
+        {"arguments": json.dumps({"prompt": "name a colour", "maxTokens": 50})},
+    )
+    page = client.get(response["Location"]).content.decode()
+
+    operation = Operation.objects.get(kind="tools/call")
+    assert operation.status == "ok", operation.error
+    asked = exchange(operation, "sampling/createMessage")
+    model_call = next(e for e in selectors.operation_exchanges(operation=operation) if e.channel == "llm")
+    sent_to_model = json.loads(model_call.request_body)
+    assert sent_to_model["model"] == "demo"
+    assert sent_to_model["messages"][0] == {"role": "system", "content": "You are a helpful test server."}
+    assert "name a colour" in sent_to_model["messages"][1]["content"]
+    model_text = json.loads(model_call.response_body)["choices"][0]["message"]["content"]
+    answered = json.loads(asked.response_body)["result"]
+    assert answered["content"] == {"type": "text", "text": model_text} and answered["model"] == "demo"
+    assert json.loads(asked.request_body)["params"]["maxTokens"] == 50
+    assert seqs_in_order(operation, ["sampling/createMessage", "tools/call"])
+    assert "model call" in page and model_text.split('"')[0] in operation.result["content"][0]["text"]
+
+
+def seqs_in_order(operation: Operation, expected: list[str]) -> bool:
+    found = [label for label in labels(operation) if label in expected]
+    return found == expected
