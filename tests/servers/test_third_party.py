@@ -471,3 +471,278 @@ def test_sampling_is_answered_by_the_servers_model_profile_with_the_model_call_r
 def seqs_in_order(operation: Operation, expected: list[str]) -> bool:
     found = [label for label in labels(operation) if label in expected]
     return found == expected
+
+
+# --- server-filesystem: roots from the registry ------------------------------------------------
+
+
+def test_the_filesystem_server_works_inside_the_configured_roots_and_refuses_a_path_outside(
+    client: Client, workbench: None, alice: User, tmp_path: Path
+) -> None:
+    inside = tmp_path / "workspace"
+    inside.mkdir()
+    (inside / "notes.txt").write_text("inside the root\n")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("outside the root\n")
+    command = node_server("server-filesystem")
+    client.force_login(alice)
+    created = client.post(
+        "/servers/new",
+        {
+            "name": "files",
+            "transport": "stdio",
+            "command": command[0],
+            "args": "\n".join(command[1:]),
+            "era": "legacy",
+            "call_timeout": "30",
+            "roots": f"{inside.as_uri()} workspace",
+            "elicitation": "on",
+            "enabled": "on",
+        },
+    )
+    assert created.status_code == 302, created.content.decode()[:3000]
+    server = McpServer.objects.get(name="files")
+
+    client.post(f"/servers/{server.name}/connect")
+    client.post(f"/servers/{server.name}/list/tools")
+    results = {}
+    for tool, arguments in (
+        ("list_allowed_directories", {}),
+        ("list_directory", {"path": str(inside)}),
+        ("read_text_file", {"path": str(inside / "notes.txt")}),
+        ("read_text_file", {"path": str(outside / "secret.txt")}),
+    ):
+        response = client.post(f"/servers/{server.name}/tools/{tool}", {"arguments": json.dumps(arguments)})
+        results[(tool, arguments.get("path"))] = (
+            Operation.objects.get(public_id=response["Location"].split("/")[-2]),
+            client.get(response["Location"]).content.decode(),
+        )
+
+    assert server.roots == [{"uri": inside.as_uri(), "name": "workspace"}]
+    asked = Exchange.objects.get(server=server, label="roots/list")
+    assert asked.direction == "server"
+    assert json.loads(asked.response_body)["result"]["roots"] == [{"uri": inside.as_uri(), "name": "workspace"}]
+    allowed, _ = results[("list_allowed_directories", None)]
+    assert str(inside) in allowed.result["content"][0]["text"]
+    listed, _ = results[("list_directory", str(inside))]
+    assert listed.result["content"][0]["text"] == "[FILE] notes.txt"
+    read, _ = results[("read_text_file", str(inside / "notes.txt"))]
+    assert read.status == "ok" and not read.is_error and read.result["content"][0]["text"] == "inside the root\n"
+    refused, refused_page = results[("read_text_file", str(outside / "secret.txt"))]
+    assert refused.status == "ok" and refused.is_error
+    assert "Access denied - path outside allowed directories" in refused.result["content"][0]["text"]
+    assert "isError: true" in refused_page and "outside the root" not in refused_page
+    transcript = client.get(f"/servers/{server.name}/transcript.json").json()["messages"]
+    assert "roots/list" in [message["label"] for message in transcript]
+
+
+# --- mcp-server-time and mcp-server-git ---------------------------------------------------------
+
+
+def git_repository(folder: Path) -> Path:
+    folder.mkdir()
+    git = ["git", "-C", str(folder), "-c", "user.name=Alice", "-c", "user.email=alice@example.com"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(folder)], check=True)
+    (folder / "README.md").write_text("hello\n")
+    subprocess.run([*git, "add", "README.md"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "First commit"], check=True)
+    (folder / "README.md").write_text("hello again\n")
+    return folder
+
+
+@pytest.mark.parametrize("package", ["time", "git"])
+def test_python_servers_list_their_tools_with_a_lint_report_and_answer_calls(
+    client: Client, workbench: None, alice: User, tmp_path: Path, package: str
+) -> None:
+    if package == "time":
+        command = [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"]
+        calls: list[tuple[str, dict[str, Any], str]] = [
+            ("get_current_time", {"timezone": "Europe/Paris"}, '"timezone": "Europe/Paris"'),
+            ("convert_time", {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}, "+9.0h"),
+        ]
+    else:
+        repo = git_repository(tmp_path / "repo")
+        command = [sys.executable, "-m", "mcp_server_git", "--repository", str(repo)]
+        calls = [
+            ("git_status", {"repo_path": str(repo)}, "modified:   README.md"),
+            ("git_log", {"repo_path": str(repo), "max_count": 3}, "First commit"),
+            ("git_diff_unstaged", {"repo_path": str(repo)}, "+hello again"),
+        ]
+    server = register(package, command)
+    client.force_login(alice)
+
+    client.post(f"/servers/{server.name}/list/tools")
+    page = client.get(f"/servers/{server.name}/").content.decode()
+    for tool, arguments, expected in calls:
+        client.post(f"/servers/{server.name}/tools/{tool}", {"arguments": json.dumps(arguments)})
+        operation = Operation.objects.filter(server=server, target=tool).latest("started_at")
+        assert operation.status == "ok" and not operation.is_error, (tool, operation.error, operation.result)
+        assert expected in operation.result["content"][0]["text"]
+        if package == "time":
+            assert operation.output_check == {"checked": True, "valid": True, "errors": []}
+
+    listing, reports, _ = selectors.server_tool_reports(server=server)
+    names = {report.name for report in reports}
+    assert names >= {tool for tool, _, _ in calls}
+    assert all(report.tokens for report in reports)
+    assert "tokens in all" in page and 'class="wb-table tools-table"' in page
+    if package == "git":
+        # The git server leaves its parameters undescribed: the lint says so, tool by tool.
+        status = next(report for report in reports if report.name == "git_status")
+        assert [f.message for f in status.findings] == ["parameters without a description: repo_path"]
+        assert "parameters without a description: repo_path" in page
+    else:
+        assert '<span class="badge tone-ok">ok</span>' in page
+
+
+# --- the demo server over streamable HTTP, in each era -------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def demo_http_url() -> Iterator[str]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "servers.demo_server", "--http", "--port", str(port)],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def listening() -> bool:
+        if process.poll() is not None:
+            pytest.fail("the demo server exited instead of serving HTTP")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        except OSError:
+            return False
+        return True
+
+    wait_for(listening, seconds=20)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        gateway.close_all()
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("era", "handshake", "protocol"),
+    [
+        ("legacy", ["initialize", "notifications/initialized"], "2025-11-25"),
+        ("auto", ["server/discover"], "2026-07-28"),
+        ("modern", ["server/discover"], "2026-07-28"),
+    ],
+)
+def test_connecting_over_http_shows_the_handshake_with_its_http_status_and_headers(
+    client: Client, workbench: None, bob: User, demo_http_url: str, era: str, handshake: list[str], protocol: str
+) -> None:
+    server = services.server_save(
+        server=None,
+        owner=None,
+        fields={"name": f"demo-http-{era}", "transport": "http", "url": demo_http_url, "era": era, "call_timeout": 15.0},
+        env={},
+        secret_env={},
+        headers={"X-Team": "inspector"},
+        secret_headers={},
+    )
+    client.force_login(bob)  # an HTTP server spawns nothing: anyone may reconnect it
+
+    client.post(f"/servers/{server.name}/connect")
+    page = client.get(f"/servers/{server.name}/").content.decode()
+    client.post(f"/servers/{server.name}/list/tools")
+    client.post(f"/servers/{server.name}/tools/calculate", {"arguments": json.dumps({"expression": "6*7"})})
+
+    connect = Operation.objects.get(server=server, kind="connect")
+    assert connect.status == "ok", connect.error
+    assert connect.session["protocol_version"] == protocol
+    assert [label for label in labels(connect) if not label.startswith(("GET ", "stderr"))] == handshake
+    first = exchange(connect, handshake[0])
+    assert first.request_headers[":method"] == "POST" and first.request_headers["x-team"] == "inspector"
+    assert first.response_headers[":status"] == "200"
+    if era == "legacy":
+        assert "mcp-session-id" in first.response_headers
+        assert exchange(connect, "notifications/initialized").response_headers[":status"] == "202"
+    else:
+        assert first.request_headers["mcp-protocol-version"] == "2026-07-28"
+        assert "mcp-session-id" not in first.response_headers
+    assert f"The handshake as it happened ({len(labels_shown(connect))} messages)" in page
+    assert "HTTP 200" in page and "HTTP request headers" in page and protocol in page
+    call = Operation.objects.get(server=server, kind="tools/call")
+    assert call.status == "ok" and "42" in json.dumps(call.result)
+    assert exchange(call, "tools/call").response_headers[":status"] == "200"
+
+
+def labels_shown(operation: Operation) -> list[str]:
+    return [
+        label for label in labels(operation)
+        if label in selectors.HANDSHAKE_LABELS or label.startswith(("GET ", "stderr"))
+    ]
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+def test_the_command_line_registers_lists_and_calls_server_everything_with_json_output(
+    workbench: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    call_command("server", "add", "everything-cli", "--timeout", "20", "--", *node_server("server-everything"), "stdio")
+    call_command("server", "list")
+    registered = capsys.readouterr().out
+    call_command("server", "tools", "everything-cli", "--json")
+    listed = json.loads(capsys.readouterr().out)
+    call_command("server", "call", "everything-cli", "get-sum", "--args", '{"a": 19, "b": 23}', "--json")
+    summed = json.loads(capsys.readouterr().out)
+    call_command("server", "call", "everything-cli", "get-structured-content", "--args", '{"location": "Chicago"}', "--json")
+    structured = json.loads(capsys.readouterr().out)
+    call_command("server", "call", "everything-cli", "get-tiny-image")
+    plain = capsys.readouterr().out
+
+    assert "everything-cli" in registered and "stdio" in registered
+    names = {tool["name"] for tool in listed["tools"]}
+    # No roots, no sampling model, and a terminal cannot answer elicitation: those tools are not offered.
+    assert names == set(EXPECTED_BLOCKS) - {"trigger-sampling-request", "get-roots-list"}
+    assert summed["status"] == "ok" and summed["result"]["content"][0]["text"] == "The sum of 19 and 23 is 42."
+    call = next(m for m in summed["exchanges"] if m["label"] == "tools/call")
+    assert call["request"]["params"]["arguments"] == {"a": 19, "b": 23}
+    assert call["response"]["result"]["content"] == summed["result"]["content"]
+    assert structured["result"]["structuredContent"]["conditions"]
+    assert "[image image/png]" in plain
+    server = McpServer.objects.get(name="everything-cli")
+    assert Operation.objects.filter(server=server, source="cli").count() == 4
+    with pytest.raises(Exception, match="not sent"):
+        call_command("server", "call", "everything-cli", "get-sum", "--args", '{"a": "one"}')
+
+
+# --- a restart ---------------------------------------------------------------------------------
+
+
+def test_the_raw_json_rpc_of_a_call_survives_closing_the_gateway_and_a_new_browser_session(
+    client: Client, workbench: None, bob: User, everything: McpServer
+) -> None:
+    client.force_login(bob)
+    client.post(f"/servers/{everything.name}/list/tools")
+    response = client.post(f"/servers/{everything.name}/tools/echo", {"arguments": json.dumps({"message": "remember me"})})
+    operation_url = response["Location"]
+
+    gateway.close_all()
+    fresh = Client()
+    fresh.force_login(bob)
+    page = fresh.get(operation_url).content.decode()
+    transcript = fresh.get(f"/servers/{everything.name}/transcript.json").json()["messages"]
+    again = fresh.post(f"/servers/{everything.name}/tools/echo", {"arguments": json.dumps({"message": "again"})})
+
+    call = next(m for m in transcript if m["label"] == "tools/call")
+    assert call["request"]["params"] == {"name": "echo", "arguments": {"message": "remember me"}, "_meta": call["request"]["params"]["_meta"]}
+    assert call["response"]["result"]["content"] == [{"type": "text", "text": "Echo: remember me"}]
+    assert "Echo: remember me" in page and "progressToken" in page and "On the wire" in page
+    assert [m["label"] for m in transcript][:2] == ["initialize", "notifications/initialized"]
+    rerun = Operation.objects.get(public_id=again["Location"].split("/")[-2])
+    assert rerun.status == "ok" and rerun.session["spawned"] is True

@@ -23,14 +23,24 @@ from servers.models import McpServer, Operation
 class Command(BaseCommand):
     help = "Register MCP servers, list their tools and call them; every exchange is recorded."
 
-    def run_from_argv(self, argv: list[str]) -> None:
-        # Everything after "--" is the stdio command line, options of its own included.
-        if "--" in argv:
-            split = argv.index("--")
-            argv, self.stdio_command = argv[:split], argv[split + 1 :]
-        super().run_from_argv(argv)
-
     stdio_command: list[str] = []
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parse_args = parser.parse_args
+
+        def split_then_parse(args: Any = None, namespace: Any = None) -> Any:
+            # Everything after "--" is the stdio command line, options of its own included;
+            # split it off before argparse sees it (it would not, after an option such as
+            # --timeout, give it to the COMMAND positional). Used by the terminal and call_command.
+            arguments = list(args) if args is not None else []
+            if "--" in arguments:
+                split = arguments.index("--")
+                arguments, self.stdio_command = arguments[:split], arguments[split + 1 :]
+            return parse_args(arguments, namespace)
+
+        parser.parse_args = split_then_parse  # type: ignore[method-assign]
+        return parser
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
