@@ -60,13 +60,15 @@ class _Recorder:
             self.operation.exchanges.add(*rows)
 
 
-def _operation_for(operation: Operation, config: ServerConfig) -> gateway.Operation:
+def _operation_for(operation: Operation, config: ServerConfig, tool: dict[str, Any] | None) -> gateway.Operation:
     kind = Operation.Kind
     arguments: Any = operation.arguments or {}
     if operation.kind == kind.TOOLS_CALL:
         # A person may need to answer the server mid-call: the call waits for them too.
         timeout = config.call_timeout + (ANSWER_WAIT_SECONDS if config.elicitation else 0)
-        return gateway.op_call_tool(operation.target, arguments, timeout)
+        execution = (tool or {}).get("execution")
+        as_task = isinstance(execution, dict) and execution.get("taskSupport") == "required"
+        return gateway.op_call_tool(operation.target, arguments, timeout, as_task=as_task)
     if operation.kind == kind.RESOURCE_READ:
         return gateway.op_read_resource(operation.target)
     if operation.kind == kind.PROMPT_GET:
@@ -221,7 +223,7 @@ def operation_run(*, operation_id: int, tool: dict[str, Any] | None = None) -> O
     recorder = _Recorder(operation, active_redactor(secrets=config.secrets))
     running = gateway.begin(
         config,
-        _operation_for(operation, config),
+        _operation_for(operation, config, tool),
         answer_wait=ANSWER_WAIT_SECONDS + 5,
         fresh=operation.kind == Operation.Kind.CONNECT,
     )

@@ -204,7 +204,7 @@ def test_every_tool_of_server_everything_is_called_from_its_form_and_every_conte
     assert "sampling/createMessage" in labels(sampled)
 
 
-def test_the_task_only_research_tool_is_an_explained_error(
+def test_a_tool_that_requires_a_task_runs_as_one_and_its_result_is_fetched_with_tasks_result(
     client: Client, workbench: None, bob: User, everything: McpServer
 ) -> None:
     client.force_login(bob)
@@ -215,10 +215,43 @@ def test_the_task_only_research_tool_is_an_explained_error(
     )
 
     operation = Operation.objects.get(kind="tools/call")
-    assert operation.status == "ok" and operation.is_error
-    assert "requires task augmentation" in operation.result["content"][0]["text"]
-    page = client.get(response["Location"]).content.decode()
-    assert "isError: true" in page and "requires task augmentation" in page
+    assert operation.status == "ok" and not operation.is_error, (operation.error, operation.result)
+    call = exchange(operation, "tools/call")
+    assert json.loads(call.request_body)["params"]["task"]["ttl"] > 0
+    task = json.loads(call.response_body)["result"]["task"]
+    fetched = exchange(operation, "tasks/result")
+    assert json.loads(fetched.request_body)["params"]["taskId"] == task["taskId"]
+    assert json.loads(fetched.response_body)["result"]["content"] == operation.result["content"]
+    text = "\n".join(block["text"] for block in operation.result["content"])
+    assert "python" in text.lower()
+    assert "tasks/result" in client.get(response["Location"]).content.decode()
+
+
+def test_a_task_that_needs_input_asks_through_the_browser_while_tasks_result_waits(
+    client: Client, workbench: None, threaded: None, bob: User, everything: McpServer
+) -> None:
+    client.force_login(bob)
+    client.post(f"/servers/{everything.name}/list/tools")
+
+    client.post(
+        f"/servers/{everything.name}/tools/simulate-research-query",
+        {"arguments": json.dumps({"topic": "python", "ambiguous": True})},
+    )
+    operation = Operation.objects.get(kind="tools/call")
+    question = question_of(operation)
+    properties = question.params["requestedSchema"]["properties"]
+    answer = {name: prop["enum"][0] if "enum" in prop else "the language" for name, prop in properties.items()}
+    client.post(
+        f"/servers/op/{operation.public_id}/questions/{question.pk}",
+        {"action": "accept", "content": json.dumps(answer)},
+    )
+    operation = finished(operation)
+
+    assert operation.status == "ok", operation.error
+    assert json.loads(exchange(operation, "elicitation/create").response_body)["result"]["action"] == "accept"
+    assert labels(operation).index("elicitation/create") < labels(operation).index("tasks/result")
+    report = operation.result["content"][0]["text"]
+    assert "# Research Report: python (the language)" in report and "`working` → `input_required`" in report
 
 
 # --- server-everything: resources, templates, prompts, completion ------------------------------
