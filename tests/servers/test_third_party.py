@@ -364,6 +364,10 @@ def test_an_elicitation_is_answered_in_the_browser_and_its_round_trip_recorded(
     operation = Operation.objects.get(kind="tools/call")
     question = question_of(operation)
     asking = client.get(response["Location"]).content.decode()
+    refused = client.post(
+        f"/servers/op/{operation.public_id}/questions/{question.pk}",
+        {"action": "accept", "content": json.dumps({"name": "Bob", "integer": 500, "untitledMultipleSelectEnum": "Piano"})},
+    )
     answer = {"name": "Bob Builder", "check": True, "integer": 7, "untitledMultipleSelectEnum": ["Piano"]}
     client.post(
         f"/servers/op/{operation.public_id}/questions/{question.pk}",
@@ -371,6 +375,11 @@ def test_an_elicitation_is_answered_in_the_browser_and_its_round_trip_recorded(
     )
     operation = finished(operation)
 
+    # An answer that breaks the requested schema is refused here and the question stays open.
+    assert refused.status_code == 400
+    refusal = refused.content.decode()
+    assert "Not sent" in refusal and "integer: 500 is greater than the maximum of 100" in refusal
+    assert "untitledMultipleSelectEnum: 'Piano' is not of type 'array'" in refusal
     assert "Please provide inputs for the following fields" in asking and "elicit-fields" in asking
     assert "Your full, legal name" in asking  # the requested schema travels to the page's form
     assert operation.status == "ok", operation.error

@@ -378,3 +378,30 @@ def test_the_command_line_refuses_arguments_the_schema_rejects(workbench: None) 
 
     with pytest.raises(Exception, match="not sent"):
         call_command("server", "call", server.name, "calculate", "--args", '{"expression": 7}')
+
+
+# --- content blocks no installed server sends ---------------------------------------------------
+
+
+def test_audio_blocks_play_inline_only_for_safe_media_types(client: Client, bob: User) -> None:
+    client.force_login(bob)
+    wav = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA="
+    operation = Operation.objects.create(
+        server=demo(),
+        kind=Operation.Kind.TOOLS_CALL,
+        target="speak",
+        status=Operation.Status.OK,
+        result={
+            "content": [
+                {"type": "audio", "data": wav, "mimeType": "audio/wav", "annotations": {"audience": ["user"]}},
+                {"type": "audio", "data": "PHNjcmlwdD4=", "mimeType": "text/html"},
+            ],
+            "isError": False,
+        },
+    )
+
+    html = client.get(f"/servers/op/{operation.public_id}/").content.decode()
+
+    assert f'<audio controls src="data:audio/wav;base64,{wav}">' in html
+    assert "audience: user" in html
+    assert "text/html is not shown inline" in html and "data:text/html" not in html
