@@ -117,9 +117,10 @@ class _Follower:
         self.cancelled = False
         self.timed_out = False
         self._next_cancel_check = 0.0
-        # The server's time to answer; the time a person takes to answer it does not count.
+        # The server's time to answer; neither opening the session (the connect timeout bounds
+        # that) nor the time a person takes to answer the server counts.
         self.timeout = timeout
-        self._deadline = time.monotonic() + timeout if timeout is not None else None
+        self._deadline: float | None = None
         self._last_tick = time.monotonic()
 
     def follow(self) -> None:
@@ -136,6 +137,9 @@ class _Follower:
 
     def _check_deadline(self) -> None:
         now = time.monotonic()
+        if self._deadline is None and self.timeout is not None and self.running.outcome.session is not None:
+            # The gateway sets the session once it is open: the request goes out now.
+            self._deadline = now + self.timeout
         if self.waiting and self._deadline is not None:
             self._deadline += now - self._last_tick
         self._last_tick = now

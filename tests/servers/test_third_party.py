@@ -239,8 +239,9 @@ def test_a_task_that_needs_input_asks_through_the_browser_while_tasks_result_wai
     )
     operation = Operation.objects.get(kind="tools/call")
     question = question_of(operation)
-    properties = question.params["requestedSchema"]["properties"]
-    answer = {name: prop["enum"][0] if "enum" in prop else "the language" for name, prop in properties.items()}
+    interpretation = question.params["requestedSchema"]["properties"]["interpretation"]
+    assert [option["title"] for option in interpretation["oneOf"]][0] == "Python programming language"
+    answer = {"interpretation": "programming"}
     client.post(
         f"/servers/op/{operation.public_id}/questions/{question.pk}",
         {"action": "accept", "content": json.dumps(answer)},
@@ -251,7 +252,7 @@ def test_a_task_that_needs_input_asks_through_the_browser_while_tasks_result_wai
     assert json.loads(exchange(operation, "elicitation/create").response_body)["result"]["action"] == "accept"
     assert labels(operation).index("elicitation/create") < labels(operation).index("tasks/result")
     report = operation.result["content"][0]["text"]
-    assert "# Research Report: python (the language)" in report and "`working` → `input_required`" in report
+    assert "# Research Report: python (programming)" in report and "`working` → `input_required`" in report
 
 
 # --- server-everything: resources, templates, prompts, completion ------------------------------
