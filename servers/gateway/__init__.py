@@ -311,7 +311,9 @@ def run(config: ServerConfig, operation: Operation, *, fresh: bool = False) -> O
 
 
 def dump(model: Any) -> Any:
-    return model.model_dump(by_alias=True, exclude_none=True, mode="json")
+    """What the server sent, as JSON: fields the SDK only filled with defaults (a 2026-era
+    ``resultType``/``ttlMs``/``cacheScope`` on a 2025 session, an absent ``isError``) are left out."""
+    return model.model_dump(by_alias=True, exclude_none=True, exclude_unset=True, mode="json")
 
 
 async def _all_pages(fetch: Callable[[str | None], Awaitable[Any]], attribute: str) -> list[Any]:

@@ -177,6 +177,9 @@ def test_every_tool_of_server_everything_is_called_from_its_form_and_every_conte
         call = exchange(operation, "tools/call")
         assert json.loads(call.request_body)["params"]["name"] == name
         assert json.loads(call.response_body)["id"] == json.loads(call.request_body)["id"]
+        if name != "simulate-research-query":  # a task: its result comes with tasks/result
+            # The result shown is what the server sent: nothing the SDK only defaulted.
+            assert operation.result == json.loads(call.response_body)["result"], name
     assert calls["echo"].result["content"][0]["text"] == "Echo: hello inspector"
     assert calls["get-sum"].result["content"][0]["text"] == "The sum of 2 and 2 is 4."
     assert str(tmp_path.as_uri()) in calls["get-roots-list"].result["content"][0]["text"]
@@ -762,6 +765,56 @@ def test_the_command_line_registers_lists_and_calls_server_everything_with_json_
     assert Operation.objects.filter(server=server, source="cli").count() == 4
     with pytest.raises(Exception, match="not sent"):
         call_command("server", "call", "everything-cli", "get-sum", "--args", '{"a": "one"}')
+
+
+def test_the_command_line_reads_every_resource_and_gets_every_prompt_of_server_everything(
+    workbench: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    call_command("server", "add", "everything-cli", "--", *node_server("server-everything"), "stdio")
+    assert capsys.readouterr().out.startswith("added everything-cli")
+    call_command("server", "resources", "everything-cli", "--json")
+    catalogue = json.loads(capsys.readouterr().out)
+    call_command("server", "prompts", "everything-cli")
+    prompt_lines = capsys.readouterr().out
+
+    uris = [resource["uri"] for resource in catalogue["resources"]]
+    uris += [template["uriTemplate"].replace("{resourceId}", "5") for template in catalogue["templates"]]
+    reads = {}
+    for uri in uris:
+        call_command("server", "read", "everything-cli", uri, "--json")
+        reads[uri] = json.loads(capsys.readouterr().out)
+    call_command("server", "read", "everything-cli", "demo://resource/dynamic/blob/5")
+    blob_line = capsys.readouterr().out
+    prompts = {
+        "simple-prompt": {},
+        "args-prompt": {"city": "Lyon"},
+        "completable-prompt": {"department": "Marketing", "name": "Grace"},
+        "resource-prompt": {"resourceType": "Blob", "resourceId": "2"},
+    }
+    got = {}
+    for name, arguments in prompts.items():
+        call_command("server", "prompt", "everything-cli", name, "--args", json.dumps(arguments), "--json")
+        got[name] = json.loads(capsys.readouterr().out)
+    call_command("server", "prompt", "everything-cli", "args-prompt", "--args", '{"city": "Oslo"}')
+    plain_prompt = capsys.readouterr().out
+
+    assert len(uris) == 9
+    assert "completable-prompt(department*, name*)" in prompt_lines
+    for uri, document in reads.items():
+        assert document["status"] == "ok" and document["result"]["contents"][0]["uri"] == uri
+        sent = next(m for m in document["exchanges"] if m["label"] == "resources/read")
+        assert sent["request"]["params"]["uri"] == uri and sent["response"]["result"] == document["result"]
+    assert blob_line.startswith("[blob text/plain ")
+    assert all(document["status"] == "ok" for document in got.values())
+    assert got["completable-prompt"]["result"]["messages"][0]["content"]["text"] == (
+        "Please promote Grace to the head of the Marketing team."
+    )
+    assert got["resource-prompt"]["result"]["messages"][1]["content"]["resource"]["uri"] == "demo://resource/dynamic/blob/2"
+    assert plain_prompt.strip() == "user: What's weather in Oslo?"
+    with pytest.raises(Exception, match="ended with status error"):
+        call_command("server", "read", "everything-cli", "demo://resource/nowhere")
+    with pytest.raises(Exception, match="ended with status error"):
+        call_command("server", "prompt", "everything-cli", "args-prompt", "--args", "{}")
 
 
 # --- a restart ---------------------------------------------------------------------------------
