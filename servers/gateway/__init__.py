@@ -354,6 +354,7 @@ async def _noop_progress(progress: float, total: float | None, message: str | No
 # Tasks (2025-11-25, experimental) are how a tool with ``execution.taskSupport: "required"`` must
 # be called; the 2026-07-28 core moved them to an extension.
 TASK_PROTOCOL_VERSION = "2025-11-25"
+TASK_CANCEL_SECONDS = 5.0
 
 
 def op_call_tool(name: str, arguments: dict[str, Any], timeout: float, *, as_task: bool = False) -> Operation:
@@ -384,8 +385,21 @@ async def _call_as_task(client: Client, name: str, arguments: dict[str, Any], ti
     created = types.CreateTaskResult.model_validate(
         await _send_raw(client, "tools/call", call.model_dump(by_alias=True, mode="json", exclude_none=True), timeout)
     )
-    payload = await _send_raw(client, "tasks/result", {"taskId": created.task.task_id}, timeout)
+    task_id = created.task.task_id
+    try:
+        payload = await _send_raw(client, "tasks/result", {"taskId": task_id}, timeout)
+    except asyncio.CancelledError:
+        # Abandoning tasks/result (notifications/cancelled) leaves the task running: end it too.
+        await asyncio.shield(_cancel_task(client, task_id))
+        raise
     return dump(types.CallToolResult.model_validate(payload))
+
+
+async def _cancel_task(client: Client, task_id: str) -> None:
+    try:
+        await _send_raw(client, "tasks/cancel", {"taskId": task_id}, TASK_CANCEL_SECONDS)
+    except (MCPError, *_CONNECTION_LOST):
+        pass  # recorded by the tap either way; the call is being cancelled regardless
 
 
 async def _send_raw(client: Client, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:

@@ -258,6 +258,30 @@ def test_a_task_that_needs_input_asks_through_the_browser_while_tasks_result_wai
     assert "# Research Report: python (programming)" in report and "`working` → `input_required`" in report
 
 
+def test_cancelling_a_task_run_call_cancels_the_task_on_the_server(
+    client: Client, workbench: None, threaded: None, bob: User, everything: McpServer
+) -> None:
+    client.force_login(bob)
+    client.post(f"/servers/{everything.name}/list/tools")
+
+    client.post(
+        f"/servers/{everything.name}/tools/simulate-research-query",
+        {"arguments": json.dumps({"topic": "python", "ambiguous": True})},
+    )
+    operation = Operation.objects.get(kind="tools/call")
+    question_of(operation)
+    client.post(f"/servers/op/{operation.public_id}/cancel")
+    operation = finished(operation)
+
+    assert operation.status == "cancelled"
+    task_id = json.loads(exchange(operation, "tools/call").response_body)["result"]["task"]["taskId"]
+    cancel = exchange(operation, "tasks/cancel")
+    assert json.loads(cancel.request_body)["params"]["taskId"] == task_id
+    assert cancel.status == "ok" and json.loads(cancel.response_body)["result"]["status"] == "cancelled"
+    assert exchange(operation, "tasks/result").status == "no response"
+    assert "notifications/cancelled" in labels(operation)
+
+
 # --- server-everything: resources, templates, prompts, completion ------------------------------
 
 
