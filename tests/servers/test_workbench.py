@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.db import connections
 from django.test import Client
 
 from conversations.models import Exchange
@@ -275,7 +276,13 @@ def test_a_call_that_never_answers_can_be_cancelled_and_the_cancel_is_on_the_wir
     operation = Operation.objects.create(
         server=server, kind=Operation.Kind.TOOLS_CALL, target="hang", arguments={"seconds": 600}
     )
-    worker = threading.Thread(target=operation_run, kwargs={"operation_id": operation.pk})
+    def run_then_disconnect() -> None:
+        try:
+            operation_run(operation_id=operation.pk)
+        finally:
+            connections.close_all()  # a leftover connection would block dropping the test database
+
+    worker = threading.Thread(target=run_then_disconnect)
     worker.start()
     wait_for(lambda: Exchange.objects.filter(server=server, label="initialize").exists())
     time.sleep(0.5)
