@@ -17,7 +17,7 @@ from typing import Any
 
 import jsonschema
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connections, transaction
 from django.utils import timezone
 
 from conversations.models import Exchange
@@ -60,13 +60,15 @@ class _Recorder:
             self.operation.exchanges.add(*rows)
 
 
-def _operation_for(operation: Operation, config: ServerConfig) -> gateway.Operation:
+def _operation_for(operation: Operation, config: ServerConfig, tool: dict[str, Any] | None) -> gateway.Operation:
     kind = Operation.Kind
     arguments: Any = operation.arguments or {}
     if operation.kind == kind.TOOLS_CALL:
         # A person may need to answer the server mid-call: the call waits for them too.
         timeout = config.call_timeout + (ANSWER_WAIT_SECONDS if config.elicitation else 0)
-        return gateway.op_call_tool(operation.target, arguments, timeout)
+        execution = (tool or {}).get("execution")
+        as_task = isinstance(execution, dict) and execution.get("taskSupport") == "required"
+        return gateway.op_call_tool(operation.target, arguments, timeout, as_task=as_task)
     if operation.kind == kind.RESOURCE_READ:
         return gateway.op_read_resource(operation.target)
     if operation.kind == kind.PROMPT_GET:
@@ -115,9 +117,10 @@ class _Follower:
         self.cancelled = False
         self.timed_out = False
         self._next_cancel_check = 0.0
-        # The server's time to answer; the time a person takes to answer it does not count.
+        # The server's time to answer; neither opening the session (the connect timeout bounds
+        # that) nor the time a person takes to answer the server counts.
         self.timeout = timeout
-        self._deadline = time.monotonic() + timeout if timeout is not None else None
+        self._deadline: float | None = None
         self._last_tick = time.monotonic()
 
     def follow(self) -> None:
@@ -134,6 +137,9 @@ class _Follower:
 
     def _check_deadline(self) -> None:
         now = time.monotonic()
+        if self._deadline is None and self.timeout is not None and self.running.outcome.session is not None:
+            # The gateway sets the session once it is open: the request goes out now.
+            self._deadline = now + self.timeout
         if self.waiting and self._deadline is not None:
             self._deadline += now - self._last_tick
         self._last_tick = now
@@ -221,7 +227,7 @@ def operation_run(*, operation_id: int, tool: dict[str, Any] | None = None) -> O
     recorder = _Recorder(operation, active_redactor(secrets=config.secrets))
     running = gateway.begin(
         config,
-        _operation_for(operation, config),
+        _operation_for(operation, config, tool),
         answer_wait=ANSWER_WAIT_SECONDS + 5,
         fresh=operation.kind == Operation.Kind.CONNECT,
     )
@@ -294,7 +300,8 @@ def _run_in_thread(operation_id: int, tool: dict[str, Any] | None) -> None:
             finished_at=timezone.now(),
         )
     finally:
-        close_old_connections()
+        # An idle pool thread must not keep a database connection open (nor a test database).
+        connections.close_all()
 
 
 def operation_dispatch(*, operation_id: int, tool: dict[str, Any] | None = None) -> None:

@@ -24,7 +24,14 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from servers import selectors, services
-from servers.forms import CompletionForm, ResourceReadForm, SaveCallForm, ServerForm, ToolCallForm
+from servers.forms import (
+    CompletionForm,
+    ResourceReadForm,
+    SaveCallForm,
+    ServerForm,
+    ToolCallForm,
+    schema_errors,
+)
 from servers.models import McpServer, Operation, PendingInput, SavedCall
 
 TRANSCRIPT_PER_PAGE = 50
@@ -329,6 +336,14 @@ def question_answer(request: HttpRequest, public_id: UUID, question_id: int) -> 
             return HttpResponse("The answer is not JSON.", status=STATUS_BAD_REQUEST)
         if not isinstance(content, dict):
             return HttpResponse("The answer must be a JSON object.", status=STATUS_BAD_REQUEST)
+        schema = question.params.get("requestedSchema")
+        errors = schema_errors(schema, content) if isinstance(schema, dict) else []
+        if errors:
+            return HttpResponse(
+                "Not sent: the answer does not match the schema the server asked for:\n" + "\n".join(errors),
+                status=STATUS_BAD_REQUEST,
+                content_type="text/plain; charset=utf-8",
+            )
     services.question_answer(question=question, action=action, content=content)
     return redirect("servers-operation", public_id=operation.public_id)
 

@@ -311,7 +311,9 @@ def run(config: ServerConfig, operation: Operation, *, fresh: bool = False) -> O
 
 
 def dump(model: Any) -> Any:
-    return model.model_dump(by_alias=True, exclude_none=True, mode="json")
+    """What the server sent, as JSON: fields the SDK only filled with defaults (a 2026-era
+    ``resultType``/``ttlMs``/``cacheScope`` on a 2025 session, an absent ``isError``) are left out."""
+    return model.model_dump(by_alias=True, exclude_none=True, exclude_unset=True, mode="json")
 
 
 async def _all_pages(fetch: Callable[[str | None], Awaitable[Any]], attribute: str) -> list[Any]:
@@ -349,14 +351,71 @@ async def _noop_progress(progress: float, total: float | None, message: str | No
     """Asking for progress makes the request carry a progressToken; the tap records the rest."""
 
 
-def op_call_tool(name: str, arguments: dict[str, Any], timeout: float) -> Operation:
+# Tasks (2025-11-25, experimental) are how a tool with ``execution.taskSupport: "required"`` must
+# be called; the 2026-07-28 core moved them to an extension.
+TASK_PROTOCOL_VERSION = "2025-11-25"
+TASK_CANCEL_SECONDS = 5.0
+
+
+def op_call_tool(name: str, arguments: dict[str, Any], timeout: float, *, as_task: bool = False) -> Operation:
+    """Call a tool; ``as_task`` (a tool that requires it) runs it as a task on a 2025-11-25 session."""
+
     async def operation(client: Client) -> Any:
+        if as_task and client.session.protocol_version == TASK_PROTOCOL_VERSION:
+            return await _call_as_task(client, name, arguments, timeout)
         result = await client.call_tool(
             name, arguments, read_timeout_seconds=timeout, progress_callback=_noop_progress
         )
         return dump(result)
 
     return operation
+
+
+async def _call_as_task(client: Client, name: str, arguments: dict[str, Any], timeout: float) -> Any:
+    """``tools/call`` with ``task``, then ``tasks/result``, which waits for the task to end.
+
+    The server's own requests for the task (elicitation, sampling) arrive while ``tasks/result``
+    is open and are answered like any other; the final ``CallToolResult`` is the outcome.
+
+    Raises:
+        MCPError: the server refused either request (or a read timed out).
+        ValueError: the server's answers are not a task and a tool result.
+    """
+    call = types.CallToolRequestParams(name=name, arguments=arguments, task=types.TaskMetadata(ttl=int(timeout * 1000)))
+    created = types.CreateTaskResult.model_validate(
+        await _send_raw(client, "tools/call", call.model_dump(by_alias=True, mode="json", exclude_none=True), timeout)
+    )
+    task_id = created.task.task_id
+    try:
+        payload = await _send_raw(client, "tasks/result", {"taskId": task_id}, timeout)
+    except asyncio.CancelledError:
+        # Abandoning tasks/result (notifications/cancelled) leaves the task running: end it too.
+        await asyncio.shield(_cancel_task(client, task_id))
+        raise
+    return dump(types.CallToolResult.model_validate(payload))
+
+
+async def _cancel_task(client: Client, task_id: str) -> None:
+    try:
+        await _send_raw(client, "tasks/cancel", {"taskId": task_id}, TASK_CANCEL_SECONDS)
+    except (MCPError, *_CONNECTION_LOST):
+        pass  # recorded by the tap either way; the call is being cancelled regardless
+
+
+async def _send_raw(client: Client, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """A request whose result the SDK must not validate by method.
+
+    mcp 2.3 types tasks but does not dispatch them: ``ClientSession.send_request`` checks a
+    ``tools/call`` result against ``CallToolResult``, which a ``CreateTaskResult`` is not. So this
+    goes one layer down, to the session's dispatcher (the same stamp, the same streams, so the
+    tap records it like any other request).
+    """
+    session = client.session
+    data: dict[str, Any] = {"method": method, "params": params}
+    opts: Any = {"timeout": timeout}
+    session._stamp(data, opts)  # noqa: SLF001 — see the docstring: no public raw request in mcp 2.3
+    raw = await session._dispatcher.send_raw_request(method, data.get("params"), opts)  # noqa: SLF001
+    return dict(raw)
 
 
 def op_read_resource(uri: str) -> Operation:

@@ -11,7 +11,7 @@ import base64
 import binascii
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django import template
@@ -41,6 +41,38 @@ class Block:
     name: str = ""
     note: str = ""
     raw: str = ""
+    # The block's annotations (audience, priority, lastModified) as one line, if it has any.
+    annotations: str = ""
+
+
+def _text_blob(mime: str, data: Any) -> str | None:
+    """A ``text/*`` blob decoded for reading (the template escapes it), or None."""
+    if not mime.lower().startswith("text/") or not isinstance(data, str):
+        return None
+    try:
+        return base64.b64decode(data, validate=False).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _annotations(item: dict[str, Any]) -> str:
+    annotations = item.get("annotations")
+    if not isinstance(annotations, dict):
+        return ""
+    parts = []
+    audience = annotations.get("audience")
+    if isinstance(audience, list):
+        parts.append(f"audience: {', '.join(str(who) for who in audience)}")
+    if isinstance(annotations.get("priority"), int | float):
+        parts.append(f"priority {annotations['priority']:g}")
+    if annotations.get("lastModified"):
+        parts.append(f"last modified {annotations['lastModified']}")
+    parts.extend(
+        f"{key}: {json.dumps(value, ensure_ascii=False)}"
+        for key, value in annotations.items()
+        if key not in {"audience", "priority", "lastModified"}
+    )
+    return " · ".join(parts)
 
 
 def _media_src(mime: str, data: Any, allowed: frozenset[str]) -> tuple[str, str]:
@@ -60,6 +92,10 @@ def _media_src(mime: str, data: Any, allowed: frozenset[str]) -> tuple[str, str]
 def _block(item: Any) -> Block:
     if not isinstance(item, dict):
         return Block("unknown", raw=json.dumps(item, ensure_ascii=False))
+    return replace(_plain_block(item), annotations=_annotations(item))
+
+
+def _plain_block(item: dict[str, Any]) -> Block:
     kind = str(item.get("type", ""))
     mime = str(item.get("mimeType") or "")
     if kind == "text":
@@ -84,6 +120,9 @@ def _block(item: Any) -> Block:
         mime = str(resource.get("mimeType") or "")
         if "text" in resource:
             return Block("resource-text", uri=uri, mime=mime, text=str(resource["text"])[:TEXT_PREVIEW_CHARS])
+        text = _text_blob(mime, resource.get("blob"))
+        if text is not None:
+            return Block("resource-text", uri=uri, mime=f"{mime}, base64 blob decoded", text=text[:TEXT_PREVIEW_CHARS])
         src, note = _media_src(mime, resource.get("blob"), SAFE_IMAGE_TYPES)
         size = len(str(resource.get("blob") or "")) * 3 // 4
         return Block("resource-blob", uri=uri, mime=mime, src=src, note=note or f"{size:,} bytes")

@@ -23,11 +23,23 @@
       wrap.append(help);
     }
     let input;
-    const options = schema.enum || (schema.oneOf || []).map((o) => o.const);
-    if (options && options.length) {
+    // Single select: enum (with legacy enumNames) or titled oneOf consts; multi-select: an array
+    // whose items are such a choice.
+    const many = schema.type === "array";
+    const choice = many ? schema.items || {} : schema;
+    const options = choice.enum
+      ? choice.enum.map((value, i) => [value, (choice.enumNames || [])[i] || String(value)])
+      : (choice.oneOf || choice.anyOf || []).filter((o) => "const" in o).map((o) => [o.const, o.title || String(o.const)]);
+    if (options.length) {
       input = document.createElement("select");
-      input.append(new Option("— choose —", ""));
-      options.forEach((value, i) => input.append(new Option((schema.enumNames || [])[i] || String(value), String(value))));
+      const chosen = new Set([].concat(schema.default === undefined ? [] : schema.default).map(String));
+      if (many) input.multiple = true;
+      else input.append(new Option("— choose —", ""));
+      options.forEach(([value, text]) => {
+        const option = new Option(text, String(value));
+        option.selected = chosen.has(String(value));
+        input.append(option);
+      });
     } else if (schema.type === "boolean") {
       input = document.createElement("input");
       input.type = "checkbox";
@@ -60,6 +72,10 @@
         fields.querySelectorAll("[data-name]").forEach((input) => {
           const type = input.dataset.type;
           if (input.type === "checkbox") value[input.dataset.name] = input.checked;
+          else if (input.multiple) {
+            const picked = [...input.selectedOptions].map((option) => option.value);
+            if (picked.length) value[input.dataset.name] = picked;
+          }
           else if (input.value === "") return;
           else if (type === "number" || type === "integer") value[input.dataset.name] = Number(input.value);
           else value[input.dataset.name] = input.value;

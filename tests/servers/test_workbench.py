@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.db import connections
 from django.test import Client
 
 from conversations.models import Exchange
@@ -275,7 +276,13 @@ def test_a_call_that_never_answers_can_be_cancelled_and_the_cancel_is_on_the_wir
     operation = Operation.objects.create(
         server=server, kind=Operation.Kind.TOOLS_CALL, target="hang", arguments={"seconds": 600}
     )
-    worker = threading.Thread(target=operation_run, kwargs={"operation_id": operation.pk})
+    def run_then_disconnect() -> None:
+        try:
+            operation_run(operation_id=operation.pk)
+        finally:
+            connections.close_all()  # a leftover connection would block dropping the test database
+
+    worker = threading.Thread(target=run_then_disconnect)
     worker.start()
     wait_for(lambda: Exchange.objects.filter(server=server, label="initialize").exists())
     time.sleep(0.5)
@@ -378,3 +385,30 @@ def test_the_command_line_refuses_arguments_the_schema_rejects(workbench: None) 
 
     with pytest.raises(Exception, match="not sent"):
         call_command("server", "call", server.name, "calculate", "--args", '{"expression": 7}')
+
+
+# --- content blocks no installed server sends ---------------------------------------------------
+
+
+def test_audio_blocks_play_inline_only_for_safe_media_types(client: Client, bob: User) -> None:
+    client.force_login(bob)
+    wav = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA="
+    operation = Operation.objects.create(
+        server=demo(),
+        kind=Operation.Kind.TOOLS_CALL,
+        target="speak",
+        status=Operation.Status.OK,
+        result={
+            "content": [
+                {"type": "audio", "data": wav, "mimeType": "audio/wav", "annotations": {"audience": ["user"]}},
+                {"type": "audio", "data": "PHNjcmlwdD4=", "mimeType": "text/html"},
+            ],
+            "isError": False,
+        },
+    )
+
+    html = client.get(f"/servers/op/{operation.public_id}/").content.decode()
+
+    assert f'<audio controls src="data:audio/wav;base64,{wav}">' in html
+    assert "audience: user" in html
+    assert "text/html is not shown inline" in html and "data:text/html" not in html

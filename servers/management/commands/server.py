@@ -5,6 +5,10 @@
     server list
     server tools NAME [--json]
     server call NAME TOOL --args JSON [--json]
+    server resources NAME [--json]             its resources and resource templates
+    server read NAME URI [--json]              read one (fill a template's variables yourself)
+    server prompts NAME [--json]
+    server prompt NAME PROMPT --args JSON [--json]
 """
 
 from __future__ import annotations
@@ -23,14 +27,24 @@ from servers.models import McpServer, Operation
 class Command(BaseCommand):
     help = "Register MCP servers, list their tools and call them; every exchange is recorded."
 
-    def run_from_argv(self, argv: list[str]) -> None:
-        # Everything after "--" is the stdio command line, options of its own included.
-        if "--" in argv:
-            split = argv.index("--")
-            argv, self.stdio_command = argv[:split], argv[split + 1 :]
-        super().run_from_argv(argv)
-
     stdio_command: list[str] = []
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parse_args = parser.parse_args
+
+        def split_then_parse(args: Any = None, namespace: Any = None) -> Any:
+            # Everything after "--" is the stdio command line, options of its own included;
+            # split it off before argparse sees it (it would not, after an option such as
+            # --timeout, give it to the COMMAND positional). Used by the terminal and call_command.
+            arguments = list(args) if args is not None else []
+            if "--" in arguments:
+                split = arguments.index("--")
+                arguments, self.stdio_command = arguments[:split], arguments[split + 1 :]
+            return parse_args(arguments, namespace)
+
+        parser.parse_args = split_then_parse  # type: ignore[method-assign]
+        return parser
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
@@ -55,6 +69,21 @@ class Command(BaseCommand):
         call.add_argument("tool")
         call.add_argument("--args", dest="arguments", default="{}", help="the arguments as a JSON object")
         call.add_argument("--json", action="store_true")
+        resources = sub.add_parser("resources", help="list resources and templates (recorded list calls)")
+        resources.add_argument("name")
+        resources.add_argument("--json", action="store_true")
+        read = sub.add_parser("read", help="read a resource (a recorded resources/read)")
+        read.add_argument("name")
+        read.add_argument("uri")
+        read.add_argument("--json", action="store_true")
+        prompts = sub.add_parser("prompts", help="list a server's prompts (a recorded prompts/list)")
+        prompts.add_argument("name")
+        prompts.add_argument("--json", action="store_true")
+        prompt = sub.add_parser("prompt", help="get a prompt (a recorded prompts/get)")
+        prompt.add_argument("name")
+        prompt.add_argument("prompt")
+        prompt.add_argument("--args", dest="arguments", default="{}", help="the arguments as a JSON object of strings")
+        prompt.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -64,8 +93,16 @@ class Command(BaseCommand):
             self._list()
         elif action == "tools":
             self._tools(self._server(options["name"]), as_json=options["json"])
-        else:
+        elif action == "call":
             self._call(self._server(options["name"]), options["tool"], options["arguments"], as_json=options["json"])
+        elif action == "resources":
+            self._resources(self._server(options["name"]), as_json=options["json"])
+        elif action == "read":
+            self._read(self._server(options["name"]), options["uri"], as_json=options["json"])
+        elif action == "prompts":
+            self._prompts(self._server(options["name"]), as_json=options["json"])
+        else:
+            self._prompt(self._server(options["name"]), options["prompt"], options["arguments"], as_json=options["json"])
 
     def _server(self, name: str) -> McpServer:
         try:
@@ -205,3 +242,90 @@ class Command(BaseCommand):
                 self.stderr.write("the tool reported an error (isError: true)")
         if operation.status != Operation.Status.OK or operation.is_error:
             raise CommandError(f"{tool} ended with status {operation.status}" + (" (isError)" if operation.is_error else ""))
+
+    # --- resources and prompts ------------------------------------------------------------------
+
+    def _run(self, server: McpServer, kind: str, target: str = "", arguments: Any = None) -> Operation:
+        return services.operation_start(
+            server=server, user=None, kind=kind, target=target, arguments=arguments, source=Operation.Source.CLI
+        )
+
+    def _listed(self, server: McpServer, kind: str) -> list[dict[str, Any]]:
+        operation = self._run(server, kind)
+        if operation.status != Operation.Status.OK:
+            raise CommandError(f"{kind} failed: {operation.error}")
+        return operation.result if isinstance(operation.result, list) else []
+
+    def _document(self, operation: Operation) -> str:
+        return json.dumps(
+            {
+                "server": operation.server.name,
+                "kind": operation.kind,
+                "target": operation.target,
+                "operation": str(operation.public_id),
+                "status": operation.status,
+                "error": operation.error,
+                "result": operation.result,
+                "exchanges": selectors.transcript_export(exchanges=operation.exchanges.order_by("seq")),
+            },
+            indent=2,
+            ensure_ascii=False,
+        )
+
+    def _finished(self, operation: Operation) -> None:
+        if operation.status != Operation.Status.OK:
+            raise CommandError(f"{operation.kind} {operation.target} ended with status {operation.status}: {operation.error}")
+
+    def _resources(self, server: McpServer, *, as_json: bool) -> None:
+        resources = self._listed(server, Operation.Kind.RESOURCES_LIST)
+        templates = self._listed(server, Operation.Kind.TEMPLATES_LIST)
+        if as_json:
+            self.stdout.write(json.dumps({"server": server.name, "resources": resources, "templates": templates}, indent=2))
+            return
+        for resource in resources:
+            self.stdout.write(f"{resource.get('uri')}  {resource.get('name', '')}  {resource.get('mimeType', '')}".rstrip())
+        for template in templates:
+            self.stdout.write(f"{template.get('uriTemplate')}  (template) {template.get('name', '')}".rstrip())
+
+    def _read(self, server: McpServer, uri: str, *, as_json: bool) -> None:
+        operation = self._run(server, Operation.Kind.RESOURCE_READ, uri)
+        if as_json:
+            self.stdout.write(self._document(operation))
+        else:
+            result = operation.result if isinstance(operation.result, dict) else {}
+            for content in result.get("contents") or []:
+                if "text" in content:
+                    self.stdout.write(str(content["text"]))
+                else:
+                    size = len(str(content.get("blob") or "")) * 3 // 4
+                    self.stdout.write(f"[blob {content.get('mimeType', '')} {size} bytes]")
+        self._finished(operation)
+
+    def _prompts(self, server: McpServer, *, as_json: bool) -> None:
+        prompts = self._listed(server, Operation.Kind.PROMPTS_LIST)
+        if as_json:
+            self.stdout.write(json.dumps({"server": server.name, "prompts": prompts}, indent=2))
+            return
+        for prompt in prompts:
+            arguments = ", ".join(
+                f"{a.get('name')}{'*' if a.get('required') else ''}" for a in prompt.get("arguments") or []
+            )
+            self.stdout.write(f"{prompt.get('name')}({arguments}): {prompt.get('description', '')}")
+
+    def _prompt(self, server: McpServer, name: str, raw: str, *, as_json: bool) -> None:
+        try:
+            arguments = json.loads(raw)
+        except ValueError as exc:
+            raise CommandError(f"--args is not JSON: {exc}") from None
+        if not isinstance(arguments, dict):
+            raise CommandError("--args must be a JSON object")
+        operation = self._run(server, Operation.Kind.PROMPT_GET, name, {str(k): str(v) for k, v in arguments.items()})
+        if as_json:
+            self.stdout.write(self._document(operation))
+        else:
+            result = operation.result if isinstance(operation.result, dict) else {}
+            for message in result.get("messages") or []:
+                content = message.get("content") or {}
+                shown = content.get("text") if content.get("type") == "text" else f"[{content.get('type')}]"
+                self.stdout.write(f"{message.get('role')}: {shown}")
+        self._finished(operation)
