@@ -68,6 +68,20 @@ class Tap:
     _progress: dict[str, Capture] = field(default_factory=dict)
     _sent_notifications: dict[str, WireExchange] = field(default_factory=dict)
     _answered: dict[str, WireExchange] = field(default_factory=dict)
+    # Over HTTP a notification (and a GET or DELETE) is complete only once its HTTP response
+    # arrives: such records are held, with the operation they belong to, until then.
+    http: bool = False
+    _held: dict[int, tuple[Capture | None, WireExchange]] = field(default_factory=dict)
+
+    def _hold(self, record: WireExchange) -> None:
+        self._held[id(record)] = (current_capture.get(), record)
+
+    def _release_orphans(self) -> None:
+        """Held records whose operation has ended, or that belong to none, go out as they are."""
+        for key, (capture, record) in list(self._held.items()):
+            if capture is None or capture.closed:
+                del self._held[key]
+                self.unclaimed.append(record)
 
     def _route(self, capture: Capture | None, record: WireExchange) -> None:
         if capture is None or capture.closed:
@@ -122,7 +136,7 @@ class Tap:
             started_at=datetime.now(UTC),
             request_headers={":method": method, ":path": path, **self._headers(headers)},
         )
-        self._route(current_capture.get(), record)
+        self._hold(record)
         return record
 
     def http_response(self, record: WireExchange | None, status: int, headers: Any) -> None:
@@ -132,6 +146,9 @@ class Tap:
         if record.label.startswith(("GET ", "DELETE ")):
             record.status = str(status)
             record.direction = "client"
+        held = self._held.pop(id(record), None)
+        if held is not None:
+            self._route(held[0], record)
 
     def _record_for(self, message: dict[str, Any] | None) -> WireExchange | None:
         if message is None:
@@ -225,7 +242,10 @@ class Tap:
         if direction == "send":
             record.request_body = body
             self._sent_notifications[str(method)] = record
-            self._route(current_capture.get(), record)
+            if self.http:
+                self._hold(record)
+            else:
+                self._route(current_capture.get(), record)
             return
         record.response_body = body
         params = message.get("params") or {}
@@ -238,17 +258,23 @@ class Tap:
         self._route(target, record)
 
     def finish(self, capture: Capture) -> None:
-        """Close a capture: requests of it still unanswered are recorded as such."""
+        """Close a capture: requests of it still unanswered are recorded as such, and messages
+        still waiting for their HTTP response are recorded without it."""
         for key, pending in list(self._pending.items()):
             if pending.capture is capture:
                 del self._pending[key]
                 pending.record.status = "no response"
                 pending.record.duration_ms = (time.monotonic() - pending.started) * 1000
                 capture.add(pending.record)
+        for held_key, (owner, record) in list(self._held.items()):
+            if owner is capture:
+                del self._held[held_key]
+                capture.add(record)
         for token, owner in list(self._progress.items()):
             if owner is capture:
                 del self._progress[token]
         capture.closed = True
+        self._release_orphans()
 
 
 def _json_object(content: bytes) -> dict[str, Any] | None:

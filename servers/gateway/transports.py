@@ -60,6 +60,7 @@ def _http_headers(config: ServerConfig) -> dict[str, str]:
 
 def _observed_client(tap: Tap, **kwargs: Any) -> httpx2.AsyncClient:
     """An HTTP client whose event hooks report every request and response to ``tap``."""
+    tap.http = True
     records: dict[int, Any] = {}
 
     async def on_request(request: httpx2.Request) -> None:
