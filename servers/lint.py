@@ -41,6 +41,7 @@ class ToolReport:
     output_schema: dict[str, Any] | None
     annotations: dict[str, Any]
     tokens: int | None
+    task_support: str = ""
     findings: list[Finding] = field(default_factory=list)
 
     @property
@@ -100,7 +101,22 @@ def lint_tool(tool: Mapping[str, Any], *, server_name: str) -> list[Finding]:
     properties = schema.get("properties")
     if isinstance(properties, dict) and properties and not schema.get("required"):
         findings.append(Finding("warning", "no 'required' list: every parameter is optional to the model"))
+    if task_support(tool) == "required":
+        findings.append(
+            Finding(
+                "warning",
+                "runs only as a task (execution.taskSupport 'required'): a client without task support — "
+                "most agent loops, this inspector's included — gets an error for every call",
+            )
+        )
     return findings
+
+
+def task_support(tool: Mapping[str, Any]) -> str:
+    """``execution.taskSupport`` as declared (``required``, ``optional``, ``forbidden``), or ""."""
+    execution = tool.get("execution")
+    value = execution.get("taskSupport") if isinstance(execution, dict) else None
+    return value if isinstance(value, str) else ""
 
 
 def tool_tokens(tool: Mapping[str, Any], encoding: str = TOKEN_ENCODING) -> int | None:
@@ -139,6 +155,7 @@ def lint_catalog(
                 output_schema=tool.get("outputSchema") if isinstance(tool.get("outputSchema"), dict) else None,
                 annotations=dict(tool.get("annotations") or {}),
                 tokens=tool_tokens(tool),
+                task_support=task_support(tool),
                 findings=lint_tool(tool, server_name=server_name),
             )
         )

@@ -144,6 +144,21 @@ def test_lint_names_every_kind_of_problem_a_provider_or_a_model_has_with_a_defin
     assert any("135 tools" in finding.message for finding in overall)
 
 
+def test_a_tool_that_runs_only_as_a_task_is_flagged_and_badged() -> None:
+    schema = {"type": "object", "properties": {"q": {"type": "string", "description": "What to research."}}, "required": ["q"]}
+    tools = [
+        {"name": "research", "description": "Research a question in depth, in the background.", "inputSchema": schema, "execution": {"taskSupport": "required"}},
+        {"name": "quick", "description": "Answer a question at once from the local index.", "inputSchema": schema, "execution": {"taskSupport": "optional"}},
+    ]
+
+    reports, _ = lint_catalog(tools, server_name="srv")
+
+    research, quick = reports
+    assert research.task_support == "required" and quick.task_support == "optional"
+    assert any("runs only as a task" in finding.message for finding in research.findings)
+    assert quick.findings == []
+
+
 def test_arguments_that_break_the_input_schema_are_refused_before_anything_is_sent(
     client: Client, workbench: None, bob: User
 ) -> None:
