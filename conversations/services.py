@@ -120,13 +120,23 @@ def comparison_start(
     return comparison, turns
 
 
+def demo_format_profile_name(provider: str, *, stream: bool) -> str:
+    """The name of the demo model's profile in ``provider``'s wire format, e.g. ``demo gemini streamed``."""
+    return f"{DEMO_PROFILE_NAME} {provider}{' streamed' if stream else ''}"
+
+
+def demo_format_profile_names() -> set[str]:
+    """Every demo wire-format profile name, whole and streamed."""
+    return {demo_format_profile_name(key, stream=stream) for key in PROVIDERS for stream in (False, True)}
+
+
 def demo_format_profiles_ensure(*, stream: bool) -> list[ModelProfile]:
     """One demo model profile per provider wire format (served in-process, each in its format),
     streamed or not, created on first use; in registry order."""
     profiles = []
     for key in PROVIDERS:
         profile, _ = ModelProfile.objects.update_or_create(
-            name=f"demo {key}{' streamed' if stream else ''}",
+            name=demo_format_profile_name(key, stream=stream),
             defaults={
                 "provider": key,
                 "model": "demo",

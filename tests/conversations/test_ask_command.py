@@ -62,6 +62,26 @@ def test_a_weather_question_calls_the_forecast_tool_over_mcp_and_answers() -> No
     assert "result" in json.loads(call["response_body"])
 
 
+@pytest.mark.parametrize("name", ["demo anthropic", "demo gemini streamed", "demo openai_responses streamed"])
+def test_a_demo_wire_format_profile_is_there_by_name_on_a_fresh_database(name: str) -> None:
+    transcript = _ask(WEATHER, "--model", name)
+
+    [turn] = transcript["turns"]
+    assert turn["status"] == "done", turn["error"]
+    assert "Beijing" in turn["answer"]
+    assert transcript["model_profile"]["name"] == name
+    [first_call, *_] = _exchanges(turn, channel="llm")
+    body = json.loads(first_call["request_body"])
+    if name.startswith("demo gemini"):
+        assert "functionDeclarations" in body["tools"][0]
+        assert first_call["label"].endswith(":streamGenerateContent"), first_call["label"]
+    elif name.startswith("demo anthropic"):
+        assert body["tools"][0]["input_schema"]["type"] == "object"
+        assert "stream" not in body
+    else:
+        assert body["tools"][0]["type"] == "function" and body["stream"] is True
+
+
 def test_the_json_is_the_transcript_the_api_serves() -> None:
     transcript = _ask(WEATHER)
 

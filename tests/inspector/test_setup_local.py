@@ -41,7 +41,15 @@ def test_the_first_run_creates_the_demo_rows_and_an_admin_who_can_log_in(var_dir
     port, password = _setup()
 
     assert port == "8000"
-    assert ModelProfile.objects.filter(is_demo=True).count() == 1
+    # The demo model, and the demo model in each provider's wire format, whole and streamed.
+    assert set(ModelProfile.objects.filter(is_demo=True).values_list("name", "provider", "stream")) == {
+        ("demo", "openai_chat", False),
+        *{
+            (f"demo {provider}{' streamed' if stream else ''}", provider, stream)
+            for provider in ("openai_chat", "openai_responses", "anthropic", "gemini")
+            for stream in (False, True)
+        },
+    }
     assert McpServer.objects.filter(is_demo=True).count() == 1
     admin = User.objects.get(username="admin")
     assert admin.is_superuser and admin.is_staff
@@ -58,7 +66,7 @@ def test_later_runs_reuse_everything_and_print_the_same_password() -> None:
 
     assert second == first
     assert User.objects.filter(username="admin").count() == 1
-    assert ModelProfile.objects.count() == 1
+    assert ModelProfile.objects.count() == 9
     assert McpServer.objects.count() == 1
 
 

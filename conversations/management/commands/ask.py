@@ -37,6 +37,8 @@ from conversations.services import (
     DEMO_PROFILE_NAME,
     comparison_start,
     conversation_start,
+    demo_format_profile_names,
+    demo_format_profiles_ensure,
     demo_profile_ensure,
 )
 from servers.models import McpServer
@@ -324,8 +326,19 @@ def _profile(name: str | None) -> ModelProfile:
     if not name or name == DEMO_PROFILE_NAME:
         return demo_profile_ensure()
     profile = profiles_for_form().filter(name=name).first()
+    if profile is None and name in demo_format_profile_names():
+        # "demo anthropic streamed" and the like: the demo model in a provider's wire format,
+        # created on first use here as `make run` creates them.
+        demo_format_profiles_ensure(stream=name.endswith(" streamed"))
+        profile = profiles_for_form().filter(name=name).first()
     if profile is None:
-        valid = _names([DEMO_PROFILE_NAME, *profiles_for_form().values_list("name", flat=True)])
+        valid = _names(
+            [
+                DEMO_PROFILE_NAME,
+                *profiles_for_form().values_list("name", flat=True),
+                *sorted(demo_format_profile_names()),
+            ]
+        )
         raise CommandError(f"no model profile named {name!r}; choose one of: {valid}")
     return profile
 

@@ -1,6 +1,7 @@
 """``manage.py setup_local``: what ``make run`` needs before serving, and how to log in.
 
-Ensures the demo model profile and the demo MCP server, and a superuser ``admin``. Its password
+Ensures the demo model profile (and one per provider wire format, whole and streamed), the demo MCP
+server, and a superuser ``admin``. Its password
 is ``ADMIN_PASSWORD`` when set; otherwise one generated on the first run and kept in
 ``VAR_DIR/admin-password`` (mode 600), so every later run prints the same one. Idempotent.
 """
@@ -17,7 +18,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.management.base import BaseCommand, CommandParser
 
-from conversations.services import demo_profile_ensure
+from conversations.services import demo_format_profiles_ensure, demo_profile_ensure
 from servers.services import demo_server_ensure
 
 ADMIN_USERNAME = "admin"
@@ -34,6 +35,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         demo_profile_ensure()
+        for stream in (False, True):
+            demo_format_profiles_ensure(stream=stream)
         demo_server_ensure()
         from_env = os.environ.get("ADMIN_PASSWORD", "")
         if from_env:
