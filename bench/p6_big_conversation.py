@@ -153,6 +153,10 @@ PAINT_JS = """() => new Promise(resolve => {
 })"""
 
 
+STYLESHEETS_END_JS = """() => Math.max(0, ...performance.getEntriesByType('resource')
+  .filter(entry => entry.initiatorType === 'link').map(entry => entry.responseEnd))"""
+
+
 def _paint_times(
     base: str, http: httpx2.Client, path: str, repeats: int
 ) -> tuple[list[float], dict[str, Any]]:
@@ -162,7 +166,17 @@ def _paint_times(
     if not Path(CHROMIUM).exists():
         raise RuntimeError(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)")
     times: list[float] = []
-    extra: dict[str, Any] = {"load_event_ms": [], "rows_in_dom": None, "capped": False}
+    extra: dict[str, Any] = {
+        "load_event_ms": [],
+        # Where the time to first paint goes: the HTML's first and last byte, the DOM parsed, and
+        # the render-blocking stylesheets' end (milliseconds from navigation start).
+        "response_start_ms": [],
+        "response_end_ms": [],
+        "dom_interactive_ms": [],
+        "stylesheets_end_ms": [],
+        "rows_in_dom": None,
+        "capped": False,
+    }
     spent = 0.0
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
@@ -180,6 +194,10 @@ def _paint_times(
                     page.wait_for_load_state("load", timeout=BROWSER_TIMEOUT_MS)
                     timing = page.evaluate("() => performance.getEntriesByType('navigation')[0].toJSON()")
                     extra["load_event_ms"].append(float(timing["loadEventStart"]))
+                    extra["response_start_ms"].append(float(timing["responseStart"]))
+                    extra["response_end_ms"].append(float(timing["responseEnd"]))
+                    extra["dom_interactive_ms"].append(float(timing["domInteractive"]))
+                    extra["stylesheets_end_ms"].append(float(page.evaluate(STYLESHEETS_END_JS)))
                     extra["rows_in_dom"] = page.locator(".rows > [id^=step-]").count()
                 except PlaywrightError:
                     paint = float(BROWSER_TIMEOUT_MS)
@@ -192,6 +210,15 @@ def _paint_times(
         finally:
             browser.close()
     return times, extra
+
+
+def _breakdown_note(browser: dict[str, Any]) -> str:
+    """In the browser: HTML first and last byte, stylesheets loaded, DOM parsed (medians)."""
+    keys = ("response_start_ms", "response_end_ms", "stylesheets_end_ms", "dom_interactive_ms")
+    if not all(browser.get(key) for key in keys):
+        return ""
+    start, end, css, dom = (summary(browser[key])["median"] for key in keys)
+    return f"; in Chromium: first byte {start:.0f}, last byte {end:.0f}, stylesheets {css:.0f}, DOM parsed {dom:.0f} ms"
 
 
 def _row_costs(ctx: Context, conversation: Conversation) -> dict[str, Any]:
@@ -273,6 +300,11 @@ def run(ctx: Context) -> list[Result]:
         "page_bytes": size,
         "first_paint_capped": browser["capped"],
         "load_event_ms": summary(browser["load_event_ms"]) if browser["load_event_ms"] else None,
+        "paint_breakdown_ms": {
+            key: summary(browser[key])
+            for key in ("response_start_ms", "response_end_ms", "stylesheets_end_ms", "dom_interactive_ms")
+            if browser.get(key)
+        },
         "rows_in_dom": browser["rows_in_dom"],
         "row_rendering": diagnosis,
         "summary": (
@@ -282,6 +314,7 @@ def run(ctx: Context) -> list[Result]:
             else (
                 f"server {summary(server_ms)['median']:.0f} ms, {size / 1e6:.1f} MB of HTML, "
                 f"{browser['rows_in_dom']} of {rows} rows rendered (older turns folded, loaded on demand)"
+                + _breakdown_note(browser)
             )
         ),
     }

@@ -101,9 +101,15 @@ def _rows() -> QuerySet[Step]:
     )
 
 
-def turn_rows(*, turn: Turn) -> list[Step]:
-    """The top-level steps of a turn (the page's rows), children and exchanges loaded."""
-    return list(_rows().filter(turn=turn))
+def turn_rows(*, turn: Turn, last: int | None = None, before_seq: int | None = None) -> list[Step]:
+    """The top-level steps of a turn (the page's rows), children and exchanges loaded, in order:
+    all of them, only the ``last`` few, or only those before the row numbered ``before_seq``."""
+    rows = _rows().filter(turn=turn)
+    if before_seq is not None:
+        rows = rows.filter(seq__lt=before_seq)
+    if last is None:
+        return list(rows)
+    return list(reversed(rows.order_by("-seq")[:last]))
 
 
 def step_row(*, conversation: Conversation, step_id: int) -> Step | None:

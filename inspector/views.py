@@ -39,6 +39,10 @@ COMPARISONS_PER_PAGE = 25
 # The conversation page renders the rows of its newest turns up to about this many rows; the
 # turns before them are folded (a header and a button that loads the turn, as it streamed).
 PAGE_ROWS = 30
+# A long turn the page shows renders its last rows whole; the earlier ones load on request (a
+# 20-step turn was most of a big conversation's first paint). Folding fewer than a few is not worth it.
+TURN_ROWS = 8
+TURN_FOLD_MIN = 3
 # Up to this many exchanges the page verifies the hash chain by itself once it has loaded;
 # beyond, on request (re-hashing a 1,000-step conversation takes seconds of server time).
 CHAIN_AUTO_EXCHANGES = 300
@@ -121,11 +125,9 @@ def _detail_page(
     turns = selectors.conversation_turns(conversation=conversation)
     counts = selectors.turn_row_counts(conversation=conversation)
     shown = _turns_shown(turns, counts)
-    # (turn, rows, row count): a turn before the shown ones has no rows loaded (it is folded).
-    turn_rows = [
-        (turn, selectors.turn_rows(turn=turn) if turn.pk in shown else None, counts.get(turn.pk, 0))
-        for turn in turns
-    ]
+    # (turn, rows, row count, earlier rows not rendered): a turn before the shown ones has no rows
+    # loaded (it is folded); a shown long turn renders its last TURN_ROWS rows.
+    turn_rows = [_turn_rows(turn, counts.get(turn.pk, 0), shown=turn.pk in shown) for turn in turns]
     changed = selectors.conversation_changed_at(conversation=conversation)
     exchanges = selectors.exchange_count(conversation=conversation)
     context = {
@@ -143,6 +145,15 @@ def _detail_page(
         "chain_auto": exchanges <= CHAIN_AUTO_EXCHANGES,
     }
     return render(request, "inspector/conversation_detail.html", context, status=status)
+
+
+def _turn_rows(turn: Turn, count: int, *, shown: bool) -> tuple[Turn, list[Step] | None, int, int]:
+    if not shown:
+        return turn, None, count, 0
+    if count < TURN_ROWS + TURN_FOLD_MIN:
+        return turn, selectors.turn_rows(turn=turn), count, 0
+    rows = selectors.turn_rows(turn=turn, last=TURN_ROWS)
+    return turn, rows, count, count - len(rows)
 
 
 def _turns_shown(turns: list[Turn], counts: dict[int, int]) -> set[int]:
@@ -326,6 +337,23 @@ def turn_detail(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResp
     rows = selectors.turn_rows(turn=turn)
     context = fragments.turn_context(conversation=conversation, turn=turn, rows=rows)
     return render(request, fragments.TURN_TEMPLATE, context)
+
+
+@require_GET
+def turn_steps(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
+    """The rows of a turn before the row numbered ``before`` (the ones a long turn's block leaves
+    out until asked), rendered as the page renders every row."""
+    conversation = _conversation(request, public_id)
+    turn = selectors.turn_get(conversation=conversation, turn_id=turn_id)
+    if turn is None:
+        raise Http404("No such turn.")
+    raw = request.GET.get("before", "")
+    if not raw.isdigit():
+        return HttpResponse(
+            "'before' must be a step number", status=STATUS_BAD_REQUEST, content_type="text/plain"
+        )
+    rows = selectors.turn_rows(turn=turn, before_seq=int(raw))
+    return render(request, "inspector/_steps.html", {"conversation": conversation, "rows": rows})
 
 
 @require_POST

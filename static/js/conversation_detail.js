@@ -108,6 +108,10 @@
       return; // a folded turn shows no rows: opening it loads them all, fresh
     }
     var container = turn && turn.querySelector(".rows");
+    var earlier = container && container.querySelector(".earlier-steps");
+    if (earlier && Number(el.dataset.seq) < Number(earlier.dataset.beforeSeq)) {
+      return; // a row the page leaves out until asked: showing them loads them fresh
+    }
     if (!container) {
       (pendingRows[message.turn_id] = pendingRows[message.turn_id] || []).push(message);
       return;
@@ -308,6 +312,35 @@
       });
   }
 
+  // A long turn shows its last rows; the earlier ones load in place, as the page renders rows.
+  function loadEarlier(button) {
+    var earlier = button.closest(".earlier-steps");
+    var state = earlier.querySelector(".load-state");
+    if (earlier.dataset.loading) {
+      return;
+    }
+    earlier.dataset.loading = "1";
+    state.textContent = "loading…";
+    fetchHtml(earlier.dataset.url)
+      .then(function (html) {
+        var template = document.createElement("template");
+        template.innerHTML = html;
+        Array.prototype.slice.call(template.content.children).forEach(function (row) {
+          var existing = document.getElementById(row.id);
+          if (existing) {
+            replaceIfNewer(existing, row);
+          } else {
+            earlier.parentNode.insertBefore(row, earlier);
+          }
+        });
+        earlier.remove();
+      })
+      .catch(function (error) {
+        delete earlier.dataset.loading;
+        state.textContent = "could not load them: " + error.message;
+      });
+  }
+
   // The line diff of a spliced prompt against the previous one is computed when it is opened.
   function loadDiff(details) {
     var body = details.querySelector(".diff-body");
@@ -361,6 +394,11 @@
     }
     if (event.target.closest("button.verify-chain")) {
       loadChain(true);
+      return;
+    }
+    var earlierButton = event.target.closest("button.load-earlier");
+    if (earlierButton) {
+      loadEarlier(earlierButton);
       return;
     }
     var turnLink = event.target.closest("a.load-turn");

@@ -99,7 +99,7 @@ def test_the_page_shows_the_newest_turns_rows_and_folds_the_older_ones(
     assert html.count("3 rows") == 3
 
 
-def test_the_newest_turn_is_shown_whole_however_long_it_is(
+def test_the_newest_turn_is_shown_even_when_it_alone_is_over_the_page_budget(
     alice: User, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(views, "PAGE_ROWS", 2)
@@ -111,6 +111,69 @@ def test_the_newest_turn_is_shown_whole_however_long_it_is(
 
     assert all(f'id="step-{step.pk}"' in html for step in newest.steps.all())
     assert f'<section class="turn turn-folded" id="turn-{older.pk}"' in html
+
+
+def steps_url(conversation: Conversation, turn: Turn, before: object) -> str:
+    return reverse("inspector-turn-steps", args=[conversation.public_id, turn.pk]) + f"?before={before}"
+
+
+def test_a_long_turn_renders_its_last_rows_and_offers_the_earlier_ones(alice: User) -> None:
+    conversation = ConversationFactory(owner=alice)
+    turn = turn_with_rows(conversation, views.TURN_ROWS + 6)
+    steps = list(turn.steps.order_by("seq"))
+
+    html = client_for(alice).get(page_url(conversation)).content.decode()
+
+    earlier, last = steps[:6], steps[6:]
+    assert all(f'id="step-{step.pk}"' in html for step in last)
+    assert not any(f'id="step-{step.pk}"' in html for step in earlier)
+    assert f'data-before-seq="{last[0].seq}"' in html
+    assert f'data-url="{steps_url(conversation, turn, last[0].seq)}"' in html
+    assert "Show 6 earlier steps" in html
+    # The control comes first in the rows, so the shown rows keep their order after it.
+    assert html.index('class="earlier-steps"') < html.index(f'id="step-{last[0].pk}"')
+
+
+def test_a_turn_only_a_little_over_the_limit_is_not_folded(alice: User) -> None:
+    conversation = ConversationFactory(owner=alice)
+    turn = turn_with_rows(conversation, views.TURN_ROWS + views.TURN_FOLD_MIN - 1)
+
+    html = client_for(alice).get(page_url(conversation)).content.decode()
+
+    assert all(f'id="step-{step.pk}"' in html for step in turn.steps.all())
+    assert 'class="earlier-steps"' not in html
+
+
+def test_the_earlier_steps_load_in_order_exactly_as_the_websocket_sends_them(alice: User) -> None:
+    conversation = ConversationFactory(owner=alice)
+    turn = turn_with_rows(conversation, 12, question=f"Sum? {HOSTILE}")
+    steps = list(turn.steps.order_by("seq"))
+
+    response = client_for(alice).get(steps_url(conversation, turn, steps[4].seq))
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    positions = []
+    for step in steps[:4]:
+        message = render_row(conversation=conversation, step_id=step.pk)
+        assert message is not None and message["html"] in html
+        positions.append(html.index(f'id="step-{step.pk}"'))
+    assert positions == sorted(positions)
+    assert not any(f'id="step-{step.pk}"' in html for step in steps[4:])
+    assert HOSTILE not in html
+
+
+def test_the_earlier_steps_are_only_for_those_who_may_see_the_conversation(alice: User, bob: User) -> None:
+    conversation = ConversationFactory(owner=alice)
+    turn = turn_with_rows(conversation, 3)
+    elsewhere = turn_with_rows(ConversationFactory(owner=alice), 3)
+    staff = UserFactory(username="root", is_staff=True)
+
+    assert client_for(bob).get(steps_url(conversation, turn, 3)).status_code == 404
+    assert Client().get(steps_url(conversation, turn, 3)).status_code == 302  # to the login page
+    assert client_for(alice).get(steps_url(conversation, elsewhere, 3)).status_code == 404
+    assert client_for(staff).get(steps_url(conversation, turn, 3)).status_code == 200
+    assert client_for(alice).get(steps_url(conversation, turn, "x")).status_code == 400
 
 
 def test_a_folded_turn_loads_exactly_as_it_streamed(alice: User, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -223,3 +223,48 @@ def test_a_turn_that_finished_live_is_replayed_and_the_replay_shows_no_differenc
     expect(page.locator("#replay-diff .replay-head")).to_contain_text("identical")
     expect(page.locator("#chain-badge")).to_contain_text("record intact")
     page.screenshot(path=str(inspector_server.var_dir / "browser-replay.png"), full_page=True)
+
+
+LONG_TURN_SCRIPT = """
+from django.contrib.auth.models import User
+from tests.factories import ConversationFactory, ExchangeFactory, StepFactory, TurnFactory
+conversation = ConversationFactory(owner=User.objects.get(username="admin"), title="a long turn")
+turn = TurnFactory(conversation=conversation, question="Add up twelve numbers.")
+for n in range(12):
+    ExchangeFactory(step=StepFactory(turn=turn, title=f"call number {n + 1}"))
+print(conversation.public_id)
+"""
+
+
+def test_a_long_turn_shows_its_last_rows_and_the_earlier_ones_load_in_place(
+    inspector_server: InspectorServer, page: Page
+) -> None:
+    made = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", LONG_TURN_SCRIPT],
+        cwd=REPO_ROOT,
+        env=inspector_server.env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    public_id = made.stdout.strip().splitlines()[-1]
+    page.goto(f"{inspector_server.base}/c/{public_id}/")
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit], input[type=submit]")
+    page.wait_for_url(f"**/c/{public_id}/")
+
+    titles = page.locator(".rows > [id^=step-] .step-title")
+    expect(titles).to_have_count(8)
+    assert "call number 5" in titles.first.inner_text()
+    control = page.locator(".earlier-steps")
+    expect(control).to_contain_text("4 earlier steps of this turn are not shown")
+
+    control.get_by_role("button", name="Show 4 earlier steps").click()
+
+    expect(titles).to_have_count(12)
+    expect(control).to_have_count(0)
+    texts = [title.inner_text() for title in titles.all()]
+    assert [next(word for word in text.split() if word.isdigit()) for text in texts] == [
+        str(n) for n in range(1, 13)
+    ]
