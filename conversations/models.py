@@ -153,6 +153,9 @@ class Turn(models.Model):
     class Meta:
         ordering = ["conversation", "seq"]
         constraints = [models.UniqueConstraint(fields=["conversation", "seq"], name="turn_seq_unique")]
+        # The list's text and tool filters map matching turn ids to their conversations: with the
+        # conversation in the index (PostgreSQL INCLUDE) that is an index-only lookup.
+        indexes = [models.Index(fields=["id"], include=["conversation"], name="turn_id_conversation_idx")]
 
     def __str__(self) -> str:
         return f"turn {self.seq} of {self.conversation_id}"
@@ -242,8 +245,13 @@ class Step(models.Model):
         constraints = [models.UniqueConstraint(fields=["turn", "seq"], name="step_seq_unique")]
         # The list's tool filter matches a tool call by its name or by its ``server/tool`` title.
         indexes = [
-            models.Index(fields=["tool_name"], condition=models.Q(kind="tool"), name="step_tool_name_idx"),
-            models.Index(fields=["title"], condition=models.Q(kind="tool"), name="step_tool_title_idx"),
+            # The turn rides along (PostgreSQL INCLUDE): the filter reads the index alone.
+            models.Index(
+                fields=["tool_name"], condition=models.Q(kind="tool"), include=["turn"], name="step_tool_turn_idx"
+            ),
+            models.Index(
+                fields=["title"], condition=models.Q(kind="tool"), include=["turn"], name="step_tool_title_turn_idx"
+            ),
         ]
 
     def __str__(self) -> str:

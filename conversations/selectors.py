@@ -55,8 +55,10 @@ def conversation_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Con
         return Conversation.objects.none()
     visible = Conversation.objects.all()
     if not getattr(user, "is_staff", False):
-        peers = get_user_model().objects.filter(inspector_teams__members=user.pk).values("pk")
-        visible = visible.filter(Q(owner_id=user.pk) | Q(owner_id__in=peers))
+        # One IN over a short list of owners (the user and their team mates, read now), not an OR
+        # of two conditions: the planner can then walk the (owner, -created_at) index per owner.
+        peers = get_user_model().objects.filter(inspector_teams__members=user.pk).values_list("pk", flat=True)
+        visible = visible.filter(owner_id__in={user.pk, *peers})
     return _listed(visible).order_by("-created_at")
 
 

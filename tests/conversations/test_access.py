@@ -7,8 +7,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from conversations.models import AuditEvent, Conversation, Team
-from conversations.selectors import conversation_list
-from tests.factories import ConversationFactory
+from conversations.selectors import ConversationFilters, conversation_list, conversation_search
+from tests.factories import ConversationFactory, StepFactory, TurnFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -40,6 +40,36 @@ def test_membership_in_several_teams_does_not_duplicate_rows(
     Team.objects.create(name="second").members.add(people["alice"], people["bob"])
 
     assert list(conversation_list(user=people["bob"])) == [alices]
+
+
+def test_the_filtered_list_keeps_the_rule_for_every_persona(people: dict[str, User]) -> None:
+    """Text and tool filters search only what the user may see (owner, team mates; staff all)."""
+    found = {}
+    for owner in ("alice", "carol"):
+        turn = TurnFactory(
+            conversation=ConversationFactory(owner=people[owner], title=f"{owner}'s"), question="Oslo weather?"
+        )
+        StepFactory(turn=turn, parent=StepFactory(turn=turn), kind="tool", tool_name="get_weather_forecast")
+    for name, user in people.items():
+        for filters in (ConversationFilters(q="Oslo"), ConversationFilters(tool="get_weather_forecast")):
+            titles = sorted(c.title for c in conversation_search(user=user, filters=filters))
+            found.setdefault(name, titles)
+            assert titles == found[name], (name, filters)
+
+    assert found == {
+        "alice": ["alice's"],
+        "bob": ["alice's"],
+        "carol": ["carol's"],
+        "dave": ["alice's", "carol's"],
+    }
+
+
+def test_a_user_who_leaves_the_team_no_longer_sees_its_conversations(
+    people: dict[str, User], alices: Conversation
+) -> None:
+    Team.objects.get(name="platform").members.remove(people["bob"])
+
+    assert not conversation_list(user=people["bob"]).filter(pk=alices.pk).exists()
 
 
 @pytest.mark.parametrize(
