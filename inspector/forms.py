@@ -13,6 +13,7 @@ from django.template.defaultfilters import filesizeformat
 from conversations import selectors
 from conversations.models import TOOL_CHOICE_MODES, ModelProfile, Turn
 from conversations.paradigms import PARADIGMS
+from conversations.services import DEMO_PROFILE_NAME
 from servers.models import McpServer
 
 QUESTION_MAX_CHARS = 10_000
@@ -164,8 +165,10 @@ class ComparisonForm(_ToolChoiceForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if not self.is_bound:
-            profiles = selectors.profiles_for_form()
-            self.initial.setdefault("model_profiles", [p.pk for p in profiles if p.is_demo])
+            # The demo model (in its OpenAI Chat format) under every paradigm; its other wire-format
+            # profiles are there to tick (every one of them at once would be too many runs).
+            profiles = selectors.profiles_for_form().filter(name=DEMO_PROFILE_NAME)
+            self.initial.setdefault("model_profiles", [p.pk for p in profiles])
             self.initial.setdefault("paradigms", list(PARADIGMS))
 
     def clean(self) -> dict[str, Any]:

@@ -395,3 +395,21 @@ def test_a_run_without_usage_has_no_token_totals(alice: Any) -> None:
 
     assert (summary.tokens_in, summary.tokens_out, summary.prompt_tokens) == (None, None, None)
     assert summary.model_calls == 1
+
+
+def test_the_new_comparison_form_starts_from_the_demo_model_under_every_paradigm() -> None:
+    """The demo model's wire-format profiles (made by ``make run``) are offered, not all ticked:
+    nine models under every paradigm would be more runs than a comparison takes."""
+    from conversations.services import demo_format_profiles_ensure, demo_profile_ensure
+    from inspector.forms import ComparisonForm
+
+    demo = demo_profile_ensure()
+    for stream in (False, True):
+        demo_format_profiles_ensure(stream=stream)
+
+    form = ComparisonForm()
+
+    assert form.initial["model_profiles"] == [demo.pk]
+    assert form.initial["paradigms"] == list(PARADIGMS)
+    offered = {label for _, label in form.fields["model_profiles"].choices}
+    assert any("demo gemini streamed" in str(label) for label in offered)
