@@ -30,6 +30,8 @@
   var reconnectTimer = null;
   // Rows that arrived before their turn's container: applied once the turn shell is in.
   var pendingRows = {};
+  // Changes to a long turn's left-out rows that arrived while those rows were loading.
+  var pendingEarlier = {};
 
   function setState(state, text) {
     if (indicator) {
@@ -110,7 +112,12 @@
     var container = turn && turn.querySelector(".rows");
     var earlier = container && container.querySelector(".earlier-steps");
     if (earlier && Number(el.dataset.seq) < Number(earlier.dataset.beforeSeq)) {
-      return; // a row the page leaves out until asked: showing them loads them fresh
+      // A row the page leaves out until asked: showing them loads them fresh. A change that
+      // arrives while they load may be newer than what the server rendered: applied after.
+      if (earlier.dataset.loading) {
+        (pendingEarlier[message.turn_id] = pendingEarlier[message.turn_id] || []).push(message);
+      }
+      return;
     }
     if (!container) {
       (pendingRows[message.turn_id] = pendingRows[message.turn_id] || []).push(message);
@@ -316,6 +323,7 @@
   function loadEarlier(button) {
     var earlier = button.closest(".earlier-steps");
     var state = earlier.querySelector(".load-state");
+    var turnId = earlier.closest(".turn").dataset.turnId;
     if (earlier.dataset.loading) {
       return;
     }
@@ -334,9 +342,13 @@
           }
         });
         earlier.remove();
+        var waiting = pendingEarlier[turnId] || [];
+        delete pendingEarlier[turnId];
+        waiting.forEach(applyRow);
       })
       .catch(function (error) {
         delete earlier.dataset.loading;
+        delete pendingEarlier[turnId];
         state.textContent = "could not load them: " + error.message;
       });
   }

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
+from inspector import views
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -254,13 +256,14 @@ def test_a_long_turn_shows_its_last_rows_and_the_earlier_ones_load_in_place(
     page.click("button[type=submit], input[type=submit]")
     page.wait_for_url(f"**/c/{public_id}/")
 
+    shown = views.TURN_ROWS
     titles = page.locator(".rows > [id^=step-] .step-title")
-    expect(titles).to_have_count(8)
-    assert "call number 5" in titles.first.inner_text()
+    expect(titles).to_have_count(shown)
+    assert f"call number {13 - shown}" in titles.first.inner_text()
     control = page.locator(".earlier-steps")
-    expect(control).to_contain_text("4 earlier steps of this turn are not shown")
+    expect(control).to_contain_text(f"{12 - shown} earlier steps of this turn are not shown")
 
-    control.get_by_role("button", name="Show 4 earlier steps").click()
+    control.get_by_role("button", name=f"Show {12 - shown} earlier steps").click()
 
     expect(titles).to_have_count(12)
     expect(control).to_have_count(0)
