@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from jsonschema import SchemaError
@@ -43,8 +43,17 @@ class Recorder(Protocol):
     """
 
     def step_open(
-        self, *, kind: str, title: str, parent: StepRef | None = None, **fields: Any
-    ) -> StepRef: ...
+        self,
+        *,
+        kind: str,
+        title: str,
+        parent: StepRef | None = None,
+        computed: Callable[[], dict[str, Any]] | None = None,
+        **fields: Any,
+    ) -> StepRef:
+        """Open a step. ``computed`` returns more of its fields; the recorder may call it later,
+        off the loop's path (the spliced prompt is recorded, the model never reads it)."""
+        ...
 
     def step_save(self, step: StepRef, *, exchanges: Sequence[WireExchange] = (), **fields: Any) -> None: ...
 
@@ -173,15 +182,7 @@ class _Asker:
         if self.steps:
             # An earlier call of the same decision (intent's classify, a re-ask) is complete.
             self.recorder.step_close(self.steps[-1], status="ok")
-        spliced = self.render(request)
-        step = self.recorder.step_open(
-            kind="decide",
-            title=title,
-            prompt=spliced.text,
-            prompt_exact=spliced.exact,
-            prompt_source=spliced.source[:300],
-            tokens=asdict(spliced.tokens),
-        )
+        step = self.recorder.step_open(kind="decide", title=title, computed=self._prompt(request))
         try:
             reply = self.provider.complete(
                 request, on_delta=self.partials(step) if self.partials is not None else None
@@ -199,6 +200,23 @@ class _Asker:
         self.steps.append(step)
         self.recorder.step_save(step, text=reply.text or "", usage=reply.usage, exchanges=[reply.exchange])
         return reply
+
+    def _prompt(self, request: ModelRequest) -> Callable[[], dict[str, Any]]:
+        """The step's spliced prompt and token counts, for the recorder to work out when it likes:
+        from a copy of the request, which the paradigm may go on to change."""
+        frozen = replace(request, messages=list(request.messages), tools=list(request.tools))
+        render = self.render
+
+        def fields() -> dict[str, Any]:
+            spliced = render(frozen)
+            return {
+                "prompt": spliced.text,
+                "prompt_exact": spliced.exact,
+                "prompt_source": spliced.source[:300],
+                "tokens": asdict(spliced.tokens),
+            }
+
+        return fields
 
     def note(self, *, text: str | None = None, diagnostics: Sequence[str] = ()) -> None:
         if self.last_step is None:

@@ -1,27 +1,47 @@
 """The recorder: persists each step and exchange of a running turn, then rings the doorbell.
 
 A step's updates (its reply, its parsed calls, its close) are kept until the recorder next opens
-a step — the loop opens one before every model or tool call — or is flushed, and then written
-with that step in one transaction: nothing the loop saw is ever held while it waits on the
-outside world, and a step costs two commits instead of seven.
+a step — the loop opens one before every model or tool call — or is flushed, and then go out
+with that step as one batch: nothing the loop saw is held while it waits on the outside world.
+
+On PostgreSQL a batch is handed to the process's record writer, a thread that commits batches in
+the order they were made (several turns' batches in one transaction when they queue up) and
+rings each batch's doorbells only after its commit: persist, then publish. The loop does not
+wait for the database; it goes on to the model or the tool while its last step is written. A new
+step's id comes from ids the recorder reserves from the table's sequence in blocks, so opening a
+step needs no round trip. ``drain`` waits for everything handed over to be committed, and raises
+the error of a write that failed; the runner drains before it writes the turn's end, so a turn
+never ends before its steps are stored, and a failed write fails the turn. Where the rows cannot
+be written from another connection (SQLite's single writer, or a caller's open transaction that
+the writer could not see into), each batch is written inline instead, by the same code.
 
 Those transactions commit asynchronously on PostgreSQL (``synchronous_commit = off``): the rows
 are visible to every reader at once, but the wait for the disk is skipped. A crash of the
 database server (not of the worker) can lose the last fraction of a second of steps; the turn's
 final status is written with an ordinary commit, which makes everything before it durable too.
-Between writes the recorder hands its connection back to the pool, so a turn waiting on a model
-holds no database connection.
+Between writes connections go back to the pool, so a turn waiting on a model holds none.
 """
 
 from __future__ import annotations
 
+import atexit
+import copy
+import functools
+import logging
+import os
 import re
-from collections.abc import Sequence
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Max
+from django.db.models.sql import InsertQuery, UpdateQuery
+from django.db.models.sql.compiler import SQLInsertCompiler
 from django.utils import timezone
 
 from conversations.integrity import chain_head, exchange_digest
@@ -30,6 +50,8 @@ from conversations.providers.streaming import DeltaCallback, PartialReply, throt
 from conversations.redaction import Redactor, redactor
 from inspector import live
 from inspector.wire import WireExchange
+
+logger = logging.getLogger(__name__)
 
 _STEP_FIELDS = {
     "kind",
@@ -124,6 +146,368 @@ def server_records_store(records: Sequence[WireExchange], *, redact: Redactor | 
     if records:
         rows = exchange_rows(records, turn_id=None, step_id=None, redact=redact or active_redactor())
         Exchange.objects.bulk_create(rows)
+        _release_connection()
+
+
+# Step ids are reserved from the sequence this many at a time at first, doubling up to the most.
+_ID_BLOCK_FIRST = 8
+_ID_BLOCK_MOST = 64
+
+
+@dataclass
+class _Opening:
+    """A step as the loop opened it, before redaction (its row is made when the batch is)."""
+
+    pk: int | None
+    kind: str
+    title: str
+    parent: int | None
+    seq: int
+    at: datetime
+    fields: dict[str, Any]
+    # Fields worked out on the writer's side (the spliced prompt): the loop does not wait on them.
+    computed: Callable[[], dict[str, Any]] | None
+
+
+@dataclass
+class _Batch:
+    """What one write of a turn holds, taken off the recorder when it was made.
+
+    The loop hands over what it saw as it saw it; ``prepare`` (on the writer's side) works out
+    the computed fields, redacts every text, cuts it to size and links the exchanges into the
+    conversation's hash chain, in the order the batches were made.
+    """
+
+    owner: TurnRecorder
+    turn_values: dict[str, Any] = field(default_factory=dict)
+    updates: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # Captured exchanges, by the step they belong to, with the turn seq of the first.
+    records: list[tuple[int, Sequence[WireExchange], int]] = field(default_factory=list)
+    opening: _Opening | None = None
+    # The page rows whose doorbells ring once the batch is committed (a tool step's row is its
+    # parent's); the new step's row is added when its id is known.
+    rows: list[int] = field(default_factory=list)
+    # Run after the commit instead of the doorbells: a streamed reply shown after its step exists.
+    after: Callable[[], None] | None = None
+    # Made by ``prepare``.
+    step: Step | None = None
+    exchanges: list[Exchange] = field(default_factory=list)
+    prepared: bool = False
+
+    def prepare(self) -> None:
+        """Make the rows, redacted (once: a batch retried after a failed write keeps its rows)."""
+        if self.prepared:
+            return
+        self.prepared = True
+        owner = self.owner
+        self.updates = {pk: owner._redacted(fields) for pk, fields in self.updates.items()}
+        for step_id, records, first_seq in self.records:
+            rows = exchange_rows(
+                records, turn_id=owner.turn.pk, step_id=step_id, redact=owner.redact, first_seq=first_seq
+            )
+            for row in rows:
+                row.prev_hash = owner._chain
+                row.hash = owner._chain = exchange_digest(row, turn_seq=owner.turn.seq, previous=owner._chain)
+            self.exchanges.extend(rows)
+        opening = self.opening
+        if opening is not None:
+            fields = dict(opening.fields)
+            if opening.computed is not None:
+                fields.update(_computed(opening.computed))
+            self.step = Step(
+                pk=opening.pk,
+                turn=owner.turn,
+                parent_id=opening.parent,
+                seq=opening.seq,
+                kind=opening.kind,
+                started_at=opening.at,
+                updated_at=opening.at,
+                **owner._redacted({"title": opening.title, **fields}),
+            )
+
+    def live(self) -> bool:
+        """Whether this batch is still to be written (the writer's thread only).
+
+        After a failed write of its turn it is dropped (the step it opens is lost too) until the
+        loop has heard of the error; after that, it is kept from naming the steps that were lost.
+        """
+        owner = self.owner
+        if owner._write_error is not None:
+            self.lose()
+            return False
+        try:
+            self.prepare()
+        except Exception as exc:  # noqa: BLE001 — handed to the turn's loop, like a failed write
+            logger.exception("could not prepare a batch of turn %s", owner.turn.pk)
+            owner._write_error = exc
+            self.lose()
+            return False
+        lost = owner._lost
+        if lost:
+            self.updates = {pk: fields for pk, fields in self.updates.items() if pk not in lost}
+            self.rows = [row for row in self.rows if row not in lost]
+            for exchange in self.exchanges:
+                if exchange.step_id in lost:
+                    exchange.step_id = None  # the raw record stays, with its turn
+            if self.step is not None and self.step.parent_id in lost:
+                self.step.parent_id = None
+        return True
+
+    def lose(self) -> None:
+        if self.opening is not None and self.opening.pk is not None:
+            self.owner._lost.add(self.opening.pk)
+
+    @property
+    def writes(self) -> bool:
+        return bool(self.turn_values or self.updates or self.exchanges or self.step is not None)
+
+    def publish(self) -> None:
+        owner = self.owner
+        if self.turn_values:
+            owner.turn_changed()
+        rows = self.rows
+        if self.step is not None:
+            rows = [*rows, self.step.parent_id or self.step.pk]
+        for row in dict.fromkeys(rows):
+            live.publish_step_changed(conversation_id=owner.conversation_id, turn_id=owner.turn.pk, step_id=row)
+        if self.after is not None:
+            self.after()
+
+
+def _computed(compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A step's computed fields; a failure is shown in the step instead of failing the write."""
+    try:
+        return compute()
+    except Exception as exc:  # noqa: BLE001 — the record says what went wrong
+        logger.exception("could not work out a step's computed fields")
+        return {"prompt": f"[the inspector could not splice this prompt: {type(exc).__name__}: {exc}]"}
+
+
+def _write(batches: Sequence[_Batch]) -> None:
+    """Commit these batches in one transaction, in their order.
+
+    A step opened and then updated within the same write is inserted with its updates applied;
+    every other step update is one ``UPDATE`` per step, whatever number of batches it spans.
+    """
+    turn_values: dict[int, dict[str, Any]] = {}
+    opened: dict[int, Step] = {}
+    unsaved: list[Step] = []
+    updates: dict[int, dict[str, Any]] = {}
+    exchanges: list[Exchange] = []
+    batches_steps = {batch.step.pk: batch.step for batch in batches if batch.step is not None}
+    for batch in batches:
+        if batch.turn_values:
+            turn_values.setdefault(batch.owner.turn.pk, {}).update(batch.turn_values)
+        for pk, fields in batch.updates.items():
+            step = opened.get(pk)
+            if step is not None:
+                if step is batches_steps.get(pk):
+                    # A copy: should this write fail, the batch is retried alone, as it was made.
+                    step = opened[pk] = copy.copy(step)
+                for name, value in fields.items():
+                    setattr(step, name, value)
+            else:
+                updates.setdefault(pk, {}).update(fields)
+        exchanges.extend(batch.exchanges)
+        if batch.step is not None:
+            if batch.step.pk is None:
+                unsaved.append(batch.step)
+            else:
+                opened[batch.step.pk] = batch.step
+    statements = [
+        *(_update_sql(Turn, pk, values) for pk, values in turn_values.items()),
+        *(_update_sql(Step, pk, fields) for pk, fields in updates.items()),
+        *_insert_sql(Step, list(opened.values())),
+        *_insert_sql(Exchange, exchanges),
+    ]
+    if connection.vendor == "postgresql" and not unsaved:
+        _execute_as_one(statements)
+        return
+    with transaction.atomic(), connection.cursor() as cursor:
+        for sql, params in statements:
+            cursor.execute(sql, params)
+        for step in unsaved:
+            step.save(force_insert=True)
+
+
+_Statement = tuple[str, Sequence[Any]]
+
+
+def _execute_as_one(statements: list[_Statement]) -> None:
+    """Run the statements as one PostgreSQL statement: each a data-modifying ``WITH`` query.
+
+    One statement is one round trip and, outside a transaction, its own atomic transaction:
+    all of it is written or none. Every part sees the same snapshot (so no two parts touch the
+    same row; ``_write`` merges them), and the foreign keys, deferred to the commit, see rows
+    inserted by other parts. Outside a caller's transaction it commits asynchronously
+    (``set_config(…, true)`` lasts until that commit).
+    """
+    if not statements:
+        return
+    parts = ", ".join(f"w{index} AS ({sql})" for index, (sql, _) in enumerate(statements))
+    last = "SELECT 1" if connection.in_atomic_block else "SELECT set_config('synchronous_commit', 'off', true)"
+    params = [param for _, part in statements for param in part]
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH {parts} {last}", params)
+
+
+def _update_sql(model: type[Turn] | type[Step], pk: int, values: dict[str, Any]) -> _Statement:
+    """``UPDATE`` of one row's fields, as the ORM would write it."""
+    query = model.objects.filter(pk=pk).query.chain(UpdateQuery)
+    query.add_update_values(values)
+    sql, params = query.get_compiler(connection.alias).as_sql()
+    return sql, params
+
+
+def _insert_sql(model: type[Step] | type[Exchange], rows: list[Any]) -> list[_Statement]:
+    """One ``INSERT … VALUES`` of ``rows`` (all with their ids, or all without), if any.
+
+    ``bulk_create`` sends PostgreSQL a multi-row insert as ``UNNEST`` over one array per column,
+    and psycopg's client-side binding quotes each array element in Python, one regex call per
+    quote character: on request bodies full of JSON that cost milliseconds per write. Plain
+    ``VALUES`` rows are quoted by libpq, in C.
+    """
+    if not rows:
+        return []
+    with_ids = rows[0].pk is not None
+    fields = [f for f in model._meta.concrete_fields if with_ids or not f.primary_key]
+    query = InsertQuery(model)
+    query.insert_values(fields, rows)
+    for row in rows:
+        row._state.adding = False
+        row._state.db = connection.alias
+    return list(SQLInsertCompiler(query, connection, connection.alias).as_sql())
+
+
+class _Writer:
+    """The process's record writer: a daemon thread that commits queued batches in order and
+    then rings their doorbells. Batches that queue up while it writes go out together."""
+
+    # At most this many batches in one transaction (a bigger backlog is written in several).
+    MOST_PER_WRITE = 200
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._pending: deque[_Batch] = deque()
+        self._busy = False  # a write is under way
+        self._condition = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="record-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, batch: _Batch) -> None:
+        with self._condition:
+            batch.owner._outstanding += 1
+            self._pending.append(batch)
+            self._condition.notify_all()
+
+    def wait(self, owner: TurnRecorder, timeout: float | None = None) -> bool:
+        """Block until every batch of ``owner`` handed over so far is written or dropped."""
+        with self._condition:
+            return self._condition.wait_for(lambda: owner._outstanding == 0, timeout)
+
+    def wait_all(self, timeout: float) -> bool:
+        with self._condition:
+            return self._condition.wait_for(lambda: not self._pending and not self._busy, timeout)
+
+    def _take(self) -> list[_Batch]:
+        with self._condition:
+            self._condition.wait_for(lambda: bool(self._pending))
+            count = min(len(self._pending), self.MOST_PER_WRITE)
+            self._busy = True
+            return [self._pending.popleft() for _ in range(count)]
+
+    def _run(self) -> None:
+        while True:
+            batches = self._take()
+            try:
+                written = self._commit(batches)
+            except BaseException as exc:  # noqa: BLE001 — never lose the thread; the turns hear of it
+                logger.exception("the record writer failed")
+                for batch in batches:
+                    batch.owner._write_error = batch.owner._write_error or exc
+                    batch.lose()
+                written = []
+            for batch in written:
+                try:
+                    batch.publish()
+                except Exception:  # noqa: BLE001 — the rows are stored; a lost doorbell is caught up on reconnect
+                    logger.exception("could not ring the doorbells of a written batch")
+            with self._condition:
+                for batch in batches:
+                    batch.owner._outstanding -= 1
+                self._busy = False
+                self._condition.notify_all()
+
+    @staticmethod
+    def _commit(batches: list[_Batch]) -> list[_Batch]:
+        """Write the batches, together if they can be; returns those that were written.
+
+        When the shared transaction fails, each batch is tried alone, in order, so one turn's bad
+        row does not cost the others theirs (and a lone batch gets a second try on a fresh
+        connection). A turn whose batch failed has its later batches dropped until its loop has
+        heard of the error; what comes after that no longer names the steps that were lost.
+        """
+        live_batches = [batch for batch in batches if batch.live()]
+        to_write = [batch for batch in live_batches if batch.writes]
+        if not to_write:
+            return live_batches
+        try:
+            _write(to_write)
+            return live_batches
+        except Exception:  # noqa: BLE001 — retried batch by batch below
+            logger.warning("a write of %d batches failed; writing them one by one", len(to_write), exc_info=True)
+        finally:
+            _release_connection(always=True)
+        written: list[_Batch] = []
+        for batch in live_batches:
+            if not batch.live():
+                continue
+            if batch.writes:
+                try:
+                    _write([batch])
+                except Exception as exc:  # noqa: BLE001 — handed to the turn's loop
+                    batch.owner._write_error = exc
+                    batch.lose()
+                    continue
+                finally:
+                    _release_connection(always=True)
+            written.append(batch)
+        return written
+
+
+_writer: _Writer | None = None
+_writer_lock = threading.Lock()
+
+
+def _writer_for_process() -> _Writer:
+    global _writer
+    with _writer_lock:
+        if _writer is None or _writer.pid != os.getpid():
+            _writer = _Writer()
+        return _writer
+
+
+def writes_flush(timeout: float = 10.0) -> bool:
+    """Wait until every batch handed to this process's writer is written; False on timeout."""
+    writer = _writer
+    if writer is None or writer.pid != os.getpid():
+        return True
+    return writer.wait_all(timeout)
+
+
+atexit.register(writes_flush, 10.0)
+
+
+def _reserve_ids(model: type[Step], count: int) -> list[int]:
+    """``count`` fresh ids from the table's own sequence (the ids the database would have given)."""
+    table = model._meta.db_table
+    column = model._meta.pk.column
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+            [connection.ops.quote_name(table), column, count],
+        )
+        return [int(row[0]) for row in cursor.fetchall()]
 
 
 class TurnRecorder:
@@ -137,61 +521,79 @@ class TurnRecorder:
         self._exchange_seq = Exchange.objects.filter(turn=turn).aggregate(m=Max("seq"))["m"] or 0
         self._parents: dict[int, int | None] = {}
         self._chain = chain_head(turn.conversation_id)
-        # Step updates not yet written, by step id, in the order they were first made.
+        # Step updates not yet handed over, by step id, in the order they were first made.
         self._updates: dict[int, dict[str, Any]] = {}
-        self._exchanges: list[Exchange] = []
+        self._records: list[tuple[int, Sequence[WireExchange], int]] = []
         self._turn_fields: list[str] = []
-        self._changed: list[int] = []
-        self._turn_written = False
+        # The writer thread, when the rows may be written from another connection (see above).
+        self._writer = (
+            _writer_for_process()
+            if connection.vendor == "postgresql" and not connection.in_atomic_block
+            else None
+        )
+        # On PostgreSQL a step's id is known before its row is written (see ``_next_id``).
+        self._reserves_ids = connection.vendor == "postgresql"
+        self._ids: deque[int] = deque()
+        self._id_block = _ID_BLOCK_FIRST
+        # Kept by the writer (under its lock): batches handed over and not yet written or dropped,
+        # and the error of the first write that failed, until the loop has been told of it.
+        self._outstanding = 0
+        self._write_error: BaseException | None = None
+        # Ids of steps whose write failed or was dropped (the writer's thread only).
+        self._lost: set[int] = set()
 
-    def step_open(self, *, kind: str, title: str, parent: int | None = None, **fields: Any) -> int:
-        """Write the new step (with every pending update) at once, and return its id."""
+    @property
+    def deferred(self) -> bool:
+        """Whether batches are written by the writer thread (else inline, before returning)."""
+        return self._writer is not None
+
+    def step_open(
+        self,
+        *,
+        kind: str,
+        title: str,
+        parent: int | None = None,
+        computed: Callable[[], dict[str, Any]] | None = None,
+        **fields: Any,
+    ) -> int:
+        """Hand the new step (with every pending update) over to be written; return its id.
+
+        ``computed`` gives fields that are worked out where the row is written (off the loop's
+        path when a writer thread writes it); it must not depend on anything the loop changes.
+        """
         self._check(fields)
-        fields = self._redacted(fields)
-        title = self.redact.text(title)
+        self._raise_write_error()
         self._seq += 1
         now = timezone.now()
-        step = Step(
-            turn=self.turn,
-            parent_id=parent,
-            seq=self._seq,
+        opening = _Opening(
+            pk=self._next_id() if self._reserves_ids else None,
             kind=kind,
-            title=title[:300],
-            started_at=now,
-            updated_at=now,
-            **fields,
+            title=title,
+            parent=parent,
+            seq=self._seq,
+            at=now,
+            fields=fields,
+            computed=computed,
         )
         if parent is not None:
             self._touch(parent, now)
-        self._write(step)
-        self._parents[step.pk] = parent
-        self._publish([step.pk])
-        return step.pk
+        batch = self._batch(opening=opening)
+        self._send(batch)
+        pk = opening.pk if opening.pk is not None else batch.step.pk  # type: ignore[union-attr]
+        self._parents[pk] = parent
+        return pk
 
     def step_save(self, step: int, *, exchanges: Sequence[WireExchange] = (), **fields: Any) -> None:
-        """Queue an update of ``step``; it is written by the next ``step_open`` or ``flush``."""
+        """Queue an update of ``step``; it goes out with the next ``step_open`` or ``flush``."""
         self._check(fields)
-        fields = self._redacted(fields)
         now = timezone.now()
-        if "title" in fields:
-            fields["title"] = str(fields["title"])[:300]
         self._updates.setdefault(step, {}).update(fields, updated_at=now)
         parent = self._parents.get(step)
         if parent is not None:
             self._touch(parent, now)
         if exchanges:
-            rows = exchange_rows(
-                exchanges,
-                turn_id=self.turn.pk,
-                step_id=step,
-                redact=self.redact,
-                first_seq=self._exchange_seq + 1,
-            )
-            self._exchange_seq += len(rows)
-            for row in rows:
-                row.prev_hash = self._chain
-                row.hash = self._chain = exchange_digest(row, turn_seq=self.turn.seq, previous=self._chain)
-            self._exchanges.extend(rows)
+            self._records.append((step, list(exchanges), self._exchange_seq + 1))
+            self._exchange_seq += len(exchanges)
 
     def step_close(
         self, step: int, *, status: str, exchanges: Sequence[WireExchange] = (), **fields: Any
@@ -200,10 +602,12 @@ class TurnRecorder:
 
     def partial_sink(self, step: int) -> DeltaCallback:
         """Where a streamed reply for ``step`` is shown while it arrives: redacted, cut to its
-        tail, throttled, published (never stored)."""
+        tail, throttled, published (never stored) — after the step's own row is written, so the
+        page has the row to show it in."""
 
         def publish(partial: PartialReply) -> None:
-            live.publish_step_partial(
+            send = functools.partial(
+                live.publish_step_partial,
                 conversation_id=self.conversation_id,
                 turn_id=self.turn.pk,
                 step_id=step,
@@ -218,6 +622,10 @@ class TurnRecorder:
                     for call in partial.calls
                 ],
             )
+            if self._writer is None:
+                send()
+            else:
+                self._writer.put(_Batch(owner=self, after=send))
 
         return throttled(publish, interval=PARTIAL_INTERVAL_SECONDS)
 
@@ -232,14 +640,26 @@ class TurnRecorder:
 
     def turn_save(self, *fields: str) -> None:
         """Queue a save of these fields of the turn (and its ``updated_at``) with the next write;
-        the turn's doorbell rings once it is written."""
+        the turn's doorbell rings once it is written. The values are taken when the batch goes
+        out, so later changes to the turn object do not leak into an earlier write."""
         self._turn_fields.extend(name for name in (*fields, "updated_at") if name not in self._turn_fields)
 
     def flush(self) -> None:
-        """Write every pending update now, then publish the rows it changed."""
-        if self._updates or self._exchanges or self._turn_fields:
-            self._write(None)
-            self._publish([])
+        """Hand every pending update over to be written (inline: written before returning); the
+        rows it changed are published once written."""
+        if self._updates or self._records or self._turn_fields:
+            self._send(self._batch(opening=None))
+
+    def drain(self) -> None:
+        """Flush, then wait until everything handed over is committed.
+
+        Raises:
+            Exception: the error of a write that failed since the loop last heard of one.
+        """
+        self.flush()
+        if self._writer is not None:
+            self._writer.wait(self)
+        self._raise_write_error()
 
     def turn_changed(self) -> None:
         live.publish_turn_changed(conversation_id=self.conversation_id, turn_id=self.turn.pk)
@@ -248,39 +668,54 @@ class TurnRecorder:
         """A child changed: move the parent's ``updated_at`` so a reconnecting browser re-reads it."""
         self._updates.setdefault(parent, {})["updated_at"] = now
 
-    def _write(self, step: Step | None) -> None:
-        """One transaction: the pending turn fields, step updates and exchanges, then ``step``."""
-        updates, self._updates = self._updates, {}
-        exchanges, self._exchanges = self._exchanges, []
-        turn_fields, self._turn_fields = self._turn_fields, []
-        self._changed = list(updates)
-        self._turn_written = bool(turn_fields)
-        with transaction.atomic():
-            if connection.vendor == "postgresql":
-                with connection.cursor() as cursor:
-                    cursor.execute("SET LOCAL synchronous_commit TO OFF")
-            if turn_fields:
-                self.turn.save(update_fields=turn_fields)
-            for pk, fields in updates.items():
-                Step.objects.filter(pk=pk).update(**fields)
-            if exchanges:
-                Exchange.objects.bulk_create(exchanges)
-            if step is not None:
-                step.save(force_insert=True)
-        _release_connection()
+    def _next_id(self) -> int:
+        if not self._ids:
+            self._ids.extend(_reserve_ids(Step, self._id_block))
+            self._id_block = min(2 * self._id_block, _ID_BLOCK_MOST)
+            _release_connection()
+        return self._ids.popleft()
 
-    def _publish(self, opened: list[int]) -> None:
-        if self._turn_written:
-            self.turn_changed()
-        rows = dict.fromkeys(self._parents.get(pk) or pk for pk in (*self._changed, *opened))
-        for row in rows:
-            live.publish_step_changed(conversation_id=self.conversation_id, turn_id=self.turn.pk, step_id=row)
+    def _batch(self, *, opening: _Opening | None) -> _Batch:
+        """Everything pending (and the step being opened), taken off the recorder."""
+        updates, self._updates = self._updates, {}
+        records, self._records = self._records, []
+        turn_fields, self._turn_fields = self._turn_fields, []
+        turn_values = {name: getattr(self.turn, name) for name in turn_fields}
+        if turn_values:
+            turn_values["updated_at"] = self.turn.updated_at = timezone.now()
+        rows = [self._parents.get(pk) or pk for pk in updates]
+        return _Batch(
+            owner=self, turn_values=turn_values, updates=updates, records=records, opening=opening, rows=rows
+        )
+
+    def _send(self, batch: _Batch) -> None:
+        if self._writer is not None:
+            self._writer.put(batch)
+            # Whatever the loop read since its last write, it holds no connection while it waits.
+            _release_connection()
+            return
+        batch.prepare()
+        try:
+            _write([batch])
+        finally:
+            _release_connection()
+        batch.publish()
+
+    def _raise_write_error(self) -> None:
+        error = self._write_error
+        if error is not None:
+            self._write_error = None
+            raise error
 
     def _redacted(self, fields: dict[str, Any]) -> dict[str, Any]:
-        return {
+        """Fields as they may be stored: every text redacted, the title cut to its column."""
+        redacted = {
             name: self.redact.json(value) if name in _REDACTED_FIELDS else value
             for name, value in fields.items()
         }
+        if "title" in redacted:
+            redacted["title"] = str(redacted["title"])[:300]
+        return redacted
 
     @staticmethod
     def _check(fields: dict[str, Any]) -> None:
@@ -289,7 +724,15 @@ class TurnRecorder:
             raise TypeError(f"not Step fields: {', '.join(sorted(unknown))}")
 
 
-def _release_connection() -> None:
-    """Hand a pooled connection back between writes: a turn waiting on a model must not hold one."""
-    if connection.settings_dict["OPTIONS"].get("pool") and not connection.in_atomic_block:
+def _release_connection(*, always: bool = False) -> None:
+    """Hand a pooled connection back between writes: a turn waiting on a model must not hold one.
+
+    ``always`` (the writer, after each write): a connection that is not pooled is closed too if
+    the write left it unusable, so the next write opens a fresh one.
+    """
+    if connection.in_atomic_block:
+        return
+    if connection.settings_dict["OPTIONS"].get("pool"):
         connection.close()
+    elif always:
+        connection.close_if_unusable_or_obsolete()

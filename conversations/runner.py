@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import httpx2
 from django.conf import settings
 from django.core.wsgi import get_wsgi_application
+from django.db import DatabaseError
 
 from conversations.agent import AgentTurn, PromptRenderer, ToolRun, run_agent
 from conversations.llm import Message, ToolChoice, ToolDef, provider_tool_names
@@ -282,10 +283,18 @@ def turn_run(*, turn_id: int) -> None:
             partials=recorder.partial_sink,
         )
         _remember_downgrades(profile, outcome.downgrades)
+        # A step the database refused while the loop went on fails the turn, like one refused
+        # before the loop's eyes: steps are missing, and the record says why.
+        recorder.drain()
     except TurnSetupError as exc:
         step = recorder.step_open(kind="error", title="the turn could not start")
         recorder.step_close(step, status="error", error=str(exc))
         turn.mark_failed(str(exc))
+    except DatabaseError as exc:
+        logger.exception("turn %s: a database write or read failed", turn_id)
+        step = recorder.step_open(kind="error", title="the database failed")
+        recorder.step_close(step, status="error", error=f"{type(exc).__name__}: {exc}")
+        turn.mark_failed(f"the database failed, so the record of this turn is incomplete: {exc}")
     except Exception as exc:  # noqa: BLE001 — a bug must still end the turn visibly
         logger.exception("turn %s failed", turn_id)
         step = recorder.step_open(kind="error", title="internal error")
@@ -297,7 +306,8 @@ def turn_run(*, turn_id: int) -> None:
             turn.mark_done(outcome.answer)
         else:
             turn.mark_failed(outcome.error)
-    recorder.flush()
+    # Every step is committed before the turn's end is written (a write that failed raises here).
+    recorder.drain()
     # An ordinary (synchronous) commit: it makes the turn and every step before it durable.
     turn.save()
     recorder.turn_changed()

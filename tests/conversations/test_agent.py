@@ -136,7 +136,17 @@ class MemoryRecorder:
 
     steps: list[dict[str, Any]] = field(default_factory=list)
 
-    def step_open(self, *, kind: str, title: str, parent: int | None = None, **fields: Any) -> int:
+    def step_open(
+        self,
+        *,
+        kind: str,
+        title: str,
+        parent: int | None = None,
+        computed: Callable[[], dict[str, Any]] | None = None,
+        **fields: Any,
+    ) -> int:
+        if computed is not None:
+            fields.update(computed())
         self.steps.append(
             {"kind": kind, "title": title, "parent": parent, "status": "open", "exchanges": [], **fields}
         )

@@ -1,17 +1,22 @@
-"""The recorder against the real database: what the loop saw is written before it waits again,
-in one transaction per step, with the exchanges in hash-chain order."""
+"""The recorder against the real database: what the loop saw goes out before it waits again, in
+one transaction per step, with the exchanges in hash-chain order; on PostgreSQL the process's
+record writer commits it while the loop goes on, and rings each row's doorbell only after."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
+import psycopg
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import DataError, connection, transaction
 
 from conversations.integrity import conversation_verify
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.recording import TurnRecorder
+from inspector import live
 from inspector.wire import WireExchange
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,13 +38,14 @@ def _exchange(label: str) -> WireExchange:
     )
 
 
-def test_a_steps_updates_are_written_by_the_time_the_next_step_opens(turn: Turn) -> None:
+def test_a_steps_updates_go_out_with_the_next_step_and_are_committed_by_drain(turn: Turn) -> None:
     recorder = TurnRecorder(turn)
     decide = recorder.step_open(kind="decide", title="model call 1")
     recorder.step_save(decide, text="I will call the weather tool", exchanges=[_exchange("llm")])
     recorder.step_save(decide, title="calls get_weather_forecast", calls=[{"name": "get_weather_forecast"}])
 
     tool = recorder.step_open(kind="tool", title="demo/get_weather_forecast", parent=decide)
+    recorder.drain()
 
     written = Step.objects.get(pk=decide)
     assert written.text == "I will call the weather tool"
@@ -58,7 +64,7 @@ def test_flushing_writes_the_last_close_and_keeps_the_hash_chain_intact(turn: Tu
     recorder.step_close(decide, status="ok")
     recorder.turn_save("answer")
 
-    recorder.flush()
+    recorder.drain()
 
     assert Step.objects.get(pk=tool).status == "ok"
     assert Step.objects.get(pk=decide).finished_at is not None
@@ -92,6 +98,119 @@ def test_between_writes_the_recorder_holds_no_pooled_connection(turn: Turn) -> N
 
     assert connection.connection is None
     recorder.step_close(step, status="ok")
-    recorder.flush()
+    recorder.drain()
     assert connection.connection is None
     assert Step.objects.get(pk=step).status == "ok"
+
+
+def _other_connection() -> psycopg.Connection[tuple[object, ...]]:
+    """A connection of its own: it sees only what has been committed."""
+    db = connection.settings_dict
+    return psycopg.connect(
+        host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"] or None, dbname=db["NAME"]
+    )
+
+
+@contextmanager
+def _turn_row_locked(turn: Turn) -> Iterator[None]:
+    """Hold the turn's row lock from another connection: a write that updates the turn waits."""
+    with _other_connection() as other:
+        other.execute("SELECT 1 FROM conversations_turn WHERE id = %s FOR UPDATE", [turn.pk])
+        yield
+        other.rollback()
+
+
+@pytest.mark.postgres
+def test_the_loop_goes_on_while_the_writer_waits_for_the_database(turn: Turn) -> None:
+    recorder = TurnRecorder(turn)
+    assert recorder.deferred
+
+    with _turn_row_locked(turn):
+        recorder.turn_save("status")
+        step = recorder.step_open(kind="decide", title="model call 1")
+        recorder.step_close(step, status="ok", text="four")
+        tool = recorder.step_open(kind="tool", title="demo/calculate", parent=step)
+        # Both calls returned while the first write is still blocked on the lock.
+        assert not Step.objects.filter(pk__in=[step, tool]).exists()
+
+    recorder.drain()
+    assert Step.objects.get(pk=step).text == "four"
+    assert Step.objects.get(pk=tool).parent_id == step
+
+
+@pytest.mark.postgres
+def test_a_doorbell_rings_only_after_its_row_is_committed(
+    turn: Turn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[int, str | None]] = []
+
+    def ring(*, conversation_id: object, turn_id: int, step_id: int) -> None:
+        # Read from a fresh connection: only committed rows are visible there.
+        with _other_connection() as other:
+            row = other.execute("SELECT status FROM conversations_step WHERE id = %s", [step_id]).fetchone()
+        seen.append((step_id, row[0] if row else None))
+
+    monkeypatch.setattr(live, "publish_step_changed", ring)
+    recorder = TurnRecorder(turn)
+    step = recorder.step_open(kind="decide", title="model call 1")
+    recorder.step_close(step, status="ok")
+    recorder.drain()
+
+    # Two batches, written apart or together: every ring finds its row, the last one closed.
+    assert seen and all(ring_step == step and status is not None for ring_step, status in seen)
+    assert seen[-1] == (step, "ok")
+
+
+@pytest.mark.postgres
+def test_ids_come_from_the_tables_sequence_so_other_writers_never_collide(turn: Turn) -> None:
+    recorder = TurnRecorder(turn)
+    opened = [recorder.step_open(kind="decide", title=f"model call {n}") for n in range(1, 4)]
+    # A row written the ordinary way meanwhile (another process, the admin) gets a later id.
+    other = Step.objects.create(turn=turn, seq=99, kind="error", title="elsewhere")
+    later = recorder.step_open(kind="decide", title="model call 4")
+    recorder.drain()
+
+    assert opened == sorted(opened) and other.pk > max(opened)
+    assert later not in {*opened, other.pk}
+    assert Step.objects.filter(turn=turn).count() == 5
+
+
+@pytest.mark.postgres
+def test_a_write_that_fails_is_raised_to_the_loop_and_costs_other_turns_nothing(turn: Turn) -> None:
+    other_turn = Turn.objects.create(
+        conversation=turn.conversation, seq=2, question="And tomorrow?", paradigm="native", tool_choice="auto"
+    )
+    bad, good = TurnRecorder(turn), TurnRecorder(other_turn)
+
+    with _turn_row_locked(turn):
+        # Both turns' batches queue behind the lock and are written together.
+        bad.turn_save("question")
+        first = bad.step_open(kind="decide", title="model call 1")
+        bad.step_close(first, status="x" * 40)  # longer than the column: the database refuses it
+        after_bad = bad.step_open(kind="decide", title="model call 2")
+        kept = good.step_open(kind="decide", title="model call 1")
+        good.step_close(kept, status="ok")
+        good.flush()
+
+    with pytest.raises(DataError, match="too long"):
+        bad.drain()
+    good.drain()
+
+    assert Step.objects.get(pk=kept).status == "ok"
+    assert Step.objects.filter(pk=first).exists()
+    # The batch after the failed one was dropped, not written half-way.
+    assert not Step.objects.filter(pk=after_bad).exists()
+    # Once the loop has heard of the error, the recorder records again (the runner's error step).
+    error_step = bad.step_open(kind="error", title="internal error")
+    bad.drain()
+    assert Step.objects.filter(pk=error_step).exists()
+
+
+@pytest.mark.postgres
+def test_inside_a_callers_transaction_the_rows_are_written_inline(turn: Turn) -> None:
+    with transaction.atomic():
+        recorder = TurnRecorder(turn)
+        step = recorder.step_open(kind="decide", title="model call 1")
+
+        assert not recorder.deferred
+        assert Step.objects.filter(pk=step).exists()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import connection
 
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.runner import turn_run
@@ -237,3 +238,35 @@ def test_no_api_key_or_authorization_header_is_ever_stored(alice: User) -> None:
         )
         assert key not in stored
         assert exchange.request_headers.get("authorization") in (None, "••••••")
+
+
+@pytest.fixture
+def tool_steps_refused() -> Iterator[None]:
+    """The database refuses every tool step (as a full disk or a broken constraint would)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            CREATE FUNCTION refuse_tool_step() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN RAISE EXCEPTION 'no room for tool steps'; END $$;
+            CREATE TRIGGER refuse_tool_step BEFORE INSERT ON conversations_step
+            FOR EACH ROW WHEN (NEW.kind = 'tool') EXECUTE FUNCTION refuse_tool_step();
+            """
+        )
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TRIGGER refuse_tool_step ON conversations_step; DROP FUNCTION refuse_tool_step()")
+
+
+@pytest.mark.postgres
+def test_a_step_the_database_refuses_fails_the_turn_with_the_reason(
+    alice: User, tool_steps_refused: None
+) -> None:
+    _, turn = _run(alice, WEATHER)
+
+    assert turn.status == "failed"
+    assert turn.error.startswith("the database failed") and "no room for tool steps" in turn.error
+    assert _rows(turn)[-1] == "error"
+    last = Step.objects.filter(turn=turn).order_by("seq").last()
+    assert last is not None and last.title == "the database failed"
+    assert last.error.startswith("ProgrammingError: no room for tool steps")
+    assert not Step.objects.filter(turn=turn, kind="tool").exists()
