@@ -21,7 +21,6 @@ Pure Python: no Django, no I/O (server probing takes an injected ``get_json``).
 
 from __future__ import annotations
 
-import copy
 import difflib
 import functools
 import importlib
@@ -230,20 +229,29 @@ def _arguments_as_value(arguments: JSONValue) -> JSONValue:
 
 
 def _template_messages(messages: Sequence[JSONDict]) -> list[JSONDict]:
-    """Deep copies of ``messages`` with tool-call arguments parsed (the caller's stay untouched)."""
+    """``messages`` with tool-call arguments parsed; the caller's stay untouched.
+
+    Only the dicts and lists on the way to a call's ``arguments`` are copied: everything else is
+    shared with the caller, which is safe because the sandbox is immutable (a template cannot
+    change a list or dict it is given). A deep copy of the whole history cost more than the
+    rendering at every step of a long turn.
+    """
     prepared: list[JSONDict] = []
     for message in messages:
-        item = copy.deepcopy(message)
-        calls = item.get("tool_calls")
+        calls = message.get("tool_calls")
         if isinstance(calls, list):
-            for call in calls:
-                if not isinstance(call, dict):
-                    continue
-                function = call.get("function")
-                if isinstance(function, dict) and "arguments" in function:
-                    function["arguments"] = _arguments_as_value(function["arguments"])
-        prepared.append(item)
+            message = {**message, "tool_calls": [_template_call(call) for call in calls]}
+        prepared.append(message)
     return prepared
+
+
+def _template_call(call: JSONValue) -> JSONValue:
+    if not isinstance(call, dict):
+        return call
+    function = call.get("function")
+    if not isinstance(function, dict) or "arguments" not in function:
+        return call
+    return {**call, "function": {**function, "arguments": _arguments_as_value(function["arguments"])}}
 
 
 def render_chat_template(
@@ -278,7 +286,7 @@ def render_chat_template(
     context["documents"] = None
     context.update(extra or {})
     context["messages"] = _template_messages(messages)
-    context["tools"] = copy.deepcopy(tools) if tools else None
+    context["tools"] = tools or None  # shared, like the messages: the sandbox cannot change them
     context["add_generation_prompt"] = add_generation_prompt
 
     try:
