@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import quicktok
 
+from conversations import splicing
 from conversations.splicing import (
     GENERIC_SOURCE,
     GENERIC_TEMPLATE,
@@ -462,6 +463,34 @@ def test_generic_template_full_small_case() -> None:
         '<|im_start|>assistant\nOn it.\n<tool_call>\n{"name": "echo", "arguments": {"text": "x"}}\n</tool_call><|im_end|>\n'
         "<|im_start|>user\n<tool_response>\nx\n</tool_response><|im_end|>\n"
     )
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "user", "content": "hi"}],
+        [
+            {"role": "system", "content": [{"type": "text", "text": "Be brief."}, "and kind"]},
+            {"role": "user", "content": {"items": 1, "keys": "values"}},
+            {"role": "assistant", "content": None, "tool_calls": [call("a", "echo", '{"text": "<b>&x"}')]},
+            {"role": "tool", "tool_call_id": "a", "content": "x'<>&\"y"},
+            {"role": "assistant", "content": "done", "tool_calls": [call("b", "echo", "not json")]},
+        ],
+    ],
+)
+@pytest.mark.parametrize("tools", [[], [ECHO]])
+def test_the_generic_template_renders_outside_the_sandbox_exactly_as_inside(
+    messages: list[JSONDict], tools: list[JSONDict]
+) -> None:
+    sandboxed = splicing._compile(GENERIC_TEMPLATE).render(
+        messages=splicing._template_messages(messages),
+        tools=tools or None,
+        add_generation_prompt=True,
+        documents=None,
+        **dict.fromkeys(splicing._SPECIAL_TOKEN_NAMES, ""),
+    )
+
+    assert render_chat_template(GENERIC_TEMPLATE, messages=messages, tools=tools) == sandboxed
 
 
 def test_generic_template_without_tools_or_system_is_plain_chatml() -> None:
