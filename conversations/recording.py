@@ -35,13 +35,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import Max
-from django.db.models.sql import InsertQuery, UpdateQuery
-from django.db.models.sql.compiler import SQLInsertCompiler
+from django.db import connection, connections, transaction
+from django.db.models import Field, Max, Model
 from django.utils import timezone
 
 from conversations.integrity import chain_head, exchange_digest
@@ -352,31 +350,51 @@ def _execute_as_one(statements: list[_Statement]) -> None:
 
 
 def _update_sql(model: type[Turn] | type[Step], pk: int, values: dict[str, Any]) -> _Statement:
-    """``UPDATE`` of one row's fields, as the ORM would write it."""
-    query = model.objects.filter(pk=pk).query.chain(UpdateQuery)
-    query.add_update_values(values)
-    sql, params = query.get_compiler(connection.alias).as_sql()
+    """``UPDATE`` of one row's fields, with the values prepared by the fields as the ORM would."""
+    sql, fields = _update_template(model, tuple(values), connection.alias)
+    params = [field.get_db_prep_save(values[name], connection) for name, field in zip(values, fields, strict=True)]
+    params.append(pk)
     return sql, params
 
 
 def _insert_sql(model: type[Step] | type[Exchange], rows: list[Any]) -> list[_Statement]:
     """One ``INSERT … VALUES`` of ``rows`` (all with their ids, or all without), if any.
 
-    ``bulk_create`` sends PostgreSQL a multi-row insert as ``UNNEST`` over one array per column,
-    and psycopg's client-side binding quotes each array element in Python, one regex call per
-    quote character: on request bodies full of JSON that cost milliseconds per write. Plain
-    ``VALUES`` rows are quoted by libpq, in C.
+    Not ``bulk_create``: it sends PostgreSQL a multi-row insert as ``UNNEST`` over one array per
+    column, and psycopg's client-side binding quotes each array element in Python, one regex
+    call per quote character — on request bodies full of JSON that cost milliseconds per write.
+    Plain ``VALUES`` rows are quoted by libpq, in C. The statement text is built once per shape.
     """
     if not rows:
         return []
     with_ids = rows[0].pk is not None
-    fields = [f for f in model._meta.concrete_fields if with_ids or not f.primary_key]
-    query = InsertQuery(model)
-    query.insert_values(fields, rows)
+    prefix, row_sql, fields = _insert_template(model, with_ids, connection.alias)
+    params = [field.get_db_prep_save(field.pre_save(row, True), connection) for row in rows for field in fields]
     for row in rows:
         row._state.adding = False
         row._state.db = connection.alias
-    return list(SQLInsertCompiler(query, connection, connection.alias).as_sql())
+    return [(prefix + ", ".join([row_sql] * len(rows)), params)]
+
+
+_Fields = tuple["Field[Any, Any]", ...]
+
+
+@functools.lru_cache(maxsize=512)
+def _update_template(model: type[Model], names: tuple[str, ...], alias: str) -> tuple[str, _Fields]:
+    quote = connections[alias].ops.quote_name
+    fields = tuple(cast("Field[Any, Any]", model._meta.get_field(name)) for name in names)
+    assignments = ", ".join(f"{quote(str(field.column))} = %s" for field in fields)
+    pk = quote(str(model._meta.pk.column))
+    return f"UPDATE {quote(model._meta.db_table)} SET {assignments} WHERE {pk} = %s", fields
+
+
+@functools.lru_cache(maxsize=16)
+def _insert_template(model: type[Model], with_ids: bool, alias: str) -> tuple[str, str, _Fields]:
+    quote = connections[alias].ops.quote_name
+    fields = tuple(f for f in model._meta.concrete_fields if with_ids or not f.primary_key)
+    columns = ", ".join(quote(str(field.column)) for field in fields)
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    return f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ", row, fields
 
 
 class _Writer:
