@@ -418,10 +418,16 @@ class _Writer:
             self._pending.append(batch)
             self._condition.notify_all()
 
-    def wait(self, owner: TurnRecorder, timeout: float | None = None) -> bool:
-        """Block until every batch of ``owner`` handed over so far is written or dropped."""
+    def wait(self, owner: TurnRecorder) -> None:
+        """Block until every batch of ``owner`` handed over so far is written or dropped.
+
+        Raises:
+            RuntimeError: the writer's thread is gone (its batches will never be written).
+        """
         with self._condition:
-            return self._condition.wait_for(lambda: owner._outstanding == 0, timeout)
+            while not self._condition.wait_for(lambda: owner._outstanding == 0, timeout=1.0):
+                if not self._thread.is_alive():
+                    raise RuntimeError("the record writer stopped before writing this turn's steps")
 
     def wait_all(self, timeout: float) -> bool:
         with self._condition:

@@ -4,15 +4,18 @@ record writer commits it while the loop goes on, and rings each row's doorbell o
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import psycopg
 import pytest
 from django.contrib.auth.models import User
 from django.db import DataError, connection, transaction
 
+from conversations import recording
 from conversations.integrity import conversation_verify
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.recording import TurnRecorder
@@ -214,3 +217,15 @@ def test_inside_a_callers_transaction_the_rows_are_written_inline(turn: Turn) ->
 
         assert not recorder.deferred
         assert Step.objects.filter(pk=step).exists()
+
+
+def test_waiting_on_a_writer_whose_thread_is_gone_fails_instead_of_hanging() -> None:
+    writer = recording._Writer()
+    dead = threading.Thread(target=lambda: None)
+    dead.start()
+    dead.join()
+    writer._thread = dead
+    owner = SimpleNamespace(_outstanding=1)
+
+    with pytest.raises(RuntimeError, match="record writer stopped"):
+        writer.wait(owner)  # type: ignore[arg-type]
