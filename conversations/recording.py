@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
+import psycopg
 from django.conf import settings
 from django.db import connection, connections, transaction
-from django.db.models import Field, Max, Model
+from django.db.models import Field, Model, OuterRef, Subquery
 from django.utils import timezone
 
 from conversations.integrity import chain_head, exchange_digest
@@ -318,7 +319,11 @@ def _write(batches: Sequence[_Batch]) -> None:
         *_insert_sql(Step, list(opened.values())),
         *_insert_sql(Exchange, exchanges),
     ]
-    if connection.vendor == "postgresql" and not unsaved:
+    if (
+        connection.vendor == "postgresql"
+        and not unsaved
+        and sum(len(params) for _, params in statements) <= _MOST_BOUND_VALUES
+    ):
         _execute_as_one(statements)
         return
     with transaction.atomic(), connection.cursor() as cursor:
@@ -329,6 +334,9 @@ def _write(batches: Sequence[_Batch]) -> None:
 
 
 _Statement = tuple[str, Sequence[Any]]
+# The most values one statement can bind on the server (the protocol counts them in 16 bits);
+# a bigger write goes statement by statement in a transaction.
+_MOST_BOUND_VALUES = 65535
 
 
 def _execute_as_one(statements: list[_Statement]) -> None:
@@ -339,14 +347,29 @@ def _execute_as_one(statements: list[_Statement]) -> None:
     same row; ``_write`` merges them), and the foreign keys, deferred to the commit, see rows
     inserted by other parts. Outside a caller's transaction it commits asynchronously
     (``set_config(…, true)`` lasts until that commit).
+
+    The values are bound on the server (a raw cursor, ``$n`` placeholders numbered here), so
+    neither the statement nor the bodies in it are parsed or quoted in Python: with
+    client-side binding, psycopg re-parses a long statement's text on every write (it caches
+    short ones only) and quotes every value.
     """
     if not statements:
         return
-    parts = ", ".join(f"w{index} AS ({sql})" for index, (sql, _) in enumerate(statements))
+    parts: list[str] = []
+    placeholders = 0
+    for index, (sql, _) in enumerate(statements):
+        pieces = sql.split("%s")
+        numbered = [pieces[0]]
+        for piece in pieces[1:]:
+            placeholders += 1
+            numbered.append(f"${placeholders}")
+            numbered.append(piece)
+        parts.append(f"w{index} AS ({''.join(numbered)})")
     last = "SELECT 1" if connection.in_atomic_block else "SELECT set_config('synchronous_commit', 'off', true)"
     params = [param for _, part in statements for param in part]
-    with connection.cursor() as cursor:
-        cursor.execute(f"WITH {parts} {last}", params)
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.RawCursor(connection.connection) as cursor:
+        cursor.execute(f"WITH {', '.join(parts)} {last}", params)
 
 
 def _update_sql(model: type[Turn] | type[Step], pk: int, values: dict[str, Any]) -> _Statement:
@@ -541,8 +564,16 @@ class TurnRecorder:
         self.turn = turn
         self.conversation_id = turn.conversation.public_id
         self.redact = redact or active_redactor()
-        self._seq = Step.objects.filter(turn=turn).aggregate(m=Max("seq"))["m"] or 0
-        self._exchange_seq = Exchange.objects.filter(turn=turn).aggregate(m=Max("seq"))["m"] or 0
+        # Where the turn's steps and exchanges go on (both read in one query).
+        last = (
+            Turn.objects.filter(pk=turn.pk)
+            .values_list(
+                Subquery(Step.objects.filter(turn=OuterRef("pk")).order_by("-seq").values("seq")[:1]),
+                Subquery(Exchange.objects.filter(turn=OuterRef("pk")).order_by("-seq").values("seq")[:1]),
+            )
+            .first()
+        )
+        self._seq, self._exchange_seq = (last[0] or 0, last[1] or 0) if last else (0, 0)
         self._parents: dict[int, int | None] = {}
         self._chain = chain_head(turn.conversation_id)
         # Step updates not yet handed over, by step id, in the order they were first made.

@@ -141,9 +141,11 @@ def _session_note(server: McpServer, outcome: gateway.ListOutcome) -> str:
     return note + (f"; error: {outcome.error}" if outcome.error else "")
 
 
-def connect_servers(turn: Turn, recorder: TurnRecorder) -> tuple[list[ToolDef], dict[int, ServerConfig]]:
-    """List every server's tools (a ``connect`` step) and name them for the provider."""
-    servers = list(turn.conversation.servers.filter(enabled=True).order_by("name"))
+def connect_servers(
+    servers: list[McpServer], recorder: TurnRecorder
+) -> tuple[list[ToolDef], dict[int, ServerConfig]]:
+    """List the tools of every enabled server (a ``connect`` step) and name them for the provider."""
+    servers = [server for server in servers if server.enabled]
     step = recorder.step_open(kind="connect", title=f"connect {len(servers)} MCP server(s)")
     configs: dict[int, ServerConfig] = {}
     listed: list[tuple[McpServer, dict[str, object]]] = []
@@ -207,14 +209,14 @@ def _choice(turn: Turn, tools: list[ToolDef]) -> ToolChoice:
     raise TurnSetupError(f"the named tool {turn.tool_choice_name!r} is not offered by this turn's servers")
 
 
-def _run_secrets(turn: Turn) -> list[str]:
+def _run_secrets(turn: Turn, servers: list[McpServer]) -> list[str]:
     """The secret values this turn will use: never to be written anywhere, even if echoed back."""
     secrets: list[str] = []
     try:
         secrets.append(api_key_for(turn.conversation.model_profile))
     except TurnSetupError:
         pass
-    for server in turn.conversation.servers.all():
+    for server in servers:
         for value in (*server.env.values(), *server.headers.values()):
             try:
                 resolved = resolve_references(str(value))
@@ -255,13 +257,15 @@ def turn_run(*, turn_id: int) -> None:
         return
     if turn.status != Turn.Status.QUEUED:
         return
-    recorder = TurnRecorder(turn, redact=active_redactor(secrets=_run_secrets(turn)))
+    # The conversation's servers, read once (by name: the order their tools are offered in).
+    servers = list(turn.conversation.servers.order_by("name"))
+    recorder = TurnRecorder(turn, redact=active_redactor(secrets=_run_secrets(turn, servers)))
     turn.mark_running()
     recorder.turn_save("status", "started_at")
     # Its own (asynchronous) commit, so browsers render the running turn while it connects.
     recorder.flush()
     try:
-        tools, configs = connect_servers(turn, recorder)
+        tools, configs = connect_servers(servers, recorder)
         turn.tools = [tool.as_json() for tool in tools]
         recorder.turn_save("tools")
         profile = turn.conversation.model_profile

@@ -127,13 +127,16 @@ class _Publisher:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         while True:
-            batch = self._take()
-            for group, event in batch:
-                try:
-                    loop.run_until_complete(self.layer.group_send(group, dict(event)))
-                except Exception:  # noqa: BLE001 — the record is stored; a lost doorbell is caught up on reconnect
-                    logger.exception("could not publish %s to %s", event["type"], group)
+            loop.run_until_complete(self._send_all(self._take()))
             self._done()
+
+    async def _send_all(self, batch: list[tuple[str, Event]]) -> None:
+        """Send a batch in order, in one pass of the loop (not one ``run_until_complete`` each)."""
+        for group, event in batch:
+            try:
+                await self.layer.group_send(group, dict(event))
+            except Exception:  # noqa: BLE001 — the record is stored; a lost doorbell is caught up on reconnect
+                logger.exception("could not publish %s to %s", event["type"], group)
 
 
 _publisher: _Publisher | None = None

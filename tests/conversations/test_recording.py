@@ -210,6 +210,23 @@ def test_a_write_that_fails_is_raised_to_the_loop_and_costs_other_turns_nothing(
 
 
 @pytest.mark.postgres
+def test_a_write_with_more_values_than_one_statement_can_bind_is_still_written_whole(turn: Turn) -> None:
+    # A chatty server: thousands of notifications during one call (17 values per exchange).
+    recorder = TurnRecorder(turn)
+    tool = recorder.step_open(kind="tool", title="demo/long_running")
+    many = [_exchange(f"notifications/progress {n}") for n in range(4000)]
+    recorder.step_close(tool, status="ok", exchanges=many)
+    after = recorder.step_open(kind="decide", title="model call 2")
+    recorder.drain()
+
+    labels = list(Exchange.objects.filter(step_id=tool).order_by("seq").values_list("label", flat=True))
+    assert labels == [f"notifications/progress {n}" for n in range(4000)]
+    assert Step.objects.get(pk=tool).status == "ok"
+    assert Step.objects.filter(pk=after).exists()
+    assert conversation_verify(conversation=turn.conversation).intact
+
+
+@pytest.mark.postgres
 def test_inside_a_callers_transaction_the_rows_are_written_inline(turn: Turn) -> None:
     with transaction.atomic():
         recorder = TurnRecorder(turn)
