@@ -1,11 +1,14 @@
 """P4 concurrency (and P7 memory): 200 turns at once on one worker host.
 
 The fake model sleeps 1 s per call and makes 3 calls per turn (2 ``calculate`` calls, then the
-answer), so a perfect host finishes all 200 turns in 3 s. One Celery worker process runs them
-on its thread pool (``-P threads -c 200``, env ``BENCH_P4_CONCURRENCY``), against PostgreSQL,
-Redis and the bundled stdio MCP server, as deployed. All 200 turns are queued, then dispatched in
-one go; the wall time runs from the first dispatch to the last turn's ``finished_at``.
-Every turn must store exactly its exchanges: 3 model calls, 2 ``tools/call``, 1 ``tools/list``.
+answer), so a perfect host finishes all 200 turns in 3 s. The host runs the worker as deployed:
+one Celery worker process per core (env ``BENCH_P4_WORKERS``; each ``-P threads`` with its share
+of the 200 threads, env ``BENCH_P4_CONCURRENCY`` for the total), each with its own pooled stdio
+MCP server, against PostgreSQL and Redis. One interpreter runs Python on one core at a time, so a
+single process cannot use the host; its result is reported beside the host's (``1 process``).
+All 200 turns are queued, then dispatched in one go; the wall time runs from the first dispatch
+to the last turn's ``finished_at``. Every turn must store exactly its exchanges: 3 model calls,
+2 ``tools/call``, 1 ``tools/list``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import os
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -26,7 +31,7 @@ from bench.context import Context
 from bench.environment import REPO_ROOT
 from bench.fake_model import FakeModel
 from bench.processes import CeleryWorker, RssSampler, cpu_seconds, demo_server_pids, rss_bytes
-from bench.stats import Result, judged, not_run
+from bench.stats import Result, judged, not_run, summary
 from conversations.execution import turn_dispatch
 from conversations.models import Exchange, Turn
 
@@ -110,105 +115,198 @@ def _profile(ctx: Context, pid: int, ids: list[int], ratio: float) -> dict[str, 
     return summary
 
 
+@dataclass
+class _Load:
+    """What the repeats of one host configuration measured."""
+
+    walls: list[float] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    peaks_tree: list[int] = field(default_factory=list)
+    peaks_own: list[int] = field(default_factory=list)
+    seen: list[dict[str, int]] = field(default_factory=list)
+    stored: list[dict[str, int]] = field(default_factory=list)
+    statuses: Counter[str] = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+    server_pids: set[int] = field(default_factory=set)
+    idle: int = 0
+    profile: dict[str, Any] = field(default_factory=dict)
+
+
+def _tree_rss(pids: list[int]) -> int:
+    return sum(rss_bytes(pid) + sum(rss_bytes(p) for p in demo_server_pids(pid)) for pid in pids)
+
+
+def _warm(workers: list[CeleryWorker], owner: Any, profile: Any, server: Any) -> None:
+    """Turns until every worker process has run one (and so spawned its pooled stdio server)."""
+    for _ in range(20 * len(workers)):
+        if all(demo_server_pids(worker.pid) for worker in workers):
+            return
+        _load(_queue(len(workers), owner, profile, server))
+    raise RuntimeError("not every worker process took a turn while warming up")
+
+
+def _measure(
+    ctx: Context,
+    *,
+    processes: int,
+    total_threads: int,
+    repeats: int,
+    owner: Any,
+    model: FakeModel,
+    profile: Any,
+    server: Any,
+) -> _Load:
+    """``repeats`` loads of 200 turns on ``processes`` worker processes sharing ``total_threads``."""
+    measured = _Load()
+    label = f"{processes} process{'es' if processes > 1 else ''}"
+    with ExitStack() as stack:
+        workers = [
+            stack.enter_context(
+                CeleryWorker(concurrency=max(1, total_threads // processes), name=f"bench-p4-{index}")
+            )
+            for index in range(processes)
+        ]
+        pids = [worker.pid for worker in workers]
+        _warm(workers, owner, profile, server)
+        time.sleep(1)
+        measured.idle = _tree_rss(pids)
+        for index in range(repeats):
+            ids = _queue(TURNS, owner, profile, server)
+            cpu_before = sum(cpu_seconds(pid) for pid in pids)
+            model.stats()
+            watch = Watch()
+            with ExitStack() as sampling:
+                samplers = [sampling.enter_context(RssSampler(pid)) for pid in pids]
+                started, complete = _load(ids, watch)
+            measured.cpu.append(sum(cpu_seconds(pid) for pid in pids) - cpu_before)
+            measured.seen.append(
+                {
+                    "max_turns_running": watch.max_running,
+                    "max_db_connections": watch.max_connections,
+                    "max_model_requests_in_flight": model.stats()["max_in_flight"],
+                }
+            )
+            turns = Turn.objects.filter(pk__in=ids)
+            measured.statuses.update(turns.values_list("status", flat=True))
+            last = turns.aggregate(m=Max("finished_at"))["m"]
+            wall = (last - started).total_seconds() if complete and last else TIMEOUT
+            if not complete:
+                measured.problems.append(f"repeat {index + 1}: not all turns finished within {TIMEOUT:.0f} s")
+            errors = Counter(turns.exclude(status=Turn.Status.DONE).values_list("error", flat=True))
+            measured.problems.extend(f"{n} turn(s): {error[:200]}" for error, n in errors.most_common(3))
+            stored = _stored(ids)
+            measured.stored.append(stored)
+            expected = sum(EXPECTED.values()) * TURNS
+            measured.ratios.append(sum(stored.get(key, 0) for key in EXPECTED) / expected)
+            measured.walls.append(wall / IDEAL_SECONDS)
+            # The host's memory at each moment: every worker's tree, sampled together.
+            measured.peaks_tree.append(
+                max(map(sum, zip(*(sampler.tree for sampler in samplers), strict=False)), default=0)
+            )
+            measured.peaks_own.append(
+                max(map(sum, zip(*(sampler.own for sampler in samplers), strict=False)), default=0)
+            )
+            for pid in pids:
+                measured.server_pids |= demo_server_pids(pid)
+            ctx.log(
+                f"P4 {label} {index + 1}/{repeats}: {TURNS} turns in {wall:.2f} s ({wall / IDEAL_SECONDS:.2f}×), "
+                f"worker CPU {measured.cpu[-1]:.1f} s, exchanges {measured.ratios[-1]:.4f} of expected, "
+                f"peak RSS {measured.peaks_tree[-1] / p7_memory.MB:.0f} MB"
+            )
+        if ctx.profile and measured.walls and min(measured.walls) > LIMIT:
+            measured.profile = _profile(
+                ctx, pids[0], _queue(TURNS, owner, profile, server), min(measured.walls)
+            )
+    return measured
+
+
 def run(ctx: Context) -> list[Result]:
     reason = ctx.services.missing("postgres", "redis")
     if reason:
         why = f"needs PostgreSQL and Redis (a Celery worker host): {reason}"
         return [not_run(id=ID, name=NAME, unit=UNIT, target=TARGET, reason=why), p7_memory.skipped(why)]
     repeats = ctx.repeats(full=3, quick=1)
-    concurrency = int(os.environ.get("BENCH_P4_CONCURRENCY", TURNS))
+    total_threads = int(os.environ.get("BENCH_P4_CONCURRENCY", TURNS))
+    processes = int(os.environ.get("BENCH_P4_WORKERS", os.cpu_count() or 1))
     owner = fixtures.user("bench-p4")
     fixtures.purge(owner)
     server = fixtures.demo_server()
-    walls: list[float] = []
-    ratios: list[float] = []
-    peaks_tree: list[int] = []
-    peaks_own: list[int] = []
-    problems: list[str] = []
-    statuses: Counter[str] = Counter()
-    stored_all: list[dict[str, int]] = []
-    server_pids: set[int] = set()
-    cpu: list[float] = []
-    seen: list[dict[str, int]] = []
-    profile_summary: dict[str, Any] = {}
     with FakeModel(steps=CALLS, latency=LATENCY) as model:
         profile = fixtures.fake_profile(model.base_url)
-        with CeleryWorker(concurrency=concurrency, name="bench-p4") as worker:
-            warm = _queue(1, owner, profile, server)
-            _load(warm)
-            time.sleep(1)
-            idle = rss_bytes(worker.pid) + sum(rss_bytes(p) for p in demo_server_pids(worker.pid))
-            for index in range(repeats):
-                ids = _queue(TURNS, owner, profile, server)
-                cpu_before = cpu_seconds(worker.pid)
-                model.stats()
-                watch = Watch()
-                with RssSampler(worker.pid) as sampler:
-                    started, complete = _load(ids, watch)
-                cpu.append(cpu_seconds(worker.pid) - cpu_before)
-                seen.append(
-                    {
-                        "max_turns_running": watch.max_running,
-                        "max_db_connections": watch.max_connections,
-                        "max_model_requests_in_flight": model.stats()["max_in_flight"],
-                    }
-                )
-                turns = Turn.objects.filter(pk__in=ids)
-                statuses.update(turns.values_list("status", flat=True))
-                last = turns.aggregate(m=Max("finished_at"))["m"]
-                wall = (last - started).total_seconds() if complete and last else TIMEOUT
-                if not complete:
-                    problems.append(f"repeat {index + 1}: not all turns finished within {TIMEOUT:.0f} s")
-                errors = Counter(turns.exclude(status=Turn.Status.DONE).values_list("error", flat=True))
-                problems.extend(f"{n} turn(s): {error[:200]}" for error, n in errors.most_common(3))
-                stored = _stored(ids)
-                stored_all.append(stored)
-                expected = sum(EXPECTED.values()) * TURNS
-                ratios.append(sum(stored.get(key, 0) for key in EXPECTED) / expected)
-                walls.append(wall / IDEAL_SECONDS)
-                peaks_tree.append(max(sampler.tree, default=0))
-                peaks_own.append(max(sampler.own, default=0))
-                server_pids |= demo_server_pids(worker.pid)
-                ctx.log(
-                    f"P4 {index + 1}/{repeats}: {TURNS} turns in {wall:.2f} s ({wall / IDEAL_SECONDS:.2f}×), "
-                    f"worker CPU {cpu[-1]:.1f} s, exchanges {ratios[-1]:.4f} of expected, "
-                    f"peak RSS {peaks_tree[-1] / p7_memory.MB:.0f} MB"
-                )
-            if ctx.profile and walls and min(walls) > LIMIT:
-                profile_summary = _profile(ctx, worker.pid, _queue(TURNS, owner, profile, server), min(walls))
-    exact = all(ratio == 1.0 for ratio in ratios)
+        host = _measure(
+            ctx,
+            processes=processes,
+            total_threads=total_threads,
+            repeats=repeats,
+            owner=owner,
+            model=model,
+            profile=profile,
+            server=server,
+        )
+        single = (
+            _measure(
+                ctx,
+                processes=1,
+                total_threads=total_threads,
+                repeats=repeats,
+                owner=owner,
+                model=model,
+                profile=profile,
+                server=server,
+            )
+            if processes > 1
+            else host
+        )
+    exact = all(ratio == 1.0 for ratio in host.ratios + single.ratios)
+    threads = max(1, total_threads // processes)
     result = judged(
         id=ID,
         name=NAME,
         unit=UNIT,
         target=TARGET,
         limit=LIMIT,
-        samples=walls,
+        samples=host.walls,
         details={
             "turns": TURNS,
             "model_calls_per_turn": CALLS,
             "model_latency_s": LATENCY,
-            "worker": f"1 process, celery -P threads -c {concurrency}",
-            "wall_seconds": [round(w * IDEAL_SECONDS, 2) for w in walls],
-            "exchanges_stored_over_expected": ratios,
-            "exchanges_by_label": stored_all,
+            "worker": f"{processes} process(es) (one per core), celery -P threads -c {threads} each",
+            "wall_seconds": [round(w * IDEAL_SECONDS, 2) for w in host.walls],
+            "exchanges_stored_over_expected": host.ratios,
+            "exchanges_by_label": host.stored,
             "expected_per_turn": EXPECTED,
-            "turn_statuses": dict(statuses),
-            "problems": problems[:10],
-            "stdio_server_processes_in_worker": len(server_pids),
-            "concurrency_seen": seen,
-            "worker_cpu_seconds": [round(c, 1) for c in cpu],
+            "turn_statuses": dict(host.statuses),
+            "problems": host.problems[:10],
+            "stdio_server_processes_on_host": len(host.server_pids),
+            "concurrency_seen": host.seen,
+            "worker_cpu_seconds": [round(c, 1) for c in host.cpu],
             "worker_cpu_share_of_wall": [
-                round(c / (w * IDEAL_SECONDS), 2) for c, w in zip(cpu, walls, strict=True)
+                round(c / (w * IDEAL_SECONDS), 2) for c, w in zip(host.cpu, host.walls, strict=True)
             ],
-            "worker_profile": profile_summary,
-            "summary": f"exchanges stored ÷ expected: {', '.join(f'{r:.4f}' for r in ratios)}",
+            "single_process": {
+                "worker": f"1 process, celery -P threads -c {total_threads}",
+                "ratio": summary(single.walls),
+                "wall_seconds": [round(w * IDEAL_SECONDS, 2) for w in single.walls],
+                "exchanges_stored_over_expected": single.ratios,
+                "worker_cpu_seconds": [round(c, 1) for c in single.cpu],
+                "problems": single.problems[:10],
+            },
+            "worker_profile": host.profile,
+            "summary": (
+                f"{processes} worker process(es); 1 process: median {summary(single.walls)['median']:.2f}×; "
+                f"exchanges stored ÷ expected: {', '.join(f'{r:.4f}' for r in host.ratios)}"
+            ),
         },
     )
     if not exact:
         result.status = "fail"
     memory = p7_memory.result(
-        peaks_tree=peaks_tree, peaks_own=peaks_own, idle_tree=idle, concurrency=concurrency
+        peaks_tree=host.peaks_tree,
+        peaks_own=host.peaks_own,
+        idle_tree=host.idle,
+        concurrency=total_threads,
+        processes=processes,
     )
     fixtures.purge(owner)
     return [result, memory]

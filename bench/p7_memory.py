@@ -1,9 +1,9 @@
 """P7 memory: the worker's resident memory at P4's load (200 turns at once).
 
-Measured inside P4's run (``bench.p4_concurrency`` samples the worker every 100 ms); this module
-turns those samples into the result. The figure judged is the worker's whole process tree — the
-Celery process and the stdio MCP server it spawned — since both live on the worker host; the
-Celery process alone is reported beside it.
+Measured inside P4's run (``bench.p4_concurrency`` samples the workers every 100 ms); this module
+turns those samples into the result. The figure judged is the worker host's: every worker
+process's whole tree — the Celery process and the stdio MCP server it spawned — added up at each
+sample; the Celery processes alone are reported beside it.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ ID, NAME, UNIT, TARGET, LIMIT = "P7", "memory", "MB", "≤ 600 MB", 600.0
 MB = 1024 * 1024
 
 
-def result(*, peaks_tree: list[int], peaks_own: list[int], idle_tree: int, concurrency: int) -> Result:
-    """P7 from the per-repeat peak RSS of the worker tree (bytes)."""
+def result(
+    *, peaks_tree: list[int], peaks_own: list[int], idle_tree: int, concurrency: int, processes: int = 1
+) -> Result:
+    """P7 from the per-repeat peak RSS of the worker host's process trees (bytes)."""
     return judged(
         id=ID,
         name=NAME,
@@ -25,11 +27,12 @@ def result(*, peaks_tree: list[int], peaks_own: list[int], idle_tree: int, concu
         samples=[peak / MB for peak in peaks_tree],
         statistic="max",
         details={
-            "judged_on": "peak RSS of the worker process tree (Celery + its stdio MCP server), worst repeat",
+            "judged_on": "peak RSS of the worker processes' trees (Celery + its stdio MCP server) together, worst repeat",
             "celery_process_peak_mb": [round(peak / MB, 1) for peak in peaks_own],
             "idle_tree_mb_before_load": round(idle_tree / MB, 1),
             "worker_threads": concurrency,
-            "summary": f"worker -P threads -c {concurrency}, idle {idle_tree / MB:.0f} MB",
+            "worker_processes": processes,
+            "summary": f"{processes} worker process(es), {concurrency} threads in all, idle {idle_tree / MB:.0f} MB",
         },
     )
 
