@@ -39,7 +39,7 @@ from typing import Any, cast
 
 import psycopg
 from django.conf import settings
-from django.db import connection, connections, transaction
+from django.db import connection, connections, models, transaction
 from django.db.models import Field, Model, OuterRef, Subquery
 from django.utils import timezone
 
@@ -268,7 +268,9 @@ class _Batch:
         if self.step is not None:
             rows = [*rows, self.step.parent_id or self.step.pk]
         for row in dict.fromkeys(rows):
-            live.publish_step_changed(conversation_id=owner.conversation_id, turn_id=owner.turn.pk, step_id=row)
+            live.publish_step_changed(
+                conversation_id=owner.conversation_id, turn_id=owner.turn.pk, step_id=row
+            )
         if self.after is not None:
             self.after()
 
@@ -365,7 +367,9 @@ def _execute_as_one(statements: list[_Statement]) -> None:
             numbered.append(f"${placeholders}")
             numbered.append(piece)
         parts.append(f"w{index} AS ({''.join(numbered)})")
-    last = "SELECT 1" if connection.in_atomic_block else "SELECT set_config('synchronous_commit', 'off', true)"
+    last = (
+        "SELECT 1" if connection.in_atomic_block else "SELECT set_config('synchronous_commit', 'off', true)"
+    )
     params = [param for _, part in statements for param in part]
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.RawCursor(connection.connection) as cursor:
@@ -375,7 +379,7 @@ def _execute_as_one(statements: list[_Statement]) -> None:
 def _update_sql(model: type[Turn] | type[Step], pk: int, values: dict[str, Any]) -> _Statement:
     """``UPDATE`` of one row's fields, with the values prepared by the fields as the ORM would."""
     sql, fields = _update_template(model, tuple(values), connection.alias)
-    params = [field.get_db_prep_save(values[name], connection) for name, field in zip(values, fields, strict=True)]
+    params = [_db_value(field, values[name]) for name, field in zip(values, fields, strict=True)]
     params.append(pk)
     return sql, params
 
@@ -386,13 +390,20 @@ def _insert_sql(model: type[Step] | type[Exchange], rows: list[Any]) -> list[_St
     Not ``bulk_create``: it sends PostgreSQL a multi-row insert as ``UNNEST`` over one array per
     column, and psycopg's client-side binding quotes each array element in Python, one regex
     call per quote character — on request bodies full of JSON that cost milliseconds per write.
-    Plain ``VALUES`` rows are quoted by libpq, in C. The statement text is built once per shape.
+    The statement text is built once per shape.
     """
     if not rows:
         return []
     with_ids = rows[0].pk is not None
     prefix, row_sql, fields = _insert_template(model, with_ids, connection.alias)
-    params = [field.get_db_prep_save(field.pre_save(row, True), connection) for row in rows for field in fields]
+    params = [
+        value
+        if type(value) in _plain_types(field)
+        else field.get_db_prep_save(field.pre_save(row, True), connection)
+        for row in rows
+        for field in fields
+        for value in (getattr(row, field.attname),)
+    ]
     for row in rows:
         row._state.adding = False
         row._state.db = connection.alias
@@ -400,6 +411,33 @@ def _insert_sql(model: type[Step] | type[Exchange], rows: list[Any]) -> list[_St
 
 
 _Fields = tuple["Field[Any, Any]", ...]
+
+
+def _db_value(field: Field[Any, Any], value: Any) -> Any:
+    """``value`` as the field would send it to the database."""
+    return value if type(value) in _plain_types(field) else field.get_db_prep_save(value, connection)
+
+
+@functools.cache
+def _plain_types(field: Field[Any, Any]) -> frozenset[type]:
+    """The value types the field sends as they are: for these its preparation is the identity
+    (a str for a text column, an int for an integer or a key, a bool, a None where the column
+    allows NULL), and calling it for every value of every row cost more than the write. Anything
+    else — an enum member, a JSON value, a date, a field that sets its own value on save — goes
+    through the field."""
+    if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
+        return frozenset()
+    base = field.target_field if field.is_relation else field  # type: ignore[attr-defined]
+    types: frozenset[type] = frozenset()
+    if isinstance(base, models.CharField | models.TextField):
+        types = frozenset({str})
+    elif isinstance(base, models.BooleanField):
+        types = frozenset({bool})
+    elif isinstance(base, models.IntegerField):
+        types = frozenset({int})
+    if types and field.null:
+        types |= {type(None)}
+    return types
 
 
 @functools.lru_cache(maxsize=512)
@@ -502,7 +540,9 @@ class _Writer:
             _write(to_write)
             return live_batches
         except Exception:  # noqa: BLE001 — retried batch by batch below
-            logger.warning("a write of %d batches failed; writing them one by one", len(to_write), exc_info=True)
+            logger.warning(
+                "a write of %d batches failed; writing them one by one", len(to_write), exc_info=True
+            )
         finally:
             _release_connection(always=True)
         written: list[_Batch] = []
