@@ -217,6 +217,105 @@ def _generic_template() -> jinja2.Template:
     return env.from_string(GENERIC_TEMPLATE)
 
 
+_GENERIC_TOOLS_HEAD = (
+    "# Tools\n\nYou may call one or more of the functions below to help with the user's request.\n"
+    "Their signatures are listed inside <tools></tools>, one JSON object per line:\n<tools>\n"
+)
+_GENERIC_TOOLS_TAIL = (
+    "</tools>\n\nTo call a function, answer with a JSON object holding its name and arguments inside\n"
+    "<tool_call></tool_call> tags, one block per call:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <arguments-as-a-JSON-object>}\n</tool_call>'
+)
+
+
+class _NotPlain(Exception):
+    """A value the plain rendering of the generic template leaves to Jinja."""
+
+
+def _generic_text(content: JSONValue) -> str:
+    """The template's ``text`` macro, for the content shapes messages have."""
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""
+    if isinstance(content, dict):
+        return _tojson(content)
+    if isinstance(content, list):
+        pieces = []
+        for part in content:
+            if isinstance(part, str):
+                pieces.append(part)
+            elif isinstance(part, dict):
+                text = part.get("text", "")
+                if not isinstance(text, str):
+                    raise _NotPlain
+                pieces.append(text)
+            else:
+                raise _NotPlain
+        return "".join(pieces)
+    raise _NotPlain
+
+
+def _generic_call(call: JSONValue) -> str:
+    if not isinstance(call, dict):
+        raise _NotPlain
+    function = call["function"] if "function" in call else call
+    if (
+        not isinstance(function, dict)
+        or not isinstance(function.get("name"), str)
+        or "arguments" not in function
+    ):
+        raise _NotPlain
+    arguments = function["arguments"]
+    text = arguments if isinstance(arguments, str) else _tojson(arguments)
+    return f'<tool_call>\n{{"name": {_tojson(function["name"])}, "arguments": {text}}}\n</tool_call>'
+
+
+def _generic_rendering(messages: Sequence[JSONDict], tools: Sequence[JSONDict]) -> str | None:
+    """:data:`GENERIC_TEMPLATE` rendered in plain Python (with a generation prompt): the same
+    text, in a fraction of Jinja's time (a step's prompt is rendered again at every step). None
+    for a message of a shape the template's edge cases decide (a test holds the two equal)."""
+    prepared = _template_messages(messages)
+    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in prepared):
+        return None
+    try:
+        out: list[str] = []
+        system: list[str] = []
+        if prepared and prepared[0]["role"] == "system":
+            system.append(_generic_text(prepared[0].get("content")))
+        if tools:
+            listed = "".join(_tojson(tool) + "\n" for tool in tools)
+            system.append((_GENERIC_TOOLS_HEAD + listed + _GENERIC_TOOLS_TAIL).strip())
+        if system:
+            out.append("<|im_start|>system\n" + "\n\n".join(system) + "<|im_end|>\n")
+        last = len(prepared) - 1
+        for index, message in enumerate(prepared):
+            role = message["role"]
+            if index == 0 and role == "system":
+                continue
+            if role == "tool":
+                if index == 0 or prepared[index - 1]["role"] != "tool":
+                    out.append("<|im_start|>user\n")
+                end = "<|im_end|>" if index == last or prepared[index + 1]["role"] != "tool" else ""
+                out.append(
+                    f"<tool_response>\n{_generic_text(message.get('content'))}\n</tool_response>{end}\n"
+                )
+            elif role == "assistant":
+                content = message.get("content")
+                parts = [_generic_text(content)] if content else []
+                calls = message.get("tool_calls") or []
+                if not isinstance(calls, list):
+                    return None
+                parts.extend(_generic_call(call) for call in calls)
+                out.append("<|im_start|>assistant\n" + "\n".join(parts) + "<|im_end|>\n")
+            else:
+                out.append(f"<|im_start|>{role}\n{_generic_text(message.get('content'))}<|im_end|>\n")
+    except _NotPlain:
+        return None
+    out.append("<|im_start|>assistant\n")
+    return "".join(out)
+
+
 def _template_line(tb: TracebackType | None) -> int | None:
     """The template line of the innermost template frame in ``tb`` (jinja rewrites tracebacks so
     template code appears with its own file name and line numbers)."""
@@ -665,7 +764,10 @@ def _spliced_text(
         return _plain_rendering(messages), True, source
 
     # The generic template is ours and tested; a failure here is a bug and should surface.
-    text = render_chat_template(GENERIC_TEMPLATE, messages=messages, tools=tools)
+    plain = _generic_rendering(messages, tools)
+    text = (
+        plain if plain is not None else render_chat_template(GENERIC_TEMPLATE, messages=messages, tools=tools)
+    )
     source = GENERIC_SOURCE if problem is None else f"generic ChatML template (illustrative) — {problem}"
     return text, False, source
 

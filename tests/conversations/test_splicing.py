@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import quicktok
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conversations import splicing
 from conversations.splicing import (
@@ -491,6 +493,113 @@ def test_the_generic_template_renders_outside_the_sandbox_exactly_as_inside(
     )
 
     assert render_chat_template(GENERIC_TEMPLATE, messages=messages, tools=tools) == sandboxed
+
+
+def _sandboxed_generic(messages: list[JSONDict], tools: list[JSONDict]) -> str:
+    return splicing._compile(GENERIC_TEMPLATE).render(
+        messages=splicing._template_messages(messages),
+        tools=tools or None,
+        add_generation_prompt=True,
+        documents=None,
+        **dict.fromkeys(splicing._SPECIAL_TOKEN_NAMES, ""),
+    )
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        ROUND,
+        [{"role": "user", "content": "hi"}],
+        [
+            {
+                "role": "system",
+                "content": [{"type": "text", "text": "Be brief."}, "and kind", {"type": "image"}],
+            },
+            {"role": "user", "content": {"items": 1, "keys": "values"}},
+            {"role": "assistant", "content": None, "tool_calls": [call("a", "echo", '{"text": "<b>&x"}')]},
+            {"role": "tool", "tool_call_id": "a", "content": "x'<>&\"y"},
+            {"role": "tool", "tool_call_id": "b", "content": None},
+            {"role": "assistant", "content": "done", "tool_calls": [call("b", "echo", "not json")]},
+            {"role": "developer"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"name": "echo", "arguments": {"n": [1, 2]}}],
+            },
+            {"role": "tool", "tool_call_id": "c", "content": "last"},
+        ],
+        [{"role": "system", "content": None}, {"role": "tool", "content": "first"}],
+    ],
+)
+@pytest.mark.parametrize("tools", [[], [ECHO], TOOLS])
+def test_the_generic_template_in_plain_python_renders_exactly_what_jinja_renders(
+    messages: list[JSONDict], tools: list[JSONDict]
+) -> None:
+    plain = splicing._generic_rendering(messages, tools)
+
+    assert plain is not None
+    assert plain == _sandboxed_generic(messages, tools)
+
+
+_TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=12)
+_CONTENT = st.one_of(
+    st.none(),
+    _TEXT,
+    st.dictionaries(_TEXT, _TEXT, max_size=2),
+    st.lists(st.one_of(_TEXT, st.fixed_dictionaries({"type": st.just("text"), "text": _TEXT})), max_size=3),
+)
+_CALL = st.fixed_dictionaries(
+    {
+        "id": _TEXT,
+        "type": st.just("function"),
+        "function": st.fixed_dictionaries(
+            {"name": _TEXT, "arguments": st.one_of(_TEXT, st.dictionaries(_TEXT, st.integers(), max_size=2))}
+        ),
+    }
+)
+_MESSAGE = st.one_of(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["system", "user", "tool", "developer"]), "content": _CONTENT}
+    ),
+    st.fixed_dictionaries(
+        {"role": st.just("assistant"), "content": _CONTENT, "tool_calls": st.lists(_CALL, max_size=2)}
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages=st.lists(_MESSAGE, max_size=6), with_tools=st.booleans())
+def test_the_plain_rendering_matches_jinja_on_any_well_formed_history(
+    messages: list[JSONDict], with_tools: bool
+) -> None:
+    tools = TOOLS if with_tools else []
+    plain = splicing._generic_rendering(messages, tools)
+
+    assert plain is not None
+    assert plain == _sandboxed_generic(messages, tools)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "user", "content": 42},
+        {"role": "user", "content": [{"type": "text", "text": None}]},
+        {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "echo"}}]},
+        {"role": "assistant", "content": None, "tool_calls": {"not": "a list"}},
+        {"content": "no role"},
+    ],
+)
+def test_shapes_the_plain_rendering_does_not_decide_are_rendered_by_jinja(message: JSONDict) -> None:
+    messages = [{"role": "user", "content": "hi"}, message]
+
+    assert splicing._generic_rendering(messages, [ECHO]) is None
+    try:
+        expected = _sandboxed_generic(messages, [ECHO])
+    except Exception:  # noqa: BLE001 — where the template fails, splicing must fail too
+        with pytest.raises(splicing.TemplateError):
+            splice(messages=messages, tools=[ECHO], model="gpt-4.1")
+    else:
+        assert splice(messages=messages, tools=[ECHO], model="gpt-4.1").text == expected
 
 
 def test_generic_template_without_tools_or_system_is_plain_chatml() -> None:
