@@ -289,17 +289,30 @@ def generate(log: Callable[[str], None]) -> dict[str, float]:
             cursor.execute(
                 f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))"
             )
-    with connection.cursor() as cursor:
-        for table in (
-            "conversations_conversation",
-            "conversations_turn",
-            "conversations_step",
-            "conversations_exchange",
-        ):
-            cursor.execute(f"VACUUM ANALYZE {table}")
+    vacuum()
     return {
         "conversations": conversations + 1,
         "turns": turns + 1,
         "exchanges": (turns + 1) * per_turn,
         "seconds": round(time.monotonic() - started, 1),
     }
+
+
+TABLES = ("conversations_conversation", "conversations_turn", "conversations_step", "conversations_exchange")
+
+
+def dead_rows() -> int:
+    """Deleted row versions in the audit tables that no vacuum has cleared yet."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relname = ANY(%s)",
+            [list(TABLES)],
+        )
+        return int(cursor.fetchone()[0])
+
+
+def vacuum() -> None:
+    """``VACUUM ANALYZE`` the audit tables: the state autovacuum keeps a database in."""
+    with connection.cursor() as cursor:
+        for table in TABLES:
+            cursor.execute(f"VACUUM ANALYZE {table}")
