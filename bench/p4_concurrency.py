@@ -13,6 +13,7 @@ to the last turn's ``finished_at``. Every turn must store exactly its exchanges:
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections import Counter
@@ -233,31 +234,18 @@ def run(ctx: Context) -> list[Result]:
     fixtures.purge(owner)
     server = fixtures.demo_server()
     with FakeModel(steps=CALLS, latency=LATENCY) as model:
-        profile = fixtures.fake_profile(model.base_url)
-        host = _measure(
+        measure = functools.partial(
+            _measure,
             ctx,
-            processes=processes,
             total_threads=total_threads,
             repeats=repeats,
             owner=owner,
             model=model,
-            profile=profile,
+            profile=fixtures.fake_profile(model.base_url),
             server=server,
         )
-        single = (
-            _measure(
-                ctx,
-                processes=1,
-                total_threads=total_threads,
-                repeats=repeats,
-                owner=owner,
-                model=model,
-                profile=profile,
-                server=server,
-            )
-            if processes > 1
-            else host
-        )
+        host = measure(processes=processes)
+        single = measure(processes=1) if processes > 1 else host
     exact = all(ratio == 1.0 for ratio in host.ratios + single.ratios)
     threads = max(1, total_threads // processes)
     result = judged(
