@@ -268,9 +268,7 @@ class _Batch:
         if self.step is not None:
             rows = [*rows, self.step.parent_id or self.step.pk]
         for row in dict.fromkeys(rows):
-            live.publish_step_changed(
-                conversation_id=owner.conversation_id, turn_id=owner.turn.pk, step_id=row
-            )
+            live.publish_step_changed(conversation_id=owner.conversation_id, turn_id=owner.turn.pk, step_id=row)
         if self.after is not None:
             self.after()
 
@@ -367,9 +365,7 @@ def _execute_as_one(statements: list[_Statement]) -> None:
             numbered.append(f"${placeholders}")
             numbered.append(piece)
         parts.append(f"w{index} AS ({''.join(numbered)})")
-    last = (
-        "SELECT 1" if connection.in_atomic_block else "SELECT set_config('synchronous_commit', 'off', true)"
-    )
+    last = "SELECT 1" if connection.in_atomic_block else "SELECT set_config('synchronous_commit', 'off', true)"
     params = [param for _, part in statements for param in part]
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.RawCursor(connection.connection) as cursor:
@@ -396,14 +392,7 @@ def _insert_sql(model: type[Step] | type[Exchange], rows: list[Any]) -> list[_St
         return []
     with_ids = rows[0].pk is not None
     prefix, row_sql, fields = _insert_template(model, with_ids, connection.alias)
-    params = [
-        value
-        if type(value) in _plain_types(field)
-        else field.get_db_prep_save(field.pre_save(row, True), connection)
-        for row in rows
-        for field in fields
-        for value in (getattr(row, field.attname),)
-    ]
+    params = [_row_value(field, row) for row in rows for field in fields]
     for row in rows:
         row._state.adding = False
         row._state.db = connection.alias
@@ -416,6 +405,13 @@ _Fields = tuple["Field[Any, Any]", ...]
 def _db_value(field: Field[Any, Any], value: Any) -> Any:
     """``value`` as the field would send it to the database."""
     return value if type(value) in _plain_types(field) else field.get_db_prep_save(value, connection)
+
+
+def _row_value(field: Field[Any, Any], row: Model) -> Any:
+    """The field's value of a new ``row`` as an insert sends it (``pre_save`` runs only for values
+    that are not plain: a field that sets its own value on save never has plain types)."""
+    value = getattr(row, field.attname)
+    return value if type(value) in _plain_types(field) else field.get_db_prep_save(field.pre_save(row, True), connection)
 
 
 @functools.cache
@@ -540,9 +536,7 @@ class _Writer:
             _write(to_write)
             return live_batches
         except Exception:  # noqa: BLE001 — retried batch by batch below
-            logger.warning(
-                "a write of %d batches failed; writing them one by one", len(to_write), exc_info=True
-            )
+            logger.warning("a write of %d batches failed; writing them one by one", len(to_write), exc_info=True)
         finally:
             _release_connection(always=True)
         written: list[_Batch] = []
