@@ -56,6 +56,8 @@ __all__ = [
 # Errors after which the connection cannot carry another request.
 _CONNECTION_LOST = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, ConnectionError)
 _MAX_LIST_PAGES = 50
+# How long an HTTP operation waits for the answers to the notifications it sent (a 202 each).
+HTTP_SETTLE_SECONDS = 2.0
 
 Operation = Callable[[Client], Awaitable[Any]]
 
@@ -146,6 +148,8 @@ async def _run(
     finally:
         if capture in session.tap.active:
             session.tap.active.remove(capture)
+        if session.tap.http and not session.dead:
+            await session.tap.settle(capture, HTTP_SETTLE_SECONDS)
         _finish(session, capture, outcome)
 
 

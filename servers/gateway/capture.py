@@ -9,6 +9,7 @@ a list_changed — is kept as *unclaimed* for the server's own transcript.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import json
 import time
@@ -72,6 +73,7 @@ class Tap:
     # arrives: such records are held, with the operation they belong to, until then.
     http: bool = False
     _held: dict[int, tuple[Capture | None, WireExchange]] = field(default_factory=dict)
+    _response_seen: asyncio.Event = field(default_factory=asyncio.Event)
 
     def _hold(self, record: WireExchange) -> None:
         self._held[id(record)] = (current_capture.get(), record)
@@ -149,6 +151,25 @@ class Tap:
         held = self._held.pop(id(record), None)
         if held is not None:
             self._route(held[0], record)
+            self._response_seen.set()
+
+    async def settle(self, capture: Capture, seconds: float) -> None:
+        """Wait, at most ``seconds``, for the HTTP responses of ``capture``'s held messages.
+
+        The SDK's send of a notification returns before its POST is answered (202), so an
+        operation that ends with one (the handshake's notifications/initialized, a cancel) would
+        otherwise record it without its HTTP status.
+        """
+        deadline = time.monotonic() + seconds
+        while any(owner is capture for owner, _ in self._held.values()):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._response_seen.clear()
+            try:
+                await asyncio.wait_for(self._response_seen.wait(), remaining)
+            except TimeoutError:
+                return
 
     def _record_for(self, message: dict[str, Any] | None) -> WireExchange | None:
         if message is None:

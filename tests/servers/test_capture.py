@@ -1,12 +1,16 @@
-"""The tap pairs and routes hand-built JSON-RPC messages; no server, no event loop."""
+"""The tap pairs and routes hand-built JSON-RPC messages; no server (an event loop only where
+an operation waits for HTTP answers)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import httpx2
 from mcp.shared.message import SessionMessage
 from mcp.types import ErrorData, JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
@@ -280,3 +284,68 @@ def test_a_body_at_the_limit_is_kept_whole() -> None:
     tap.finish(capture)
 
     assert capture.records[0].request_body == '{"jsonrpc":"2.0","id":1,"method":"ping"}'
+
+
+# --- over HTTP: a notification is complete with its HTTP response -----------------------------
+
+
+def test_over_http_settle_waits_for_the_answer_to_a_notification_sent_within_the_capture() -> None:
+    """The SDK's send returns before the POST is answered: the capture waits for the 202."""
+    tap, capture = Tap(body_limit=BODY_LIMIT, http=True), Capture()
+    with within(capture):
+        tap.observe("send", notification("notifications/initialized"))
+    body = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+    record = tap.http_request("POST", "/mcp", httpx2.Headers({"x-team": "inspector"}), body)
+
+    async def answer_later() -> None:
+        await asyncio.sleep(0.05)
+        tap.http_response(record, 202, httpx2.Headers({"content-length": "0"}))
+
+    async def operation_ends() -> float:
+        answering = asyncio.create_task(answer_later())
+        started = time.monotonic()
+        await tap.settle(capture, seconds=5)
+        waited = time.monotonic() - started
+        await answering
+        tap.finish(capture)
+        return waited
+
+    waited = asyncio.run(operation_ends())
+
+    [recorded] = capture.records
+    assert recorded.label == "notifications/initialized"
+    assert recorded.request_headers[":method"] == "POST" and recorded.request_headers["x-team"] == "inspector"
+    assert recorded.response_headers[":status"] == "202"
+    assert waited < 5
+
+
+def test_over_http_settle_gives_up_after_its_budget_and_finish_records_the_notification_as_sent() -> None:
+    tap, capture = Tap(body_limit=BODY_LIMIT, http=True), Capture()
+    with within(capture):
+        tap.observe("send", notification("notifications/cancelled", {"requestId": 4}))
+    tap.http_request("POST", "/mcp", httpx2.Headers({}), b'{"jsonrpc":"2.0","method":"notifications/cancelled"}')
+
+    async def operation_ends() -> None:
+        await tap.settle(capture, seconds=0.05)
+        tap.finish(capture)
+
+    asyncio.run(operation_ends())
+
+    [recorded] = capture.records
+    assert recorded.label == "notifications/cancelled"
+    assert recorded.request_headers[":method"] == "POST"
+    assert recorded.response_headers == {}
+
+
+def test_over_http_settle_does_not_wait_for_the_messages_of_other_captures() -> None:
+    tap, mine, other = Tap(body_limit=BODY_LIMIT, http=True), Capture(), Capture()
+    with within(other):
+        tap.observe("send", notification("notifications/initialized"))
+
+    async def operation_ends() -> float:
+        started = time.monotonic()
+        await tap.settle(mine, seconds=5)
+        return time.monotonic() - started
+
+    assert asyncio.run(operation_ends()) < 1
+    assert mine.records == [] and other.records == []
