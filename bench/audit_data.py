@@ -275,6 +275,11 @@ def generate(log: Callable[[str], None]) -> dict[str, float]:
             {
                 "id": f"{eb} + x.n",
                 "turn_id": f"{tb} + x.turn_n",
+                "conversation_id": f"{cb} + (x.turn_n - 1) / {TURNS_PER_CONVERSATION} + 1",
+                # Every copied body is indexed whole: the template's spans are offsets into its
+                # own bodies, which the city swap changes (a bigger index: the stricter case).
+                "search_start": "NULL",
+                "search_length": "NULL",
                 "step_id": f"CASE WHEN t.step_k IS NULL THEN NULL ELSE {sb} + (x.turn_n - 1) * {steps_per_turn} + t.step_k + 1 END",
                 "started_at": f"t.started_at + {step_shift}",
             },

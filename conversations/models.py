@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterable
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -264,12 +266,30 @@ class Step(models.Model):
         return int((self.finished_at - self.started_at).total_seconds() * 1000)
 
 
+class ExchangeQuerySet(models.QuerySet["Exchange"]):
+    def bulk_create(self, objs: Iterable[Exchange], *args: Any, **kwargs: Any) -> list[Exchange]:
+        """As Django's, with each row's ``conversation`` filled in from its turn where missing."""
+        rows = list(objs)
+        missing = {row.turn_id for row in rows if row.turn_id is not None and row.conversation_id is None}
+        if missing:
+            owners = dict(Turn.objects.filter(pk__in=missing).values_list("pk", "conversation_id"))
+            for row in rows:
+                if row.turn_id is not None and row.conversation_id is None:
+                    row.conversation_id = owners.get(row.turn_id)
+        return super().bulk_create(rows, *args, **kwargs)
+
+
 class Exchange(models.Model):
     """One raw pair on the wire (or one unpaired message), exactly as sent and received.
 
     LLM bodies are the bytes the HTTP client sent and received; MCP bodies are the JSON-RPC
     messages seen on the SDK transport's streams. Secrets (API keys, Authorization headers)
     never reach this table.
+
+    ``conversation`` repeats the turn's conversation (it is never set on its own): the audit
+    list's text filter maps matching exchanges straight to their conversations instead of
+    joining every match to its turn. It has no foreign-key constraint and no index of its own,
+    so it costs the recorder nothing per insert; rows go with their turn (``turn`` cascades).
     """
 
     class Channel(models.TextChoices):
@@ -282,6 +302,16 @@ class Exchange(models.Model):
         LOCAL = "local", "local"
 
     turn = models.ForeignKey(Turn, null=True, blank=True, on_delete=models.CASCADE, related_name="exchanges")
+    conversation = models.ForeignKey(
+        Conversation,
+        null=True,
+        blank=True,
+        editable=False,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="+",
+    )
     step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.CASCADE, related_name="exchanges")
     server = models.ForeignKey(
         McpServer, null=True, blank=True, on_delete=models.SET_NULL, related_name="exchanges"
@@ -303,6 +333,14 @@ class Exchange(models.Model):
     # The conversation's hash chain (conversations.integrity); empty for server-only records.
     prev_hash = models.CharField(max_length=64, blank=True)
     hash = models.CharField(max_length=64, blank=True)
+    # What full-text search indexes of ``request_body`` (PostgreSQL): all of it when these are
+    # NULL, else ``search_length`` characters from offset ``search_start``. A model request
+    # repeats the turn's history, so the writer indexes only what it adds to the turn's previous
+    # request (``strings.changed_span``) and, once the turn has ended, its last one whole.
+    search_start = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    search_length = models.PositiveIntegerField(null=True, blank=True, editable=False)
+
+    objects = ExchangeQuerySet.as_manager()
 
     class Meta:
         ordering = ["started_at", "id"]
@@ -310,6 +348,11 @@ class Exchange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel} {self.label}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.turn_id is not None and self.conversation_id is None:
+            self.conversation_id = Turn.objects.values_list("conversation_id", flat=True).get(pk=self.turn_id)
+        super().save(*args, **kwargs)
 
 
 class RedactionRule(models.Model):

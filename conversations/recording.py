@@ -40,6 +40,7 @@ from typing import Any, cast
 import psycopg
 from django.conf import settings
 from django.db import connection, connections, models, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model, OuterRef, Subquery
 from django.utils import timezone
 
@@ -47,6 +48,7 @@ from conversations.integrity import chain_head, exchange_digest
 from conversations.models import Exchange, RedactionRule, Step, Turn
 from conversations.providers.streaming import DeltaCallback, PartialReply, throttled
 from conversations.redaction import Redactor, redactor
+from conversations.strings import changed_span
 from inspector import live
 from inspector.wire import WireExchange
 
@@ -95,6 +97,18 @@ def _storable(text: str) -> str:
     return text
 
 
+def index_last_request_whole(turn_id: int) -> None:
+    """Once a turn has ended, have full-text search index its last request indexed only in part
+    whole (it holds the whole history the model saw), so that words spread over the history
+    still match one exchange. One ``UPDATE``; nothing to do where no request has a span."""
+    last = (
+        Exchange.objects.filter(turn_id=turn_id, search_start__isnull=False)
+        .order_by("-seq", "-id")
+        .values("pk")[:1]
+    )
+    Exchange.objects.filter(pk__in=Subquery(last)).update(search_start=None, search_length=None)
+
+
 def active_redactor(*, secrets: Sequence[str] = ()) -> Redactor:
     """The built-in patterns, the enabled staff rules, and the secret values of this run."""
     rules = RedactionRule.objects.filter(enabled=True).values_list("name", "pattern")
@@ -108,8 +122,14 @@ def exchange_rows(
     step_id: int | None,
     redact: Redactor,
     first_seq: int = 0,
+    conversation_id: int | None = None,
 ) -> list[Exchange]:
-    """Unsaved ``Exchange`` rows for captured records, in order, redacted."""
+    """Unsaved ``Exchange`` rows for captured records, in order, redacted.
+
+    ``conversation_id`` is the turn's conversation (``Exchange.conversation``), when there is a turn.
+    """
+    if turn_id is not None and conversation_id is None:
+        raise ValueError("an exchange of a turn needs the turn's conversation_id")
 
     def text(value: str) -> str:
         return _storable(redact.text(value))
@@ -120,6 +140,7 @@ def exchange_rows(
     return [
         Exchange(
             turn_id=turn_id,
+            conversation_id=conversation_id,
             step_id=step_id,
             server_id=record.server_id,
             seq=first_seq + offset,
@@ -202,11 +223,18 @@ class _Batch:
         self.updates = {pk: owner._redacted(fields) for pk, fields in self.updates.items()}
         for step_id, records, first_seq in self.records:
             rows = exchange_rows(
-                records, turn_id=owner.turn.pk, step_id=step_id, redact=owner.redact, first_seq=first_seq
+                records,
+                turn_id=owner.turn.pk,
+                conversation_id=owner.turn.conversation_id,
+                step_id=step_id,
+                redact=owner.redact,
+                first_seq=first_seq,
             )
             for row in rows:
                 row.prev_hash = owner._chain
                 row.hash = owner._chain = exchange_digest(row, turn_seq=owner.turn.seq, previous=owner._chain)
+                if owner._spans and row.channel == Exchange.Channel.LLM and row.request_body:
+                    owner._index_span(row)
             self.exchanges.extend(rows)
         opening = self.opening
         if opening is not None:
@@ -375,7 +403,8 @@ def _execute_as_one(statements: list[_Statement]) -> None:
 def _update_sql(model: type[Turn] | type[Step], pk: int, values: dict[str, Any]) -> _Statement:
     """``UPDATE`` of one row's fields, with the values prepared by the fields as the ORM would."""
     sql, fields = _update_template(model, tuple(values), connection.alias)
-    params = [_db_value(field, values[name]) for name, field in zip(values, fields, strict=True)]
+    db = connections[connection.alias]
+    params = [_db_value(field, values[name], db) for name, field in zip(values, fields, strict=True)]
     params.append(pk)
     return sql, params
 
@@ -392,7 +421,9 @@ def _insert_sql(model: type[Step] | type[Exchange], rows: list[Any]) -> list[_St
         return []
     with_ids = rows[0].pk is not None
     prefix, row_sql, fields = _insert_template(model, with_ids, connection.alias)
-    params = [_row_value(field, row) for row in rows for field in fields]
+    # The connection itself, not the ``connection`` proxy: the fields look it up per value.
+    db = connections[connection.alias]
+    params = [_row_value(field, row, db) for row in rows for field in fields]
     for row in rows:
         row._state.adding = False
         row._state.db = connection.alias
@@ -402,16 +433,16 @@ def _insert_sql(model: type[Step] | type[Exchange], rows: list[Any]) -> list[_St
 _Fields = tuple["Field[Any, Any]", ...]
 
 
-def _db_value(field: Field[Any, Any], value: Any) -> Any:
+def _db_value(field: Field[Any, Any], value: Any, db: BaseDatabaseWrapper) -> Any:
     """``value`` as the field would send it to the database."""
-    return value if type(value) in _plain_types(field) else field.get_db_prep_save(value, connection)
+    return value if type(value) in _plain_types(field) else field.get_db_prep_save(value, db)
 
 
-def _row_value(field: Field[Any, Any], row: Model) -> Any:
+def _row_value(field: Field[Any, Any], row: Model, db: BaseDatabaseWrapper) -> Any:
     """The field's value of a new ``row`` as an insert sends it (``pre_save`` runs only for values
     that are not plain: a field that sets its own value on save never has plain types)."""
     value = getattr(row, field.attname)
-    return value if type(value) in _plain_types(field) else field.get_db_prep_save(field.pre_save(row, True), connection)
+    return value if type(value) in _plain_types(field) else field.get_db_prep_save(field.pre_save(row, True), db)
 
 
 @functools.cache
@@ -620,6 +651,11 @@ class TurnRecorder:
             if connection.vendor == "postgresql" and not connection.in_atomic_block
             else None
         )
+        # Full-text search (PostgreSQL) indexes only what each model request adds to the turn's
+        # previous one (and the last one whole once the turn has ended: ``index_last_request_whole``).
+        # Kept by the writer: the previous request body.
+        self._spans = connection.vendor == "postgresql"
+        self._last_request: str | None = None
         # On PostgreSQL a step's id is known before its row is written (see ``_next_id``).
         self._reserves_ids = connection.vendor == "postgresql"
         self._ids: deque[int] = deque()
@@ -749,6 +785,15 @@ class TurnRecorder:
         if self._writer is not None:
             self._writer.wait(self)
         self._raise_write_error()
+
+    def _index_span(self, row: Exchange) -> None:
+        """Index only what this model request adds to the turn's previous one (the writer's thread)."""
+        previous, self._last_request = self._last_request, row.request_body
+        if previous is None:
+            return
+        start, length = changed_span(previous, row.request_body)
+        if length < len(row.request_body):
+            row.search_start, row.search_length = start, length
 
     def turn_changed(self) -> None:
         live.publish_turn_changed(conversation_id=self.conversation_id, turn_id=self.turn.pk)

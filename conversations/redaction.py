@@ -47,20 +47,26 @@ class Redactor:
 
     patterns: tuple[tuple[str, re.Pattern[str]], ...]
     secrets: tuple[str, ...] = ()
-    # Per pattern (same order), substrings one of which any match contains; empty: always scan.
+    # Per pattern (same order), lower-case substrings one of which any match contains (looked
+    # for in the lower-cased text); empty: always scan.
     needles: tuple[tuple[str, ...], ...] = ()
 
     def text(self, value: str) -> str:
+        if not value:
+            return value
         for secret in self.secrets:
             if secret in value:
                 value = value.replace(secret, marker("secret"))
         folded: str | None = None
+        needles = self.needles
         for index, (name, pattern) in enumerate(self.patterns):
-            needles = self.needles[index] if index < len(self.needles) else ()
-            if needles:
+            if index < len(needles) and needles[index]:
                 if folded is None:
                     folded = value.lower()
-                if not any(needle.lower() in folded for needle in needles):
+                for needle in needles[index]:
+                    if needle in folded:
+                        break
+                else:
                     continue
             value = pattern.sub(marker(name), value)
             folded = None
@@ -85,5 +91,5 @@ def redactor(*, rules: Iterable[tuple[str, str]] = (), secrets: Sequence[str] = 
     """
     compiled = tuple((name, re.compile(regex)) for name, regex in (*BUILTIN_PATTERNS, *rules))
     usable = tuple(sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True))
-    needles = tuple(_BUILTIN_NEEDLES[name] for name, _ in BUILTIN_PATTERNS)
+    needles = tuple(tuple(needle.lower() for needle in _BUILTIN_NEEDLES[name]) for name, _ in BUILTIN_PATTERNS)
     return Redactor(compiled, usable, needles)

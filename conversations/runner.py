@@ -22,7 +22,12 @@ from conversations.models import ModelProfile, Turn
 from conversations.paradigms import PARADIGMS
 from conversations.providers import PROVIDERS, Endpoint, ModelRequest
 from conversations.providers.openai_chat import endpoint_transport, wire_message, wire_tool
-from conversations.recording import TurnRecorder, active_redactor, server_records_store
+from conversations.recording import (
+    TurnRecorder,
+    active_redactor,
+    index_last_request_whole,
+    server_records_store,
+)
 from conversations.redaction import Redactor
 from conversations.splicing import Spliced, splice
 from inspector import live
@@ -253,6 +258,7 @@ def turn_run(*, turn_id: int) -> None:
         # Redelivered after its worker died mid-turn: the steps so far stay; say what happened.
         turn.mark_interrupted("the worker running this turn stopped before it finished")
         turn.save()
+        index_last_request_whole(turn.pk)
         TurnRecorder(turn).turn_changed()
         return
     if turn.status != Turn.Status.QUEUED:
@@ -312,6 +318,7 @@ def turn_run(*, turn_id: int) -> None:
             turn.mark_failed(outcome.error)
     # Every step is committed before the turn's end is written (a write that failed raises here).
     recorder.drain()
+    index_last_request_whole(turn.pk)
     # An ordinary (synchronous) commit: it makes the turn and every step before it durable.
     turn.save()
     recorder.turn_changed()
@@ -327,5 +334,6 @@ def turn_abandon(*, turn_id: int, reason: str) -> bool:
         return False
     turn.mark_failed(reason)
     turn.save(update_fields=["status", "error", "finished_at", "updated_at"])
+    index_last_request_whole(turn.pk)
     live.publish_turn_changed(conversation_id=turn.conversation.public_id, turn_id=turn.pk)
     return True

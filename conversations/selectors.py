@@ -35,12 +35,13 @@ from django.db.models import (
     When,
 )
 from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Cast, Coalesce, Left
+from django.db.models.functions import Cast, Coalesce, Least, Left, Substr
 
 from conversations.models import Comparison, Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.providers import PROVIDERS
 from conversations.providers.excerpts import EXCERPTS
 from conversations.splicing import prompt_diff
+from conversations.strings import common_prefix_length
 from inspector.typealias import JSONDict, JSONValue
 from servers.models import McpServer
 
@@ -337,18 +338,6 @@ def _previous_prompt(step: Step) -> str | None:
         .first()
     )
     return previous
-
-
-def common_prefix_length(first: str, second: str) -> int:
-    """How many leading characters two strings share (a binary search of C-speed comparisons)."""
-    low, high = 0, min(len(first), len(second))
-    while low < high:
-        middle = (low + high + 1) // 2
-        if first[:middle] == second[:middle]:
-            low = middle
-        else:
-            high = middle - 1
-    return low
 
 
 @dataclass(frozen=True)
@@ -840,7 +829,12 @@ def turn_search_document() -> SearchVector:
 def exchange_search_document() -> SearchVector:
     """The searchable text of an exchange on PostgreSQL (indexed as ``turn_search_document`` is)."""
     return SearchVector(
-        Left("request_body", FTS_BODY_CHARS), Left("response_body", FTS_BODY_CHARS), config=FTS_CONFIG
+        Case(
+            When(search_start__isnull=True, then=Left("request_body", FTS_BODY_CHARS)),
+            default=Substr("request_body", F("search_start") + 1, Least("search_length", FTS_BODY_CHARS)),
+        ),
+        Left("response_body", FTS_BODY_CHARS),
+        config=FTS_CONFIG,
     )
 
 
@@ -871,18 +865,16 @@ def text_match(text: str) -> Q:
         )
     # One IN over a UNION, not two INs joined by OR: PostgreSQL can only turn a lone IN into a
     # semi-join, and so start from the few matches of a rare word instead of testing every
-    # visible conversation against both lists.
+    # visible conversation against both lists. A matching exchange names its conversation
+    # itself: no join to its turn.
     in_turns = turns.order_by().values("conversation_id")
-    # The matching exchanges' turns, looked up as a set (not a join row by row).
-    in_exchanges = (
-        Turn.objects.filter(pk__in=exchanges.filter(turn__isnull=False).order_by().values("turn_id"))
-        .order_by()
-        .values("conversation_id")
-    )
+    in_exchanges = exchanges.filter(conversation__isnull=False).order_by().values("conversation_id")
     return Q(pk__in=in_turns.union(in_exchanges, all=True))
 
 
 def _in_conversations(steps_or_exchanges: QuerySet[Step] | QuerySet[Exchange]) -> Q:
+    if steps_or_exchanges.model is Exchange:
+        return Q(pk__in=steps_or_exchanges.filter(conversation__isnull=False).values("conversation_id"))
     return Q(pk__in=steps_or_exchanges.filter(turn__isnull=False).values("turn__conversation_id"))
 
 

@@ -1144,6 +1144,7 @@ def _imported_profile(profile: ProfileDoc) -> ModelProfile:
 def _exchange_row(doc: ExchangeDoc, *, turn: Turn, step_id: int | None) -> Exchange:
     return Exchange(
         turn=turn,
+        conversation_id=turn.conversation_id,
         step_id=step_id,
         server=None,
         server_name=doc["server"] or "",

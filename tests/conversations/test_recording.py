@@ -246,3 +246,34 @@ def test_waiting_on_a_writer_whose_thread_is_gone_fails_instead_of_hanging() -> 
 
     with pytest.raises(RuntimeError, match="record writer stopped"):
         writer.wait(owner)  # type: ignore[arg-type]
+
+
+def test_every_exchange_names_its_turns_conversation_and_a_server_record_none(turn: Turn) -> None:
+    recorder = TurnRecorder(turn)
+    decide = recorder.step_open(kind="decide", title="model call 1")
+    recorder.step_save(decide, exchanges=[_exchange("llm")])
+    recorder.step_close(decide, status="ok", exchanges=[_exchange("tools/call")])
+    recorder.turn_save("answer")
+    recorder.drain()
+    recording.server_records_store([_exchange("notifications/message")])
+
+    rows = Exchange.objects.order_by("seq", "id").values_list("label", "conversation_id")
+    assert sorted(rows) == sorted(
+        [("llm", turn.conversation_id), ("tools/call", turn.conversation_id), ("notifications/message", None)]
+    )
+
+
+def test_an_exchange_of_a_turn_is_not_made_without_its_conversation(turn: Turn) -> None:
+    redact = recording.active_redactor()
+    with pytest.raises(ValueError, match="conversation_id"):
+        recording.exchange_rows([_exchange("llm")], turn_id=turn.pk, step_id=None, redact=redact)
+
+
+def test_exchanges_saved_or_bulk_created_through_the_orm_get_their_turns_conversation(turn: Turn) -> None:
+    saved = Exchange.objects.create(turn=turn, channel="llm", label="saved")
+    bulk = Exchange.objects.bulk_create(
+        [Exchange(turn=turn, channel="llm", label="bulk"), Exchange(channel="mcp", label="loose")]
+    )
+
+    assert Exchange.objects.get(pk=saved.pk).conversation_id == turn.conversation_id
+    assert [Exchange.objects.get(pk=row.pk).conversation_id for row in bulk] == [turn.conversation_id, None]

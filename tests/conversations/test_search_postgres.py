@@ -5,14 +5,19 @@ database these tests fail (they never skip), since what they check does not exis
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 
+from conversations.models import Exchange
+from conversations.recording import TurnRecorder, index_last_request_whole
 from conversations.selectors import FTS_BODY_CHARS, ConversationFilters, conversation_search
+from inspector.wire import WireExchange
 from tests.factories import ConversationFactory, ExchangeFactory, StepFactory, TurnFactory, UserFactory
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
@@ -121,6 +126,8 @@ def test_the_search_and_tool_indexes_exist(alice: User) -> None:
     assert "(tool_name) INCLUDE (turn_id) WHERE" in definitions["step_tool_turn_idx"]
     assert "(title) INCLUDE (turn_id) WHERE" in definitions["step_tool_title_turn_idx"]
     assert "(id) INCLUDE (conversation_id)" in definitions["turn_id_conversation_idx"]
+    # Migration 0013: an exchange's request body is indexed whole or for its span.
+    assert "search_start" in definitions["conversations_exchange_search_gin"]
 
 
 def tool_call(owner: User, title: str, tool: str, server_tool: str) -> None:
@@ -153,3 +160,59 @@ def test_the_filters_find_the_same_conversations_with_the_indexes(alice: User) -
     assert titles(tool="list_notes") == []
     assert titles(q="reykjavik") == ["answered", "on the wire"]
     assert titles(q="reykjavik", tool="calculate") == []
+
+
+# --- what a model request adds: migration 0013_exchange_search_span -------------------------------
+
+
+def _request(messages: list[str]) -> WireExchange:
+    body = json.dumps(
+        {"messages": [{"role": "user", "content": m} for m in messages], "tools": [{"name": "calc"}]}
+    )
+    return WireExchange(
+        channel="llm", label="POST /chat/completions", started_at=datetime.now(UTC), request_body=body
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_model_request_is_indexed_for_what_it_adds_and_the_last_one_whole() -> None:
+    alice = UserFactory(username="alice")
+    turn = TurnFactory(conversation=ConversationFactory(owner=alice, title="spans"), question="Sums?")
+    recorder = TurnRecorder(turn)
+    history = ["Add the Quetzal numbers"]
+    for word in ("Narwhal", "Okapi", "Pangolin"):
+        step = recorder.step_open(kind="decide", title="model call")
+        recorder.step_close(step, status="ok", exchanges=[_request(history)])
+        history = [*history, f"the tool said {word} 42"]
+    recorder.drain()
+
+    rows = list(Exchange.objects.filter(turn=turn).order_by("seq"))
+    # The first request is indexed whole; later ones only for the message they add.
+    assert rows[0].search_start is None
+    for row, added in zip(rows[1:], history[1:], strict=False):
+        assert row.search_start is not None and row.search_length is not None
+        span = row.request_body[row.search_start : row.search_start + row.search_length]
+        assert added in span and "Quetzal" not in span
+    assert found(alice, "okapi") == ["spans"]  # in the middle request's span
+    # While the turn runs, words spread over the history are not in one indexed span...
+    assert found(alice, "quetzal okapi") == []
+
+    index_last_request_whole(turn.pk)
+
+    # ...once it has ended, its last request is indexed whole: they are.
+    last = Exchange.objects.get(pk=rows[-1].pk)
+    assert (last.search_start, last.search_length) == (None, None)
+    assert found(alice, "quetzal okapi") == ["spans"]
+    assert found(alice, '"tool said okapi"') == ["spans"]
+
+
+def test_the_exchange_search_uses_its_index(alice: User) -> None:
+    text_filter = conversation_search(user=alice, filters=ConversationFilters(q="okapi"))
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        sql, params = text_filter.values("pk").query.sql_with_params()
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+
+    assert "conversations_exchange_search_gin" in plan
+    assert "conversations_turn_search_gin" in plan

@@ -138,6 +138,35 @@ def test_a_turn_redelivered_while_running_is_marked_interrupted() -> None:
     assert "stopped before it finished" in turn.error
 
 
+def _spanned_requests(turn: Turn) -> list[int]:
+    """Model requests the turn's worker left indexed only in part (as a worker that died would)."""
+    rows = [
+        Exchange.objects.create(turn=turn, seq=seq, channel="llm", label="POST", request_body="x " * 20)
+        for seq in (1, 2, 3)
+    ]
+    Exchange.objects.filter(pk__in=[row.pk for row in rows[1:]]).update(search_start=2, search_length=4)
+    return [row.pk for row in rows]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("ending", ["redelivered", "abandoned"])
+def test_a_turn_that_ends_without_its_runner_has_its_last_request_indexed_whole(ending: str) -> None:
+    alice = User.objects.create_user("alice")
+    _, turn = conversation_start(
+        owner=alice, model_profile=demo_profile_ensure(), question=WEATHER, servers=[], dispatch=False
+    )
+    Turn.objects.filter(pk=turn.pk).update(status=Turn.Status.RUNNING)
+    first, middle, last = _spanned_requests(turn)
+
+    if ending == "redelivered":
+        run_turn(turn.pk)
+    else:
+        assert turn_abandon(turn_id=turn.pk, reason="gone")
+
+    spans = dict(Exchange.objects.filter(turn=turn).values_list("pk", "search_start"))
+    assert spans == {first: None, middle: 2, last: None}
+
+
 @pytest.fixture
 def starved_role(transactional_db: None) -> Iterator[tuple[str, list[psycopg.Connection]]]:
     """A database role allowed two connections, both held by the test: a worker using it finds

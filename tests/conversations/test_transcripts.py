@@ -159,6 +159,10 @@ def test_an_imported_conversation_verifies_is_read_only_and_names_its_servers() 
     assert (tool.server, tool.server_name) == (None, "demo")
     call = Exchange.objects.get(turn__conversation=imported, label="tools/call")
     assert (call.server, call.server_name) == (None, "demo")
+    # Each imported exchange names its new conversation (what the list's text filter reads).
+    assert set(
+        Exchange.objects.filter(turn__conversation=imported).values_list("conversation_id", flat=True)
+    ) == {imported.pk}
 
 
 @pytest.mark.django_db
