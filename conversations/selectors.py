@@ -110,9 +110,28 @@ def turn_rows(*, turn: Turn, last: int | None = None, before_seq: int | None = N
     rows = _rows().filter(turn=turn)
     if before_seq is not None:
         rows = rows.filter(seq__lt=before_seq)
-    if last is None:
-        return list(rows)
-    return list(reversed(rows.order_by("-seq")[:last]))
+    loaded = list(rows) if last is None else list(reversed(rows.order_by("-seq")[:last]))
+    _note_previous_prompts(loaded, from_first=last is None or len(loaded) < last)
+    return loaded
+
+
+# Set on a loaded model-call row: the prompt of the turn's model call before it ("" for none),
+# when that was loaded with it.
+_PREVIOUS_PROMPT = "_previous_prompt_loaded"
+
+
+def _note_previous_prompts(rows: list[Step], *, from_first: bool) -> None:
+    """Give each model-call row the prompt of the turn's model call before it, where that is
+    known from ``rows`` (consecutive rows of one turn, in order; ``from_first``: starting at its
+    first row): the page's prompt summaries then read it from memory, not row after row."""
+    previous: str | None = "" if from_first else None
+    for row in rows:
+        if row.kind not in MODEL_CALL_KINDS:
+            continue
+        if previous is not None:
+            setattr(row, _PREVIOUS_PROMPT, previous)
+        if row.prompt:
+            previous = row.prompt
 
 
 def step_row(*, conversation: Conversation, step_id: int) -> Step | None:
@@ -125,10 +144,14 @@ def rows_changed_since(*, conversation: Conversation, since: datetime) -> list[S
     return list(_rows().filter(turn__conversation=conversation, updated_at__gte=since))
 
 
-def conversation_turns(*, conversation: Conversation) -> list[Turn]:
-    """The turns, in order, for the page. ``transcript`` (the whole message history, large on a
-    long conversation, never shown) is deferred: it loads if something reads it."""
-    return list(conversation.turns.defer("transcript").order_by("seq"))
+def conversation_turns(*, conversation: Conversation, since: datetime | None = None) -> list[Turn]:
+    """The turns, in order, for the page (only those changed at or after ``since``, if given).
+    ``transcript`` (the whole message history, large on a long conversation, never shown) is
+    deferred: it loads if something reads it."""
+    turns = conversation.turns.defer("transcript").order_by("seq")
+    if since is not None:
+        turns = turns.filter(updated_at__gte=since)
+    return list(turns)
 
 
 def turn_row_counts(*, conversation: Conversation) -> dict[int, int]:
@@ -330,6 +353,9 @@ def _previous_prompt(step: Step) -> str | None:
     """The spliced prompt of the model call before ``step`` in its turn (None: none, or not one)."""
     if step.kind not in MODEL_CALL_KINDS or not step.prompt:
         return None
+    loaded = getattr(step, _PREVIOUS_PROMPT, None)
+    if loaded is not None:
+        return str(loaded) or None
     previous: str | None = (
         Step.objects.filter(turn_id=step.turn_id, seq__lt=step.seq, kind__in=MODEL_CALL_KINDS)
         .exclude(prompt="")

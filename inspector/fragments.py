@@ -116,9 +116,7 @@ def render_catch_up(*, conversation: Conversation, since: datetime) -> list[Mess
     """
     if timezone.is_naive(since):
         since = timezone.make_aware(since, UTC)
-    turns = [
-        turn for turn in selectors.conversation_turns(conversation=conversation) if turn.updated_at >= since
-    ]
+    turns = selectors.conversation_turns(conversation=conversation, since=since)
     rows = sorted(
         selectors.rows_changed_since(conversation=conversation, since=since), key=lambda s: (s.turn_id, s.seq)
     )

@@ -259,6 +259,37 @@ def test_the_prompt_change_summary_cases() -> None:
     assert (change.same, change.appended, change.first_line, change.delta_chars) == (False, False, 2, 0)
 
 
+def test_rows_loaded_together_summarise_their_prompts_without_fetching_the_previous_ones(
+    django_assert_num_queries: object,
+) -> None:
+    turn = TurnFactory()
+    prompts = [
+        "system\nuser: hi\n",
+        "",
+        "system\nuser: hi\ntool: 4\n",
+        "system\nuser: HI\ntool: 4\ntool: 5\n",
+    ]
+    for prompt in prompts:
+        decide = StepFactory(turn=turn, prompt=prompt)
+        StepFactory(turn=turn, parent=decide, kind=Step.Kind.TOOL, prompt="")
+    StepFactory(turn=turn, kind=Step.Kind.ANSWER, prompt="system\nuser: HI\ntool: 4\ntool: 5\nanswer\n")
+    top = list(Step.objects.filter(turn=turn, parent=None).order_by("seq"))
+    seqs = [step.seq for step in top]
+    fetched_one_by_one = [step_prompt_change(step=step) for step in top]
+
+    for rows in (
+        selectors.turn_rows(turn=turn),
+        selectors.turn_rows(turn=turn, last=9),
+        selectors.turn_rows(turn=turn, last=3),
+        selectors.turn_rows(turn=turn, before_seq=seqs[3]),
+    ):
+        # Only a first row whose previous model call was not loaded with it asks the database.
+        with django_assert_num_queries(0 if rows[0].seq == seqs[0] else 1):  # type: ignore[operator]
+            summaries = [step_prompt_change(step=row) for row in rows]
+        first = seqs.index(rows[0].seq)
+        assert summaries == fetched_one_by_one[first : first + len(rows)]
+
+
 def test_the_prompt_diff_is_only_for_those_who_may_see_the_conversation(alice: User, bob: User) -> None:
     turn = TurnFactory(conversation=ConversationFactory(owner=alice))
     StepFactory(turn=turn, prompt="system\nuser: hi\n")
