@@ -32,7 +32,8 @@ QUESTION = "Work out the running totals with the calculator, one call at a time.
 
 
 class BareLoop:
-    """The bare loop's process; ``turn()`` runs one turn there and returns its wall time."""
+    """The bare loop's process: ``turn()`` runs one turn there and returns its wall time;
+    ``start(count)`` then ``finished()`` run ``count`` turns at once (P4's floor)."""
 
     def __init__(self, base_url: str) -> None:
         self.process = subprocess.Popen(
@@ -51,14 +52,24 @@ class BareLoop:
             raise RuntimeError("the bare loop exited")
         return dict(json.loads(line))
 
-    def turn(self) -> float:
+    def _send(self, command: str) -> None:
         assert self.process.stdin is not None
-        self.process.stdin.write("turn\n")
+        self.process.stdin.write(command + "\n")
         self.process.stdin.flush()
+
+    def turn(self) -> float:
+        self._send("turn")
         reply = self._read()
         if reply["model_calls"] != STEPS or reply["tool_calls"] != STEPS - 1:
             raise RuntimeError(f"the bare loop ran {reply}, not {STEPS} model calls")
         return float(reply["seconds"])
+
+    def start(self, count: int) -> None:
+        self._send(f"concurrent {count}")
+
+    def finished(self) -> dict[str, Any]:
+        """The reply to ``start``: ``seconds``, ``turns``, ``model_calls``, ``tool_calls``."""
+        return self._read()
 
     def close(self) -> None:
         if self.process.stdin is not None:

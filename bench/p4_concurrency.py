@@ -9,6 +9,11 @@ single process cannot use the host; its result is reported beside the host's (``
 All 200 turns are queued, then dispatched in one go; the wall time runs from the first dispatch
 to the last turn's ``finished_at``. Every turn must store exactly its exchanges: 3 model calls,
 2 ``tools/call``, 1 ``tools/list``.
+
+The floor is measured in the same run on the same host: the bare loop (``bench.bare_loop``), one
+process per worker process, each running its share of the 200 turns at once on one MCP session,
+against the same fake model. The target is judged on the product's ratio to 3 s, as defined; the
+bare loop's ratio and the product's ratio to it are reported beside it.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from bench import fixtures, p7_memory, profiling
 from bench.context import Context
 from bench.environment import REPO_ROOT
 from bench.fake_model import FakeModel
+from bench.p1_step_overhead import BareLoop
 from bench.processes import CeleryWorker, RssSampler, cpu_seconds, demo_server_pids, rss_bytes
 from bench.stats import Result, judged, not_run, summary
 from conversations.execution import turn_dispatch
@@ -222,6 +228,32 @@ def _measure(
     return measured
 
 
+def _bare(processes: int, repeats: int, base_url: str) -> list[float]:
+    """The bare loop on the same load: ``processes`` processes sharing the 200 turns, each running
+    its share at once; wall ÷ 3 s per repeat (after one small warm-up load)."""
+    shares = [TURNS // processes + (1 if index < TURNS % processes else 0) for index in range(processes)]
+    loops: list[BareLoop] = []
+    try:
+        loops.extend(BareLoop(base_url) for _ in shares)
+        walls: list[float] = []
+        for index in range(repeats + 1):
+            started = time.perf_counter()
+            for loop, share in zip(loops, shares, strict=True):
+                loop.start(share if index else 2)
+            replies = [loop.finished() for loop in loops]
+            wall = time.perf_counter() - started
+            for reply, share in zip(replies, shares, strict=True):
+                count = share if index else 2
+                if reply["model_calls"] != CALLS * count or reply["tool_calls"] != (CALLS - 1) * count:
+                    raise RuntimeError(f"the bare loop ran {reply}, not {count} turns of {CALLS} model calls")
+            if index:
+                walls.append(wall / IDEAL_SECONDS)
+        return walls
+    finally:
+        for loop in loops:
+            loop.close()
+
+
 def run(ctx: Context) -> list[Result]:
     reason = ctx.services.missing("postgres", "redis")
     if reason:
@@ -246,6 +278,8 @@ def run(ctx: Context) -> list[Result]:
         )
         host = measure(processes=processes)
         single = measure(processes=1) if processes > 1 else host
+        bare = _bare(processes, repeats, model.base_url)
+        ctx.log(f"P4 bare loop, {processes} process(es): {', '.join(f'{b:.2f}×' for b in bare)}")
     exact = all(ratio == 1.0 for ratio in host.ratios + single.ratios)
     threads = max(1, total_threads // processes)
     result = judged(
@@ -272,6 +306,12 @@ def run(ctx: Context) -> list[Result]:
             "worker_cpu_share_of_wall": [
                 round(c / (w * IDEAL_SECONDS), 2) for c, w in zip(host.cpu, host.walls, strict=True)
             ],
+            "bare_loop": {
+                "what": f"{processes} bare-loop process(es), each running its share of the {TURNS} turns at once",
+                "ratio": summary(bare),
+                "wall_seconds": [round(b * IDEAL_SECONDS, 2) for b in bare],
+                "product_over_bare": round(summary(host.walls)["median"] / summary(bare)["median"], 2),
+            },
             "single_process": {
                 "worker": f"1 process, celery -P threads -c {total_threads}",
                 "ratio": summary(single.walls),
@@ -282,7 +322,9 @@ def run(ctx: Context) -> list[Result]:
             },
             "worker_profile": host.profile,
             "summary": (
-                f"{processes} worker process(es); 1 process: median {summary(single.walls)['median']:.2f}×; "
+                f"{processes} worker process(es); bare loop on the same host: median "
+                f"{summary(bare)['median']:.2f}× (the product {summary(host.walls)['median'] / summary(bare)['median']:.2f}× "
+                f"of it); 1 process: median {summary(single.walls)['median']:.2f}×; "
                 f"exchanges stored ÷ expected: {', '.join(f'{r:.4f}' for r in host.ratios)}"
             ),
         },
