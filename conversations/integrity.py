@@ -11,6 +11,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from django.db.models import QuerySet
+
 from conversations.models import Conversation, Exchange
 
 GENESIS = "0" * 64
@@ -38,15 +40,14 @@ def exchange_digest(exchange: Exchange, *, turn_seq: int, previous: str) -> str:
     return hashlib.sha256(f"{previous}\n{canonical}".encode()).hexdigest()
 
 
-def chain_head(conversation_id: int) -> str:
-    """The hash of the conversation's latest exchange (the genesis value when it has none)."""
-    head = (
+def chain_head_query(conversation_id: int) -> QuerySet[Exchange, str]:
+    """The hash of the conversation's latest exchange, as a query (at most one value): usable
+    as a subquery, so a turn's recorder reads it with its other starting points at once."""
+    return (
         Exchange.objects.filter(turn__conversation_id=conversation_id)
         .order_by("-turn__seq", "-seq", "-id")
-        .values_list("hash", flat=True)
-        .first()
+        .values_list("hash", flat=True)[:1]
     )
-    return head or GENESIS
 
 
 @dataclass

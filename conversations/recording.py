@@ -44,7 +44,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model, OuterRef, Subquery
 from django.utils import timezone
 
-from conversations.integrity import chain_head, exchange_digest
+from conversations.integrity import GENESIS, chain_head_query, exchange_digest
 from conversations.models import Exchange, RedactionRule, Step, Turn
 from conversations.providers.streaming import DeltaCallback, PartialReply, throttled
 from conversations.redaction import Redactor, redactor
@@ -629,18 +629,21 @@ class TurnRecorder:
         self.turn = turn
         self.conversation_id = turn.conversation.public_id
         self.redact = redact or active_redactor()
-        # Where the turn's steps and exchanges go on (both read in one query).
-        last = (
+        # Where the turn's steps and exchanges go on, and the conversation's hash chain: read in
+        # one query.
+        start = (
             Turn.objects.filter(pk=turn.pk)
             .values_list(
                 Subquery(Step.objects.filter(turn=OuterRef("pk")).order_by("-seq").values("seq")[:1]),
                 Subquery(Exchange.objects.filter(turn=OuterRef("pk")).order_by("-seq").values("seq")[:1]),
+                Subquery(chain_head_query(turn.conversation_id)),
             )
             .first()
         )
-        self._seq, self._exchange_seq = (last[0] or 0, last[1] or 0) if last else (0, 0)
+        seq, exchange_seq, head = start or (0, 0, None)
+        self._seq, self._exchange_seq = seq or 0, exchange_seq or 0
         self._parents: dict[int, int | None] = {}
-        self._chain = chain_head(turn.conversation_id)
+        self._chain = head or GENESIS
         # Step updates not yet handed over, by step id, in the order they were first made.
         self._updates: dict[int, dict[str, Any]] = {}
         self._records: list[tuple[int, Sequence[WireExchange], int]] = []
