@@ -148,9 +148,12 @@ async def _run(
     finally:
         if capture in session.tap.active:
             session.tap.active.remove(capture)
-        if session.tap.http and not session.dead:
-            await session.tap.settle(capture, HTTP_SETTLE_SECONDS)
-        _finish(session, capture, outcome)
+        try:
+            if session.tap.http and not session.dead:
+                await session.tap.settle(capture, HTTP_SETTLE_SECONDS)
+        finally:
+            # Cancelled again while it waits, the operation still keeps what it captured.
+            _finish(session, capture, outcome)
 
 
 def _finish(session: PooledSession, capture: Capture, outcome: Outcome) -> None:
