@@ -12,13 +12,14 @@ from uuid import UUID
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.models import User
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils.decorators import method_decorator
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from drf_spectacular.views import SpectacularJSONAPIView
-from rest_framework.authentication import BaseAuthentication, SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.authtoken.views import ObtainAuthToken
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, Throttled, ValidationError
 from rest_framework.generics import ListAPIView
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import BasePermission, IsAuthenticated
@@ -30,8 +31,10 @@ from conversations.models import Conversation, Turn
 from conversations.selectors import conversation_get, conversation_list, conversation_transcript
 from conversations.services import audit_record
 from inspector.serializers import ConversationSummarySerializer, TranscriptSerializer
+from inspector.throttle import LoginThrottled, client_address, login_failure_record, login_throttle_check
+from inspector.tokens import ExpiringTokenAuthentication, token_obtain, token_revoke
 
-API_AUTHENTICATION: list[type[BaseAuthentication]] = [TokenAuthentication, SessionAuthentication]
+API_AUTHENTICATION: list[type[BaseAuthentication]] = [ExpiringTokenAuthentication, SessionAuthentication]
 API_PERMISSIONS: list[type[BasePermission]] = [IsAuthenticated]
 
 
@@ -89,14 +92,45 @@ class OpenApiView(SpectacularJSONAPIView):
     permission_classes = API_PERMISSIONS
 
 
-class TokenObtainView(ObtainAuthToken):
-    """POST ``username`` and ``password``; get ``{"token": ...}`` for ``Authorization: Token ...``.
+class TokenView(ObtainAuthToken):
+    """``POST`` ``username`` and ``password``: get ``{"token": ...}`` for ``Authorization: Token ...``;
+    ``DELETE`` (authenticated): revoke the caller's token.
 
-    The same token is returned on every call until it is deleted (in the admin).
+    The same token is returned on every POST until it expires (``API_TOKEN_TTL_DAYS``) or is
+    revoked; then a new one. Failed POSTs are throttled with the login page's counters (429).
     """
 
-    # The credentials are in the body: a stray session cookie must not make this a CSRF-checked call.
-    authentication_classes: list[type[BaseAuthentication]] = []
+    def get_authenticators(self) -> list[BaseAuthentication]:
+        # The credentials of a POST are in the body: a stray session cookie must not make it a
+        # CSRF-checked call. A DELETE is authenticated like the rest of the API.
+        if self.request is not None and self.request.method == "POST":
+            return []
+        return [authentication() for authentication in API_AUTHENTICATION]
+
+    def get_permissions(self) -> list[BasePermission]:
+        if self.request is not None and self.request.method == "POST":
+            return []
+        return [permission() for permission in API_PERMISSIONS]
+
+    @extend_schema(responses={200: OpenApiResponse(description='{"token": "..."}'), 429: OpenApiResponse()})
+    def post(self, request: Request, *args: object, **kwargs: object) -> Response:
+        username = str(request.data.get("username", "")) if isinstance(request.data, dict) else ""
+        address = client_address(request.META)
+        try:
+            login_throttle_check(username=username, address=address)
+        except LoginThrottled as exc:
+            raise Throttled(wait=exc.retry_after, detail=str(exc)) from None
+        serializer = self.get_serializer(data=request.data)
+        if not serializer.is_valid():
+            login_failure_record(username=username, address=address)
+            raise ValidationError(serializer.errors)
+        return Response({"token": token_obtain(user=serializer.validated_data["user"]).key})
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, *args: object, **kwargs: object) -> Response:
+        assert isinstance(request.user, User)  # IsAuthenticated
+        token_revoke(user=request.user)
+        return Response(status=204)
 
 
-token_obtain = login_not_required(TokenObtainView.as_view())
+token_obtain_or_revoke = login_not_required(TokenView.as_view())

@@ -13,6 +13,8 @@ import dj_database_url
 import django_stubs_ext
 from celery.schedules import crontab
 
+from inspector.keyfile import key_file_read_or_create
+
 # Lets annotations such as ModelAdmin[McpServer] work at run time.
 django_stubs_ext.monkeypatch()
 
@@ -58,11 +60,7 @@ DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
     # A per-checkout key kept under var/, so sessions survive restarts without configuration.
-    _key_file = VAR_DIR / "secret_key"
-    if not _key_file.exists():
-        _key_file.write_text(hashlib.sha256(os.urandom(64)).hexdigest())
-        _key_file.chmod(0o600)
-    SECRET_KEY = _key_file.read_text().strip()
+    SECRET_KEY = key_file_read_or_create(VAR_DIR / "secret_key")
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -85,7 +83,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "inspector.security.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "inspector.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -158,6 +158,18 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# Counters every web process must share (login throttling) live in Redis when there is one.
+CACHES = {
+    "default": (
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "inspector",
+        }
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
 
 # How turns run: "celery" (workers on Redis) or "embedded" (a thread pool in the web process).
 TURN_RUNNER = env_str("TURN_RUNNER", "celery" if REDIS_URL else "embedded")
@@ -195,15 +207,48 @@ WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
 SESSION_COOKIE_HTTPONLY = True
+# Behind HTTPS: session and CSRF cookies are never sent over plain HTTP.
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
+# HTTPS hardening, off by default because `make run` serves plain HTTP on 127.0.0.1.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# Opt-in, and only behind a proxy that sets this header itself (overwriting a client's): the name
+# of the request header that says the client's connection was HTTPS, e.g. X-Forwarded-Proto.
+_PROXY_SSL_HEADER = env_str("SECURE_PROXY_SSL_HEADER")
+if _PROXY_SSL_HEADER:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _PROXY_SSL_HEADER.upper().replace("-", "_"), "https")
+# The request header holding the client's address behind a proxy (e.g. X-Real-IP), for login
+# throttling; by default the connection's own address.
+CLIENT_IP_HEADER = env_str("CLIENT_IP_HEADER")
+# The Content-Security-Policy of every page (see inspector.security): no inline script or style.
+SECURE_CSP = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    "img-src": ["'self'", "data:"],
+    "connect-src": ["'self'"],
+    "object-src": ["'none'"],
+    "base-uri": ["'none'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
+# Login and POST /api/token: at most this many failed attempts per username and per client
+# address in a window; more answer 429 with Retry-After until the window ends.
+LOGIN_THROTTLE_FAILURES = env_int("LOGIN_THROTTLE_FAILURES", 10)
+LOGIN_THROTTLE_ADDRESS_FAILURES = env_int("LOGIN_THROTTLE_ADDRESS_FAILURES", 50)
+LOGIN_THROTTLE_WINDOW_SECONDS = env_int("LOGIN_THROTTLE_WINDOW_SECONDS", 900)
+# API tokens older than this are refused (401) and replaced on the next POST /api/token.
+API_TOKEN_TTL_DAYS = env_int("API_TOKEN_TTL_DAYS", 90)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.TokenAuthentication",
+        "inspector.tokens.ExpiringTokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

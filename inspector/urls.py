@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from inspector import api, views
+from inspector import accounts, api, views
 
 urlpatterns = [
     path("", views.conversation_list, name="inspector-conversations"),
@@ -37,11 +37,13 @@ urlpatterns = [
     path("compare/providers", views.comparison_providers_create, name="inspector-comparison-providers"),
     path("compare/<uuid:public_id>/", views.comparison_detail, name="inspector-comparison"),
     path("compare/<uuid:public_id>/summary", views.comparison_summary, name="inspector-comparison-summary"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", accounts.LoginView.as_view(), name="login"),
+    path("accounts/token", accounts.token_detail, name="inspector-token"),
+    path("accounts/token/revoke", accounts.token_revoke_view, name="inspector-token-revoke"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/openapi.json", api.OpenApiView.as_view(), name="api-openapi"),
-    path("api/token", api.token_obtain, name="api-token"),
+    path("api/token", api.token_obtain_or_revoke, name="api-token"),
     path("api/conversations", api.ConversationListView.as_view(), name="api-conversations"),
     path(
         "api/conversations/<uuid:public_id>",
