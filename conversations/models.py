@@ -390,25 +390,38 @@ class Team(models.Model):
 
 
 class AuditEvent(models.Model):
-    """Who read, exported, imported or pruned which conversation, and when (visible to staff)."""
+    """Who read, exported, imported or pruned which conversation, and who registered, changed,
+    enabled, disabled or deleted which MCP server, and when (visible to staff)."""
 
     class Action(models.TextChoices):
         OPENED = "opened"
         EXPORTED = "exported"
         IMPORTED = "imported"
         PRUNED = "pruned"
+        SERVER_CREATED = "server.created"
+        SERVER_CHANGED = "server.changed"
+        SERVER_ENABLED = "server.enabled"
+        SERVER_DISABLED = "server.disabled"
+        SERVER_DELETED = "server.deleted"
 
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     actor_name = models.CharField(max_length=150, blank=True, help_text="Kept when the user is deleted.")
-    action = models.CharField(max_length=12, choices=Action.choices)
+    action = models.CharField(max_length=24, choices=Action.choices)
     conversation_public_id = models.UUIDField(null=True, blank=True, db_index=True)
+    # Through what it happened (page, rows, api, admin, cli...) and what exactly (a turn, a body,
+    # a server's name): repeated reads of the same thing are folded on these (conversations.audit).
+    via = models.CharField(max_length=40, blank=True)
+    subject = models.CharField(max_length=200, blank=True)
     detail = models.JSONField(default=dict, blank=True)
     at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
         ordering = ["-at"]
+        indexes = [
+            models.Index(fields=["conversation_public_id", "actor", "-at"], name="audit_repeat_read_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.actor_name} {self.action} {self.conversation_public_id or ''}"

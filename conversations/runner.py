@@ -36,6 +36,7 @@ from inspector.wire import WireExchange
 from servers import gateway
 from servers.gateway.config import ConfigError, ServerConfig, resolve_references
 from servers.models import McpServer
+from servers.selectors import server_spawn_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -149,8 +150,13 @@ def _session_note(server: McpServer, outcome: gateway.ListOutcome) -> str:
 def connect_servers(
     servers: list[McpServer], recorder: TurnRecorder
 ) -> tuple[list[ToolDef], dict[int, ServerConfig]]:
-    """List the tools of every enabled server (a ``connect`` step) and name them for the provider."""
+    """List the tools of every enabled server (a ``connect`` step) and name them for the provider.
+
+    A server whose process the conversation's owner may not start (``server_spawn_refusal``) is
+    not connected: the step says why, and the turn goes on with the other servers' tools.
+    """
     servers = [server for server in servers if server.enabled]
+    owner = recorder.turn.conversation.owner
     step = recorder.step_open(kind="connect", title=f"connect {len(servers)} MCP server(s)")
     configs: dict[int, ServerConfig] = {}
     listed: list[tuple[McpServer, dict[str, object]]] = []
@@ -159,6 +165,11 @@ def connect_servers(
     records: list[WireExchange] = []
     sessions: JSONDict = {}
     for server in servers:
+        refusal = server_spawn_refusal(server=server, user=owner)
+        if refusal:
+            notes.append(f"{server.name}: not connected")
+            problems.append(refusal)
+            continue
         config = server.to_config()
         configs[server.pk] = config
         outcome = gateway.list_tools(config)
@@ -253,7 +264,7 @@ def turn_run(*, turn_id: int) -> None:
         django.db.DatabaseError: the database could not be reached before the turn started (it
             is still queued then, and may be run again).
     """
-    turn = Turn.objects.select_related("conversation__model_profile").get(pk=turn_id)
+    turn = Turn.objects.select_related("conversation__model_profile", "conversation__owner").get(pk=turn_id)
     if turn.status == Turn.Status.RUNNING:
         # Redelivered after its worker died mid-turn: the steps so far stay; say what happened.
         turn.mark_interrupted("the worker running this turn stopped before it finished")

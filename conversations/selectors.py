@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from functools import cached_property
 from itertools import zip_longest
+from typing import TypeVar
 from uuid import UUID
 
 from django.contrib.auth import get_user_model
@@ -25,6 +26,7 @@ from django.db.models import (
     ExpressionWrapper,
     F,
     Max,
+    Model,
     OuterRef,
     Prefetch,
     Q,
@@ -45,22 +47,32 @@ from conversations.strings import common_prefix_length
 from inspector.typealias import JSONDict, JSONValue
 from servers.models import McpServer
 
+_Owned = TypeVar("_Owned", bound=Model)
 
-def conversation_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Conversation]:
-    """The conversations ``user`` may see, newest first.
 
-    The one access rule, used by every page, API call, export and websocket: a conversation is
-    visible to its owner and to the members of any team the owner belongs to; staff see all.
+def visible_to(rows: QuerySet[_Owned], *, user: AbstractBaseUser | AnonymousUser, owner: str) -> QuerySet[_Owned]:
+    """The one access rule, applied to ``rows`` whose user foreign key is at path ``owner``.
+
+    A row is visible to the user it belongs to and to the members of any team that user belongs
+    to; staff see all; anonymous users see none. A row that belongs to no one (made by a
+    management command, or whose user was deleted) is visible to staff only. Conversations
+    (``owner``), workbench operations (``user``), saved calls (``owner``) and the questions a
+    server asked (``operation__user``) all go through here: every page, API call, export and
+    websocket that shows one looks it up among these rows, so anyone else gets a 404.
     """
     if not user.is_authenticated:
-        return Conversation.objects.none()
-    visible = Conversation.objects.all()
-    if not getattr(user, "is_staff", False):
-        # One IN over a short list of owners (the user and their team mates, read now), not an OR
-        # of two conditions: the planner can then walk the (owner, -created_at) index per owner.
-        peers = get_user_model().objects.filter(inspector_teams__members=user.pk).values_list("pk", flat=True)
-        visible = visible.filter(owner_id__in={user.pk, *peers})
-    return _listed(visible).order_by("-created_at")
+        return rows.none()
+    if getattr(user, "is_staff", False):
+        return rows
+    # One IN over a short list of users (the user and their team mates, read now), not an OR of
+    # two conditions: the planner can then walk an (owner, ...) index per user.
+    peers = get_user_model().objects.filter(inspector_teams__members=user.pk).values_list("pk", flat=True)
+    return rows.filter(**{f"{owner}__in": {user.pk, *peers}})
+
+
+def conversation_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Conversation]:
+    """The conversations ``user`` may see (``visible_to``), newest first."""
+    return _listed(visible_to(Conversation.objects.all(), user=user, owner="owner")).order_by("-created_at")
 
 
 def _listed(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:

@@ -29,7 +29,7 @@ from rest_framework.views import APIView
 
 from conversations.models import Conversation, Turn
 from conversations.selectors import conversation_get, conversation_list, conversation_transcript
-from conversations.services import audit_record
+from conversations.audit import audit_read
 from inspector.serializers import ConversationSummarySerializer, TranscriptSerializer
 from inspector.throttle import LoginThrottled, client_address, login_failure_record, login_throttle_check
 from inspector.tokens import ExpiringTokenAuthentication, token_obtain, token_revoke
@@ -79,8 +79,8 @@ class ConversationTranscriptView(APIView):
             conversation = conversation_get(user=request.user, public_id=public_id)
         except Conversation.DoesNotExist:
             raise NotFound("No such conversation.") from None
-        actor = request.user if isinstance(request.user, AbstractBaseUser) else None
-        audit_record(actor=actor, action="opened", conversation=conversation, detail={"via": "api"})
+        if isinstance(request.user, AbstractBaseUser):
+            audit_read(actor=request.user, conversation=conversation, via="api")
         return Response(conversation_transcript(conversation=conversation))
 
 

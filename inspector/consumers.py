@@ -16,6 +16,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from conversations.audit import audit_read
 from conversations.models import Conversation
 from conversations.selectors import conversation_get
 from inspector import live
@@ -41,6 +42,8 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         except Conversation.DoesNotExist:
             await self.close(code=CLOSE_NOT_FOUND)
             return
+        # The socket streams every row of the conversation: a read, like the page's.
+        await sync_to_async(audit_read)(actor=user, conversation=self.conversation, via="websocket")
         live.bind_server_loop(asyncio.get_running_loop())
         self.group = live.conversation_group(self.conversation.public_id)
         await self.channel_layer.group_add(self.group, self.channel_name)

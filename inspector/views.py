@@ -3,7 +3,9 @@ full bodies, the chain badge, replays and their differences), asking questions, 
 comparisons (one question under several paradigms and models, side by side).
 
 Login is enforced for every view by ``LoginRequiredMiddleware``; access to one conversation
-or comparison is checked here, by looking it up among the user's own.
+or comparison is checked here, by looking it up among the user's own. Every view that shows a
+conversation's record (its page, a turn, rows, a body, a prompt) writes a read-audit entry
+(``conversations.audit.audit_read``: repeats within a few minutes are folded).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 
 from conversations import selectors, services
+from conversations.audit import audit_read
 from conversations.integrity import conversation_verify
 from conversations.models import Comparison, Conversation, Step, Turn
 from conversations.transcripts import EXPORT_FORMATS, MEDIA_TYPES, ExportFormat, TranscriptError
@@ -34,6 +37,7 @@ from inspector.forms import (
     QuestionForm,
     TranscriptUploadForm,
 )
+from servers.selectors import server_spawn_refusal
 
 COMPARISONS_PER_PAGE = 25
 # The conversation page renders the rows of its newest turns up to about this many rows; the
@@ -48,6 +52,7 @@ TURN_FOLD_MIN = 3
 # beyond, on request (re-hashing a 1,000-step conversation takes seconds of server time).
 CHAIN_AUTO_EXCHANGES = 300
 STATUS_BAD_REQUEST = 400
+STATUS_FORBIDDEN = 403
 STATUS_CONFLICT = 409
 EXPORT_SUFFIXES: dict[ExportFormat, str] = {"json": "json", "jsonl": "jsonl", "otel": "otlp.json"}
 BODY_PARTS = ("request", "response")
@@ -75,6 +80,22 @@ def _comparison(request: HttpRequest, public_id: UUID) -> Comparison:
         return selectors.comparison_get(user=_user(request), public_id=public_id)
     except Comparison.DoesNotExist:
         raise Http404("No such comparison.") from None
+
+
+def _spawn_refusals(request: HttpRequest, conversation: Conversation) -> list[str]:
+    """Why the user may not ask here: a server whose process only staff may start, when the user
+    is not the owner (the turn runs on the owner's rights, which the runner checks itself)."""
+    user = _user(request)
+    if conversation.owner_id == user.pk:
+        return []
+    servers = conversation.servers.filter(enabled=True).order_by("name")
+    return [refusal for server in servers if (refusal := server_spawn_refusal(server=server, user=user))]
+
+
+def _audit_runs(request: HttpRequest, comparison: Comparison, via: str) -> None:
+    """A comparison shows its runs' answers and wire formats: a read of each run's conversation."""
+    for conversation in comparison.conversations.all():
+        audit_read(actor=_user(request), conversation=conversation, via=via)
 
 
 def _turn_in_progress(turns: list[Turn]) -> bool:
@@ -199,9 +220,7 @@ def conversation_create(request: HttpRequest) -> HttpResponse:
 @require_GET
 def conversation_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
     conversation = _conversation(request, public_id)
-    services.audit_record(
-        actor=_user(request), action="opened", conversation=conversation, detail={"via": "page"}
-    )
+    audit_read(actor=_user(request), conversation=conversation, via="page")
     return _detail_page(request, conversation, QuestionForm())
 
 
@@ -214,6 +233,10 @@ def turn_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
     if conversation.read_only:
         problem = "This conversation was imported from a transcript: it is read-only."
         return _detail_page(request, conversation, form, status=STATUS_CONFLICT, problem=problem)
+    refusals = _spawn_refusals(request, conversation)
+    if refusals:
+        problem = "Not asked: " + " ".join(refusals)
+        return _detail_page(request, conversation, form, status=STATUS_FORBIDDEN, problem=problem)
     if _turn_in_progress(selectors.conversation_turns(conversation=conversation)):
         # Each turn's history is the previous turn's transcript: it must be finished first.
         form.add_error(None, "The previous turn is still running; ask again when it has finished.")
@@ -267,11 +290,12 @@ def exchange_body(request: HttpRequest, public_id: UUID, exchange_id: int) -> Ht
         return HttpResponse(
             "part must be request or response", status=STATUS_BAD_REQUEST, content_type="text/plain"
         )
-    services.audit_record(
+    audit_read(
         actor=_user(request),
-        action="opened",
         conversation=conversation,
-        detail={"via": "exchange body", "exchange": exchange.pk, "part": part},
+        via="exchange body",
+        subject=f"exchange {exchange.pk} {part}",
+        detail={"exchange": exchange.pk, "part": part},
     )
     body = exchange.request_body if part == "request" else exchange.response_body
     if request.GET.get("raw"):
@@ -292,11 +316,12 @@ def step_prompt(request: HttpRequest, public_id: UUID, step_id: int) -> HttpResp
     """A step's whole spliced prompt: escaped HTML for the page, or with ``raw=1`` the exact text."""
     conversation = _conversation(request, public_id)
     step = _step(conversation, step_id)
-    services.audit_record(
+    audit_read(
         actor=_user(request),
-        action="opened",
         conversation=conversation,
-        detail={"via": "spliced prompt", "step": step.pk},
+        via="spliced prompt",
+        subject=f"step {step.pk}",
+        detail={"step": step.pk},
     )
     if request.GET.get("raw"):
         return HttpResponse(step.prompt, content_type="text/plain; charset=utf-8")
@@ -311,11 +336,12 @@ def step_prompt_diff(request: HttpRequest, public_id: UUID, step_id: int) -> Htt
     diff = selectors.step_prompt_diff(step=step)
     if diff is None:
         raise Http404("This step has no previous model call to compare with.")
-    services.audit_record(
+    audit_read(
         actor=_user(request),
-        action="opened",
         conversation=conversation,
-        detail={"via": "prompt diff", "step": step.pk},
+        via="prompt diff",
+        subject=f"step {step.pk}",
+        detail={"step": step.pk},
     )
     return render(request, "inspector/_prompt_diff.html", {"diff": diff})
 
@@ -335,6 +361,9 @@ def turn_detail(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResp
     turn = selectors.turn_get(conversation=conversation, turn_id=turn_id)
     if turn is None:
         raise Http404("No such turn.")
+    audit_read(
+        actor=_user(request), conversation=conversation, via="turn", subject=f"turn {turn.seq}", detail={"turn": turn.pk}
+    )
     rows = selectors.turn_rows(turn=turn)
     context = fragments.turn_context(conversation=conversation, turn=turn, rows=rows)
     return render(request, fragments.TURN_TEMPLATE, context)
@@ -353,6 +382,13 @@ def turn_steps(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpRespo
         return HttpResponse(
             "'before' must be a step number", status=STATUS_BAD_REQUEST, content_type="text/plain"
         )
+    audit_read(
+        actor=_user(request),
+        conversation=conversation,
+        via="turn steps",
+        subject=f"turn {turn.seq}",
+        detail={"turn": turn.pk},
+    )
     rows = selectors.turn_rows(turn=turn, before_seq=int(raw))
     return render(request, "inspector/_steps.html", {"conversation": conversation, "rows": rows})
 
@@ -378,6 +414,7 @@ def conversation_rows(request: HttpRequest, public_id: UUID) -> JsonResponse:
     since = _since(request.GET.get("since"))
     if since is None:
         return JsonResponse({"error": "'since' must be an ISO-8601 timestamp"}, status=STATUS_BAD_REQUEST)
+    audit_read(actor=_user(request), conversation=conversation, via="rows")
     messages = fragments.render_catch_up(conversation=conversation, since=since)
     return JsonResponse({"messages": messages})
 
@@ -442,6 +479,7 @@ def comparison_providers_create(request: HttpRequest) -> HttpResponse:
 @require_GET
 def comparison_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
     comparison = _comparison(request, public_id)
+    _audit_runs(request, comparison, "comparison")
     context = _columns_context(comparison)
     return render(request, "inspector/comparison_detail.html", context)
 
@@ -450,4 +488,5 @@ def comparison_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
 def comparison_summary(request: HttpRequest, public_id: UUID) -> HttpResponse:
     """The columns alone, re-fetched by the page whenever one of its runs' websockets rings."""
     comparison = _comparison(request, public_id)
+    _audit_runs(request, comparison, "comparison summary")
     return render(request, "inspector/_compare_columns.html", _columns_context(comparison))

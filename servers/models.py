@@ -72,6 +72,12 @@ class McpServer(models.Model):
         default=True, help_text="Offer elicitation: the server may ask the workbench user for input."
     )
     enabled = models.BooleanField(default=True)
+    allow_non_staff_spawn = models.BooleanField(
+        default=False,
+        verbose_name="Allow non-staff to spawn",
+        help_text="stdio: let users without staff rights start this server's process (workbench "
+        "calls, conversations). Off: only staff may; everyone else is told so.",
+    )
     is_demo = models.BooleanField(default=False, help_text="The bundled teaching server.")
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -1,4 +1,11 @@
-"""Reads about MCP servers: who may see which, what the last listings said, the transcript."""
+"""Reads about MCP servers: who may see which, what the last listings said, the transcript.
+
+Servers are a shared registry (every signed-in user sees the enabled ones); what was *done*
+with a server belongs to whoever did it. Operations, saved calls, the questions a server asked
+and the transcript follow the conversations' access rule (``conversations.selectors.visible_to``):
+the user, their team mates, staff. Every read below that shows such a thing takes the viewer:
+``user=None`` is the system itself (a management command run by an operator), which sees all.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import Q, QuerySet
 
 from conversations.models import Conversation, Exchange
+from conversations.selectors import conversation_list, visible_to
 from servers.lint import Finding, Neighbourhood, ToolReport, lint_catalog
 from servers.models import McpServer, Operation, PendingInput, SavedCall
 
@@ -22,8 +30,32 @@ TOOL_ERROR_RE = r'"isError"\s*:\s*true'
 
 
 
+# Who is looking: a signed-in user, or None for the system (a management command).
+Viewer = AbstractBaseUser | None
+
+
 def _is_staff(user: AbstractBaseUser) -> bool:
     return bool(getattr(user, "is_staff", False))
+
+
+def _sees_all(user: Viewer) -> bool:
+    return user is None or _is_staff(user)
+
+
+def server_spawn_refusal(*, server: McpServer, user: Viewer) -> str:
+    """Why ``user`` may not cause ``server``'s process to be started; empty when they may.
+
+    A stdio server runs a command on the worker. Staff (and the system) may start one; anyone
+    else only when an administrator allowed it on that server (``allow_non_staff_spawn``). A
+    pooled session may already be open, but a dead one is respawned by whoever uses it next, so
+    the rule is on any use, not on the first.
+    """
+    if not server.spawns_process or _sees_all(user) or server.allow_non_staff_spawn:
+        return ""
+    return (
+        f"{server.name} starts a process on the worker ({server.get_transport_display()}): only staff may "
+        "start it. An administrator can allow it for everyone (Allow non-staff to spawn, on the server)."
+    )
 
 
 def server_list(*, user: AbstractBaseUser) -> QuerySet[McpServer]:
@@ -50,9 +82,19 @@ class Listing:
         return self.operation is not None
 
 
-def server_listing(*, server: McpServer, kind: str) -> Listing:
+def operation_list(*, user: Viewer) -> QuerySet[Operation]:
+    """The operations ``user`` may see: their own and their team mates' (staff: all)."""
+    operations = Operation.objects.all()
+    return operations if user is None else visible_to(operations, user=user, owner="user")
+
+
+def server_listing(*, server: McpServer, kind: str, user: Viewer) -> Listing:
+    """The newest successful listing of ``kind`` among the operations ``user`` may see."""
     operation = (
-        Operation.objects.filter(server=server, kind=kind, status=Operation.Status.OK).order_by("-started_at").first()
+        operation_list(user=user)
+        .filter(server=server, kind=kind, status=Operation.Status.OK)
+        .order_by("-started_at")
+        .first()
     )
     if operation is None:
         return Listing([], None, None)
@@ -60,8 +102,8 @@ def server_listing(*, server: McpServer, kind: str) -> Listing:
     return Listing(items, operation.started_at, operation)
 
 
-def tool_definition(*, server: McpServer, name: str) -> dict[str, Any] | None:
-    listing = server_listing(server=server, kind=Operation.Kind.TOOLS_LIST)
+def tool_definition(*, server: McpServer, name: str, user: Viewer) -> dict[str, Any] | None:
+    listing = server_listing(server=server, kind=Operation.Kind.TOOLS_LIST, user=user)
     return next((tool for tool in listing.items if tool.get("name") == name), None)
 
 
@@ -74,11 +116,11 @@ class Identity:
     handshake: list[Exchange]
 
 
-def server_identity(*, server: McpServer) -> Identity:
-    latest = Operation.objects.filter(server=server).exclude(session={}).order_by("-started_at").first()
-    opened = (
-        Operation.objects.filter(server=server, session__spawned=True).order_by("-started_at").first()
-    )
+def server_identity(*, server: McpServer, user: Viewer) -> Identity:
+    """The newest session among the operations ``user`` may see (its stderr may echo others' calls)."""
+    operations = operation_list(user=user).filter(server=server)
+    latest = operations.exclude(session={}).order_by("-started_at").first()
+    opened = operations.filter(session__spawned=True).order_by("-started_at").first()
     handshake: list[Exchange] = []
     if opened is not None:
         handshake = [
@@ -89,9 +131,12 @@ def server_identity(*, server: McpServer) -> Identity:
     return Identity(latest.session if latest is not None else {}, opened, handshake)
 
 
-def _neighbourhoods(server: McpServer) -> list[Neighbourhood]:
+def _neighbourhoods(server: McpServer, user: Viewer) -> list[Neighbourhood]:
+    """The other servers of the conversations ``user`` may see that use ``server`` (their titles
+    are shown in the findings: another user's conversation must not leak through them)."""
     hoods: list[Neighbourhood] = []
-    conversations = Conversation.objects.filter(servers=server).prefetch_related("servers").order_by("-created_at")
+    visible = Conversation.objects.all() if user is None else conversation_list(user=user)
+    conversations = visible.filter(servers=server).prefetch_related("servers").order_by("-created_at")
     seen: set[frozenset[int]] = set()
     for conversation in conversations[:50]:
         others = [s for s in conversation.servers.all() if s.pk != server.pk]
@@ -100,24 +145,35 @@ def _neighbourhoods(server: McpServer) -> list[Neighbourhood]:
             continue
         seen.add(key)
         tools = {
-            other.name: [str(t.get("name")) for t in server_listing(server=other, kind=Operation.Kind.TOOLS_LIST).items]
+            other.name: [
+                str(t.get("name"))
+                for t in server_listing(server=other, kind=Operation.Kind.TOOLS_LIST, user=user).items
+            ]
             for other in others
         }
         hoods.append(Neighbourhood(conversation.title, tools))
     return hoods
 
 
-def server_tool_reports(*, server: McpServer) -> tuple[Listing, list[ToolReport], list[Finding]]:
-    """The last tools/list of a server, each definition linted and counted."""
-    listing = server_listing(server=server, kind=Operation.Kind.TOOLS_LIST)
-    reports, overall = lint_catalog(listing.items, server_name=server.name, neighbourhoods=_neighbourhoods(server))
+def server_tool_reports(*, server: McpServer, user: Viewer) -> tuple[Listing, list[ToolReport], list[Finding]]:
+    """The last tools/list of a server ``user`` may see, each definition linted and counted."""
+    listing = server_listing(server=server, kind=Operation.Kind.TOOLS_LIST, user=user)
+    reports, overall = lint_catalog(
+        listing.items, server_name=server.name, neighbourhoods=_neighbourhoods(server, user)
+    )
     return listing, reports, overall
 
 
 def operation_get(*, user: AbstractBaseUser, public_id: Any) -> Operation:
-    """Raises ``Operation.DoesNotExist`` for an operation on a server the user may not see."""
-    return Operation.objects.select_related("server").get(
-        public_id=public_id, server__in=server_list(user=user)
+    """One operation ``user`` may see, on a server they may see.
+
+    Raises:
+        Operation.DoesNotExist: no such operation, or not visible to this user (the same answer).
+    """
+    return (
+        operation_list(user=user)
+        .select_related("server", "user")
+        .get(public_id=public_id, server__in=server_list(user=user))
     )
 
 
@@ -129,8 +185,20 @@ def operation_questions(*, operation: Operation) -> list[PendingInput]:
     return list(operation.questions.all())
 
 
-def server_operations(*, server: McpServer, kind: str | None = None, target: str | None = None) -> QuerySet[Operation]:
-    operations = Operation.objects.filter(server=server)
+def question_list(*, user: AbstractBaseUser) -> QuerySet[PendingInput]:
+    """The questions servers asked that ``user`` may see (and answer): those of visible operations."""
+    return visible_to(PendingInput.objects.all(), user=user, owner="operation__user")
+
+
+def question_get(*, user: AbstractBaseUser, operation: Operation, question_id: int) -> PendingInput:
+    """Raises ``PendingInput.DoesNotExist`` for a question not of ``operation`` or not visible."""
+    return question_list(user=user).get(operation=operation, pk=question_id)
+
+
+def server_operations(
+    *, server: McpServer, user: Viewer, kind: str | None = None, target: str | None = None
+) -> QuerySet[Operation]:
+    operations = operation_list(user=user).filter(server=server).select_related("user")
     if kind:
         operations = operations.filter(kind=kind)
     if target:
@@ -138,30 +206,53 @@ def server_operations(*, server: McpServer, kind: str | None = None, target: str
     return operations.order_by("-started_at")
 
 
-def server_saved_calls(*, server: McpServer) -> QuerySet[SavedCall]:
-    return SavedCall.objects.filter(server=server).select_related("baseline").order_by("name")
+def saved_call_list(*, user: AbstractBaseUser) -> QuerySet[SavedCall]:
+    """The saved calls ``user`` may see, run and delete: their own and their team mates'."""
+    return visible_to(SavedCall.objects.all(), user=user, owner="owner")
+
+
+def server_saved_calls(*, server: McpServer, user: AbstractBaseUser) -> QuerySet[SavedCall]:
+    return saved_call_list(user=user).filter(server=server).select_related("baseline").order_by("name")
 
 
 def saved_call_get(*, user: AbstractBaseUser, public_id: Any) -> SavedCall:
-    return SavedCall.objects.select_related("server", "baseline").get(
-        public_id=public_id, server__in=server_list(user=user)
+    """Raises ``SavedCall.DoesNotExist`` for a call not visible to ``user`` (or on a hidden server)."""
+    return (
+        saved_call_list(user=user)
+        .select_related("server", "baseline")
+        .get(public_id=public_id, server__in=server_list(user=user))
     )
+
+
+def _transcript_rows(*, server: McpServer, user: AbstractBaseUser, turns: bool) -> QuerySet[Exchange]:
+    """What of a server's traffic ``user`` may read.
+
+    Staff: everything the workbench, the CLI and unclaimed traffic recorded, and with ``turns``
+    the agent turns' traffic too. Anyone else: the messages of the operations they may see, and
+    with ``turns`` those of the turns of conversations they may see; never the unclaimed
+    traffic (notifications and stderr no operation claimed: it may echo anyone's call).
+    """
+    exchanges = Exchange.objects.filter(server=server)
+    if _is_staff(user):
+        return exchanges if turns else exchanges.filter(turn__isnull=True)
+    own = Operation.exchanges.through.objects.filter(
+        operation__in=operation_list(user=user).filter(server=server).values("pk")
+    ).values("exchange_id")
+    visible = Q(pk__in=own)
+    if turns:
+        visible |= Q(turn__isnull=False, turn__conversation__in=conversation_list(user=user).values("pk"))
+    return exchanges.filter(visible)
 
 
 def server_transcript(
     *, server: McpServer, user: AbstractBaseUser, method: str = "", errors: bool = False, turns: bool = False
 ) -> QuerySet[Exchange]:
-    """Every recorded message of a server, oldest first: workbench, CLI and unclaimed traffic.
+    """The recorded messages of a server ``user`` may read, oldest first (``_transcript_rows``).
 
     ``errors`` keeps protocol and transport errors, unanswered requests, and tool results that
-    say ``isError``.
-
-    Agent turns' traffic belongs to conversations, whose access rules are theirs: only staff may
-    fold it in (``turns``).
+    say ``isError``; ``turns`` folds in agent turns' traffic (of the conversations ``user`` may see).
     """
-    exchanges = Exchange.objects.filter(server=server)
-    if not (turns and _is_staff(user)):
-        exchanges = exchanges.filter(turn__isnull=True)
+    exchanges = _transcript_rows(server=server, user=user, turns=turns)
     if method:
         exchanges = exchanges.filter(label__icontains=method)
     if errors:
@@ -171,9 +262,10 @@ def server_transcript(
     return exchanges.order_by("started_at", "id")
 
 
-def transcript_methods(*, server: McpServer) -> list[str]:
-    labels = Exchange.objects.filter(server=server).values_list("label", flat=True).distinct()
-    return sorted(set(labels))
+def transcript_methods(*, server: McpServer, user: AbstractBaseUser) -> list[str]:
+    """The labels of the messages ``user`` may read (the method filter's choices)."""
+    rows = _transcript_rows(server=server, user=user, turns=True)
+    return sorted(set(rows.order_by().values_list("label", flat=True).distinct()))
 
 
 def _body(text: str) -> Any:

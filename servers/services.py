@@ -1,41 +1,170 @@
-"""Writes about MCP servers: the registry, workbench operations, answers, saved calls."""
+"""Writes about MCP servers: the registry, workbench operations, answers, saved calls.
+
+Every change to a server — registered, edited, enabled or disabled, deleted; from the web form,
+the admin, ``manage.py server`` or the demo's setup — goes through ``server_commit`` or
+``server_delete``, which write it to the audit log with what it was before and after.
+"""
 
 from __future__ import annotations
 
+import getpass
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
+from conversations.audit import audit_change
+from conversations.models import AuditEvent
+from conversations.recording import active_redactor
+from inspector.typealias import JSONDict, JSONValue
 from inspector.wire import MASK
 from servers.gateway.config import has_references
 from servers.models import SECRET_NAME_RE, McpServer, Operation, PendingInput, SavedCall
 from servers.operations import operation_dispatch, operation_run
+from servers.selectors import server_spawn_refusal
 from servers.vault import is_sealed, seal
 
 DEMO_SERVER_NAME = "demo"
+# What a server's audit entry shows of it, before and after. Env and header *values* never
+# appear (masked); the names do, and which values changed.
+AUDITED_FIELDS = (
+    "name",
+    "description",
+    "transport",
+    "command",
+    "args",
+    "cwd",
+    "url",
+    "era",
+    "call_timeout",
+    "roots",
+    "sampling_profile_id",
+    "elicitation",
+    "enabled",
+    "allow_non_staff_spawn",
+    "owner_id",
+)
+
+
+class SpawnRefused(PermissionDenied):
+    """The user may not cause this stdio server's process to be started; the message says why."""
 
 
 def demo_server_ensure() -> McpServer:
-    """The bundled teaching server over stdio, run by this installation's own interpreter."""
-    server, _ = McpServer.objects.update_or_create(
-        name=DEMO_SERVER_NAME,
-        defaults={
-            "description": "Bundled teaching server: weather forecast, calculator, unit converter, notes.",
-            "transport": "stdio",
-            "command": sys.executable,
-            "args": ["-m", "servers.demo_server"],
-            "cwd": str(settings.BASE_DIR),
-            "era": "legacy",
-            "is_demo": True,
-            "enabled": True,
-        },
-    )
+    """The bundled teaching server over stdio, run by this installation's own interpreter.
+
+    Everyone may start it (it runs this installation's own code). A change is audited as made
+    by the system ("setup"); an unchanged server is not written again.
+    """
+    wanted: dict[str, Any] = {
+        "description": "Bundled teaching server: weather forecast, calculator, unit converter, notes.",
+        "transport": "stdio",
+        "command": sys.executable,
+        "args": ["-m", "servers.demo_server"],
+        "cwd": str(settings.BASE_DIR),
+        "era": "legacy",
+        "is_demo": True,
+        "enabled": True,
+        "allow_non_staff_spawn": True,
+    }
+    server = McpServer.objects.filter(name=DEMO_SERVER_NAME).first() or McpServer(name=DEMO_SERVER_NAME)
+    if server.pk is not None and all(getattr(server, name) == value for name, value in wanted.items()):
+        return server
+    for name, value in wanted.items():
+        setattr(server, name, value)
+    return server_commit(server=server, actor=None, via="setup")
+
+
+def server_snapshot(server: McpServer) -> JSONDict:
+    """What the audit log keeps of a server: its fields, env and header names with values masked.
+
+    The command and arguments pass the redactor (an argument may carry a secret value).
+    """
+    redact = active_redactor(secrets=server.secret_values())
+    shown: JSONDict = {name: getattr(server, name) for name in AUDITED_FIELDS}
+    shown["command"] = redact.text(server.command)
+    shown["args"] = redact.json([str(arg) for arg in server.args])
+    shown["roots"] = redact.json(server.roots)
+    shown["env"] = {str(name): MASK for name in sorted(server.env)}
+    shown["headers"] = {str(name): MASK for name in sorted(server.headers)}
+    return shown
+
+
+def _changed_values(before: McpServer | None, after: McpServer, field: str) -> list[str]:
+    """Names whose stored value (sealed, a reference, or plain) differs: never the values."""
+    old: Mapping[str, Any] = getattr(before, field) if before is not None else {}
+    new: Mapping[str, Any] = getattr(after, field)
+    return sorted(name for name in {*old, *new} if str(old.get(name)) != str(new.get(name)))
+
+
+def _who(actor: AbstractBaseUser | None) -> str:
+    """Who a change without a signed-in user was made by: the operating-system account."""
+    if actor is not None:
+        return actor.get_username()
+    try:
+        return f"system ({getpass.getuser()})"
+    except (KeyError, OSError):
+        return "system"
+
+
+def server_commit(*, server: McpServer, actor: AbstractBaseUser | None, via: str) -> McpServer:
+    """Validate and save ``server`` (new, or changed in memory) and audit the change.
+
+    The one write path of the registry: the web form, the admin, ``manage.py server`` and the
+    demo's setup call it (``via`` says which). The entry is ``server.created``, or for an
+    existing server ``server.enabled``/``server.disabled`` when only that switch moved, else
+    ``server.changed``; it holds the before and after (``server_snapshot``) and the names of
+    env and header entries whose values changed. Saving an unchanged server writes no entry.
+
+    Raises:
+        django.core.exceptions.ValidationError: the server is not valid (nothing is saved).
+    """
+    stored = McpServer.objects.filter(pk=server.pk).first() if server.pk is not None else None
+    server.full_clean()
+    with transaction.atomic():
+        server.save()
+        before = server_snapshot(stored) if stored is not None else None
+        after = server_snapshot(server)
+        changed: JSONDict = {
+            "env": list[JSONValue](_changed_values(stored, server, "env")),
+            "headers": list[JSONValue](_changed_values(stored, server, "headers")),
+        }
+        if before == after and not any(changed.values()):
+            return server
+        if before is None:
+            action = AuditEvent.Action.SERVER_CREATED
+        elif {k for k in after if before.get(k) != after[k]} == {"enabled"} and not any(changed.values()):
+            action = AuditEvent.Action.SERVER_ENABLED if server.enabled else AuditEvent.Action.SERVER_DISABLED
+        else:
+            action = AuditEvent.Action.SERVER_CHANGED
+        audit_change(
+            actor=actor,
+            actor_name=_who(actor),
+            action=action,
+            via=via,
+            subject=server.name,
+            detail={"server_id": server.pk, "before": before, "after": after, "values_changed": changed},
+        )
     return server
+
+
+def server_delete(*, server: McpServer, actor: AbstractBaseUser | None, via: str) -> None:
+    """Delete ``server`` (its workbench operations go with it) and audit what it was."""
+    with transaction.atomic():
+        audit_change(
+            actor=actor,
+            actor_name=_who(actor),
+            action=AuditEvent.Action.SERVER_DELETED,
+            via=via,
+            subject=server.name,
+            detail={"server_id": server.pk, "before": server_snapshot(server), "after": None},
+        )
+        server.delete()
 
 
 def stored_values(
@@ -68,8 +197,15 @@ def server_save(
     secret_env: Mapping[str, str],
     headers: Mapping[str, str],
     secret_headers: Mapping[str, str],
+    via: str = "service",
 ) -> McpServer:
-    """Create (``server=None``) or update a server; secrets are sealed before they are stored."""
+    """Create (``server=None``) or update a server from a form's or the CLI's values; secrets are
+    sealed before they are stored. ``owner`` is who does it: a new server's owner, and the
+    change's actor in the audit log (``server_commit``).
+
+    Raises:
+        django.core.exceptions.ValidationError: the values are not a valid server.
+    """
     target = server or McpServer(owner=owner)  # type: ignore[misc]
     for name, value in fields.items():
         setattr(target, name, value)
@@ -77,15 +213,14 @@ def server_save(
     target.headers = stored_values(
         plain=headers, secret=secret_headers, previous=server.headers if server else {}
     )
-    target.full_clean()
-    target.save()
-    return target
+    return server_commit(server=target, actor=owner, via=via)
 
 
-def server_set_enabled(*, server: McpServer, enabled: bool) -> McpServer:
+def server_set_enabled(
+    *, server: McpServer, enabled: bool, actor: AbstractBaseUser | None, via: str
+) -> McpServer:
     server.enabled = enabled
-    server.save(update_fields=["enabled", "updated_at"])
-    return server
+    return server_commit(server=server, actor=actor, via=via)
 
 
 def operation_start(
@@ -103,7 +238,14 @@ def operation_start(
     """Create an operation and run it: here and now, or (``background``) in the workbench pool.
 
     A background operation is followed by polling it; anything else is finished on return.
+
+    Raises:
+        SpawnRefused: the server starts a process and ``user`` may not start it
+            (``selectors.server_spawn_refusal``); nothing is created then.
     """
+    refusal = server_spawn_refusal(server=server, user=user)
+    if refusal:
+        raise SpawnRefused(refusal)
     operation = Operation.objects.create(
         server=server,
         user=user,  # type: ignore[misc]

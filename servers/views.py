@@ -2,9 +2,12 @@
 resources and prompts, the answers the server asks for, and its raw transcript.
 
 Login is enforced for every view by ``LoginRequiredMiddleware``. Registering or changing a
-server is for staff, as is reconnecting a stdio server (it spawns a process); any signed-in user
-may browse and use the enabled servers (their commands were vetted by the staff who registered
-them). Disabled servers are visible to staff only.
+server is for staff. Any signed-in user may browse the enabled servers (disabled ones are
+visible to staff only) and use them, except that only staff may cause a stdio server's process
+to be started, unless an administrator allowed it on that server: anyone else gets a 403 page
+that says so (``services.SpawnRefused``). What was done with a server — operations, their
+questions, saved calls, the transcript — is visible to the user who did it, their team mates
+and staff (``servers.selectors``); anyone else gets a 404, as for a missing one.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from servers.models import McpServer, Operation, PendingInput, SavedCall
 
 TRANSCRIPT_PER_PAGE = 50
 STATUS_BAD_REQUEST = 400
+STATUS_FORBIDDEN = 403
 LIST_KINDS = {
     "tools": Operation.Kind.TOOLS_LIST,
     "resources": Operation.Kind.RESOURCES_LIST,
@@ -56,6 +60,20 @@ def _require_staff(request: HttpRequest) -> AbstractBaseUser:
     if not getattr(user, "is_staff", False):
         raise PermissionDenied("Only staff may register, change or respawn servers.")
     return user
+
+
+def _refused(request: HttpRequest, server: McpServer, reason: str) -> HttpResponse:
+    """The page a user sees when they may not start this server's process."""
+    context = {"server": server, "reason": reason}
+    return render(request, "servers/server_refused.html", context, status=STATUS_FORBIDDEN)
+
+
+def _start(request: HttpRequest, server: McpServer, **operation: Any) -> Operation | HttpResponse:
+    """Start an operation as the signed-in user, or the refusal page when they may not."""
+    try:
+        return services.operation_start(server=server, user=_user(request), **operation)
+    except services.SpawnRefused as refused:
+        return _refused(request, server, str(refused))
 
 
 def _server(request: HttpRequest, name: str) -> McpServer:
@@ -108,6 +126,7 @@ def _save_from_form(request: HttpRequest, server: McpServer | None) -> HttpRespo
         secret_env=form.cleaned_data["secret_env"],
         headers=form.cleaned_data["headers"],
         secret_headers=form.cleaned_data["secret_headers"],
+        via="web form",
     )
     return redirect("servers-detail", name=saved.name)
 
@@ -125,9 +144,9 @@ def server_edit(request: HttpRequest, name: str) -> HttpResponse:
 
 @require_POST
 def server_toggle(request: HttpRequest, name: str) -> HttpResponse:
-    _require_staff(request)
+    user = _require_staff(request)
     server = _server(request, name)
-    services.server_set_enabled(server=server, enabled=not server.enabled)
+    services.server_set_enabled(server=server, enabled=not server.enabled, actor=user, via="web")
     return redirect("servers-detail", name=server.name)
 
 
@@ -137,24 +156,26 @@ def server_toggle(request: HttpRequest, name: str) -> HttpResponse:
 @require_GET
 def server_detail(request: HttpRequest, name: str) -> HttpResponse:
     server = _server(request, name)
-    listing, tools, overall = selectors.server_tool_reports(server=server)
+    user = _user(request)
+    listing, tools, overall = selectors.server_tool_reports(server=server, user=user)
+    templates = selectors.server_listing(server=server, kind=Operation.Kind.TEMPLATES_LIST, user=user)
     context = {
         "server": server,
-        "identity": selectors.server_identity(server=server),
+        "identity": selectors.server_identity(server=server, user=user),
         "tools": tools,
         "tool_listing": listing,
         "tool_findings": overall,
         "tool_tokens": sum(report.tokens or 0 for report in tools),
-        "resources": selectors.server_listing(server=server, kind=Operation.Kind.RESOURCES_LIST),
+        "resources": selectors.server_listing(server=server, kind=Operation.Kind.RESOURCES_LIST, user=user),
         "templates": [
             (template, sorted(uritemplate.URITemplate(str(template.get("uriTemplate", ""))).variable_names))
-            for template in selectors.server_listing(server=server, kind=Operation.Kind.TEMPLATES_LIST).items
+            for template in templates.items
         ],
-        "templates_listing": selectors.server_listing(server=server, kind=Operation.Kind.TEMPLATES_LIST),
-        "prompts": selectors.server_listing(server=server, kind=Operation.Kind.PROMPTS_LIST),
-        "saved_calls": selectors.server_saved_calls(server=server),
-        "operations": selectors.server_operations(server=server)[:15],
-        "can_respawn": getattr(_user(request), "is_staff", False) or not server.spawns_process,
+        "templates_listing": templates,
+        "prompts": selectors.server_listing(server=server, kind=Operation.Kind.PROMPTS_LIST, user=user),
+        "saved_calls": selectors.server_saved_calls(server=server, user=user),
+        "operations": selectors.server_operations(server=server, user=user)[:15],
+        "spawn_refusal": selectors.server_spawn_refusal(server=server, user=user),
     }
     return render(request, "servers/server_detail.html", context)
 
@@ -162,9 +183,9 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
 @require_POST
 def server_connect(request: HttpRequest, name: str) -> HttpResponse:
     server = _server(request, name)
-    if server.spawns_process:
-        _require_staff(request)
-    services.operation_start(server=server, user=_user(request), kind=Operation.Kind.CONNECT)
+    started = _start(request, server, kind=Operation.Kind.CONNECT)
+    if isinstance(started, HttpResponse):
+        return started
     return redirect(reverse("servers-detail", kwargs={"name": server.name}) + "#identity")
 
 
@@ -174,7 +195,9 @@ def server_refresh(request: HttpRequest, name: str, what: str) -> HttpResponse:
     kind = LIST_KINDS.get(what)
     if kind is None:
         raise Http404("Nothing to list by that name.")
-    services.operation_start(server=server, user=_user(request), kind=kind)
+    started = _start(request, server, kind=kind)
+    if isinstance(started, HttpResponse):
+        return started
     return redirect(reverse("servers-detail", kwargs={"name": server.name}) + f"#{what}")
 
 
@@ -185,7 +208,10 @@ def _tool_page(
         "server": server,
         "tool": tool,
         "form": form,
-        "recent": selectors.server_operations(server=server, kind=Operation.Kind.TOOLS_CALL, target=tool["name"])[:10],
+        "recent": selectors.server_operations(
+            server=server, user=_user(request), kind=Operation.Kind.TOOLS_CALL, target=tool["name"]
+        )[:10],
+        "spawn_refusal": selectors.server_spawn_refusal(server=server, user=_user(request)),
     }
     return render(request, "servers/server_tool.html", context, status=status)
 
@@ -193,7 +219,7 @@ def _tool_page(
 @require_http_methods(["GET", "POST"])
 def tool_detail(request: HttpRequest, name: str, tool: str) -> HttpResponse:
     server = _server(request, name)
-    definition = selectors.tool_definition(server=server, name=tool)
+    definition = selectors.tool_definition(server=server, name=tool, user=_user(request))
     if definition is None:
         raise Http404("This tool is not in the server's last tools/list: list the tools again.")
     schema = definition.get("inputSchema") if isinstance(definition.get("inputSchema"), dict) else None
@@ -203,16 +229,18 @@ def tool_detail(request: HttpRequest, name: str, tool: str) -> HttpResponse:
     form = ToolCallForm(request.POST, schema=schema)
     if not form.is_valid():
         return _tool_page(request, server, definition, form, STATUS_BAD_REQUEST)
-    operation = services.operation_start(
-        server=server,
-        user=_user(request),
+    started = _start(
+        request,
+        server,
         kind=Operation.Kind.TOOLS_CALL,
         target=tool,
         arguments=form.cleaned_data["arguments"],
         tool=definition,
         background=True,
     )
-    return redirect("servers-operation", public_id=operation.public_id)
+    if isinstance(started, HttpResponse):
+        return started
+    return redirect("servers-operation", public_id=started.public_id)
 
 
 @require_POST
@@ -228,11 +256,13 @@ def resource_read(request: HttpRequest, name: str) -> HttpResponse:
         if not form.is_valid():
             return HttpResponse("A resource URI is needed.", status=STATUS_BAD_REQUEST)
         uri = form.cleaned_data["uri"]
-    operation = services.operation_start(
-        server=server, user=_user(request), kind=Operation.Kind.RESOURCE_READ, target=uri,
+    started = _start(
+        request, server, kind=Operation.Kind.RESOURCE_READ, target=uri,
         arguments={"template": template} if template else None,
     )
-    return redirect("servers-operation", public_id=operation.public_id)
+    if isinstance(started, HttpResponse):
+        return started
+    return redirect("servers-operation", public_id=started.public_id)
 
 
 @require_POST
@@ -246,10 +276,10 @@ def prompt_get(request: HttpRequest, name: str) -> HttpResponse:
         for key, value in request.POST.items()
         if key.startswith("arg_") and value != ""
     }
-    operation = services.operation_start(
-        server=server, user=_user(request), kind=Operation.Kind.PROMPT_GET, target=prompt, arguments=arguments
-    )
-    return redirect("servers-operation", public_id=operation.public_id)
+    started = _start(request, server, kind=Operation.Kind.PROMPT_GET, target=prompt, arguments=arguments)
+    if isinstance(started, HttpResponse):
+        return started
+    return redirect("servers-operation", public_id=started.public_id)
 
 
 @require_POST
@@ -261,6 +291,9 @@ def completion(request: HttpRequest, name: str) -> JsonResponse:
         return JsonResponse({"error": form.errors.get_json_data()}, status=STATUS_BAD_REQUEST)
     data = form.cleaned_data
     key = "name" if data["ref_type"] == "ref/prompt" else "uri"
+    refusal = selectors.server_spawn_refusal(server=server, user=_user(request))
+    if refusal:
+        return JsonResponse({"values": [], "error": refusal}, status=STATUS_FORBIDDEN)
     operation = services.operation_start(
         server=server,
         user=_user(request),
@@ -322,7 +355,7 @@ def operation_cancel(request: HttpRequest, public_id: UUID) -> HttpResponse:
 def question_answer(request: HttpRequest, public_id: UUID, question_id: int) -> HttpResponse:
     operation = _operation(request, public_id)
     try:
-        question = operation.questions.get(pk=question_id)
+        question = selectors.question_get(user=_user(request), operation=operation, question_id=question_id)
     except PendingInput.DoesNotExist:
         raise Http404("No such question.") from None
     action = request.POST.get("action", "decline")
@@ -365,17 +398,19 @@ def saved_call_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
 @require_POST
 def saved_call_run(request: HttpRequest, public_id: UUID) -> HttpResponse:
     saved = _saved_call(request, public_id)
-    operation = services.operation_start(
-        server=saved.server,
-        user=_user(request),
+    started = _start(
+        request,
+        saved.server,
         kind=Operation.Kind.TOOLS_CALL,
         target=saved.tool,
         arguments=saved.arguments,
         saved_call=saved,
-        tool=selectors.tool_definition(server=saved.server, name=saved.tool),
+        tool=selectors.tool_definition(server=saved.server, name=saved.tool, user=_user(request)),
         background=True,
     )
-    return redirect("servers-operation", public_id=operation.public_id)
+    if isinstance(started, HttpResponse):
+        return started
+    return redirect("servers-operation", public_id=started.public_id)
 
 
 @require_POST
@@ -408,7 +443,7 @@ def transcript(request: HttpRequest, name: str) -> HttpResponse:
         "server": server,
         "page": page,
         "filters": filters,
-        "methods": selectors.transcript_methods(server=server),
+        "methods": selectors.transcript_methods(server=server, user=_user(request)),
         "query": query.urlencode(),
     }
     return render(request, "servers/server_transcript.html", context)

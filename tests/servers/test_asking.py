@@ -65,8 +65,10 @@ def run_in_background(operation: Operation) -> threading.Thread:
     return worker
 
 
-def call(server: McpServer, tool: str, arguments: dict[str, object]) -> Operation:
-    return Operation.objects.create(server=server, kind=Operation.Kind.TOOLS_CALL, target=tool, arguments=arguments)
+def call(server: McpServer, tool: str, arguments: dict[str, object], user: User | None = None) -> Operation:
+    return Operation.objects.create(
+        server=server, user=user, kind=Operation.Kind.TOOLS_CALL, target=tool, arguments=arguments
+    )
 
 
 def labels(operation: Operation) -> list[str]:
@@ -80,7 +82,7 @@ def test_the_person_answers_the_servers_question_in_the_page_and_the_call_comple
     alice = User.objects.create_user("alice", password="pw")
     client.force_login(alice)
     server = asking(era)
-    operation = call(server, "delete_record", {"name": "invoice-7"})
+    operation = call(server, "delete_record", {"name": "invoice-7"}, user=alice)
 
     worker = run_in_background(operation)
     question = wait_for(lambda: PendingInput.objects.filter(operation=operation).first())

@@ -10,6 +10,7 @@ from inspector.wire import MASK
 from servers import services
 from servers.models import McpServer
 from servers.vault import is_sealed, seal, unseal
+from tests.factories import McpServerFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -45,7 +46,7 @@ def test_bob_who_is_not_staff_cannot_register_a_server(client: Client, workbench
 
 
 def test_bob_cannot_edit_disable_or_respawn_a_stdio_server(client: Client, workbench: None, bob: User) -> None:
-    server = services.demo_server_ensure()
+    server = McpServerFactory(name="files")
     client.force_login(bob)
 
     assert client.post(f"/servers/{server.name}/edit", STDIO_FORM).status_code == 403
@@ -58,7 +59,7 @@ def test_a_disabled_server_is_hidden_from_everyone_but_staff(
     client: Client, workbench: None, alice: User, bob: User
 ) -> None:
     server = services.demo_server_ensure()
-    services.server_set_enabled(server=server, enabled=False)
+    services.server_set_enabled(server=server, enabled=False, actor=None, via="test")
 
     client.force_login(bob)
     assert client.get(f"/servers/{server.name}/").status_code == 404

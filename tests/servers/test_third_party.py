@@ -155,7 +155,7 @@ def test_every_tool_of_server_everything_is_called_from_its_form_and_every_conte
 ) -> None:
     client.force_login(bob)
     client.post(f"/servers/{everything.name}/list/tools")
-    listing, reports, _ = selectors.server_tool_reports(server=everything)
+    listing, reports, _ = selectors.server_tool_reports(server=everything, user=None)
     tools = {tool["name"]: tool for tool in listing.items}
     assert set(tools) == set(EXPECTED_BLOCKS) | INTERACTIVE
     assert all(report.tokens for report in reports)
@@ -292,9 +292,9 @@ def test_every_resource_and_template_is_read_and_every_prompt_is_got_from_the_se
     for what in ("resources", "templates", "prompts"):
         client.post(f"/servers/{everything.name}/list/{what}")
     page = client.get(f"/servers/{everything.name}/").content.decode()
-    resources = selectors.server_listing(server=everything, kind=Operation.Kind.RESOURCES_LIST).items
-    templates = selectors.server_listing(server=everything, kind=Operation.Kind.TEMPLATES_LIST).items
-    prompts = selectors.server_listing(server=everything, kind=Operation.Kind.PROMPTS_LIST).items
+    resources = selectors.server_listing(server=everything, kind=Operation.Kind.RESOURCES_LIST, user=None).items
+    templates = selectors.server_listing(server=everything, kind=Operation.Kind.TEMPLATES_LIST, user=None).items
+    prompts = selectors.server_listing(server=everything, kind=Operation.Kind.PROMPTS_LIST, user=None).items
     assert len(resources) == 7 and len(templates) == 2 and len(prompts) == 4
     assert 'name="var_resourceId"' in page and 'name="arg_department"' in page
 
@@ -652,7 +652,7 @@ def test_python_servers_list_their_tools_with_a_lint_report_and_answer_calls(
         if package == "time":
             assert operation.output_check == {"checked": True, "valid": True, "errors": []}
 
-    listing, reports, _ = selectors.server_tool_reports(server=server)
+    listing, reports, _ = selectors.server_tool_reports(server=server, user=None)
     names = {report.name for report in reports}
     assert names >= {tool for tool, _, _ in calls}
     assert all(report.tokens for report in reports)

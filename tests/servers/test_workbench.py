@@ -114,7 +114,7 @@ def test_listed_tools_are_shown_with_their_token_cost_and_lint(client: Client, w
     server = demo()
 
     client.post(f"/servers/{server.name}/list/tools")
-    listing, reports, overall = selectors.server_tool_reports(server=server)
+    listing, reports, overall = selectors.server_tool_reports(server=server, user=None)
     html = client.get(f"/servers/{server.name}/").content.decode()
 
     assert {report.name for report in reports} >= {"get_weather_forecast", "calculate"}
@@ -410,6 +410,7 @@ def test_audio_blocks_play_inline_only_for_safe_media_types(client: Client, bob:
     wav = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA="
     operation = Operation.objects.create(
         server=demo(),
+        user=bob,
         kind=Operation.Kind.TOOLS_CALL,
         target="speak",
         status=Operation.Status.OK,

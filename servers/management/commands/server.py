@@ -145,6 +145,7 @@ class Command(BaseCommand):
                 secret_env=self._pairs(options["secret_env"], "="),
                 headers=self._pairs(options["header"], ":"),
                 secret_headers=self._pairs(options["secret_header"], ":"),
+                via="cli",
             )
         except Exception as exc:  # noqa: BLE001 — validation errors are the user's to fix
             raise CommandError(f"cannot save {options['name']!r}: {exc}") from None
@@ -163,7 +164,7 @@ class Command(BaseCommand):
         if operation.status != Operation.Status.OK:
             raise CommandError(f"tools/list failed: {operation.error}")
         tools = operation.result if isinstance(operation.result, list) else []
-        _, reports, overall = selectors.server_tool_reports(server=server)
+        _, reports, overall = selectors.server_tool_reports(server=server, user=None)
         lint = {
             report.name: {
                 "tokens": report.tokens,
@@ -199,7 +200,7 @@ class Command(BaseCommand):
             raise CommandError(f"--args is not JSON: {exc}") from None
         if not isinstance(arguments, dict):
             raise CommandError("--args must be a JSON object")
-        definition = selectors.tool_definition(server=server, name=tool)
+        definition = selectors.tool_definition(server=server, name=tool, user=None)
         if definition is not None and isinstance(definition.get("inputSchema"), dict):
             errors = schema_errors(definition["inputSchema"], arguments)
             if errors:

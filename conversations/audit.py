@@ -1,0 +1,73 @@
+"""Writes to the audit log (``AuditEvent``): who read which conversation, and who changed what.
+
+Two kinds of entry. A *read* says a user was shown a conversation's full record (its page, a
+turn or its rows, a catch-up, a whole body, a prompt, the API transcript); reads are folded: a
+user reading the same thing of the same conversation again within ``READ_AUDIT_WINDOW_SECONDS``
+(default 300) adds nothing, because the live page re-fetches its rows on every doorbell and
+would otherwise write a row per step. A *change* (a server registered, edited, enabled,
+disabled or deleted) is always written, with what it was before and after.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.utils import timezone
+
+from conversations.models import AuditEvent, Conversation
+from inspector.typealias import JSONDict
+
+READ_AUDIT_WINDOW_SECONDS: float = getattr(settings, "READ_AUDIT_WINDOW_SECONDS", 300.0)
+
+
+def audit_read(
+    *,
+    actor: AbstractBaseUser,
+    conversation: Conversation,
+    via: str,
+    subject: str = "",
+    detail: JSONDict | None = None,
+) -> AuditEvent | None:
+    """Record that ``actor`` was shown ``conversation``'s record through ``via`` (an "opened" entry).
+
+    ``subject`` names the part read when it is not the whole (``"turn 12"``, ``"exchange 40
+    response"``): a different subject is a different read. Returns the new entry, or None when
+    the same read (actor, conversation, via, subject) was recorded within the window. Two
+    requests racing past the check may both write: the window bounds cost, not exactness.
+    """
+    since = timezone.now() - timedelta(seconds=READ_AUDIT_WINDOW_SECONDS)
+    repeated = AuditEvent.objects.filter(
+        conversation_public_id=conversation.public_id,
+        actor_id=actor.pk,
+        action=AuditEvent.Action.OPENED,
+        via=via,
+        subject=subject,
+        at__gte=since,
+    ).exists()
+    if repeated:
+        return None
+    return AuditEvent.objects.create(
+        actor_id=actor.pk,
+        actor_name=actor.get_username(),
+        action=AuditEvent.Action.OPENED,
+        conversation_public_id=conversation.public_id,
+        via=via,
+        subject=subject,
+        detail={"via": via, **(detail or {})},
+    )
+
+
+def audit_change(
+    *, actor: AbstractBaseUser | None, actor_name: str = "", action: str, via: str, subject: str, detail: JSONDict
+) -> AuditEvent:
+    """Record a change made by ``actor`` (None: the system; ``actor_name`` then says who ran it)."""
+    return AuditEvent.objects.create(
+        actor_id=actor.pk if actor is not None else None,
+        actor_name=actor.get_username() if actor is not None else (actor_name or "system"),
+        action=action,
+        via=via,
+        subject=subject,
+        detail={"via": via, **detail},
+    )
