@@ -1,26 +1,112 @@
-"""Tamper evidence: each conversation's exchanges form a hash chain.
+"""Tamper evidence: a keyed chain over everything a conversation's page, API and export show.
 
-Every record's hash covers its content and the previous record's hash, in conversation order
-(turn number, then the exchange's position in the turn). Database ids are left out, so a
-transcript exported and imported elsewhere still verifies.
+Two rules, marked on each record so records made before the keyed rule still verify:
+
+- **Rule 1 (legacy, unkeyed).** Each exchange's ``hash`` is SHA-256 over its content and the
+  previous exchange's hash. Anyone with database access can recompute it; a conversation that
+  only has such records verifies as "legacy".
+- **Rule 2 (keyed).** Each exchange's ``hash`` is an HMAC-SHA256 (``integrity_key()``) over its
+  content and the previous hash, in conversation order (turn, then the exchange's seq). When a
+  turn ends it is *sealed*: every step gets a digest over its shown fields (title, prompt, text,
+  parsed calls, diagnostics, arguments, result, error, …) and the hashes of its exchanges; the
+  turn's seal covers the turn's shown fields (question, answer, error, tools, transcript, …),
+  its steps' digests, its step-less exchanges' hashes, the conversation's id and the previous
+  turn's seal. The conversation is then *anchored*: it stores the number of sealed turns, the
+  last seal and a MAC over both, and an ``AuditEvent`` ("sealed") records the same, so deleting
+  a whole turn or the tail is detected.
+
+The key is not in the database (``integrity_key``). Verification recomputes everything and
+names the first record that no longer matches: its turn, step and exchange.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import hmac
 import json
+import logging
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
 
+from django.conf import settings
+from django.db import transaction
 from django.db.models import QuerySet
 
-from conversations.models import Conversation, Exchange
+from conversations.models import AuditEvent, Conversation, Exchange, Step, Turn
+from inspector.keyfile import key_file_read_or_create
+
+logger = logging.getLogger(__name__)
 
 GENESIS = "0" * 64
+LEGACY = 1
+KEYED = 2
+KEY_FILE_NAME = "integrity_key"
+# The audit log's action for a sealed turn (its detail anchors the chain's length and head).
+SEALED_ACTION = "sealed"
 
 
-def exchange_digest(exchange: Exchange, *, turn_seq: int, previous: str) -> str:
-    """The chain hash of one exchange given the hash before it."""
-    content = {
+# --- the key -------------------------------------------------------------------------------------
+
+
+def integrity_key() -> bytes:
+    """The HMAC key of the chain: never stored in the database.
+
+    ``settings.INTEGRITY_KEY`` (or the ``INTEGRITY_KEY`` environment variable), else the file
+    named by ``INTEGRITY_KEY_FILE``, else ``VAR_DIR/integrity_key``, created on first use with
+    a random key (atomically, mode 0600; concurrent first starts agree on one key). Every web
+    and worker process of an installation must see the same key.
+
+    Not ``SECRET_KEY``: rotating that (after a leak, as one should) would turn every record
+    "broken", and it also seals the servers' secrets; this key only ever needs to be kept.
+
+    Raises:
+        OSError: the key file cannot be created or read.
+        ValueError: the key is empty.
+    """
+    value = getattr(settings, "INTEGRITY_KEY", "") or os.environ.get("INTEGRITY_KEY", "")
+    if value:
+        return value.encode()
+    path = getattr(settings, "INTEGRITY_KEY_FILE", "") or os.environ.get("INTEGRITY_KEY_FILE", "")
+    return _key_from_file(path or "", str(settings.VAR_DIR))
+
+
+@functools.lru_cache(maxsize=8)
+def _key_from_file(path: str, var_dir: str) -> bytes:
+    """Read once per process (the file does not change while the app runs)."""
+    value = Path(path).read_text().strip() if path else key_file_read_or_create(Path(var_dir) / KEY_FILE_NAME)
+    if not value:
+        raise ValueError(f"the integrity key file {path or KEY_FILE_NAME} is empty")
+    return value.encode()
+
+
+def key_id() -> str:
+    """A public name of the key (it reveals nothing about it): tells whether a file was sealed
+    with this installation's key."""
+    return _mac(integrity_key(), "tool-call-inspector key id")[:16]
+
+
+def _mac(key: bytes, text: str) -> str:
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+def _canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+# --- what each record's digest covers ------------------------------------------------------------
+
+
+def _exchange_content(exchange: Exchange, turn_seq: int) -> dict[str, object]:
+    return {
         "turn": turn_seq,
         "seq": exchange.seq,
         "channel": exchange.channel,
@@ -36,8 +122,169 @@ def exchange_digest(exchange: Exchange, *, turn_seq: int, previous: str) -> str:
         "started_at": exchange.started_at.isoformat(),
         "duration_ms": exchange.duration_ms,
     }
-    canonical = json.dumps(content, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(f"{previous}\n{canonical}".encode()).hexdigest()
+
+
+def exchange_digest(exchange: Exchange, *, turn_seq: int, previous: str, key: bytes | None = None) -> str:
+    """The chain hash of one exchange given the hash before it, under its ``chain_version``."""
+    canonical = _canonical(_exchange_content(exchange, turn_seq))
+    if exchange.chain_version == LEGACY:
+        return hashlib.sha256(f"{previous}\n{canonical}".encode()).hexdigest()
+    return _mac(key or integrity_key(), f"exchange\n{previous}\n{canonical}")
+
+
+def _turn_content(turn: Turn) -> dict[str, object]:
+    return {
+        "seq": turn.seq,
+        "question": turn.question,
+        "status": turn.status,
+        "answer": turn.answer,
+        "error": turn.error,
+        "paradigm": turn.paradigm,
+        "tool_choice": turn.tool_choice,
+        "tool_choice_name": turn.tool_choice_name,
+        "model": turn.model_name,
+        "tools": turn.tools,
+        "transcript": turn.transcript,
+        "created_at": _iso(turn.created_at),
+        "started_at": _iso(turn.started_at),
+        "finished_at": _iso(turn.finished_at),
+    }
+
+
+def _step_content(step: Step, parent_seq: int | None) -> dict[str, object]:
+    return {
+        "seq": step.seq,
+        "parent": parent_seq,
+        "kind": step.kind,
+        "status": step.status,
+        "title": step.title,
+        "prompt": step.prompt,
+        "prompt_exact": step.prompt_exact,
+        "prompt_source": step.prompt_source,
+        "tokens": step.tokens,
+        "usage": step.usage,
+        "text": step.text,
+        "calls": step.calls,
+        "diagnostics": step.diagnostics,
+        "tool_name": step.tool_name,
+        "arguments": step.arguments,
+        "result": step.result,
+        "is_error": step.is_error,
+        "error": step.error,
+        "started_at": _iso(step.started_at),
+        "finished_at": _iso(step.finished_at),
+    }
+
+
+@dataclass
+class _TurnRecords:
+    """A turn's steps (seq order) and its exchanges' (step id, hash) pairs in chain order."""
+
+    steps: list[Step]
+    exchanges: Sequence[tuple[int | None, str]]
+
+
+def _turn_records(turn: Turn) -> _TurnRecords:
+    steps = list(Step.objects.filter(turn=turn).order_by("seq", "id"))
+    exchanges = list(Exchange.objects.filter(turn=turn).order_by("seq", "id").values_list("step_id", "hash"))
+    return _TurnRecords(steps, exchanges)
+
+
+def _step_digests(key: bytes, identity: str, turn: Turn, records: _TurnRecords) -> list[str]:
+    seqs = {step.pk: step.seq for step in records.steps}
+    digests = []
+    for step in records.steps:
+        hashes = [value for step_id, value in records.exchanges if step_id == step.pk]
+        content = {
+            "conversation": identity,
+            "turn": turn.seq,
+            "step": _step_content(step, seqs.get(step.parent_id) if step.parent_id else None),
+            "exchanges": hashes,
+        }
+        digests.append(_mac(key, "step\n" + _canonical(content)))
+    return digests
+
+
+def _turn_seal(
+    key: bytes, identity: str, turn: Turn, records: _TurnRecords, step_digests: list[str], previous: str
+) -> str:
+    content = {
+        "conversation": identity,
+        "previous": previous,
+        "turn": _turn_content(turn),
+        "steps": step_digests,
+        "exchanges": [value for step_id, value in records.exchanges if step_id is None],
+        "head": records.exchanges[-1][1] if records.exchanges else "",
+    }
+    return _mac(key, "turn\n" + _canonical(content))
+
+
+def _anchor(key: bytes, identity: str, turns: int, head: str) -> str:
+    return _mac(key, "anchor\n" + _canonical({"conversation": identity, "turns": turns, "head": head}))
+
+
+def _previous_seal(turn: Turn) -> str:
+    before = (
+        Turn.objects.filter(conversation_id=turn.conversation_id, seq__lt=turn.seq)
+        .order_by("-seq")
+        .values_list("seal", flat=True)
+        .first()
+    )
+    return before or GENESIS
+
+
+# --- sealing -------------------------------------------------------------------------------------
+
+
+def turn_seal(*, turn: Turn, actor_name: str = "system") -> str:
+    """Seal an ended turn and anchor its conversation on it; returns the seal.
+
+    Call it when the turn's final fields are saved and every step and exchange of it is
+    committed (it reads them back: what is sealed is exactly what is stored). The seal, the
+    conversation's anchor and an ``AuditEvent`` ("sealed") are written in one transaction; the
+    seal is also logged, which puts the head outside the database too.
+    """
+    key = integrity_key()
+    conversation = turn.conversation
+    identity = str(conversation.public_id)
+    with transaction.atomic():
+        fresh = Turn.objects.select_for_update().get(pk=turn.pk)
+        records = _turn_records(fresh)
+        digests = _step_digests(key, identity, fresh, records)
+        seal = _turn_seal(key, identity, fresh, records, digests, _previous_seal(fresh))
+        Turn.objects.filter(pk=fresh.pk).update(seal=seal, seal_steps=digests)
+        turn.seal, turn.seal_steps = seal, digests
+        sealed = Turn.objects.filter(conversation_id=conversation.pk).exclude(seal="")
+        count = sealed.count()
+        head = sealed.order_by("-seq").values_list("seal", flat=True).first() or GENESIS
+        anchor = _anchor(key, identity, count, head)
+        Conversation.objects.filter(pk=conversation.pk).update(chain_turns=count, chain_head=head, chain_anchor=anchor)
+        conversation.chain_turns, conversation.chain_head, conversation.chain_anchor = count, head, anchor
+        AuditEvent.objects.create(
+            actor_name=actor_name,
+            action=SEALED_ACTION,
+            conversation_public_id=conversation.public_id,
+            detail={"turn": fresh.seq, "seal": seal, "turns": count, "head": head},
+        )
+    logger.info("sealed turn %s of conversation %s: %s turns, head %s", fresh.seq, identity, count, head)
+    return seal
+
+
+def conversation_rechain(*, conversation: Conversation, actor_name: str) -> None:
+    """Re-chain and re-seal every record of ``conversation`` under this installation's key
+    (an import: what the file held becomes this installation's evidence from now on)."""
+    key = integrity_key()
+    previous = GENESIS
+    for turn in conversation.turns.order_by("seq"):
+        rows = list(Exchange.objects.filter(turn=turn).order_by("seq", "id"))
+        for row in rows:
+            row.chain_version = KEYED
+            row.prev_hash = previous
+            row.hash = previous = exchange_digest(row, turn_seq=turn.seq, previous=previous, key=key)
+        Exchange.objects.bulk_update(rows, ["chain_version", "prev_hash", "hash"], batch_size=500)
+        turn.conversation = conversation
+        if turn.is_finished:
+            turn_seal(turn=turn, actor_name=actor_name)
 
 
 def chain_head_query(conversation_id: int) -> QuerySet[Exchange, str]:
@@ -50,30 +297,235 @@ def chain_head_query(conversation_id: int) -> QuerySet[Exchange, str]:
     )
 
 
+# --- verifying -----------------------------------------------------------------------------------
+
+
 @dataclass
 class ChainReport:
+    """The outcome of ``conversation_verify``.
+
+    ``legacy``: every record is under the unkeyed rule (made before keyed sealing), which anyone
+    with database access can recompute. A broken report names the first record that no longer
+    matches: its turn (seq and id), step (seq and id) and exchange (seq and id), as far as known.
+    """
+
     intact: bool
     checked: int
     broken_exchange_id: int | None = None
     reason: str = ""
+    legacy: bool = False
+    sealed_turns: int = 0
+    turn_seq: int | None = None
+    turn_id: int | None = None
+    step_seq: int | None = None
+    step_id: int | None = None
+    exchange_seq: int | None = None
+    exchange_label: str = ""
+    # The step's row on the page (a tool call's row is its parent's: ``tool-step-<id>`` inside it).
+    step_anchor: str = ""
+
+    @property
+    def where(self) -> str:
+        """The broken record in words: "turn 2, step 3, exchange 7 (tools/call)"."""
+        parts = []
+        if self.turn_seq is not None:
+            parts.append(f"turn {self.turn_seq}")
+        if self.step_seq is not None:
+            parts.append(f"step {self.step_seq}")
+        if self.exchange_seq is not None:
+            label = f" ({self.exchange_label})" if self.exchange_label else ""
+            parts.append(f"exchange {self.exchange_seq}{label}")
+        return ", ".join(parts) or "the conversation's anchor"
+
+    @property
+    def anchor(self) -> str:
+        """The page anchor of the broken record (its row, else its turn)."""
+        if self.broken_exchange_id is not None:
+            return f"exchange-{self.broken_exchange_id}"
+        if self.step_anchor:
+            return self.step_anchor
+        if self.turn_id is not None:
+            return f"turn-{self.turn_id}"
+        return "turns"
 
 
-def conversation_verify(*, conversation: Conversation) -> ChainReport:
-    """Recompute the chain; report the first record whose stored hash does not match."""
-    previous = GENESIS
-    checked = 0
-    rows = (
-        Exchange.objects.filter(turn__conversation=conversation)
-        .select_related("turn")
-        .order_by("turn__seq", "seq", "id")
+class _Broken(Exception):
+    def __init__(self, reason: str, **where: Any) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.where = where
+
+
+def _step_anchor(step: Step) -> str:
+    return f"tool-step-{step.pk}" if step.parent_id else f"step-{step.pk}"
+
+
+def _exchange_where(exchange: Exchange, turn: Turn, steps: dict[int, Step]) -> dict[str, Any]:
+    step = steps.get(exchange.step_id) if exchange.step_id is not None else None
+    return {
+        "turn_seq": turn.seq,
+        "turn_id": turn.pk,
+        "step_seq": step.seq if step is not None else None,
+        "step_id": step.pk if step is not None else None,
+        "step_anchor": _step_anchor(step) if step is not None else "",
+        "exchange_seq": exchange.seq,
+        "exchange_label": exchange.label,
+        "broken_exchange_id": exchange.pk,
+    }
+
+
+def conversation_verify(
+    *, conversation: Conversation, identity: str | None = None, anchor: tuple[int, str, str] | None = None
+) -> ChainReport:
+    """Recompute the chain, the seals and the anchors; report the first record that no longer
+    matches. Reads every exchange once (in chunks) and each turn's steps.
+
+    ``identity`` and ``anchor`` (sealed turns, head, anchor MAC) replace the conversation's own
+    public id and anchor fields: an import checks the rows it made against what the file says
+    (the audit log is then not consulted).
+    """
+    try:
+        key = integrity_key()
+    except (OSError, ValueError) as exc:
+        return ChainReport(False, 0, reason=f"the integrity key cannot be read: {exc}")
+    state = _Walk(key=key, identity=identity or str(conversation.public_id))
+    try:
+        state.walk(conversation)
+        if identity is None:
+            # As stored now: a turn sealed since ``conversation`` was read moved the anchor.
+            stored = Conversation.objects.values_list("chain_turns", "chain_head", "chain_anchor").get(
+                pk=conversation.pk
+            )
+            state.check_anchor(*stored)
+            state.check_audit(conversation)
+        else:
+            state.check_anchor(*(anchor or (0, "", "")))
+    except _Broken as broken:
+        return ChainReport(False, state.checked, reason=broken.reason, sealed_turns=state.sealed, **broken.where)
+    legacy = state.keyed_seen is False and state.sealed == 0
+    return ChainReport(True, state.checked, legacy=legacy, sealed_turns=state.sealed)
+
+
+@dataclass
+class _Walk:
+    key: bytes
+    identity: str
+    checked: int = 0
+    sealed: int = 0
+    keyed_seen: bool = False
+    previous: str = GENESIS
+    previous_seal: str = GENESIS
+    last_turn: Turn | None = None
+
+    def walk(self, conversation: Conversation) -> None:
+        turns = list(conversation.turns.order_by("seq"))
+        exchanges = Exchange.objects.filter(turn__conversation=conversation).order_by("turn__seq", "seq", "id")
+        by_turn: dict[int, list[Exchange]] = {}
+        steps_by_turn: dict[int, dict[int, Step]] = {}
+        for step in Step.objects.filter(turn__conversation=conversation).order_by("seq", "id"):
+            steps_by_turn.setdefault(step.turn_id, {})[step.pk] = step
+        for exchange in exchanges.iterator(chunk_size=500):
+            by_turn.setdefault(exchange.turn_id or 0, []).append(exchange)
+        for turn in turns:
+            steps = steps_by_turn.get(turn.pk, {})
+            rows = by_turn.get(turn.pk, [])
+            for exchange in rows:
+                self._exchange(exchange, turn, steps)
+            self._turn(turn, steps, rows)
+            self.last_turn = turn
+
+    def _exchange(self, exchange: Exchange, turn: Turn, steps: dict[int, Step]) -> None:
+        self.checked += 1
+        where = _exchange_where(exchange, turn, steps)
+        if exchange.chain_version == LEGACY and self.keyed_seen:
+            raise _Broken("it claims the unkeyed legacy rule after keyed records", **where)
+        if exchange.chain_version not in {LEGACY, KEYED}:
+            raise _Broken(f"it claims an unknown chain version {exchange.chain_version}", **where)
+        if exchange.prev_hash != self.previous:
+            raise _Broken("its link to the previous record does not match (a record before it was removed or changed)", **where)
+        if not hmac.compare_digest(exchange.hash, exchange_digest(exchange, turn_seq=turn.seq, previous=self.previous, key=self.key)):
+            raise _Broken("its content does not match its hash", **where)
+        self.keyed_seen = self.keyed_seen or exchange.chain_version == KEYED
+        self.previous = exchange.hash
+
+    def _turn(self, turn: Turn, steps: dict[int, Step], rows: list[Exchange]) -> None:
+        where: dict[str, Any] = {"turn_seq": turn.seq, "turn_id": turn.pk}
+        if not turn.seal:
+            if turn.is_finished and (self.keyed_seen or self.sealed):
+                raise _Broken("the turn has ended but carries no seal (it was removed)", **where)
+            return
+        self.keyed_seen = True
+        records = _TurnRecords(
+            sorted(steps.values(), key=lambda step: (step.seq, step.pk)), [(row.step_id, row.hash) for row in rows]
+        )
+        digests = _step_digests(self.key, self.identity, turn, records)
+        sealed = turn.seal_steps if isinstance(turn.seal_steps, list) else []
+        for position, step in enumerate(records.steps):
+            if position >= len(sealed) or not hmac.compare_digest(str(sealed[position]), digests[position]):
+                raise _Broken(
+                    "the step does not match its seal (its title, texts, parsed calls, diagnostics, "
+                    "arguments, result or exchanges changed, or a step was added)",
+                    step_seq=step.seq,
+                    step_id=step.pk,
+                    step_anchor=_step_anchor(step),
+                    **where,
+                )
+        if len(sealed) > len(digests):
+            raise _Broken(f"{len(sealed) - len(digests)} sealed step(s) of this turn are missing", **where)
+        expected = _turn_seal(self.key, self.identity, turn, records, digests, self.previous_seal)
+        if not hmac.compare_digest(turn.seal, expected):
+            raise _Broken(
+                "the turn does not match its seal (its question, answer, error, tools or transcript "
+                "changed, its exchanges changed, or a turn before it was removed)",
+                **where,
+            )
+        self.sealed += 1
+        self.previous_seal = turn.seal
+
+    def _last(self) -> dict[str, Any]:
+        if self.last_turn is None:
+            return {}
+        return {"turn_seq": self.last_turn.seq, "turn_id": self.last_turn.pk}
+
+    def check_anchor(self, anchored: int, head: str, mac: str) -> None:
+        where = self._last()
+        found = self.previous_seal if self.sealed else GENESIS
+        if anchored == 0 and not mac:
+            if self.sealed:
+                raise _Broken("the conversation's anchor is missing although its turns are sealed", **where)
+            return
+        if not hmac.compare_digest(mac, _anchor(self.key, self.identity, anchored, head)):
+            raise _Broken("the conversation's anchor does not match its key", **where)
+        if anchored != self.sealed or head != found:
+            raise _Broken(
+                f"the conversation's anchor says {anchored} sealed turn(s); {self.sealed} are left "
+                "(turns after the last one shown, or their records, were removed)",
+                **where,
+            )
+
+    def check_audit(self, conversation: Conversation) -> None:
+        where = self._last()
+        head = self.previous_seal if self.sealed else GENESIS
+        latest = _latest_sealed_event(conversation)
+        if latest is not None:
+            turns, logged = latest
+            if turns != self.sealed or logged != head:
+                raise _Broken(
+                    f"the audit log's last seal says {turns} sealed turn(s) ending in {logged[:12]}…; the "
+                    f"record has {self.sealed} (a sealed turn was removed)",
+                    **where,
+                )
+
+
+def _latest_sealed_event(conversation: Conversation) -> tuple[int, str] | None:
+    event = (
+        AuditEvent.objects.filter(conversation_public_id=conversation.public_id, action=SEALED_ACTION)
+        .order_by("-id")
+        .values_list("detail", flat=True)
+        .first()
     )
-    for exchange in rows.iterator(chunk_size=500):
-        assert exchange.turn is not None
-        expected = exchange_digest(exchange, turn_seq=exchange.turn.seq, previous=previous)
-        checked += 1
-        if exchange.prev_hash != previous:
-            return ChainReport(False, checked, exchange.pk, "its link to the previous record does not match")
-        if exchange.hash != expected:
-            return ChainReport(False, checked, exchange.pk, "its content does not match its hash")
-        previous = exchange.hash
-    return ChainReport(True, checked)
+    if not isinstance(event, dict):
+        return None
+    turns, head = event.get("turns"), event.get("head")
+    return (turns, head) if isinstance(turns, int) and isinstance(head, str) else None
+

@@ -58,6 +58,11 @@ class ModelProfile(models.Model):
         default=False, help_text="Use the provider's streaming mode (the raw event stream is stored)."
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # Set on the profile an import hangs its conversation off (when no local profile matches):
+    # it belongs to the importer, is never run and is offered in no picker.
+    imported_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
 
     class Meta:
         ordering = ["name"]
@@ -109,6 +114,11 @@ class Conversation(models.Model):
         "Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays"
     )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # The anchor of the keyed chain (conversations.integrity): how many turns are sealed, the
+    # last seal, and a MAC over both, so removing the tail or a whole turn is detected.
+    chain_turns = models.PositiveIntegerField(default=0)
+    chain_head = models.CharField(max_length=64, blank=True)
+    chain_anchor = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -151,6 +161,11 @@ class Turn(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Written when the turn ends (conversations.integrity.turn_seal): a keyed digest of each
+    # step, in seq order, and the turn's seal over its shown fields, those digests, its
+    # exchanges' hashes and the previous turn's seal. Empty: not ended, or made before sealing.
+    seal = models.CharField(max_length=64, blank=True)
+    seal_steps = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["conversation", "seq"]
@@ -333,6 +348,9 @@ class Exchange(models.Model):
     # The conversation's hash chain (conversations.integrity); empty for server-only records.
     prev_hash = models.CharField(max_length=64, blank=True)
     hash = models.CharField(max_length=64, blank=True)
+    # The rule ``hash`` was made under: 1 unkeyed SHA-256 (records made before keyed sealing),
+    # 2 HMAC with the installation's integrity key.
+    chain_version = models.PositiveSmallIntegerField(default=2)
     # What full-text search indexes of ``request_body`` (PostgreSQL): all of it when these are
     # NULL, else ``search_length`` characters from offset ``search_start``. A model request
     # repeats the turn's history, so the writer indexes only what it adds to the turn's previous

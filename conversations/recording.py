@@ -44,13 +44,14 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model, OuterRef, Subquery
 from django.utils import timezone
 
-from conversations.integrity import GENESIS, chain_head_query, exchange_digest
-from conversations.models import Exchange, RedactionRule, Step, Turn
+from conversations.integrity import GENESIS, chain_head_query, exchange_digest, integrity_key, turn_seal
+from conversations.models import Exchange, ModelProfile, RedactionRule, Step, Turn
 from conversations.providers.streaming import DeltaCallback, PartialReply, throttled
-from conversations.redaction import Redactor, redactor
+from conversations.redaction import Redactor, redactor, remember
 from conversations.strings import changed_span
 from inspector import live
 from inspector.wire import WireExchange
+from servers.models import McpServer
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,8 @@ _UNFINISHED_TOKEN = re.compile(r"[A-Za-z0-9_\-./+=:@~]+\Z")
 
 # Step fields that may carry model or tool text (and so secrets).
 _REDACTED_FIELDS = {"title", "prompt", "text", "calls", "diagnostics", "arguments", "result", "error"}
+# Turn fields that may (the question, the tool list a server sent, what the model answered).
+_REDACTED_TURN_FIELDS = ("question", "answer", "error", "tools", "transcript")
 
 
 def _storable(text: str) -> str:
@@ -109,10 +112,49 @@ def index_last_request_whole(turn_id: int) -> None:
     Exchange.objects.filter(pk__in=Subquery(last)).update(search_start=None, search_length=None)
 
 
+def turn_redacted(values: dict[str, Any], redact: Redactor) -> dict[str, Any]:
+    """Turn field values as they may be stored: every text field redacted."""
+    return {name: redact.json(value) if name in _REDACTED_TURN_FIELDS else value for name, value in values.items()}
+
+
+def turn_end_save(*, turn: Turn, redact: Redactor | None = None, update_fields: Sequence[str] | None = None) -> None:
+    """Write an ended turn (an ordinary, synchronous commit), its texts redacted, and seal it
+    (``integrity.turn_seal``) in the same transaction. Every step and exchange of the turn must
+    be committed before (``TurnRecorder.drain``): the seal covers what is stored.
+
+    ``update_fields``: only these fields are written (and redacted).
+    """
+    redact = redact or active_redactor()
+    names = _REDACTED_TURN_FIELDS if update_fields is None else [n for n in update_fields if n in _REDACTED_TURN_FIELDS]
+    for name, value in turn_redacted({name: getattr(turn, name) for name in names}, redact).items():
+        setattr(turn, name, value)
+    with transaction.atomic():
+        turn.save(update_fields=update_fields)
+        turn_seal(turn=turn)
+
+
+def configured_secrets() -> list[str]:
+    """Every secret value this installation is configured with: each model profile's key (from
+    the environment variable it names, or one the app provides) and every server's sealed and
+    ``${VAR}`` env and header values. Values that cannot be resolved here are left out."""
+    secrets: list[str] = []
+    for name in ModelProfile.objects.exclude(api_key_env="").values_list("api_key_env", flat=True).distinct():
+        value = os.environ.get(name) or settings.BUILTIN_API_KEYS.get(name, "")
+        if value:
+            secrets.append(value)
+    for server in McpServer.objects.only("env", "headers"):
+        secrets.extend(server.secret_values())
+    return secrets
+
+
 def active_redactor(*, secrets: Sequence[str] = ()) -> Redactor:
-    """The built-in patterns, the enabled staff rules, and the secret values of this run."""
+    """The one redactor for what is written: the built-in patterns, the enabled staff rules,
+    every configured secret value (``configured_secrets``) and ``secrets`` (values of this run).
+    It also becomes the process's ``redaction.current()`` one, which the log filter applies."""
     rules = RedactionRule.objects.filter(enabled=True).values_list("name", "pattern")
-    return redactor(rules=list(rules), secrets=secrets)
+    built = redactor(rules=list(rules), secrets=[*configured_secrets(), *secrets])
+    remember(built)
+    return built
 
 
 def exchange_rows(
@@ -220,6 +262,7 @@ class _Batch:
             return
         self.prepared = True
         owner = self.owner
+        self.turn_values = turn_redacted(self.turn_values, owner.redact)
         self.updates = {pk: owner._redacted(fields) for pk, fields in self.updates.items()}
         for step_id, records, first_seq in self.records:
             rows = exchange_rows(
@@ -232,7 +275,9 @@ class _Batch:
             )
             for row in rows:
                 row.prev_hash = owner._chain
-                row.hash = owner._chain = exchange_digest(row, turn_seq=owner.turn.seq, previous=owner._chain)
+                row.hash = owner._chain = exchange_digest(
+                    row, turn_seq=owner.turn.seq, previous=owner._chain, key=owner._key
+                )
                 if owner._spans and row.channel == Exchange.Channel.LLM and row.request_body:
                     owner._index_span(row)
             self.exchanges.extend(rows)
@@ -644,6 +689,7 @@ class TurnRecorder:
         self._seq, self._exchange_seq = seq or 0, exchange_seq or 0
         self._parents: dict[int, int | None] = {}
         self._chain = head or GENESIS
+        self._key = integrity_key()
         # Step updates not yet handed over, by step id, in the order they were first made.
         self._updates: dict[int, dict[str, Any]] = {}
         self._records: list[tuple[int, Sequence[WireExchange], int]] = []
@@ -788,6 +834,14 @@ class TurnRecorder:
         if self._writer is not None:
             self._writer.wait(self)
         self._raise_write_error()
+
+    def turn_end(self) -> None:
+        """Write the turn's end, redacted, and seal it (``turn_end_save``); after ``drain``."""
+        turn_end_save(turn=self.turn, redact=self.redact)
+
+    def seal(self) -> None:
+        """Seal a turn whose end another writer stored (``integrity.turn_seal``); after ``drain``."""
+        turn_seal(turn=self.turn)
 
     def _index_span(self, row: Exchange) -> None:
         """Index only what this model request adds to the turn's previous one (the writer's thread)."""

@@ -4,11 +4,19 @@ Built-in patterns catch API keys, bearer tokens and e-mail addresses; staff add 
 regexes (``RedactionRule``); the exact values of secrets the run itself used (the model's API
 key, ``${VAR}`` values given to servers) are always replaced. The original is not kept: the
 stored text carries a visible marker such as ``[REDACTED:email]`` instead.
+
+One redactor for everything written: ``conversations.recording.active_redactor`` builds it with
+every configured secret value (each model profile's key, every server's sealed and ``${VAR}``
+env and header values) and makes it this process's ``current()`` one, which the log filter
+(``LogRedactionFilter``, installed in ``settings.LOGGING``) applies to every log record. This
+module imports no models: logging is configured before Django's apps are loaded.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -93,3 +101,51 @@ def redactor(*, rules: Iterable[tuple[str, str]] = (), secrets: Sequence[str] = 
     usable = tuple(sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True))
     needles = tuple(tuple(needle.lower() for needle in _BUILTIN_NEEDLES[name]) for name, _ in BUILTIN_PATTERNS)
     return Redactor(compiled, usable, needles)
+
+
+_current: Redactor | None = None
+_current_lock = threading.Lock()
+
+
+def current() -> Redactor:
+    """The process's latest full redactor (the built-in patterns alone until one was built)."""
+    found = _current
+    if found is None:
+        found = redactor()
+        remember(found)
+    return found
+
+
+def remember(found: Redactor) -> None:
+    """Make ``found`` the process's ``current()`` redactor, keeping the secrets the current one
+    knows (a redactor built for one run must not make the log filter forget another's)."""
+    global _current
+    with _current_lock:
+        known = _current.secrets if _current is not None else ()
+        secrets = tuple(sorted({*known, *found.secrets}, key=len, reverse=True))
+        _current = Redactor(found.patterns, secrets, found.needles)
+
+
+class LogRedactionFilter(logging.Filter):
+    """Redacts every log record's message (arguments merged) and exception text in place.
+
+    Never drops a record. The message is formatted here once (``record.getMessage()``) and the
+    arguments cleared, so a handler cannot re-format an unredacted argument.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        redact = current()
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 — a bad format string is logged as it came, redacted
+            message = str(record.msg)
+        record.msg = redact.text(message)
+        record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact.text(record.exc_text)
+            # The handler formats exc_text when exc_info is set, and exc_info itself otherwise.
+        if record.stack_info:
+            record.stack_info = redact.text(record.stack_info)
+        return True

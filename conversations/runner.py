@@ -6,9 +6,12 @@ the paradigm and the tool host from the database, and records through ``TurnReco
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import httpx2
@@ -16,12 +19,14 @@ from django.conf import settings
 from django.core.wsgi import get_wsgi_application
 from django.db import DatabaseError
 
-from conversations.agent import AgentTurn, PromptRenderer, ToolRun, run_agent
+from conversations.agent import AgentTurn, PromptRenderer, ToolRun, TurnCancelled, run_agent
+from conversations.lifecycle import CANCEL, TurnSignal, turn_claim, turn_unwatch, turn_watch, turns_reap_stale
 from conversations.llm import Message, ToolChoice, ToolDef, provider_tool_names
 from conversations.models import ModelProfile, Turn
 from conversations.paradigms import PARADIGMS
-from conversations.providers import PROVIDERS, Endpoint, ModelRequest
+from conversations.providers import PROVIDERS, Endpoint, ModelReply, ModelRequest, Provider
 from conversations.providers.openai_chat import endpoint_transport, wire_message, wire_tool
+from conversations.providers.streaming import DeltaCallback, PartialReply
 from conversations.recording import (
     TurnRecorder,
     active_redactor,
@@ -86,19 +91,91 @@ def _in_process_transport() -> httpx2.WSGITransport:
 
 @dataclass
 class GatewayToolHost:
-    """The agent's ``ToolHost``: calls go through the pooled gateway sessions."""
+    """The agent's ``ToolHost``: calls go through the pooled gateway sessions.
+
+    With a ``signal``, a call in flight when it is set is abandoned: the server is sent
+    ``notifications/cancelled`` (in the call's records) and the run's error says who stopped it.
+    """
 
     configs: dict[int, ServerConfig]
     redact: Redactor
+    signal: TurnSignal | None = None
 
     def call(self, tool: ToolDef, arguments: JSONDict) -> ToolRun:
-        outcome = gateway.call_tool(self.configs[tool.server_id], tool.name, arguments)
+        stop = self.signal.event if self.signal is not None else None
+        outcome = gateway.call_tool(self.configs[tool.server_id], tool.name, arguments, stop=stop)
         server_records_store(outcome.unclaimed, redact=self.redact)
+        if outcome.cancelled and self.signal is not None and self.signal.stopped:
+            return ToolRun(
+                result=None,
+                error=f"the call was abandoned ({self.signal.stopped}); the server was sent notifications/cancelled",
+                exchanges=outcome.records,
+            )
         notes = []
         if outcome.session is not None and outcome.session.spawned:
             reason = outcome.session.respawn_reason or "no session was open"
             notes.append(f"respawned the server (session #{outcome.session.generation}) because {reason}")
         return ToolRun(result=outcome.result, error=outcome.error, exchanges=outcome.records, notes=notes)
+
+
+_model_calls: ThreadPoolExecutor | None = None
+_model_calls_lock = threading.Lock()
+
+
+def _model_call_pool() -> ThreadPoolExecutor:
+    global _model_calls
+    with _model_calls_lock:
+        if _model_calls is None:
+            # Every turn of the process may wait on a model at once; threads are made as needed.
+            _model_calls = ThreadPoolExecutor(max_workers=1024, thread_name_prefix="model-call")
+        return _model_calls
+
+
+@dataclass
+class AbandonableProvider:
+    """A provider whose calls run on a thread of their own, so a stopped turn need not wait.
+
+    The turn's thread waits for the call or for the signal, whichever comes first. On a stop it
+    raises ``TurnCancelled`` at once; the abandoned call ends on its thread (its reply, or the
+    model's deadline) and is dropped, its streamed deltas no longer shown. The in-process demo
+    model has no socket to close, so this is the one way to abandon every kind of call.
+    """
+
+    inner: Provider
+    signal: TurnSignal
+
+    def complete(self, request: ModelRequest, *, on_delta: DeltaCallback | None = None) -> ModelReply:
+        if self.signal.stopped:
+            raise TurnCancelled(self.signal.stopped)
+        abandoned = threading.Event()
+        last: list[PartialReply] = []
+
+        def relay(partial: PartialReply) -> None:
+            if not abandoned.is_set() and on_delta is not None:
+                last[:] = [partial]
+                on_delta(partial)
+
+        context = contextvars.copy_context()
+        future: Future[ModelReply] = _model_call_pool().submit(
+            context.run, self.inner.complete, request, on_delta=relay if on_delta is not None else None
+        )
+        wake = threading.Event()
+        future.add_done_callback(lambda _: wake.set())
+        forget = self.signal.on_stop(wake.set)
+        try:
+            wake.wait()
+        finally:
+            forget()
+        if future.done():
+            return future.result()
+        abandoned.set()
+        future.add_done_callback(_abandoned_call_ended)
+        raise TurnCancelled(self.signal.stopped, partial=last[0].text if last else "")
+
+
+def _abandoned_call_ended(future: Future[ModelReply]) -> None:
+    error = future.exception()
+    logger.debug("an abandoned model call ended%s", f": {error}" if error else " with a reply (dropped)")
 
 
 CAPABILITY_FIELDS = ("native_tools", "structured_output", "parallel_calls")
@@ -148,7 +225,7 @@ def _session_note(server: McpServer, outcome: gateway.ListOutcome) -> str:
 
 
 def connect_servers(
-    servers: list[McpServer], recorder: TurnRecorder
+    servers: list[McpServer], recorder: TurnRecorder, signal: TurnSignal | None = None
 ) -> tuple[list[ToolDef], dict[int, ServerConfig]]:
     """List the tools of every enabled server (a ``connect`` step) and name them for the provider.
 
@@ -165,6 +242,9 @@ def connect_servers(
     records: list[WireExchange] = []
     sessions: JSONDict = {}
     for server in servers:
+        if signal is not None and signal.stopped:
+            problems.append(f"{server.name}: not connected ({signal.stopped})")
+            continue
         refusal = server_spawn_refusal(server=server, user=owner)
         if refusal:
             notes.append(f"{server.name}: not connected")
@@ -172,7 +252,7 @@ def connect_servers(
             continue
         config = server.to_config()
         configs[server.pk] = config
-        outcome = gateway.list_tools(config)
+        outcome = gateway.list_tools(config, stop=signal.event if signal is not None else None)
         records.extend(outcome.records)
         server_records_store(outcome.unclaimed, redact=recorder.redact)
         notes.append(_session_note(server, outcome))
@@ -258,31 +338,36 @@ def _history(turn: Turn) -> list[Message]:
 
 
 def turn_run(*, turn_id: int) -> None:
-    """Run a queued turn to its end. Safe to call twice: only a queued turn is started.
+    """Run a queued turn to its end. Safe to call twice, at once or later: the turn is claimed
+    by one atomic conditional UPDATE (``lifecycle.turn_claim``), so only one call runs it.
+
+    A call that finds the turn already running (a task redelivered after its worker died) leaves
+    a live turn alone; a stale one is marked interrupted, as any process's periodic check would.
 
     Raises:
         django.db.DatabaseError: the database could not be reached before the turn started (it
             is still queued then, and may be run again).
     """
+    if not turn_claim(turn_id=turn_id):
+        if Turn.objects.filter(pk=turn_id, status=Turn.Status.RUNNING).exists():
+            turns_reap_stale()
+        return
+    signal = turn_watch(turn_id=turn_id)
+    try:
+        _run_claimed(turn_id, signal)
+    finally:
+        turn_unwatch(turn_id=turn_id)
+
+
+def _run_claimed(turn_id: int, signal: TurnSignal) -> None:
     turn = Turn.objects.select_related("conversation__model_profile", "conversation__owner").get(pk=turn_id)
-    if turn.status == Turn.Status.RUNNING:
-        # Redelivered after its worker died mid-turn: the steps so far stay; say what happened.
-        turn.mark_interrupted("the worker running this turn stopped before it finished")
-        turn.save()
-        index_last_request_whole(turn.pk)
-        TurnRecorder(turn).turn_changed()
-        return
-    if turn.status != Turn.Status.QUEUED:
-        return
+    # Browsers render the running turn while it connects.
+    live.publish_turn_changed(conversation_id=turn.conversation.public_id, turn_id=turn.pk)
     # The conversation's servers, read once (by name: the order their tools are offered in).
     servers = list(turn.conversation.servers.order_by("name"))
     recorder = TurnRecorder(turn, redact=active_redactor(secrets=_run_secrets(turn, servers)))
-    turn.mark_running()
-    recorder.turn_save("status", "started_at")
-    # Its own (asynchronous) commit, so browsers render the running turn while it connects.
-    recorder.flush()
     try:
-        tools, configs = connect_servers(servers, recorder)
+        tools, configs = connect_servers(servers, recorder, signal)
         turn.tools = [tool.as_json() for tool in tools]
         recorder.turn_save("tools")
         profile = turn.conversation.model_profile
@@ -297,11 +382,12 @@ def turn_run(*, turn_id: int) -> None:
                 capabilities={name: getattr(profile, name) for name in CAPABILITY_FIELDS},
             ),
             paradigm=PARADIGMS[turn.paradigm](),
-            provider=provider,
-            host=GatewayToolHost(configs, recorder.redact),
+            provider=AbandonableProvider(provider, signal),
+            host=GatewayToolHost(configs, recorder.redact, signal),
             recorder=recorder,
             render=prompt_renderer(profile),
             partials=recorder.partial_sink,
+            stopped=lambda: signal.stopped,
         )
         _remember_downgrades(profile, outcome.downgrades)
         # A step the database refused while the loop went on fails the turn, like one refused
@@ -325,14 +411,48 @@ def turn_run(*, turn_id: int) -> None:
         turn.transcript = [m.as_json() for m in outcome.messages]
         if outcome.status == "done":
             turn.mark_done(outcome.answer)
+        elif outcome.status == "cancelled":
+            _end_cancelled(turn, recorder, signal)
         else:
             turn.mark_failed(outcome.error)
     # Every step is committed before the turn's end is written (a write that failed raises here).
     recorder.drain()
     index_last_request_whole(turn.pk)
+    if not _still_ours(turn):
+        # Another process has marked it finished meanwhile (its heartbeat was lost): that stands.
+        recorder.turn_changed()
+        return
     # An ordinary (synchronous) commit: it makes the turn and every step before it durable.
     turn.save()
     recorder.turn_changed()
+
+
+def _end_cancelled(turn: Turn, recorder: TurnRecorder, signal: TurnSignal) -> None:
+    """The turn stopped on its signal: cancelled, with a step saying by whom."""
+    if signal.kind != CANCEL:
+        return
+    who = signal.by or "a user"
+    text = f"cancelled by {who}; everything recorded before the cancel is kept"
+    step = recorder.step_open(kind="error", title=f"cancelled by {who}")
+    recorder.step_close(step, status="error", error=text)
+    turn.mark_cancelled(text)
+
+
+def _still_ours(turn: Turn) -> bool:
+    """Whether the turn is still running in the database (nobody else ended it), with the
+    lifecycle fields it holds there now, so the end's save keeps them."""
+    row = (
+        Turn.objects.filter(pk=turn.pk)
+        .values("status", "heartbeat_at", "cancel_requested_at", "cancel_requested_by", "runner")
+        .first()
+    )
+    if row is None or row["status"] != Turn.Status.RUNNING:
+        return False
+    turn.heartbeat_at = row["heartbeat_at"]
+    turn.cancel_requested_at = row["cancel_requested_at"]
+    turn.cancel_requested_by = row["cancel_requested_by"]
+    turn.runner = row["runner"]
+    return True
 
 
 def turn_abandon(*, turn_id: int, reason: str) -> bool:

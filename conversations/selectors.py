@@ -202,7 +202,8 @@ def turn_get(*, conversation: Conversation, turn_id: int) -> Turn | None:
 
 
 def profiles_for_form() -> QuerySet[ModelProfile]:
-    return ModelProfile.objects.order_by("-is_demo", "name")
+    """Profiles a question can run on: not the placeholders imports hang their records off."""
+    return ModelProfile.objects.filter(imported_by__isnull=True).order_by("-is_demo", "name")
 
 
 def servers_for_form() -> QuerySet[McpServer]:

@@ -13,6 +13,7 @@ from django.db.models import Max
 from conversations.execution import turn_dispatch
 from conversations.models import AuditEvent, Comparison, Conversation, Exchange, ModelProfile, Turn
 from conversations.providers import PROVIDERS
+from conversations.recording import active_redactor
 from conversations.splicing import probe_request, server_template
 from conversations.transcripts import (
     IMPORTED_PROFILE_PREFIX,
@@ -35,6 +36,8 @@ def turn_start(*, conversation: Conversation, question: str, dispatch: bool = Tr
     """
     if conversation.read_only:
         raise ValueError("this conversation was imported from a transcript and is read-only")
+    # Stored, shown and sent as redacted: a secret pasted into a question goes nowhere.
+    question = active_redactor().text(question)
     with transaction.atomic():
         Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
         last = conversation.turns.aggregate(m=Max("seq"))["m"] or 0
@@ -50,6 +53,10 @@ def turn_start(*, conversation: Conversation, question: str, dispatch: bool = Tr
         if dispatch:
             transaction.on_commit(lambda: turn_dispatch(turn.pk))
     return turn
+
+
+def _title(question: str) -> str:
+    return question.strip().splitlines()[0][:200] if question.strip() else "untitled"
 
 
 def conversation_start(
@@ -69,7 +76,7 @@ def conversation_start(
         conversation = Conversation.objects.create(
             comparison=comparison,
             owner_id=owner.pk,
-            title=question.strip().splitlines()[0][:200] if question.strip() else "untitled",
+            title=_title(active_redactor().text(question)),
             model_profile=model_profile,
             paradigm=paradigm,
             tool_choice=tool_choice,
@@ -102,7 +109,7 @@ def comparison_start(
         raise ValueError("each run must differ in model or paradigm")
     servers = list(servers)
     with transaction.atomic():
-        comparison = Comparison.objects.create(owner_id=owner.pk, question=question)
+        comparison = Comparison.objects.create(owner_id=owner.pk, question=active_redactor().text(question))
         turns = [
             conversation_start(
                 owner=owner,
@@ -282,6 +289,8 @@ def conversation_import(*, data: str | bytes, actor: AbstractBaseUser, source: s
             "original_id": meta.get("original_id"),
             "from": source,
             "owner": actor.get_username(),
+            "claimed_owner": meta.get("owner"),
+            "verification": meta.get("verification"),
             "turns": conversation.turns.count(),
             "exchanges": Exchange.objects.filter(turn__conversation=conversation).count(),
         },

@@ -49,7 +49,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Literal, TypedDict, cast
+from typing import Literal, NotRequired, TypedDict, cast
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
@@ -57,7 +57,7 @@ from django.utils import timezone
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from conversations.integrity import conversation_verify
+from conversations.integrity import KEYED, LEGACY, conversation_rechain, conversation_verify, key_id
 from conversations.models import (
     TOOL_CHOICE_MODES,
     Conversation,
@@ -81,13 +81,16 @@ MEDIA_TYPES: dict[ExportFormat, str] = {
     "otel": "application/json",
 }
 
-# The keys whose values are ids of this installation: they change on import, nothing else does.
+# The keys whose values are this installation's: its ids, and its keyed chain (an import is
+# re-chained and re-sealed with the importer's key). They change on import, nothing else does.
 ID_KEYS: dict[str, tuple[str, ...]] = {
-    "conversation": ("id",),
-    "turn": ("id",),
+    "conversation": ("id", "integrity"),
+    "turn": ("id", "seal", "seal_steps"),
     "step": ("id", "parent"),
-    "exchange": ("id",),
+    "exchange": ("id", "chain_version", "prev_hash", "hash"),
 }
+# Keys a version-1 transcript written before keyed sealing does not have (optional on import).
+_SEALING_KEYS = {"integrity", "seal", "seal_steps", "chain_version"}
 
 IMPORTED_PROFILE_PREFIX = "imported: "
 
@@ -112,6 +115,15 @@ class ServerDoc(TypedDict):
     transport: str
 
 
+class IntegrityDoc(TypedDict):
+    """The conversation's anchor (``conversations.integrity``) and the id of the key it is under."""
+
+    key_id: str
+    turns: int
+    head: str
+    anchor: str
+
+
 class ConversationDoc(TypedDict):
     id: str
     title: str
@@ -122,6 +134,7 @@ class ConversationDoc(TypedDict):
     tool_choice_name: str
     servers: list[ServerDoc]
     created_at: str
+    integrity: NotRequired[IntegrityDoc]
 
 
 class ExchangeDoc(TypedDict):
@@ -140,6 +153,7 @@ class ExchangeDoc(TypedDict):
     request_body: str
     response_headers: JSONValue
     response_body: str
+    chain_version: NotRequired[int]
     prev_hash: str
     hash: str
 
@@ -186,6 +200,8 @@ class TurnDoc(TypedDict):
     created_at: str
     started_at: str | None
     finished_at: str | None
+    seal: NotRequired[str]
+    seal_steps: NotRequired[JSONValue]
     steps: list[StepDoc]
     exchanges: list[ExchangeDoc]
 
@@ -217,7 +233,7 @@ def _conversation_doc(conversation: Conversation) -> ConversationDoc:
     meta = conversation.imported_meta
     if not isinstance(meta, dict):
         return live
-    kept = {key: meta[key] for key in live if key != "id" and key in meta}
+    kept = {key: meta[key] for key in live if key not in ID_KEYS["conversation"] and key in meta}
     return cast(ConversationDoc, {**live, **kept})
 
 
@@ -235,7 +251,16 @@ def _live_conversation_doc(conversation: Conversation) -> ConversationDoc:
             for server in conversation.servers.order_by("name")
         ],
         "created_at": conversation.created_at.isoformat(),
+        "integrity": _integrity_doc(conversation),
     }
+
+
+def _integrity_doc(conversation: Conversation) -> IntegrityDoc:
+    """The anchor as stored now (a turn sealed since ``conversation`` was read moved it)."""
+    turns, head, anchor = Conversation.objects.values_list("chain_turns", "chain_head", "chain_anchor").get(
+        pk=conversation.pk
+    )
+    return {"key_id": key_id(), "turns": turns, "head": head, "anchor": anchor}
 
 
 def _exchange_doc(exchange: Exchange) -> ExchangeDoc:
@@ -255,6 +280,7 @@ def _exchange_doc(exchange: Exchange) -> ExchangeDoc:
         "request_body": exchange.request_body,
         "response_headers": exchange.response_headers,
         "response_body": exchange.response_body,
+        "chain_version": exchange.chain_version,
         "prev_hash": exchange.prev_hash,
         "hash": exchange.hash,
     }
@@ -305,6 +331,8 @@ def _turn_doc(turn: Turn, steps: list[StepDoc], exchanges: list[ExchangeDoc]) ->
         "created_at": turn.created_at.isoformat(),
         "started_at": _iso(turn.started_at),
         "finished_at": _iso(turn.finished_at),
+        "seal": turn.seal,
+        "seal_steps": turn.seal_steps,
         "steps": steps,
         "exchanges": exchanges,
     }
@@ -890,7 +918,7 @@ def _object(properties: JSONDict) -> JSONDict:
     return {
         "type": "object",
         "properties": properties,
-        "required": list(properties),
+        "required": [key for key in properties if key not in _SEALING_KEYS],
         "additionalProperties": False,
     }
 
@@ -918,6 +946,7 @@ _EXCHANGE_SCHEMA = _object(
         "request_body": _string(),
         "response_headers": _ANY,
         "response_body": _string(),
+        "chain_version": {"enum": [LEGACY, KEYED]},
         "prev_hash": _HASH,
         "hash": _HASH,
     }
@@ -966,6 +995,8 @@ _TURN_SCHEMA = _object(
         "created_at": _string(),
         "started_at": _string(null=True),
         "finished_at": _string(null=True),
+        "seal": _HASH,
+        "seal_steps": {"type": "array", "items": {**_HASH, "minLength": 64}},
         "steps": {"type": "array", "items": _STEP_SCHEMA},
         "exchanges": {"type": "array", "items": _EXCHANGE_SCHEMA},
     }
@@ -992,6 +1023,14 @@ _CONVERSATION_SCHEMA = _object(
             "items": _object({"name": _string(40), "transport": _enum(list(TRANSPORTS))}),
         },
         "created_at": _string(),
+        "integrity": _object(
+            {
+                "key_id": _string(64),
+                "turns": {"type": "integer", "minimum": 0},
+                "head": _HASH,
+                "anchor": _HASH,
+            }
+        ),
     }
 )
 # The JSON Schema of a version-1 transcript; ``transcript_import`` checks documents against it.
@@ -1117,15 +1156,17 @@ def _check_structure(document: TranscriptDoc) -> None:
             _when(exchange["started_at"], f"{where}: exchange {exchange['seq']}.started_at")
 
 
-def _imported_profile(profile: ProfileDoc) -> ModelProfile:
+def _imported_profile(profile: ProfileDoc, owner: AbstractBaseUser) -> ModelProfile:
     """The profile an imported conversation hangs off (it is never run again).
 
-    An existing profile with the same name, provider and model is reused (e.g. the demo
-    profile); otherwise ``imported: <name>`` is created with no base URL and no key — numbered
-    when that name is already taken by a different provider or model.
+    An existing profile of this installation with the same name, provider and model is reused
+    (e.g. the demo profile); otherwise the importer's own placeholder ``imported: <name>`` —
+    no base URL, no key, ``imported_by`` the importer, so it is offered in no picker — is
+    reused or created (numbered when that name is taken by another user's or another model's).
+    An import creates nothing anyone else sees.
     """
     same = ModelProfile.objects.filter(
-        name=profile["name"], provider=profile["provider"], model=profile["model"]
+        name=profile["name"], provider=profile["provider"], model=profile["model"], imported_by__isnull=True
     ).first()
     if same is not None:
         return same
@@ -1134,9 +1175,15 @@ def _imported_profile(profile: ProfileDoc) -> ModelProfile:
         name = base[:80] if number == 1 else f"{base[:72]} #{number}"
         existing, created = ModelProfile.objects.get_or_create(
             name=name,
-            defaults={"provider": profile["provider"], "model": profile["model"], "is_demo": False},
+            defaults={
+                "provider": profile["provider"],
+                "model": profile["model"],
+                "is_demo": False,
+                "imported_by_id": owner.pk,
+            },
         )
-        if created or (existing.provider, existing.model) == (profile["provider"], profile["model"]):
+        mine = existing.imported_by_id == owner.pk
+        if created or (mine and (existing.provider, existing.model) == (profile["provider"], profile["model"])):
             return existing
     raise TranscriptError(f"too many imported profiles named {base!r}")
 
@@ -1161,6 +1208,7 @@ def _exchange_row(doc: ExchangeDoc, *, turn: Turn, step_id: int | None) -> Excha
         error=doc["error"],
         started_at=_when(doc["started_at"], "exchange"),
         duration_ms=float(doc["duration_ms"]) if doc["duration_ms"] is not None else None,
+        chain_version=doc.get("chain_version", LEGACY),
         prev_hash=doc["prev_hash"],
         hash=doc["hash"],
     )
@@ -1183,6 +1231,8 @@ def _import_turn(conversation: Conversation, doc: TurnDoc) -> None:
         created_at=_when(doc["created_at"], "turn"),
         started_at=_when_or_none(doc["started_at"], "turn"),
         finished_at=_when_or_none(doc["finished_at"], "turn"),
+        seal=doc.get("seal", ""),
+        seal_steps=doc.get("seal_steps", []),
     )
     steps = []
     for step in doc["steps"]:
@@ -1232,34 +1282,76 @@ def _import_turn(conversation: Conversation, doc: TurnDoc) -> None:
     )
 
 
-def _chain_problem(conversation: Conversation) -> str | None:
-    report = conversation_verify(conversation=conversation)
-    if report.intact:
-        return None
-    broken = None
-    if report.broken_exchange_id is not None:
-        broken = Exchange.objects.select_related("turn").filter(pk=report.broken_exchange_id).first()
-    where = (
-        f"turn {broken.turn.seq}, exchange {broken.seq} ({broken.label})" if broken and broken.turn else "?"
+# What ``imported_meta["verification"]["status"]`` says about the file's own chain.
+VERIFIED_HERE = "this-installation"
+VERIFIED_LEGACY = "legacy-unkeyed"
+NOT_VERIFIABLE = "other-installation"
+
+
+def _file_verdict(conversation: Conversation, document: TranscriptDoc) -> JSONDict:
+    """Check the file's own chain, as the file states it, on the rows just made from it.
+
+    A file sealed with this installation's key (its ``integrity.key_id`` is ours) is verified
+    record by record, anchors included: any change since export is refused, naming the record.
+    A file of records made before keyed sealing has only the unkeyed chain, which is checked
+    (it shows the file is consistent; anyone can recompute it). A file that names another key
+    cannot be checked here: it is imported, and says so.
+
+    Raises:
+        TranscriptError: the file's chain does not verify.
+    """
+    block = document["conversation"]
+    exchanges = [exchange for turn in document["turns"] for _, exchange in _chain_order(turn)]
+    keyed = any(turn.get("seal") for turn in document["turns"]) or any(
+        exchange.get("chain_version", LEGACY) != LEGACY for exchange in exchanges
     )
-    return (
-        f"the hash chain does not verify at {where}: "
-        f"{report.reason}. The transcript was changed after it was exported; it is not imported."
-    )
+    integrity = block.get("integrity")
+    claimed = integrity["key_id"] if integrity else ""
+    if keyed and claimed != key_id():
+        return {
+            "status": NOT_VERIFIABLE,
+            "key_id": claimed,
+            "detail": "sealed with another installation's key"
+            + (f" (key id {claimed})" if claimed else " (no key id)")
+            + ": its records cannot be verified here",
+        }
+    anchor = (integrity["turns"], integrity["head"], integrity["anchor"]) if keyed and integrity else None
+    report = conversation_verify(conversation=conversation, identity=block["id"], anchor=anchor)
+    if not report.intact:
+        raise TranscriptError(
+            f"the hash chain does not verify at {report.where}: {report.reason}. "
+            "The transcript was changed after it was exported; it is not imported."
+        )
+    if keyed:
+        return {
+            "status": VERIFIED_HERE,
+            "key_id": claimed,
+            "detail": f"verified with this installation's key: all {report.checked} exchanges and "
+            f"{report.sealed_turns} sealed turns are as they were exported",
+        }
+    return {
+        "status": VERIFIED_LEGACY,
+        "key_id": "",
+        "detail": f"its unkeyed hash chain over {report.checked} exchanges is consistent (made before "
+        "keyed sealing: anyone can recompute such a chain, so it does not prove where the file came from)",
+    }
 
 
 def transcript_import(*, data: str | bytes, owner: AbstractBaseUser) -> Conversation:
     """Bring an exported ``json`` transcript back as a read-only conversation owned by ``owner``.
 
-    Everything is created in one transaction with new ids and every recorded value as it was
-    (imported rows are not redacted again: that would change them and break their hashes).
-    ``imported_meta`` keeps the export's conversation block (original id, owner, model profile,
-    servers, title, paradigm, tool choice, creation time) and when it was imported, so a
+    Evidence, not authority: the conversation belongs to the importer, whatever the file says
+    its owner was; ``imported_meta`` keeps what the file *claims* (original id, owner, model
+    profile, servers, title, paradigm, tool choice, creation time), who imported it and when,
+    and what checking the file's own chain found (``_file_verdict``). No object anyone else
+    sees is created (``_imported_profile``). Everything is created in one transaction with new
+    ids and every recorded value as it was (not redacted again), then re-chained and re-sealed
+    under this installation's key: from then on a change is detected like on any record. A
     re-export is byte-identical apart from ``ID_KEYS``. ``Conversation.created_at`` is the
     import time: retention counts from when this installation received the record. Server
     names go to ``server_name``; no local server row is linked.
 
-    A transcript whose hash chain does not verify is refused: it was changed after export.
+    A transcript whose chain does not verify is refused: it was changed after export.
 
     Raises:
         TranscriptError: not JSON, not a version-1 transcript, a missing or mistyped key, an
@@ -1268,12 +1360,18 @@ def transcript_import(*, data: str | bytes, owner: AbstractBaseUser) -> Conversa
     document = _parse(data)
     block = document["conversation"]
     meta = cast(JSONDict, {key: value for key, value in block.items() if key != "id"})
-    meta.update(original_id=block["id"], imported_at=timezone.now().isoformat(), format_version=VERSION)
+    meta.pop("integrity", None)
+    meta.update(
+        original_id=block["id"],
+        imported_at=timezone.now().isoformat(),
+        imported_by=owner.get_username(),
+        format_version=VERSION,
+    )
     with transaction.atomic():
         conversation = Conversation.objects.create(
             owner_id=owner.pk,
             title=block["title"] or "untitled",
-            model_profile=_imported_profile(block["model_profile"]),
+            model_profile=_imported_profile(block["model_profile"], owner),
             paradigm=block["paradigm"],
             tool_choice=block["tool_choice"],
             tool_choice_name=block["tool_choice_name"],
@@ -1281,7 +1379,8 @@ def transcript_import(*, data: str | bytes, owner: AbstractBaseUser) -> Conversa
         )
         for turn in document["turns"]:
             _import_turn(conversation, turn)
-        problem = _chain_problem(conversation)
-        if problem is not None:
-            raise TranscriptError(problem)
+        meta["verification"] = _file_verdict(conversation, document)
+        Conversation.objects.filter(pk=conversation.pk).update(imported_meta=meta)
+        conversation.imported_meta = meta
+        conversation_rechain(conversation=conversation, actor_name=owner.get_username())
     return conversation

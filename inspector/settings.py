@@ -124,7 +124,9 @@ if DATABASE_URL:
     # Every process (a web server, a worker with hundreds of turn threads) borrows connections
     # from one bounded pool instead of opening one per thread: Postgres's max_connections is
     # shared by all of them. A thread that finds the pool empty waits up to the timeout.
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
+    # Health checks: the pool tests a connection before lending it, so after a Postgres restart
+    # the dead ones are replaced instead of each failing one turn attempt.
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_health_checks=True)}
     DATABASES["default"]["OPTIONS"] = {
         "pool": {
             "min_size": env_int("DATABASE_POOL_MIN_SIZE", 2),
@@ -181,6 +183,13 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A worker outlives any Redis outage: it retries the broker for as long as it takes (not 100
+# times), its Redis transport survives a restart under a running turn (inspector.celery), and a
+# turn that runs while the connection drops goes on: its record is in the database, not Redis.
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_BROKER_TRANSPORT = "inspector.celery:RedisTransport" if REDIS_URL else None
+CELERY_BROKER_TRANSPORT_OPTIONS = {"health_check_interval": 10, "socket_keepalive": True}
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 # A turn that cannot reach the database (pool exhausted, "too many clients", a restart) is
 # retried with exponential backoff this many times; then it is marked failed with the reason.
 TURN_DATABASE_RETRIES = env_int("TURN_DATABASE_RETRIES", 6)
@@ -289,7 +298,9 @@ DEMO_MODEL_STREAM_DELAY_SECONDS = env_float("DEMO_MODEL_STREAM_DELAY_SECONDS", 0
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    # Every record passes the one redactor (conversations.redaction) before it is written.
+    "filters": {"redact": {"()": "conversations.redaction.LogRedactionFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"daphne": {"level": "WARNING"}, "httpx2": {"level": "WARNING"}, "mcp": {"level": "WARNING"}},
 }

@@ -245,6 +245,12 @@ def turn_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
     return redirect("inspector-conversation", public_id=conversation.public_id)
 
 
+def _import_verdict(conversation: Conversation) -> str:
+    verification = (conversation.imported_meta or {}).get("verification")
+    detail = verification.get("detail") if isinstance(verification, dict) else None
+    return str(detail or "not checked")
+
+
 @require_POST
 def conversation_import(request: HttpRequest) -> HttpResponse:
     upload = TranscriptUploadForm(request.POST, request.FILES)
@@ -258,7 +264,7 @@ def conversation_import(request: HttpRequest) -> HttpResponse:
     except TranscriptError as exc:
         upload.add_error("transcript", f"This file cannot be imported: {exc}")
         return _list_page(request, ConversationForm(), upload=upload, status=STATUS_BAD_REQUEST)
-    messages.success(request, "Imported: the hash chain verifies. The conversation is read-only.")
+    messages.success(request, f"Imported, read-only. The file's chain: {_import_verdict(conversation)}.")
     return redirect("inspector-conversation", public_id=conversation.public_id)
 
 

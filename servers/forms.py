@@ -92,7 +92,7 @@ class ServerForm(forms.Form):
         help_text="Offered when the server asks for roots: one URI per line, optionally followed by a name.",
     )
     sampling_profile = forms.ModelChoiceField(
-        queryset=ModelProfile.objects.order_by("name"),
+        queryset=ModelProfile.objects.filter(imported_by__isnull=True).order_by("name"),
         required=False,
         label="Sampling model",
         help_text="Answers the server's sampling requests; empty: sampling is not offered.",

@@ -271,7 +271,9 @@ def operation_run(*, operation_id: int, tool: dict[str, Any] | None = None) -> O
         )
         if session is not None
         else {},
-        output_check=output_check(result, tool) if operation.kind == Operation.Kind.TOOLS_CALL else {},
+        output_check=redact.json(output_check(result, tool)) if operation.kind == Operation.Kind.TOOLS_CALL else {},
+        # Sent to the server as typed; stored, like everything the operation recorded, redacted.
+        arguments=redact.json(operation.arguments),
     )
 
 

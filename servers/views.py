@@ -286,14 +286,14 @@ def prompt_get(request: HttpRequest, name: str) -> HttpResponse:
 def completion(request: HttpRequest, name: str) -> JsonResponse:
     """Suggestions for one prompt argument or template variable (``completion/complete``)."""
     server = _server(request, name)
+    refusal = selectors.server_spawn_refusal(server=server, user=_user(request))
+    if refusal:
+        return JsonResponse({"values": [], "error": refusal}, status=STATUS_FORBIDDEN)
     form = CompletionForm(request.POST)
     if not form.is_valid():
         return JsonResponse({"error": form.errors.get_json_data()}, status=STATUS_BAD_REQUEST)
     data = form.cleaned_data
     key = "name" if data["ref_type"] == "ref/prompt" else "uri"
-    refusal = selectors.server_spawn_refusal(server=server, user=_user(request))
-    if refusal:
-        return JsonResponse({"values": [], "error": refusal}, status=STATUS_FORBIDDEN)
     operation = services.operation_start(
         server=server,
         user=_user(request),

@@ -80,7 +80,9 @@ class McpServerFactory(DjangoModelFactory[McpServer]):
     era = "legacy"
 
     class Params:
-        demo = factory.Trait(name="demo", description="Bundled teaching server.", is_demo=True)
+        demo = factory.Trait(
+            name="demo", description="Bundled teaching server.", is_demo=True, allow_non_staff_spawn=True
+        )
 
 
 class ComparisonFactory(DjangoModelFactory[Comparison]):

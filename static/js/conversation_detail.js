@@ -136,8 +136,14 @@
     } else {
       var status = document.getElementById("turn-status-" + message.turn_id);
       var fresh = fragment(message.html);
+      var wasFinished = status && FINISHED.indexOf(status.dataset.status) !== -1;
       if (status && fresh) {
         replaceIfNewer(status, fresh);
+      }
+      // A turn that ends is sealed with its end: the record's badge verifies again.
+      var now = document.getElementById("turn-status-" + message.turn_id);
+      if (!wasFinished && now && FINISHED.indexOf(now.dataset.status) !== -1) {
+        loadChain(false);
       }
       // The header holds the tools offered, known only after the servers were listed.
       var meta = document.getElementById("turn-meta-" + message.turn_id);
@@ -298,7 +304,7 @@
 
   // An older turn is folded (its header only); opening it loads the whole turn block, the
   // same fragment the page renders for a turn it shows.
-  function loadTurn(link) {
+  function loadTurn(link, then) {
     var folded = link.closest(".turn-folded");
     var state = folded.querySelector(".load-state");
     if (folded.dataset.loading) {
@@ -311,6 +317,9 @@
         var turn = fragment(html);
         if (turn) {
           folded.replaceWith(turn);
+        }
+        if (then) {
+          then();
         }
       })
       .catch(function (error) {
@@ -379,6 +388,25 @@
       });
   }
 
+  // The broken record's row may be in a folded turn: open the turn, then go to the row.
+  function showBroken(link, event) {
+    var target = document.getElementById(link.getAttribute("href").slice(1));
+    var folded = link.dataset.turnId && document.getElementById("turn-" + link.dataset.turnId);
+    if (target || !folded || !folded.dataset.folded) {
+      return; // the browser follows the link
+    }
+    event.preventDefault();
+    var opener = folded.querySelector("a.load-turn");
+    if (opener) {
+      loadTurn(opener, function () {
+        var row = document.getElementById(link.getAttribute("href").slice(1)) || document.getElementById("turn-" + link.dataset.turnId);
+        if (row) {
+          row.scrollIntoView();
+        }
+      });
+    }
+  }
+
   // The hash chain is verified after the page has painted (it re-hashes every exchange).
   function loadChain(onRequest) {
     var badge = document.getElementById("chain-badge");
@@ -406,6 +434,11 @@
     }
     if (event.target.closest("button.verify-chain")) {
       loadChain(true);
+      return;
+    }
+    var broken = event.target.closest("a.chain-broken");
+    if (broken) {
+      showBroken(broken, event);
       return;
     }
     var earlierButton = event.target.closest("button.load-earlier");

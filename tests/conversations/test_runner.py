@@ -47,6 +47,7 @@ def broken_server() -> McpServer:
         args=["-m", "tests.fixtures.broken_server"],
         cwd=str(REPO_ROOT),
         call_timeout=2,
+        allow_non_staff_spawn=True,
     )
 
 
@@ -192,7 +193,9 @@ def test_a_tool_error_result_goes_back_to_the_model(alice: User, broken_server: 
 
 
 def test_a_server_that_cannot_start_leaves_a_connect_error_and_the_turn_goes_on(alice: User) -> None:
-    missing = McpServer.objects.create(name="missing", transport="stdio", command="/nonexistent/mcp-server")
+    missing = McpServer.objects.create(
+        name="missing", transport="stdio", command="/nonexistent/mcp-server", allow_non_staff_spawn=True
+    )
 
     _, turn = _run(alice, WEATHER, [demo_server_ensure(), missing])
 

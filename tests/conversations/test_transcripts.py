@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from jsonschema import Draft202012Validator
 
-from conversations.integrity import GENESIS, conversation_verify, exchange_digest
+from conversations.integrity import GENESIS, conversation_verify, exchange_digest, turn_seal
 from conversations.models import AuditEvent, Conversation, Exchange, ModelProfile, Step
 from conversations.runner import turn_run
 from conversations.services import conversation_start, demo_profile_ensure, turn_start
@@ -79,6 +79,8 @@ def _normalised(document: dict[str, Any]) -> dict[str, Any]:
     for level, record in _records(document):
         if level == "step" and record["parent"] is not None:
             record["parent"] = f"step#{step_positions[record['parent']]}"
+        for key in set(ID_KEYS[level]) - {"id", "parent"}:
+            record[key] = f"this installation's {key}"
     return document
 
 
@@ -448,6 +450,8 @@ def _factory_document() -> dict[str, Any]:
         row.prev_hash, row.hash = previous, exchange_digest(row, turn_seq=row.turn.seq, previous=previous)
         row.save(update_fields=["prev_hash", "hash"])
         previous = row.hash
+    turn_seal(turn=exchange.turn)
+    conversation.refresh_from_db()
     document: dict[str, Any] = json.loads(transcript_export(conversation=conversation, fmt="json"))
     return document
 
@@ -528,7 +532,7 @@ def test_a_transcript_changed_after_export_is_refused_because_its_chain_breaks()
     before = Conversation.objects.count()
 
     with pytest.raises(
-        TranscriptError, match=r"hash chain does not verify at turn 1, exchange \d+ \(tools/call\)"
+        TranscriptError, match=r"does not verify at turn 1, step \d+, exchange \d+ \(tools/call\)"
     ):
         transcript_import(data=_canonical(document), owner=User.objects.create_user("bob"))
 

@@ -14,7 +14,7 @@ from django.template.loader import render_to_string
 from django.test import Client
 from django.urls import reverse
 
-from conversations.integrity import GENESIS, exchange_digest
+from conversations.integrity import GENESIS, exchange_digest, turn_seal
 from conversations.models import AuditEvent, Conversation, Exchange, Team, Turn
 from conversations.transcripts import EXPORT_FORMATS, MEDIA_TYPES, transcript_export
 from inspector import forms, views
@@ -61,6 +61,9 @@ def seal(conversation: Conversation) -> None:
         exchange.hash = exchange_digest(exchange, turn_seq=exchange.turn.seq, previous=previous)
         exchange.save(update_fields=["prev_hash", "hash"])
         previous = exchange.hash
+    for turn in conversation.turns.all():
+        if turn.is_finished:
+            turn_seal(turn=turn)
 
 
 def recorded(owner: User, *, title: str = "Weather in Paris") -> Conversation:
@@ -275,7 +278,9 @@ def test_an_uploaded_transcript_becomes_a_read_only_conversation(alice: User, bo
     assert event.detail["original_id"] == str(original.public_id) and event.detail["from"] == "paris.json"
 
     html = client_for(bob).get(page_url(imported)).content.decode()
-    assert "Read-only" in html and f"imported from <code>{original.public_id}</code>" in html
+    assert "Read-only" in html and f"as conversation <code>{original.public_id}</code>" in html
+    assert "imported by bob from a file claiming to be recorded by alice" in html
+    assert "verified with this installation&#x27;s key" in html
     assert 'id="follow-up"' not in html
     assert "<script>alert" not in html
     assert "record intact (2 exchanges)" in client_for(bob).get(chain_url(imported)).content.decode()

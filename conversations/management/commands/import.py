@@ -57,13 +57,18 @@ class Command(BaseCommand):
                 "original_id": meta.get("original_id"),
                 "from": name,
                 "owner": owner.get_username(),
+                "claimed_owner": meta.get("owner"),
+                "verification": meta.get("verification"),
                 "turns": conversation.turns.count(),
                 "exchanges": exchanges,
             },
         )
         path = reverse("inspector-conversation", kwargs={"public_id": conversation.public_id})
         self.stdout.write(f"imported {conversation.public_id} {path}")
+        verification = meta.get("verification")
+        verdict = verification.get("detail") if isinstance(verification, dict) else None
         self.stdout.write(
-            f"from {meta.get('original_id')}: {conversation.turns.count()} turn(s), {exchanges} exchange(s), "
-            "hash chain verified; read-only"
+            f"from {meta.get('original_id')} (a file claiming to be recorded by {meta.get('owner')}): "
+            f"{conversation.turns.count()} turn(s), {exchanges} exchange(s); the file's chain: {verdict}; "
+            f"imported by {owner.get_username()}, read-only"
         )

@@ -12,7 +12,10 @@ from conversations.models import Conversation
 
 
 class Command(BaseCommand):
-    help = "Recompute a conversation's hash chain and report intact or the first broken record."
+    help = (
+        "Recompute a conversation's keyed chain, its turns' seals and its anchors; exit non-zero "
+        "naming the first record (turn, step, exchange) that no longer matches."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("conversation", help="the conversation's UUID")
@@ -24,8 +27,21 @@ class Command(BaseCommand):
             raise CommandError(f"no conversation {options['conversation']}") from exc
         report = conversation_verify(conversation=conversation)
         if report.intact:
-            self.stdout.write(f"intact: {report.checked} exchanges, chain verified")
+            rule = (
+                "unkeyed legacy chain (made before keyed sealing; anyone with database access can recompute it)"
+                if report.legacy
+                else f"keyed chain and {report.sealed_turns} sealed turn(s) verified"
+            )
+            self.stdout.write(f"intact: {report.checked} exchanges, {rule}")
             return
+        ids = []
+        if report.turn_id is not None:
+            ids.append(f"turn id {report.turn_id}")
+        if report.step_id is not None:
+            ids.append(f"step id {report.step_id}")
+        if report.broken_exchange_id is not None:
+            ids.append(f"exchange id {report.broken_exchange_id}")
+        exchange = f"exchange {report.broken_exchange_id}, " if report.broken_exchange_id is not None else ""
         raise CommandError(
-            f"BROKEN at exchange {report.broken_exchange_id} (record {report.checked} in order): {report.reason}"
+            f"BROKEN at {exchange}{report.where} [{'; '.join(ids) or 'no single record'}]: {report.reason}"
         )
