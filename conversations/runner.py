@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import httpx2
 from django.conf import settings
-from django.core.wsgi import get_wsgi_application
+from django.core.handlers.wsgi import WSGIHandler
 from django.db import DatabaseError
 
 from conversations.agent import AgentTurn, PromptRenderer, ToolRun, TurnCancelled, run_agent
@@ -86,7 +86,9 @@ def endpoint_for(profile: ModelProfile) -> Endpoint:
 @functools.cache
 def _in_process_transport() -> httpx2.WSGITransport:
     """The app itself as an HTTP transport (the demo model's views), built once per process."""
-    return httpx2.WSGITransport(app=get_wsgi_application())
+    # Not get_wsgi_application(): it runs django.setup() again, whose logging configuration
+    # would write to a Celery worker's redirected sys.stderr, which drops every later record.
+    return httpx2.WSGITransport(app=WSGIHandler())
 
 
 @dataclass

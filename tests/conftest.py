@@ -15,10 +15,10 @@ import psycopg
 import pytest
 import redis
 from asgiref.sync import sync_to_async
+from celery import Celery
 from django.conf import settings
 from django.db import connections
-
-from inspector.celery import app
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,11 +122,9 @@ def running_celery_worker(redis_url: str, **extra_env: str) -> Iterator[subproce
         stderr=subprocess.STDOUT,
         text=True,
     )
-    deadline = time.monotonic() + 60
-    while not app.control.ping(timeout=0.5):
-        if worker.poll() is not None or time.monotonic() > deadline:
-            worker.kill()
-            pytest.fail(f"the Celery worker did not come up; see {log.name}")
+    if not worker_answers(redis_url, worker, within=60):
+        worker.kill()
+        pytest.fail(f"the Celery worker did not come up; see {log.name}")
     try:
         yield worker
     finally:
@@ -136,6 +134,27 @@ def running_celery_worker(redis_url: str, **extra_env: str) -> Iterator[subproce
         except subprocess.TimeoutExpired:
             worker.kill()
         log.close()
+
+
+def worker_answers(redis_url: str, worker: subprocess.Popen[str], within: float) -> bool:
+    """Whether ``worker`` answers a ping through the broker at ``redis_url`` within ``within`` seconds.
+
+    The ping goes through an app of its own on that broker (``app.control`` publishes through the
+    configured broker whatever connection it is given).
+    """
+    deadline = time.monotonic() + within
+    probe = Celery("probe", broker=redis_url, set_as_current=False)
+    try:
+        while True:
+            try:
+                if probe.control.ping(timeout=0.5):
+                    return True
+            except (OSError, KombuOperationalError, redis.ConnectionError):
+                pass  # the broker is not back yet
+            if worker.poll() is not None or time.monotonic() > deadline:
+                return False
+    finally:
+        probe.close()
 
 
 def worker_log_path() -> Path:
