@@ -32,6 +32,7 @@ from conversations.recording import (
     active_redactor,
     index_last_request_whole,
     server_records_store,
+    turn_end_save,
 )
 from conversations.redaction import Redactor
 from conversations.splicing import Spliced, splice
@@ -425,7 +426,7 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> None:
         recorder.turn_changed()
         return
     # An ordinary (synchronous) commit: it makes the turn and every step before it durable.
-    turn.save()
+    recorder.turn_end()
     recorder.turn_changed()
 
 
@@ -466,7 +467,7 @@ def turn_abandon(*, turn_id: int, reason: str) -> bool:
     if turn.is_finished:
         return False
     turn.mark_failed(reason)
-    turn.save(update_fields=["status", "error", "finished_at", "updated_at"])
+    turn_end_save(turn=turn, update_fields=["status", "error", "finished_at", "updated_at"])
     index_last_request_whole(turn.pk)
     live.publish_turn_changed(conversation_id=turn.conversation.public_id, turn_id=turn.pk)
     return True
