@@ -1,36 +1,375 @@
-"""The deployment files users rely on stay valid."""
+"""The deployment files users rely on stay valid, hardened, and free of secrets."""
 
 from __future__ import annotations
 
+import os
+import re
+import secrets
 import shutil
+import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
+import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+SERVICES = {"web", "worker", "beat", "postgres", "redis"}
+APP_SERVICES = {"web", "worker", "beat"}
+# Every security setting the app reads must be settable through the compose environment.
+SECURITY_SETTINGS = {
+    "DEBUG",
+    "SECRET_KEY",
+    "SECRET_KEY_FILE",
+    "INTEGRITY_KEY",
+    "INTEGRITY_KEY_FILE",
+    "ALLOWED_HOSTS",
+    "CSRF_TRUSTED_ORIGINS",
+    "SECURE_COOKIES",
+    "SECURE_SSL_REDIRECT",
+    "SECURE_HSTS_SECONDS",
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS",
+    "SECURE_HSTS_PRELOAD",
+    "SECURE_PROXY_SSL_HEADER",
+    "CLIENT_IP_HEADER",
+    "API_TOKEN_TTL_DAYS",
+    "LOGIN_THROTTLE_FAILURES",
+    "LOGIN_THROTTLE_ADDRESS_FAILURES",
+    "LOGIN_THROTTLE_WINDOW_SECONDS",
+}
+SECRET_NAME = re.compile(r"PASSWORD|SECRET|_KEY(_FILE)?$", re.IGNORECASE)
+# ${NAME}, ${NAME:-} or ${NAME:?message}: a value that comes from outside, with no default.
+FROM_OUTSIDE = re.compile(r"^\$\{[A-Z_]+(:-|:\?[^}]*)?\}$")
 
 
-def test_docker_compose_file_is_valid() -> None:
+@pytest.fixture(scope="module", autouse=True)
+def _empty_env_file(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """An empty env file for every compose call: a developer's .env beside the compose file must
+    not change the result."""
+    global EMPTY_ENV_FILE
+    EMPTY_ENV_FILE = tmp_path_factory.mktemp("compose") / "empty.env"
+    EMPTY_ENV_FILE.write_text("")
+
+
+EMPTY_ENV_FILE = Path()
+
+
+def _compose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     compose = shutil.which("docker-compose")
     if compose is None:
         pytest.fail(
             "docker-compose is not installed (apt-get install docker-compose; `make test` does it as root)"
         )
-    result = subprocess.run(
-        [compose, "-f", "docker-compose.yml", "config", "-q"], cwd=REPO_ROOT, capture_output=True, text=True
+    clean = {key: value for key, value in os.environ.items() if key not in SECURITY_SETTINGS}
+    return subprocess.run(
+        [compose, "--env-file", str(EMPTY_ENV_FILE), "-f", "docker-compose.yml", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env={**clean, "POSTGRES_PASSWORD": "from-the-environment", **(env or {})},
     )
+
+
+def _resolved(env: dict[str, str] | None = None) -> dict[str, Any]:
+    result = _compose("config", env=env)
+    assert result.returncode == 0, result.stderr
+    document: dict[str, Any] = yaml.safe_load(result.stdout)
+    return document
+
+
+def _raw() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
+    return document
+
+
+# --- docker-compose.yml -----------------------------------------------------------------------
+
+
+def test_docker_compose_file_is_valid() -> None:
+    result = _compose("config", "-q")
+
     assert result.returncode == 0, result.stderr
 
 
 def test_docker_compose_describes_web_worker_beat_postgres_and_redis() -> None:
-    compose = shutil.which("docker-compose")
-    if compose is None:
-        pytest.fail("docker-compose is not installed")
-    result = subprocess.run(
-        [compose, "-f", "docker-compose.yml", "config", "--services"],
+    result = _compose("config", "--services")
+
+    assert set(result.stdout.split()) == SERVICES
+
+
+def test_every_service_restarts_by_itself() -> None:
+    services = _resolved()["services"]
+
+    assert {name: services[name].get("restart") for name in SERVICES} == dict.fromkeys(
+        SERVICES, "unless-stopped"
+    )
+
+
+def test_web_worker_postgres_and_redis_have_real_healthchecks() -> None:
+    services = _resolved()["services"]
+
+    tests = {
+        name: " ".join(services[name]["healthcheck"]["test"])
+        for name in ("web", "worker", "postgres", "redis")
+    }
+    assert "/healthz" in tests["web"]
+    # The worker pings its own node (the container's hostname) through the broker; `config`
+    # prints the `$` escaped, the container's shell sees $HOSTNAME.
+    assert "inspect ping" in tests["worker"] and "celery@$$HOSTNAME" in tests["worker"]
+    assert "pg_isready" in tests["postgres"]
+    assert "redis-cli ping" in tests["redis"]
+    for name in APP_SERVICES:
+        assert services[name]["depends_on"] == {
+            "postgres": {"condition": "service_healthy"},
+            "redis": {"condition": "service_healthy"},
+        }
+
+
+@pytest.mark.celery
+def test_the_worker_healthcheck_passes_while_the_worker_serves_and_fails_once_it_is_gone(
+    redis_url: str, tmp_path: Path
+) -> None:
+    command = _resolved()["services"]["worker"]["healthcheck"]["test"][1].replace("$$", "$")
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "VAR_DIR": str(tmp_path),
+        "HOSTNAME": socket.gethostname(),  # Docker sets it to the container's hostname
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # `celery`, as in the image
+    }
+    redis.Redis.from_url(redis_url).flushdb()
+    # The compose service's own command: the default node name, celery@<hostname>.
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "inspector",
+            "worker",
+            "-P",
+            "threads",
+            "-c",
+            "2",
+            "-l",
+            "warning",
+        ],
         cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while (
+            healthy := subprocess.run(["sh", "-c", command], cwd=REPO_ROOT, env=env, capture_output=True)
+        ).returncode:
+            assert worker.poll() is None and time.monotonic() < deadline, healthy.stderr
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+
+    assert healthy.returncode == 0
+    assert subprocess.run(["sh", "-c", command], cwd=REPO_ROOT, env=env, capture_output=True).returncode != 0
+
+
+def test_every_security_setting_passes_through_the_compose_environment() -> None:
+    production = {
+        "DEBUG": "0",
+        "ALLOWED_HOSTS": "inspector.example.com",
+        "CSRF_TRUSTED_ORIGINS": "https://inspector.example.com",
+        "SECURE_COOKIES": "1",
+        "SECURE_SSL_REDIRECT": "1",
+        "SECURE_HSTS_SECONDS": "31536000",
+        "SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto",
+        "SECRET_KEY_FILE": "/run/secrets/secret_key",
+        "INTEGRITY_KEY_FILE": "/run/secrets/integrity_key",
+        "API_TOKEN_TTL_DAYS": "30",
+    }
+
+    services = _resolved(production)["services"]
+
+    for name in APP_SERVICES:
+        environment = services[name]["environment"]
+        assert SECURITY_SETTINGS <= set(environment), name
+        assert {key: environment[key] for key in production} == production
+
+
+def test_the_compose_file_holds_no_secret_value() -> None:
+    document = _raw()
+    environments = [document["x-env"]] + [
+        service["environment"]
+        for service in document["services"].values()
+        if isinstance(service.get("environment"), dict)
+    ]
+
+    for environment in environments:
+        for name, value in environment.items():
+            if SECRET_NAME.search(name):
+                assert FROM_OUTSIDE.match(str(value)), f"{name} has a literal value"
+            if name.endswith("_URL"):
+                password = re.match(r"^\w+://[^:@/]+:([^@]*)@", str(value))
+                assert password is None or FROM_OUTSIDE.match(password.group(1)), f"{name} holds a password"
+
+
+def test_without_a_database_password_compose_refuses_to_start() -> None:
+    result = _compose("config", "-q", env={"POSTGRES_PASSWORD": ""})
+
+    assert result.returncode != 0
+    assert "POSTGRES_PASSWORD" in result.stderr
+
+
+# --- the image --------------------------------------------------------------------------------
+
+
+def _dockerfile() -> list[tuple[str, str]]:
+    """The Dockerfile's instructions (continuation lines joined), as (INSTRUCTION, arguments)."""
+    text = (REPO_ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
+
+
+def test_the_image_runs_as_an_unprivileged_user() -> None:
+    instructions = _dockerfile()
+    users = [arguments for instruction, arguments in instructions if instruction == "USER"]
+    last_user = max(index for index, (instruction, _) in enumerate(instructions) if instruction == "USER")
+    last_run = max(index for index, (instruction, _) in enumerate(instructions) if instruction == "RUN")
+
+    assert users and users[-1] not in {"root", "0", "0:0"}
+    assert last_user > last_run  # nothing after it runs as root
+    assert any("useradd" in arguments and users[-1] in arguments for _, arguments in instructions)
+
+
+def test_the_image_checks_its_own_health() -> None:
+    healthchecks = [arguments for instruction, arguments in _dockerfile() if instruction == "HEALTHCHECK"]
+
+    assert len(healthchecks) == 1 and "/healthz" in healthchecks[0]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "var/secret_key",
+        "var/admin-password",
+        "var/inspector.sqlite3",
+        "var/h1-pg/mcp-stderr/demo.log",
+        ".venv/bin/python",
+        ".git/config",
+        ".env",
+        "node_modules/x/index.js",
+        "tests/mcp_servers/node_modules/@modelcontextprotocol/server-everything/package.json",
+        "bench/results/latest.json",
+        "conversations/__pycache__/models.cpython-311.pyc",
+    ],
+)
+def test_dockerignore_keeps_local_state_and_secrets_out_of_the_image(path: str) -> None:
+    assert _docker_ignores(path), path
+
+
+@pytest.mark.parametrize(
+    "path", ["manage.py", "inspector/settings.py", "templates/base.html", "static/js/conversation_detail.js"]
+)
+def test_dockerignore_keeps_the_app_itself(path: str) -> None:
+    assert not _docker_ignores(path)
+
+
+def _docker_ignores(path: str) -> bool:
+    """Docker's rule: a path is excluded when it or one of its parent directories matches a pattern
+    (``*`` within a segment, ``**`` across segments); a later ``!pattern`` re-includes."""
+    patterns = [
+        line.strip()
+        for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    parts = path.split("/")
+    prefixes = ["/".join(parts[: index + 1]) for index in range(len(parts))]
+    excluded = False
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        regex = _pattern_regex(pattern.lstrip("!").strip("/"))
+        if any(regex.fullmatch(prefix) for prefix in prefixes):
+            excluded = not negated
+    return excluded
+
+
+def _pattern_regex(pattern: str) -> re.Pattern[str]:
+    out = ""
+    index = 0
+    while index < len(pattern):
+        if pattern.startswith("**/", index):
+            out += "(?:.*/)?"
+            index += 3
+        elif pattern.startswith("**", index):
+            out += ".*"
+            index += 2
+        elif pattern[index] == "*":
+            out += "[^/]*"
+            index += 1
+        elif pattern[index] == "?":
+            out += "[^/]"
+            index += 1
+        else:
+            out += re.escape(pattern[index])
+            index += 1
+    return re.compile(out)
+
+
+# --- Django's deployment checklist ------------------------------------------------------------
+
+
+def _documented_production_env() -> dict[str, str]:
+    """The production settings the README documents (its ``production settings`` block), with each
+    ``<placeholder>`` replaced by a fresh random value."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    block = re.search(r"<!-- production settings -->\s*```\w*\n(.*?)```", readme, re.DOTALL)
+    assert block is not None, "the README's production settings block is missing"
+    env = {}
+    for line in block.group(1).splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, value = line.split("=", 1)
+            env[name] = secrets.token_urlsafe(48) if value.startswith("<") else value
+    return env
+
+
+def test_the_documented_production_settings_pass_the_deployment_checklist(tmp_path: Path) -> None:
+    production = _documented_production_env()
+    env = {key: value for key, value in os.environ.items() if key not in SECURITY_SETTINGS}
+    env.update(production, VAR_DIR=str(tmp_path))
+    env.pop("DATABASE_URL", None)
+    env.pop("REDIS_URL", None)
+
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "DEBUG"],
+        cwd=REPO_ROOT,
+        env=env,
         capture_output=True,
         text=True,
     )
-    assert set(result.stdout.split()) == {"web", "worker", "beat", "postgres", "redis"}
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout
+    assert {"SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS", "SECURE_COOKIES", "CSRF_TRUSTED_ORIGINS"} <= set(
+        production
+    )
+
+
+def test_the_defaults_are_not_mistaken_for_production(tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if key not in SECURITY_SETTINGS}
+    env["VAR_DIR"] = str(tmp_path)
+
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+
+    # `make run` serves plain HTTP on 127.0.0.1: the checklist names what production must set.
+    for warning in ("security.W004", "security.W008", "security.W012", "security.W016"):
+        assert warning in result.stderr + result.stdout
