@@ -29,7 +29,7 @@ ID, NAME, UNIT, TARGET, LIMIT = "P2", "time to first step", "ms", "≤ 50 ms med
 WARMUP = 2
 QUESTION = "What is 12 * (3 + 4)?"
 TURN_TIMEOUT = 60.0
-FINISHED = {"done", "failed", "interrupted"}
+FINISHED = {"done", "failed", "interrupted", "cancelled"}
 
 
 def _login(base: str, username: str) -> httpx2.Client:

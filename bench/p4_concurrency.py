@@ -54,7 +54,7 @@ CALLS = 3
 LATENCY = float(os.environ.get("BENCH_P4_LATENCY", "1.0"))
 IDEAL_SECONDS = CALLS * LATENCY
 TIMEOUT = 120.0
-FINISHED = [Turn.Status.DONE, Turn.Status.FAILED, Turn.Status.INTERRUPTED]
+FINISHED = [Turn.Status.DONE, Turn.Status.FAILED, Turn.Status.INTERRUPTED, Turn.Status.CANCELLED]
 EXPECTED = {"llm": CALLS, "tools/call": CALLS - 1, "tools/list": 1}
 QUESTION = "Work out the running totals with the calculator, one call at a time."
 

@@ -20,7 +20,7 @@ from jsonschema.validators import Draft202012Validator, validator_for
 
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef, tool_result_text
 from conversations.paradigms.base import DecisionContext, Paradigm
-from conversations.providers.base import ModelReply, ModelRequest, Provider, ProviderError
+from conversations.providers.base import ModelReply, ModelRequest, ProviderError
 from conversations.providers.streaming import DeltaCallback
 from conversations.splicing import Spliced
 from inspector.typealias import JSONDict
@@ -78,6 +78,29 @@ class ToolHost(Protocol):
     def call(self, tool: ToolDef, arguments: JSONDict) -> ToolRun: ...
 
 
+class TurnCancelled(Exception):
+    """The turn was told to stop while the loop waited on the outside world (a cancel).
+
+    ``partial`` is the model's reply as far as it had streamed in when its call was abandoned.
+    """
+
+    def __init__(self, reason: str, *, partial: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.partial = partial
+
+
+class Completer(Protocol):
+    """What the loop needs of a model: ``providers.base.Provider.complete`` (same contract), so
+    a wrapper (one that can abandon a call) serves as well as a provider."""
+
+    def complete(self, request: ModelRequest, *, on_delta: DeltaCallback | None = None) -> ModelReply: ...
+
+
+# Asked between steps: why the turn must stop now ("" to go on).
+StopCheck = Callable[[], str]
+
+
 @dataclass
 class AgentTurn:
     question: str
@@ -92,7 +115,7 @@ class AgentTurn:
 class AgentOutcome:
     """How the turn ended; ``downgrades`` lists (capability, reason) the model turned out to lack."""
 
-    status: Literal["done", "failed"]
+    status: Literal["done", "failed", "cancelled"]
     answer: str
     error: str
     messages: list[Message]
@@ -165,7 +188,7 @@ class _Asker:
     """The loop's ``Asker``: each model call becomes a ``decide`` step, persisted before the call."""
 
     def __init__(
-        self, provider: Provider, recorder: Recorder, render: PromptRenderer, partials: PartialSinks | None
+        self, provider: Completer, recorder: Recorder, render: PromptRenderer, partials: PartialSinks | None
     ) -> None:
         self.provider = provider
         self.recorder = recorder
@@ -187,6 +210,15 @@ class _Asker:
             reply = self.provider.complete(
                 request, on_delta=self.partials(step) if self.partials is not None else None
             )
+        except TurnCancelled as exc:
+            self.recorder.step_close(
+                step,
+                status="error",
+                title=f"{title}: abandoned",
+                text=exc.partial,
+                error=f"the model call was abandoned: {exc.reason}",
+            )
+            raise
         except ProviderError as exc:
             self.recorder.step_close(
                 step,
@@ -237,21 +269,29 @@ def run_agent(
     turn: AgentTurn,
     *,
     paradigm: Paradigm,
-    provider: Provider,
+    provider: Completer,
     host: ToolHost,
     recorder: Recorder,
     render: PromptRenderer,
     partials: PartialSinks | None = None,
+    stopped: StopCheck | None = None,
 ) -> AgentOutcome:
-    """Run one turn to a final answer, a failure, or the step limit.
+    """Run one turn to a final answer, a failure, the step limit, or a stop.
 
     ``partials`` gives each model call's step a place to show its reply while it streams in.
+    ``stopped`` is asked before each decision and after each tool call; a reason ends the turn
+    ``cancelled`` there. A provider or tool host that abandons a call in flight for the same
+    reason raises ``TurnCancelled`` (the provider) or returns the abandoned call's record (the
+    host); either way what was recorded so far stays.
     """
     messages = [*turn.history, Message(role="user", content=turn.question)]
     offered = {tool.provider_name: tool for tool in turn.tools}
     choice = turn.choice
     downgrades: list[tuple[str, str]] = []
     for _ in range(turn.max_steps):
+        reason = stopped() if stopped is not None else ""
+        if reason:
+            return AgentOutcome("cancelled", "", reason, messages, downgrades)
         asker = _Asker(provider, recorder, render, partials)
         context = DecisionContext(
             messages=list(messages),
@@ -262,6 +302,9 @@ def run_agent(
         )
         try:
             decision = paradigm.decide(context)
+        except TurnCancelled as exc:
+            downgrades.extend(asker.downgrades)
+            return AgentOutcome("cancelled", "", exc.reason, messages, downgrades)
         except ProviderError as exc:
             downgrades.extend(asker.downgrades)
             return AgentOutcome("failed", "", exc.message, messages, downgrades)
@@ -302,6 +345,11 @@ def run_agent(
                     is_error=is_error,
                 )
             )
+            reason = stopped() if stopped is not None else ""
+            if reason:
+                # The calls after this one are not sent; the decision ends here.
+                recorder.step_close(step, status="error")
+                return AgentOutcome("cancelled", "", reason, messages, downgrades)
         recorder.step_close(step, status="error" if any(c.error for c in checked) else "ok")
         choice = choice.after_call()
     limit = f"stopped after {turn.max_steps} decisions without a final answer"

@@ -141,6 +141,9 @@ class Turn(models.Model):
         DONE = "done"
         FAILED = "failed"
         INTERRUPTED = "interrupted"
+        CANCELLED = "cancelled"
+
+    FINISHED = frozenset({Status.DONE, Status.FAILED, Status.INTERRUPTED, Status.CANCELLED})
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="turns")
     seq = models.PositiveIntegerField()
@@ -161,6 +164,14 @@ class Turn(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Lifecycle (conversations.lifecycle): the process running the turn writes ``heartbeat_at``
+    # while it runs; a running turn whose heartbeat stopped is marked interrupted by any process.
+    # ``runner`` names that process (host:pid:boot) so its own host can tell it died at once.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    runner = models.CharField(max_length=200, blank=True)
+    # A cancel asked for (by whom): the runner sees it within a second and ends the turn cancelled.
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_by = models.CharField(max_length=150, blank=True)
     # Written when the turn ends (conversations.integrity.turn_seal): a keyed digest of each
     # step, in seq order, and the turn's seal over its shown fields, those digests, its
     # exchanges' hashes and the previous turn's seal. Empty: not ended, or made before sealing.
@@ -170,16 +181,23 @@ class Turn(models.Model):
     class Meta:
         ordering = ["conversation", "seq"]
         constraints = [models.UniqueConstraint(fields=["conversation", "seq"], name="turn_seq_unique")]
-        # The list's text and tool filters map matching turn ids to their conversations: with the
-        # conversation in the index (PostgreSQL INCLUDE) that is an index-only lookup.
-        indexes = [models.Index(fields=["id"], include=["conversation"], name="turn_id_conversation_idx")]
+        indexes = [
+            # The list's text and tool filters map matching turn ids to their conversations: with
+            # the conversation in the index (PostgreSQL INCLUDE) that is an index-only lookup.
+            models.Index(fields=["id"], include=["conversation"], name="turn_id_conversation_idx"),
+            # The stale-turn check reads only running turns, every few seconds in every process.
+            models.Index(
+                fields=["heartbeat_at"], condition=models.Q(status="running"), name="turn_running_heartbeat_idx"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"turn {self.seq} of {self.conversation_id}"
 
     @property
     def is_finished(self) -> bool:
-        return self.status in {self.Status.DONE, self.Status.FAILED, self.Status.INTERRUPTED}
+        """Done, failed, interrupted or cancelled: nothing runs it any more."""
+        return self.status in self.FINISHED
 
     def mark_running(self) -> None:
         self.status = self.Status.RUNNING
@@ -197,6 +215,11 @@ class Turn(models.Model):
 
     def mark_interrupted(self, error: str) -> None:
         self.status = self.Status.INTERRUPTED
+        self.error = error
+        self.finished_at = timezone.now()
+
+    def mark_cancelled(self, error: str) -> None:
+        self.status = self.Status.CANCELLED
         self.error = error
         self.finished_at = timezone.now()
 

@@ -1335,3 +1335,14 @@ def replay_summary(
     finished = original is not None and replay is not None and replay.is_finished
     diff = replay_diff(original=original, replay=replay) if finished and original and replay else None
     return ReplaySummary(original=original, replay=replay, diff=diff)
+
+
+def turn_for_cancel(*, user: AbstractBaseUser | AnonymousUser, turn_id: int) -> Turn | None:
+    """The turn ``user`` may cancel: one of their own conversations', or any for staff; None
+    otherwise (a missing turn and another user's answer the same)."""
+    if not user.is_authenticated:
+        return None
+    turns = Turn.objects.select_related("conversation").filter(pk=turn_id)
+    if not getattr(user, "is_staff", False):
+        turns = turns.filter(conversation__owner_id=user.pk)
+    return turns.first()

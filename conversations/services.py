@@ -8,9 +8,10 @@ from collections.abc import Iterable
 import httpx2
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Max
+from django.utils import timezone
 
 from conversations.execution import turn_dispatch
+from conversations.lifecycle import turn_signal_local, turn_step_record
 from conversations.models import AuditEvent, Comparison, Conversation, Exchange, ModelProfile, Turn
 from conversations.providers import PROVIDERS
 from conversations.recording import active_redactor
@@ -21,6 +22,7 @@ from conversations.transcripts import (
     transcript_export,
     transcript_import,
 )
+from inspector import live
 from inspector.typealias import JSONDict, JSONValue
 from servers.models import McpServer
 from servers.services import demo_server_ensure
@@ -28,11 +30,25 @@ from servers.services import demo_server_ensure
 DEMO_PROFILE_NAME = "demo"
 
 
+class TurnInProgress(ValueError):
+    """The conversation's last turn has not finished: a new question must wait for it (each
+    turn's history is the previous turn's transcript). Cancel it, or wait."""
+
+
+class TurnNotCancellable(ValueError):
+    """The turn has already finished: there is nothing to cancel."""
+
+
 def turn_start(*, conversation: Conversation, question: str, dispatch: bool = True) -> Turn:
     """Queue a new turn; it is handed to the runner only once this transaction commits.
 
+    A conversation whose last turn is done, failed, interrupted or cancelled takes the question;
+    the check is made under the conversation's row lock, so two questions at once cannot both
+    pass it.
+
     Raises:
         ValueError: the conversation was imported and is read-only.
+        TurnInProgress: the conversation's last turn is still queued or running.
     """
     if conversation.read_only:
         raise ValueError("this conversation was imported from a transcript and is read-only")
@@ -40,7 +56,12 @@ def turn_start(*, conversation: Conversation, question: str, dispatch: bool = Tr
     question = active_redactor().text(question)
     with transaction.atomic():
         Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
-        last = conversation.turns.aggregate(m=Max("seq"))["m"] or 0
+        previous = conversation.turns.order_by("-seq").values("seq", "status").first()
+        if previous is not None and previous["status"] not in Turn.FINISHED:
+            raise TurnInProgress(
+                f"the previous turn is still {previous['status']}: ask again when it has finished, or cancel it"
+            )
+        last = previous["seq"] if previous is not None else 0
         turn = Turn.objects.create(
             conversation=conversation,
             seq=last + 1,
@@ -57,6 +78,42 @@ def turn_start(*, conversation: Conversation, question: str, dispatch: bool = Tr
 
 def _title(question: str) -> str:
     return question.strip().splitlines()[0][:200] if question.strip() else "untitled"
+
+
+def turn_cancel(*, turn: Turn, actor: AbstractBaseUser | None) -> Turn:
+    """Stop a queued or running turn; it ends ``cancelled``, keeping what it recorded.
+
+    A queued turn is cancelled at once (a task that picks it up later finds it not queued). For a
+    running turn the request is written to the database, where the process running it (this one
+    or a worker) sees it within ``TURN_CANCEL_POLL_SECONDS`` and abandons the model or tool call
+    in flight; its last step then says who cancelled (``actor``, or "the command line" for
+    None). Asking twice changes nothing. Access is the caller's to check
+    (``selectors.turn_for_cancel``).
+
+    Raises:
+        TurnNotCancellable: the turn has already finished.
+    """
+    who = actor.get_username() if actor is not None else "the command line"
+    now = timezone.now()
+    text = f"cancelled by {who} before it started"
+    if Turn.objects.filter(pk=turn.pk, status=Turn.Status.QUEUED).update(
+        status=Turn.Status.CANCELLED,
+        cancel_requested_at=now,
+        cancel_requested_by=who,
+        error=text,
+        finished_at=now,
+        updated_at=now,
+    ):
+        turn_step_record(turn_id=turn.pk, title=f"cancelled by {who}", error=text)
+    elif Turn.objects.filter(pk=turn.pk, status=Turn.Status.RUNNING, cancel_requested_at__isnull=True).update(
+        cancel_requested_at=now, cancel_requested_by=who, updated_at=now
+    ):
+        turn_signal_local(turn_id=turn.pk, by=who)
+        live.publish_turn_changed(conversation_id=turn.conversation.public_id, turn_id=turn.pk)
+    turn.refresh_from_db()
+    if turn.status != Turn.Status.RUNNING and turn.cancel_requested_at is None:
+        raise TurnNotCancellable(f"this turn has already finished ({turn.status})")
+    return turn
 
 
 def conversation_start(

@@ -2,9 +2,11 @@ from typing import Any
 
 from billiard.einfo import ExceptionInfo
 from celery import Task, shared_task
+from celery.signals import worker_ready
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
+from conversations.lifecycle import lifecycle_start
 from conversations.retention import conversations_prune
 from conversations.runner import turn_abandon, turn_run
 
@@ -56,3 +58,9 @@ def prune_conversations() -> None:
     """The daily retention run (Celery beat); ``RETENTION_DAYS=0`` keeps everything."""
     if settings.RETENTION_DAYS > 0:
         conversations_prune(older_than_days=settings.RETENTION_DAYS)
+
+
+@worker_ready.connect
+def _check_stale_turns(**kwargs: Any) -> None:
+    """A ready worker marks turns whose runner died at once, then checks periodically."""
+    lifecycle_start()

@@ -839,7 +839,7 @@ def _otel_turn_spans(conversation: ConversationDoc, turn: TurnDoc, versions: dic
         if turn["finished_at"]
         else max([span.end for span in ctx.spans], default=turn_start)
     )
-    failed_turn = turn["status"] in {Turn.Status.FAILED, Turn.Status.INTERRUPTED}
+    failed_turn = turn["status"] in {Turn.Status.FAILED, Turn.Status.INTERRUPTED, Turn.Status.CANCELLED}
     root = _Span(
         trace_id=trace_id,
         span_id=root_id,

@@ -15,8 +15,9 @@ from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.models import User
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils.decorators import method_decorator
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from drf_spectacular.views import SpectacularJSONAPIView
+from rest_framework import serializers
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.exceptions import NotFound, Throttled, ValidationError
@@ -28,7 +29,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from conversations.models import Conversation, Turn
-from conversations.selectors import conversation_get, conversation_list, conversation_transcript
+from conversations.selectors import (
+    conversation_get,
+    conversation_list,
+    conversation_transcript,
+    turn_for_cancel,
+)
+from conversations.services import TurnNotCancellable, turn_cancel
 from conversations.audit import audit_read
 from inspector.serializers import ConversationSummarySerializer, TranscriptSerializer
 from inspector.throttle import LoginThrottled, client_address, login_failure_record, login_throttle_check
@@ -82,6 +89,51 @@ class ConversationTranscriptView(APIView):
         if isinstance(request.user, AbstractBaseUser):
             audit_read(actor=request.user, conversation=conversation, via="api")
         return Response(conversation_transcript(conversation=conversation))
+
+
+@method_decorator(login_not_required, name="dispatch")
+class TurnCancelView(APIView):
+    """Stop a queued or running turn (the owner or staff); it ends ``cancelled`` within seconds,
+    keeping everything recorded so far. Answers 202 with the turn's state (``cancelled`` at once
+    for a queued turn; for a running one ``running`` with ``cancel_requested_at`` set until its
+    runner stops), 409 if the turn had already finished."""
+
+    authentication_classes = API_AUTHENTICATION
+    permission_classes = API_PERMISSIONS
+
+    @extend_schema(
+        request=None,
+        responses={
+            202: inline_serializer(
+                "TurnCancel",
+                {
+                    "turn": serializers.IntegerField(),
+                    "status": serializers.ChoiceField(choices=Turn.Status.choices),
+                    "cancel_requested_at": serializers.DateTimeField(allow_null=True),
+                    "cancel_requested_by": serializers.CharField(),
+                },
+            ),
+            404: OpenApiResponse(description="No such turn, or not yours (the same answer)."),
+            409: OpenApiResponse(description="The turn has already finished."),
+        },
+    )
+    def post(self, request: Request, turn_id: int) -> Response:
+        turn = turn_for_cancel(user=request.user, turn_id=turn_id)
+        if turn is None or not isinstance(request.user, AbstractBaseUser):
+            raise NotFound("No such turn.")
+        try:
+            turn = turn_cancel(turn=turn, actor=request.user)
+        except TurnNotCancellable as exc:
+            return Response({"detail": str(exc), "status": turn.status}, status=409)
+        return Response(
+            {
+                "turn": turn.pk,
+                "status": turn.status,
+                "cancel_requested_at": turn.cancel_requested_at,
+                "cancel_requested_by": turn.cancel_requested_by,
+            },
+            status=202,
+        )
 
 
 @method_decorator(login_not_required, name="dispatch")

@@ -1,6 +1,18 @@
 from django.apps import AppConfig
+from django.core.handlers.asgi import ASGIHandler
+from django.core.signals import request_started
 
 
 class InspectorConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "inspector"
+
+    def ready(self) -> None:
+        # Django's place for wiring that needs the models loaded.
+        from conversations.lifecycle import lifecycle_start_on_request  # noqa: PLC0415
+
+        # Only requests served over ASGI (daphne: the web process) make this process a checker
+        # of stale turns; the test client's and the in-process demo model's (WSGI) do not.
+        request_started.connect(
+            lifecycle_start_on_request, sender=ASGIHandler, dispatch_uid="inspector-lifecycle-start"
+        )

@@ -176,6 +176,13 @@ CACHES = {
 # How turns run: "celery" (workers on Redis) or "embedded" (a thread pool in the web process).
 TURN_RUNNER = env_str("TURN_RUNNER", "celery" if REDIS_URL else "embedded")
 EMBEDDED_RUNNER_THREADS = env_int("EMBEDDED_RUNNER_THREADS", 16)
+# Turn lifecycle (conversations.lifecycle): a running turn heart-beats every TURN_HEARTBEAT_SECONDS;
+# one silent for TURN_HEARTBEAT_WINDOW_SECONDS is marked interrupted by any live process, which
+# checks every TURN_REAP_SECONDS. A cancel request is seen within TURN_CANCEL_POLL_SECONDS.
+TURN_HEARTBEAT_SECONDS = env_float("TURN_HEARTBEAT_SECONDS", 10.0)
+TURN_HEARTBEAT_WINDOW_SECONDS = env_float("TURN_HEARTBEAT_WINDOW_SECONDS", 60.0)
+TURN_REAP_SECONDS = env_float("TURN_REAP_SECONDS", 15.0)
+TURN_CANCEL_POLL_SECONDS = env_float("TURN_CANCEL_POLL_SECONDS", 0.5)
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None

@@ -31,6 +31,7 @@ urlpatterns = [
     path("c/<uuid:public_id>/turns/<int:turn_id>/", views.turn_detail, name="inspector-turn"),
     path("c/<uuid:public_id>/turns/<int:turn_id>/steps", views.turn_steps, name="inspector-turn-steps"),
     path("c/<uuid:public_id>/turns/<int:turn_id>/replay", views.turn_replay, name="inspector-turn-replay"),
+    path("c/<uuid:public_id>/turns/<int:turn_id>/cancel", views.turn_cancel, name="inspector-turn-cancel"),
     path("servers/", include("servers.urls")),
     path("compare/", views.comparison_list, name="inspector-comparisons"),
     path("compare/new", views.comparison_create, name="inspector-comparison-create"),
@@ -50,6 +51,7 @@ urlpatterns = [
         api.ConversationTranscriptView.as_view(),
         name="api-conversation",
     ),
+    path("api/turns/<int:turn_id>/cancel", api.TurnCancelView.as_view(), name="api-turn-cancel"),
     path("demo-model/v1/", include("conversations.demo_model_urls")),
     path("demo-model/", include("conversations.demo_model_gemini_urls")),
 ]

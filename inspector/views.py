@@ -237,11 +237,26 @@ def turn_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
     if refusals:
         problem = "Not asked: " + " ".join(refusals)
         return _detail_page(request, conversation, form, status=STATUS_FORBIDDEN, problem=problem)
-    if _turn_in_progress(selectors.conversation_turns(conversation=conversation)):
-        # Each turn's history is the previous turn's transcript: it must be finished first.
-        form.add_error(None, "The previous turn is still running; ask again when it has finished.")
+    try:
+        services.turn_start(conversation=conversation, question=form.cleaned_data["question"])
+    except services.TurnInProgress:
+        form.add_error(None, "The previous turn is still running; ask again when it has finished, or cancel it.")
         return _detail_page(request, conversation, form, status=STATUS_CONFLICT)
-    services.turn_start(conversation=conversation, question=form.cleaned_data["question"])
+    return redirect("inspector-conversation", public_id=conversation.public_id)
+
+
+@require_POST
+def turn_cancel(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
+    """The page's Cancel button: the same as ``POST /api/turns/<id>/cancel``, then back to the page
+    (which shows the turn end live)."""
+    conversation = _conversation(request, public_id)
+    turn = selectors.turn_for_cancel(user=_user(request), turn_id=turn_id)
+    if turn is None or turn.conversation_id != conversation.pk:
+        raise Http404("No such turn.")
+    try:
+        services.turn_cancel(turn=turn, actor=_user(request))
+    except services.TurnNotCancellable:
+        messages.info(request, f"Turn {turn.seq} had already finished: there was nothing to cancel.")
     return redirect("inspector-conversation", public_id=conversation.public_id)
 
 

@@ -459,25 +459,72 @@ async def op_connect(client: Client) -> Any:
 # --- the agent's blocking helpers ------------------------------------------------------------
 
 
-def list_tools(config: ServerConfig) -> ListOutcome:
-    """Every tool the server offers now (all pages, never from a cache)."""
+def list_tools(config: ServerConfig, *, stop: threading.Event | None = None) -> ListOutcome:
+    """Every tool the server offers now (all pages, never from a cache); ``stop`` as in ``call_tool``."""
     outcome = ListOutcome()
-    _loop.run(_run(config, outcome, op_list_tools, Capture()), timeout=_budget(config))
+    _run_stoppable(config, outcome, op_list_tools, stop)
     outcome.tools = list(outcome.value or [])
     return outcome
 
 
-def call_tool(config: ServerConfig, name: str, arguments: dict[str, Any]) -> CallOutcome:
-    """Call one tool; the server's ``call_timeout`` bounds the wait (the SDK then sends a cancel)."""
+def call_tool(
+    config: ServerConfig, name: str, arguments: dict[str, Any], *, stop: threading.Event | None = None
+) -> CallOutcome:
+    """Call one tool; the server's ``call_timeout`` bounds the wait (the SDK then sends a cancel).
+
+    Once ``stop`` is set the call is abandoned within ``STOP_POLL_SECONDS``: the SDK sends the
+    server ``notifications/cancelled``, which is in the outcome's records with everything else
+    captured, and the outcome is ``cancelled``.
+    """
     outcome = CallOutcome()
 
     async def operation(client: Client) -> Any:
         result = await client.call_tool(name, arguments, read_timeout_seconds=config.call_timeout)
         return dump(result)
 
-    _loop.run(_run(config, outcome, operation, Capture()), timeout=_budget(config))
+    _run_stoppable(config, outcome, operation, stop)
     outcome.result = outcome.value
     return outcome
+
+
+# How often a stoppable operation looks at its stop flag, and how long a stopped one may take to
+# write its last records (the request left unanswered, notifications/cancelled, stderr).
+STOP_POLL_SECONDS = 0.2
+STOP_SETTLE_SECONDS = 5.0
+
+
+def _run_stoppable(config: ServerConfig, outcome: Outcome, operation: Operation, stop: threading.Event | None) -> None:
+    """``_run`` on the gateway loop, waited for from this thread until it ends or ``stop`` is set.
+
+    Raises:
+        GatewayError: the operation did not end within the outer budget (a wedged loop).
+    """
+    if stop is None:
+        _loop.run(_run(config, outcome, operation, Capture()), timeout=_budget(config))
+        return
+    ended = threading.Event()
+
+    async def guarded() -> None:
+        try:
+            await _run(config, outcome, operation, Capture())
+        finally:
+            ended.set()
+
+    future = asyncio.run_coroutine_threadsafe(guarded(), _loop.loop())
+    budget = _budget(config)
+    waited = 0.0
+    while not ended.wait(STOP_POLL_SECONDS):
+        waited += STOP_POLL_SECONDS
+        if stop.is_set():
+            future.cancel()
+            if not ended.wait(STOP_SETTLE_SECONDS) and not outcome.error:
+                outcome.error = f"the gateway did not finish the cancelled operation within {STOP_SETTLE_SECONDS:.0f} s"
+            outcome.cancelled = True
+            outcome.error = outcome.error or "cancelled before the server was reached"
+            return
+        if waited > budget:
+            future.cancel()
+            raise GatewayError(f"the gateway gave no answer within {budget:.0f} s")
 
 
 def _budget(config: ServerConfig) -> float:

@@ -16,7 +16,7 @@
   // slightly after a newer-stamped one; catching up from a little earlier picks it up.
   // Re-sent rows replace themselves, so the overlap is harmless.
   var CATCH_UP_OVERLAP_MS = 5000;
-  var FINISHED = ["done", "failed", "interrupted"];
+  var FINISHED = ["done", "failed", "interrupted", "cancelled"];
 
   var wsPath = root.dataset.wsUrl;
   var rowsUrl = root.dataset.rowsUrl;

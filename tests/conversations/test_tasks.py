@@ -7,6 +7,7 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -16,6 +17,7 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
+from django.utils import timezone
 
 from conversations.models import Exchange, Step, Turn
 from conversations.runner import turn_abandon, turn_run
@@ -120,7 +122,7 @@ def test_running_a_turn_twice_does_not_run_it_again() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_turn_redelivered_while_running_is_marked_interrupted() -> None:
+def test_a_turn_redelivered_while_its_runner_heart_beats_is_left_running() -> None:
     alice = User.objects.create_user("alice")
     _, turn = conversation_start(
         owner=alice,
@@ -129,13 +131,33 @@ def test_a_turn_redelivered_while_running_is_marked_interrupted() -> None:
         servers=[demo_server_ensure()],
         dispatch=False,
     )
-    Turn.objects.filter(pk=turn.pk).update(status=Turn.Status.RUNNING)
+    Turn.objects.filter(pk=turn.pk).update(status=Turn.Status.RUNNING, heartbeat_at=timezone.now())
+
+    run_turn(turn.pk)
+
+    turn.refresh_from_db()
+    assert turn.status == Turn.Status.RUNNING
+    assert not turn.steps.exists()
+
+
+@pytest.mark.django_db
+def test_a_turn_redelivered_after_its_runner_stopped_heart_beating_is_marked_interrupted() -> None:
+    alice = User.objects.create_user("alice")
+    _, turn = conversation_start(
+        owner=alice,
+        model_profile=demo_profile_ensure(),
+        question=WEATHER,
+        servers=[demo_server_ensure()],
+        dispatch=False,
+    )
+    silent_since = timezone.now() - timedelta(seconds=settings.TURN_HEARTBEAT_WINDOW_SECONDS + 1)
+    Turn.objects.filter(pk=turn.pk).update(status=Turn.Status.RUNNING, heartbeat_at=silent_since)
 
     run_turn(turn.pk)
 
     turn.refresh_from_db()
     assert turn.status == Turn.Status.INTERRUPTED
-    assert "stopped before it finished" in turn.error
+    assert "stopped" in turn.error and "heartbeat" in turn.error
 
 
 def _spanned_requests(turn: Turn) -> list[int]:
@@ -155,7 +177,8 @@ def test_a_turn_that_ends_without_its_runner_has_its_last_request_indexed_whole(
     _, turn = conversation_start(
         owner=alice, model_profile=demo_profile_ensure(), question=WEATHER, servers=[], dispatch=False
     )
-    Turn.objects.filter(pk=turn.pk).update(status=Turn.Status.RUNNING)
+    silent_since = timezone.now() - timedelta(seconds=settings.TURN_HEARTBEAT_WINDOW_SECONDS + 1)
+    Turn.objects.filter(pk=turn.pk).update(status=Turn.Status.RUNNING, heartbeat_at=silent_since)
     first, middle, last = _spanned_requests(turn)
 
     if ending == "redelivered":

@@ -1,0 +1,351 @@
+"""The life of a running turn: its heartbeat, its cancel, and what happens when its runner dies.
+
+A turn is claimed (queued -> running) by one atomic conditional UPDATE, so a duplicate or
+redelivered task never runs it twice. While it runs, the process running it *watches* it: one
+daemon thread per process writes the heartbeat of every turn the process runs (one UPDATE per
+beat for all of them, every ``TURN_HEARTBEAT_SECONDS``) and looks for cancel requests (one
+SELECT every ``TURN_CANCEL_POLL_SECONDS``); a turn that was asked to stop, or that another
+process has meanwhile marked finished, gets its ``TurnSignal`` set, and its runner abandons
+whatever it waits on.
+
+Every serving process of the app — the web process (from the first request it serves) and each
+Celery worker (when it is ready) — also *reaps*: at once, then every ``TURN_REAP_SECONDS``, it
+marks ``interrupted`` each running turn whose heartbeat stopped ``TURN_HEARTBEAT_WINDOW_SECONDS``
+ago (or whose runner was a process of this host that no longer exists), keeping every step it
+recorded and adding an error step that says why. The marking is a conditional UPDATE too: a
+turn that heart-beat meanwhile is left alone, and of two processes reaping at once only one
+writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.db.models import Q
+from django.utils import timezone
+
+from conversations.models import Turn
+from conversations.recording import TurnRecorder, index_last_request_whole
+
+logger = logging.getLogger(__name__)
+
+# How the stop flag of a turn is set, for its step's wording.
+CANCEL = "cancel"
+LOST = "lost"
+
+
+class _Process:
+    """This process's name on the turns it runs: ``host:pid:boot`` (boot tells a restarted
+    process with a reused pid, as in a container, from the one that died)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.host = socket.gethostname()
+        self.name = f"{self.host}:{self.pid}:{secrets.token_hex(4)}"
+
+
+_process: _Process | None = None
+
+
+def runner_name() -> str:
+    """The ``Turn.runner`` this process writes when it claims a turn."""
+    global _process
+    if _process is None or _process.pid != os.getpid():
+        _process = _Process()
+    return _process.name
+
+
+def turn_claim(*, turn_id: int) -> bool:
+    """Move a queued turn to running for this process, atomically; False if it was not queued.
+
+    Of two tasks for the same turn (a duplicate, a redelivery) only one gets True.
+    """
+    now = timezone.now()
+    claimed = Turn.objects.filter(pk=turn_id, status=Turn.Status.QUEUED).update(
+        status=Turn.Status.RUNNING, started_at=now, heartbeat_at=now, runner=runner_name(), updated_at=now
+    )
+    return claimed == 1
+
+
+@dataclass
+class TurnSignal:
+    """Set when a running turn must stop: a cancel was requested (``kind`` ``cancel``, ``by``
+    whom), or another process has marked it finished (``lost``). Safe to use from any thread."""
+
+    turn_id: int
+    event: threading.Event = field(default_factory=threading.Event)
+    kind: str = ""
+    by: str = ""
+    reason: str = ""
+    _listeners: list[Callable[[], None]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def stop(self, *, kind: str, reason: str, by: str = "") -> None:
+        with self._lock:
+            if self.event.is_set():
+                return
+            self.kind, self.by, self.reason = kind, by, reason
+            self.event.set()
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()
+
+    def on_stop(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` (once) when the signal is set, at once if it is; returns an undo."""
+        with self._lock:
+            if not self.event.is_set():
+                self._listeners.append(listener)
+                return lambda: self._forget(listener)
+        listener()
+        return lambda: None
+
+    def _forget(self, listener: Callable[[], None]) -> None:
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    @property
+    def stopped(self) -> str:
+        """Why the turn must stop, or "" while it may go on."""
+        return self.reason if self.event.is_set() else ""
+
+
+class _Watcher:
+    """This process's lifecycle thread: heartbeats and cancel polls for the turns it runs, and,
+    once ``reaping`` (a serving process), the periodic stale-turn check."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.turns: dict[int, TurnSignal] = {}
+        self.lock = threading.Lock()
+        self.reaping = False
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._next_beat = 0.0
+        self._next_reap = 0.0
+
+    def watch(self, turn_id: int) -> TurnSignal:
+        signal = TurnSignal(turn_id)
+        with self.lock:
+            self.turns[turn_id] = signal
+            # Just claimed, with its first heartbeat: the next one is due a full interval later.
+            self._next_beat = time.monotonic() + settings.TURN_HEARTBEAT_SECONDS
+        self.ensure_thread()
+        return signal
+
+    def unwatch(self, turn_id: int) -> None:
+        with self.lock:
+            self.turns.pop(turn_id, None)
+
+    def signal(self, turn_id: int) -> TurnSignal | None:
+        with self.lock:
+            return self.turns.get(turn_id)
+
+    def ensure_thread(self) -> None:
+        with self.lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="turn-lifecycle", daemon=True)
+                self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait(settings.TURN_CANCEL_POLL_SECONDS)
+            self._wake.clear()
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 — the thread must outlive a database outage
+                logger.exception("the turn lifecycle check failed; retrying")
+            finally:
+                _release_connection()
+
+    def tick(self) -> None:
+        """One pass: beat, poll for cancels, and reap when due."""
+        with self.lock:
+            ids = list(self.turns)
+        now = time.monotonic()
+        if ids:
+            if now >= self._next_beat:
+                self._next_beat = now + settings.TURN_HEARTBEAT_SECONDS
+                Turn.objects.filter(pk__in=ids, status=Turn.Status.RUNNING).update(heartbeat_at=timezone.now())
+            self._poll(ids)
+        if self.reaping and now >= self._next_reap:
+            self._next_reap = now + settings.TURN_REAP_SECONDS
+            turns_reap_stale()
+
+    def _poll(self, ids: list[int]) -> None:
+        changed = (
+            Turn.objects.filter(pk__in=ids)
+            .filter(Q(cancel_requested_at__isnull=False) | ~Q(status=Turn.Status.RUNNING))
+            .values_list("pk", "status", "cancel_requested_by")
+        )
+        for pk, status, by in changed:
+            signal = self.signal(pk)
+            if signal is None:
+                continue
+            if status == Turn.Status.RUNNING:
+                signal.stop(kind=CANCEL, by=by, reason=f"cancelled by {by or 'a user'}")
+            else:
+                signal.stop(kind=LOST, reason=f"the turn was marked {status} by another process")
+
+
+_watcher: _Watcher | None = None
+_watcher_lock = threading.Lock()
+
+
+def _get_watcher() -> _Watcher:
+    global _watcher
+    with _watcher_lock:
+        # A forked child (Celery prefork) starts its own: threads do not survive a fork.
+        if _watcher is None or _watcher.pid != os.getpid():
+            _watcher = _Watcher()
+        return _watcher
+
+
+def turn_watch(*, turn_id: int) -> TurnSignal:
+    """Heart-beat ``turn_id`` from this process and tell its signal when it must stop."""
+    return _get_watcher().watch(turn_id)
+
+
+def turn_unwatch(*, turn_id: int) -> None:
+    _get_watcher().unwatch(turn_id)
+
+
+def turn_signal_local(*, turn_id: int, by: str) -> bool:
+    """If this process runs ``turn_id``, stop it now (the cancel is also in the database, where
+    any other process running it finds it); returns whether it runs here."""
+    signal = _get_watcher().signal(turn_id)
+    if signal is None:
+        return False
+    signal.stop(kind=CANCEL, by=by, reason=f"cancelled by {by or 'a user'}")
+    return True
+
+
+def lifecycle_start() -> None:
+    """Make this process a checker of stale turns: check now, then every ``TURN_REAP_SECONDS``.
+
+    Called once by each serving process (the web process on its first request, a Celery worker
+    when ready); later calls do nothing. A database that cannot be reached now is tried again on
+    the next check.
+    """
+    watcher = _get_watcher()
+    with watcher.lock:
+        if watcher.reaping:
+            return
+        watcher.reaping = True
+    try:
+        turns_reap_stale()
+    except DatabaseError:
+        logger.exception("the start-up check for interrupted turns failed; the periodic one will retry")
+    finally:
+        watcher._next_reap = time.monotonic() + settings.TURN_REAP_SECONDS
+    watcher.ensure_thread()
+
+
+def lifecycle_start_on_request(sender: object, **kwargs: object) -> None:
+    """``request_started`` receiver: the first request a web process serves starts its checks."""
+    lifecycle_start()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _runner_gone(runner: str) -> bool:
+    """Whether ``runner`` was a process of this host that is no longer there."""
+    host, _, rest = runner.partition(":")
+    pid_text, _, _boot = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit() or runner == runner_name():
+        return False
+    pid = int(pid_text)
+    # Our own pid with another boot mark: we are that process's successor (a restart).
+    return pid == os.getpid() or not _pid_alive(pid)
+
+
+def turns_reap_stale(*, now: datetime | None = None, window: float | None = None) -> list[int]:
+    """Mark interrupted every running turn whose runner is gone; return their ids.
+
+    Gone: no heartbeat for ``window`` seconds (``TURN_HEARTBEAT_WINDOW_SECONDS``), or its runner
+    was a process of this host that no longer exists. Each such turn keeps what it recorded and
+    gets an error step saying why.
+    """
+    now = now or timezone.now()
+    window = settings.TURN_HEARTBEAT_WINDOW_SECONDS if window is None else window
+    cutoff = now - timedelta(seconds=window)
+    silent = (
+        Q(heartbeat_at__lt=cutoff)
+        | Q(heartbeat_at__isnull=True, started_at__lt=cutoff)
+        | Q(heartbeat_at__isnull=True, started_at__isnull=True, created_at__lt=cutoff)
+    )
+    running = Turn.objects.filter(status=Turn.Status.RUNNING)
+    reaped: list[int] = []
+    for pk, beat in running.filter(silent).values_list("pk", "heartbeat_at"):
+        seen = f"its last heartbeat was at {beat:%Y-%m-%d %H:%M:%S} UTC" if beat else "it never sent a heartbeat"
+        reason = (
+            f"the process running this turn stopped: {seen}, and none came for {window:g} s. "
+            "Everything it recorded until then is kept."
+        )
+        if _interrupt(pk, reason, silent):
+            reaped.append(pk)
+    host = socket.gethostname()
+    for pk, runner in running.filter(runner__startswith=f"{host}:").values_list("pk", "runner"):
+        if pk in reaped or not _runner_gone(runner):
+            continue
+        pid = runner.split(":")[1]
+        reason = (
+            f"the process running this turn (pid {pid} on {host}) is gone: it was stopped or "
+            "restarted before the turn finished. Everything it recorded until then is kept."
+        )
+        if _interrupt(pk, reason, Q(runner=runner)):
+            reaped.append(pk)
+    return reaped
+
+
+def _interrupt(turn_id: int, reason: str, still: Q) -> bool:
+    """Mark the turn interrupted if it is still running and ``still`` holds; add the error step."""
+    now = timezone.now()
+    marked = (
+        Turn.objects.filter(still, pk=turn_id, status=Turn.Status.RUNNING)
+        .update(status=Turn.Status.INTERRUPTED, error=reason, finished_at=now, updated_at=now)
+    )
+    if not marked:
+        return False
+    logger.warning("turn %s interrupted: %s", turn_id, reason)
+    turn_step_record(turn_id=turn_id, title="the turn was interrupted", error=reason)
+    return True
+
+
+def turn_step_record(*, turn_id: int, title: str, error: str) -> None:
+    """Add one closed error step to a turn that has ended without its runner saying so (an
+    interruption, a cancel before it started), and ring the turn's doorbell."""
+    turn = Turn.objects.select_related("conversation").get(pk=turn_id)
+    recorder = TurnRecorder(turn)
+    step = recorder.step_open(kind="error", title=title)
+    recorder.step_close(step, status="error", error=error)
+    recorder.drain()
+    index_last_request_whole(turn_id)
+    # The turn has ended: sealed like one its runner ended (conversations.integrity).
+    recorder.seal()
+    recorder.turn_changed()
+
+
+def _release_connection() -> None:
+    """The lifecycle thread holds no database connection between its passes."""
+    if connection.in_atomic_block:
+        return
+    connection.close()

@@ -1,0 +1,358 @@
+"""A turn's life on real parts (the database, the demo model served in-process, real stdio MCP
+servers): claimed once, heart-beating while it runs, marked interrupted when its runner dies,
+cancelled on request with everything recorded so far kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.utils import timezone
+from pytest_django.fixtures import Settings
+
+from conversations.lifecycle import turn_claim, turn_unwatch, turn_watch, turns_reap_stale
+from conversations.models import Conversation, Exchange, Step, Turn
+from conversations.recording import TurnRecorder
+from conversations.runner import turn_run
+from conversations.services import (
+    TurnInProgress,
+    TurnNotCancellable,
+    conversation_start,
+    demo_profile_ensure,
+    turn_cancel,
+    turn_start,
+)
+from servers import gateway
+from servers.models import McpServer
+from servers.services import demo_server_ensure
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+WEATHER = "What will the weather be like in Beijing tomorrow?"
+# How long a test waits for a turn that was told to stop: the issue's bound.
+STOP_BOUND_SECONDS = 10.0
+
+
+@pytest.fixture(autouse=True)
+def _close_sessions() -> Iterator[None]:
+    yield
+    gateway.close_all()
+
+
+@pytest.fixture
+def alice(db: None) -> User:
+    # Staff: a stdio fixture server is started on her behalf.
+    return User.objects.create_user("alice", is_staff=True)
+
+
+@pytest.fixture
+def fast_lifecycle(settings: Settings) -> Settings:
+    settings.TURN_HEARTBEAT_SECONDS = 0.2
+    settings.TURN_CANCEL_POLL_SECONDS = 0.05
+    return settings
+
+
+def _queued(owner: User, question: str = WEATHER, servers: list[McpServer] | None = None, **options: str) -> Turn:
+    _, turn = conversation_start(
+        owner=owner,
+        model_profile=demo_profile_ensure(),
+        question=question,
+        servers=servers if servers is not None else [demo_server_ensure()],
+        dispatch=False,
+        **options,
+    )
+    return turn
+
+
+def _running(owner: User, *, beat_seconds_ago: float | None, runner: str = "") -> Turn:
+    """A turn a runner claimed and recorded a step of, whose last heartbeat was that long ago."""
+    turn = _queued(owner)
+    beat = timezone.now() - timedelta(seconds=beat_seconds_ago) if beat_seconds_ago is not None else None
+    Turn.objects.filter(pk=turn.pk).update(
+        status=Turn.Status.RUNNING, started_at=beat or timezone.now(), heartbeat_at=beat, runner=runner
+    )
+    turn.refresh_from_db()
+    recorder = TurnRecorder(turn)
+    step = recorder.step_open(kind="connect", title="connect 1 MCP server(s)")
+    recorder.step_close(step, status="ok", text="demo: connected")
+    recorder.drain()
+    return turn
+
+
+def _wait_until(condition: object, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# --- claiming ---------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_of_many_tasks_claiming_one_queued_turn_at_once_exactly_one_gets_it(alice: User) -> None:
+    turn = _queued(alice)
+    start = threading.Barrier(8)
+    claims: list[bool] = []
+
+    def claim() -> None:
+        start.wait()
+        try:
+            claims.append(turn_claim(turn_id=turn.pk))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=claim) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sorted(claims) == [False] * 7 + [True]
+    turn.refresh_from_db()
+    assert turn.status == Turn.Status.RUNNING and turn.heartbeat_at is not None and turn.runner
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_duplicate_task_for_a_turn_runs_it_once(alice: User) -> None:
+    turn = _queued(alice)
+    runs = [threading.Thread(target=turn_run, kwargs={"turn_id": turn.pk}) for _ in range(2)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join()
+    turn_run(turn_id=turn.pk)  # and a redelivery after it ended
+
+    turn.refresh_from_db()
+    assert turn.status == Turn.Status.DONE
+    assert Step.objects.filter(turn=turn, kind="connect").count() == 1
+    assert Exchange.objects.filter(turn=turn, label="tools/call").count() == 1
+
+
+# --- heartbeats and stale turns ----------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_watched_turn_heart_beats_while_it_runs(alice: User, fast_lifecycle: Settings) -> None:
+    turn = _running(alice, beat_seconds_ago=30)
+    before = turn.heartbeat_at
+    turn_watch(turn_id=turn.pk)
+    try:
+        assert _wait_until(lambda: Turn.objects.get(pk=turn.pk).heartbeat_at != before, 5)
+    finally:
+        turn_unwatch(turn_id=turn.pk)
+    assert Turn.objects.get(pk=turn.pk).heartbeat_at > before
+
+
+@pytest.mark.django_db
+def test_a_turn_whose_heartbeat_stopped_is_interrupted_keeping_its_steps(alice: User) -> None:
+    turn = _running(alice, beat_seconds_ago=61)
+
+    assert turns_reap_stale(window=60) == [turn.pk]
+
+    turn.refresh_from_db()
+    assert turn.status == Turn.Status.INTERRUPTED and turn.finished_at is not None
+    assert "none came for 60 s" in turn.error
+    connect, error = Step.objects.filter(turn=turn).order_by("seq")
+    assert (connect.kind, connect.status, connect.text) == ("connect", "ok", "demo: connected")
+    assert (error.kind, error.status, error.title) == ("error", "error", "the turn was interrupted")
+    assert "last heartbeat was at" in error.error
+
+
+@pytest.mark.django_db
+def test_a_turn_that_heart_beat_within_the_window_is_left_running(alice: User) -> None:
+    turn = _running(alice, beat_seconds_ago=59)
+
+    assert turns_reap_stale(window=60) == []
+
+    turn.refresh_from_db()
+    assert turn.status == Turn.Status.RUNNING
+    assert list(Step.objects.filter(turn=turn).values_list("kind", flat=True)) == ["connect"]
+
+
+@pytest.mark.django_db
+def test_a_turn_is_interrupted_once_though_checked_again(alice: User) -> None:
+    turn = _running(alice, beat_seconds_ago=120)
+
+    assert turns_reap_stale(window=60) == [turn.pk]
+    assert turns_reap_stale(window=60) == []
+
+    assert Step.objects.filter(turn=turn, kind="error").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_turn_whose_runner_on_this_host_is_gone_is_interrupted_at_once(alice: User) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    turn = _running(alice, beat_seconds_ago=1, runner=f"{socket.gethostname()}:{gone.pid}:0badc0de")
+    alive = _running(alice, beat_seconds_ago=1, runner=f"{socket.gethostname()}:{os.getppid()}:0badc0de")
+    elsewhere = _running(alice, beat_seconds_ago=1, runner=f"another-host:{gone.pid}:0badc0de")
+
+    assert turns_reap_stale(window=60) == [turn.pk]
+
+    turn.refresh_from_db()
+    assert turn.status == Turn.Status.INTERRUPTED
+    assert f"pid {gone.pid}" in turn.error and "is gone" in turn.error
+    statuses = Turn.objects.filter(pk__in=[alive.pk, elsewhere.pk]).values_list("status", flat=True)
+    assert set(statuses) == {Turn.Status.RUNNING}
+
+
+# --- the previous turn rule --------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("ended", [Turn.Status.INTERRUPTED, Turn.Status.FAILED, Turn.Status.CANCELLED])
+def test_a_conversation_whose_last_turn_ended_without_an_answer_takes_a_new_question(
+    alice: User, ended: str
+) -> None:
+    first = _queued(alice)
+    Turn.objects.filter(pk=first.pk).update(status=ended)
+
+    second = turn_start(conversation=first.conversation, question="And in Paris?", dispatch=False)
+
+    assert (second.seq, second.status) == (2, Turn.Status.QUEUED)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("busy", [Turn.Status.QUEUED, Turn.Status.RUNNING])
+def test_a_conversation_whose_last_turn_has_not_ended_refuses_a_new_question(alice: User, busy: str) -> None:
+    first = _queued(alice)
+    Turn.objects.filter(pk=first.pk).update(status=busy)
+
+    with pytest.raises(TurnInProgress, match=f"still {busy}"):
+        turn_start(conversation=first.conversation, question="And in Paris?", dispatch=False)
+
+    assert first.conversation.turns.count() == 1
+
+
+# --- cancel ------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_queued_turn_is_cancelled_at_once_with_a_step_saying_who(alice: User) -> None:
+    turn = _queued(alice)
+
+    cancelled = turn_cancel(turn=turn, actor=alice)
+
+    assert cancelled.status == Turn.Status.CANCELLED and cancelled.cancel_requested_by == "alice"
+    (step,) = Step.objects.filter(turn=turn)
+    assert (step.kind, step.title) == ("error", "cancelled by alice")
+    turn_run(turn_id=turn.pk)  # its task, arriving later, finds nothing to run
+    assert Turn.objects.get(pk=turn.pk).status == Turn.Status.CANCELLED
+    assert Step.objects.filter(turn=turn).count() == 1
+
+
+@pytest.mark.django_db
+def test_a_finished_turn_cannot_be_cancelled(alice: User) -> None:
+    turn = _queued(alice)
+    turn_run(turn_id=turn.pk)
+
+    with pytest.raises(TurnNotCancellable, match="already finished"):
+        turn_cancel(turn=Turn.objects.get(pk=turn.pk), actor=alice)
+
+    assert Turn.objects.get(pk=turn.pk).status == Turn.Status.DONE
+
+
+def _run_in_thread(turn: Turn) -> threading.Thread:
+    def run() -> None:
+        try:
+            turn_run(turn_id=turn.pk)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, name=f"test-turn-{turn.pk}")
+    thread.start()
+    return thread
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_stuck_in_a_slow_model_call_is_cancelled_keeping_what_it_recorded(
+    alice: User, fast_lifecycle: Settings
+) -> None:
+    bob = User.objects.create_user("bob", is_staff=True)
+    turn = _queued(alice, question=f"{WEATHER} [demo:slow=15]")
+    runner = _run_in_thread(turn)
+    assert _wait_until(lambda: Step.objects.filter(turn=turn, kind="decide").exists(), 10)
+
+    turn_cancel(turn=Turn.objects.get(pk=turn.pk), actor=bob)
+    runner.join(STOP_BOUND_SECONDS)
+
+    assert not runner.is_alive(), "the turn did not stop within 10 s"
+    turn.refresh_from_db()
+    assert turn.status == Turn.Status.CANCELLED and turn.error.startswith("cancelled by bob")
+    assert turn.cancel_requested_by == "bob"
+    steps = list(Step.objects.filter(turn=turn, parent__isnull=True).order_by("seq"))
+    assert [(s.kind, s.status) for s in steps] == [("connect", "ok"), ("decide", "error"), ("error", "error")]
+    assert steps[0].exchanges.filter(label="tools/list").exists()
+    assert "the model call was abandoned: cancelled by bob" in steps[1].error
+    assert steps[2].title == "cancelled by bob"
+    # The conversation goes on.
+    again = turn_start(conversation=turn.conversation, question="Echo hello", dispatch=False)
+    assert again.status == Turn.Status.QUEUED
+
+
+@pytest.fixture
+def broken_server(db: None) -> McpServer:
+    return McpServer.objects.create(
+        name="broken",
+        transport="stdio",
+        command=sys.executable,
+        args=["-m", "tests.fixtures.broken_server"],
+        cwd=str(REPO_ROOT),
+        call_timeout=60,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_stuck_in_a_slow_tool_call_is_cancelled_and_the_server_told(
+    alice: User, broken_server: McpServer, fast_lifecycle: Settings
+) -> None:
+    turn = _queued(alice, "Run the hang tool", [broken_server], tool_choice="named", tool_choice_name="broken/hang")
+    runner = _run_in_thread(turn)
+    assert _wait_until(lambda: Step.objects.filter(turn=turn, kind="tool").exists(), 20)
+
+    turn_cancel(turn=Turn.objects.get(pk=turn.pk), actor=alice)
+    runner.join(STOP_BOUND_SECONDS)
+
+    assert not runner.is_alive(), "the turn did not stop within 10 s"
+    turn.refresh_from_db()
+    assert turn.status == Turn.Status.CANCELLED
+    tool = Step.objects.get(turn=turn, kind="tool")
+    assert tool.status == "error" and "abandoned (cancelled by alice)" in tool.error
+    labels = list(tool.exchanges.order_by("seq").values_list("label", flat=True))
+    assert "tools/call" in labels and "notifications/cancelled" in labels
+    call = json.loads(tool.exchanges.get(label="tools/call").request_body)
+    cancelled = json.loads(tool.exchanges.get(label="notifications/cancelled").request_body)
+    assert cancelled["params"]["requestId"] == call["id"]  # it names the call it abandons
+    last = Step.objects.filter(turn=turn, parent__isnull=True).order_by("-seq").first()
+    assert last is not None and last.title == "cancelled by alice"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_marked_interrupted_by_another_process_stops_and_keeps_that_ending(
+    alice: User, fast_lifecycle: Settings
+) -> None:
+    turn = _queued(alice, question=f"{WEATHER} [demo:slow=15]")
+    runner = _run_in_thread(turn)
+    assert _wait_until(lambda: Step.objects.filter(turn=turn, kind="decide").exists(), 10)
+
+    Turn.objects.filter(pk=turn.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=120))
+    assert turns_reap_stale(window=60) == [turn.pk]
+    runner.join(STOP_BOUND_SECONDS)
+
+    assert not runner.is_alive()
+    turn.refresh_from_db()
+    assert turn.status == Turn.Status.INTERRUPTED
+    assert Conversation.objects.get(pk=turn.conversation_id).turns.count() == 1
