@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
+from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -36,6 +38,24 @@ class LoginView(auth_views.LoginView):
             username=form.data.get("username", ""), address=client_address(self.request.META)
         )
         return super().form_invalid(form)
+
+
+class ThrottledAdminAuthenticationForm(AdminAuthenticationForm):
+    """The admin site's login form, counting and refusing attempts with the same counters (the
+    admin's own view answers 200 with the form's error; it has no hook for a status)."""
+
+    def clean(self) -> dict[str, Any]:
+        username = str(self.data.get("username", ""))
+        address = client_address(self.request.META) if self.request is not None else "unknown"
+        try:
+            login_throttle_check(username=username, address=address)
+        except LoginThrottled as exc:
+            raise ValidationError(str(exc), code="throttled") from None
+        try:
+            return super().clean()
+        except ValidationError:
+            login_failure_record(username=username, address=address)
+            raise
 
 
 def _user(request: HttpRequest) -> User:

@@ -4,6 +4,9 @@ from django.urls import include, path
 
 from inspector import accounts, api, views
 
+# The admin's own login page counts and refuses password guesses like the site's login.
+admin.site.login_form = accounts.ThrottledAdminAuthenticationForm
+
 urlpatterns = [
     path("", views.conversation_list, name="inspector-conversations"),
     path("conversations/new", views.conversation_create, name="inspector-conversation-create"),

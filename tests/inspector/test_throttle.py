@@ -155,3 +155,18 @@ def test_behind_a_proxy_the_configured_header_names_the_client(alice: User) -> N
 
     assert blocked.status_code == 429
     assert other_client.status_code == 302
+
+
+def test_the_admin_login_counts_and_refuses_with_the_same_counters(alice: User, address: str) -> None:
+    alice.is_staff = True
+    alice.save()
+    admin = Client(REMOTE_ADDR=address)
+    for _ in range(2):
+        admin.post("/admin/login/", {"username": alice.username, "password": "guess"})
+    _login(alice.username, "guess", address)  # the third failure, on the site's login page
+
+    refused = admin.post("/admin/login/", {"username": alice.username, "password": PASSWORD})
+
+    assert "Too many failed sign-in attempts" in refused.content.decode()
+    assert "_auth_user_id" not in admin.session
+    assert _login(alice.username, PASSWORD, _address()).status_code == 429
