@@ -422,7 +422,9 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> None:
     recorder.drain()
     index_last_request_whole(turn.pk)
     if not _still_ours(turn):
-        # Another process has marked it finished meanwhile (its heartbeat was lost): that stands.
+        # Another process has marked it finished meanwhile (its heartbeat was lost): that ending
+        # stands; the seal is made again over what this runner recorded since.
+        recorder.seal()
         recorder.turn_changed()
         return
     # An ordinary (synchronous) commit: it makes the turn and every step before it durable.

@@ -21,6 +21,7 @@ from django.db import connection
 from django.utils import timezone
 from pytest_django.fixtures import Settings
 
+from conversations.integrity import conversation_verify
 from conversations.lifecycle import turn_claim, turn_unwatch, turn_watch, turns_reap_stale
 from conversations.models import Conversation, Exchange, Step, Turn
 from conversations.recording import TurnRecorder
@@ -169,6 +170,7 @@ def test_a_turn_whose_heartbeat_stopped_is_interrupted_keeping_its_steps(alice: 
     assert (connect.kind, connect.status, connect.text) == ("connect", "ok", "demo: connected")
     assert (error.kind, error.status, error.title) == ("error", "error", "the turn was interrupted")
     assert "last heartbeat was at" in error.error
+    assert conversation_verify(conversation=turn.conversation).intact  # sealed as it ended
 
 
 @pytest.mark.django_db
@@ -298,6 +300,7 @@ def test_a_turn_stuck_in_a_slow_model_call_is_cancelled_keeping_what_it_recorded
     assert steps[0].exchanges.filter(label="tools/list").exists()
     assert "the model call was abandoned: cancelled by bob" in steps[1].error
     assert steps[2].title == "cancelled by bob"
+    assert conversation_verify(conversation=turn.conversation).intact
     # The conversation goes on.
     again = turn_start(conversation=turn.conversation, question="Echo hello", dispatch=False)
     assert again.status == Turn.Status.QUEUED
@@ -355,4 +358,7 @@ def test_a_turn_marked_interrupted_by_another_process_stops_and_keeps_that_endin
     assert not runner.is_alive()
     turn.refresh_from_db()
     assert turn.status == Turn.Status.INTERRUPTED
-    assert Conversation.objects.get(pk=turn.conversation_id).turns.count() == 1
+    # The runner's last write (the abandoned call) came after the interruption: sealed again.
+    decide = Step.objects.get(turn=turn, kind="decide")
+    assert decide.status == "error" and "the turn was marked interrupted by another process" in decide.error
+    assert conversation_verify(conversation=Conversation.objects.get(pk=turn.conversation_id)).intact
