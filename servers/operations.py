@@ -60,9 +60,11 @@ class _Recorder:
             self.operation.exchanges.add(*rows)
 
 
-def _operation_for(operation: Operation, config: ServerConfig, tool: dict[str, Any] | None) -> gateway.Operation:
+def _operation_for(
+    operation: Operation, config: ServerConfig, tool: dict[str, Any] | None, given: Any = None
+) -> gateway.Operation:
     kind = Operation.Kind
-    arguments: Any = operation.arguments or {}
+    arguments: Any = (operation.arguments if given is None else given) or {}
     if operation.kind == kind.TOOLS_CALL:
         # A person may need to answer the server mid-call: the call waits for them too.
         timeout = config.call_timeout + (ANSWER_WAIT_SECONDS if config.elicitation else 0)
@@ -212,10 +214,12 @@ def _status(outcome: Outcome) -> str:
     return Operation.Status.ERROR if outcome.error else Operation.Status.OK
 
 
-def operation_run(*, operation_id: int, tool: dict[str, Any] | None = None) -> Operation:
+def operation_run(*, operation_id: int, tool: dict[str, Any] | None = None, arguments: Any = None) -> Operation:
     """Run a created operation to its end and record everything it caused.
 
     ``tool`` is the called tool's definition as last listed (for the outputSchema check).
+    ``arguments``: what to send, as the user gave them (the row holds them redacted); None: the
+    row's.
     Never raises for a server's failure: the operation ends with status ``error`` and why.
     """
     operation = Operation.objects.select_related("server", "server__sampling_profile").get(pk=operation_id)
@@ -227,7 +231,7 @@ def operation_run(*, operation_id: int, tool: dict[str, Any] | None = None) -> O
     recorder = _Recorder(operation, active_redactor(secrets=config.secrets))
     running = gateway.begin(
         config,
-        _operation_for(operation, config, tool),
+        _operation_for(operation, config, tool, arguments),
         answer_wait=ANSWER_WAIT_SECONDS + 5,
         fresh=operation.kind == Operation.Kind.CONNECT,
     )
@@ -291,10 +295,10 @@ _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
 
 
-def _run_in_thread(operation_id: int, tool: dict[str, Any] | None) -> None:
+def _run_in_thread(operation_id: int, tool: dict[str, Any] | None, arguments: Any = None) -> None:
     close_old_connections()
     try:
-        operation_run(operation_id=operation_id, tool=tool)
+        operation_run(operation_id=operation_id, tool=tool, arguments=arguments)
     except Exception as exc:  # noqa: BLE001 — the thread's boundary: the operation must still end
         logger.exception("workbench operation %s crashed", operation_id)
         Operation.objects.filter(pk=operation_id, status=Operation.Status.RUNNING).update(
@@ -306,17 +310,17 @@ def _run_in_thread(operation_id: int, tool: dict[str, Any] | None) -> None:
         connections.close_all()
 
 
-def operation_dispatch(*, operation_id: int, tool: dict[str, Any] | None = None) -> None:
+def operation_dispatch(*, operation_id: int, tool: dict[str, Any] | None = None, arguments: Any = None) -> None:
     """Run the operation in this process's workbench thread pool once the transaction commits.
 
     With ``settings.WORKBENCH_RUNNER = "inline"`` it runs at once, in this thread (tests).
     """
     if getattr(settings, "WORKBENCH_RUNNER", "thread") == "inline":
-        operation_run(operation_id=operation_id, tool=tool)
+        operation_run(operation_id=operation_id, tool=tool, arguments=arguments)
         return
     global _executor
     with _executor_lock:
         if _executor is None:
             _executor = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="workbench")
     executor = _executor
-    transaction.on_commit(lambda: executor.submit(_run_in_thread, operation_id, tool))
+    transaction.on_commit(lambda: executor.submit(_run_in_thread, operation_id, tool, arguments))

@@ -252,13 +252,14 @@ def operation_start(
         source=source,
         kind=kind,
         target=target,
-        arguments=arguments,
+        # Stored redacted from the start (a secret typed into a tool form is sent, never kept).
+        arguments=active_redactor(secrets=server.secret_values()).json(arguments),
         saved_call=saved_call,
     )
     if background:
-        operation_dispatch(operation_id=operation.pk, tool=tool)
+        operation_dispatch(operation_id=operation.pk, tool=tool, arguments=arguments)
         return operation
-    return operation_run(operation_id=operation.pk, tool=tool)
+    return operation_run(operation_id=operation.pk, tool=tool, arguments=arguments)
 
 
 def operation_cancel(*, operation: Operation) -> None:
