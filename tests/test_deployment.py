@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import secrets
@@ -373,3 +375,63 @@ def test_the_defaults_are_not_mistaken_for_production(tmp_path: Path) -> None:
     # `make run` serves plain HTTP on 127.0.0.1: the checklist names what production must set.
     for warning in ("security.W004", "security.W008", "security.W012", "security.W016"):
         assert warning in result.stderr + result.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_web_healthchecks_pass_against_a_served_app_with_production_host_and_https_rules(
+    tmp_path: Path,
+) -> None:
+    port = _free_port()
+    env = {key: value for key, value in os.environ.items() if key not in {"DATABASE_URL", "REDIS_URL"}}
+    env.update(VAR_DIR=str(tmp_path), ALLOWED_HOSTS="inspector.example.com", SECURE_SSL_REDIRECT="1")
+    compose_check = _resolved()["services"]["web"]["healthcheck"]["test"][1:]
+    image_check = json.loads(
+        next(arguments for instruction, arguments in _dockerfile() if instruction == "HEALTHCHECK").split(
+            "CMD", 1
+        )[1]
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "inspector.asgi:application"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "daphne did not start"
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    server.wait(timeout=0.1)  # a bounded wait for it to listen (or to die)
+        results = {
+            name: subprocess.run(
+                [part.replace(":8000/", f":{port}/") for part in command],
+                cwd=REPO_ROOT,
+                env=env,
+                capture_output=True,
+            )
+            for name, command in (("compose", compose_check), ("image", image_check))
+        }
+        other_page = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/')",
+            ],
+            capture_output=True,
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    assert {name: result.returncode for name, result in results.items()} == {"compose": 0, "image": 0}
+    assert other_page.returncode != 0  # any other page: 400, the host is not allowed
