@@ -11,7 +11,8 @@ import functools
 import logging
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import httpx2
@@ -121,17 +122,21 @@ class GatewayToolHost:
         return ToolRun(result=outcome.result, error=outcome.error, exchanges=outcome.records, notes=notes)
 
 
-_model_calls: ThreadPoolExecutor | None = None
-_model_calls_lock = threading.Lock()
+def _on_own_thread(call: Callable[[], ModelReply]) -> Future[ModelReply]:
+    """Run ``call`` on a daemon thread of its own: an abandoned call never holds up the process's
+    exit (a pool's threads are joined at exit: a web server would wait out the model)."""
+    future: Future[ModelReply] = Future()
 
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(call())
+        except BaseException as exc:  # noqa: BLE001 — handed to the waiting thread as it is
+            future.set_exception(exc)
 
-def _model_call_pool() -> ThreadPoolExecutor:
-    global _model_calls
-    with _model_calls_lock:
-        if _model_calls is None:
-            # Every turn of the process may wait on a model at once; threads are made as needed.
-            _model_calls = ThreadPoolExecutor(max_workers=1024, thread_name_prefix="model-call")
-        return _model_calls
+    threading.Thread(target=run, name="model-call", daemon=True).start()
+    return future
 
 
 @dataclass
@@ -159,8 +164,10 @@ class AbandonableProvider:
                 on_delta(partial)
 
         context = contextvars.copy_context()
-        future: Future[ModelReply] = _model_call_pool().submit(
-            context.run, self.inner.complete, request, on_delta=relay if on_delta is not None else None
+        future = _on_own_thread(
+            functools.partial(
+                context.run, self.inner.complete, request, on_delta=relay if on_delta is not None else None
+            )
         )
         wake = threading.Event()
         future.add_done_callback(lambda _: wake.set())
