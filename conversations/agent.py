@@ -97,6 +97,9 @@ class Completer(Protocol):
     def complete(self, request: ModelRequest, *, on_delta: DeltaCallback | None = None) -> ModelReply: ...
 
 
+# What reading untrusted model output can raise besides a ``ProviderError``: a parser's miss.
+_UNREADABLE = (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError, UnicodeError)
+
 # Asked between steps: why the turn must stop now ("" to go on).
 StopCheck = Callable[[], str]
 
@@ -196,6 +199,9 @@ class _Asker:
         self.partials = partials
         self.steps: list[StepRef] = []
         self.downgrades: list[tuple[str, str]] = []
+        # What the providers escaped in this decision's replies (``ModelReply.notes``): kept at
+        # the head of the step's diagnostics whatever the paradigm adds.
+        self.notes: list[str] = []
 
     @property
     def last_step(self) -> StepRef | None:
@@ -230,7 +236,11 @@ class _Asker:
             )
             raise
         self.steps.append(step)
-        self.recorder.step_save(step, text=reply.text or "", usage=reply.usage, exchanges=[reply.exchange])
+        self.notes.extend(reply.notes)
+        noted: dict[str, Any] = {"diagnostics": list(self.notes)} if reply.notes else {}
+        self.recorder.step_save(
+            step, text=reply.text or "", usage=reply.usage, exchanges=[reply.exchange], **noted
+        )
         return reply
 
     def _prompt(self, request: ModelRequest) -> Callable[[], dict[str, Any]]:
@@ -253,7 +263,7 @@ class _Asker:
     def note(self, *, text: str | None = None, diagnostics: Sequence[str] = ()) -> None:
         if self.last_step is None:
             return
-        fields: dict[str, Any] = {"diagnostics": list(diagnostics)}
+        fields: dict[str, Any] = {"diagnostics": [*self.notes, *diagnostics]}
         if text is not None:
             fields["text"] = text
         self.recorder.step_save(self.last_step, **fields)
@@ -308,7 +318,18 @@ def run_agent(
         except ProviderError as exc:
             downgrades.extend(asker.downgrades)
             return AgentOutcome("failed", "", exc.message, messages, downgrades)
+        except _UNREADABLE as exc:
+            # A reply no parser foresaw: the raw response is recorded already (``ask``); the
+            # step says what broke, and the turn fails instead of stopping half-recorded.
+            downgrades.extend(asker.downgrades)
+            problem = f"the {paradigm.key} paradigm could not read the reply: {type(exc).__name__}: {exc}"[:2000]
+            if asker.last_step is not None:
+                recorder.step_close(
+                    asker.last_step, status="error", error=problem, diagnostics=[*asker.notes, problem]
+                )
+            return AgentOutcome("failed", "", problem, messages, downgrades)
         downgrades.extend(asker.downgrades)
+        decision.diagnostics[:0] = asker.notes
         step = asker.last_step
         if step is None:
             raise RuntimeError(f"the {paradigm.key} paradigm decided without asking the model")

@@ -44,9 +44,10 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model, OuterRef, Subquery
 from django.utils import timezone
 
+from conversations.escaping import storable_json, storable_text
 from conversations.integrity import GENESIS, chain_head_query, exchange_digest, integrity_key, turn_seal
 from conversations.models import Exchange, ModelProfile, RedactionRule, Step, Turn
-from conversations.providers.streaming import DeltaCallback, PartialReply, throttled
+from conversations.providers.streaming import SNAPSHOT_TAIL_CHARS, DeltaCallback, PartialReply, throttled
 from conversations.redaction import Redactor, redactor, remember
 from conversations.strings import changed_span
 from inspector import live
@@ -78,11 +79,11 @@ _STEP_FIELDS = {
 
 
 # A streamed reply is shown at most this often, and only its last characters (each snapshot
-# carries everything so far).
+# carries the end of everything so far: ``SNAPSHOT_TAIL_CHARS``).
 PARTIAL_INTERVAL_SECONDS = 0.05
 PARTIAL_TAIL_CHARS = 8000
 # The characters keys, tokens and e-mail addresses are made of (see ``redaction``).
-_UNFINISHED_TOKEN = re.compile(r"[A-Za-z0-9_\-./+=:@~]+\Z")
+_TOKEN_CHARACTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./+=:@~"
 
 # Step fields that may carry model or tool text (and so secrets).
 _REDACTED_FIELDS = {"title", "prompt", "text", "calls", "diagnostics", "arguments", "result", "error"}
@@ -90,14 +91,34 @@ _REDACTED_FIELDS = {"title", "prompt", "text", "calls", "diagnostics", "argument
 _REDACTED_TURN_FIELDS = ("question", "answer", "error", "tools", "transcript")
 
 
-def _storable(text: str) -> str:
-    """Text fit for every database: no NUL (Postgres refuses it), cut at the configured limit."""
-    if "\x00" in text:
-        text = text.replace("\x00", "\ufffd")
+# A cut made before the recorder saw the text (the MCP capture cuts at the same limit): its marker
+# names the true total, which a second cut must keep.
+_EARLIER_CUT = re.compile(r"\n… \[cut(?: by the inspector)?: (\d+) characters in all\]\Z")
+
+
+def _storable(text: str) -> tuple[str, str | None]:
+    """Text fit for every database, and what was escaped to make it so (None: nothing).
+
+    Characters a database refuses (NUL, lone surrogates) make the whole text its JSON string
+    literal (``conversations.escaping``); a text past the configured limit is cut, and the cut
+    marker names how long it really was, also when it had been cut before.
+    """
+    total = len(text)
+    earlier = _EARLIER_CUT.search(text, max(0, len(text) - 80))
+    if earlier is not None:
+        total = int(earlier.group(1))
+    stored, problem = storable_text(text)
     limit = settings.EXCHANGE_BODY_LIMIT
-    if len(text) > limit:
-        return text[:limit] + f"\n… [cut by the inspector: {len(text)} characters in all]"
-    return text
+    if len(stored) <= limit:
+        return stored, problem
+    if earlier is not None and problem is None:
+        stored = stored[: earlier.start()]
+    return stored[:limit] + f"\n… [cut by the inspector: {total} characters in all]", problem
+
+
+def _storable_line(text: str, limit: int) -> str:
+    """A short text (a label, an id) fit for every database and its column."""
+    return storable_text(text)[0][:limit]
 
 
 def index_last_request_whole(turn_id: int) -> None:
@@ -113,8 +134,21 @@ def index_last_request_whole(turn_id: int) -> None:
 
 
 def turn_redacted(values: dict[str, Any], redact: Redactor) -> dict[str, Any]:
-    """Turn field values as they may be stored: every text field redacted."""
-    return {name: redact.json(value) if name in _REDACTED_TURN_FIELDS else value for name, value in values.items()}
+    """Turn field values as they may be stored: every text field storable (``_storable_value``)
+    and redacted."""
+    return {
+        name: redact.json(_storable_value(value)) if name in _REDACTED_TURN_FIELDS else value
+        for name, value in values.items()
+    }
+
+
+def _storable_value(value: Any) -> Any:
+    """A text or JSON value in a form every database stores (``conversations.escaping``)."""
+    if isinstance(value, str):
+        return storable_text(value)[0]
+    if isinstance(value, dict | list | float):
+        return storable_json(value)[0]
+    return value
 
 
 def turn_end_save(*, turn: Turn, redact: Redactor | None = None, update_fields: Sequence[str] | None = None) -> None:
@@ -173,34 +207,41 @@ def exchange_rows(
     if turn_id is not None and conversation_id is None:
         raise ValueError("an exchange of a turn needs the turn's conversation_id")
 
-    def text(value: str) -> str:
-        return _storable(redact.text(value))
-
     def headers(values: dict[str, str]) -> dict[str, str]:
-        return {name: redact.text(value) for name, value in values.items()}
+        return {storable_text(name)[0]: storable_text(redact.text(value))[0] for name, value in values.items()}
 
-    return [
-        Exchange(
-            turn_id=turn_id,
-            conversation_id=conversation_id,
-            step_id=step_id,
-            server_id=record.server_id,
-            seq=first_seq + offset,
-            channel=record.channel,
-            direction=record.direction,
-            label=record.label[:200],
-            jsonrpc_id=record.jsonrpc_id[:64],
-            request_headers=headers(record.request_headers),
-            request_body=text(record.request_body),
-            response_headers=headers(record.response_headers),
-            response_body=text(record.response_body),
-            status=record.status[:32],
-            error=text(record.error),
-            started_at=record.started_at,
-            duration_ms=record.duration_ms,
+    rows: list[Exchange] = []
+    for offset, record in enumerate(records):
+        request_body, request_problem = _storable(redact.text(record.request_body))
+        response_body, response_problem = _storable(redact.text(record.response_body))
+        error, _ = _storable(redact.text(record.error))
+        escaped = [
+            f"the inspector escaped the {what} body: {problem}"
+            for what, problem in (("request", request_problem), ("response", response_problem))
+            if problem
+        ]
+        rows.append(
+            Exchange(
+                turn_id=turn_id,
+                conversation_id=conversation_id,
+                step_id=step_id,
+                server_id=record.server_id,
+                seq=first_seq + offset,
+                channel=record.channel,
+                direction=record.direction,
+                label=_storable_line(record.label, 200),
+                jsonrpc_id=_storable_line(record.jsonrpc_id, 64),
+                request_headers=headers(record.request_headers),
+                request_body=request_body,
+                response_headers=headers(record.response_headers),
+                response_body=response_body,
+                status=_storable_line(record.status, 32),
+                error="\n".join([error, *escaped]).strip("\n") if escaped else error,
+                started_at=record.started_at,
+                duration_ms=record.duration_ms,
+            )
         )
-        for offset, record in enumerate(records)
-    ]
+    return rows
 
 
 def server_records_store(records: Sequence[WireExchange], *, redact: Redactor | None = None) -> None:
@@ -214,6 +255,8 @@ def server_records_store(records: Sequence[WireExchange], *, redact: Redactor | 
 # Step ids are reserved from the sequence this many at a time at first, doubling up to the most.
 _ID_BLOCK_FIRST = 8
 _ID_BLOCK_MOST = 64
+# Where notes about a step go until its id is known (only a step written inline has none yet).
+_UNSAVED_STEP = -1
 
 
 @dataclass
@@ -263,7 +306,7 @@ class _Batch:
         self.prepared = True
         owner = self.owner
         self.turn_values = turn_redacted(self.turn_values, owner.redact)
-        self.updates = {pk: owner._redacted(fields) for pk, fields in self.updates.items()}
+        self.updates = {pk: owner._redacted(fields, step=pk) for pk, fields in self.updates.items()}
         for step_id, records, first_seq in self.records:
             rows = exchange_rows(
                 records,
@@ -294,7 +337,7 @@ class _Batch:
                 kind=opening.kind,
                 started_at=opening.at,
                 updated_at=opening.at,
-                **owner._redacted({"title": opening.title, **fields}),
+                **owner._redacted({"title": opening.title, **fields}, step=opening.pk),
             )
 
     def live(self) -> bool:
@@ -715,6 +758,10 @@ class TurnRecorder:
         self._write_error: BaseException | None = None
         # Ids of steps whose write failed or was dropped (the writer's thread only).
         self._lost: set[int] = set()
+        # By step (the writer's side): the diagnostics the loop last gave it, and what the
+        # recorder had to escape in its values (``_storable_fields``).
+        self._given_diagnostics: dict[int, list[Any]] = {}
+        self._escapes: dict[int, list[str]] = {}
 
     @property
     def deferred(self) -> bool:
@@ -754,6 +801,11 @@ class TurnRecorder:
         batch = self._batch(opening=opening)
         self._send(batch)
         pk = opening.pk if opening.pk is not None else batch.step.pk  # type: ignore[union-attr]
+        if opening.pk is None:
+            # Written inline, so its id is known now: what was noted for it goes with the id.
+            for notes in (self._given_diagnostics, self._escapes):
+                if _UNSAVED_STEP in notes:
+                    notes[pk] = notes.pop(_UNSAVED_STEP)
         self._parents[pk] = parent
         return pk
 
@@ -789,8 +841,8 @@ class TurnRecorder:
                 calls=[
                     {
                         "index": call.index,
-                        "id": self.redact.text(call.id),
-                        "name": self.redact.text(call.name),
+                        "id": self.redact.text(storable_text(call.id)[0]),
+                        "name": self.redact.text(storable_text(call.name)[0]),
                         "arguments": self._settled(call.arguments),
                     }
                     for call in partial.calls
@@ -808,9 +860,14 @@ class TurnRecorder:
 
         A secret arriving in pieces matches no redaction pattern until it is whole; holding back
         the trailing run of token characters shows it only once a delimiter has followed it,
-        when the redactor can see all of it. The stored step shows everything right after.
+        when the redactor can see all of it. A snapshot cut to its tail may begin inside a word
+        (a secret's end, which no pattern would recognise): that first run is held back too.
+        The stored step shows everything right after. Linear in the snapshot, which is bounded.
         """
-        return self.redact.text(_UNFINISHED_TOKEN.sub("", text))[-PARTIAL_TAIL_CHARS:]
+        settled = text.rstrip(_TOKEN_CHARACTERS)
+        if len(text) >= SNAPSHOT_TAIL_CHARS:
+            settled = settled.lstrip(_TOKEN_CHARACTERS)
+        return self.redact.text(storable_text(settled)[0])[-PARTIAL_TAIL_CHARS:]
 
     def turn_save(self, *fields: str) -> None:
         """Queue a save of these fields of the turn (and its ``updated_at``) with the next write;
@@ -898,15 +955,48 @@ class TurnRecorder:
             self._write_error = None
             raise error
 
-    def _redacted(self, fields: dict[str, Any]) -> dict[str, Any]:
-        """Fields as they may be stored: every text redacted, the title cut to its column."""
+    def _redacted(self, fields: dict[str, Any], *, step: int | None) -> dict[str, Any]:
+        """Fields as they may be stored: every value storable (``_storable_fields``), every text
+        redacted, the title and tool name cut to their columns."""
+        storable = self._storable_fields(fields, step=step)
         redacted = {
             name: self.redact.json(value) if name in _REDACTED_FIELDS else value
-            for name, value in fields.items()
+            for name, value in storable.items()
         }
         if "title" in redacted:
             redacted["title"] = str(redacted["title"])[:300]
+        if "tool_name" in redacted:
+            redacted["tool_name"] = str(redacted["tool_name"])[:200]
         return redacted
+
+    def _storable_fields(self, fields: dict[str, Any], *, step: int | None) -> dict[str, Any]:
+        """``fields`` with every text and JSON value in a form every database stores
+        (``conversations.escaping``); what had to be escaped is said in the step's diagnostics,
+        after the diagnostics the loop gave it (the writer's side: batches come in order)."""
+        key = step if step is not None else _UNSAVED_STEP
+        storable: dict[str, Any] = {}
+        notes: list[str] = []
+        for name, value in fields.items():
+            if isinstance(value, str):
+                value, problem = storable_text(value)
+                if problem:
+                    notes.append(f"{name}: {problem}")
+            elif isinstance(value, dict | list | float):
+                value, found = storable_json(value, path=name)
+                notes.extend(found)
+            storable[name] = value
+        if "diagnostics" in storable:
+            given = storable["diagnostics"]
+            self._given_diagnostics[key] = list(given) if isinstance(given, list) else [given]
+        if notes:
+            self._escapes.setdefault(key, []).extend(notes)
+        escapes = self._escapes.get(key)
+        if escapes and (notes or "diagnostics" in storable):
+            storable["diagnostics"] = [
+                *self._given_diagnostics.get(key, []),
+                *(f"the inspector escaped what no database stores as it is — {note}" for note in escapes),
+            ]
+        return storable
 
     @staticmethod
     def _check(fields: dict[str, Any]) -> None:

@@ -39,6 +39,7 @@ from django.db.models import (
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, Least, Left, Substr
 
+from conversations.escaping import carriable
 from conversations.models import Comparison, Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.providers import PROVIDERS
 from conversations.providers.excerpts import EXCERPTS
@@ -307,8 +308,9 @@ def conversation_transcript(*, conversation: Conversation) -> JSONDict:
 def pretty_json(text: str) -> tuple[str, bool]:
     """``text`` pretty-printed if it is JSON; returns (text, was_json)."""
     try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False), True
-    except (ValueError, TypeError):
+        # A "\ud800" escape in the body decodes to a lone surrogate: shown as the escape again.
+        return carriable(json.dumps(json.loads(text), indent=2, ensure_ascii=False)), True
+    except (ValueError, TypeError, RecursionError):  # RecursionError: JSON nested thousands deep
         return text, False
 
 
@@ -700,7 +702,7 @@ class WireColumn:
 def _json_or_none(text: str) -> JSONDict | None:
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 

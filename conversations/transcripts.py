@@ -57,6 +57,7 @@ from django.utils import timezone
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from conversations.escaping import carriable
 from conversations.integrity import KEYED, LEGACY, conversation_rechain, conversation_verify, key_id
 from conversations.models import (
     TOOL_CHOICE_MODES,
@@ -897,7 +898,9 @@ def transcript_export(*, conversation: Conversation, fmt: ExportFormat) -> str:
     exporter = EXPORTERS.get(fmt)
     if exporter is None:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
-    return exporter(transcript_document(conversation=conversation))
+    # Whatever a stored value holds (a lone surrogate read back from SQLite's JSON), the export is
+    # text every file and terminal can carry.
+    return carriable(exporter(transcript_document(conversation=conversation)))
 
 
 # --- import --------------------------------------------------------------------------------------

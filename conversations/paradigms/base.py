@@ -11,12 +11,14 @@ between paradigms freely; each paradigm renders that history into its own wire f
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
 from conversations.providers.base import ModelReply, ModelRequest
+from inspector.typealias import JSONValue
 
 
 class Asker(Protocol):
@@ -77,6 +79,31 @@ class Paradigm(Protocol):
     def decide(self, context: DecisionContext) -> Decision: ...
 
 
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is too large for JSON to carry")
+    return value
+
+
+def strict_json(text: str) -> JSONValue:
+    """``text`` parsed as strict JSON: what every database stores and every provider accepts.
+
+    Raises:
+        ValueError: it is not JSON, holds ``NaN``/``Infinity`` or a number that overflows (``1e999999``),
+            or nests too deeply to read.
+    """
+    try:
+        value: JSONValue = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise ValueError("it nests too deeply to read") from None
+    return value
+
+
 def parse_arguments(call: ToolCall, diagnostics: list[str]) -> ToolCall:
     """``call`` with ``arguments`` parsed from its text; a problem is noted, never raised."""
     text = call.arguments_text.strip()
@@ -84,7 +111,7 @@ def parse_arguments(call: ToolCall, diagnostics: list[str]) -> ToolCall:
         call.arguments = {}
         return call
     try:
-        value = json.loads(text)
+        value = strict_json(text)
     except ValueError as exc:
         diagnostics.append(f"{call.name}: arguments are not valid JSON ({exc})")
         call.arguments = None

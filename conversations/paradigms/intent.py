@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
 from conversations.llm import Message, ToolCall, ToolDef
-from conversations.paradigms.base import Decision, DecisionContext, offered
+from conversations.paradigms.base import Decision, DecisionContext, offered, strict_json
 from conversations.paradigms.prompt_json import (
     Attempt,
     Retry,
@@ -234,7 +234,7 @@ def _bare_object(text: str) -> tuple[JSONDict | None, list[str]]:
     if not body:
         return None, [*notes, "empty reply"]
     try:
-        value: JSONValue = json.loads(body)
+        value: JSONValue = strict_json(body)
     except ValueError as exc:
         value = repaired_object(body)
         # Prose repairs to an empty object; only text that opened one may be read as "no arguments".

@@ -26,7 +26,7 @@ from jsonschema.exceptions import best_match
 from jsonschema.validators import Draft202012Validator
 
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
-from conversations.paradigms.base import Decision, DecisionContext, offered
+from conversations.paradigms.base import Decision, DecisionContext, offered, strict_json
 from conversations.paradigms.prompt_json import (
     Attempt,
     ask_with_retry,
@@ -641,7 +641,7 @@ def _loaded(text: str, diagnostics: list[str]) -> JSONDict | None:
     if fenced:
         diagnostics.append("stripped a code fence around the JSON")
     try:
-        value: JSONValue = json.loads(body)
+        value: JSONValue = strict_json(body)
     except ValueError as exc:
         repaired = repaired_object(body)
         if not repaired:
@@ -659,7 +659,7 @@ def _loaded(text: str, diagnostics: list[str]) -> JSONDict | None:
 
 def _decoded_arguments(raw: str, name: str, diagnostics: list[str]) -> JSONDict | None:
     try:
-        value: JSONValue = json.loads(raw)
+        value: JSONValue = strict_json(raw)
     except ValueError as exc:
         value = repaired_object(raw)
         if value is None:

@@ -53,9 +53,9 @@ from conversations.providers.http import (
     object_or_empty,
     parse_sse,
     post_json,
+    reply_read,
     stream_error,
     string_or_none,
-    unreadable,
 )
 from conversations.providers.streaming import (
     DeltaCallback,
@@ -65,6 +65,7 @@ from conversations.providers.streaming import (
     PartialReply,
     SseEvent,
     display_pass,
+    tail,
 )
 from inspector.typealias import JSONDict, JSONValue
 from inspector.wire import WireExchange
@@ -254,6 +255,10 @@ def _reply(message: JSONDict, exchange: WireExchange, raw_inputs: dict[str, str]
     )
 
 
+# The deltas that grow a block's text field, and the field they grow.
+_GROWING = {"text_delta": "text", "thinking_delta": "thinking", "signature_delta": "signature"}
+
+
 @dataclass
 class _BlockAssembler:
     """Rebuilds a streamed message from its events (wire-formats §4.4).
@@ -265,6 +270,9 @@ class _BlockAssembler:
     message: JSONDict = field(default_factory=dict)
     blocks: dict[int, JSONDict] = field(default_factory=dict)
     partial_json: dict[int, list[str]] = field(default_factory=dict)
+    # The pieces of each block's growing ``text``/``thinking``/``signature``, by (block, field):
+    # joined once at the end (adding each delta to a string would copy it all every time).
+    pieces: dict[tuple[int, str], list[str]] = field(default_factory=dict)
     raw_inputs: dict[str, str] = field(default_factory=dict)
     stopped: bool = False
     emitter: PartialEmitter = field(default_factory=lambda: PartialEmitter(None))
@@ -276,16 +284,17 @@ class _BlockAssembler:
             block = self.blocks[position]
             if block.get("type") == "text":
                 texts.append(string_or_none(block.get("text")) or "")
+                texts.extend(self.pieces.get((position, "text"), []))
             elif block.get("type") == "tool_use":
                 calls.append(
                     PartialCall(
                         index=len(calls),
                         id=string_or_none(block.get("id")) or "",
                         name=string_or_none(block.get("name")) or "",
-                        arguments="".join(self.partial_json.get(position, [])),
+                        arguments=tail(self.partial_json.get(position, [])),
                     )
                 )
-        return PartialReply(text="".join(texts), calls=tuple(calls))
+        return PartialReply(text=tail(texts), calls=tuple(calls))
 
     def add(self, event: JSONDict) -> None:
         kind = event.get("type")
@@ -308,22 +317,13 @@ class _BlockAssembler:
         self.emitter.offer(self.partial)
 
     def _add_delta(self, position: int, delta: JSONDict) -> None:
-        block = self.blocks.setdefault(position, {})
+        self.blocks.setdefault(position, {})
         kind = delta.get("type")
         if kind == "input_json_delta":
             self.partial_json.setdefault(position, []).append(string_or_none(delta.get("partial_json")) or "")
-        elif kind == "text_delta":
-            block["text"] = (string_or_none(block.get("text")) or "") + (
-                string_or_none(delta.get("text")) or ""
-            )
-        elif kind == "thinking_delta":
-            block["thinking"] = (string_or_none(block.get("thinking")) or "") + (
-                string_or_none(delta.get("thinking")) or ""
-            )
-        elif kind == "signature_delta":
-            block["signature"] = (string_or_none(block.get("signature")) or "") + (
-                string_or_none(delta.get("signature")) or ""
-            )
+        elif kind in _GROWING:
+            name = _GROWING[kind]
+            self.pieces.setdefault((position, name), []).append(string_or_none(delta.get(name)) or "")
 
     def _finish_block(self, position: int) -> None:
         block = self.blocks.get(position)
@@ -340,7 +340,16 @@ class _BlockAssembler:
             self.raw_inputs[string_or_none(block.get("id")) or ""] = joined
 
     def assembled(self) -> JSONDict:
-        return {**self.message, "content": [self.blocks[position] for position in sorted(self.blocks)]}
+        return {**self.message, "content": [self._block(position) for position in sorted(self.blocks)]}
+
+    def _block(self, position: int) -> JSONDict:
+        """A block with its streamed text, thinking and signature joined onto what it began with."""
+        block = dict(self.blocks[position])
+        for name in _GROWING.values():
+            pieces = self.pieces.get((position, name))
+            if pieces is not None:
+                block[name] = (string_or_none(block.get(name)) or "") + "".join(pieces)
+        return block
 
 
 def _parse_stream(body: str, exchange: WireExchange) -> ModelReply:
@@ -373,6 +382,18 @@ def _display_pass(on_delta: DeltaCallback | None) -> EventListener | None:
     return display_pass(show)
 
 
+def _parse_message(body: str, exchange: WireExchange) -> ModelReply:
+    """The reply in a whole ``message`` body.
+
+    Raises:
+        ValueError: the body is not a message object.
+    """
+    message = json_object(body)
+    if message.get("type") != "message":
+        raise ValueError(f"expected a message object, got type {message.get('type')!r}")
+    return _reply(message, exchange)
+
+
 class AnthropicProvider:
     key: ClassVar[str] = KEY
     label: ClassVar[str] = "Anthropic Messages"
@@ -393,12 +414,6 @@ class AnthropicProvider:
             headers,
             _display_pass(on_delta) if self.endpoint.stream else None,
         )
-        try:
-            if self.endpoint.stream:
-                return _parse_stream(body, exchange)
-            message = json_object(body)
-            if message.get("type") != "message":
-                raise ValueError(f"expected a message object, got type {message.get('type')!r}")
-            return _reply(message, exchange)
-        except ValueError as exc:
-            raise unreadable(exchange, str(exc)) from exc
+        if self.endpoint.stream:
+            return reply_read(exchange, lambda: _parse_stream(body, exchange))
+        return reply_read(exchange, lambda: _parse_message(body, exchange))

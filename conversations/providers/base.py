@@ -13,12 +13,17 @@ from inspector.wire import WireExchange
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where and how to reach a model. ``api_key`` is resolved at run time and never stored."""
+    """Where and how to reach a model. ``api_key`` is resolved at run time and never stored.
+
+    ``timeout`` bounds each phase of a call (connecting, each read); ``deadline`` bounds the
+    whole call, however its answer trickles in: past it the call is cut, what arrived is kept.
+    """
 
     model: str
     base_url: str
     api_key: str
     timeout: float = 120.0
+    deadline: float = 120.0
     in_process: bool = False
     # Use the provider's streaming mode; the raw event stream is what gets recorded.
     stream: bool = False
@@ -51,6 +56,9 @@ class ModelReply:
     refusal: str | None = None
     # Provider data the next request must send back unchanged (``Message.echo``), if any.
     echo: JSONDict | None = None
+    # What was escaped in the parsed reply to make it storable and sendable (the raw exchange
+    # keeps the original): one line each, for the step's diagnostics.
+    notes: list[str] = field(default_factory=list)
 
 
 class ProviderError(Exception):

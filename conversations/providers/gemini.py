@@ -58,10 +58,10 @@ from conversations.providers.http import (
     object_or_empty,
     parse_sse,
     post_json,
+    reply_read,
     stream_error,
     string_or_none,
     synthesized_call_id,
-    unreadable,
 )
 from conversations.providers.streaming import (
     DeltaCallback,
@@ -71,6 +71,7 @@ from conversations.providers.streaming import (
     PartialReply,
     SseEvent,
     display_pass,
+    tail,
 )
 from inspector.typealias import JSONDict, JSONValue
 from inspector.wire import WireExchange
@@ -443,7 +444,7 @@ def _reply(response: JSONDict, exchange: WireExchange, seed: str) -> ModelReply:
 
 
 def _plain_text(part: JSONValue) -> bool:
-    return isinstance(part, dict) and set(part) == {"text"}
+    return isinstance(part, dict) and set(part) == {"text"} and isinstance(part["text"], str)
 
 
 @dataclass
@@ -460,6 +461,11 @@ class _ChunkMerger:
     merged: JSONDict = field(default_factory=dict)
     candidate: JSONDict = field(default_factory=dict)
     emitter: PartialEmitter = field(default_factory=lambda: PartialEmitter(None))
+    # The pieces of each merged plain-text part, by its place in ``parts`` (joined once, at the
+    # end: adding each chunk's text to a string would copy it all every time), and each
+    # ``functionCall`` part's arguments as JSON text (worked out once, when it arrives).
+    runs: dict[int, list[str]] = field(default_factory=dict)
+    arguments: dict[int, str] = field(default_factory=dict)
 
     def add(self, chunk: JSONDict) -> None:
         self.merged.update({key: value for key, value in chunk.items() if key != "candidates"})
@@ -467,31 +473,39 @@ class _ChunkMerger:
             item = object_or_empty(item)
             self.candidate.update({key: value for key, value in item.items() if key != "content"})
             for part in list_or_empty(object_or_empty(item.get("content")).get("parts")):
-                if _plain_text(part) and self.parts and _plain_text(self.parts[-1]):
-                    previous = object_or_empty(self.parts[-1])
-                    self.parts[-1] = {"text": str(previous["text"]) + str(object_or_empty(part)["text"])}
-                else:
-                    self.parts.append(part)
+                last = len(self.parts) - 1
+                if _plain_text(part) and last in self.runs:
+                    self.runs[last].append(str(object_or_empty(part)["text"]))
+                    continue
+                self.parts.append(part)
+                if _plain_text(part):
+                    self.runs[last + 1] = [str(object_or_empty(part)["text"])]
+                elif isinstance(part, dict) and "functionCall" in part:
+                    self.arguments[last + 1] = compact_json(
+                        object_or_empty(part.get("functionCall")).get("args") or {}
+                    )
         self.emitter.offer(self.partial)
 
     def partial(self) -> PartialReply:
         texts: list[str] = []
         calls: list[PartialCall] = []
-        for part in self.parts:
+        for position, part in enumerate(self.parts):
             part = object_or_empty(part)
-            if "functionCall" in part:
+            if position in self.runs:
+                texts.extend(self.runs[position])
+            elif "functionCall" in part:
                 function_call = object_or_empty(part.get("functionCall"))
                 calls.append(
                     PartialCall(
                         index=len(calls),
                         id=string_or_none(function_call.get("id")) or "",
                         name=string_or_none(function_call.get("name")) or "",
-                        arguments=compact_json(function_call.get("args") or {}),
+                        arguments=tail([self.arguments.get(position, "")]),
                     )
                 )
             elif isinstance(part.get("text"), str) and not part.get("thought"):
                 texts.append(str(part["text"]))
-        return PartialReply(text="".join(texts), calls=tuple(calls))
+        return PartialReply(text=tail(texts), calls=tuple(calls))
 
     def response(self) -> JSONDict:
         """The merged response.
@@ -503,8 +517,12 @@ class _ChunkMerger:
         if "finishReason" not in self.candidate and blocked is None:
             raise ValueError("the event stream ended before a finishReason")
         response = dict(self.merged)
-        if self.candidate or self.parts:
-            response["candidates"] = [{**self.candidate, "content": {"role": "model", "parts": self.parts}}]
+        parts: list[JSONValue] = [
+            {"text": "".join(self.runs[position])} if position in self.runs else part
+            for position, part in enumerate(self.parts)
+        ]
+        if self.candidate or parts:
+            response["candidates"] = [{**self.candidate, "content": {"role": "model", "parts": parts}}]
         return response
 
 
@@ -554,9 +572,6 @@ class GeminiProvider:
             headers,
             _display_pass(on_delta) if stream else None,
         )
-        try:
-            if stream:
-                return _parse_stream(body, exchange)
-            return _reply(json_object(body), exchange, body)
-        except ValueError as exc:
-            raise unreadable(exchange, str(exc)) from exc
+        if stream:
+            return reply_read(exchange, lambda: _parse_stream(body, exchange))
+        return reply_read(exchange, lambda: _reply(json_object(body), exchange, body))

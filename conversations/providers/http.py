@@ -12,13 +12,14 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
 import httpx2
 
-from conversations.providers.base import Endpoint, ProviderError
-from conversations.providers.streaming import EventListener, read_events
+from conversations.escaping import storable_json, storable_text
+from conversations.providers.base import Endpoint, ModelReply, ProviderError
+from conversations.providers.streaming import EventListener, SseReader
 from conversations.providers.streaming import SseEvent as SseEvent
 from conversations.providers.streaming import parse_sse as parse_sse
 from inspector.typealias import JSONDict, JSONValue
@@ -57,7 +58,7 @@ def new_http_client(endpoint: Endpoint) -> httpx2.Client:
     """An HTTP client for ``endpoint`` (its in-process transport, if any); never follows redirects."""
     return httpx2.Client(
         transport=endpoint_transport.get(endpoint),
-        timeout=endpoint.timeout,
+        timeout=min(endpoint.timeout, endpoint.deadline),
         follow_redirects=False,
         limits=MODEL_CONNECTION_LIMITS,
     )
@@ -95,21 +96,54 @@ def with_response(
     return exchange
 
 
+class _DeadlinePassed(Exception):
+    """The whole call took longer than its endpoint's deadline."""
+
+
 def read_streamed(
-    response: httpx2.Response, on_event: EventListener | None, started: datetime, t0: float
+    response: httpx2.Response, on_event: EventListener | None, started: datetime, t0: float, deadline: float
 ) -> bytes:
     """The whole body of a response sent with ``stream=True``, telling ``on_event`` each
     server-sent event as it arrives; the response is closed after.
 
+    The call (from ``t0``) must end within ``deadline`` seconds, however the body trickles in:
+    each read waits at most until then (the request's ``timeout`` extension, which the HTTP
+    core reads before every read), and the deadline is checked after every chunk.
+
     Raises:
-        ProviderError: the connection broke or timed out mid-stream (the exchange as far as it got).
+        ProviderError: the connection broke or timed out mid-stream, or the call passed its
+            deadline; its exchange holds the status, the headers and every byte that arrived
+            (status ``timeout`` and the deadline named in its error, for a deadline).
     """
+    end = t0 + deadline
+    body = bytearray()
+    reader = SseReader() if on_event is not None and response.status_code < 400 else None
     try:
-        if response.status_code >= 400 or on_event is None:
-            return response.read()
-        return read_events(response.iter_bytes(), on_event)
-    except httpx2.HTTPError as exc:
-        exchange = new_exchange(response.request, started, t0)
+        chunks = response.iter_bytes()
+        while True:
+            _bound_read(response, end)
+            chunk = next(chunks, None)
+            if chunk is None:
+                break
+            body += chunk
+            if reader is not None and on_event is not None:
+                for event in reader.feed(chunk):
+                    on_event(event)
+            if time.monotonic() > end:
+                raise _DeadlinePassed
+        if reader is not None and on_event is not None:
+            for event in reader.close():
+                on_event(event)
+        return bytes(body)
+    except (httpx2.HTTPError, _DeadlinePassed) as exc:
+        exchange = with_response(new_exchange(response.request, started, t0), response, bytes(body))
+        if isinstance(exc, _DeadlinePassed) or time.monotonic() >= end:
+            exchange.status = "timeout"
+            exchange.error = f"cut at the call's deadline of {deadline:g} s; the {len(body)} bytes received so far are kept"
+            raise ProviderError(
+                f"the model call passed its deadline of {deadline:g} s and was cut: {exchange.error}",
+                exchange=exchange,
+            ) from exc
         exchange.status = "timeout" if isinstance(exc, httpx2.TimeoutException) else "error"
         exchange.error = f"{type(exc).__name__}: {exc}"
         raise ProviderError(
@@ -117,6 +151,65 @@ def read_streamed(
         ) from exc
     finally:
         response.close()
+
+
+def _bound_read(response: httpx2.Response, end: float) -> None:
+    """Let the next read of ``response`` wait no later than ``end``."""
+    timeout = response.request.extensions.get("timeout")
+    if isinstance(timeout, dict):
+        remaining = max(end - time.monotonic(), 0.001)
+        read = timeout.get("read")
+        timeout["read"] = remaining if read is None else min(float(read), remaining)
+
+
+def reply_read(exchange: WireExchange, parse: Callable[[], ModelReply]) -> ModelReply:
+    """The reply ``parse`` reads from the recorded ``exchange``, made safe to use and store.
+
+    Whatever goes wrong while a reply is read from untrusted bytes (a ``ValueError`` of the
+    format, a ``RecursionError`` of JSON nested thousands deep, a wrong type anywhere) becomes
+    a ``ProviderError`` that carries the exchange, so the raw response is always recorded. Text
+    a database, a page or the next request could not carry (a lone surrogate, decoded from a
+    ``\\ud800`` escape) is replaced by its escaped form, and the reply's ``notes`` say so.
+
+    Raises:
+        ProviderError: the response cannot be read as the wire format says.
+    """
+    try:
+        reply = parse()
+    except ProviderError:
+        raise
+    except Exception as exc:  # noqa: BLE001 — any failure on untrusted bytes means "unreadable"
+        problem = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+        raise unreadable(exchange, problem[:2000]) from exc
+    return _carriable(reply)
+
+
+def _carriable(reply: ModelReply) -> ModelReply:
+    notes: list[str] = []
+
+    def clean(text: str, what: str) -> str:
+        stored, problem = storable_text(text)
+        if problem:
+            notes.append(f"{what}: {problem} (the raw response holds it as sent)")
+        return stored
+
+    if reply.text is not None:
+        reply.text = clean(reply.text, "the reply's text")
+    if reply.refusal is not None:
+        reply.refusal = clean(reply.refusal, "the refusal")
+    for index, call in enumerate(reply.tool_calls):
+        call.id = clean(call.id, f"call {index}'s id")
+        call.name = clean(call.name, f"call {index}'s tool name")
+        call.arguments_text = clean(call.arguments_text, f"call {index}'s arguments")
+    usage, found = storable_json(reply.usage, path="usage")
+    reply.usage = usage if isinstance(usage, dict) else {}
+    notes.extend(f"{note} (the raw response holds it as sent)" for note in found)
+    if reply.echo is not None:
+        echo, found = storable_json(reply.echo, path="echo")
+        reply.echo = echo if isinstance(echo, dict) else None
+        notes.extend(found)
+    reply.notes.extend(notes)
+    return reply
 
 
 def error_detail(body: str, fallback: str) -> str:
@@ -178,13 +271,14 @@ def post_json(
     request = client.build_request(
         "POST",
         url,
-        content=json.dumps(body, ensure_ascii=False).encode(),
+        content=json_bytes(body),
         headers={"content-type": "application/json", **headers},
     )
     started = datetime.now(UTC)
     t0 = time.monotonic()
     try:
-        response = client.send(request, stream=on_event is not None)
+        # Always streamed: the deadline bounds reading the body too (``read_streamed``).
+        response = client.send(request, stream=True)
     except httpx2.TimeoutException as exc:
         exchange = new_exchange(request, started, t0)
         exchange.status = "timeout"
@@ -197,11 +291,21 @@ def post_json(
         raise ProviderError(
             f"the model endpoint could not be reached: {exchange.error}", exchange=exchange
         ) from exc
-    content = read_streamed(response, on_event, started, t0) if on_event is not None else None
+    content = read_streamed(response, on_event, started, t0, endpoint.deadline)
     exchange = with_response(new_exchange(request, started, t0), response, content)
     if response.status_code >= 400:
         raise status_error(exchange, response.status_code)
     return exchange, exchange.response_body
+
+
+def json_bytes(body: JSONDict) -> bytes:
+    """``body`` as the JSON bytes of a request: UTF-8, with a lone surrogate (which UTF-8 cannot
+    carry; a model may have sent one as ``\\ud800``) written as its JSON escape."""
+    text = json.dumps(body, ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(body, ensure_ascii=True).encode()
 
 
 def json_object(text: str) -> JSONDict:

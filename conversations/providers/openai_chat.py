@@ -43,10 +43,10 @@ from conversations.providers.http import (
     object_or_empty,
     parse_sse,
     read_streamed,
+    reply_read,
     stream_error,
     string_or_none,
     synthesized_call_id,
-    unreadable,
     with_response,
 )
 from conversations.providers.streaming import (
@@ -56,6 +56,7 @@ from conversations.providers.streaming import (
     PartialReply,
     SseEvent,
     display_pass,
+    tail,
 )
 from inspector.typealias import JSONDict, JSONValue
 from inspector.wire import WireExchange
@@ -77,7 +78,7 @@ def _client(endpoint: Endpoint) -> openai.OpenAI:
                 api_key=endpoint.api_key or "no-key",
                 # One attempt per exchange: a retry would be a second, unrecorded exchange.
                 max_retries=0,
-                timeout=endpoint.timeout,
+                timeout=min(endpoint.timeout, endpoint.deadline),
                 http_client=http_client,
             )
             _clients[endpoint] = client
@@ -241,11 +242,9 @@ class _ChunkAssembler:
 
     def partial(self) -> PartialReply:
         return PartialReply(
-            text="".join(self.content),
+            text=tail(self.content),
             calls=tuple(
-                PartialCall(
-                    index=index, id=pending.id, name=pending.name, arguments="".join(pending.arguments)
-                )
+                PartialCall(index=index, id=pending.id, name=pending.name, arguments=tail(pending.arguments))
                 for index, pending in sorted(self.calls.items())
             ),
         )
@@ -358,7 +357,8 @@ class OpenAIChatProvider:
                 cast_to=httpx2.Response,
                 body=request_body(self.endpoint.model, request, stream=stream),
                 options={"security": {"bearer_auth": True}},
-                stream=stream,
+                # Always streamed, so the deadline bounds reading the body too (``read_streamed``).
+                stream=True,
             )
         except openai.APIStatusError as exc:
             exchange = with_response(new_exchange(exc.response.request, started, t0), exc.response)
@@ -377,11 +377,9 @@ class OpenAIChatProvider:
             raise ProviderError(f"the model endpoint {kind}: {exchange.error}", exchange=exchange) from exc
         # A stream is read to its end: the recorded body is the whole event stream.
         listener = _display_pass(on_delta) if stream and on_delta is not None else None
-        content = read_streamed(response, listener, started, t0)
+        content = read_streamed(response, listener, started, t0, self.endpoint.deadline)
         exchange = with_response(new_exchange(response.request, started, t0), response, content)
-        try:
-            if stream:
-                return _parse_stream(exchange.response_body, exchange)
-            return _parse_completion(exchange.response_body, exchange)
-        except ValueError as exc:
-            raise unreadable(exchange, str(exc)) from exc
+        body = exchange.response_body
+        if stream:
+            return reply_read(exchange, lambda: _parse_stream(body, exchange))
+        return reply_read(exchange, lambda: _parse_completion(body, exchange))

@@ -29,10 +29,10 @@ from conversations.providers.http import (
     object_or_empty,
     parse_sse,
     post_json,
+    reply_read,
     stream_error,
     string_or_none,
     synthesized_call_id,
-    unreadable,
 )
 from conversations.providers.streaming import (
     DeltaCallback,
@@ -42,6 +42,7 @@ from conversations.providers.streaming import (
     PartialReply,
     SseEvent,
     display_pass,
+    tail,
 )
 from inspector.typealias import JSONDict, JSONValue
 from inspector.wire import WireExchange
@@ -184,20 +185,21 @@ class _ItemAssembler:
         calls: list[PartialCall] = []
         for position in sorted(self.items.keys() | self.finished.keys()):
             item = self.finished.get(position) or self.items[position]
-            joined = "".join(self.fragments.get(position, []))
+            fragments = self.fragments.get(position, [])
             if item.get("type") == "message":
-                texts.append(joined)
+                texts.extend(fragments)
             elif item.get("type") == "function_call":
-                arguments = item.get("arguments") if position in self.finished else joined
+                finished = position in self.finished
+                arguments = tail([_arguments_text(item.get("arguments"))]) if finished else tail(fragments)
                 calls.append(
                     PartialCall(
                         index=len(calls),
                         id=string_or_none(item.get("call_id")) or "",
                         name=string_or_none(item.get("name")) or "",
-                        arguments=_arguments_text(arguments),
+                        arguments=arguments,
                     )
                 )
-        return PartialReply(text="".join(texts), calls=tuple(calls))
+        return PartialReply(text=tail(texts), calls=tuple(calls))
 
     def add(self, event: JSONDict) -> None:
         kind = event.get("type")
@@ -280,9 +282,6 @@ class OpenAIResponsesProvider:
             headers,
             _display_pass(on_delta) if self.endpoint.stream else None,
         )
-        try:
-            if self.endpoint.stream:
-                return _parse_stream(body, exchange)
-            return _reply(json_object(body), exchange, body)
-        except ValueError as exc:
-            raise unreadable(exchange, str(exc)) from exc
+        if self.endpoint.stream:
+            return reply_read(exchange, lambda: _parse_stream(body, exchange))
+        return reply_read(exchange, lambda: _reply(json_object(body), exchange, body))

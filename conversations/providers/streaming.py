@@ -15,7 +15,7 @@ import codecs
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from inspector.typealias import JSONDict
@@ -39,7 +39,12 @@ class PartialCall:
 
 @dataclass(frozen=True)
 class PartialReply:
-    """A streamed reply so far: the answer text and the tool calls, in the order they began."""
+    """A streamed reply so far: the answer text and the tool calls, in the order they began.
+
+    Each text (the answer, a call's arguments) is its last ``SNAPSHOT_TAIL_CHARS`` characters at
+    most: a snapshot costs the same however long the reply has grown, so showing a reply while
+    it streams stays linear in its length.
+    """
 
     text: str = ""
     calls: tuple[PartialCall, ...] = ()
@@ -51,16 +56,59 @@ class PartialReply:
 
 DeltaCallback = Callable[[PartialReply], None]
 
+# How much of the end of each text a snapshot carries (the display shows less of it).
+SNAPSHOT_TAIL_CHARS = 16_000
+
+
+def tail(parts: Sequence[str], size: int = SNAPSHOT_TAIL_CHARS) -> str:
+    """The last ``size`` characters of ``"".join(parts)``, joining only the parts that needs."""
+    picked: list[str] = []
+    count = 0
+    for part in reversed(parts):
+        picked.append(part)
+        count += len(part)
+        if count >= size:
+            break
+    text = "".join(reversed(picked))
+    return text[-size:] if len(text) > size else text
+
+
+class Throttled:
+    """``callback`` called at most once per ``interval`` seconds, with the newest snapshot.
+
+    Snapshots are cumulative, so one that comes too soon is dropped: the next one that is due
+    carries everything it had. The last ones of a burst may never go — the stored step replaces
+    the display when the reply is complete. ``due`` lets a producer skip building a snapshot
+    that would be dropped.
+    """
+
+    def __init__(self, callback: DeltaCallback, *, interval: float) -> None:
+        self.callback = callback
+        self.interval = interval
+        self._last_sent = float("-inf")
+
+    def due(self) -> bool:
+        return time.monotonic() - self._last_sent >= self.interval
+
+    def __call__(self, partial: PartialReply) -> None:
+        now = time.monotonic()
+        if now - self._last_sent >= self.interval:
+            self._last_sent = now
+            self.callback(partial)
+
 
 @dataclass
 class PartialEmitter:
-    """Calls ``callback`` with each new snapshot an assembler offers, skipping repeats."""
+    """Calls ``callback`` with each new snapshot an assembler offers, skipping repeats; a snapshot
+    a ``Throttled`` callback would drop is not even built."""
 
     callback: DeltaCallback | None
     last: PartialReply = field(default_factory=PartialReply)
 
     def offer(self, snapshot: Callable[[], PartialReply]) -> None:
         if self.callback is None:
+            return
+        if isinstance(self.callback, Throttled) and not self.callback.due():
             return
         partial = snapshot()
         if partial != self.last and not partial.empty:
@@ -109,26 +157,45 @@ _BOUNDARY = re.compile(r"(?>\r\n|\r|\n)(?>\r\n|\r|\n)")
 
 
 class SseReader:
-    """Splits a ``text/event-stream`` into events as its bytes arrive (UTF-8 split anywhere)."""
+    """Splits a ``text/event-stream`` into events as its bytes arrive (UTF-8 split anywhere).
+
+    Linear in the stream's length however its events are sized: the text of an unfinished event
+    is kept in pieces and only the seam between the last piece and new bytes is searched for an
+    event boundary; the pieces are joined once, when their event is complete.
+    """
+
+    # The longest boundary ("\r\n\r\n") less one: how much of the pending text a seam needs.
+    _SEAM = 3
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._buffer = ""
+        self._pending: list[str] = []
+        self._carry = ""
 
     def feed(self, data: bytes) -> list[SseEvent]:
-        self._buffer += self._decoder.decode(data)
-        # A trailing CR may be the first half of a CRLF: wait for the next bytes to know.
-        usable = self._buffer[:-1] if self._buffer.endswith("\r") else self._buffer
-        end = 0
-        for match in _BOUNDARY.finditer(usable):
-            end = match.end()
-        if end == 0:
+        text = self._decoder.decode(data)
+        if not text:
             return []
-        complete, self._buffer = self._buffer[:end], self._buffer[end:]
+        seam = self._carry + text
+        # A trailing CR may be the first half of a CRLF: wait for the next bytes to know.
+        if _BOUNDARY.search(seam[:-1] if seam.endswith("\r") else seam) is None:
+            self._pending.append(text)
+            self._carry = seam[-self._SEAM :]
+            return []
+        buffer = "".join(self._pending) + text
+        usable = buffer[:-1] if buffer.endswith("\r") else buffer
+        start = max(0, len(buffer) - len(seam))
+        end = 0
+        for match in _BOUNDARY.finditer(usable, start):
+            end = match.end()
+        complete, rest = buffer[:end], buffer[end:]
+        self._pending = [rest] if rest else []
+        self._carry = rest[-self._SEAM :]
         return parse_sse(complete)
 
     def close(self) -> list[SseEvent]:
-        rest, self._buffer = self._buffer + self._decoder.decode(b"", final=True), ""
+        rest = "".join(self._pending) + self._decoder.decode(b"", final=True)
+        self._pending, self._carry = [], ""
         return parse_sse(rest)
 
 
@@ -167,23 +234,9 @@ def read_events(chunks: Iterable[bytes], listener: EventListener | None) -> byte
     return bytes(body)
 
 
-def throttled(callback: DeltaCallback, *, interval: float) -> DeltaCallback:
-    """``callback`` called at most once per ``interval`` seconds, with the newest snapshot.
-
-    Snapshots are cumulative, so one that comes too soon is dropped: the next one that is due
-    carries everything it had. The last ones of a burst may never go — the stored step replaces
-    the display when the reply is complete.
-    """
-    last_sent = float("-inf")
-
-    def throttle(partial: PartialReply) -> None:
-        nonlocal last_sent
-        now = time.monotonic()
-        if now - last_sent >= interval:
-            last_sent = now
-            callback(partial)
-
-    return throttle
+def throttled(callback: DeltaCallback, *, interval: float) -> Throttled:
+    """``callback`` called at most once per ``interval`` seconds (see ``Throttled``)."""
+    return Throttled(callback, interval=interval)
 
 
 def chunks_of(text: str, size: int) -> Iterator[bytes]:

@@ -20,6 +20,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import JsonLexer
 
+from conversations.escaping import carriable
 from conversations.models import Conversation, Exchange, Step, Turn
 from conversations.paradigms import PARADIGMS
 from conversations.selectors import (
@@ -54,8 +55,9 @@ _LEXER = JsonLexer()
 def _as_text(value: JSONValue) -> tuple[str, bool]:
     """A stored body (exact text) or a decoded JSON value, as display text; and whether it is JSON."""
     if isinstance(value, str):
-        return pretty_json(value)
-    return json.dumps(value, indent=2, ensure_ascii=False), True
+        text, is_json = pretty_json(value)
+        return carriable(text), is_json
+    return carriable(json.dumps(value, indent=2, ensure_ascii=False)), True
 
 
 def _markup(text: str, is_json: bool) -> SafeString:
@@ -83,7 +85,7 @@ def outline(text: str) -> str:
     """
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return ""
     if isinstance(value, list):
         return f"[{len(value)} items]"
@@ -93,9 +95,9 @@ def outline(text: str) -> str:
     for index, (key, item) in enumerate(value.items()):
         part = f"{json.dumps(key, ensure_ascii=False)}: {_hint(item)}"
         if index and len(sketch) + len(part) > OUTLINE_MAX_CHARS:
-            return "{" + sketch + ", …}"
+            return carriable("{" + sketch + ", …}")
         sketch = f"{sketch}, {part}" if index else part
-    return "{" + sketch + "}"
+    return carriable("{" + sketch + "}")
 
 
 def is_long(text: str) -> bool:

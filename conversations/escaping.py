@@ -1,0 +1,209 @@
+"""Values every database stores, and every page, export and HTTP body can carry.
+
+Model and server output is untrusted: it may hold lone surrogates (``"\\ud800"`` in a JSON
+string decodes to one), NUL characters, ``NaN``/``Infinity`` (Python's ``json`` reads them,
+and ``1e999999`` becomes ``inf``) or JSON nested thousands deep. PostgreSQL refuses NUL in text
+and in ``jsonb``, and lone surrogates and non-finite numbers anywhere; SQLite's JSON check
+refuses non-finite numbers and nesting past 1000 levels; UTF-8 (every page, export and request
+body) cannot encode a lone surrogate at all.
+
+The escaped forms are lossless and recognisable:
+
+* a text that holds a refused character is stored as its JSON string literal (quotes included,
+  every refused character written ``\\uXXXX``): ``json.loads`` of the stored text gives back the
+  original exactly;
+* a non-finite number is stored as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``;
+* a value nested deeper than ``MOST_DEPTH`` is stored as its JSON text (a string).
+
+Each function returns what it escaped (a path and why) so the record can say so beside it.
+Plain Python: no Django.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import cast
+
+from inspector.typealias import JSONValue
+
+# What no database, page or export can hold as it is.
+_REFUSED = re.compile("[\x00\ud800-\udfff]")
+# SQLite's JSON functions refuse documents nested deeper than 1000 levels; well short of it, and of
+# the recursion any reader of the value (the redactor, templates, ``json``) may use.
+MOST_DEPTH = 200
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def carriable(text: str) -> str:
+    """``text`` with every lone surrogate written as its escape ``\\udXXX``: UTF-8 (a page, a
+    download, a terminal) can carry it. In a JSON text a surrogate can only sit inside a string,
+    where the escape means exactly the same, so a JSON text stays valid and unchanged in meaning;
+    on a page the escape is what is shown."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+def refused_character(text: str) -> str | None:
+    """A short description of the first character of ``text`` no database stores, or None."""
+    match = _REFUSED.search(text)
+    if match is None:
+        return None
+    char = match.group()
+    kind = "NUL" if char == "\x00" else "lone surrogate"
+    return f"{kind} U+{ord(char):04X} at character {match.start()}"
+
+
+def escaped_text(text: str) -> str:
+    """``text`` as its JSON string literal, every refused character written ``\\uXXXX``
+    (``json.loads`` gives ``text`` back)."""
+    literal = json.dumps(text, ensure_ascii=False)
+    # json writes NUL as \\u0000 already; it leaves lone surrogates as they are.
+    return _REFUSED.sub(lambda match: f"\\u{ord(match.group()):04x}", literal)
+
+
+def storable_text(text: str) -> tuple[str, str | None]:
+    """``text`` as it can be stored: itself, or its escaped form and why it was escaped."""
+    problem = refused_character(text)
+    if problem is None:
+        return text, None
+    return escaped_text(text), f"{problem}: stored as a JSON string literal"
+
+
+def storable_json(value: JSONValue, *, path: str = "") -> tuple[JSONValue, list[str]]:
+    """``value`` with every part no database stores replaced by its escaped form.
+
+    Returns the value (the same object when nothing needed escaping) and one note per escaped
+    part, naming its path. Never raises, however deep or odd the value (iterative walk).
+    """
+    if _plainly_storable(value):
+        return value, []
+    notes: list[str] = []
+    result = _walk(value, path or "$", notes)
+    return (value if not notes else result), notes
+
+
+def _short(path: str) -> str:
+    return path if len(path) <= 120 else f"{path[:60]}…{path[-59:]}"
+
+
+def _plainly_storable(value: JSONValue) -> bool:
+    """Whether ``value`` needs no escaping, found at C speed (the common case)."""
+    if isinstance(value, str):
+        return _REFUSED.search(value) is None
+    if value is None or isinstance(value, bool | int):
+        return True
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, check_circular=False)
+        text.encode()
+    except (ValueError, TypeError, RecursionError, UnicodeEncodeError):
+        return False
+    # json writes NUL as \\u0000 (a false alarm, when the text itself holds that sequence, only
+    # costs the careful walk).
+    return "\\u0000" not in text and not _too_deep(value)
+
+
+def _too_deep(value: JSONValue) -> bool:
+    """Whether ``value`` nests deeper than ``MOST_DEPTH`` (visits containers only, not scalars)."""
+    stack: list[tuple[JSONValue, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MOST_DEPTH:
+            return True
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def _number(value: float, where: str, notes: list[str]) -> JSONValue:
+    if math.isfinite(value):
+        return value
+    text = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    notes.append(f"{_short(where)}: the number {text} (not JSON) stored as the string {text!r}")
+    return text
+
+
+def _deep(value: JSONValue, where: str, notes: list[str]) -> str:
+    notes.append(f"{_short(where)}: nested deeper than {MOST_DEPTH} levels, stored as its JSON text")
+    return _json_text(value)
+
+
+def _json_text(value: JSONValue) -> str:
+    """The JSON text of ``value`` (ASCII, so nothing in it is refused), however deep: written
+    with an explicit stack, as ``json`` would recurse."""
+    out: list[str] = []
+    # Either a value still to write, or a piece of punctuation (a str wrapped in a tuple).
+    stack: list[object] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            out.append(item[0])
+        elif isinstance(item, dict):
+            stack.append(("}",))
+            for position, (key, child) in enumerate(reversed(list(item.items()))):
+                stack.append(child)
+                stack.append((json.dumps(str(key)) + ":",))
+                if position < len(item) - 1:
+                    stack.append((",",))
+            stack.append(("{",))
+        elif isinstance(item, list | tuple):
+            stack.append(("]",))
+            for position, child in enumerate(reversed(item)):
+                stack.append(child)
+                if position < len(item) - 1:
+                    stack.append((",",))
+            stack.append(("[",))
+        else:
+            try:
+                out.append(json.dumps(item))
+            except (TypeError, ValueError):
+                out.append(json.dumps(str(item)))
+    return "".join(out)
+
+
+def _walk(value: JSONValue, root: str, notes: list[str]) -> JSONValue:
+    """The escaped copy of ``value`` (an explicit stack: no recursion limit applies)."""
+    holder: list[JSONValue] = [None]
+    # (value, where to put its copy, key or index there, path, depth)
+    stack: list[tuple[object, list[JSONValue] | dict[str, JSONValue], int | str, str, int]] = [
+        (value, holder, 0, root, 0)
+    ]
+    while stack:
+        item, parent, slot, where, depth = stack.pop()
+        copy: JSONValue
+        if isinstance(item, str):
+            copy, problem = storable_text(item)
+            if problem:
+                notes.append(f"{_short(where)}: {problem}")
+        elif isinstance(item, bool) or item is None or isinstance(item, int):
+            copy = item
+        elif isinstance(item, float):
+            copy = _number(item, where, notes)
+        elif isinstance(item, list | tuple | dict) and depth >= MOST_DEPTH:
+            copy = _deep(cast(JSONValue, item), where, notes)
+        elif isinstance(item, list | tuple):
+            items: list[JSONValue] = [None] * len(item)
+            copy = items
+            for index in range(len(item) - 1, -1, -1):
+                stack.append((item[index], items, index, f"{where}[{index}]", depth + 1))
+        elif isinstance(item, dict):
+            fields: dict[str, JSONValue] = {}
+            copy = fields
+            for key, child in item.items():
+                name, problem = storable_text(str(key))
+                if problem:
+                    notes.append(f"{_short(where)}: key {problem}")
+                fields[name] = None
+                stack.append((child, fields, name, f"{where}.{name}", depth + 1))
+        else:
+            copy = str(item)
+            notes.append(f"{_short(where)}: a {type(item).__name__} (not JSON) stored as its text")
+        if isinstance(parent, list):
+            parent[cast(int, slot)] = copy
+        else:
+            parent[cast(str, slot)] = copy
+    return holder[0]

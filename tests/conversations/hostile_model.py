@@ -1,0 +1,402 @@
+"""A model endpoint that misbehaves on purpose, in every wire format the product speaks.
+
+A stdlib ``ThreadingHTTPServer`` on 127.0.0.1 (a free port). The *model name* of a request picks
+the misbehaviour (``HostileModel.CASES``); the path picks the wire format (OpenAI Chat
+Completions, OpenAI Responses, Anthropic Messages, Gemini), and the request's own ``stream``
+flag (or Gemini's ``:streamGenerateContent``) whether the answer is an event stream. A request
+that already carries the model's earlier turn (a tool result, a repair request) is answered with
+a plain, well-formed final answer, so a turn can end.
+
+Payloads are written as raw JSON text, so what no well-behaved encoder would emit goes out as
+is: ``NaN``, ``1e999999``, lone surrogate escapes (``"\\ud800"``), nesting 10,000 deep.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+TOOL = "demo__get_weather_forecast"
+DEEP = 10_000
+
+
+class Raw(str):
+    """JSON text written verbatim (not quoted) by ``dumps``."""
+
+
+def dumps(value: object) -> str:
+    """JSON text of ``value`` with ``Raw`` parts verbatim; strings ASCII-escaped, so a lone
+    surrogate goes out as ``\\udXXX`` and NUL as ``\\u0000``."""
+    if isinstance(value, Raw):
+        return str(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(str(k))}:{dumps(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(dumps(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+USAGE = Raw('{"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}')
+
+
+@dataclass
+class Reply:
+    """A model turn, before it is written in a wire format. ``arguments`` is raw JSON text."""
+
+    text: object = None
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    usage: Raw = USAGE
+
+
+@dataclass
+class Answer:
+    """What goes back: a status, a content type and the body, in chunks (with pauses)."""
+
+    status: int
+    content_type: str
+    chunks: Iterator[bytes]
+    length: int | None = None
+
+
+def _deep() -> Raw:
+    return Raw("[" * DEEP + "]" * DEEP)
+
+
+CONTENT_CASES: dict[str, Reply] = {
+    "ok": Reply(text="All good."),
+    "surrogate-text": Reply(text="bad \ud800 text \udfff end"),
+    "nul-text": Reply(text="a NUL \x00 inside"),
+    "surrogate-name": Reply(calls=[("demo__get_\ud800weather", '{"city": "Paris"}')]),
+    "surrogate-args": Reply(calls=[(TOOL, dumps({"city": "\udfff Paris"}))]),
+    "nul-args": Reply(calls=[(TOOL, dumps({"city": "Pa\x00ris"}))]),
+    "nan-usage": Reply(
+        text="Usage is odd.",
+        usage=Raw('{"prompt_tokens": NaN, "completion_tokens": Infinity, "total_tokens": -Infinity}'),
+    ),
+    "huge-number-args": Reply(calls=[(TOOL, '{"city": 1e999999}')]),
+    "deep-args": Reply(calls=[(TOOL, '{"city": ' + _deep() + "}")]),
+    "deep-text": Reply(text=str(_deep())),
+    "nan-json-text": Reply(text='{"tool": "' + TOOL + '", "arguments": {"city": NaN, "day": 1e999999}}'),
+    "huge-text": Reply(text="word " * 60_000),
+    "wrong-types": Reply(text=Raw("42"), calls=[(TOOL, "[1, 2]")], usage=Raw('"lots"')),
+}
+RAW_CASES: dict[str, tuple[int, bytes]] = {
+    "malformed": (200, b'{"choices": [{"message": {"content": "cut'),
+    "non-utf8": (200, b'{"choices": \xff\xfe\x80 [}'),
+    "html-500": (500, b"<html><body>Internal \xff Server Error</body></html>"),
+    "empty-200": (200, b""),
+    "json-array": (200, b"[1, 2, 3]"),
+    "missing-fields": (200, b"{}"),
+    "deep-body": (200, ("[" * DEEP + "]" * DEEP).encode()),
+    "nan-body": (200, b'{"choices": NaN, "candidates": NaN, "content": NaN, "output": NaN}'),
+}
+# Streams that go wrong on the way (a whole reply is sent the same way, unframed).
+STREAM_CASES = ("truncated-stream", "endless-stream")
+CASES = (*CONTENT_CASES, *RAW_CASES, *STREAM_CASES)
+
+
+def _is_text(value: object) -> bool:
+    """A plain text to send in pieces (not a ``Raw`` value of another type)."""
+    return isinstance(value, str) and not isinstance(value, Raw)
+
+
+def _pieces(text: str, size: int = 7) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _sse(events: list[tuple[str | None, str]]) -> bytes:
+    out = []
+    for name, data in events:
+        out.append((f"event: {name}\n" if name else "") + f"data: {data}\n\n")
+    return "".join(out).encode()
+
+
+def _text_json(text: object) -> str:
+    return dumps(text)
+
+
+# --- the four wire formats: a whole body, and an event stream ------------------------------------
+
+
+def _openai_chat(reply: Reply, stream: bool) -> bytes:
+    calls = [
+        {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": arguments}}
+        for i, (name, arguments) in enumerate(reply.calls)
+    ]
+    finish = "tool_calls" if calls else "stop"
+    if not stream:
+        message: dict[str, object] = {"role": "assistant", "content": reply.text}
+        if calls:
+            message["tool_calls"] = calls
+        return dumps(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": reply.usage,
+            }
+        ).encode()
+    events: list[tuple[str | None, str]] = []
+    if _is_text(reply.text):
+        events += [(None, dumps({"choices": [{"index": 0, "delta": {"content": p}}]})) for p in _pieces(reply.text)]
+    elif reply.text is not None:
+        events.append((None, dumps({"choices": [{"index": 0, "delta": {"content": reply.text}}]})))
+    for i, (name, arguments) in enumerate(reply.calls):
+        head = {"index": i, "id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": ""}}
+        events.append((None, dumps({"choices": [{"index": 0, "delta": {"tool_calls": [head]}}]})))
+        for piece in _pieces(arguments, 101):
+            fragment = {"index": i, "function": {"arguments": piece}}
+            events.append((None, dumps({"choices": [{"index": 0, "delta": {"tool_calls": [fragment]}}]})))
+    events.append((None, dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})))
+    events.append((None, dumps({"choices": [], "usage": reply.usage})))
+    events.append((None, "[DONE]"))
+    return _sse(events)
+
+
+def _openai_responses(reply: Reply, stream: bool) -> bytes:
+    output: list[object] = []
+    if reply.text is not None:
+        output.append(
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": reply.text}]}
+        )
+    for i, (name, arguments) in enumerate(reply.calls):
+        output.append({"type": "function_call", "call_id": f"call_{i}", "name": name, "arguments": arguments})
+    response = {"id": "resp_1", "object": "response", "status": "completed", "output": output, "usage": reply.usage}
+    if not stream:
+        return dumps(response).encode()
+    events: list[tuple[str | None, str]] = []
+    position = 0
+    if reply.text is not None:
+        events.append(
+            (
+                "response.output_item.added",
+                dumps({"type": "response.output_item.added", "output_index": 0, "item": {"type": "message"}}),
+            )
+        )
+        for piece in _pieces(reply.text) if _is_text(reply.text) else [reply.text]:
+            events.append(
+                (
+                    "response.output_text.delta",
+                    dumps({"type": "response.output_text.delta", "output_index": 0, "delta": piece}),
+                )
+            )
+        position = 1
+    for i, (name, arguments) in enumerate(reply.calls):
+        item = {"type": "function_call", "call_id": f"call_{i}", "name": name, "arguments": ""}
+        index = position + i
+        events.append(
+            (
+                "response.output_item.added",
+                dumps({"type": "response.output_item.added", "output_index": index, "item": item}),
+            )
+        )
+        for piece in _pieces(arguments, 101):
+            events.append(
+                (
+                    "response.function_call_arguments.delta",
+                    dumps({"type": "response.function_call_arguments.delta", "output_index": index, "delta": piece}),
+                )
+            )
+    events.append(("response.completed", dumps({"type": "response.completed", "response": response})))
+    return _sse(events)
+
+
+def _anthropic(reply: Reply, stream: bool) -> bytes:
+    content: list[object] = []
+    if reply.text is not None:
+        content.append({"type": "text", "text": reply.text})
+    for i, (name, arguments) in enumerate(reply.calls):
+        content.append({"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": Raw(arguments)})
+    usage = Raw('{"input_tokens": 3, "output_tokens": 4}') if reply.usage is USAGE else reply.usage
+    stop = "tool_use" if reply.calls else "end_turn"
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "content": content, "stop_reason": stop}
+    if not stream:
+        return dumps({**message, "usage": usage}).encode()
+    events: list[tuple[str | None, str]] = [
+        ("message_start", dumps({"type": "message_start", "message": {**message, "content": [], "usage": usage}}))
+    ]
+    for index, block in enumerate(content):
+        assert isinstance(block, dict)
+        start = {"type": block["type"], **({"id": block["id"], "name": block["name"], "input": {}} if "id" in block else {"text": ""})}
+        events.append(("content_block_start", dumps({"type": "content_block_start", "index": index, "content_block": start})))
+        if block["type"] == "text":
+            text = block["text"]
+            for piece in _pieces(text) if _is_text(text) else [text]:
+                delta = {"type": "text_delta", "text": piece}
+                events.append(("content_block_delta", dumps({"type": "content_block_delta", "index": index, "delta": delta})))
+        else:
+            for piece in _pieces(str(block["input"]), 101):
+                delta = {"type": "input_json_delta", "partial_json": piece}
+                events.append(("content_block_delta", dumps({"type": "content_block_delta", "index": index, "delta": delta})))
+        events.append(("content_block_stop", dumps({"type": "content_block_stop", "index": index})))
+    events.append(("message_delta", dumps({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": usage})))
+    events.append(("message_stop", dumps({"type": "message_stop"})))
+    return _sse(events)
+
+
+def _gemini(reply: Reply, stream: bool) -> bytes:
+    parts: list[object] = []
+    if reply.text is not None:
+        parts.append({"text": reply.text})
+    for name, arguments in reply.calls:
+        parts.append({"functionCall": {"name": name, "args": Raw(arguments)}})
+    usage = Raw('{"promptTokenCount": 3, "candidatesTokenCount": 4}') if reply.usage is USAGE else reply.usage
+
+    def chunk(chunk_parts: list[object], finish: bool) -> str:
+        candidate: dict[str, object] = {"content": {"role": "model", "parts": chunk_parts}, "index": 0}
+        if finish:
+            candidate["finishReason"] = "STOP"
+        return dumps({"candidates": [candidate], "usageMetadata": usage})
+
+    if not stream:
+        return chunk(parts, True).encode()
+    events: list[tuple[str | None, str]] = []
+    for part in parts:
+        assert isinstance(part, dict)
+        if "text" in part and _is_text(part["text"]):
+            events += [(None, chunk([{"text": p}], False)) for p in _pieces(part["text"], 501)]
+        else:
+            events.append((None, chunk([part], False)))
+    events.append((None, chunk([], True)))
+    return _sse(events)
+
+
+FORMATS: dict[str, Callable[[Reply, bool], bytes]] = {
+    "openai_chat": _openai_chat,
+    "openai_responses": _openai_responses,
+    "anthropic": _anthropic,
+    "gemini": _gemini,
+}
+_ROUTES = (
+    (re.compile(r"/v1/chat/completions$"), "openai_chat"),
+    (re.compile(r"/v1/responses$"), "openai_responses"),
+    (re.compile(r"/v1/messages$"), "anthropic"),
+    (re.compile(r"/v1beta/models/([^/:]+):(generateContent|streamGenerateContent)$"), "gemini"),
+)
+
+
+def _continued(wire: str, body: dict[str, object]) -> bool:
+    """Whether the request carries an earlier answer of the model (so this turn may now end)."""
+    if wire == "openai_responses":
+        items = body.get("input")
+        return isinstance(items, list) and any(
+            isinstance(i, dict) and (i.get("role") == "assistant" or i.get("type") == "function_call") for i in items
+        )
+    key, role = ("contents", "model") if wire == "gemini" else ("messages", "assistant")
+    messages = body.get(key)
+    return isinstance(messages, list) and any(isinstance(m, dict) and m.get("role") == role for m in messages)
+
+
+def answer(wire: str, case: str, stream: bool, continued: bool) -> Answer:
+    """The answer to one request in ``wire`` format for ``case``."""
+    kind = "text/event-stream" if stream else "application/json"
+    if continued and case not in STREAM_CASES:
+        return Answer(200, kind, iter([FORMATS[wire](Reply(text="Final answer."), stream)]))
+    if case in CONTENT_CASES:
+        return Answer(200, kind, iter([FORMATS[wire](CONTENT_CASES[case], stream)]))
+    if case in RAW_CASES:
+        status, data = RAW_CASES[case]
+        return Answer(status, "text/html" if status >= 500 else kind, iter([data]))
+    whole = FORMATS[wire](Reply(text="This reply never arrives whole. " * 20), stream)
+    if case == "truncated-stream":
+        # Announces more than it sends, then the connection closes.
+        return Answer(200, kind, iter([whole[: len(whole) // 2]]), length=len(whole))
+    return Answer(200, kind, _endless(whole, stream))
+
+
+def _endless(whole: bytes, stream: bool) -> Iterator[bytes]:
+    """A first part of a real answer, then a comment line (an event stream) or a space (JSON)
+    every 20 ms, forever: no read ever times out."""
+    yield whole[: len(whole) // 3]
+    while True:
+        time.sleep(0.02)
+        yield b": still thinking\n\n" if stream else b" "
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 — the base class's name
+        return
+
+    def do_POST(self) -> None:  # noqa: N802 — the stdlib's handler name
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length)
+        path = self.path.split("?", 1)[0]
+        for pattern, wire in _ROUTES:
+            match = pattern.search(path)
+            if match:
+                break
+        else:
+            self.send_error(404)
+            return
+        body = json.loads(raw)
+        if wire == "gemini":
+            case, stream = match.group(1), match.group(2) == "streamGenerateContent"
+        else:
+            case, stream = str(body.get("model")), bool(body.get("stream"))
+        self.server.requests.append((wire, case, stream))
+        reply = answer(wire, case, stream, _continued(wire, body))
+        self.send_response(reply.status)
+        self.send_header("content-type", reply.content_type)
+        chunked = reply.length is None and (stream or case in STREAM_CASES)
+        if chunked:
+            self.send_header("transfer-encoding", "chunked")
+        else:
+            chunks = list(reply.chunks)
+            data = b"".join(chunks)
+            reply.chunks = iter([data])
+            self.send_header("content-length", str(reply.length if reply.length is not None else len(data)))
+        self.end_headers()
+        try:
+            for chunk in reply.chunks:
+                if not chunk:
+                    continue
+                if chunked:
+                    self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                else:
+                    self.wfile.write(chunk)
+                self.wfile.flush()
+            if chunked:
+                self.wfile.write(b"0\r\n\r\n")
+            if reply.length is not None:
+                self.close_connection = True
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    requests: list[tuple[str, str, bool]]
+
+
+class HostileModel:
+    """The hostile endpoint, serving until ``close``. ``base_url`` suits every provider's
+    profile: each adds its own path (``/v1/...`` or ``/v1beta/...``)."""
+
+    CASES = CASES
+
+    def __init__(self) -> None:
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.requests = []
+        self._thread = threading.Thread(target=self._server.serve_forever, name="hostile-model", daemon=True)
+        self._thread.start()
+
+    @property
+    def requests(self) -> list[tuple[str, str, bool]]:
+        return self._server.requests
+
+    def base_url(self, wire: str) -> str:
+        host, port = self._server.server_address[:2]
+        root = f"http://{host!s}:{port}"
+        return root if wire in ("anthropic", "gemini") else f"{root}/v1"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
