@@ -19,7 +19,7 @@ from conversations.services import profile_probe
 
 @admin.register(ModelProfile)
 class ModelProfileAdmin(admin.ModelAdmin[ModelProfile]):
-    list_display = ("name", "provider", "model", "base_url", "api_key_env", "is_demo")
+    list_display = ("name", "provider", "model", "base_url", "api_key_env", "deadline_seconds", "is_demo")
     list_filter = ("provider", "is_demo")
     search_fields = ("name", "model", "base_url")
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -23,6 +24,11 @@ TOOL_CHOICE_MODES = [
     ("named", "named — must call the chosen tool"),
     ("none", "none — no tool calls"),
 ]
+
+
+def default_model_deadline() -> float:
+    """The deadline a new model profile starts with: ``MODEL_TIMEOUT_SECONDS`` (120 s)."""
+    return float(settings.MODEL_TIMEOUT_SECONDS)
 
 
 class ModelProfile(models.Model):
@@ -56,6 +62,12 @@ class ModelProfile(models.Model):
     )
     stream = models.BooleanField(
         default=False, help_text="Use the provider's streaming mode (the raw event stream is stored)."
+    )
+    deadline_seconds = models.FloatField(
+        default=default_model_deadline,
+        validators=[MinValueValidator(0.1)],
+        help_text="The whole-call deadline in seconds: a model call (a stream included) still going "
+        "after it is cut, and what had arrived is kept, marked as cut.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     # Set on the profile an import hangs its conversation off (when no local profile matches):

@@ -77,6 +77,7 @@ def endpoint_for(profile: ModelProfile) -> Endpoint:
         base_url=provider.demo_base_url if in_process else (profile.base_url or provider.default_base_url),
         api_key=api_key_for(profile),
         timeout=settings.MODEL_TIMEOUT_SECONDS,
+        deadline=profile.deadline_seconds,
         in_process=in_process,
         stream=profile.stream,
     )
