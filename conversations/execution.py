@@ -13,6 +13,8 @@ from typing import Protocol
 from django.conf import settings
 from django.db import close_old_connections
 
+from conversations.lifecycle import lifecycle_start
+from conversations.models import Turn
 from conversations.runner import turn_abandon, turn_run
 from conversations.tasks import run_turn
 
@@ -63,3 +65,26 @@ DISPATCHERS: dict[str, TurnDispatcher] = {"celery": CeleryDispatcher(), "embedde
 
 def turn_dispatch(turn_id: int) -> None:
     DISPATCHERS[settings.TURN_RUNNER].dispatch(turn_id)
+
+
+def turns_resume_queued() -> list[int]:
+    """Hand every queued turn to this process's runner again; returns their ids.
+
+    In the embedded mode a queued turn lives only in the database and in the thread pool of the
+    process that queued it: one queued by a process that has since died would wait forever. Run
+    by a web process when it starts serving; a turn another live process is about to run is
+    claimed by one of them only (``lifecycle.turn_claim``).
+    """
+    queued = list(Turn.objects.filter(status=Turn.Status.QUEUED).order_by("pk").values_list("pk", flat=True))
+    for turn_id in queued:
+        turn_dispatch(turn_id)
+    return queued
+
+
+def serving_start(sender: object, **kwargs: object) -> None:
+    """``request_started`` receiver: the first request a web process serves makes it a checker
+    of stale turns (``lifecycle_start``) and, in the embedded mode, resumes the queued turns."""
+    if lifecycle_start() and settings.TURN_RUNNER == "embedded":
+        resumed = turns_resume_queued()
+        if resumed:
+            logger.info("resumed %d queued turn(s) left by an earlier process: %s", len(resumed), resumed)

@@ -230,17 +230,17 @@ def turn_signal_local(*, turn_id: int, by: str) -> bool:
     return True
 
 
-def lifecycle_start() -> None:
+def lifecycle_start() -> bool:
     """Make this process a checker of stale turns: check now, then every ``TURN_REAP_SECONDS``.
 
-    Called once by each serving process (the web process on its first request, a Celery worker
-    when ready); later calls do nothing. A database that cannot be reached now is tried again on
-    the next check.
+    Called by each serving process (the web process on its first request, a Celery worker when
+    ready); returns True the first time, later calls do nothing. A database that cannot be
+    reached now is tried again on the next check.
     """
     watcher = _get_watcher()
     with watcher.lock:
         if watcher.reaping:
-            return
+            return False
         watcher.reaping = True
     try:
         turns_reap_stale()
@@ -249,11 +249,7 @@ def lifecycle_start() -> None:
     finally:
         watcher._next_reap = time.monotonic() + settings.TURN_REAP_SECONDS
     watcher.ensure_thread()
-
-
-def lifecycle_start_on_request(sender: object, **kwargs: object) -> None:
-    """``request_started`` receiver: the first request a web process serves starts its checks."""
-    lifecycle_start()
+    return True
 
 
 def _pid_alive(pid: int) -> bool:

@@ -9,10 +9,8 @@ class InspectorConfig(AppConfig):
 
     def ready(self) -> None:
         # Django's place for wiring that needs the models loaded.
-        from conversations.lifecycle import lifecycle_start_on_request  # noqa: PLC0415
+        from conversations.execution import serving_start  # noqa: PLC0415
 
-        # Only requests served over ASGI (daphne: the web process) make this process a checker
-        # of stale turns; the test client's and the in-process demo model's (WSGI) do not.
-        request_started.connect(
-            lifecycle_start_on_request, sender=ASGIHandler, dispatch_uid="inspector-lifecycle-start"
-        )
+        # Only requests served over ASGI (daphne: the web process) start it; the test client's
+        # and the in-process demo model's (WSGI) do not.
+        request_started.connect(serving_start, sender=ASGIHandler, dispatch_uid="inspector-serving-start")

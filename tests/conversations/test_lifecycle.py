@@ -21,6 +21,7 @@ from django.db import connection
 from django.utils import timezone
 from pytest_django.fixtures import Settings
 
+from conversations.execution import turns_resume_queued
 from conversations.integrity import conversation_verify
 from conversations.lifecycle import turn_claim, turn_unwatch, turn_watch, turns_reap_stale
 from conversations.models import Conversation, Exchange, Step, Turn
@@ -362,3 +363,18 @@ def test_a_turn_marked_interrupted_by_another_process_stops_and_keeps_that_endin
     decide = Step.objects.get(turn=turn, kind="decide")
     assert decide.status == "error" and "the turn was marked interrupted by another process" in decide.error
     assert conversation_verify(conversation=Conversation.objects.get(pk=turn.conversation_id)).intact
+
+
+@pytest.mark.django_db(transaction=True)
+def test_queued_turns_left_by_an_embedded_server_run_when_the_next_one_starts_serving(
+    alice: User, settings: Settings
+) -> None:
+    settings.TURN_RUNNER = "embedded"
+    orphan = _queued(alice)  # queued, then its process died before running it
+    running = _running(alice, beat_seconds_ago=1)
+
+    assert turns_resume_queued() == [orphan.pk]
+
+    assert _wait_until(lambda: Turn.objects.get(pk=orphan.pk).is_finished, 30)
+    assert Turn.objects.get(pk=orphan.pk).status == Turn.Status.DONE
+    assert Turn.objects.get(pk=running.pk).status == Turn.Status.RUNNING  # not the resumer's business
