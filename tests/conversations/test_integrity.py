@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from io import StringIO
+from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
+from django.test import override_settings
 
-from conversations.integrity import conversation_verify
-from conversations.models import Conversation, Exchange, RedactionRule, Step
+from conversations import integrity
+from conversations.integrity import SEALED_ACTION, conversation_verify
+from conversations.models import AuditEvent, Conversation, Exchange, RedactionRule, Step, Turn
 from conversations.redaction import redactor
 from conversations.runner import turn_run
 from conversations.services import conversation_start, demo_profile_ensure, turn_start
@@ -129,3 +133,191 @@ def test_the_redactor_replaces_known_secret_values_wherever_they_appear() -> Non
 def test_verify_refuses_a_malformed_id_clearly() -> None:
     with pytest.raises(CommandError, match="no conversation not-a-uuid"):
         call_command("verify", "not-a-uuid")
+
+
+# --- the keyed chain: everything shown, anchored ---------------------------------------------------
+
+
+def _two_turns() -> Conversation:
+    conversation = _conversation()
+    second = turn_start(conversation=conversation, question="What about the weather in Paris tomorrow?", dispatch=False)
+    turn_run(turn_id=second.pk)
+    return conversation
+
+
+def _broken_at(conversation: Conversation, *where: str) -> str:
+    """The verify command's failure, which must name each of ``where``."""
+    with pytest.raises(CommandError) as failure:
+        call_command("verify", str(conversation.public_id))
+    message = str(failure.value)
+    assert all(part in message for part in where), message
+    return message
+
+
+def test_a_fresh_conversation_is_keyed_and_every_turn_sealed_and_anchored() -> None:
+    conversation = _two_turns()
+
+    report = conversation_verify(conversation=conversation)
+    conversation.refresh_from_db()
+
+    assert report.intact and not report.legacy and report.sealed_turns == 2
+    assert set(Exchange.objects.filter(turn__conversation=conversation).values_list("chain_version", flat=True)) == {2}
+    assert all(len(turn.seal) == 64 and turn.seal_steps for turn in conversation.turns.all())
+    assert conversation.chain_turns == 2 and conversation.chain_head == conversation.turns.get(seq=2).seal
+    events = AuditEvent.objects.filter(conversation_public_id=conversation.public_id, action=SEALED_ACTION)
+    assert [event.detail["turn"] for event in events.order_by("id")] == [1, 2]
+
+
+def test_a_forged_answer_is_found_and_named_by_its_turn() -> None:
+    conversation = _two_turns()
+    Turn.objects.filter(conversation=conversation, seq=1).update(answer="FORGED")
+
+    report = conversation_verify(conversation=conversation)
+
+    assert not report.intact and (report.turn_seq, report.step_seq) == (1, None)
+    assert "question, answer" in report.reason
+    _broken_at(conversation, "turn 1", f"turn id {report.turn_id}")
+
+
+def test_forged_arguments_of_a_tool_call_are_found_and_named_by_turn_and_step() -> None:
+    conversation = _two_turns()
+    tool = Step.objects.get(turn__conversation=conversation, turn__seq=2, kind="tool")
+    Step.objects.filter(pk=tool.pk).update(arguments={"city": "Atlantis", "day": "tomorrow"})
+
+    report = conversation_verify(conversation=conversation)
+
+    assert not report.intact and (report.turn_seq, report.step_seq, report.step_id) == (2, tool.seq, tool.pk)
+    assert report.anchor == f"tool-step-{tool.pk}"
+    _broken_at(conversation, "turn 2", f"step {tool.seq}", f"step id {tool.pk}")
+
+
+def test_a_forged_parsed_call_or_diagnostic_is_found_at_its_step() -> None:
+    conversation = _conversation()
+    decide = Step.objects.filter(turn__conversation=conversation, kind="decide").order_by("seq").first()
+    assert decide is not None
+    Step.objects.filter(pk=decide.pk).update(calls=[], diagnostics=["all good"])
+
+    report = conversation_verify(conversation=conversation)
+
+    assert not report.intact and report.step_id == decide.pk and report.anchor == f"step-{decide.pk}"
+
+
+def test_deleting_the_last_exchanges_of_the_conversation_is_detected() -> None:
+    conversation = _two_turns()
+    last = list(Exchange.objects.filter(turn__conversation=conversation).order_by("-turn__seq", "-seq")[:2])
+    Exchange.objects.filter(pk__in=[row.pk for row in last]).delete()
+
+    report = conversation_verify(conversation=conversation)
+
+    assert not report.intact and report.turn_seq == 2
+    _broken_at(conversation, "turn 2")
+
+
+def test_deleting_the_last_turn_is_detected_by_the_anchor_and_by_the_audit_log() -> None:
+    conversation = _two_turns()
+    conversation.refresh_from_db()
+    first_seal = conversation.turns.get(seq=1).seal
+    Turn.objects.filter(conversation=conversation, seq=2).delete()
+
+    report = conversation_verify(conversation=conversation)
+    assert not report.intact and "anchor says 2 sealed turn(s); 1 are left" in report.reason
+
+    # Someone holding the database (not the key) rolls the anchor back to what it was after turn
+    # 1: the audit log's last seal still says there were two.
+    after_first = AuditEvent.objects.get(
+        conversation_public_id=conversation.public_id, action=SEALED_ACTION, detail__turn=1
+    )
+    assert after_first.detail["head"] == first_seal
+    first_anchor = _recorded_anchor(conversation, turns=1, head=first_seal)
+    Conversation.objects.filter(pk=conversation.pk).update(chain_turns=1, chain_head=first_seal, chain_anchor=first_anchor)
+
+    report = conversation_verify(conversation=conversation)
+    assert not report.intact and "audit log's last seal says 2 sealed turn(s)" in report.reason
+
+
+def _recorded_anchor(conversation: Conversation, *, turns: int, head: str) -> str:
+    """The anchor the conversation had at ``turns`` sealed turns (an attacker who kept a copy)."""
+    return integrity._anchor(integrity.integrity_key(), str(conversation.public_id), turns, head)
+
+
+def test_deleting_a_turn_in_the_middle_breaks_the_next_turn() -> None:
+    conversation = _two_turns()
+    turn_run(turn_id=turn_start(conversation=conversation, question="And in Rome?", dispatch=False).pk)
+    Turn.objects.filter(conversation=conversation, seq=2).delete()
+
+    report = conversation_verify(conversation=conversation)
+
+    assert not report.intact and report.turn_seq == 3 and report.broken_exchange_id is not None
+
+
+def test_a_seal_recomputed_without_the_key_does_not_verify() -> None:
+    conversation = _conversation()
+    turn = conversation.turns.get()
+    forged = Turn.objects.get(pk=turn.pk)
+    forged.answer = "FORGED"
+    with override_settings(INTEGRITY_KEY="a key the forger made up"):
+        integrity.turn_seal(turn=forged)  # reseals with the wrong key, anchors included
+
+    report = conversation_verify(conversation=conversation)
+
+    assert not report.intact
+
+
+def test_records_made_before_keyed_sealing_still_verify_under_their_old_rule() -> None:
+    conversation = _two_turns()
+    _make_legacy(conversation)
+
+    report = conversation_verify(conversation=conversation)
+    out = StringIO()
+    call_command("verify", str(conversation.public_id), stdout=out)
+
+    assert report.intact and report.legacy and report.sealed_turns == 0
+    assert "unkeyed legacy chain" in out.getvalue()
+    # A legacy record is still checked: changing one breaks its (unkeyed) link.
+    call = Exchange.objects.filter(turn__conversation=conversation, label="tools/call").first()
+    assert call is not None
+    Exchange.objects.filter(pk=call.pk).update(response_body="{}")
+    assert conversation_verify(conversation=conversation).broken_exchange_id == call.pk
+
+
+def test_a_new_turn_after_legacy_ones_is_keyed_and_a_legacy_record_after_it_is_refused() -> None:
+    conversation = _conversation()
+    _make_legacy(conversation)
+    turn_run(turn_id=turn_start(conversation=conversation, question="And in Paris?", dispatch=False).pk)
+
+    report = conversation_verify(conversation=conversation)
+    assert report.intact and not report.legacy and report.sealed_turns == 1
+
+    # Downgrading the keyed turn's records to the unkeyed rule does not pass.
+    later = Exchange.objects.filter(turn__conversation=conversation, turn__seq=2).order_by("seq")
+    Exchange.objects.filter(pk__in=[row.pk for row in later]).update(chain_version=1)
+    assert not conversation_verify(conversation=conversation).intact
+
+
+def _make_legacy(conversation: Conversation) -> None:
+    """Rewrite the conversation as the previous version stored it: unkeyed SHA-256, no seals."""
+    previous = integrity.GENESIS
+    rows = Exchange.objects.filter(turn__conversation=conversation).select_related("turn")
+    for row in rows.order_by("turn__seq", "seq", "id"):
+        assert row.turn is not None
+        row.chain_version = integrity.LEGACY
+        row.prev_hash = previous
+        row.hash = previous = integrity.exchange_digest(row, turn_seq=row.turn.seq, previous=previous)
+        row.save(update_fields=["chain_version", "prev_hash", "hash"])
+    Turn.objects.filter(conversation=conversation).update(seal="", seal_steps=[])
+    Conversation.objects.filter(pk=conversation.pk).update(chain_turns=0, chain_head="", chain_anchor="")
+    AuditEvent.objects.filter(conversation_public_id=conversation.public_id, action=SEALED_ACTION).delete()
+
+
+def test_the_key_lives_outside_the_database_in_a_private_file(settings: Any) -> None:
+    path = Path(settings.VAR_DIR) / integrity.KEY_FILE_NAME
+    key = integrity.integrity_key()
+
+    assert path.read_text().strip().encode() == key and path.stat().st_mode & 0o777 == 0o600
+    conversation = _conversation()
+    dump = json.dumps(
+        [list(model.objects.values()) for model in (Conversation, Turn, Step, Exchange, AuditEvent)], default=str
+    )
+    assert key.decode() not in dump
+    with override_settings(INTEGRITY_KEY="another installation's key"):
+        assert not conversation_verify(conversation=conversation).intact

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
+from datetime import datetime
 from io import StringIO
 from itertools import pairwise
 from pathlib import Path
@@ -18,6 +19,7 @@ from jsonschema import Draft202012Validator
 from conversations.integrity import GENESIS, conversation_verify, exchange_digest, turn_seal
 from conversations.models import AuditEvent, Conversation, Exchange, ModelProfile, Step
 from conversations.runner import turn_run
+from conversations.selectors import profiles_for_form
 from conversations.services import conversation_start, demo_profile_ensure, turn_start
 from conversations.transcripts import ID_KEYS, TranscriptError, transcript_export, transcript_import
 from servers import gateway
@@ -537,6 +539,99 @@ def test_a_transcript_changed_after_export_is_refused_because_its_chain_breaks()
         transcript_import(data=_canonical(document), owner=User.objects.create_user("bob"))
 
     assert Conversation.objects.count() == before
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        ("answer", r"turn 1: the turn does not match its seal"),
+        ("arguments", r"turn 1, step \d+: the step does not match its seal"),
+        ("last turn", r"anchor says 2 sealed turn\(s\); 1 are left"),
+    ],
+)
+def test_an_edited_export_of_this_installation_is_refused_naming_the_record(edit: str, named: str) -> None:
+    document = json.loads(transcript_export(conversation=_conversation(turns=2), fmt="json"))
+    if edit == "answer":
+        document["turns"][0]["answer"] = "FORGED"
+    elif edit == "arguments":
+        tool = next(step for step in document["turns"][0]["steps"] if step["kind"] == "tool")
+        tool["arguments"] = {"city": "Atlantis"}
+    else:
+        document["turns"].pop()
+
+    with pytest.raises(TranscriptError, match=named):
+        transcript_import(data=_canonical(document), owner=User.objects.create_user("bob"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_import_belongs_to_the_importer_and_keeps_the_files_claims_as_claims() -> None:
+    document = json.loads(transcript_export(conversation=_conversation(), fmt="json"))
+    document["conversation"]["owner"] = "admin"
+    # Another installation's file: its records are sealed with a key this one does not have.
+    document["conversation"]["integrity"]["key_id"] = "0123456789abcdef"
+    mallory = User.objects.create_user("mallory")
+
+    imported = transcript_import(data=_canonical(document), owner=mallory)
+
+    meta = imported.imported_meta or {}
+    assert imported.owner == mallory and meta["imported_by"] == "mallory" and meta["owner"] == "admin"
+    assert meta["verification"]["status"] == "other-installation"
+    assert "cannot be verified here" in meta["verification"]["detail"]
+    # From the import on, this installation's seals cover it.
+    assert conversation_verify(conversation=imported).intact
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_file_made_before_keyed_sealing_imports_as_an_unkeyed_chain_and_is_sealed_here() -> None:
+    document = _factory_document()
+    previous = GENESIS
+    turn = document["turns"][0]
+    for _, exchange in sorted(
+        [(None, e) for e in turn["exchanges"]] + [(s["seq"], e) for s in turn["steps"] for e in s["exchanges"]],
+        key=lambda pair: (pair[1]["seq"], pair[1]["id"]),
+    ):
+        del exchange["chain_version"]
+        exchange["prev_hash"] = previous
+        exchange["hash"] = previous = _legacy_hash(exchange, turn["seq"], previous)
+    for key in ("seal", "seal_steps"):
+        del turn[key]
+    del document["conversation"]["integrity"]
+
+    imported = transcript_import(data=json.dumps(document), owner=UserFactory())
+
+    assert (imported.imported_meta or {})["verification"]["status"] == "legacy-unkeyed"
+    report = conversation_verify(conversation=imported)
+    assert report.intact and not report.legacy and report.sealed_turns == 1
+
+
+def _legacy_hash(exchange: dict[str, Any], turn_seq: int, previous: str) -> str:
+    row = Exchange(
+        **{key: exchange[key] for key in ("seq", "channel", "direction", "label", "jsonrpc_id", "status", "error")},
+        request_headers=exchange["request_headers"],
+        request_body=exchange["request_body"],
+        response_headers=exchange["response_headers"],
+        response_body=exchange["response_body"],
+        started_at=datetime.fromisoformat(exchange["started_at"]),
+        duration_ms=exchange["duration_ms"],
+        chain_version=1,
+    )
+    return exchange_digest(row, turn_seq=turn_seq, previous=previous)
+
+
+@pytest.mark.django_db
+def test_an_import_creates_no_profile_anyone_else_is_offered() -> None:
+    document = _factory_document()
+    document["conversation"]["model_profile"].update(name="gpt", model="gpt-4o", base_url="")
+    alice, bob = UserFactory(), UserFactory()
+
+    first = transcript_import(data=json.dumps(document), owner=alice)
+    second = transcript_import(data=json.dumps(document), owner=bob)
+
+    assert first.model_profile.imported_by == alice and second.model_profile.imported_by == bob
+    assert first.model_profile != second.model_profile
+    offered = set(profiles_for_form())
+    assert first.model_profile not in offered and second.model_profile not in offered
 
 
 @pytest.mark.django_db(transaction=True)
