@@ -14,8 +14,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from conversations.audit import audit_change
@@ -77,7 +77,13 @@ def demo_server_ensure() -> McpServer:
         return server
     for name, value in wanted.items():
         setattr(server, name, value)
-    return server_commit(server=server, actor=None, via="setup")
+    try:
+        return server_commit(server=server, actor=None, via="setup")
+    except (IntegrityError, ValidationError):
+        if server.pk is not None:
+            raise
+        # Another process registered it at the same moment: theirs is the same server.
+        return McpServer.objects.get(name=DEMO_SERVER_NAME)
 
 
 def server_snapshot(server: McpServer) -> JSONDict:
