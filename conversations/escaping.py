@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import cast
+from typing import Any, cast
 
 from inspector.typealias import JSONValue
 
@@ -46,6 +46,40 @@ def carriable(text: str) -> str:
     if _SURROGATE.search(text) is None:
         return text
     return _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+# The JSON escape of a UTF-16 surrogate (a lone one, or half of a pair).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+class CarriableDecoder(json.JSONDecoder):
+    """Reads stored JSON so that whatever it holds can be shown, exported and sent: a lone
+    surrogate (which SQLite keeps as its escape, from a record older than the escaping, or an
+    import) comes back as the text of its escape (``carriable``). Costs one scan of the text."""
+
+    def decode(self, s: str, *args: Any, **kwargs: Any) -> Any:
+        value = super().decode(s, *args, **kwargs)
+        if _SURROGATE_ESCAPE.search(s) is None:
+            return value
+        return _carriable_json(value)
+
+
+def _carriable_json(value: Any) -> Any:
+    """``value`` with ``carriable`` applied to every string and key (an explicit stack)."""
+    holder = [value]
+    stack: list[tuple[list[Any] | dict[str, Any], int | str]] = [(holder, 0)]
+    while stack:
+        parent, slot = stack.pop()
+        item = parent[slot]  # type: ignore[index]
+        if isinstance(item, str):
+            parent[slot] = carriable(item)  # type: ignore[index]
+        elif isinstance(item, list):
+            stack.extend((item, index) for index in range(len(item)))
+        elif isinstance(item, dict):
+            fixed = {carriable(key): child for key, child in item.items()}
+            parent[slot] = fixed  # type: ignore[index]
+            stack.extend((fixed, key) for key in fixed)
+    return holder[0]
 
 
 def refused_character(text: str) -> str | None:

@@ -13,6 +13,7 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from conversations.escaping import CarriableDecoder
 from conversations.paradigms import PARADIGMS
 from conversations.providers import PROVIDERS
 from servers.models import McpServer
@@ -120,7 +121,7 @@ class Conversation(models.Model):
     )
     # Set on conversations brought in from an exported transcript: they are read-only, and this
     # keeps what the export said (original id, owner, model profile, servers) for re-export.
-    imported_meta = models.JSONField(null=True, blank=True)
+    imported_meta = models.JSONField(null=True, blank=True, decoder=CarriableDecoder)
     # A replay re-runs a recorded turn against today's servers and profile, to see what changed.
     replay_of = models.ForeignKey(
         "Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays"
@@ -169,9 +170,9 @@ class Turn(models.Model):
     tool_choice_name = models.CharField(max_length=200, blank=True)
     model_name = models.CharField(max_length=120, blank=True)
     # The exact tool list offered to the model: MCP definitions and the provider names they got.
-    tools = models.JSONField(default=list, blank=True)
+    tools = models.JSONField(default=list, blank=True, decoder=CarriableDecoder)
     # The neutral message list the turn ended with: the next turn's history.
-    transcript = models.JSONField(default=list, blank=True)
+    transcript = models.JSONField(default=list, blank=True, decoder=CarriableDecoder)
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -272,20 +273,20 @@ class Step(models.Model):
         max_length=300, blank=True, help_text="Where the spliced prompt comes from."
     )
     # Token counts of the spliced prompt, each tool definition and each tool result (named encoding).
-    tokens = models.JSONField(default=dict, blank=True)
+    tokens = models.JSONField(default=dict, blank=True, decoder=CarriableDecoder)
     # The provider's own usage report for this call (tokens in and out), as it sent it.
-    usage = models.JSONField(default=dict, blank=True)
+    usage = models.JSONField(default=dict, blank=True, decoder=CarriableDecoder)
     # decide/answer: what the paradigm parsed out of the raw reply.
     text = models.TextField(blank=True)
-    calls = models.JSONField(default=list, blank=True)
-    diagnostics = models.JSONField(default=list, blank=True)
+    calls = models.JSONField(default=list, blank=True, decoder=CarriableDecoder)
+    diagnostics = models.JSONField(default=list, blank=True, decoder=CarriableDecoder)
     # tool: what was called and what came back.
     server = models.ForeignKey(McpServer, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     # The server's name when there is no server row (imported transcripts, deleted servers).
     server_name = models.CharField(max_length=40, blank=True)
     tool_name = models.CharField(max_length=200, blank=True)
-    arguments = models.JSONField(null=True, blank=True)
-    result = models.JSONField(null=True, blank=True)
+    arguments = models.JSONField(null=True, blank=True, decoder=CarriableDecoder)
+    result = models.JSONField(null=True, blank=True, decoder=CarriableDecoder)
     is_error = models.BooleanField(default=False)
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(default=timezone.now)
@@ -372,9 +373,9 @@ class Exchange(models.Model):
     direction = models.CharField(max_length=8, choices=Direction.choices, default=Direction.CLIENT)
     label = models.CharField(max_length=200, help_text="e.g. POST /chat/completions, tools/call")
     jsonrpc_id = models.CharField(max_length=64, blank=True)
-    request_headers = models.JSONField(default=dict, blank=True)
+    request_headers = models.JSONField(default=dict, blank=True, decoder=CarriableDecoder)
     request_body = models.TextField(blank=True)
-    response_headers = models.JSONField(default=dict, blank=True)
+    response_headers = models.JSONField(default=dict, blank=True, decoder=CarriableDecoder)
     response_body = models.TextField(blank=True)
     status = models.CharField(max_length=32, blank=True, help_text="HTTP status, or ok / error / timeout")
     error = models.TextField(blank=True)

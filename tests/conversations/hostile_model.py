@@ -143,11 +143,18 @@ def _openai_chat(reply: Reply, stream: bool) -> bytes:
         ).encode()
     events: list[tuple[str | None, str]] = []
     if _is_text(reply.text):
-        events += [(None, dumps({"choices": [{"index": 0, "delta": {"content": p}}]})) for p in _pieces(reply.text)]
+        events += [
+            (None, dumps({"choices": [{"index": 0, "delta": {"content": p}}]})) for p in _pieces(reply.text)
+        ]
     elif reply.text is not None:
         events.append((None, dumps({"choices": [{"index": 0, "delta": {"content": reply.text}}]})))
     for i, (name, arguments) in enumerate(reply.calls):
-        head = {"index": i, "id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": ""}}
+        head = {
+            "index": i,
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": name, "arguments": ""},
+        }
         events.append((None, dumps({"choices": [{"index": 0, "delta": {"tool_calls": [head]}}]})))
         for piece in _pieces(arguments, 101):
             fragment = {"index": i, "function": {"arguments": piece}}
@@ -166,7 +173,13 @@ def _openai_responses(reply: Reply, stream: bool) -> bytes:
         )
     for i, (name, arguments) in enumerate(reply.calls):
         output.append({"type": "function_call", "call_id": f"call_{i}", "name": name, "arguments": arguments})
-    response = {"id": "resp_1", "object": "response", "status": "completed", "output": output, "usage": reply.usage}
+    response = {
+        "id": "resp_1",
+        "object": "response",
+        "status": "completed",
+        "output": output,
+        "usage": reply.usage,
+    }
     if not stream:
         return dumps(response).encode()
     events: list[tuple[str | None, str]] = []
@@ -199,7 +212,13 @@ def _openai_responses(reply: Reply, stream: bool) -> bytes:
             events.append(
                 (
                     "response.function_call_arguments.delta",
-                    dumps({"type": "response.function_call_arguments.delta", "output_index": index, "delta": piece}),
+                    dumps(
+                        {
+                            "type": "response.function_call_arguments.delta",
+                            "output_index": index,
+                            "delta": piece,
+                        }
+                    ),
                 )
             )
     events.append(("response.completed", dumps({"type": "response.completed", "response": response})))
@@ -218,23 +237,46 @@ def _anthropic(reply: Reply, stream: bool) -> bytes:
     if not stream:
         return dumps({**message, "usage": usage}).encode()
     events: list[tuple[str | None, str]] = [
-        ("message_start", dumps({"type": "message_start", "message": {**message, "content": [], "usage": usage}}))
+        (
+            "message_start",
+            dumps({"type": "message_start", "message": {**message, "content": [], "usage": usage}}),
+        )
     ]
     for index, block in enumerate(content):
         assert isinstance(block, dict)
-        start = {"type": block["type"], **({"id": block["id"], "name": block["name"], "input": {}} if "id" in block else {"text": ""})}
-        events.append(("content_block_start", dumps({"type": "content_block_start", "index": index, "content_block": start})))
+        start = {
+            "type": block["type"],
+            **({"id": block["id"], "name": block["name"], "input": {}} if "id" in block else {"text": ""}),
+        }
+        events.append(
+            (
+                "content_block_start",
+                dumps({"type": "content_block_start", "index": index, "content_block": start}),
+            )
+        )
         if block["type"] == "text":
             text = block["text"]
             for piece in _pieces(text) if _is_text(text) else [text]:
                 delta = {"type": "text_delta", "text": piece}
-                events.append(("content_block_delta", dumps({"type": "content_block_delta", "index": index, "delta": delta})))
+                events.append(
+                    (
+                        "content_block_delta",
+                        dumps({"type": "content_block_delta", "index": index, "delta": delta}),
+                    )
+                )
         else:
             for piece in _pieces(str(block["input"]), 101):
                 delta = {"type": "input_json_delta", "partial_json": piece}
-                events.append(("content_block_delta", dumps({"type": "content_block_delta", "index": index, "delta": delta})))
+                events.append(
+                    (
+                        "content_block_delta",
+                        dumps({"type": "content_block_delta", "index": index, "delta": delta}),
+                    )
+                )
         events.append(("content_block_stop", dumps({"type": "content_block_stop", "index": index})))
-    events.append(("message_delta", dumps({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": usage})))
+    events.append(
+        ("message_delta", dumps({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": usage}))
+    )
     events.append(("message_stop", dumps({"type": "message_stop"})))
     return _sse(events)
 
@@ -280,12 +322,22 @@ _ROUTES = (
 )
 
 
+def _route(path: str) -> tuple[str, re.Match[str]] | None:
+    """The wire format a path belongs to, and its match (Gemini's names the model)."""
+    for pattern, wire in _ROUTES:
+        match = pattern.search(path)
+        if match:
+            return wire, match
+    return None
+
+
 def _continued(wire: str, body: dict[str, object]) -> bool:
     """Whether the request carries an earlier answer of the model (so this turn may now end)."""
     if wire == "openai_responses":
         items = body.get("input")
         return isinstance(items, list) and any(
-            isinstance(i, dict) and (i.get("role") == "assistant" or i.get("type") == "function_call") for i in items
+            isinstance(i, dict) and (i.get("role") == "assistant" or i.get("type") == "function_call")
+            for i in items
         )
     key, role = ("contents", "model") if wire == "gemini" else ("messages", "assistant")
     messages = body.get(key)
@@ -329,13 +381,11 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
         path = self.path.split("?", 1)[0]
-        for pattern, wire in _ROUTES:
-            match = pattern.search(path)
-            if match:
-                break
-        else:
+        routed = _route(path)
+        if routed is None:
             self.send_error(404)
             return
+        wire, match = routed
         body = json.loads(raw)
         if wire == "gemini":
             case, stream = match.group(1), match.group(2) == "streamGenerateContent"

@@ -40,7 +40,13 @@ PARADIGM_KEYS = list(PARADIGMS)
 # Every case in every wire format, streamed and not; the paradigms take turns, so each case
 # meets every paradigm and each paradigm every format.
 MATRIX = [
-    pytest.param(case, wire, stream, PARADIGM_KEYS[index % len(PARADIGM_KEYS)], id=f"{case}-{wire}-{'stream' if stream else 'whole'}")
+    pytest.param(
+        case,
+        wire,
+        stream,
+        PARADIGM_KEYS[index % len(PARADIGM_KEYS)],
+        id=f"{case}-{wire}-{'stream' if stream else 'whole'}",
+    )
     for index, (case, wire, stream) in enumerate(itertools.product(CASES, WIRES, (False, True)))
 ]
 # Replies that are odd but may be a fine final answer (e.g. text under native calling).
@@ -156,7 +162,11 @@ def test_what_the_database_refuses_is_stored_escaped_and_said_beside_it(
         assert "\\ud800" in decide.text and "lone surrogate U+D800" in notes
         assert "\\ud800" in raw.response_body
     elif case == "nan-usage":
-        assert decide.usage == {"prompt_tokens": "NaN", "completion_tokens": "Infinity", "total_tokens": "-Infinity"}
+        assert decide.usage == {
+            "prompt_tokens": "NaN",
+            "completion_tokens": "Infinity",
+            "total_tokens": "-Infinity",
+        }
         assert "NaN" in notes
     elif case == "deep-args":
         assert "not valid JSON" in notes and "nests too deeply" in notes
@@ -188,9 +198,13 @@ def test_fifty_parallel_calls_each_get_their_own_answer(hostile: HostileModel) -
     def ask(index: int) -> str:
         wire = WIRES[index % len(WIRES)]
         case = ("ok", "malformed", "surrogate-text")[index % 3]
-        endpoint = Endpoint(model=case, base_url=hostile.base_url(wire), api_key="", deadline=5.0, stream=index % 2 == 0)
+        endpoint = Endpoint(
+            model=case, base_url=hostile.base_url(wire), api_key="", deadline=5.0, stream=index % 2 == 0
+        )
         try:
-            reply = PROVIDERS[wire](endpoint).complete(ModelRequest(messages=[Message(role="user", content="hi")]))
+            reply = PROVIDERS[wire](endpoint).complete(
+                ModelRequest(messages=[Message(role="user", content="hi")])
+            )
         except ProviderError as exc:
             assert exc.exchange is not None and exc.exchange.response_body
             return "unreadable"
@@ -206,3 +220,46 @@ def test_fifty_parallel_calls_each_get_their_own_answer(hostile: HostileModel) -
             assert text == "unreadable"
         else:  # escaped, losslessly: the JSON string literal of what was sent
             assert json.loads(text) == "bad \ud800 text \udfff end"
+
+
+def test_a_lone_surrogate_stored_before_the_escaping_is_shown_escaped_by_every_view(
+    hostile: HostileModel, alice: User, client: Client
+) -> None:
+    conversation, turn = conversation_start(
+        owner=alice,
+        model_profile=_profile(hostile, "ok", "openai_chat", False),
+        question="What will the weather be like in Paris tomorrow?",
+        servers=[],
+        dispatch=False,
+    )
+    turn_run(turn_id=turn.pk)
+    # As an older version stored it (SQLite keeps JSON text, "\ud800" escapes and all).
+    bad = "left \ud800 right"
+    Step.objects.filter(turn=turn).update(
+        calls=[{"name": bad, "arguments": {bad: bad}}],
+        diagnostics=[bad],
+        result={"content": [{"type": "text", "text": bad}]},
+    )
+    Turn.objects.filter(pk=turn.pk).update(
+        transcript=[{"role": "assistant", "content": bad}], tools=[{"name": bad}]
+    )
+    client.force_login(alice)
+
+    pages = [
+        reverse("inspector-conversation", args=[conversation.public_id]),
+        reverse("api-conversation", args=[conversation.public_id]),
+        *(
+            reverse("inspector-conversation-export", args=[conversation.public_id]) + f"?format={fmt}"
+            for fmt in EXPORT_FORMATS
+        ),
+    ]
+    for page in pages:
+        response = client.get(page)
+        assert response.status_code == 200, page
+        body = b"".join(response.streaming_content) if response.streaming else response.content  # type: ignore[attr-defined]
+        if "export" not in page or page.endswith("=json"):  # JSONL and OTLP carry other parts
+            assert b"\\ud800" in body, page
+    for fmt in EXPORT_FORMATS:
+        out = StringIO()
+        call_command("export", str(conversation.public_id), "--format", fmt, stdout=out)
+        assert out.getvalue()
