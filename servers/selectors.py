@@ -18,7 +18,7 @@ from typing import Any
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import Q, QuerySet
 
-from conversations.models import Conversation, Exchange
+from conversations.models import AuditEvent, Conversation, Exchange
 from conversations.selectors import conversation_list, visible_to
 from servers.lint import Finding, Neighbourhood, ToolReport, lint_catalog
 from servers.models import McpServer, Operation, PendingInput, SavedCall
@@ -55,6 +55,18 @@ def server_spawn_refusal(*, server: McpServer, user: Viewer) -> str:
     return (
         f"{server.name} starts a process on the worker ({server.get_transport_display()}): only staff may "
         "start it. An administrator can allow it for everyone (Allow non-staff to spawn, on the server)."
+    )
+
+
+SERVER_ACTIONS = ("server.created", "server.changed", "server.enabled", "server.disabled")
+
+
+def server_last_change(*, server: McpServer) -> AuditEvent | None:
+    """The newest audit entry about ``server``: who registered or last changed it, when, how."""
+    return (
+        AuditEvent.objects.filter(action__in=SERVER_ACTIONS, detail__server_id=server.pk)
+        .order_by("-at", "-pk")
+        .first()
     )
 
 

@@ -176,6 +176,7 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
         "saved_calls": selectors.server_saved_calls(server=server, user=user),
         "operations": selectors.server_operations(server=server, user=user)[:15],
         "spawn_refusal": selectors.server_spawn_refusal(server=server, user=user),
+        "last_change": selectors.server_last_change(server=server) if getattr(user, "is_staff", False) else None,
     }
     return render(request, "servers/server_detail.html", context)
 

@@ -203,3 +203,18 @@ def test_an_argument_carrying_a_configured_secret_is_redacted_in_the_log(dave: U
     (created,) = events("server.created")
     assert SECRET not in json.dumps(created.detail)
     assert created.detail["after"]["args"][0] == "--token"
+
+
+def test_the_server_page_tells_staff_who_changed_it_last(dave: User) -> None:
+    client = client_for(dave)
+    client.post("/servers/new", form())
+    client.post("/servers/files/toggle")
+
+    page = client.get("/servers/files/").content.decode()
+    someone = User.objects.create_user("carol")
+    McpServer.objects.filter(name="files").update(enabled=True)
+    theirs = client_for(someone).get("/servers/files/").content.decode()
+
+    assert "<code>server.disabled</code> by dave via web" in page
+    assert 'id="spawn-policy">staff only' in page
+    assert 'id="last-change"' not in theirs
