@@ -5,11 +5,19 @@ these cases make sure that shortcut never lets a secret through."""
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 
 import pytest
+from django.conf import settings
 
-from conversations.redaction import redactor
+from conversations.models import Turn
+from conversations.recording import active_redactor
+from conversations.redaction import LogRedactionFilter, redactor, remember
+from conversations.services import conversation_start
+from servers.vault import seal
+from tests.factories import McpServerFactory, ModelProfileFactory, UserFactory
 
 KEYS = [
     ("sk-proj-Abcdefghijklmnopqrstuvwxyz0123", "api_key"),
@@ -49,3 +57,63 @@ def test_staff_rules_and_run_secrets_are_always_applied() -> None:
     assert redact.text("see TCK-1234 with hunter2-swordfish") == "see [REDACTED:ticket] with [REDACTED:secret]"
     # Secrets shorter than 6 characters are ignored: replacing them everywhere protects nothing.
     assert redact.text("abc") == "abc"
+
+
+# --- one redactor: configured secrets, logs --------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_active_redactor_knows_every_configured_secret_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H4_UNIT_KEY", "unit-profile-key-0042")
+    monkeypatch.setenv("H4_UNIT_REF", "unit-referenced-0042")
+    ModelProfileFactory(api_key_env="H4_UNIT_KEY")
+    McpServerFactory(env={"A": seal("unit-sealed-env-0042"), "B": "${H4_UNIT_REF}", "PLAIN": "not-a-secret-0042"})
+    McpServerFactory(transport="http", url="http://127.0.0.1:9/mcp", headers={"X-Key": seal("unit-header-0042")})
+
+    redact = active_redactor()
+    text = "unit-profile-key-0042 unit-referenced-0042 unit-sealed-env-0042 unit-header-0042 not-a-secret-0042"
+
+    assert redact.text(text) == " ".join(["[REDACTED:secret]"] * 4 + ["not-a-secret-0042"])
+
+
+def test_the_log_filter_redacts_messages_arguments_and_tracebacks() -> None:
+    remember(redactor(secrets=["log-secret-value-0042"]))
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(LogRedactionFilter())
+    logger = logging.getLogger("tests.redaction.filter")
+    logger.addHandler(handler)
+    try:
+        logger.error("key %s and %s", "log-secret-value-0042", "ops@example.com")
+        try:
+            raise ValueError("failed on log-secret-value-0042")
+        except ValueError:
+            logger.exception("with a traceback")
+    finally:
+        logger.removeHandler(handler)
+
+    written = stream.getvalue()
+    assert "log-secret-value-0042" not in written and "ops@example.com" not in written
+    assert "key [REDACTED:secret] and [REDACTED:email]" in written
+    assert "ValueError: failed on [REDACTED:secret]" in written
+
+
+def test_the_log_filter_is_installed_on_the_configured_handler() -> None:
+    filters = settings.LOGGING["filters"]
+    assert filters["redact"]["()"] == "conversations.redaction.LogRedactionFilter"
+    assert "redact" in settings.LOGGING["handlers"]["console"]["filters"]
+
+
+@pytest.mark.django_db
+def test_a_question_is_stored_redacted_and_so_is_the_conversation_title() -> None:
+    conversation, turn = conversation_start(
+        owner=UserFactory(),
+        model_profile=ModelProfileFactory(),
+        question="mail ops@example.com the key sk-proj-Abcdefghijklmnopqrstuvwxyz0123",
+        servers=[],
+        dispatch=False,
+    )
+
+    stored = Turn.objects.get(pk=turn.pk)
+    assert stored.question == "mail [REDACTED:email] the key [REDACTED:api_key]"
+    assert "example.com" not in conversation.title and "[REDACTED:email]" in conversation.title
