@@ -107,8 +107,7 @@ class GatewayToolHost:
     signal: TurnSignal | None = None
 
     def call(self, tool: ToolDef, arguments: JSONDict) -> ToolRun:
-        stop = self.signal.event if self.signal is not None else None
-        outcome = gateway.call_tool(self.configs[tool.server_id], tool.name, arguments, stop=stop)
+        outcome = gateway.call_tool(self.configs[tool.server_id], tool.name, arguments, stop=self.signal)
         server_records_store(outcome.unclaimed, redact=self.redact)
         if outcome.cancelled and self.signal is not None and self.signal.stopped:
             return ToolRun(
@@ -263,7 +262,7 @@ def connect_servers(
             continue
         config = server.to_config()
         configs[server.pk] = config
-        outcome = gateway.list_tools(config, stop=signal.event if signal is not None else None)
+        outcome = gateway.list_tools(config, stop=signal)
         records.extend(outcome.records)
         server_records_store(outcome.unclaimed, redact=recorder.redact)
         notes.append(_session_note(server, outcome))

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import mcp.types as types
@@ -459,7 +459,7 @@ async def op_connect(client: Client) -> Any:
 # --- the agent's blocking helpers ------------------------------------------------------------
 
 
-def list_tools(config: ServerConfig, *, stop: threading.Event | None = None) -> ListOutcome:
+def list_tools(config: ServerConfig, *, stop: StopSignal | None = None) -> ListOutcome:
     """Every tool the server offers now (all pages, never from a cache); ``stop`` as in ``call_tool``."""
     outcome = ListOutcome()
     _run_stoppable(config, outcome, op_list_tools, stop)
@@ -468,12 +468,12 @@ def list_tools(config: ServerConfig, *, stop: threading.Event | None = None) -> 
 
 
 def call_tool(
-    config: ServerConfig, name: str, arguments: dict[str, Any], *, stop: threading.Event | None = None
+    config: ServerConfig, name: str, arguments: dict[str, Any], *, stop: StopSignal | None = None
 ) -> CallOutcome:
     """Call one tool; the server's ``call_timeout`` bounds the wait (the SDK then sends a cancel).
 
-    Once ``stop`` is set the call is abandoned within ``STOP_POLL_SECONDS``: the SDK sends the
-    server ``notifications/cancelled``, which is in the outcome's records with everything else
+    When ``stop`` fires the call is abandoned at once: the SDK sends the server
+    ``notifications/cancelled``, which is in the outcome's records with everything else
     captured, and the outcome is ``cancelled``.
     """
     outcome = CallOutcome()
@@ -487,14 +487,21 @@ def call_tool(
     return outcome
 
 
-# How often a stoppable operation looks at its stop flag, and how long a stopped one may take to
-# write its last records (the request left unanswered, notifications/cancelled, stderr).
-STOP_POLL_SECONDS = 0.2
+class StopSignal(Protocol):
+    """Tells a blocking operation to give up (e.g. ``conversations.lifecycle.TurnSignal``)."""
+
+    def on_stop(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` once when stopped (at once if already); returns an undo."""
+        ...
+
+
+# How long a stopped operation may take to write its last records (the request left unanswered,
+# notifications/cancelled, stderr).
 STOP_SETTLE_SECONDS = 5.0
 
 
-def _run_stoppable(config: ServerConfig, outcome: Outcome, operation: Operation, stop: threading.Event | None) -> None:
-    """``_run`` on the gateway loop, waited for from this thread until it ends or ``stop`` is set.
+def _run_stoppable(config: ServerConfig, outcome: Outcome, operation: Operation, stop: StopSignal | None) -> None:
+    """``_run`` on the gateway loop, waited for from this thread until it ends or ``stop`` fires.
 
     Raises:
         GatewayError: the operation did not end within the outer budget (a wedged loop).
@@ -503,28 +510,35 @@ def _run_stoppable(config: ServerConfig, outcome: Outcome, operation: Operation,
         _loop.run(_run(config, outcome, operation, Capture()), timeout=_budget(config))
         return
     ended = threading.Event()
+    wake = threading.Event()
+    stopped = threading.Event()
 
     async def guarded() -> None:
         try:
             await _run(config, outcome, operation, Capture())
         finally:
             ended.set()
+            wake.set()
+
+    def on_stop() -> None:
+        stopped.set()
+        wake.set()
 
     future = asyncio.run_coroutine_threadsafe(guarded(), _loop.loop())
-    budget = _budget(config)
-    waited = 0.0
-    while not ended.wait(STOP_POLL_SECONDS):
-        waited += STOP_POLL_SECONDS
-        if stop.is_set():
-            future.cancel()
-            if not ended.wait(STOP_SETTLE_SECONDS) and not outcome.error:
-                outcome.error = f"the gateway did not finish the cancelled operation within {STOP_SETTLE_SECONDS:.0f} s"
-            outcome.cancelled = True
-            outcome.error = outcome.error or "cancelled before the server was reached"
-            return
-        if waited > budget:
-            future.cancel()
-            raise GatewayError(f"the gateway gave no answer within {budget:.0f} s")
+    forget = stop.on_stop(on_stop)
+    try:
+        woken = wake.wait(_budget(config))
+    finally:
+        forget()
+    if ended.is_set():
+        return
+    future.cancel()
+    if not woken:
+        raise GatewayError(f"the gateway gave no answer within {_budget(config):.0f} s")
+    if not ended.wait(STOP_SETTLE_SECONDS) and not outcome.error:
+        outcome.error = f"the gateway did not finish the cancelled operation within {STOP_SETTLE_SECONDS:.0f} s"
+    outcome.cancelled = True
+    outcome.error = outcome.error or "cancelled before the server was reached"
 
 
 def _budget(config: ServerConfig) -> float:
