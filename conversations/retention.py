@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
@@ -27,6 +29,8 @@ class PruneReport:
     ``exchanges`` are those of the pruned conversations; ``server_exchanges`` the server-only
     records (no turn) older than the cutoff. ``conversation_ids`` names at most ``LISTED_IDS``
     of the pruned conversations, oldest first; ``conversations`` is the full count.
+    ``stderr_files`` are MCP servers' stderr files (``MCP_STDERR_DIR``) last written before the
+    cutoff: what they hold was recorded then, with records that go too.
     """
 
     older_than_days: int
@@ -39,6 +43,7 @@ class PruneReport:
     server_exchanges: int
     comparisons: int
     conversation_ids: tuple[str, ...]
+    stderr_files: int = 0
 
     def as_json(self) -> JSONDict:
         return {
@@ -53,7 +58,24 @@ class PruneReport:
             "comparisons": self.comparisons,
             "conversation_ids": list(self.conversation_ids),
             "conversation_ids_truncated": self.conversations > len(self.conversation_ids),
+            "stderr_files": self.stderr_files,
         }
+
+
+def _stale_stderr_files(cutoff: datetime) -> list[Path]:
+    """stderr files of MCP servers not written to since ``cutoff``."""
+    folder = Path(settings.MCP_STDERR_DIR)
+    if not folder.is_dir():
+        return []
+    limit = cutoff.timestamp()
+    stale = []
+    for path in folder.glob("*.log"):
+        try:
+            if path.is_file() and path.stat().st_mtime < limit:
+                stale.append(path)
+        except OSError:
+            continue  # removed meanwhile (another process pruning)
+    return stale
 
 
 def _stale_conversations(cutoff: datetime) -> QuerySet[Conversation]:
@@ -95,6 +117,7 @@ def conversations_prune(
             .values_list("pk", flat=True)
         )
         server_only = Exchange.objects.filter(turn__isnull=True, started_at__lt=cutoff)
+        stderr_files = _stale_stderr_files(cutoff)
         turns = steps = exchanges = 0
         for chunk in _chunks(ids):
             turns += Turn.objects.filter(conversation_id__in=chunk).count()
@@ -111,6 +134,7 @@ def conversations_prune(
             server_exchanges=server_only.count(),
             comparisons=len(comparisons),
             conversation_ids=tuple(str(public_id) for _, public_id in stale[:LISTED_IDS]),
+            stderr_files=len(stderr_files),
         )
         if dry_run:
             return report
@@ -122,4 +146,11 @@ def conversations_prune(
         server_only.delete()
         Comparison.objects.filter(pk__in=comparisons).delete()
         services.audit_record(actor=actor, action=AuditEvent.Action.PRUNED, detail=report.as_json())
+        # Files go only once the records' deletion is committed.
+        transaction.on_commit(lambda: _remove(stderr_files))
     return report
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import mcp.types as types
 from mcp.shared.message import SessionMessage
 
+from conversations.redaction import current as current_redactor
 from inspector.wire import WireExchange, safe_headers
 
 current_capture: contextvars.ContextVar[Capture | None] = contextvars.ContextVar("mcp_capture", default=None)
@@ -28,6 +30,21 @@ current_capture: contextvars.ContextVar[Capture | None] = contextvars.ContextVar
 
 SECRET_MARKER = "[REDACTED:secret]"
 Listener = Callable[[WireExchange], None]
+STRAY_LABEL = "transport error"
+
+
+class StrayLine(ValueError):
+    """A stdout line that is not a JSON-RPC message; already recorded verbatim by the tap."""
+
+
+class Released(StrayLine):
+    """Sent after a big message so the SDK's read loop lets go of it (see ``_exact_stdio``)."""
+
+
+def _verbatim(raw: bytes) -> str:
+    """``raw`` as text with every byte kept: bytes that are not UTF-8 become lone surrogates
+    (``surrogateescape``), which the recorder stores escaped (``\\udcXX`` = byte XX)."""
+    return raw.decode("utf-8", errors="surrogateescape")
 
 
 class Capture:
@@ -74,6 +91,63 @@ class Tap:
     http: bool = False
     _held: dict[int, tuple[Capture | None, WireExchange]] = field(default_factory=dict)
     _response_seen: asyncio.Event = field(default_factory=asyncio.Event)
+    # stderr read since the last ``take_stderr`` (redacted).
+    _stderr: list[str] = field(default_factory=list)
+
+    def stdout_line(self, raw: bytes) -> SessionMessage | Exception:
+        """One line a stdio server wrote on stdout (without its newline), for the session.
+
+        A JSON-RPC message is returned as the SDK's ``SessionMessage``. Anything else is
+        recorded verbatim (every byte kept, see ``_verbatim``) with the operation it interrupted
+        (the newest one open on this session; none: the server's own transcript) and returned
+        as a ``StrayLine`` for the SDK to pass over. A message that is not valid UTF-8 is both:
+        recorded verbatim, and passed on with its bad bytes replaced, as the SDK would.
+        """
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad = f"bytes that are not UTF-8 (first at byte {exc.start})"
+            try:
+                message = SessionMessage(
+                    types.jsonrpc_message_adapter.validate_json(raw.decode("utf-8", "replace"), by_name=False)
+                )
+            except ValueError as parse_error:
+                return self._stray(raw, f"{bad}; not a JSON-RPC message: {_first_line(parse_error)}")
+            self._stray(raw, f"{bad}; passed on as a message with U+FFFD in their place")
+            return message
+        try:
+            return SessionMessage(types.jsonrpc_message_adapter.validate_json(text, by_name=False))
+        except ValueError as parse_error:
+            return self._stray(raw, f"not a JSON-RPC message: {_first_line(parse_error)}")
+
+    def stdout_fragment(self, raw: bytes) -> None:
+        """What a server left after its last newline when its stdout closed (it died mid-line)."""
+        self._stray(raw, "a line cut short: the server closed stdout before ending it (it exited or crashed)")
+
+    def _stray(self, raw: bytes, why: str) -> StrayLine:
+        record = WireExchange(
+            channel="mcp",
+            label=STRAY_LABEL,
+            started_at=datetime.now(UTC),
+            direction="server",
+            response_body=self.mask(_verbatim(raw)),
+            status="error",
+            error=f"{len(raw)} bytes on stdout that the session could not use: {why}",
+        )
+        self._route(self.newest_active(), record)
+        return StrayLine(why)
+
+    def stderr_text(self, raw: bytes) -> bytes:
+        """Keep a piece of a server's stderr for the operation it belongs to; returns it redacted,
+        as it may be written to the stderr file."""
+        text = current_redactor().text(self.mask(_verbatim(raw)))
+        self._stderr.append(text)
+        return text.encode("utf-8", errors="surrogateescape")
+
+    def take_stderr(self) -> str:
+        """The stderr kept since the last call (each piece is taken once)."""
+        text, self._stderr = "".join(self._stderr), []
+        return text
 
     def _hold(self, record: WireExchange) -> None:
         self._held[id(record)] = (current_capture.get(), record)
@@ -188,6 +262,8 @@ class Tap:
         """Record one item seen on a stream (``send`` = client→server, ``recv`` = server→client)."""
         now = time.monotonic()
         wall = datetime.now(UTC)
+        if isinstance(item, StrayLine):
+            return  # recorded verbatim when it was read
         if not isinstance(item, SessionMessage):
             # The SDK hands transport failures (e.g. a non-JSON line on stdout) down the stream.
             record = WireExchange(
@@ -296,6 +372,10 @@ class Tap:
                 del self._progress[token]
         capture.closed = True
         self._release_orphans()
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
 
 
 def _json_object(content: bytes) -> dict[str, Any] | None:

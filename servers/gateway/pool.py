@@ -18,7 +18,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import mcp.types as types
 from mcp import Client
@@ -110,10 +110,11 @@ class PooledSession:
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
-        stderr_dir.mkdir(parents=True, exist_ok=True)
+        stderr_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.stderr_path = stderr_dir / f"{config.name}-{os.getpid()}-{generation}.log"
-        self._errlog: TextIO = self.stderr_path.open("w+", encoding="utf-8", errors="replace")
-        self._stderr_offset = 0
+        # The server's stderr, redacted (the transport writes it): readable by this user only.
+        descriptor = os.open(self.stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._errlog: BinaryIO = os.fdopen(descriptor, "wb")
 
     @property
     def dead(self) -> bool:
@@ -234,15 +235,8 @@ class PooledSession:
         )
 
     def read_stderr(self) -> str:
-        """Server stderr written since the last read (each chunk is reported once)."""
-        try:
-            with self.stderr_path.open("r", encoding="utf-8", errors="replace") as handle:
-                handle.seek(self._stderr_offset)
-                text = handle.read()
-                self._stderr_offset = handle.tell()
-        except OSError:
-            return ""
-        return text
+        """Server stderr written since the last read, redacted (each piece is reported once)."""
+        return self.tap.take_stderr()
 
     def take_unclaimed(self) -> list[WireExchange]:
         records, self.tap.unclaimed = self.tap.unclaimed, []

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, ClassVar, Protocol, TextIO
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from typing import Any, BinaryIO, ClassVar, Protocol
 
+import anyio
+import anyio.lowlevel
 import httpx2
-from mcp import StdioServerParameters, stdio_client
+from anyio.abc import ByteReceiveStream, Process
 from mcp.client.sse import sse_client
+from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
+from mcp.os.posix.utilities import terminate_posix_process_tree
+from mcp.shared.message import SessionMessage
 
-from servers.gateway.capture import Tap
+from servers.gateway.capture import Released, Tap
 from servers.gateway.config import ServerConfig, resolve_references
 
 Streams = tuple[Any, Any]
@@ -21,8 +27,8 @@ class Transport(Protocol):
     """Opens the SDK transport for a server.
 
     ``open`` returns an async context manager yielding the SDK's ``(read_stream, write_stream)``;
-    the gateway wraps those streams to capture every message. ``errlog`` is a real file that
-    receives a subprocess's stderr (a Celery worker's ``sys.stderr`` has no file descriptor).
+    the gateway wraps those streams to capture every message. ``errlog`` is a binary file that
+    receives a subprocess's stderr, redacted.
     HTTP transports also report each request's headers and each response's status and headers
     to ``tap``.
 
@@ -34,7 +40,9 @@ class Transport(Protocol):
     label: ClassVar[str]
     spawns_process: ClassVar[bool]
 
-    def open(self, config: ServerConfig, errlog: TextIO, tap: Tap) -> AbstractAsyncContextManager[Streams]: ...
+    def open(
+        self, config: ServerConfig, errlog: BinaryIO, tap: Tap
+    ) -> AbstractAsyncContextManager[Streams]: ...
 
 
 class StdioTransport(Transport):
@@ -42,16 +50,172 @@ class StdioTransport(Transport):
     label = "stdio (spawns a command on the worker)"
     spawns_process = True
 
-    def open(self, config: ServerConfig, errlog: TextIO, tap: Tap) -> AbstractAsyncContextManager[Streams]:
-        params = StdioServerParameters(
-            command=config.command,
-            args=list(config.args),
-            env={key: resolve_references(value) for key, value in config.env} or None,
-            cwd=config.cwd or None,
-            # A server that writes invalid UTF-8 must not wedge the session.
-            encoding_error_handler="replace",
-        )
-        return stdio_client(params, errlog=errlog)
+    def open(self, config: ServerConfig, errlog: BinaryIO, tap: Tap) -> AbstractAsyncContextManager[Streams]:
+        env = {key: resolve_references(value) for key, value in config.env}
+        return _exact_stdio([config.command, *config.args], env, config.cwd or None, errlog, tap)
+
+
+# How long a stopping server gets after its stdin closes, and after SIGTERM, before the next step.
+STDIO_EXIT_GRACE_SECONDS = 2.0
+# A stdout message at least this big is followed by a ``Released`` item.
+RELEASE_AFTER_BYTES = 1_000_000
+# A stderr "line" longer than this is passed on in pieces (redaction works line by line).
+STDERR_PIECE_BYTES = 1_000_000
+
+
+@asynccontextmanager
+async def _exact_stdio(
+    argv: list[str], env: dict[str, str], cwd: str | None, errlog: BinaryIO, tap: Tap
+) -> AsyncIterator[Streams]:
+    """A stdio MCP server as the SDK's pair of message streams, reading its output as bytes.
+
+    The SDK's ``stdio_client`` decodes stdout as text and drops what does not parse; the record
+    must keep every byte a server writes. So each stdout line goes to ``tap.stdout_line`` as it
+    was written: a JSON-RPC message goes on to the session, anything else (not JSON, not UTF-8,
+    a line cut short when the server died) is recorded verbatim with the operation it
+    interrupted. stderr goes through ``tap.stderr_text`` (redacted, kept with the operation) into
+    ``errlog``. The process runs in its own session, and is stopped as the SDK stops it: stdin
+    closed, then SIGTERM and SIGKILL to its process group.
+    """
+    process = await anyio.open_process(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=get_default_environment() | env,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    stdin, stdout, stderr = process.stdin, process.stdout, process.stderr
+    assert stdin is not None and stdout is not None and stderr is not None
+    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    stderr_done = anyio.Event()
+
+    async def read_stderr() -> None:
+        def write(piece: bytes) -> None:
+            redacted = tap.stderr_text(piece)
+            errlog.write(redacted)
+            errlog.flush()
+
+        try:
+            await _each_line(stderr, write, keep_newline=True, piece_limit=STDERR_PIECE_BYTES)
+        finally:
+            stderr_done.set()
+
+    async def read_stdout() -> None:
+        async def deliver(line: bytes) -> None:
+            # The server wrote its stderr before this line: let the stderr reader take it first,
+            # so what it logged for an operation is recorded with that operation.
+            await anyio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
+            await read_writer.send(tap.stdout_line(line))
+            if len(line) > RELEASE_AFTER_BYTES:
+                # The SDK's read loop holds the last message it received until the next one
+                # arrives; an idle session would keep a 20 MB result alive. This empty item
+                # (passed over by the SDK and the tap) takes its place.
+                await read_writer.send(Released())
+
+        async with read_writer:
+            try:
+                rest = await _each_line_async(stdout, deliver)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return
+            # The server closed stdout (it exited or crashed): its last stderr words first, then
+            # whatever it left half-written, then the session learns the connection is gone.
+            with anyio.move_on_after(STDIO_EXIT_GRACE_SECONDS):
+                await stderr_done.wait()
+            if rest:
+                tap.stdout_fragment(rest)
+
+    async def write_stdin() -> None:
+        try:
+            async with write_reader:
+                async for message in write_reader:
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await stdin.send(data.encode() + b"\n")
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            await read_writer.aclose()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(read_stderr)
+        tasks.start_soon(read_stdout)
+        tasks.start_soon(write_stdin)
+        try:
+            yield read_stream, write_stream
+        finally:
+            with anyio.CancelScope(shield=True):
+                await _stop(process)
+                for stream in (read_stream, write_stream, read_writer, write_reader):
+                    await stream.aclose()
+            tasks.cancel_scope.cancel()
+
+
+async def _each_line(
+    stream: ByteReceiveStream, handle: Callable[[bytes], None], *, keep_newline: bool, piece_limit: int
+) -> None:
+    """Hand each line of ``stream`` to ``handle`` (a line longer than ``piece_limit`` in pieces)."""
+    parts: list[bytes] = []
+    size = 0
+    with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+        async for chunk in stream:
+            start = 0
+            while (end := chunk.find(b"\n", start)) >= 0:
+                parts.append(chunk[start : end + 1 if keep_newline else end])
+                handle(b"".join(parts))
+                parts, size = [], 0
+                start = end + 1
+            if start < len(chunk):
+                parts.append(chunk[start:])
+                size += len(chunk) - start
+                if size > piece_limit:
+                    handle(b"".join(parts))
+                    parts, size = [], 0
+    if parts:
+        handle(b"".join(parts))
+
+
+async def _each_line_async(stream: ByteReceiveStream, deliver: Callable[[bytes], Awaitable[None]]) -> bytes:
+    """Await ``deliver`` for each complete line of ``stream`` (without its newline); return what
+    was left after the last newline when the stream ended (a half-written line, or b"").
+
+    Lines are joined once from their chunks (never re-concatenated per chunk), and nothing of a
+    delivered line is kept afterwards: a 20 MB message does not stay alive while the session idles.
+    """
+    parts: list[bytes] = []
+    with suppress(anyio.EndOfStream, OSError):
+        async for chunk in stream:
+            start = 0
+            while (end := chunk.find(b"\n", start)) >= 0:
+                parts.append(chunk[start:end])
+                line = b"".join(parts)
+                parts = []
+                await deliver(line)
+                del line
+                start = end + 1
+            if start < len(chunk):
+                parts.append(chunk[start:])
+            del chunk
+    return b"".join(parts)
+
+
+async def _stop(process: Process) -> None:
+    """Close stdin, give the server a grace period, then end its whole process group."""
+    with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        assert process.stdin is not None
+        await process.stdin.aclose()
+    with anyio.move_on_after(STDIO_EXIT_GRACE_SECONDS):
+        while process.returncode is None:
+            await anyio.sleep(0.01)
+    if process.returncode is None:
+        await terminate_posix_process_tree(process, STDIO_EXIT_GRACE_SECONDS)
+        with anyio.move_on_after(STDIO_EXIT_GRACE_SECONDS):
+            while process.returncode is None:
+                await anyio.sleep(0.01)
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await pipe.aclose()
 
 
 def _http_headers(config: ServerConfig) -> dict[str, str]:
@@ -79,7 +243,7 @@ class StreamableHttpTransport(Transport):
     label = "streamable HTTP"
     spawns_process = False
 
-    def open(self, config: ServerConfig, errlog: TextIO, tap: Tap) -> AbstractAsyncContextManager[Streams]:
+    def open(self, config: ServerConfig, errlog: BinaryIO, tap: Tap) -> AbstractAsyncContextManager[Streams]:
         return self._open(config, tap)
 
     @asynccontextmanager
@@ -95,7 +259,7 @@ class SseTransport(Transport):
     label = "HTTP+SSE (legacy, deprecated)"
     spawns_process = False
 
-    def open(self, config: ServerConfig, errlog: TextIO, tap: Tap) -> AbstractAsyncContextManager[Streams]:
+    def open(self, config: ServerConfig, errlog: BinaryIO, tap: Tap) -> AbstractAsyncContextManager[Streams]:
         def factory(
             headers: dict[str, str] | None = None,
             timeout: httpx2.Timeout | None = None,
@@ -104,7 +268,10 @@ class SseTransport(Transport):
             return _observed_client(tap, headers=headers, timeout=timeout, auth=auth)
 
         return sse_client(
-            config.url, headers=_http_headers(config), timeout=config.call_timeout, httpx_client_factory=factory
+            config.url,
+            headers=_http_headers(config),
+            timeout=config.call_timeout,
+            httpx_client_factory=factory,
         )
 
 
