@@ -99,6 +99,13 @@ class ServerForm(forms.Form):
     )
     elicitation = forms.BooleanField(required=False, initial=True, help_text="Let the server ask you for input.")
     enabled = forms.BooleanField(required=False, initial=True)
+    allow_non_staff_spawn = forms.BooleanField(
+        required=False,
+        initial=False,
+        label="Allow non-staff to spawn",
+        help_text="stdio: let users without staff rights start this server's process (workbench calls, "
+        "conversations). Off: only staff may.",
+    )
 
     def __init__(self, *args: Any, instance: McpServer | None = None, **kwargs: Any) -> None:
         if instance is not None and "initial" not in kwargs:
@@ -126,6 +133,7 @@ class ServerForm(forms.Form):
             "sampling_profile": server.sampling_profile,
             "elicitation": server.elicitation,
             "enabled": server.enabled,
+            "allow_non_staff_spawn": server.allow_non_staff_spawn,
         }
 
     def clean_name(self) -> str:
@@ -174,7 +182,7 @@ class ServerForm(forms.Form):
     def model_fields(self) -> dict[str, Any]:
         data = self.cleaned_data
         names = ("name", "description", "transport", "command", "args", "cwd", "url", "era", "call_timeout",
-                 "roots", "sampling_profile", "elicitation", "enabled")
+                 "roots", "sampling_profile", "elicitation", "enabled", "allow_non_staff_spawn")
         return {name: data[name] for name in names}
 
 

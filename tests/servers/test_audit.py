@@ -5,6 +5,7 @@ names of env and header entries before and after — never their values."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any
 
@@ -218,3 +219,16 @@ def test_the_server_page_tells_staff_who_changed_it_last(dave: User) -> None:
     assert "<code>server.disabled</code> by dave via web" in page
     assert 'id="spawn-policy">staff only' in page
     assert 'id="last-change"' not in theirs
+
+
+def test_staff_allow_everyone_to_start_a_server_from_the_form_and_it_is_audited(dave: User) -> None:
+    client = client_for(dave)
+    client.post("/servers/new", form())
+
+    client.post("/servers/files/edit", form(secret_env=f"SERVICE_TOKEN={MASK}", allow_non_staff_spawn="on"))
+
+    assert McpServer.objects.get(name="files").allow_non_staff_spawn
+    (changed,) = events("server.changed")
+    assert (changed.detail["before"]["allow_non_staff_spawn"], changed.detail["after"]["allow_non_staff_spawn"]) == (False, True)
+    edit_page = client.get("/servers/files/edit").content.decode()
+    assert re.search(r'<input[^>]*name="allow_non_staff_spawn"[^>]*checked', edit_page)
