@@ -17,7 +17,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 
 from conversations.models import Step, Turn
-from conversations.services import conversation_start, demo_profile_ensure, turn_start
+from conversations.services import conversation_start, demo_profile_ensure, turn_cancel, turn_start
 from servers.services import demo_server_ensure
 from tests.conftest import REPO_ROOT, _database_url, running_celery_worker, worker_answers
 
@@ -113,3 +113,23 @@ def test_a_turn_whose_worker_is_killed_is_interrupted_and_the_conversation_goes_
         assert _wait_for(lambda: Turn.objects.get(pk=again.pk).is_finished, 60)
         assert Turn.objects.get(pk=again.pk).status == Turn.Status.DONE
     assert Turn.objects.get(pk=turn.pk).status == Turn.Status.INTERRUPTED  # and stays so
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_running_on_a_worker_is_cancelled_from_another_process(redis_url: str) -> None:
+    alice = User.objects.create_user("alice")
+    with running_celery_worker(redis_url, TURN_CANCEL_POLL_SECONDS="0.2"):
+        _, turn = conversation_start(
+            owner=alice,
+            model_profile=demo_profile_ensure(),
+            question=f"{WEATHER} [demo:slow=30]",
+            servers=[demo_server_ensure()],
+        )
+        assert _wait_for(lambda: Step.objects.filter(turn=turn, kind="decide").exists(), 60), "never ran"
+
+        turn_cancel(turn=Turn.objects.get(pk=turn.pk), actor=alice)  # this process only writes the request
+
+        assert _wait_for(lambda: Turn.objects.get(pk=turn.pk).is_finished, 10), "not stopped within 10 s"
+    turn.refresh_from_db()
+    assert turn.status == Turn.Status.CANCELLED
+    assert Step.objects.filter(turn=turn).order_by("-seq").values_list("title", flat=True)[0] == "cancelled by alice"
