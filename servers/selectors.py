@@ -274,6 +274,12 @@ def server_transcript(
     return exchanges.order_by("started_at", "id")
 
 
+def exchange_conversations(*, exchanges: Any) -> QuerySet[Conversation]:
+    """The conversations whose turns recorded any of ``exchanges`` (ids, or a values("pk") query)."""
+    turn_exchanges = Exchange.objects.filter(pk__in=exchanges, conversation__isnull=False)
+    return Conversation.objects.filter(pk__in=turn_exchanges.values("conversation_id")).order_by("pk")
+
+
 def transcript_methods(*, server: McpServer, user: AbstractBaseUser) -> list[str]:
     """The labels of the messages ``user`` may read (the method filter's choices)."""
     rows = _transcript_rows(server=server, user=user, turns=True)

@@ -26,6 +26,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from conversations.audit import audit_read
 from servers import selectors, services
 from servers.forms import (
     CompletionForm,
@@ -424,6 +425,12 @@ def saved_call_delete(request: HttpRequest, public_id: UUID) -> HttpResponse:
 # --- the transcript -------------------------------------------------------------------------
 
 
+def _audit_turn_reads(request: HttpRequest, server: McpServer, exchanges: Any, via: str) -> None:
+    """Messages of agent turns shown in a server's transcript are reads of their conversations."""
+    for conversation in selectors.exchange_conversations(exchanges=exchanges):
+        audit_read(actor=_user(request), conversation=conversation, via=via, subject=f"server {server.name}")
+
+
 def _transcript_filters(request: HttpRequest) -> dict[str, Any]:
     return {
         "method": request.GET.get("method", "").strip(),
@@ -438,6 +445,7 @@ def transcript(request: HttpRequest, name: str) -> HttpResponse:
     filters = _transcript_filters(request)
     exchanges = selectors.server_transcript(server=server, user=_user(request), **filters)
     page = Paginator(exchanges, TRANSCRIPT_PER_PAGE).get_page(request.GET.get("page"))
+    _audit_turn_reads(request, server, [exchange.pk for exchange in page.object_list], "server transcript")
     query = request.GET.copy()
     query.pop("page", None)
     context = {
@@ -455,6 +463,7 @@ def transcript_export(request: HttpRequest, name: str) -> JsonResponse:
     server = _server(request, name)
     filters = _transcript_filters(request)
     exchanges = selectors.server_transcript(server=server, user=_user(request), **filters)
+    _audit_turn_reads(request, server, exchanges.values("pk"), "server transcript download")
     response = JsonResponse(
         {"server": server.name, "filters": filters, "messages": selectors.transcript_export(exchanges=exchanges)},
         json_dumps_params={"ensure_ascii": False, "indent": 1},

@@ -15,7 +15,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from conversations.models import Conversation, Exchange, Step, Team, Turn
+from conversations.models import AuditEvent, Conversation, Exchange, Step, Team, Turn
 from conversations.runner import turn_run
 from conversations.services import conversation_start, demo_profile_ensure
 from servers import gateway, selectors, services
@@ -274,3 +274,20 @@ def test_a_team_mate_may_not_ask_where_only_staff_may_start_a_server(people: dic
     assert response.status_code == 403
     assert "only staff may start it" in response.content.decode()
     assert not conversation.turns.exists()
+
+
+def test_turn_messages_in_a_server_transcript_are_audited_as_reads_of_their_conversation(
+    people: dict[str, User],
+) -> None:
+    server = McpServerFactory(name="files")
+    turn = TurnFactory(conversation=ConversationFactory(owner=people["alice"]))
+    ExchangeFactory(mcp=True, server=server, step=None, turn=turn)
+    bob = client_for(people["bob"])
+
+    bob.get("/servers/files/transcript")
+    assert not AuditEvent.objects.exists()
+    bob.get("/servers/files/transcript?turns=1")
+    bob.get("/servers/files/transcript.json?turns=1")
+
+    reads = AuditEvent.objects.filter(actor=people["bob"], conversation_public_id=turn.conversation.public_id)
+    assert sorted(reads.values_list("via", flat=True)) == ["server transcript", "server transcript download"]
