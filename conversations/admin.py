@@ -140,11 +140,12 @@ class TeamAdmin(admin.ModelAdmin[Team]):
 
 @admin.register(AuditEvent)
 class AuditEventAdmin(admin.ModelAdmin[AuditEvent]):
-    """The read-audit log: who opened, exported, imported or pruned what. Staff read it; no one edits it."""
+    """The audit log: who opened, exported, imported or pruned what, and who changed which MCP
+    server (the entry's detail holds it before and after). Staff read it; no one edits it."""
 
-    list_display = ("at", "actor_name", "action", "conversation_public_id")
-    list_filter = ("action",)
-    search_fields = ("actor_name", "conversation_public_id")
+    list_display = ("at", "actor_name", "action", "via", "subject", "conversation_public_id")
+    list_filter = ("action", "via")
+    search_fields = ("actor_name", "subject", "conversation_public_id")
     date_hierarchy = "at"
 
     def has_add_permission(self, request: HttpRequest) -> bool:

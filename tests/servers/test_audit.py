@@ -232,3 +232,12 @@ def test_staff_allow_everyone_to_start_a_server_from_the_form_and_it_is_audited(
     assert (changed.detail["before"]["allow_non_staff_spawn"], changed.detail["after"]["allow_non_staff_spawn"]) == (False, True)
     edit_page = client.get("/servers/files/edit").content.decode()
     assert re.search(r'<input[^>]*name="allow_non_staff_spawn"[^>]*checked', edit_page)
+
+
+def test_the_admin_lists_server_changes_by_server(dave: User) -> None:
+    client = client_for(dave)
+    client.post("/servers/new", form())
+
+    listing = client.get("/admin/conversations/auditevent/", {"q": "files"}).content.decode()
+
+    assert "server.created" in listing and "web form" in listing
