@@ -24,6 +24,8 @@ MEASURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "P4": ("bench.p4_concurrency", ("P4", "P7")),
     "P5": ("bench.p5_audit_scale", ("P5",)),
     "P6": ("bench.p6_big_conversation", ("P6",)),
+    "P8": ("bench.p8_big_payload", ("P8",)),
+    "P9": ("bench.p9_streaming", ("P9",)),
 }
 ALIASES = {"P7": "P4"}
 QUICK = ("P1", "P3")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -51,11 +50,12 @@ from conversations.providers.http import (
 )
 from conversations.providers.streaming import (
     DeltaCallback,
+    LivePass,
     PartialCall,
     PartialEmitter,
     PartialReply,
     SseEvent,
-    display_pass,
+    StreamErrorEvent,
     tail,
 )
 from inspector.typealias import JSONDict, JSONValue
@@ -249,6 +249,23 @@ class _ChunkAssembler:
             ),
         )
 
+    def take(self, event: SseEvent) -> None:
+        """Read one event: ``[DONE]`` ends the stream (later events are ignored).
+
+        Raises:
+            StreamErrorEvent: the event carries an error object.
+            ValueError: the event is not a JSON object.
+        """
+        if self.done:
+            return
+        if event.data.strip() == "[DONE]":
+            self.done = True
+            return
+        chunk = json_object(event.data)
+        if chunk.get("error") is not None:
+            raise StreamErrorEvent(event.data)
+        self.add(chunk)
+
     def add(self, chunk: JSONDict) -> None:
         if chunk.get("usage"):
             self.usage = object_or_empty(chunk["usage"])
@@ -256,19 +273,26 @@ class _ChunkAssembler:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = object_or_empty(choice.get("delta"))
-            for key, parts in (
-                ("content", self.content),
-                ("reasoning_content", self.reasoning),
-                ("refusal", self.refusal),
-            ):
-                if isinstance(delta.get(key), str):
-                    parts.append(str(delta[key]))
-            for position, fragment in enumerate(list_or_empty(delta.get("tool_calls"))):
-                if isinstance(fragment, dict):
-                    self._add_call_fragment(position, fragment)
-            if isinstance(choice.get("finish_reason"), str):
-                self.finish_reason = str(choice["finish_reason"])
+            content = delta.get("content")
+            if isinstance(content, str):
+                self.content.append(content)
+            # Most deltas carry one piece of text and nothing else: the rest is looked for only
+            # when there is more (a long reply has one delta per few characters).
+            if len(delta) > 1 or content is None:
+                self._add_rest(delta)
+            finish = choice.get("finish_reason")
+            if isinstance(finish, str):
+                self.finish_reason = finish
         self.emitter.offer(self.partial)
+
+    def _add_rest(self, delta: JSONDict) -> None:
+        for key, parts in (("reasoning_content", self.reasoning), ("refusal", self.refusal)):
+            value = delta.get(key)
+            if isinstance(value, str):
+                parts.append(value)
+        for position, fragment in enumerate(list_or_empty(delta.get("tool_calls"))):
+            if isinstance(fragment, dict):
+                self._add_call_fragment(position, fragment)
 
     def _add_call_fragment(self, position: int, fragment: JSONDict) -> None:
         index = fragment.get("index")
@@ -303,35 +327,27 @@ class _ChunkAssembler:
         }
 
 
-def _parse_stream(body: str, exchange: WireExchange) -> ModelReply:
-    """The reply assembled from a recorded Chat Completions event stream.
+def _parse_stream(body: str, exchange: WireExchange, read: _ChunkAssembler | None = None) -> ModelReply:
+    """The reply assembled from a recorded Chat Completions event stream (or from ``read``, the
+    live pass that read every event of it as it arrived: ``LivePass``).
 
     Raises:
         ProviderError: the stream carries an error object.
         ValueError: a chunk is not JSON, or the stream ended before the reply was complete.
     """
-    assembler = _ChunkAssembler()
-    for event in parse_sse(body):
-        if event.data.strip() == "[DONE]":
-            assembler.done = True
-            break
-        chunk = json_object(event.data)
-        if chunk.get("error") is not None:
-            raise stream_error(exchange, error_detail(event.data, event.data))
-        assembler.add(chunk)
+    assembler = read
+    if assembler is None:
+        assembler = _ChunkAssembler()
+        for event in parse_sse(body):
+            try:
+                assembler.take(event)
+            except StreamErrorEvent as exc:
+                raise stream_error(exchange, error_detail(exc.data, exc.data)) from None
+            if assembler.done:
+                break
     if not assembler.done and not assembler.finish_reason:
         raise ValueError("the event stream ended before a finish_reason or [DONE]")
     return _reply(assembler.message(), assembler.finish_reason, assembler.usage, exchange, body)
-
-
-def _display_pass(on_delta: DeltaCallback) -> Callable[[SseEvent], None]:
-    live = _ChunkAssembler(emitter=PartialEmitter(on_delta))
-
-    def show(event: SseEvent) -> None:
-        if event.data.strip() != "[DONE]":
-            live.add(json_object(event.data))
-
-    return display_pass(show)
 
 
 class OpenAIChatProvider:
@@ -375,11 +391,14 @@ class OpenAIChatProvider:
             exchange.status = "timeout" if isinstance(exc, openai.APITimeoutError) else "error"
             exchange.error = f"{type(exc).__name__}: {exc.__cause__ or exc}"
             raise ProviderError(f"the model endpoint {kind}: {exchange.error}", exchange=exchange) from exc
-        # A stream is read to its end: the recorded body is the whole event stream.
-        listener = _display_pass(on_delta) if stream and on_delta is not None else None
+        # A stream is read to its end: the recorded body is the whole event stream. Shown while
+        # it arrives, it is read as it arrives too (once, unless that reading fails).
+        live = _ChunkAssembler(emitter=PartialEmitter(on_delta)) if stream and on_delta is not None else None
+        listener = LivePass(live.take) if live is not None else None
         content = read_streamed(response, listener, started, t0, self.endpoint.deadline)
         exchange = with_response(new_exchange(response.request, started, t0), response, content)
         body = exchange.response_body
         if stream:
-            return reply_read(exchange, lambda: _parse_stream(body, exchange))
+            read = live if listener is not None and listener.whole else None
+            return reply_read(exchange, lambda: _parse_stream(body, exchange, read))
         return reply_read(exchange, lambda: _parse_completion(body, exchange))

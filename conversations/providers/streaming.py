@@ -130,8 +130,22 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 def parse_sse(text: str) -> list[SseEvent]:
     """The events of a recorded ``text/event-stream`` body, in order (comments dropped).
 
-    Only CR/LF end a line: JSON data may hold U+2028 and friends unescaped.
+    Only CR/LF end a line: JSON data may hold U+2028 and friends unescaped. The common shape
+    (LF line ends, each event one ``data: `` line) is read block by block without looking at
+    each line; any other block is read line by line, with the same result.
     """
+    if "\r" in text:
+        return _parse_lines(text)
+    events: list[SseEvent] = []
+    for block in text.split("\n\n"):
+        if block.startswith("data: ") and "\n" not in block:
+            events.append(SseEvent("message", block[6:]))
+        elif block:
+            events.extend(_parse_lines(block))
+    return events
+
+
+def _parse_lines(text: str) -> list[SseEvent]:
     events: list[SseEvent] = []
     name = ""
     data: list[str] = []
@@ -217,6 +231,39 @@ def display_pass(handle: EventListener) -> EventListener:
             logger.exception("live display of a streamed reply stopped")
 
     return listener
+
+
+class StreamErrorEvent(Exception):
+    """An event that carries the provider's error object (``data``: the event's text)."""
+
+    def __init__(self, data: str) -> None:
+        super().__init__(data[:200])
+        self.data = data
+
+
+class LivePass:
+    """Reads a stream's events as they arrive (``take``: the same reading the recorded body gets
+    afterwards), which also feeds the display.
+
+    While every event is read without a failure, ``whole`` holds: the reader has seen exactly
+    the bytes the recorded body holds, split into the same events (``SseReader``), so its result
+    may stand for reading the body again — one pass over a long stream, not two. At its first
+    failure (an event it cannot read, a display that raises) it stops, and the caller reads the
+    recorded body as if there had been no live pass.
+    """
+
+    def __init__(self, take: EventListener) -> None:
+        self._take = take
+        self.whole = True
+
+    def __call__(self, event: SseEvent) -> None:
+        if not self.whole:
+            return
+        try:
+            self._take(event)
+        except Exception:  # noqa: BLE001 — the recorded stream is read again, and says what is wrong
+            self.whole = False
+            logger.exception("live display of a streamed reply stopped (the recorded body is read instead)")
 
 
 def read_events(chunks: Iterable[bytes], listener: EventListener | None) -> bytes:
