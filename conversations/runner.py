@@ -26,6 +26,7 @@ from conversations.llm import Message, ToolChoice, ToolDef, provider_tool_names
 from conversations.models import ModelProfile, Turn
 from conversations.paradigms import PARADIGMS
 from conversations.providers import PROVIDERS, Endpoint, ModelReply, ModelRequest, Provider
+from conversations.providers.http import call_abandoned
 from conversations.providers.openai_chat import endpoint_transport, wire_message, wire_tool
 from conversations.providers.streaming import DeltaCallback, PartialReply
 from conversations.recording import (
@@ -122,7 +123,7 @@ class GatewayToolHost:
         return ToolRun(result=outcome.result, error=outcome.error, exchanges=outcome.records, notes=notes)
 
 
-def _on_own_thread(call: Callable[[], ModelReply]) -> Future[ModelReply]:
+def _on_own_thread(call: Callable[[], ModelReply], *, name: str) -> Future[ModelReply]:
     """Run ``call`` on a daemon thread of its own: an abandoned call never holds up the process's
     exit (a pool's threads are joined at exit: a web server would wait out the model)."""
     future: Future[ModelReply] = Future()
@@ -135,7 +136,7 @@ def _on_own_thread(call: Callable[[], ModelReply]) -> Future[ModelReply]:
         except BaseException as exc:  # noqa: BLE001 — handed to the waiting thread as it is
             future.set_exception(exc)
 
-    threading.Thread(target=run, name="model-call", daemon=True).start()
+    threading.Thread(target=run, name=name, daemon=True).start()
     return future
 
 
@@ -164,10 +165,13 @@ class AbandonableProvider:
                 on_delta(partial)
 
         context = contextvars.copy_context()
+        # A reply still streaming in when the call is abandoned is not read further.
+        context.run(call_abandoned.set, abandoned)
         future = _on_own_thread(
             functools.partial(
                 context.run, self.inner.complete, request, on_delta=relay if on_delta is not None else None
-            )
+            ),
+            name=f"model-call-turn-{self.signal.turn_id}",
         )
         wake = threading.Event()
         future.add_done_callback(lambda _: wake.set())

@@ -13,6 +13,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from datetime import UTC, datetime
 
 import httpx2
@@ -24,6 +25,11 @@ from conversations.providers.streaming import SseEvent as SseEvent
 from conversations.providers.streaming import parse_sse as parse_sse
 from inspector.typealias import JSONDict, JSONValue
 from inspector.wire import WireExchange, decode_body, safe_headers
+
+# Set, in the context of the thread making a call, by a caller that may abandon it (a cancelled
+# turn): once the event is set, a body still streaming in is not read further and its
+# connection is closed, instead of being read to its end or its deadline for nobody.
+call_abandoned: ContextVar[threading.Event | None] = ContextVar("call_abandoned", default=None)
 
 # Ids a provider had to make up (the wire had none); providers that pair by position send them
 # nowhere, the others send them back like any id.
@@ -113,11 +119,13 @@ def read_streamed(
     Raises:
         ProviderError: the connection broke or timed out mid-stream, or the call passed its
             deadline; its exchange holds the status, the headers and every byte that arrived
-            (status ``timeout`` and the deadline named in its error, for a deadline).
+            (status ``timeout`` and the deadline named in its error, for a deadline). Also when
+            the caller abandoned the call (``call_abandoned``): nobody reads that one.
     """
     end = t0 + deadline
     body = bytearray()
     reader = SseReader() if on_event is not None and response.status_code < 400 else None
+    abandoned = call_abandoned.get()
     try:
         chunks = response.iter_bytes()
         while True:
@@ -126,6 +134,8 @@ def read_streamed(
             if chunk is None:
                 break
             body += chunk
+            if abandoned is not None and abandoned.is_set():
+                raise ProviderError("the call was abandoned by its caller while the reply streamed in")
             if reader is not None and on_event is not None:
                 for event in reader.feed(chunk):
                     on_event(event)

@@ -31,6 +31,7 @@ from conversations.services import (
     TurnInProgress,
     TurnNotCancellable,
     conversation_start,
+    demo_format_profiles_ensure,
     demo_profile_ensure,
     turn_cancel,
     turn_start,
@@ -378,3 +379,29 @@ def test_queued_turns_left_by_an_embedded_server_run_when_the_next_one_starts_se
     assert _wait_until(lambda: Turn.objects.get(pk=orphan.pk).is_finished, 30)
     assert Turn.objects.get(pk=orphan.pk).status == Turn.Status.DONE
     assert Turn.objects.get(pk=running.pk).status == Turn.Status.RUNNING  # not the resumer's business
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reply_still_streaming_in_when_its_turn_is_cancelled_is_not_read_to_its_end(
+    alice: User, fast_lifecycle: Settings
+) -> None:
+    streamed = next(p for p in demo_format_profiles_ensure(stream=True) if p.provider == "openai_chat")
+    # About 20 events, 2 s apart: 40 s to read whole.
+    _, turn = conversation_start(
+        owner=alice,
+        model_profile=streamed,
+        question="Tell me something about the weather in general [demo:drip=2]",
+        servers=[],
+        dispatch=False,
+    )
+    runner = _run_in_thread(turn)
+    assert _wait_until(lambda: Step.objects.filter(turn=turn, kind="decide").exists(), 10)
+
+    turn_cancel(turn=Turn.objects.get(pk=turn.pk), actor=alice)
+    runner.join(STOP_BOUND_SECONDS)
+
+    assert not runner.is_alive()
+    assert Turn.objects.get(pk=turn.pk).status == Turn.Status.CANCELLED
+    # The abandoned call stops reading at the stream's next event and closes its connection.
+    call_thread = f"model-call-turn-{turn.pk}"
+    assert _wait_until(lambda: all(t.name != call_thread for t in threading.enumerate()), 8)
