@@ -17,10 +17,17 @@ Two rules, marked on each record so records made before the keyed rule still ver
 
 The key is not in the database (``integrity_key``). Verification recomputes everything and
 names the first record that no longer matches: its turn, step and exchange.
+
+An HMAC key cannot be given to someone who should only check: they could forge with it. So an
+export is also *signed* (Ed25519, a signing key derived from the integrity key): it lists a
+plain SHA-256 digest of every record and signs that list with the conversation's id. Anyone with
+the file and the exporter's public key can check it (``manifest_verify``), naming the record.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import hashlib
 import hmac
@@ -33,6 +40,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
@@ -92,6 +102,26 @@ def key_id() -> str:
 
 def _mac(key: bytes, text: str) -> str:
     return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+def _signing_key() -> Ed25519PrivateKey:
+    seed = hmac.new(integrity_key(), b"tool-call-inspector ed25519 signing key", hashlib.sha256).digest()
+    return Ed25519PrivateKey.from_private_bytes(seed)
+
+
+def public_key() -> str:
+    """This installation's export-signing public key (base64 of the 32 raw bytes): safe to publish."""
+    raw = _signing_key().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return base64.b64encode(raw).decode()
+
+
+def public_key_fingerprint(key: str) -> str:
+    """A short name of a public key (SHA-256 of its raw bytes, 16 hex digits), to compare by eye."""
+    try:
+        raw = base64.b64decode(key, validate=True)
+    except (binascii.Error, ValueError):
+        return "not a key"
+    return hashlib.sha256(raw).hexdigest()[:16]
 
 
 def _canonical(value: object) -> str:
@@ -295,6 +325,88 @@ def chain_head_query(conversation_id: int) -> QuerySet[Exchange, str]:
         .order_by("-turn__seq", "-seq", "-id")
         .values_list("hash", flat=True)[:1]
     )
+
+
+# --- signed manifests (exports) -------------------------------------------------------------------
+
+ManifestEntry = list[Any]  # [kind, turn seq, step seq | None, exchange seq | None, sha256]
+
+
+def _sha(value: object) -> str:
+    return hashlib.sha256(_canonical(value).encode()).hexdigest()
+
+
+def record_manifest(*, conversation: Conversation) -> list[ManifestEntry]:
+    """A plain SHA-256 digest of every record the export shows, in conversation order: each
+    turn's own fields, then its steps', then its exchanges' (with the step they belong to)."""
+    entries: list[ManifestEntry] = []
+    steps_by_turn: dict[int, list[Step]] = {}
+    for step in Step.objects.filter(turn__conversation=conversation).order_by("seq", "id"):
+        steps_by_turn.setdefault(step.turn_id, []).append(step)
+    exchanges_by_turn: dict[int, list[Exchange]] = {}
+    rows = Exchange.objects.filter(turn__conversation=conversation).order_by("seq", "id")
+    for exchange in rows.iterator(chunk_size=500):
+        exchanges_by_turn.setdefault(exchange.turn_id or 0, []).append(exchange)
+    for turn in conversation.turns.order_by("seq"):
+        entries.append(["turn", turn.seq, None, None, _sha(_turn_content(turn))])
+        steps = steps_by_turn.get(turn.pk, [])
+        seqs = {step.pk: step.seq for step in steps}
+        for step in steps:
+            parent = seqs.get(step.parent_id) if step.parent_id else None
+            entries.append(["step", turn.seq, step.seq, None, _sha(_step_content(step, parent))])
+        for exchange in exchanges_by_turn.get(turn.pk, []):
+            step_seq = seqs.get(exchange.step_id) if exchange.step_id else None
+            entries.append(["exchange", turn.seq, step_seq, exchange.seq, _sha(_exchange_content(exchange, turn.seq))])
+    return entries
+
+
+def _signed_text(identity: str, records: list[ManifestEntry]) -> bytes:
+    return ("tool-call-inspector manifest\n" + _canonical({"conversation": identity, "records": records})).encode()
+
+
+def manifest_sign(*, conversation: Conversation) -> dict[str, Any]:
+    """The export's signature block: algorithm, public key, the record list and its signature."""
+    records = record_manifest(conversation=conversation)
+    signature = _signing_key().sign(_signed_text(str(conversation.public_id), records))
+    return {
+        "algorithm": "ed25519",
+        "public_key": public_key(),
+        "records": records,
+        "signature": base64.b64encode(signature).decode(),
+    }
+
+
+def manifest_verify(*, conversation: Conversation, identity: str, signed: dict[str, Any]) -> ChainReport:
+    """Check an imported file's signature block against the rows made from it.
+
+    The signature must be by ``signed["public_key"]`` over ``identity`` and the listed records,
+    and every row must match its listed digest; the first one that does not is named. Whether
+    the public key is the exporter's is for the reader to compare (``public_key_fingerprint``).
+    """
+    records = signed.get("records")
+    try:
+        if signed.get("algorithm") != "ed25519" or not isinstance(records, list):
+            raise ValueError("not an ed25519 signature block")
+        key = Ed25519PublicKey.from_public_bytes(base64.b64decode(str(signed.get("public_key")), validate=True))
+        key.verify(base64.b64decode(str(signed.get("signature")), validate=True), _signed_text(identity, records))
+    except (InvalidSignature, ValueError, binascii.Error):
+        return ChainReport(False, 0, reason="its signature does not match the records it lists")
+    actual = record_manifest(conversation=conversation)
+    for position, entry in enumerate(actual):
+        listed = records[position] if position < len(records) else None
+        if listed != entry:
+            kind, turn_seq, step_seq, exchange_seq, _ = entry
+            return ChainReport(
+                False,
+                position,
+                reason=f"the {kind} does not match what was signed",
+                turn_seq=turn_seq,
+                step_seq=step_seq,
+                exchange_seq=exchange_seq,
+            )
+    if len(records) > len(actual):
+        return ChainReport(False, len(actual), reason=f"{len(records) - len(actual)} signed record(s) are missing")
+    return ChainReport(True, len(actual))
 
 
 # --- verifying -----------------------------------------------------------------------------------

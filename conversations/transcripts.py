@@ -58,7 +58,17 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from conversations.escaping import carriable
-from conversations.integrity import KEYED, LEGACY, conversation_rechain, conversation_verify, key_id
+from conversations.integrity import (
+    KEYED,
+    LEGACY,
+    ChainReport,
+    conversation_rechain,
+    conversation_verify,
+    key_id,
+    manifest_sign,
+    manifest_verify,
+    public_key_fingerprint,
+)
 from conversations.models import (
     TOOL_CHOICE_MODES,
     Conversation,
@@ -91,7 +101,7 @@ ID_KEYS: dict[str, tuple[str, ...]] = {
     "exchange": ("id", "chain_version", "prev_hash", "hash"),
 }
 # Keys a version-1 transcript written before keyed sealing does not have (optional on import).
-_SEALING_KEYS = {"integrity", "seal", "seal_steps", "chain_version"}
+_SEALING_KEYS = {"integrity", "seal", "seal_steps", "chain_version", "signature"}
 
 IMPORTED_PROFILE_PREFIX = "imported: "
 
@@ -117,12 +127,14 @@ class ServerDoc(TypedDict):
 
 
 class IntegrityDoc(TypedDict):
-    """The conversation's anchor (``conversations.integrity``) and the id of the key it is under."""
+    """The conversation's anchor (``conversations.integrity``), the id of the key it is under,
+    and the export's signature (``integrity.manifest_sign``)."""
 
     key_id: str
     turns: int
     head: str
     anchor: str
+    signature: NotRequired[JSONDict]
 
 
 class ConversationDoc(TypedDict):
@@ -261,7 +273,13 @@ def _integrity_doc(conversation: Conversation) -> IntegrityDoc:
     turns, head, anchor = Conversation.objects.values_list("chain_turns", "chain_head", "chain_anchor").get(
         pk=conversation.pk
     )
-    return {"key_id": key_id(), "turns": turns, "head": head, "anchor": anchor}
+    return {
+        "key_id": key_id(),
+        "turns": turns,
+        "head": head,
+        "anchor": anchor,
+        "signature": cast(JSONDict, manifest_sign(conversation=conversation)),
+    }
 
 
 def _exchange_doc(exchange: Exchange) -> ExchangeDoc:
@@ -1032,6 +1050,7 @@ _CONVERSATION_SCHEMA = _object(
                 "turns": {"type": "integer", "minimum": 0},
                 "head": _HASH,
                 "anchor": _HASH,
+                "signature": {"type": "object"},
             }
         ),
     }
@@ -1289,13 +1308,17 @@ def _import_turn(conversation: Conversation, doc: TurnDoc) -> None:
 VERIFIED_HERE = "this-installation"
 VERIFIED_LEGACY = "legacy-unkeyed"
 NOT_VERIFIABLE = "other-installation"
+VERIFIED_SIGNATURE = "signed-elsewhere"
 
 
 def _file_verdict(conversation: Conversation, document: TranscriptDoc) -> JSONDict:
     """Check the file's own chain, as the file states it, on the rows just made from it.
 
-    A file sealed with this installation's key (its ``integrity.key_id`` is ours) is verified
-    record by record, anchors included: any change since export is refused, naming the record.
+    A signed file (``integrity.signature``) is checked against its signature first: any record
+    changed since it was signed is refused, naming it. A file sealed with this installation's key
+    (its ``integrity.key_id`` is ours) is also verified record by record, anchors included. A
+    signed file of another installation is accepted as signed by the key it names (its
+    fingerprint is shown, for the reader to compare with the exporter's).
     A file of records made before keyed sealing has only the unkeyed chain, which is checked
     (it shows the file is consistent; anyone can recompute it). A file that names another key
     cannot be checked here: it is imported, and says so.
@@ -1310,21 +1333,42 @@ def _file_verdict(conversation: Conversation, document: TranscriptDoc) -> JSONDi
     )
     integrity = block.get("integrity")
     claimed = integrity["key_id"] if integrity else ""
-    if keyed and claimed != key_id():
+    signed = integrity.get("signature") if integrity else None
+    ours = keyed and claimed == key_id()
+    if not ours and keyed and not signed:
         return {
             "status": NOT_VERIFIABLE,
             "key_id": claimed,
             "detail": "sealed with another installation's key"
             + (f" (key id {claimed})" if claimed else " (no key id)")
-            + ": its records cannot be verified here",
+            + " and not signed: it verifies internally only",
         }
-    anchor = (integrity["turns"], integrity["head"], integrity["anchor"]) if keyed and integrity else None
-    report = conversation_verify(conversation=conversation, identity=block["id"], anchor=anchor)
-    if not report.intact:
-        raise TranscriptError(
-            f"the hash chain does not verify at {report.where}: {report.reason}. "
-            "The transcript was changed after it was exported; it is not imported."
-        )
+    report = ChainReport(True, 0)
+    if ours or not keyed:
+        anchor = (integrity["turns"], integrity["head"], integrity["anchor"]) if keyed and integrity else None
+        report = conversation_verify(conversation=conversation, identity=block["id"], anchor=anchor)
+        if not report.intact:
+            raise TranscriptError(
+                f"the hash chain does not verify at {report.where}: {report.reason}. "
+                "The transcript was changed after it was exported; it is not imported."
+            )
+    if signed:
+        signature = manifest_verify(conversation=conversation, identity=block["id"], signed=signed)
+        if not signature.intact:
+            raise TranscriptError(
+                f"the signature does not verify at {signature.where}: {signature.reason}. "
+                "The transcript was changed after it was exported; it is not imported."
+            )
+        if not ours:
+            signer = public_key_fingerprint(str(signed.get("public_key")))
+            return {
+                "status": VERIFIED_SIGNATURE,
+                "key_id": claimed,
+                "signer": signer,
+                "detail": f"signed by the key with fingerprint {signer}, not this installation's: every record "
+                "is as the holder of that key exported it (compare the fingerprint with the one the "
+                "exporter's `manage.py verify --public-key` prints)",
+            }
     if keyed:
         return {
             "status": VERIFIED_HERE,

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
+from django.test import override_settings
 from jsonschema import Draft202012Validator
 
 from conversations.integrity import GENESIS, conversation_verify, exchange_digest, turn_seal
@@ -568,8 +569,9 @@ def test_an_edited_export_of_this_installation_is_refused_naming_the_record(edit
 def test_an_import_belongs_to_the_importer_and_keeps_the_files_claims_as_claims() -> None:
     document = json.loads(transcript_export(conversation=_conversation(), fmt="json"))
     document["conversation"]["owner"] = "admin"
-    # Another installation's file: its records are sealed with a key this one does not have.
+    # Another installation's file, unsigned: its records are sealed with a key this one does not have.
     document["conversation"]["integrity"]["key_id"] = "0123456789abcdef"
+    del document["conversation"]["integrity"]["signature"]
     mallory = User.objects.create_user("mallory")
 
     imported = transcript_import(data=_canonical(document), owner=mallory)
@@ -577,9 +579,35 @@ def test_an_import_belongs_to_the_importer_and_keeps_the_files_claims_as_claims(
     meta = imported.imported_meta or {}
     assert imported.owner == mallory and meta["imported_by"] == "mallory" and meta["owner"] == "admin"
     assert meta["verification"]["status"] == "other-installation"
-    assert "cannot be verified here" in meta["verification"]["detail"]
+    assert "verifies internally only" in meta["verification"]["detail"]
     # From the import on, this installation's seals cover it.
     assert conversation_verify(conversation=imported).intact
+
+
+@pytest.mark.django_db(transaction=True)
+def test_another_installations_signed_export_verifies_with_its_public_key() -> None:
+    with override_settings(INTEGRITY_KEY="the exporting installation's key"):
+        exported = transcript_export(conversation=_conversation(), fmt="json")
+        out = StringIO()
+        call_command("verify", "--public-key", stdout=out)
+    fingerprint = out.getvalue().split("fingerprint ")[1].split()[0]
+
+    imported = transcript_import(data=exported, owner=User.objects.create_user("bob"))
+
+    verification = (imported.imported_meta or {})["verification"]
+    assert verification["status"] == "signed-elsewhere" and verification["signer"] == fingerprint
+    assert f"signed by the key with fingerprint {fingerprint}" in verification["detail"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_edited_signed_export_of_another_installation_is_refused_naming_the_record() -> None:
+    with override_settings(INTEGRITY_KEY="the exporting installation's key"):
+        document = json.loads(transcript_export(conversation=_conversation(), fmt="json"))
+    tool = next(step for step in document["turns"][0]["steps"] if step["kind"] == "tool")
+    tool["result"] = {"content": [{"type": "text", "text": "forged"}]}
+
+    with pytest.raises(TranscriptError, match=rf"signature does not verify at turn 1, step {tool['seq']}: the step"):
+        transcript_import(data=_canonical(document), owner=User.objects.create_user("bob"))
 
 
 @pytest.mark.django_db(transaction=True)

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from conversations.integrity import conversation_verify
+from conversations.integrity import conversation_verify, key_id, public_key, public_key_fingerprint
 from conversations.models import Conversation
 
 
@@ -18,9 +18,21 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("conversation", help="the conversation's UUID")
+        parser.add_argument("conversation", nargs="?", help="the conversation's UUID")
+        parser.add_argument(
+            "--public-key",
+            action="store_true",
+            help="print this installation's export-signing public key and its fingerprint instead "
+            "(publish it: whoever imports your exports compares the fingerprint)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["public_key"]:
+            key = public_key()
+            self.stdout.write(f"public key {key}\nfingerprint {public_key_fingerprint(key)}\nkey id {key_id()}")
+            return
+        if not options["conversation"]:
+            raise CommandError("name a conversation (its UUID), or pass --public-key")
         try:
             conversation = Conversation.objects.get(public_id=options["conversation"])
         except (Conversation.DoesNotExist, ValidationError) as exc:
