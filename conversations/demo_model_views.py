@@ -116,7 +116,12 @@ def _answer(
 ) -> HttpResponseBase:
     """Convert, let the demo model answer, convert back; ``stream`` None: as the body asks."""
     try:
-        payload = _json_object(request.body)
+        body = _request_body(request)
+    except _TooLarge as error:
+        return JsonResponse(dialect.error(413, str(error)), status=413)
+    try:
+        payload = _json_object(body)
+        del body  # the parsed payload is all that is needed from here on
         chat = dialect.to_chat(payload, model)
     except (ValueError, FormatError) as error:
         return JsonResponse(dialect.error(400, str(error)), status=400)
@@ -196,6 +201,37 @@ def _gemini_key_refusal(request: HttpRequest) -> JsonResponse | None:
             demo_formats.gemini_error(400, "API key not valid. Please pass a valid API key."), status=400
         )
     return None
+
+
+class _TooLarge(Exception):
+    """The request body is larger than the demo model reads; the message is for the client."""
+
+
+def _request_body(request: HttpRequest) -> bytes:
+    """The whole request body, up to ``DEMO_MODEL_MAX_REQUEST_BYTES``.
+
+    Read from the stream rather than ``request.body``, which refuses anything over Django's
+    ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (2.5 MB, meant for form posts) with a bare 400: a model
+    request carries whole tool results, and real providers take far more.
+
+    Raises:
+        _TooLarge: the body (declared or read) is over the limit.
+    """
+    limit = settings.DEMO_MODEL_MAX_REQUEST_BYTES
+    declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    if declared > limit:
+        raise _TooLarge(_too_large_message(declared, limit))
+    body = request.read(limit + 1)
+    if len(body) > limit:
+        raise _TooLarge(_too_large_message(len(body), limit))
+    return body
+
+
+def _too_large_message(size: int, limit: int) -> str:
+    return (
+        f"The request body is {size:,} bytes; the demo model reads at most {limit:,} "
+        "(DEMO_MODEL_MAX_REQUEST_BYTES)."
+    )
 
 
 def _json_object(body: bytes) -> JSONDict:

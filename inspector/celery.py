@@ -22,7 +22,12 @@ from django.apps import apps
 from django.db import DatabaseError
 from kombu.transport import redis as kombu_redis
 
+from inspector.memory import keep_big_allocations_mapped
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "inspector.settings")
+# Every process of the app (web, worker, management command) imports this module first
+# (``inspector/__init__``): the allocator is tuned before any payload arrives.
+keep_big_allocations_mapped()
 
 logger = logging.getLogger("inspector.worker")
 

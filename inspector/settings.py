@@ -289,8 +289,10 @@ MODEL_TIMEOUT_SECONDS = env_float("MODEL_TIMEOUT_SECONDS", 120.0)
 MCP_CALL_TIMEOUT_SECONDS = env_float("MCP_CALL_TIMEOUT_SECONDS", 30.0)
 MCP_CONNECT_TIMEOUT_SECONDS = env_float("MCP_CONNECT_TIMEOUT_SECONDS", 20.0)
 MCP_STDERR_DIR = VAR_DIR / "mcp-stderr"
-# Larger messages are cut in the stored record (the call still completes); the cut is marked.
-EXCHANGE_BODY_LIMIT = env_int("EXCHANGE_BODY_LIMIT", 2_000_000)
+# Raw bodies (model requests and responses, MCP messages) up to this many characters are stored
+# whole; only a larger one (a runaway stream, a hostile server) is cut in the record, the cut
+# marked with the true total (the call itself still completes).
+EXCHANGE_BODY_LIMIT = env_int("EXCHANGE_BODY_LIMIT", 64_000_000)
 
 # The demo model, served by this app at /demo-model/v1, keyed so it is no open endpoint.
 DEMO_MODEL_API_KEY = (
@@ -301,6 +303,9 @@ BUILTIN_API_KEYS = {"DEMO_MODEL_API_KEY": DEMO_MODEL_API_KEY}
 DEMO_MODEL_LATENCY_SECONDS = env_float("DEMO_MODEL_LATENCY_SECONDS", 0.0)
 # Seconds between the events of a streamed demo reply (0: the whole stream at once).
 DEMO_MODEL_STREAM_DELAY_SECONDS = env_float("DEMO_MODEL_STREAM_DELAY_SECONDS", 0.0)
+# The largest request body the demo model reads (Django's DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MB,
+# is for form posts; a model request carries whole tool results). Larger: a 413 that says so.
+DEMO_MODEL_MAX_REQUEST_BYTES = env_int("DEMO_MODEL_MAX_REQUEST_BYTES", 256_000_000)
 
 LOGGING = {
     "version": 1,
