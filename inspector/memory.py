@@ -41,4 +41,3 @@ def keep_big_allocations_mapped() -> bool:
     if libc is None:
         return False
     return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
-

@@ -46,7 +46,9 @@ def _request_with_text(size: int) -> str:
     return json.dumps({"model": "demo", "messages": [{"role": "user", "content": "x" * size}]})
 
 
-def test_the_demo_model_reads_a_request_far_past_djangos_form_limit(settings: Settings, client: Client) -> None:
+def test_the_demo_model_reads_a_request_far_past_djangos_form_limit(
+    settings: Settings, client: Client
+) -> None:
     settings.DEMO_MODEL_API_KEY = KEY
     body = _request_with_text(3 * settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
 
