@@ -240,9 +240,9 @@ def _profile_doc(profile: ModelProfile) -> ProfileDoc:
     }
 
 
-def _conversation_doc(conversation: Conversation) -> ConversationDoc:
+def _conversation_doc(conversation: Conversation, *, signed: bool) -> ConversationDoc:
     """The conversation's own block; an imported conversation's comes from ``imported_meta``."""
-    live = _live_conversation_doc(conversation)
+    live = _live_conversation_doc(conversation, signed=signed)
     meta = conversation.imported_meta
     if not isinstance(meta, dict):
         return live
@@ -250,7 +250,7 @@ def _conversation_doc(conversation: Conversation) -> ConversationDoc:
     return cast(ConversationDoc, {**live, **kept})
 
 
-def _live_conversation_doc(conversation: Conversation) -> ConversationDoc:
+def _live_conversation_doc(conversation: Conversation, *, signed: bool) -> ConversationDoc:
     return {
         "id": str(conversation.public_id),
         "title": conversation.title,
@@ -264,22 +264,20 @@ def _live_conversation_doc(conversation: Conversation) -> ConversationDoc:
             for server in conversation.servers.order_by("name")
         ],
         "created_at": conversation.created_at.isoformat(),
-        "integrity": _integrity_doc(conversation),
+        "integrity": _integrity_doc(conversation, signed=signed),
     }
 
 
-def _integrity_doc(conversation: Conversation) -> IntegrityDoc:
-    """The anchor as stored now (a turn sealed since ``conversation`` was read moved it)."""
+def _integrity_doc(conversation: Conversation, *, signed: bool) -> IntegrityDoc:
+    """The anchor as stored now (a turn sealed since ``conversation`` was read moved it), and
+    with ``signed`` the export's signature (it reads every record again: the json export only)."""
     turns, head, anchor = Conversation.objects.values_list("chain_turns", "chain_head", "chain_anchor").get(
         pk=conversation.pk
     )
-    return {
-        "key_id": key_id(),
-        "turns": turns,
-        "head": head,
-        "anchor": anchor,
-        "signature": cast(JSONDict, manifest_sign(conversation=conversation)),
-    }
+    doc: IntegrityDoc = {"key_id": key_id(), "turns": turns, "head": head, "anchor": anchor}
+    if signed:
+        doc["signature"] = cast(JSONDict, manifest_sign(conversation=conversation))
+    return doc
 
 
 def _exchange_doc(exchange: Exchange) -> ExchangeDoc:
@@ -357,8 +355,9 @@ def _turn_doc(turn: Turn, steps: list[StepDoc], exchanges: list[ExchangeDoc]) ->
     }
 
 
-def transcript_document(*, conversation: Conversation) -> TranscriptDoc:
-    """The ``json`` export as a structure (three queries for the rows, whatever their number)."""
+def transcript_document(*, conversation: Conversation, signed: bool = True) -> TranscriptDoc:
+    """The ``json`` export as a structure (three queries for the rows, whatever their number;
+    ``signed`` adds the signature, which reads them again)."""
     by_step: dict[int, list[ExchangeDoc]] = {}
     by_turn: dict[int, list[ExchangeDoc]] = {}
     exchanges = (
@@ -379,7 +378,7 @@ def transcript_document(*, conversation: Conversation) -> TranscriptDoc:
     return {
         "format": FORMAT,
         "version": VERSION,
-        "conversation": _conversation_doc(conversation),
+        "conversation": _conversation_doc(conversation, signed=signed),
         "turns": [
             _turn_doc(turn, steps.get(turn.pk, []), by_turn.get(turn.pk, []))
             for turn in conversation.turns.order_by("seq")
@@ -918,7 +917,7 @@ def transcript_export(*, conversation: Conversation, fmt: ExportFormat) -> str:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
     # Whatever a stored value holds (a lone surrogate read back from SQLite's JSON), the export is
     # text every file and terminal can carry.
-    return carriable(exporter(transcript_document(conversation=conversation)))
+    return carriable(exporter(transcript_document(conversation=conversation, signed=fmt == "json")))
 
 
 # --- import --------------------------------------------------------------------------------------
