@@ -423,6 +423,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # 50 calls connect at once: the default backlog (5) would have the kernel reset some.
+    request_queue_size = 128
     requests: list[tuple[str, str, bool]]
 
 

@@ -18,6 +18,7 @@ from io import StringIO
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.db import DataError, connection, transaction
 from django.test import Client
 from django.urls import reverse
 from pytest_django.fixtures import Settings
@@ -233,8 +234,13 @@ def test_a_lone_surrogate_stored_before_the_escaping_is_shown_escaped_by_every_v
         dispatch=False,
     )
     turn_run(turn_id=turn.pk)
-    # As an older version stored it (SQLite keeps JSON text, "\ud800" escapes and all).
     bad = "left \ud800 right"
+    if connection.vendor == "postgresql":
+        # PostgreSQL refuses it outright, so no record there can hold one.
+        with pytest.raises(DataError), transaction.atomic():
+            Step.objects.filter(turn=turn).update(calls=[{"name": bad}])
+        return
+    # As an older version stored it (SQLite keeps JSON text, "\ud800" escapes and all).
     Step.objects.filter(turn=turn).update(
         calls=[{"name": bad, "arguments": {bad: bad}}],
         diagnostics=[bad],
