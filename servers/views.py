@@ -59,7 +59,7 @@ def _user(request: HttpRequest) -> AbstractBaseUser:
 def _require_staff(request: HttpRequest) -> AbstractBaseUser:
     user = _user(request)
     if not getattr(user, "is_staff", False):
-        raise PermissionDenied("Only staff may register, change or respawn servers.")
+        raise PermissionDenied("Only staff may register or change servers.")
     return user
 
 
