@@ -21,7 +21,7 @@ from bench.context import RESULTS_DIR
 from bench.environment import REPO_ROOT, Services
 from bench.stats import Result
 
-ORDER = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P9"]
+ORDER = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9"]
 LIBRARIES = ("django", "channels", "channels-redis", "celery", "daphne", "openai", "mcp", "psycopg")
 
 
@@ -180,9 +180,40 @@ def write(
     json_path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
     table = markdown_table([Result(**r) for r in merged])
     md_path = RESULTS_DIR / f"{stem}.md"
+    heading = f"# Benchmarks ({document['mode']} run, {now})\n\n{_machine_markdown(info)}"
+    after = ""
+    if partial and md_path.exists():
+        heading, table, after = _kept_from(md_path.read_text(), table, {r["id"] for r in merged}, now)
     md_path.write_text(
-        f"# Benchmarks ({document['mode']} run, {now})\n\n{_machine_markdown(info)}\n\n{table}\n\n"
+        f"{heading}\n\n{table}\n\n"
         f"Medians unless stated; spread is min · interquartile range · max over the repeats. "
-        f"Details, samples and profiles: `bench/results/{stem}.json`.\n"
+        f"Details, samples and profiles: `bench/results/{stem}.json`.\n{after}"
     )
     return [json_path.relative_to(REPO_ROOT), md_path.relative_to(REPO_ROOT)]
+
+
+def _kept_from(old: str, table: str, measured: set[str], now: str) -> tuple[str, str, str]:
+    """What a partial run keeps of the markdown it updates (``latest.json`` is not committed, so
+    it may know fewer measures than the table): the heading, the rows of measures it did not
+    run, and every section after the table; its own rows replace theirs."""
+    lines = old.splitlines()
+    rows = [line for line in lines if line.startswith("| P")]
+    kept = [row for row in rows if row.split()[1] not in measured]
+    new_rows = [line for line in table.splitlines() if line.startswith("| P")]
+    merged_rows = sorted(
+        [*kept, *new_rows], key=lambda row: ORDER.index(row.split()[1]) if row.split()[1] in ORDER else 99
+    )
+    header = table.splitlines()[:2]
+    first_row = next((i for i, line in enumerate(lines) if line.startswith("| measure")), len(lines))
+    heading = (
+        "\n".join(lines[:first_row]).rstrip() + f"\n\n(Rows of {', '.join(sorted(measured))} updated {now}.)"
+    )
+    medians = next(
+        (i for i, line in enumerate(lines) if line.startswith("Medians unless stated")), len(lines) - 1
+    )
+    after = "\n".join(lines[medians + 1 :])
+    return (
+        heading,
+        "\n".join([*header, *merged_rows]),
+        ("\n" + after.rstrip() + "\n") if after.strip() else "",
+    )

@@ -40,6 +40,7 @@ signature) and the stop reason and usage from ``message_delta``. A tool with no 
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -59,12 +60,12 @@ from conversations.providers.http import (
 )
 from conversations.providers.streaming import (
     DeltaCallback,
-    EventListener,
+    LivePass,
     PartialCall,
     PartialEmitter,
     PartialReply,
     SseEvent,
-    display_pass,
+    StreamErrorEvent,
     tail,
 )
 from inspector.typealias import JSONDict, JSONValue
@@ -352,34 +353,39 @@ class _BlockAssembler:
         return block
 
 
-def _parse_stream(body: str, exchange: WireExchange) -> ModelReply:
-    """The reply rebuilt from a recorded Messages event stream.
+def _take(assembler: _BlockAssembler, event: SseEvent) -> None:
+    """Read one event of a Messages stream into ``assembler``.
+
+    Raises:
+        StreamErrorEvent: an ``error`` event (its message).
+        ValueError: the event is not a JSON object.
+    """
+    data = json_object(event.data)
+    if data.get("type") == "error":
+        detail = string_or_none(object_or_empty(data.get("error")).get("message"))
+        raise StreamErrorEvent(detail or event.data)
+    assembler.add(data)
+
+
+def _parse_stream(body: str, exchange: WireExchange, read: _BlockAssembler | None = None) -> ModelReply:
+    """The reply rebuilt from a recorded Messages event stream (or from ``read``, the live pass
+    that read every event of it as it arrived: ``LivePass``).
 
     Raises:
         ProviderError: an ``error`` event (e.g. ``overloaded_error``) in the stream.
         ValueError: an event is not JSON, or the stream ended before ``message_stop``.
     """
-    assembler = _BlockAssembler()
-    for event in parse_sse(body):
-        data = json_object(event.data)
-        if data.get("type") == "error":
-            detail = string_or_none(object_or_empty(data.get("error")).get("message"))
-            raise stream_error(exchange, detail or event.data)
-        assembler.add(data)
+    assembler = read
+    if assembler is None:
+        assembler = _BlockAssembler()
+        for event in parse_sse(body):
+            try:
+                _take(assembler, event)
+            except StreamErrorEvent as exc:
+                raise stream_error(exchange, exc.data) from None
     if not assembler.stopped:
         raise ValueError("the event stream ended before message_stop")
     return _reply(assembler.assembled(), exchange, assembler.raw_inputs)
-
-
-def _display_pass(on_delta: DeltaCallback | None) -> EventListener | None:
-    if on_delta is None:
-        return None
-    live = _BlockAssembler(emitter=PartialEmitter(on_delta))
-
-    def show(event: SseEvent) -> None:
-        live.add(json_object(event.data))
-
-    return display_pass(show)
 
 
 def _parse_message(body: str, exchange: WireExchange) -> ModelReply:
@@ -407,13 +413,19 @@ class AnthropicProvider:
         headers = {"anthropic-version": API_VERSION}
         if self.endpoint.api_key:
             headers["x-api-key"] = self.endpoint.api_key
+        # Shown while it arrives, a stream is read as it arrives (once, unless that reading fails).
+        live = (
+            _BlockAssembler(emitter=PartialEmitter(on_delta)) if self.endpoint.stream and on_delta else None
+        )
+        listener = LivePass(functools.partial(_take, live)) if live is not None else None
         exchange, body = post_json(
             self.endpoint,
             messages_url(self.endpoint.base_url),
             request_body(self.endpoint.model, request, stream=self.endpoint.stream),
             headers,
-            _display_pass(on_delta) if self.endpoint.stream else None,
+            listener,
         )
         if self.endpoint.stream:
-            return reply_read(exchange, lambda: _parse_stream(body, exchange))
+            read = live if listener is not None and listener.whole else None
+            return reply_read(exchange, lambda: _parse_stream(body, exchange, read))
         return reply_read(exchange, lambda: _parse_message(body, exchange))

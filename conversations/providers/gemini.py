@@ -43,6 +43,7 @@ kept; a ``functionCall`` arrives whole in one chunk on the Gemini API.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -65,12 +66,12 @@ from conversations.providers.http import (
 )
 from conversations.providers.streaming import (
     DeltaCallback,
-    EventListener,
+    LivePass,
     PartialCall,
     PartialEmitter,
     PartialReply,
     SseEvent,
-    display_pass,
+    StreamErrorEvent,
     tail,
 )
 from inspector.typealias import JSONDict, JSONValue
@@ -526,31 +527,36 @@ class _ChunkMerger:
         return response
 
 
-def _parse_stream(body: str, exchange: WireExchange) -> ModelReply:
-    """The reply assembled from a recorded ``streamGenerateContent?alt=sse`` stream.
+def _take(merger: _ChunkMerger, event: SseEvent) -> None:
+    """Read one chunk of a ``streamGenerateContent`` stream into ``merger``.
+
+    Raises:
+        StreamErrorEvent: the chunk carries an error object (its message).
+        ValueError: the chunk is not a JSON object.
+    """
+    chunk = json_object(event.data)
+    if chunk.get("error") is not None:
+        raise StreamErrorEvent(error_detail(event.data, event.data))
+    merger.add(chunk)
+
+
+def _parse_stream(body: str, exchange: WireExchange, read: _ChunkMerger | None = None) -> ModelReply:
+    """The reply assembled from a recorded ``streamGenerateContent?alt=sse`` stream (or from
+    ``read``, the live pass that read every chunk of it as it arrived: ``LivePass``).
 
     Raises:
         ProviderError: an error object in the stream.
         ValueError: a chunk is not JSON, or the stream ended before a finish or block reason.
     """
-    merger = _ChunkMerger()
-    for event in parse_sse(body):
-        chunk = json_object(event.data)
-        if chunk.get("error") is not None:
-            raise stream_error(exchange, error_detail(event.data, event.data))
-        merger.add(chunk)
+    merger = read
+    if merger is None:
+        merger = _ChunkMerger()
+        for event in parse_sse(body):
+            try:
+                _take(merger, event)
+            except StreamErrorEvent as exc:
+                raise stream_error(exchange, exc.data) from None
     return _reply(merger.response(), exchange, body)
-
-
-def _display_pass(on_delta: DeltaCallback | None) -> EventListener | None:
-    if on_delta is None:
-        return None
-    live = _ChunkMerger(emitter=PartialEmitter(on_delta))
-
-    def show(event: SseEvent) -> None:
-        live.add(json_object(event.data))
-
-    return display_pass(show)
 
 
 class GeminiProvider:
@@ -565,13 +571,17 @@ class GeminiProvider:
     def complete(self, request: ModelRequest, *, on_delta: DeltaCallback | None = None) -> ModelReply:
         headers = {"x-goog-api-key": self.endpoint.api_key} if self.endpoint.api_key else {}
         stream = self.endpoint.stream
+        # Shown while it arrives, a stream is read as it arrives (once, unless that reading fails).
+        live = _ChunkMerger(emitter=PartialEmitter(on_delta)) if stream and on_delta else None
+        listener = LivePass(functools.partial(_take, live)) if live is not None else None
         exchange, body = post_json(
             self.endpoint,
             model_url(self.endpoint.base_url, self.endpoint.model, stream=stream),
             request_body(request),
             headers,
-            _display_pass(on_delta) if stream else None,
+            listener,
         )
         if stream:
-            return reply_read(exchange, lambda: _parse_stream(body, exchange))
+            read = live if listener is not None and listener.whole else None
+            return reply_read(exchange, lambda: _parse_stream(body, exchange, read))
         return reply_read(exchange, lambda: _reply(json_object(body), exchange, body))

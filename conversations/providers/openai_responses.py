@@ -17,6 +17,7 @@ verbatim, then the items are rebuilt from ``response.output_item.added`` plus th
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -36,12 +37,12 @@ from conversations.providers.http import (
 )
 from conversations.providers.streaming import (
     DeltaCallback,
-    EventListener,
+    LivePass,
     PartialCall,
     PartialEmitter,
     PartialReply,
     SseEvent,
-    display_pass,
+    StreamErrorEvent,
     tail,
 )
 from inspector.typealias import JSONDict, JSONValue
@@ -232,36 +233,41 @@ class _ItemAssembler:
         return output
 
 
-def _parse_stream(body: str, exchange: WireExchange) -> ModelReply:
-    """The reply rebuilt from a recorded Responses event stream.
+def _take(assembler: _ItemAssembler, event: SseEvent) -> None:
+    """Read one event of a Responses stream into ``assembler``.
+
+    Raises:
+        StreamErrorEvent: an ``error`` event (its message).
+        ValueError: the event is not a JSON object.
+    """
+    data = json_object(event.data)
+    if data.get("type") == "error" or event.event == "error":
+        detail = string_or_none(data.get("message")) or string_or_none(
+            object_or_empty(data.get("error")).get("message")
+        )
+        raise StreamErrorEvent(detail or event.data)
+    assembler.add(data)
+
+
+def _parse_stream(body: str, exchange: WireExchange, read: _ItemAssembler | None = None) -> ModelReply:
+    """The reply rebuilt from a recorded Responses event stream (or from ``read``, the live pass
+    that read every event of it as it arrived: ``LivePass``).
 
     Raises:
         ProviderError: an ``error`` event, or a failed response.
         ValueError: an event is not JSON, or the stream ended before the response finished.
     """
-    assembler = _ItemAssembler()
-    for event in parse_sse(body):
-        data = json_object(event.data)
-        if data.get("type") == "error" or event.event == "error":
-            detail = string_or_none(data.get("message")) or string_or_none(
-                object_or_empty(data.get("error")).get("message")
-            )
-            raise stream_error(exchange, detail or event.data)
-        assembler.add(data)
+    assembler = read
+    if assembler is None:
+        assembler = _ItemAssembler()
+        for event in parse_sse(body):
+            try:
+                _take(assembler, event)
+            except StreamErrorEvent as exc:
+                raise stream_error(exchange, exc.data) from None
     if assembler.response is None:
         raise ValueError("the event stream ended before response.completed")
     return _reply({**assembler.response, "output": assembler.output()}, exchange, body)
-
-
-def _display_pass(on_delta: DeltaCallback | None) -> EventListener | None:
-    if on_delta is None:
-        return None
-    live = _ItemAssembler(emitter=PartialEmitter(on_delta))
-
-    def show(event: SseEvent) -> None:
-        live.add(json_object(event.data))
-
-    return display_pass(show)
 
 
 class OpenAIResponsesProvider:
@@ -275,13 +281,17 @@ class OpenAIResponsesProvider:
 
     def complete(self, request: ModelRequest, *, on_delta: DeltaCallback | None = None) -> ModelReply:
         headers = {"authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
+        # Shown while it arrives, a stream is read as it arrives (once, unless that reading fails).
+        live = _ItemAssembler(emitter=PartialEmitter(on_delta)) if self.endpoint.stream and on_delta else None
+        listener = LivePass(functools.partial(_take, live)) if live is not None else None
         exchange, body = post_json(
             self.endpoint,
             self.endpoint.base_url.rstrip("/") + "/responses",
             request_body(self.endpoint.model, request, stream=self.endpoint.stream),
             headers,
-            _display_pass(on_delta) if self.endpoint.stream else None,
+            listener,
         )
         if self.endpoint.stream:
-            return reply_read(exchange, lambda: _parse_stream(body, exchange))
+            read = live if listener is not None and listener.whole else None
+            return reply_read(exchange, lambda: _parse_stream(body, exchange, read))
         return reply_read(exchange, lambda: _reply(json_object(body), exchange, body))
