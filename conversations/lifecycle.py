@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from conversations.models import Turn
+from conversations.models import Step, Turn
 from conversations.recording import TurnRecorder, index_last_request_whole
 
 logger = logging.getLogger(__name__)
@@ -312,32 +312,46 @@ def turns_reap_stale(*, now: datetime | None = None, window: float | None = None
     return reaped
 
 
+# What a step the dead runner left open says: it never got an answer (its duration is unknown).
+UNFINISHED_STEP = "not finished: the turn was interrupted while this step was in progress"
+
+
 def _interrupt(turn_id: int, reason: str, still: Q) -> bool:
-    """Mark the turn interrupted if it is still running and ``still`` holds; add the error step."""
+    """Mark the turn interrupted if it is still running and ``still`` holds: steps it left open
+    end as errors (no longer "waiting"), everything else it recorded stays as it is, and an error
+    step says why."""
     now = timezone.now()
-    marked = (
-        Turn.objects.filter(still, pk=turn_id, status=Turn.Status.RUNNING)
-        .update(status=Turn.Status.INTERRUPTED, error=reason, finished_at=now, updated_at=now)
-    )
-    if not marked:
-        return False
+    # One transaction: nobody sees the turn interrupted without the step that says why.
+    with transaction.atomic():
+        marked = (
+            Turn.objects.filter(still, pk=turn_id, status=Turn.Status.RUNNING)
+            .update(status=Turn.Status.INTERRUPTED, error=reason, finished_at=now, updated_at=now)
+        )
+        if not marked:
+            return False
+        Step.objects.filter(turn_id=turn_id, status=Step.Status.RUNNING).update(
+            status=Step.Status.ERROR, error=UNFINISHED_STEP, updated_at=now
+        )
+        turn_step_record(turn_id=turn_id, title="the turn was interrupted", error=reason)
     logger.warning("turn %s interrupted: %s", turn_id, reason)
-    turn_step_record(turn_id=turn_id, title="the turn was interrupted", error=reason)
     return True
 
 
 def turn_step_record(*, turn_id: int, title: str, error: str) -> None:
     """Add one closed error step to a turn that has ended without its runner saying so (an
     interruption, a cancel before it started), and ring the turn's doorbell."""
-    turn = Turn.objects.select_related("conversation").get(pk=turn_id)
-    recorder = TurnRecorder(turn)
-    step = recorder.step_open(kind="error", title=title)
-    recorder.step_close(step, status="error", error=error)
-    recorder.drain()
-    index_last_request_whole(turn_id)
-    # The turn has ended: sealed like one its runner ended (conversations.integrity).
-    recorder.seal()
-    recorder.turn_changed()
+    with transaction.atomic():
+        turn = Turn.objects.select_related("conversation").get(pk=turn_id)
+        # Inside a transaction the recorder writes in this thread: the step, the index and the
+        # seal commit together, with whatever the caller changed in the same transaction.
+        recorder = TurnRecorder(turn)
+        step = recorder.step_open(kind="error", title=title)
+        recorder.step_close(step, status="error", error=error)
+        recorder.drain()
+        index_last_request_whole(turn_id)
+        # The turn has ended: sealed like one its runner ended (conversations.integrity).
+        recorder.seal()
+        transaction.on_commit(recorder.turn_changed)
 
 
 def _release_connection() -> None:

@@ -96,18 +96,21 @@ def turn_cancel(*, turn: Turn, actor: AbstractBaseUser | None) -> Turn:
     who = actor.get_username() if actor is not None else "the command line"
     now = timezone.now()
     text = f"cancelled by {who} before it started"
-    if Turn.objects.filter(pk=turn.pk, status=Turn.Status.QUEUED).update(
-        status=Turn.Status.CANCELLED,
-        cancel_requested_at=now,
-        cancel_requested_by=who,
-        error=text,
-        finished_at=now,
-        updated_at=now,
-    ):
-        turn_step_record(turn_id=turn.pk, title=f"cancelled by {who}", error=text)
-    elif Turn.objects.filter(pk=turn.pk, status=Turn.Status.RUNNING, cancel_requested_at__isnull=True).update(
-        cancel_requested_at=now, cancel_requested_by=who, updated_at=now
-    ):
+    with transaction.atomic():
+        queued = Turn.objects.filter(pk=turn.pk, status=Turn.Status.QUEUED).update(
+            status=Turn.Status.CANCELLED,
+            cancel_requested_at=now,
+            cancel_requested_by=who,
+            error=text,
+            finished_at=now,
+            updated_at=now,
+        )
+        if queued:
+            turn_step_record(turn_id=turn.pk, title=f"cancelled by {who}", error=text)
+    requested = not queued and Turn.objects.filter(
+        pk=turn.pk, status=Turn.Status.RUNNING, cancel_requested_at__isnull=True
+    ).update(cancel_requested_at=now, cancel_requested_by=who, updated_at=now)
+    if requested:
         turn_signal_local(turn_id=turn.pk, by=who)
         live.publish_turn_changed(conversation_id=turn.conversation.public_id, turn_id=turn.pk)
     turn.refresh_from_db()

@@ -88,6 +88,7 @@ def _running(owner: User, *, beat_seconds_ago: float | None, runner: str = "") -
     recorder = TurnRecorder(turn)
     step = recorder.step_open(kind="connect", title="connect 1 MCP server(s)")
     recorder.step_close(step, status="ok", text="demo: connected")
+    recorder.step_open(kind="decide", title="ask the model")  # in flight when its runner stopped
     recorder.drain()
     return turn
 
@@ -168,8 +169,11 @@ def test_a_turn_whose_heartbeat_stopped_is_interrupted_keeping_its_steps(alice: 
     turn.refresh_from_db()
     assert turn.status == Turn.Status.INTERRUPTED and turn.finished_at is not None
     assert "none came for 60 s" in turn.error
-    connect, error = Step.objects.filter(turn=turn).order_by("seq")
+    connect, decide, error = Step.objects.filter(turn=turn).order_by("seq")
     assert (connect.kind, connect.status, connect.text) == ("connect", "ok", "demo: connected")
+    # The call it was waiting on never ended: no longer shown as waiting, and says so.
+    assert (decide.kind, decide.status, decide.finished_at) == ("decide", "error", None)
+    assert decide.error.startswith("not finished: the turn was interrupted")
     assert (error.kind, error.status, error.title) == ("error", "error", "the turn was interrupted")
     assert "last heartbeat was at" in error.error
     assert conversation_verify(conversation=turn.conversation).intact  # sealed as it ended
@@ -183,7 +187,10 @@ def test_a_turn_that_heart_beat_within_the_window_is_left_running(alice: User) -
 
     turn.refresh_from_db()
     assert turn.status == Turn.Status.RUNNING
-    assert list(Step.objects.filter(turn=turn).values_list("kind", flat=True)) == ["connect"]
+    assert list(Step.objects.filter(turn=turn).values_list("kind", "status")) == [
+        ("connect", "ok"),
+        ("decide", "running"),
+    ]
 
 
 @pytest.mark.django_db

@@ -104,6 +104,7 @@ def test_a_turn_whose_worker_is_killed_is_interrupted_and_the_conversation_goes_
         assert turn.status == Turn.Status.INTERRUPTED
         steps = list(Step.objects.filter(turn=turn, parent__isnull=True).order_by("seq"))
         assert [s.kind for s in steps] == ["connect", "decide", "error"]  # what it recorded stays
+        assert steps[1].status == "error" and steps[1].error.startswith("not finished")
         assert steps[0].exchanges.filter(label="tools/list").exists()
         assert steps[-1].title == "the turn was interrupted" and "Everything it recorded" in steps[-1].error
 
