@@ -8,6 +8,9 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+from conversations import integrity
+from conversations.models import Conversation, Exchange
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BEFORE = [("conversations", "0011_covering_indexes")]
@@ -60,3 +63,35 @@ def test_0012_names_the_conversation_of_every_exchange_recorded_before_it() -> N
         (second.pk, second.pk),
         (None, None),
     ]
+
+
+def test_0015_keeps_records_made_before_keyed_sealing_verifiable_under_their_old_rule() -> None:
+    before = [("conversations", "0014_turn_lifecycle")]
+    old = _migrate(before).loader.project_state(before).apps
+    owner = old.get_model("auth", "User").objects.create(username="alice")
+    profile = old.get_model("conversations", "ModelProfile").objects.create(name="p", model="demo", is_demo=True)
+    conversation = old.get_model("conversations", "Conversation").objects.create(
+        owner=owner, title="old", model_profile=profile
+    )
+    turn = old.get_model("conversations", "Turn").objects.create(
+        conversation=conversation, seq=1, question="?", answer="!", status="done", paradigm="native", tool_choice="auto"
+    )
+    OldExchange = old.get_model("conversations", "Exchange")
+    previous = integrity.GENESIS
+    for seq, label in enumerate(("POST /chat/completions", "tools/call"), start=1):
+        row = OldExchange(turn=turn, conversation_id=conversation.pk, seq=seq, channel="llm", label=label)
+        # The rule the previous version wrote: unkeyed SHA-256 over the content and the link.
+        legacy = Exchange(**{field: getattr(row, field) for field in ("seq", "channel", "label", "started_at")})
+        legacy.chain_version = integrity.LEGACY
+        row.prev_hash, row.hash = previous, integrity.exchange_digest(legacy, turn_seq=1, previous=previous)
+        previous = row.hash
+        row.save()
+
+    _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    stored = Conversation.objects.get(pk=conversation.pk)
+    report = integrity.conversation_verify(conversation=stored)
+
+    assert set(Exchange.objects.filter(turn_id=turn.pk).values_list("chain_version", flat=True)) == {1}
+    assert report.intact and report.legacy and report.checked == 2
+    Exchange.objects.filter(turn_id=turn.pk, seq=2).update(label="tools/list")
+    assert not integrity.conversation_verify(conversation=stored).intact
