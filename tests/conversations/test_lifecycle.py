@@ -30,6 +30,8 @@ from conversations.runner import turn_run
 from conversations.services import (
     TurnInProgress,
     TurnNotCancellable,
+    conversation_export,
+    conversation_import,
     conversation_start,
     demo_format_profiles_ensure,
     demo_profile_ensure,
@@ -412,3 +414,26 @@ def test_a_reply_still_streaming_in_when_its_turn_is_cancelled_is_not_read_to_it
     # The abandoned call stops reading at the stream's next event and closes its connection.
     call_thread = f"model-call-turn-{turn.pk}"
     assert _wait_until(lambda: all(t.name != call_thread for t in threading.enumerate()), 8)
+
+
+@pytest.mark.django_db
+def test_a_cancelled_turn_is_exported_and_imported_as_cancelled(alice: User) -> None:
+    turn = _queued(alice)
+    turn_cancel(turn=turn, actor=alice)
+
+    exported = conversation_export(conversation=turn.conversation, fmt="json", actor=alice, via="test")
+    otel = json.loads(conversation_export(conversation=turn.conversation, fmt="otel", actor=alice, via="test"))
+    imported = conversation_import(data=exported, actor=alice, source="test.json")
+
+    assert json.loads(exported)["turns"][0]["status"] == "cancelled"
+    copy = imported.turns.get()
+    assert (copy.status, copy.error) == ("cancelled", "cancelled by alice before it started")
+    assert copy.steps.get().title == "cancelled by alice"
+    turn_span = next(
+        span
+        for resource in otel["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+        if any(a["key"] == "inspector.turn.status" for a in span["attributes"])
+    )
+    assert turn_span["status"]["code"] == 2  # an error span: the turn did not answer
