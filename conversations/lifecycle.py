@@ -130,16 +130,15 @@ class _Watcher:
         self.lock = threading.Lock()
         self.reaping = False
         self._thread: threading.Thread | None = None
-        self._wake = threading.Event()
         self._next_beat = 0.0
         self._next_reap = 0.0
 
     def watch(self, turn_id: int) -> TurnSignal:
         signal = TurnSignal(turn_id)
         with self.lock:
+            # The next beat stays when it was due: turns starting all the time must not keep
+            # postponing the heartbeat of those already running.
             self.turns[turn_id] = signal
-            # Just claimed, with its first heartbeat: the next one is due a full interval later.
-            self._next_beat = time.monotonic() + settings.TURN_HEARTBEAT_SECONDS
         self.ensure_thread()
         return signal
 
@@ -159,8 +158,7 @@ class _Watcher:
 
     def _loop(self) -> None:
         while True:
-            self._wake.wait(settings.TURN_CANCEL_POLL_SECONDS)
-            self._wake.clear()
+            time.sleep(settings.TURN_CANCEL_POLL_SECONDS)
             try:
                 self.tick()
             except Exception:  # noqa: BLE001 — the thread must outlive a database outage

@@ -162,6 +162,28 @@ def test_a_watched_turn_heart_beats_while_it_runs(alice: User, fast_lifecycle: S
     assert Turn.objects.get(pk=turn.pk).heartbeat_at > before
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_running_turn_keeps_heart_beating_while_other_turns_start_all_the_time(
+    alice: User, fast_lifecycle: Settings
+) -> None:
+    turn = _running(alice, beat_seconds_ago=30)
+    before = turn.heartbeat_at
+    turn_watch(turn_id=turn.pk)
+    try:
+        deadline = time.monotonic() + 5
+        beat = False
+        others = iter(range(10_000_000, 20_000_000))
+        while not beat and time.monotonic() < deadline:
+            other = next(others)  # a turn starting (and soon ending) in the same process
+            turn_watch(turn_id=other)
+            turn_unwatch(turn_id=other)
+            time.sleep(0.02)
+            beat = Turn.objects.get(pk=turn.pk).heartbeat_at != before
+    finally:
+        turn_unwatch(turn_id=turn.pk)
+    assert beat
+
+
 @pytest.mark.django_db
 def test_a_turn_whose_heartbeat_stopped_is_interrupted_keeping_its_steps(alice: User) -> None:
     turn = _running(alice, beat_seconds_ago=61)
