@@ -130,8 +130,10 @@ class _Watcher:
         self.lock = threading.Lock()
         self.reaping = False
         self._thread: threading.Thread | None = None
-        self._next_beat = 0.0
-        self._next_reap = 0.0
+        # When the last beat and the last check were (monotonic); each is due its interval later,
+        # as the settings say now.
+        self._last_beat = float("-inf")
+        self.last_reap = float("-inf")
 
     def watch(self, turn_id: int) -> TurnSignal:
         signal = TurnSignal(turn_id)
@@ -172,12 +174,12 @@ class _Watcher:
             ids = list(self.turns)
         now = time.monotonic()
         if ids:
-            if now >= self._next_beat:
-                self._next_beat = now + settings.TURN_HEARTBEAT_SECONDS
+            if now >= self._last_beat + settings.TURN_HEARTBEAT_SECONDS:
+                self._last_beat = now
                 Turn.objects.filter(pk__in=ids, status=Turn.Status.RUNNING).update(heartbeat_at=timezone.now())
             self._poll(ids)
-        if self.reaping and now >= self._next_reap:
-            self._next_reap = now + settings.TURN_REAP_SECONDS
+        if self.reaping and now >= self.last_reap + settings.TURN_REAP_SECONDS:
+            self.last_reap = now
             turns_reap_stale()
 
     def _poll(self, ids: list[int]) -> None:
@@ -245,7 +247,7 @@ def lifecycle_start() -> bool:
     except DatabaseError:
         logger.exception("the start-up check for interrupted turns failed; the periodic one will retry")
     finally:
-        watcher._next_reap = time.monotonic() + settings.TURN_REAP_SECONDS
+        watcher.last_reap = time.monotonic()
     watcher.ensure_thread()
     return True
 
