@@ -28,6 +28,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from conversations.audit import audit_read
 from conversations.models import Conversation, Turn
 from conversations.selectors import (
     conversation_get,
@@ -36,7 +37,6 @@ from conversations.selectors import (
     turn_for_cancel,
 )
 from conversations.services import TurnNotCancellable, turn_cancel
-from conversations.audit import audit_read
 from inspector.serializers import ConversationSummarySerializer, TranscriptSerializer
 from inspector.throttle import LoginThrottled, client_address, login_failure_record, login_throttle_check
 from inspector.tokens import ExpiringTokenAuthentication, token_obtain, token_revoke
