@@ -10,7 +10,7 @@ Streams are written whole (the demo has no token-by-token generation), but split
 real APIs split them: text in small pieces, and a call's arguments over several chunks
 (Anthropic's ``input_json_delta``, Responses' ``function_call_arguments.delta``, Chat's
 ``tool_calls[index]`` fragments). Gemini sends each ``functionCall`` whole in one chunk, as the
-Gemini API does (wire-formats §5.1).
+Gemini API does (docs/wire-formats.md §5.1).
 
 Formats whose structured output has no schema name (Anthropic ``output_config``, Gemini
 ``responseJsonSchema``) are named here: the structured paradigm's union is recognised by its
@@ -167,7 +167,7 @@ def _chat_from_chat(completion: JSONDict, body: JSONDict) -> JSONDict:
 
 
 def _chat_events(completion: JSONDict, body: JSONDict) -> str:
-    """``chat.completion.chunk`` events ending in ``[DONE]`` (wire-formats §1.3)."""
+    """``chat.completion.chunk`` events ending in ``[DONE]`` (docs/wire-formats.md §1.3)."""
     answer = _Answer.of(completion)
     include_usage = _object(body.get("stream_options")).get("include_usage") is True
     head: JSONDict = {
@@ -370,7 +370,7 @@ def _responses_from_chat(completion: JSONDict, body: JSONDict) -> JSONDict:
 
 
 def _responses_events(completion: JSONDict, body: JSONDict) -> str:
-    """Named events from ``response.created`` to ``response.completed`` (wire-formats §3)."""
+    """Named events from ``response.created`` to ``response.completed`` (docs/wire-formats.md §3)."""
     answer = _Answer.of(completion)
     output = _responses_output(answer)
     events: list[JSONDict] = [
@@ -506,7 +506,7 @@ def _anthropic_messages(body: JSONDict) -> list[JSONValue]:
 
 
 def _check_answered(index: int, expected: list[str], answered: list[str]) -> None:
-    """Anthropic's rule (wire-formats §4.3): every ``tool_use`` of message ``index - 1`` is answered
+    """Anthropic's rule (docs/wire-formats.md §4.3): every ``tool_use`` of message ``index - 1`` is answered
     in message ``index``, and only those."""
     unexpected = [call_id for call_id in answered if call_id not in expected]
     if unexpected:
@@ -605,7 +605,7 @@ def _anthropic_from_chat(completion: JSONDict, body: JSONDict) -> JSONDict:
 
 
 def _anthropic_events(completion: JSONDict, body: JSONDict) -> str:
-    """Named events from ``message_start`` to ``message_stop`` (wire-formats §4.4)."""
+    """Named events from ``message_start`` to ``message_stop`` (docs/wire-formats.md §4.4)."""
     answer = _Answer.of(completion)
     events: list[JSONDict] = [
         {"type": "message_start", "message": _anthropic_message(answer, [], done=False)},
@@ -626,7 +626,7 @@ def _anthropic_events(completion: JSONDict, body: JSONDict) -> str:
         call_id, name, arguments = _Answer.call_parts(call)
         start: JSONDict = {"type": "tool_use", "id": _tool_use_id(call_id), "name": name, "input": {}}
         events.append({"type": "content_block_start", "index": index, "content_block": start})
-        # No arguments stream as one empty fragment (wire-formats §4.4); a cut-short call as sent.
+        # No arguments stream as one empty fragment (docs/wire-formats.md §4.4); a cut-short call as sent.
         fragments = [""] if arguments.strip() in ("", "{}") else _pieces(arguments)
         events += [
             {
@@ -869,7 +869,10 @@ def _gemini_from_chat(completion: JSONDict, body: JSONDict) -> JSONDict:
 
 
 def _gemini_events(completion: JSONDict, body: JSONDict) -> str:
-    """``alt=sse`` chunks, each a whole response: text in pieces, each call whole (wire-formats §5.1)."""
+    """``alt=sse`` chunks, each a whole response: text in pieces, each call whole.
+
+    See docs/wire-formats.md §5.1.
+    """
     answer = _Answer.of(completion)
     chunks: list[list[JSONDict]] = []
     for part in _gemini_parts(answer):

@@ -137,7 +137,7 @@ def stream_delay(request: Mapping[str, JSONValue]) -> float:
 def _refusal(raw: Mapping[str, JSONValue], request: _Request, question: _Question) -> JSONDict | None:
     """The 400 a server without the capability gives, when a marker asks the demo to be one."""
     if "no-native-tools" in question.markers and raw.get("tools"):
-        # Ollama's wording for a model whose template has no tool support (wire-formats §6).
+        # Ollama's wording for a model whose template has no tool support (docs/wire-formats.md §6).
         return openai_error_body(f"registry.ollama.ai/library/{request.model} does not support tools")
     if "no-structured" in question.markers and _format_type(request.response_format) == "json_schema":
         # xAI's wording when response_format is not available for a model.
@@ -1793,7 +1793,7 @@ def _check_response_format(response_format: JSONDict | None) -> None:
 
     Raises:
         _RequestError: an unknown type, a missing schema name, or a strict schema outside the
-            strict subset (wire-formats §2).
+            strict subset (docs/wire-formats.md §2).
     """
     if response_format is None:
         return

@@ -1,13 +1,13 @@
 """The spliced prompt: the text a model actually reads for one call, and its token counts.
 
-What "exact" can mean depends on the backend (reference: wire-formats §0):
+What "exact" can mean depends on the backend (docs/wire-formats.md §0):
 
 * **Prompt paradigms** write the tool descriptions into the system prompt themselves, so the
   messages *are* the prompt (the provider only adds its own chat markup around them).
 * **Open-weight models** read their Jinja chat template applied to the messages and tools. With
   the model's own template (pasted into the profile, or read from the serving engine with
   :func:`template_from_server`) :func:`render_chat_template` reproduces transformers' rendering
-  environment (wire-formats §7.1), so the result is the exact prompt.
+  environment (docs/wire-formats.md §7.1), so the result is the exact prompt.
 * **Hosted closed models** never reveal their rendering. We show :data:`GENERIC_TEMPLATE`
   applied to the request, always labelled as illustrative: a generic ChatML rendering in the
   style of the Hermes / Qwen tool templates, written for this project — not any provider's
@@ -137,7 +137,7 @@ class Spliced:
 
 
 # --------------------------------------------------------------------------------------------
-# Rendering (transformers' environment, wire-formats §7.1)
+# Rendering (transformers' environment, docs/wire-formats.md §7.1)
 # --------------------------------------------------------------------------------------------
 
 
@@ -331,7 +331,7 @@ def _arguments_as_value(arguments: JSONValue) -> JSONValue:
     """A tool call's ``arguments`` as templates expect them in history: a dict.
 
     The wire carries a JSON string; templates that ``tojson`` it (Llama 3.x) would double-encode
-    a string (wire-formats §7.1). Anything that does not parse to a JSON object stays the
+    a string (docs/wire-formats.md §7.1). Anything that does not parse to a JSON object stays the
     original string, so the template shows what the model really produced.
     """
     if not isinstance(arguments, str):
@@ -428,7 +428,7 @@ def render_chat_template(
         raise TemplateError(f"{type(exc).__name__}: {exc}", lineno=_template_line(exc.__traceback__)) from exc
 
 
-# A generic ChatML tool template in the style of the Hermes / Qwen2.5 templates (wire-formats
+# A generic ChatML tool template in the style of the Hermes / Qwen2.5 templates (docs/wire-formats.md
 # §7.2), written for this project. It is NOT any provider's real template: it only shows, by
 # analogy, how tool definitions, calls and results typically become prompt text.
 GENERIC_TEMPLATE = """\

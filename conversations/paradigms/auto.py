@@ -26,7 +26,7 @@ LADDER: tuple[tuple[str, str | None, type[Paradigm]], ...] = (
     ("prompt_xml", None, PromptXmlParadigm),
 )
 
-# Refusal messages that mean "this model/server cannot do that" (wire-formats §6, §12), by capability.
+# Refusal messages that mean "this model/server cannot do that" (docs/wire-formats.md §6, §12), by capability.
 REFUSALS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"does not support tools", re.I), "native_tools"),
     (re.compile(r"tool choice requires --enable-auto-tool-choice", re.I), "native_tools"),

@@ -1,6 +1,6 @@
 """Prompt-structured output, JSON: tools in the system prompt, the reply is JSON or plain text.
 
-The convention is the MCP python-sdk simple-chatbot's (wire-formats §8): a call is a reply
+The convention is the MCP python-sdk simple-chatbot's (docs/wire-formats.md §8): a call is a reply
 that is exactly ``{"tool": NAME, "arguments": {...}}`` (a JSON list of such objects for
 several calls); anything else is the final answer. Results come back as a user message::
 

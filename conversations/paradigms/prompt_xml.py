@@ -1,7 +1,7 @@
 """Prompt-structured output, XML: tools in the system prompt, calls as ``<function_calls>`` blocks.
 
 The convention is the one Anthropic models write natively and MCP-SuperAssistant teaches
-(wire-formats §8)::
+(docs/wire-formats.md §8)::
 
     <function_calls>
     <invoke name="TOOL_NAME">

@@ -1,7 +1,7 @@
 """API structured output: the provider constrains the reply to a JSON Schema (``response_format``).
 
 The schema is a union — "call tool X with these arguments" for each offered tool, or "final
-answer" — under one root property (strict mode wants an object at the root, wire-formats §2)::
+answer" — under one root property (strict mode wants an object at the root, docs/wire-formats.md §2)::
 
     {"decision": {"action": "call_tool", "tool": "NAME", "arguments": {...}}}
     {"decision": {"action": "final_answer", "answer": "..."}}
@@ -51,7 +51,7 @@ ANSWER = "final_answer"
 # The branch key used when a tool's arguments cannot be described strictly (see strictify).
 ENCODED_ARGUMENTS = "arguments_json"
 
-# Accepted by strict mode (wire-formats §2); everything else is removed.
+# Accepted by strict mode (docs/wire-formats.md §2); everything else is removed.
 _STRUCTURAL = frozenset(
     {"type", "description", "enum", "anyOf", "$ref", "$defs", "properties", "required", "items"}
 )

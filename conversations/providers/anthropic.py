@@ -1,4 +1,4 @@
-"""Anthropic Messages (``POST {base}/v1/messages``, wire-formats §4), over plain httpx2.
+"""Anthropic Messages (``POST {base}/v1/messages``, docs/wire-formats.md §4), over plain httpx2.
 
 Base URL convention: as in Anthropic's own SDK, the base URL is the host without a version
 (``https://api.anthropic.com``) and requests go to ``{base}/v1/messages``; a base URL that already
@@ -16,12 +16,12 @@ Request shape:
   are not a JSON object are sent as ``{}``). When the message carries the blocks exactly as the
   model sent them (``Message.echo["anthropic"]["content"]``, kept for replies with thinking
   blocks) and they hold the same ``tool_use`` ids, those blocks are sent instead, unchanged —
-  Anthropic needs thinking blocks back before ``tool_use`` (wire-formats §13);
+  Anthropic needs thinking blocks back before ``tool_use`` (docs/wire-formats.md §13);
 * consecutive tool results become ONE user message of ``tool_result`` blocks (``is_error:
-  true`` for an error result, wire-formats §11); a user message right after them joins that
+  true`` for an error result, docs/wire-formats.md §11); a user message right after them joins that
   message as a text block after the results;
 * structured output: Messages has no ``response_format``; a ``json_schema`` one is sent as
-  ``output_config.format = {type: "json_schema", schema}`` (wire-formats §4.5). A ``json_object``
+  ``output_config.format = {type: "json_schema", schema}`` (docs/wire-formats.md §4.5). A ``json_object``
   request (no schema) has no Anthropic form and is refused before sending, worded so that
   ``auto`` downgrades.
 
@@ -262,7 +262,7 @@ _GROWING = {"text_delta": "text", "thinking_delta": "thinking", "signature_delta
 
 @dataclass
 class _BlockAssembler:
-    """Rebuilds a streamed message from its events (wire-formats §4.4).
+    """Rebuilds a streamed message from its events (docs/wire-formats.md §4.4).
 
     ``emitter`` is told each new ``PartialReply`` (text blocks so far, each ``tool_use`` block's
     ``input_json_delta`` fragments joined so far).

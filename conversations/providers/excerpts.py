@@ -38,7 +38,7 @@ RESULT_ROLES: dict[str, str] = {
 
 
 # Responses pairs a result with its call by ``call_id``; the ``fc_…`` item ``id`` is not the
-# call's id (wire-formats §3), so it is not marked.
+# call's id (docs/wire-formats.md §3), so it is not marked.
 RESPONSES_CALL_ROLES = {key: role for key, role in CALL_ROLES.items() if key != "id"}
 RESPONSES_RESULT_ROLES = {key: role for key, role in RESULT_ROLES.items() if key != "id"}
 

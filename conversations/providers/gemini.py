@@ -1,4 +1,4 @@
-"""Google Gemini ``generateContent`` (wire-formats §5), over plain httpx2.
+"""Google Gemini ``generateContent`` (docs/wire-formats.md §5), over plain httpx2.
 
 Base URL convention: the host without a version (``https://generativelanguage.googleapis.com``);
 requests go to ``{base}/v1beta/models/{model}:generateContent`` (a base URL already ending in
@@ -16,7 +16,7 @@ Request shape:
   (``additionalProperties``, ``$schema``, ``exclusiveMinimum``, ...) are dropped — the request body
   shows what was sent, the returned notes say what changed, and the agent loop still validates the
   arguments against the original schema. Tool names are already Gemini-safe (``ToolDef.provider_name``
-  starts with a letter and uses ``[A-Za-z0-9_-]``, wire-formats §10);
+  starts with a letter and uses ``[A-Za-z0-9_-]``, docs/wire-formats.md §10);
 * tool_choice auto / required / named / none become ``toolConfig.functionCallingConfig.mode``
   ``AUTO`` / ``ANY`` / ``ANY`` + ``allowedFunctionNames: [name]`` / ``NONE``; Gemini has no
   parallel-calls switch, so ``parallel_tool_calls`` is not sent;
@@ -24,12 +24,12 @@ Request shape:
   parts. When the message carries the parts exactly as the model sent them
   (``Message.echo["gemini"]["parts"]``, kept for replies with ``thoughtSignature``s) and they
   call the same functions, those parts are sent instead, unchanged — Gemini 3 refuses a
-  ``functionCall`` whose signature is missing (wire-formats §5.4, §13);
+  ``functionCall`` whose signature is missing (docs/wire-formats.md §5.4, §13);
 * consecutive results become one user turn of ``functionResponse: {name, response, id?}`` parts,
-  ``response: {output: text}`` or ``{error: text}`` for an error result (wire-formats §11);
+  ``response: {output: text}`` or ``{error: text}`` for an error result (docs/wire-formats.md §11);
 * structured output: ``generationConfig.responseMimeType: "application/json"`` with the
   ``json_schema`` as ``responseJsonSchema`` (keywords outside the documented list dropped,
-  wire-formats §5.5).
+  docs/wire-formats.md §5.5).
 
 Reply: calls are found by their ``functionCall`` parts whatever the ``finishReason`` says (it is
 ``STOP`` for calls too); a call without an ``id`` gets a synthesized one, which is never sent back
@@ -106,7 +106,7 @@ PARAMETER_KEYWORDS = frozenset(
         "maximum",
     }
 )
-# The JSON Schema keywords ``responseJsonSchema`` supports (wire-formats §5.5).
+# The JSON Schema keywords ``responseJsonSchema`` supports (docs/wire-formats.md §5.5).
 RESPONSE_SCHEMA_KEYWORDS = frozenset(
     {
         "$id",

@@ -336,7 +336,10 @@ def compact_json(value: JSONValue) -> str:
 
 
 def synthesized_call_id(seed: str, index: int) -> str:
-    """A stable id for the ``index``-th call of a reply whose wire gave it none (wire-formats §10.7)."""
+    """A stable id for the ``index``-th call of a reply whose wire gave it none.
+
+    See docs/wire-formats.md §10.7.
+    """
     digest = hashlib.sha256(f"{seed}#{index}".encode()).hexdigest()[:16]
     return f"{SYNTHESIZED_ID_PREFIX}{digest}_{index}"
 

@@ -3,13 +3,13 @@
 The SDK does the HTTP; the exact request bytes and the response body are taken from the
 httpx2 request/response objects the SDK exposes (``with_raw_response``), so what is recorded is
 what crossed the wire. The reply is parsed from the recorded body itself, not from the SDK's
-models, so the quirks of compatible servers survive (wire-formats §6):
+models, so the quirks of compatible servers survive (docs/wire-formats.md §6):
 
 * ``arguments`` sent as a JSON object instead of a string (Ollama) is serialised compactly;
 * an empty or missing call ``id`` (Gemini's compatible endpoint) is synthesized;
 * ``reasoning_content`` (DeepSeek thinking mode) and a call's ``extra_content`` (Gemini's
   thought signature) are kept in ``ModelReply.echo`` and sent back on the assistant tool-call
-  message when it is replayed (wire-formats §13);
+  message when it is replayed (docs/wire-formats.md §13);
 * ``finish_reason: "tool"`` (old llama.cpp) counts as ``tool_calls``.
 
 Streaming (``Endpoint.stream``) sends ``stream: true`` with ``stream_options.include_usage``;
@@ -187,7 +187,7 @@ def _reply(
     return ModelReply(
         text=_text(message.get("content")),
         tool_calls=calls,
-        # Old llama.cpp builds say "tool" (wire-formats §6).
+        # Old llama.cpp builds say "tool" (docs/wire-formats.md §6).
         finish_reason="tool_calls" if finish_reason == "tool" else finish_reason,
         exchange=exchange,
         usage=usage,
@@ -226,7 +226,7 @@ class _PendingCall:
 
 @dataclass
 class _ChunkAssembler:
-    """Joins ``chat.completion.chunk`` deltas back into one assistant message (wire-formats §1.3).
+    """Joins ``chat.completion.chunk`` deltas back into one assistant message (docs/wire-formats.md §1.3).
 
     ``emitter`` is told each new ``PartialReply`` (text so far, each call's argument text so far).
     """

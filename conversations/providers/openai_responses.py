@@ -1,11 +1,11 @@
-"""OpenAI Responses API (``POST {base}/responses``, wire-formats §3), over plain httpx2.
+"""OpenAI Responses API (``POST {base}/responses``, docs/wire-formats.md §3), over plain httpx2.
 
 Tools are flat (``{type: "function", name, parameters, strict}``) and sent with
-``strict: false``: when ``strict`` is left out the Responses API makes the tool strict (wire-formats
+``strict: false``: when ``strict`` is left out the Responses API makes the tool strict (docs/wire-formats.md
 §2), which most MCP input schemas are not written for. The conversation travels as ``input``
 items: messages as ``{role, content}``, each call as a ``function_call`` item and each result as a
 ``function_call_output`` item paired by ``call_id`` (not the ``fc_…`` item ``id``, which is
-never sent back). Results carry no error flag: the error text is the output (wire-formats §11).
+never sent back). Results carry no error flag: the error text is the output (docs/wire-formats.md §11).
 Structured output moves from the chat-shaped ``response_format`` to ``text.format``, flattened.
 
 Streaming (``Endpoint.stream``) sends ``stream: true``; the whole event stream is recorded
@@ -169,7 +169,7 @@ def _reply(response: JSONDict, exchange: WireExchange, seed: str) -> ModelReply:
 
 @dataclass
 class _ItemAssembler:
-    """Rebuilds the ``output`` items of a streamed response from its events (wire-formats §3).
+    """Rebuilds the ``output`` items of a streamed response from its events (docs/wire-formats.md §3).
 
     ``emitter`` is told each new ``PartialReply`` (message text so far, each ``function_call``
     item's arguments so far, paired by ``call_id``).

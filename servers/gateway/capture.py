@@ -41,6 +41,12 @@ class Released(StrayLine):
     """Sent after a big message so the SDK's read loop lets go of it (see ``_exact_stdio``)."""
 
 
+def _id_key(value: object) -> str:
+    """A JSON-RPC id (or progress token) as a dictionary key that keeps its type: JSON-RPC 2.0
+    ids are a string or a number, and ``1`` and ``"1"`` are two different ids."""
+    return json.dumps(value)
+
+
 def _verbatim(raw: bytes) -> str:
     """``raw`` as text with every byte kept: bytes that are not UTF-8 become lone surrogates
     (``surrogateescape``), which the recorder stores escaped (``\\udcXX`` = byte XX)."""
@@ -250,11 +256,11 @@ class Tap:
             return None
         msg_id = message.get("id")
         if msg_id is not None and "method" in message:
-            pending = self._pending.get(f"send:{msg_id}")
+            pending = self._pending.get(f"send:{_id_key(msg_id)}")
             return pending.record if pending is not None else None
         if msg_id is not None:
             # Our response to a server→client request.
-            return self._answered.get(str(msg_id))
+            return self._answered.get(_id_key(msg_id))
         method = message.get("method")
         return self._sent_notifications.get(str(method)) if method is not None else None
 
@@ -283,7 +289,7 @@ class Tap:
         body = self._body(message)
         method = message.get("method")
         msg_id = message.get("id")
-        key = f"{direction}:{msg_id}"
+        key = f"{direction}:{_id_key(msg_id)}"
         is_request = method is not None and msg_id is not None
         is_response = method is None and msg_id is not None
         if is_request:
@@ -299,10 +305,10 @@ class Tap:
             self._pending[key] = _Pending(capture, record, now)
             token = (message.get("params") or {}).get("_meta", {}).get("progressToken")
             if token is not None and capture is not None:
-                self._progress[str(token)] = capture
+                self._progress[_id_key(token)] = capture
             return
         if is_response:
-            counterpart = f"{'send' if direction == 'recv' else 'recv'}:{msg_id}"
+            counterpart = f"{'send' if direction == 'recv' else 'recv'}:{_id_key(msg_id)}"
             pending = self._pending.pop(counterpart, None)
             if pending is None:
                 record = WireExchange(
@@ -321,7 +327,7 @@ class Tap:
             record.response_body = body
             record.duration_ms = (now - pending.started) * 1000
             if direction == "send":
-                self._answered = {str(msg_id): record}
+                self._answered = {_id_key(msg_id): record}
             if "error" in message:
                 record.status = "error"
                 record.error = self.mask(str(message["error"].get("message", "")))
@@ -347,7 +353,7 @@ class Tap:
         record.response_body = body
         params = message.get("params") or {}
         token = params.get("progressToken")
-        target = self._progress.get(str(token)) if token is not None else None
+        target = self._progress.get(_id_key(token)) if token is not None else None
         if target is None and method == "notifications/message":
             # A log line sent while an operation runs is shown with it (it also reaches the
             # server's transcript through that operation).

@@ -487,7 +487,7 @@ _STRICT_FORBIDDEN = {
 
 
 def assert_strict(node: Any, where: str = "root") -> None:
-    """The strict-mode rules of wire-formats §2, checked on every schema node."""
+    """The strict-mode rules of docs/wire-formats.md §2, checked on every schema node."""
     if isinstance(node, list):
         for index, item in enumerate(node):
             assert_strict(item, f"{where}[{index}]")

@@ -1,6 +1,6 @@
 """Reading tool calls from a model's text reply: the two prompt conventions (XML and JSON),
 intent labels, and schema coercion — normal replies and the thirteen failure modes of
-wire-formats §9, each with the calls it must yield and the diagnostic it must leave."""
+docs/wire-formats.md §9, each with the calls it must yield and the diagnostic it must leave."""
 
 from __future__ import annotations
 

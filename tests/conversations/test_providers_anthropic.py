@@ -1,4 +1,4 @@
-"""The Anthropic Messages provider against recorded-shape replies (wire-formats §4, §11, §13)."""
+"""The Anthropic Messages provider against recorded-shape replies (docs/wire-formats.md §4, §11, §13)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Gemini provider against recorded-shape replies (wire-formats §5, §10, §11, §13)."""
+"""The Gemini provider against recorded-shape replies (docs/wire-formats.md §5, §10, §11, §13)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""OpenAI Chat Completions: compatible engines' quirks and streaming (wire-formats §1.3, §6, §13).
+"""OpenAI Chat Completions: compatible engines' quirks and streaming (docs/wire-formats.md §1.3, §6, §13).
 
 The plain request/response behaviour is in ``test_openai_chat.py``.
 """

@@ -1,4 +1,4 @@
-"""The OpenAI Responses provider against recorded-shape replies (wire-formats §3, §11, §13)."""
+"""The OpenAI Responses provider against recorded-shape replies (docs/wire-formats.md §3, §11, §13)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Streamed replies seen as they arrive: each provider tells ``on_delta`` the growing text and tool
-calls (wire-formats §1.3, §3, §4.4, §5.1), while the recorded body and the reply stay exactly
+calls (docs/wire-formats.md §1.3, §3, §4.4, §5.1), while the recorded body and the reply stay exactly
 what they are without it."""
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def _gemini_chunk(parts: list[JSONValue], finish: bool = False) -> JSONDict:
     return {"candidates": [candidate], "modelVersion": "gemini-2.5-flash"}
 
 
-# On the Gemini API a functionCall arrives whole, in one chunk (wire-formats §5.1).
+# On the Gemini API a functionCall arrives whole, in one chunk (docs/wire-formats.md §5.1).
 GEMINI_STREAM = sse(
     [
         _gemini_chunk([{"text": "Let me "}]),
