@@ -13,9 +13,17 @@ NODE_SERVERS := tests/mcp_servers/node_modules/.installed
 
 .PHONY: run test test-postgres test-sqlite test-fast setup worker beat check lint typecheck clean
 
-$(VENV)/.installed: pyproject.toml
+# Two stamps: `make run` (and worker, beat) needs the runtime dependencies only; the test, lint,
+# type and bench targets add the dev extras on top. Each is remade when pyproject.toml changes.
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $@
 
@@ -46,7 +54,7 @@ $(TOOLS):
 	fi
 
 ## make test — the whole suite: PostgreSQL + Redis + a real Celery worker + Chromium, then the SQLite default
-test: $(VENV)/.installed $(TOOLS)
+test: $(VENV)/.installed-dev $(TOOLS)
 	$(MAKE) --no-print-directory test-postgres
 	$(MAKE) --no-print-directory test-sqlite
 
@@ -54,25 +62,25 @@ $(NODE_SERVERS): tests/mcp_servers/package.json tests/mcp_servers/package-lock.j
 	npm ci --prefix tests/mcp_servers --no-audit --no-fund --loglevel=error
 	touch $@
 
-test-postgres: $(VENV)/.installed $(NODE_SERVERS)
+test-postgres: $(VENV)/.installed-dev $(NODE_SERVERS)
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) REQUIRE_SERVICES=1 \
 		$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # The embedded default (SQLite, in-memory layer, in-process runner) on everything but the
 # groups that exist to exercise Postgres, Redis, Celery or the browser.
-test-sqlite: $(VENV)/.installed
+test-sqlite: $(VENV)/.installed-dev
 	env -u DATABASE_URL -u REDIS_URL VAR_DIR=$(CURDIR)/var/test-sqlite \
 		$(PY) -m pytest -q -p no:cacheprovider -m "not celery and not browser and not slow and not postgres" $(PYTEST_ARGS)
 
 ## make test-fast — a quick local subset: no worker, no browser, no third-party servers, SQLite
-test-fast: $(VENV)/.installed
+test-fast: $(VENV)/.installed-dev
 	env -u DATABASE_URL -u REDIS_URL VAR_DIR=$(CURDIR)/var/test-sqlite \
 		$(PY) -m pytest -q -x -m "not celery and not browser and not slow and not postgres" $(PYTEST_ARGS)
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
 
-typecheck: $(VENV)/.installed
+typecheck: $(VENV)/.installed-dev
 	$(VENV)/bin/mypy inspector conversations servers
 
 check: lint typecheck test
@@ -82,7 +90,7 @@ clean:
 
 # --- Performance benchmarks (bench/): the product against a bare agent loop, on this machine ---
 .PHONY: bench bench-quick
-$(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed
+$(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed-dev
 	$(PY) -m pip install --quiet -e ".[dev,bench]"
 	touch $@
 
