@@ -1,0 +1,129 @@
+"""The repository's documents hold what the code and the other documents point to: every
+``docs/<file>.md §N`` mentioned in the source, the tests or the docs is a numbered heading of that
+file, and every ``docs/`` file README.md or docs/ARCHITECTURE.md links to exists."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+# Where mentions are looked for: the project's own code, tests, tools and documents.
+SOURCE_DIRS = ("conversations", "servers", "inspector", "tests", "bench", "docs", "templates", "static")
+SKIPPED_PARTS = frozenset({"node_modules", "__pycache__", "migrations"})
+SUFFIXES = frozenset({".py", ".md", ".html", ".js", ".css", ".txt"})
+
+# ``docs/x.md §3.1`` — the mention may wrap onto a comment's next line (``docs/x.md\n# §3``) and
+# may go on with more sections of the same file (``§5.4, §13``, ``§4 and §11``).
+_SECTION = r"§\s*(\d+(?:\.\d+)*)"
+MENTION = re.compile(
+    r"docs/([\w.-]+\.md)[ \t]*(?:\n[ \t]*(?:#|//|\*)?[ \t]*)?"
+    + _SECTION
+    + r"((?:\s*(?:,|and|or)\s*§\s*\d+(?:\.\d+)*)*)"
+)
+MORE = re.compile(_SECTION)
+HEADING = re.compile(r"^#{1,6}[ \t]+(\d+(?:\.\d+)*)\.?[ \t]", re.MULTILINE)
+# Markdown links and backquoted paths that name a document.
+LINK = re.compile(r"\]\(([^)\s#]+\.md)(?:#[^)]*)?\)|`((?:docs/)?[\w./-]+\.md)`")
+
+
+def mentions(text: str) -> Iterator[tuple[str, str]]:
+    """Each (file name, section number) that ``text`` cites as ``docs/<file>.md §N``."""
+    for match in MENTION.finditer(text):
+        name = match.group(1)
+        yield name, match.group(2)
+        for more in MORE.finditer(match.group(3)):
+            yield name, more.group(1)
+
+
+def sections(path: Path) -> set[str]:
+    """The numbers of a document's numbered headings (``## 3. Title``, ``### 10.7 Title``)."""
+    return set(HEADING.findall(path.read_text(encoding="utf-8")))
+
+
+def missing_sections(text: str, docs: Path) -> list[str]:
+    """The mentions in ``text`` that no heading of ``docs/`` answers, as ``file §N``."""
+    missing = []
+    for name, number in mentions(text):
+        path = docs / name
+        if not path.is_file() or number not in sections(path):
+            missing.append(f"{name} §{number}")
+    return missing
+
+
+def source_files() -> Iterator[Path]:
+    for top in SOURCE_DIRS:
+        for path in sorted((ROOT / top).rglob("*")):
+            # This file's own examples cite made-up documents on purpose.
+            if path.suffix in SUFFIXES and path.is_file() and not SKIPPED_PARTS & set(path.parts):
+                if path != Path(__file__).resolve():
+                    yield path
+    yield ROOT / "README.md"
+
+
+def linked_documents(path: Path) -> set[Path]:
+    """The ``docs/`` files a document links to or names (relative links resolved from its folder)."""
+    found = set()
+    for link, quoted in LINK.findall(path.read_text(encoding="utf-8")):
+        target = link or quoted
+        if target.startswith(("http://", "https://")):
+            continue
+        resolved = (ROOT / target) if target.startswith("docs/") else (path.parent / target)
+        resolved = resolved.resolve()
+        if resolved.parent == DOCS:
+            found.add(resolved)
+    return found
+
+
+def test_a_mention_is_read_with_its_file_and_every_section_it_lists() -> None:
+    text = 'x = 1  # see (docs/wire-formats.md\n# §7.2) and """docs/a.md §5.4, §13 and §2."""'
+    assert list(mentions(text)) == [
+        ("wire-formats.md", "7.2"),
+        ("a.md", "5.4"),
+        ("a.md", "13"),
+        ("a.md", "2"),
+    ]
+
+
+def test_a_mention_of_a_missing_section_or_document_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# A\n\n## 1. One\n\n### 1.2 Sub\n\n## 2 Two\n", encoding="utf-8")
+    text = "docs/a.md §1, §1.2 and §2; docs/a.md §3; docs/a.md §1.3; docs/b.md §1"
+    assert missing_sections(text, tmp_path) == ["a.md §3", "a.md §1.3", "b.md §1"]
+
+
+def test_every_section_the_code_and_the_docs_cite_is_a_heading_of_the_cited_document() -> None:
+    missing = {
+        f"{path.relative_to(ROOT)}: {entry}"
+        for path in source_files()
+        for entry in missing_sections(path.read_text(encoding="utf-8", errors="replace"), DOCS)
+    }
+    assert not missing, sorted(missing)
+
+
+def test_the_wire_formats_document_is_cited_and_answers_every_citation() -> None:
+    cited = {
+        number
+        for path in source_files()
+        for name, number in mentions(path.read_text(encoding="utf-8", errors="replace"))
+        if name == "wire-formats.md"
+    }
+    # The code relies on these facts (about fifty mentions); they must not silently disappear.
+    assert {"1.3", "2", "3", "4.4", "5.1", "10.7", "11", "13"} <= cited
+    assert cited <= sections(DOCS / "wire-formats.md")
+
+
+def test_every_document_linked_from_the_readme_and_the_architecture_exists() -> None:
+    for index in (ROOT / "README.md", DOCS / "ARCHITECTURE.md"):
+        assert index.is_file(), index
+        for target in linked_documents(index):
+            assert target.is_file(), (
+                f"{index.relative_to(ROOT)} links to {target.relative_to(ROOT)}, which does not exist"
+            )
+
+
+def test_the_architecture_links_every_other_document() -> None:
+    linked = linked_documents(DOCS / "ARCHITECTURE.md")
+    others = {path.resolve() for path in DOCS.glob("*.md") if path.name != "ARCHITECTURE.md"}
+    assert others <= linked, sorted(p.name for p in others - linked)
