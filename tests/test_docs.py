@@ -15,13 +15,14 @@ SOURCE_DIRS = ("conversations", "servers", "inspector", "tests", "bench", "docs"
 SKIPPED_PARTS = frozenset({"node_modules", "__pycache__", "migrations"})
 SUFFIXES = frozenset({".py", ".md", ".html", ".js", ".css", ".txt"})
 
-# ``docs/x.md §3.1`` — the mention may wrap onto a comment's next line (``docs/x.md\n# §3``) and
-# may go on with more sections of the same file (``§5.4, §13``, ``§4 and §11``).
+# ``docs/x.md §3.1`` or, inside docs/, ``[x.md](x.md) §3.1`` — the mention may wrap onto a
+# comment's next line (``docs/x.md\n# §3``) and may go on with more sections of the same file
+# (``§5.4, §13``, ``§4 and §11``, ``§1–§6``).
 _SECTION = r"§\s*(\d+(?:\.\d+)*)"
 MENTION = re.compile(
-    r"docs/([\w.-]+\.md)[ \t]*(?:\n[ \t]*(?:#|//|\*)?[ \t]*)?"
+    r"(?:docs/|\]\()([\w.-]+\.md)\)?[ \t]*(?:\n[ \t]*(?:#|//|\*)?[ \t]*)?"
     + _SECTION
-    + r"((?:\s*(?:,|and|or)\s*§\s*\d+(?:\.\d+)*)*)"
+    + r"((?:\s*(?:,|and|or|–)\s*§\s*\d+(?:\.\d+)*)*)"
 )
 MORE = re.compile(_SECTION)
 HEADING = re.compile(r"^#{1,6}[ \t]+(\d+(?:\.\d+)*)\.?[ \t]", re.MULTILINE)
@@ -79,11 +80,15 @@ def linked_documents(path: Path) -> set[Path]:
 
 def test_a_mention_is_read_with_its_file_and_every_section_it_lists() -> None:
     text = 'x = 1  # see (docs/wire-formats.md\n# §7.2) and """docs/a.md §5.4, §13 and §2."""'
+    text += "\nsee [b.md](b.md) §1–§6 and [c](docs/c.md) §3"
     assert list(mentions(text)) == [
         ("wire-formats.md", "7.2"),
         ("a.md", "5.4"),
         ("a.md", "13"),
         ("a.md", "2"),
+        ("b.md", "1"),
+        ("b.md", "6"),
+        ("c.md", "3"),
     ]
 
 
