@@ -132,3 +132,31 @@ def test_the_architecture_links_every_other_document() -> None:
     linked = linked_documents(DOCS / "ARCHITECTURE.md")
     others = {path.resolve() for path in DOCS.glob("*.md") if path.name != "ARCHITECTURE.md"}
     assert others <= linked, sorted(p.name for p in others - linked)
+
+
+# A section of a document (a kebab-case name: ``wire-formats §3``, ``mcp-protocol.md §2``) cited
+# without its ``docs/`` path names a document the reader cannot find in the repository. A
+# standard's section (``RFC 6570 §2``) is not a document name.
+BARE_MENTION = re.compile(
+    r"(?<![\w/.-])([A-Za-z]+(?:-[A-Za-z]+)+)(?:\.md)?[ \t]*(?:\n[ \t]*#?[ \t]*)?§[ \t]*\d"
+)
+
+
+def test_a_section_cited_without_its_docs_path_is_reported() -> None:
+    found = [
+        m.group(1)
+        for m in BARE_MENTION.finditer(
+            "see wire-formats §3, docs/wire-formats.md §3, RFC 6570 §2 and (mcp-protocol.md §2)"
+        )
+    ]
+    assert found == ["wire-formats", "mcp-protocol"]
+
+
+def test_every_section_citation_names_its_document_by_its_path_in_docs() -> None:
+    bare = {
+        f"{path.relative_to(ROOT)}: {match.group(0).strip()}"
+        for path in source_files()
+        if path.suffix != ".md"
+        for match in BARE_MENTION.finditer(path.read_text(encoding="utf-8", errors="replace"))
+    }
+    assert not bare, sorted(bare)
