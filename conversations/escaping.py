@@ -36,6 +36,8 @@ MOST_DEPTH = 200
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# What ``surrogateescape`` makes of a byte that is not UTF-8 (bytes 0x80-0xFF).
+_UNDECODABLE_BYTE = re.compile("[\udc80-\udcff]")
 
 
 def carriable(text: str) -> str:
@@ -89,7 +91,27 @@ def refused_character(text: str) -> str | None:
         return None
     char = match.group()
     kind = "NUL" if char == "\x00" else "lone surrogate"
-    return f"{kind} U+{ord(char):04X} at character {match.start()}"
+    described = f"{kind} U+{ord(char):04X} at character {match.start()}"
+    if _UNDECODABLE_BYTE.fullmatch(char):
+        # How a byte that is not UTF-8 is kept (``surrogateescape``); a JSON ``\udcXX`` escape
+        # decodes to the same character, so both are named.
+        described += f" (byte 0x{ord(char) - 0xDC00:02X} that is not UTF-8, or its escape)"
+    return described
+
+
+def undecodable_bytes(text: str) -> str | None:
+    """For a text decoded from bytes with ``surrogateescape`` (``inspector.wire.decode_body``):
+    how many of those bytes were not UTF-8 and the offset of the first, or None when all were."""
+    found = _UNDECODABLE_BYTE.findall(text)
+    if not found:
+        return None
+    first = _UNDECODABLE_BYTE.search(text)
+    assert first is not None
+    offset = len(text[: first.start()].encode("utf-8", errors="surrogateescape"))
+    return (
+        f"{len(found)} bytes of the response are not UTF-8 (the first at byte {offset}); the raw "
+        "response keeps them, stored escaped (\\udcXX is byte XX)"
+    )
 
 
 def escaped_text(text: str) -> str:

@@ -46,5 +46,8 @@ def safe_headers(headers: Iterable[tuple[str, str]] | Mapping[str, str]) -> dict
 
 
 def decode_body(data: bytes) -> str:
-    """Bytes as text; undecodable bytes become U+FFFD rather than failing the record."""
-    return data.decode("utf-8", errors="replace")
+    """Bytes as text with every byte kept, as the gateway keeps a server's stray lines: a byte
+    that is not UTF-8 becomes a lone surrogate (``surrogateescape``: byte XX is ``\\udcXX``),
+    which the recorder stores escaped (``conversations.escaping``). The original bytes are
+    ``decode_body(data).encode("utf-8", errors="surrogateescape")``."""
+    return data.decode("utf-8", errors="surrogateescape")

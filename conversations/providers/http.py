@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 
 import httpx2
 
-from conversations.escaping import storable_json, storable_text
+from conversations.escaping import storable_json, storable_text, undecodable_bytes
 from conversations.providers.base import Endpoint, ModelReply, ProviderError
-from conversations.providers.streaming import EventListener, SseReader
+from conversations.providers.streaming import EventListener, LivePass, SseReader
 from conversations.providers.streaming import SseEvent as SseEvent
 from conversations.providers.streaming import parse_sse as parse_sse
 from inspector.typealias import JSONDict, JSONValue
@@ -144,6 +144,10 @@ def read_streamed(
         if reader is not None and on_event is not None:
             for event in reader.close():
                 on_event(event)
+            if reader.replaced and isinstance(on_event, LivePass):
+                # The display showed U+FFFD for bytes the record keeps: its reading cannot
+                # stand for the record's, which is read again (and escapes them).
+                on_event.whole = False
         return bytes(body)
     except (httpx2.HTTPError, _DeadlinePassed) as exc:
         exchange = with_response(new_exchange(response.request, started, t0), response, bytes(body))
@@ -191,7 +195,17 @@ def reply_read(exchange: WireExchange, parse: Callable[[], ModelReply]) -> Model
     except Exception as exc:  # noqa: BLE001 — any failure on untrusted bytes means "unreadable"
         problem = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
         raise unreadable(exchange, problem[:2000]) from exc
-    return _carriable(reply)
+    reply = _carriable(reply)
+    note = undecodable_bytes(exchange.response_body)
+    if note:
+        reply.notes.append(note)
+    return reply
+
+
+def _with_bytes_note(message: str, exchange: WireExchange) -> str:
+    """``message``, followed by what the response held that is not UTF-8 (``undecodable_bytes``)."""
+    note = undecodable_bytes(exchange.response_body)
+    return f"{message} ({note})" if note else message
 
 
 def _carriable(reply: ModelReply) -> ModelReply:
@@ -245,19 +259,26 @@ def status_error(exchange: WireExchange, status: int) -> ProviderError:
     """The error for an HTTP error status; its message carries the provider's text verbatim."""
     detail = error_detail(exchange.response_body, f"HTTP {status}")
     exchange.error = detail
-    return ProviderError(f"the model endpoint answered {status}: {detail}", exchange=exchange, status=status)
+    return ProviderError(
+        _with_bytes_note(f"the model endpoint answered {status}: {detail}", exchange), exchange=exchange, status=status
+    )
 
 
 def unreadable(exchange: WireExchange, problem: str) -> ProviderError:
     """The error for a 2xx answer that cannot be read as the wire format says."""
     exchange.error = f"unreadable response: {problem}"
-    return ProviderError(f"the model endpoint sent an unreadable response: {problem}", exchange=exchange)
+    return ProviderError(
+        _with_bytes_note(f"the model endpoint sent an unreadable response: {problem}", exchange), exchange=exchange
+    )
 
 
 def stream_error(exchange: WireExchange, detail: str) -> ProviderError:
     """The error for an error event inside a 2xx event stream (e.g. Anthropic's ``overloaded_error``)."""
     exchange.error = detail
-    return ProviderError(f"the model endpoint sent an error in the event stream: {detail}", exchange=exchange)
+    return ProviderError(
+        _with_bytes_note(f"the model endpoint sent an error in the event stream: {detail}", exchange),
+        exchange=exchange,
+    )
 
 
 def post_json(

@@ -168,6 +168,8 @@ def _parse_lines(text: str) -> list[SseEvent]:
 
 # Two line ends in a row; atomic, so a CRLF is never read as CR plus LF.
 _BOUNDARY = re.compile(r"(?>\r\n|\r|\n)(?>\r\n|\r|\n)")
+# A byte that is not UTF-8, as ``surrogateescape`` decodes it.
+_UNDECODABLE = re.compile("[\udc80-\udcff]")
 
 
 class SseReader:
@@ -182,12 +184,22 @@ class SseReader:
     _SEAM = 3
 
     def __init__(self) -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
         self._pending: list[str] = []
         self._carry = ""
+        # Whether a byte that is not UTF-8 was shown as U+FFFD: the events then differ from
+        # what the recorded body (which keeps every byte) reads as.
+        self.replaced = False
+
+    def _decode(self, data: bytes, *, final: bool = False) -> str:
+        text = self._decoder.decode(data, final)
+        if _UNDECODABLE.search(text) is None:
+            return text
+        self.replaced = True
+        return _UNDECODABLE.sub("\ufffd", text)
 
     def feed(self, data: bytes) -> list[SseEvent]:
-        text = self._decoder.decode(data)
+        text = self._decode(data)
         if not text:
             return []
         seam = self._carry + text
@@ -208,7 +220,7 @@ class SseReader:
         return parse_sse(complete)
 
     def close(self) -> list[SseEvent]:
-        rest = "".join(self._pending) + self._decoder.decode(b"", final=True)
+        rest = "".join(self._pending) + self._decode(b"", final=True)
         self._pending, self._carry = [], ""
         return parse_sse(rest)
 

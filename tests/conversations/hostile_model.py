@@ -95,9 +95,17 @@ RAW_CASES: dict[str, tuple[int, bytes]] = {
     "deep-body": (200, ("[" * DEEP + "]" * DEEP).encode()),
     "nan-body": (200, b'{"choices": NaN, "candidates": NaN, "content": NaN, "output": NaN}'),
 }
+# Well-formed replies whose text carries bytes that are not UTF-8, in every wire format: the
+# placeholder (one character, so a stream never splits it; written as its JSON escape) is
+# replaced by the bytes once the reply is written.
+NOT_UTF8 = b"\xff\xfe\x80"
+_NOT_UTF8_MARK = "\u00a7"
+BYTE_CASES: dict[str, Reply] = {
+    "non-utf8-text": Reply(text=f"bad {_NOT_UTF8_MARK} text"),
+}
 # Streams that go wrong on the way (a whole reply is sent the same way, unframed).
 STREAM_CASES = ("truncated-stream", "endless-stream")
-CASES = (*CONTENT_CASES, *RAW_CASES, *STREAM_CASES)
+CASES = (*CONTENT_CASES, *RAW_CASES, *BYTE_CASES, *STREAM_CASES)
 
 
 def _is_text(value: object) -> bool:
@@ -354,6 +362,9 @@ def answer(wire: str, case: str, stream: bool, continued: bool) -> Answer:
     if case in RAW_CASES:
         status, data = RAW_CASES[case]
         return Answer(status, "text/html" if status >= 500 else kind, iter([data]))
+    if case in BYTE_CASES:
+        data = FORMATS[wire](BYTE_CASES[case], stream).replace(json.dumps(_NOT_UTF8_MARK).strip('"').encode(), NOT_UTF8)
+        return Answer(200, kind, iter([data]))
     whole = FORMATS[wire](Reply(text="This reply never arrives whole. " * 20), stream)
     if case == "truncated-stream":
         # Announces more than it sends, then the connection closes.

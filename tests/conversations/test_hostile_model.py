@@ -32,7 +32,7 @@ from conversations.services import conversation_start
 from conversations.transcripts import EXPORT_FORMATS
 from servers import gateway
 from servers.services import demo_server_ensure
-from tests.conversations.hostile_model import CASES, HostileModel
+from tests.conversations.hostile_model import CASES, NOT_UTF8, HostileModel, answer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -181,6 +181,45 @@ def test_what_the_database_refuses_is_stored_escaped_and_said_beside_it(
         assert "stored as a JSON string literal" in " ".join(str(d) for d in tool.diagnostics)
     turn.refresh_from_db()
     assert turn.status in {Turn.Status.DONE, Turn.Status.FAILED}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize(("case", "wire"), [("non-utf8", "openai_chat"), ("html-500", "anthropic"), ("non-utf8-text", "openai_chat"), ("non-utf8-text", "gemini")])
+def test_bytes_that_are_not_utf8_are_stored_escaped_and_the_response_sent_is_recoverable(
+    hostile: HostileModel, alice: User, client: Client, case: str, wire: str, stream: bool
+) -> None:
+    conversation, turn = conversation_start(
+        owner=alice,
+        model_profile=_profile(hostile, case, wire, stream),
+        question="What will the weather be like in Paris tomorrow?",
+        servers=[],
+        dispatch=False,
+    )
+    sent = b"".join(answer(wire, case, stream, continued=False).chunks)
+    assert NOT_UTF8 in sent or b"\xff" in sent
+
+    turn_run(turn_id=turn.pk)
+
+    raw = Exchange.objects.filter(turn=turn, channel=Exchange.Channel.LLM).order_by("seq").first()
+    assert raw is not None
+    # Stored as the JSON string literal of the text decoded with surrogateescape: every byte
+    # that is not UTF-8 is written \udcXX, and the bytes sent come back exactly.
+    assert raw.response_body.startswith('"') and "\\udcff" in raw.response_body
+    assert json.loads(raw.response_body).encode("utf-8", errors="surrogateescape") == sent
+    assert "\ufffd" not in raw.response_body
+    assert "not UTF-8" in raw.error
+    steps = list(Step.objects.filter(turn=turn))
+    notes = " ".join([*(s.error for s in steps), *(str(d) for s in steps for d in s.diagnostics)])
+    assert "not UTF-8" in notes or "lone surrogate U+DCFF" in notes, notes
+    if case == "non-utf8-text":
+        answer_step = Step.objects.filter(turn=turn, kind__in=["answer", "decide"]).order_by("seq").first()
+        assert answer_step is not None and "\\udcff\\udcfe\\udc80" in answer_step.text
+        assert "not UTF-8" in " ".join(str(d) for d in answer_step.diagnostics)
+    client.force_login(alice)
+    page = client.get(reverse("inspector-conversation", args=[conversation.public_id]))
+    assert page.status_code == 200
+    verify = StringIO()
+    call_command("verify", str(conversation.public_id), stdout=verify)
 
 
 def test_a_text_cut_twice_names_its_true_length(settings: Settings) -> None:
