@@ -28,16 +28,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import hashlib
 import hmac
 import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -48,14 +45,12 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from conversations.models import AuditEvent, Conversation, Exchange, Step, Turn
-from inspector.keyfile import key_file_read_or_create
 
 logger = logging.getLogger(__name__)
 
 GENESIS = "0" * 64
 LEGACY = 1
 KEYED = 2
-KEY_FILE_NAME = "integrity_key"
 # The audit log's action for a sealed turn (its detail anchors the chain's length and head).
 SEALED_ACTION = "sealed"
 
@@ -66,31 +61,20 @@ SEALED_ACTION = "sealed"
 def integrity_key() -> bytes:
     """The HMAC key of the chain: never stored in the database.
 
-    ``settings.INTEGRITY_KEY`` (or the ``INTEGRITY_KEY`` environment variable), else the file
-    named by ``INTEGRITY_KEY_FILE``, else ``VAR_DIR/integrity_key``, created on first use with
-    a random key (atomically, mode 0600; concurrent first starts agree on one key). Every web
-    and worker process of an installation must see the same key.
+    ``settings.INTEGRITY_KEY``: the ``INTEGRITY_KEY`` environment variable, or the file
+    ``INTEGRITY_KEY_FILE`` names, else a random key generated on first start in
+    ``VAR_DIR/integrity_key`` (atomically, mode 0600; concurrent first starts agree on one key).
+    Every web and worker process of an installation must see the same key.
 
     Not ``SECRET_KEY``: rotating that (after a leak, as one should) would turn every record
     "broken", and it also seals the servers' secrets; this key only ever needs to be kept.
 
     Raises:
-        OSError: the key file cannot be created or read.
         ValueError: the key is empty.
     """
-    value = getattr(settings, "INTEGRITY_KEY", "") or os.environ.get("INTEGRITY_KEY", "")
-    if value:
-        return value.encode()
-    path = getattr(settings, "INTEGRITY_KEY_FILE", "") or os.environ.get("INTEGRITY_KEY_FILE", "")
-    return _key_from_file(path or "", str(settings.VAR_DIR))
-
-
-@functools.lru_cache(maxsize=8)
-def _key_from_file(path: str, var_dir: str) -> bytes:
-    """Read once per process (the file does not change while the app runs)."""
-    value = Path(path).read_text().strip() if path else key_file_read_or_create(Path(var_dir) / KEY_FILE_NAME)
+    value: str = settings.INTEGRITY_KEY
     if not value:
-        raise ValueError(f"the integrity key file {path or KEY_FILE_NAME} is empty")
+        raise ValueError(f"the integrity key is empty (INTEGRITY_KEY, or the file {settings.INTEGRITY_KEY_FILE})")
     return value.encode()
 
 

@@ -61,6 +61,11 @@ SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
     # A per-checkout key kept under var/, so sessions survive restarts without configuration.
     SECRET_KEY = key_file_read_or_create(VAR_DIR / "secret_key")
+# The hash chain's HMAC key (``conversations.integrity``): never in the database, and not
+# SECRET_KEY, whose rotation would break every record. INTEGRITY_KEY (or the file that
+# INTEGRITY_KEY_FILE names, read by ``env_str``), else a key generated in var/ like SECRET_KEY's.
+INTEGRITY_KEY_FILE = Path(env_str("INTEGRITY_KEY_FILE", str(VAR_DIR / "integrity_key")))
+INTEGRITY_KEY = env_str("INTEGRITY_KEY") or key_file_read_or_create(INTEGRITY_KEY_FILE)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])

@@ -309,8 +309,17 @@ def _make_legacy(conversation: Conversation) -> None:
     AuditEvent.objects.filter(conversation_public_id=conversation.public_id, action=SEALED_ACTION).delete()
 
 
+def test_the_key_is_the_one_the_settings_hold_whatever_the_environment_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("INTEGRITY_KEY", "a key the environment holds after start-up")
+
+    with override_settings(INTEGRITY_KEY="the configured key"):
+        assert integrity.integrity_key() == b"the configured key"
+
+
 def test_the_key_lives_outside_the_database_in_a_private_file(settings: Any) -> None:
-    path = Path(settings.VAR_DIR) / integrity.KEY_FILE_NAME
+    path = Path(settings.INTEGRITY_KEY_FILE)
     key = integrity.integrity_key()
 
     assert path.read_text().strip().encode() == key and path.stat().st_mode & 0o777 == 0o600

@@ -116,3 +116,32 @@ def test_settings_keep_the_generated_secret_key_private(tmp_path: Path) -> None:
 
     assert printed == (tmp_path / "secret_key").read_text()
     assert _mode(tmp_path / "secret_key") == 0o600
+
+
+def _settings_value(tmp_path: Path, expression: str, **extra: str) -> str:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("INTEGRITY_KEY")}
+    env.update(VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="inspector.settings", **extra)
+    script = f"from django.conf import settings; print({expression})"
+    return subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def test_settings_generate_the_integrity_key_in_a_private_file_under_var(tmp_path: Path) -> None:
+    printed = _settings_value(tmp_path, "settings.INTEGRITY_KEY, settings.INTEGRITY_KEY_FILE")
+
+    path = tmp_path / "integrity_key"
+    assert printed == f"{path.read_text()} {path}"
+    assert len(path.read_text()) == 64 and _mode(path) == 0o600
+
+
+def test_settings_read_the_integrity_key_from_the_file_or_the_value_they_are_given(tmp_path: Path) -> None:
+    given = tmp_path / "mounted_secret"
+    given.write_text("a key from a mounted secret\n")
+
+    from_file = _settings_value(tmp_path, "settings.INTEGRITY_KEY", INTEGRITY_KEY_FILE=str(given))
+    from_value = _settings_value(tmp_path, "settings.INTEGRITY_KEY", INTEGRITY_KEY="a key given as it is")
+
+    assert from_file == "a key from a mounted secret"
+    assert from_value == "a key given as it is"
+    assert not (tmp_path / "integrity_key").exists()
