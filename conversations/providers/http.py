@@ -13,6 +13,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 
@@ -20,6 +21,7 @@ import httpx2
 
 from conversations.escaping import storable_json, storable_text, undecodable_bytes
 from conversations.providers.base import Endpoint, ModelReply, ProviderError
+from conversations.providers.clients import EndpointCache
 from conversations.providers.streaming import EventListener, LivePass, SseReader
 from conversations.providers.streaming import SseEvent as SseEvent
 from conversations.providers.streaming import parse_sse as parse_sse
@@ -37,10 +39,11 @@ SYNTHESIZED_ID_PREFIX = "synth_"
 
 
 class _TransportRegistry:
-    """In-process transports for endpoints served by this app (the demo model), by endpoint."""
+    """In-process transports for endpoints served by this app (the demo model), by endpoint
+    (bounded and keyed without the API key: ``clients.EndpointCache``)."""
 
     def __init__(self) -> None:
-        self._transports: dict[Endpoint, httpx2.BaseTransport] = {}
+        self._transports: EndpointCache[httpx2.BaseTransport] = EndpointCache()
 
     def set(self, endpoint: Endpoint, transport: httpx2.BaseTransport) -> None:
         self._transports.setdefault(endpoint, transport)
@@ -51,8 +54,7 @@ class _TransportRegistry:
 
 endpoint_transport = _TransportRegistry()
 
-_clients: dict[Endpoint, httpx2.Client] = {}
-_clients_lock = threading.Lock()
+_clients: EndpointCache[httpx2.Client] = EndpointCache(close=httpx2.Client.close)
 
 
 # A worker runs hundreds of turns at once against one model endpoint: every one of them may be
@@ -70,13 +72,10 @@ def new_http_client(endpoint: Endpoint) -> httpx2.Client:
     )
 
 
-def http_client(endpoint: Endpoint) -> httpx2.Client:
-    """One client (and connection pool) per endpoint, shared by all threads; never retries."""
-    with _clients_lock:
-        client = _clients.get(endpoint)
-        if client is None:
-            client = _clients[endpoint] = new_http_client(endpoint)
-        return client
+def http_client(endpoint: Endpoint) -> AbstractContextManager[httpx2.Client]:
+    """One client (and connection pool) per endpoint, shared by all threads, never retrying;
+    leased for the length of a call (a client dropped from the cache is closed after it)."""
+    return _clients.lease(endpoint, new_http_client)
 
 
 def new_exchange(request: httpx2.Request, started: datetime, t0: float) -> WireExchange:
@@ -298,7 +297,18 @@ def post_json(
         ProviderError: an HTTP error status (the provider's message verbatim, ``status`` set), a
             timeout or a connection failure; always with the exchange as far as it got.
     """
-    client = http_client(endpoint)
+    with http_client(endpoint) as client:
+        return _post_json(client, endpoint, url, body, headers, on_event)
+
+
+def _post_json(
+    client: httpx2.Client,
+    endpoint: Endpoint,
+    url: str,
+    body: JSONDict,
+    headers: Mapping[str, str],
+    on_event: EventListener | None,
+) -> tuple[WireExchange, str]:
     request = client.build_request(
         "POST",
         url,

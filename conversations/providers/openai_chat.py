@@ -20,7 +20,6 @@ non-streamed path gives.
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,6 +30,7 @@ import openai
 
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
 from conversations.providers.base import Endpoint, ModelReply, ModelRequest, ProviderError
+from conversations.providers.clients import EndpointCache
 from conversations.providers.http import (
     compact_json,
     endpoint_transport,
@@ -63,26 +63,20 @@ from inspector.wire import WireExchange
 
 __all__ = ["OpenAIChatProvider", "endpoint_transport", "request_body", "wire_message", "wire_tool"]
 
-_clients: dict[Endpoint, openai.OpenAI] = {}
-_clients_lock = threading.Lock()
+# One SDK client (and connection pool) per endpoint, shared by all threads; bounded and keyed
+# without the API key (``clients.EndpointCache``), a dropped one closed after its last call.
+_clients: EndpointCache[openai.OpenAI] = EndpointCache(close=openai.OpenAI.close)
 
 
-def _client(endpoint: Endpoint) -> openai.OpenAI:
-    """One SDK client (and connection pool) per endpoint, shared by all threads."""
-    with _clients_lock:
-        client = _clients.get(endpoint)
-        if client is None:
-            http_client = new_http_client(endpoint)
-            client = openai.OpenAI(
-                base_url=endpoint.base_url,
-                api_key=endpoint.api_key or "no-key",
-                # One attempt per exchange: a retry would be a second, unrecorded exchange.
-                max_retries=0,
-                timeout=min(endpoint.timeout, endpoint.deadline),
-                http_client=http_client,
-            )
-            _clients[endpoint] = client
-        return client
+def _new_client(endpoint: Endpoint) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=endpoint.base_url,
+        api_key=endpoint.api_key or "no-key",
+        # One attempt per exchange: a retry would be a second, unrecorded exchange.
+        max_retries=0,
+        timeout=min(endpoint.timeout, endpoint.deadline),
+        http_client=new_http_client(endpoint),
+    )
 
 
 def wire_tool(tool: ToolDef) -> JSONDict:
@@ -360,7 +354,12 @@ class OpenAIChatProvider:
         self.endpoint = endpoint
 
     def complete(self, request: ModelRequest, *, on_delta: DeltaCallback | None = None) -> ModelReply:
-        client = _client(self.endpoint)
+        with _clients.lease(self.endpoint, _new_client) as client:
+            return self._complete(client, request, on_delta)
+
+    def _complete(
+        self, client: openai.OpenAI, request: ModelRequest, on_delta: DeltaCallback | None
+    ) -> ModelReply:
         started = datetime.now(UTC)
         t0 = time.monotonic()
         stream = self.endpoint.stream
