@@ -50,11 +50,11 @@ class EmbeddedDispatcher:
         close_old_connections()
         try:
             turn_run(turn_id=turn_id)
-        except Exception as exc:  # noqa: BLE001 — the thread's boundary
+        except Exception as exc:  # the thread's boundary
             logger.exception("embedded turn %s crashed", turn_id)
             try:
                 turn_abandon(turn_id=turn_id, reason=f"the turn could not run: {type(exc).__name__}: {exc}")
-            except Exception:  # noqa: BLE001 — nothing more can be done here; the log has it
+            except Exception:  # nothing more can be done here; the log has it
                 logger.exception("could not mark turn %s failed", turn_id)
         finally:
             close_old_connections()

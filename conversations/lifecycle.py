@@ -163,7 +163,7 @@ class _Watcher:
             time.sleep(settings.TURN_CANCEL_POLL_SECONDS)
             try:
                 self.tick()
-            except Exception:  # noqa: BLE001 — the thread must outlive a database outage
+            except Exception:  # the thread must outlive a database outage
                 logger.exception("the turn lifecycle check failed; retrying")
             finally:
                 _release_connection()

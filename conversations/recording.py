@@ -352,7 +352,7 @@ class _Batch:
             return False
         try:
             self.prepare()
-        except Exception as exc:  # noqa: BLE001 — handed to the turn's loop, like a failed write
+        except Exception as exc:  # handed to the turn's loop, like a failed write
             logger.exception("could not prepare a batch of turn %s", owner.turn.pk)
             owner._write_error = exc
             self.lose()
@@ -393,7 +393,7 @@ def _computed(compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """A step's computed fields; a failure is shown in the step instead of failing the write."""
     try:
         return compute()
-    except Exception as exc:  # noqa: BLE001 — the record says what went wrong
+    except Exception as exc:  # the record says what went wrong
         logger.exception("could not work out a step's computed fields")
         return {"prompt": f"[the inspector could not splice this prompt: {type(exc).__name__}: {exc}]"}
 
@@ -621,7 +621,7 @@ class _Writer:
             batches = self._take()
             try:
                 written = self._commit(batches)
-            except BaseException as exc:  # noqa: BLE001 — never lose the thread; the turns hear of it
+            except BaseException as exc:  # never lose the thread; the turns hear of it
                 logger.exception("the record writer failed")
                 for batch in batches:
                     batch.owner._write_error = batch.owner._write_error or exc
@@ -630,7 +630,7 @@ class _Writer:
             for batch in written:
                 try:
                     batch.publish()
-                except Exception:  # noqa: BLE001 — the rows are stored; a lost doorbell is caught up on reconnect
+                except Exception:  # the rows are stored; a lost doorbell is caught up on reconnect
                     logger.exception("could not ring the doorbells of a written batch")
             with self._condition:
                 for batch in batches:
@@ -654,7 +654,7 @@ class _Writer:
         try:
             _write(to_write)
             return live_batches
-        except Exception:  # noqa: BLE001 — retried batch by batch below
+        except Exception:  # retried batch by batch below
             logger.warning("a write of %d batches failed; writing them one by one", len(to_write), exc_info=True)
         finally:
             _release_connection(always=True)

@@ -416,7 +416,7 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> None:
         step = recorder.step_open(kind="error", title="the database failed")
         recorder.step_close(step, status="error", error=f"{type(exc).__name__}: {exc}")
         turn.mark_failed(f"the database failed, so the record of this turn is incomplete: {exc}")
-    except Exception as exc:  # noqa: BLE001 — a bug must still end the turn visibly
+    except Exception as exc:  # a bug must still end the turn visibly
         logger.exception("turn %s failed", turn_id)
         step = recorder.step_open(kind="error", title="internal error")
         recorder.step_close(step, status="error", error=f"{type(exc).__name__}: {exc}")

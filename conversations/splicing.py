@@ -424,7 +424,7 @@ def render_chat_template(
         raise TemplateError(
             str(exc), lineno=_template_line(exc.__traceback__), kind="undefined value"
         ) from exc
-    except Exception as exc:  # noqa: BLE001 — any failure inside a user-supplied template is its error
+    except Exception as exc:  # any failure inside a user-supplied template is its error
         raise TemplateError(f"{type(exc).__name__}: {exc}", lineno=_template_line(exc.__traceback__)) from exc
 
 

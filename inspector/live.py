@@ -135,7 +135,7 @@ class _Publisher:
         for group, event in batch:
             try:
                 await self.layer.group_send(group, dict(event))
-            except Exception:  # noqa: BLE001 — the record is stored; a lost doorbell is caught up on reconnect
+            except Exception:  # the record is stored; a lost doorbell is caught up on reconnect
                 logger.exception("could not publish %s to %s", event["type"], group)
 
 
@@ -171,7 +171,7 @@ def _send(group: str, event: Event) -> None:
             return  # no consumer has ever connected in this process: nobody to tell
         try:
             asyncio.run_coroutine_threadsafe(layer.group_send(group, dict(event)), loop)
-        except Exception:  # noqa: BLE001 — the record is already stored; a lost doorbell is caught up on reconnect
+        except Exception:  # the record is already stored; a lost doorbell is caught up on reconnect
             logger.exception("could not publish %s to %s", event["type"], group)
         return
     _publisher_for(layer).put(group, event)

@@ -299,7 +299,7 @@ def _run_in_thread(operation_id: int, tool: dict[str, Any] | None, arguments: An
     close_old_connections()
     try:
         operation_run(operation_id=operation_id, tool=tool, arguments=arguments)
-    except Exception as exc:  # noqa: BLE001 — the thread's boundary: the operation must still end
+    except Exception as exc:  # the thread's boundary: the operation must still end
         logger.exception("workbench operation %s crashed", operation_id)
         Operation.objects.filter(pk=operation_id, status=Operation.Status.RUNNING).update(
             status=Operation.Status.ERROR, error=f"internal error: {type(exc).__name__}: {exc}",

@@ -191,7 +191,7 @@ def reply_read(exchange: WireExchange, parse: Callable[[], ModelReply]) -> Model
         reply = parse()
     except ProviderError:
         raise
-    except Exception as exc:  # noqa: BLE001 — any failure on untrusted bytes means "unreadable"
+    except Exception as exc:  # any failure on untrusted bytes means "unreadable"
         problem = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
         raise unreadable(exchange, problem[:2000]) from exc
     reply = _carriable(reply)

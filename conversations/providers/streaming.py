@@ -238,7 +238,7 @@ def display_pass(handle: EventListener) -> EventListener:
             return
         try:
             handle(event)
-        except Exception:  # noqa: BLE001 — the display is a courtesy; the recorded stream is the truth
+        except Exception:  # the display is a courtesy; the recorded stream is the truth
             broken = True
             logger.exception("live display of a streamed reply stopped")
 
@@ -273,7 +273,7 @@ class LivePass:
             return
         try:
             self._take(event)
-        except Exception:  # noqa: BLE001 — the recorded stream is read again, and says what is wrong
+        except Exception:  # the recorded stream is read again, and says what is wrong
             self.whole = False
             logger.exception("live display of a streamed reply stopped (the recorded body is read instead)")
 
