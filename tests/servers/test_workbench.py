@@ -299,8 +299,10 @@ def test_a_call_that_never_answers_can_be_cancelled_and_the_cancel_is_on_the_wir
 
     worker = threading.Thread(target=run_then_disconnect)
     worker.start()
-    wait_for(lambda: Exchange.objects.filter(server=server, label="initialize").exists())
-    time.sleep(0.5)
+    # The server logs once the call has reached it: cancelling before would stop a call not yet sent.
+    wait_for(lambda: any(
+        broken_server.HANG_LOG_LINE in e.response_body for e in selectors.operation_exchanges(operation=operation)
+    ))
 
     services.operation_cancel(operation=operation)
     worker.join(timeout=30)
