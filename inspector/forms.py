@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django import forms
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
 from django.template.defaultfilters import filesizeformat
 
@@ -15,6 +16,7 @@ from conversations.models import TOOL_CHOICE_MODES, ModelProfile, Turn
 from conversations.paradigms import PARADIGMS
 from conversations.services import DEMO_PROFILE_NAME
 from servers.models import McpServer
+from servers.selectors import server_spawn_refusal
 
 QUESTION_MAX_CHARS = 10_000
 # Bigger transcripts go through `manage.py import`, which streams no request body.
@@ -79,6 +81,32 @@ class _ServerChoiceField(_ServerFieldBase):
         return f"{label} (demo)" if obj.is_demo else label
 
 
+class _ServerCheckboxes(forms.CheckboxSelectMultiple):
+    """Checkboxes of servers; a server the user may not start (``refused``: pk → why) is shown
+    disabled, with the reason after its label."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refused: dict[str, str] = {}
+
+    def create_option(
+        self,
+        name: str,
+        value: Any,
+        label: Any,
+        selected: bool,
+        index: int,
+        subindex: int | None = None,
+        attrs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        reason = self.refused.get(str(value))
+        if reason:
+            option["attrs"]["disabled"] = True
+            option["label"] = f"{label} — not available to you: {reason}"
+        return option
+
+
 def _question_field(placeholder: str) -> forms.CharField:
     return forms.CharField(
         max_length=QUESTION_MAX_CHARS,
@@ -100,15 +128,36 @@ class _ToolChoiceForm(forms.Form):
     servers = _ServerChoiceField(
         queryset=selectors.servers_for_form(),
         required=False,
-        widget=forms.CheckboxSelectMultiple,
+        widget=_ServerCheckboxes,
         label="MCP servers",
     )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, user: AbstractBaseUser, **kwargs: Any) -> None:
+        """``user``: who fills the form in; a stdio server they may not start
+        (``servers.selectors.server_spawn_refusal``) is shown disabled and refused."""
         super().__init__(*args, **kwargs)
+        self.user = user
+        offered = list(selectors.servers_for_form())
+        self.refused = {
+            server.pk: reason for server in offered if (reason := server_spawn_refusal(server=server, user=user))
+        }
+        widget = self.fields["servers"].widget
+        assert isinstance(widget, _ServerCheckboxes)
+        widget.refused = {str(pk): reason for pk, reason in self.refused.items()}
         if not self.is_bound:
             # The bundled demo server is ticked, so a first question just works.
-            self.initial.setdefault("servers", [s.pk for s in selectors.servers_for_form() if s.is_demo])
+            self.initial.setdefault(
+                "servers", [s.pk for s in offered if s.is_demo and s.pk not in self.refused]
+            )
+
+    def clean_servers(self) -> list[McpServer]:
+        """The chosen servers, none of which the user may not start (a disabled box can still be
+        posted)."""
+        servers = list(self.cleaned_data.get("servers") or [])
+        refusals = [self.refused[server.pk] for server in servers if server.pk in self.refused]
+        if refusals:
+            raise forms.ValidationError(refusals)
+        return servers
 
     def clean(self) -> dict[str, Any]:
         """A tool name only with tool_choice "named", where it is required and on a chosen server."""

@@ -197,12 +197,12 @@ def _export_format(raw: str | None) -> ExportFormat | None:
 
 @require_GET
 def conversation_list(request: HttpRequest) -> HttpResponse:
-    return _list_page(request, ConversationForm())
+    return _list_page(request, ConversationForm(user=_user(request)))
 
 
 @require_POST
 def conversation_create(request: HttpRequest) -> HttpResponse:
-    form = ConversationForm(request.POST)
+    form = ConversationForm(request.POST, user=_user(request))
     if not form.is_valid():
         return _list_page(request, form, status=STATUS_BAD_REQUEST)
     conversation, _ = services.conversation_start(
@@ -270,7 +270,7 @@ def _import_verdict(conversation: Conversation) -> str:
 def conversation_import(request: HttpRequest) -> HttpResponse:
     upload = TranscriptUploadForm(request.POST, request.FILES)
     if not upload.is_valid():
-        return _list_page(request, ConversationForm(), upload=upload, status=STATUS_BAD_REQUEST)
+        return _list_page(request, ConversationForm(user=_user(request)), upload=upload, status=STATUS_BAD_REQUEST)
     transcript = upload.cleaned_data["transcript"]
     try:
         conversation = services.conversation_import(
@@ -278,7 +278,7 @@ def conversation_import(request: HttpRequest) -> HttpResponse:
         )
     except TranscriptError as exc:
         upload.add_error("transcript", f"This file cannot be imported: {exc}")
-        return _list_page(request, ConversationForm(), upload=upload, status=STATUS_BAD_REQUEST)
+        return _list_page(request, ConversationForm(user=_user(request)), upload=upload, status=STATUS_BAD_REQUEST)
     messages.success(request, f"Imported, read-only. The file's chain: {_import_verdict(conversation)}.")
     return redirect("inspector-conversation", public_id=conversation.public_id)
 
@@ -466,12 +466,12 @@ def _columns_context(comparison: Comparison) -> dict[str, object]:
 
 @require_GET
 def comparison_list(request: HttpRequest) -> HttpResponse:
-    return _comparisons_page(request, ComparisonForm())
+    return _comparisons_page(request, ComparisonForm(user=_user(request)))
 
 
 @require_POST
 def comparison_create(request: HttpRequest) -> HttpResponse:
-    form = ComparisonForm(request.POST)
+    form = ComparisonForm(request.POST, user=_user(request))
     if not form.is_valid():
         return _comparisons_page(request, form, status=STATUS_BAD_REQUEST)
     comparison, _ = services.comparison_start(
@@ -490,7 +490,7 @@ def comparison_providers_create(request: HttpRequest) -> HttpResponse:
     """The question under the demo model in every provider wire format, streamed or not."""
     form = ProviderComparisonForm(request.POST)
     if not form.is_valid():
-        return _comparisons_page(request, ComparisonForm(), status=STATUS_BAD_REQUEST, providers=form)
+        return _comparisons_page(request, ComparisonForm(user=_user(request)), status=STATUS_BAD_REQUEST, providers=form)
     comparison, _ = services.comparison_providers_start(
         owner=_user(request), question=form.cleaned_data["question"], stream=form.cleaned_data["stream"]
     )

@@ -397,7 +397,7 @@ def test_a_run_without_usage_has_no_token_totals(alice: Any) -> None:
     assert summary.model_calls == 1
 
 
-def test_the_new_comparison_form_starts_from_the_demo_model_under_every_paradigm() -> None:
+def test_the_new_comparison_form_starts_from_the_demo_model_under_every_paradigm(alice: Any) -> None:
     """The demo model's wire-format profiles (made by ``make run``) are offered, not all ticked:
     nine models under every paradigm would be more runs than a comparison takes."""
     from conversations.services import demo_format_profiles_ensure, demo_profile_ensure
@@ -407,9 +407,36 @@ def test_the_new_comparison_form_starts_from_the_demo_model_under_every_paradigm
     for stream in (False, True):
         demo_format_profiles_ensure(stream=stream)
 
-    form = ComparisonForm()
+    form = ComparisonForm(user=alice)
 
     assert form.initial["model_profiles"] == [demo.pk]
     assert form.initial["paradigms"] == list(PARADIGMS)
     offered = {label for _, label in form.fields["model_profiles"].choices}
     assert any("demo gemini streamed" in str(label) for label in offered)
+
+
+def test_alice_is_offered_a_stdio_server_only_staff_may_start_disabled_and_cannot_compare_with_it(
+    alice_client: Client,
+) -> None:
+    private = McpServerFactory(name="local-tools")
+
+    html = alice_client.get(reverse("inspector-comparisons")).content.decode()
+    response = alice_client.post(reverse("inspector-comparison-create"), form_data(servers=[private.pk]))
+
+    assert "disabled" in html[html.index(f'value="{private.pk}"') :].split(">", 1)[0]
+    assert response.status_code == 400
+    assert "only staff may start it" in str(response.context["form"].errors["servers"])
+    assert not Comparison.objects.exists()
+
+
+def test_staff_may_compare_with_any_stdio_server(
+    client: Client, django_capture_on_commit_callbacks: Any
+) -> None:
+    client.force_login(UserFactory(username="carol", is_staff=True))
+    private = McpServerFactory(name="local-tools")
+
+    with django_capture_on_commit_callbacks(execute=False):
+        response = client.post(reverse("inspector-comparison-create"), form_data(servers=[private.pk]))
+
+    assert response.status_code == 302
+    assert {s.name for c in Conversation.objects.all() for s in c.servers.all()} == {"local-tools"}

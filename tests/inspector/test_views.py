@@ -404,3 +404,48 @@ def test_rows_endpoint_refuses_a_junk_since(
 
 def test_rows_endpoint_needs_a_since(alice_client: Client, conversation: Conversation) -> None:
     assert alice_client.get(rows_url(conversation)).status_code == 400
+
+
+# --- stdio servers only staff may start ------------------------------------------------------
+
+
+def test_a_stdio_server_only_staff_may_start_is_offered_to_alice_disabled_with_the_reason(
+    alice_client: Client,
+) -> None:
+    demo_server = McpServerFactory(demo=True)
+    private = McpServerFactory(name="local-tools")
+
+    html = alice_client.get(reverse("inspector-conversations")).content.decode()
+
+    demo_box = html[html.index(f'value="{demo_server.pk}"') :].split(">", 1)[0]
+    private_box = html[html.index(f'value="{private.pk}"') :].split(">", 1)[0]
+    assert "disabled" not in demo_box
+    assert "disabled" in private_box
+    assert "only staff may start it" in html
+
+
+def test_alice_cannot_start_a_conversation_with_a_stdio_server_only_staff_may_start(
+    alice_client: Client,
+) -> None:
+    private = McpServerFactory(name="local-tools")
+
+    response = alice_client.post(
+        reverse("inspector-conversation-create"), new_conversation_data(servers=[private.pk])
+    )
+
+    assert response.status_code == 400
+    assert "local-tools starts a process on the worker" in str(response.context["form"].errors["servers"])
+    assert not Conversation.objects.exists()
+
+
+def test_staff_may_start_a_conversation_with_any_stdio_server(client: Client) -> None:
+    staff = UserFactory(username="carol", is_staff=True)
+    client.force_login(staff)
+    private = McpServerFactory(name="local-tools")
+
+    html = client.get(reverse("inspector-conversations")).content.decode()
+    response = client.post(reverse("inspector-conversation-create"), new_conversation_data(servers=[private.pk]))
+
+    assert "disabled" not in html[html.index(f'value="{private.pk}"') :].split(">", 1)[0]
+    assert response.status_code == 302
+    assert [s.name for s in Conversation.objects.get().servers.all()] == ["local-tools"]
