@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Iterator
 from io import StringIO
 from typing import Any
@@ -16,11 +17,19 @@ from django.core.management import CommandError, call_command
 from conversations.models import Conversation
 from conversations.selectors import conversation_transcript
 from servers import gateway
-from tests.factories import UserFactory
+from tests.factories import McpServerFactory, UserFactory
 
 WEATHER = "What will the weather be like in Beijing tomorrow?"
+CALCULATION = "What is 12 * (3 + 4)?"
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def admin() -> User:
+    """The superuser ``make run`` creates, whom ``ask`` runs as by default."""
+    user: User = UserFactory(username="admin", is_superuser=True, is_staff=True)
+    return user
 
 
 @pytest.fixture(autouse=True)
@@ -129,14 +138,46 @@ def test_the_readable_output_shows_each_step_and_where_to_see_it_in_the_browser(
     assert f"/c/{conversation.public_id}/" in text
 
 
-def test_the_conversation_belongs_to_the_first_superuser_or_else_a_cli_user() -> None:
-    _ask(WEATHER)
-    assert Conversation.objects.get().owner.username == "cli"
-    assert not User.objects.get(username="cli").has_usable_password()
+def test_the_conversation_belongs_to_the_first_superuser(admin: User) -> None:
+    UserFactory(username="zed", is_superuser=True, is_staff=True)
 
-    admin = UserFactory(username="admin", is_superuser=True, is_staff=True)
     _ask(WEATHER)
-    assert Conversation.objects.filter(owner=admin).count() == 1
+
+    assert Conversation.objects.get().owner == admin
+    assert not User.objects.filter(username="cli").exists()
+
+
+def test_without_a_superuser_ask_refuses_and_says_how_to_name_its_user(admin: User) -> None:
+    admin.delete()
+
+    with pytest.raises(CommandError, match=r"no superuser.*--user NAME"):
+        call_command("ask", WEATHER, stdout=StringIO())
+
+    assert not Conversation.objects.exists()
+    assert not User.objects.exists()
+
+
+def test_by_default_ask_may_start_a_stdio_server_only_staff_may_start() -> None:
+    McpServerFactory(name="local-tools", command=sys.executable)
+
+    [turn] = _ask(CALCULATION, "--server", "local-tools", "--tool-choice", "named", "--tool", "local-tools/calculate")[
+        "turns"
+    ]
+
+    assert turn["status"] == "done", turn["error"]
+    assert _exchanges(turn, channel="mcp", label="tools/call")
+
+
+def test_as_a_named_user_who_is_not_staff_the_spawn_rule_applies() -> None:
+    UserFactory(username="alice")
+    McpServerFactory(name="local-tools", command=sys.executable)
+    out = StringIO()
+
+    call_command("ask", CALCULATION, "--server", "local-tools", "--user", "alice", stdout=out)
+
+    assert "local-tools starts a process on the worker" in out.getvalue()
+    assert "only staff may start it" in out.getvalue()
+    assert Conversation.objects.get().owner.username == "alice"
 
 
 def test_a_named_user_owns_the_conversation() -> None:

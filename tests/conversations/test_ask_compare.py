@@ -15,10 +15,17 @@ from conversations.models import Comparison, Conversation, ModelProfile
 from conversations.selectors import conversation_transcript
 from conversations.services import demo_profile_ensure
 from servers import gateway
+from tests.factories import UserFactory
 
 WEATHER = "What will the weather be like in Beijing tomorrow?"
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _admin() -> None:
+    """The superuser ``make run`` creates, whom ``ask`` runs as by default."""
+    UserFactory(username="admin", is_superuser=True, is_staff=True)
 
 
 @pytest.fixture(autouse=True)

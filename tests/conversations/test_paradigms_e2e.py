@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 
 from conversations.paradigms import PARADIGMS
 from servers import gateway
+from tests.factories import UserFactory
 
 WEATHER = "What will the weather be like in Beijing tomorrow?"
 PROMPT_PARADIGMS = ["prompt_xml", "prompt_json", "structured", "intent"]
@@ -24,7 +25,14 @@ CHOICES = {
 }
 
 # Every paradigm × tool_choice through the real loop: runs in the Postgres pass only (marked slow).
+
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture(autouse=True)
+def _admin() -> None:
+    """The superuser ``make run`` creates, whom ``ask`` runs as by default."""
+    UserFactory(username="admin", is_superuser=True, is_staff=True)
 
 
 @pytest.fixture(autouse=True)

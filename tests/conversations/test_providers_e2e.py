@@ -20,6 +20,7 @@ from conversations.providers import PROVIDERS, Endpoint, ModelRequest
 from conversations.providers.gemini import GeminiProvider
 from conversations.providers.http import endpoint_transport
 from servers import gateway
+from tests.factories import UserFactory
 
 WEATHER = "What will the weather be like in Beijing tomorrow?"
 # The first request of each format, and where its tool definitions sit.
@@ -40,6 +41,12 @@ FORECAST = ToolDef(
 STREAM_LABELS = {**LABELS, "gemini": "POST /demo-model/v1beta/models/demo:streamGenerateContent"}
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _admin() -> None:
+    """The superuser ``make run`` creates, whom ``ask`` runs as by default."""
+    UserFactory(username="admin", is_superuser=True, is_staff=True)
 
 
 @pytest.fixture(autouse=True)

@@ -44,7 +44,6 @@ from conversations.services import (
 from servers.models import McpServer
 from servers.services import DEMO_SERVER_NAME, demo_server_ensure
 
-CLI_USERNAME = "cli"
 INDENT = "    "
 DEFAULT_PARADIGM = "native"
 # The tool-and-arguments cell of the summary table is cut here (the JSON has it whole).
@@ -77,7 +76,9 @@ class Command(BaseCommand):
             help="An MCP server to offer (repeatable; default: the demo server).",
         )
         parser.add_argument(
-            "--user", help="Owner of the conversation (default: the first superuser, or 'cli')."
+            "--user",
+            help="The user to ask as, who owns the conversation (default: the first superuser; "
+            "a user who is not staff may only start the stdio servers allowed to everyone).",
         )
         parser.add_argument("--json", action="store_true", help="Print the transcript as JSON.")
 
@@ -304,7 +305,16 @@ def _compact(value: object) -> str:
 
 
 def _owner(username: str | None) -> AbstractBaseUser:
-    """The named user; else the first superuser; else a local 'cli' user (no usable password)."""
+    """The user the command runs as: the one named, else the first superuser.
+
+    Whoever runs ``manage.py`` already runs code as the app, so the command may act as a
+    superuser (and start any stdio server, as staff may); it never makes up a user of its own,
+    which could not start a registered stdio server and would own conversations nobody can sign
+    in to see.
+
+    Raises:
+        CommandError: no user has that name, or (without ``--user``) there is no superuser.
+    """
     users = get_user_model().objects
     if username:
         user = users.filter(username=username).first()
@@ -312,14 +322,12 @@ def _owner(username: str | None) -> AbstractBaseUser:
             raise CommandError(f"no user named {username!r}")
         return user
     superuser = users.filter(is_superuser=True).order_by("pk").first()
-    if superuser is not None:
-        return superuser
-    user, created = users.get_or_create(username=CLI_USERNAME)
-    if created:
-        # Only a command-line owner: it must never be able to sign in.
-        user.set_unusable_password()
-        user.save(update_fields=["password"])
-    return user
+    if superuser is None:
+        raise CommandError(
+            "no superuser to run as: create one (`make run` creates 'admin'; or `manage.py createsuperuser`) "
+            "or name the user the conversation belongs to with --user NAME"
+        )
+    return superuser
 
 
 def _profile(name: str | None) -> ModelProfile:
