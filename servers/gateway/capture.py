@@ -23,7 +23,7 @@ import mcp.types as types
 from mcp.shared.message import SessionMessage
 
 from conversations.redaction import current as current_redactor
-from inspector.wire import WireExchange, safe_headers
+from inspector.wire import WireExchange, decode_body, safe_headers
 
 current_capture: contextvars.ContextVar[Capture | None] = contextvars.ContextVar("mcp_capture", default=None)
 
@@ -45,12 +45,6 @@ def _id_key(value: object) -> str:
     """A JSON-RPC id (or progress token) as a dictionary key that keeps its type: JSON-RPC 2.0
     ids are a string or a number, and ``1`` and ``"1"`` are two different ids."""
     return json.dumps(value)
-
-
-def _verbatim(raw: bytes) -> str:
-    """``raw`` as text with every byte kept: bytes that are not UTF-8 become lone surrogates
-    (``surrogateescape``), which the recorder stores escaped (``\\udcXX`` = byte XX)."""
-    return raw.decode("utf-8", errors="surrogateescape")
 
 
 class Capture:
@@ -104,7 +98,7 @@ class Tap:
         """One line a stdio server wrote on stdout (without its newline), for the session.
 
         A JSON-RPC message is returned as the SDK's ``SessionMessage``. Anything else is
-        recorded verbatim (every byte kept, see ``_verbatim``) with the operation it interrupted
+        recorded verbatim (every byte kept: ``inspector.wire.decode_body``) with the operation it interrupted
         (the newest one open on this session; none: the server's own transcript) and returned
         as a ``StrayLine`` for the SDK to pass over. A message that is not valid UTF-8 is both:
         recorded verbatim, and passed on with its bad bytes replaced, as the SDK would.
@@ -136,7 +130,7 @@ class Tap:
             label=STRAY_LABEL,
             started_at=datetime.now(UTC),
             direction="server",
-            response_body=self.mask(_verbatim(raw)),
+            response_body=self.mask(decode_body(raw)),
             status="error",
             error=f"{len(raw)} bytes on stdout that the session could not use: {why}",
         )
@@ -146,7 +140,7 @@ class Tap:
     def stderr_text(self, raw: bytes) -> bytes:
         """Keep a piece of a server's stderr for the operation it belongs to; returns it redacted,
         as it may be written to the stderr file."""
-        text = current_redactor().text(self.mask(_verbatim(raw)))
+        text = current_redactor().text(self.mask(decode_body(raw)))
         self._stderr.append(text)
         return text.encode("utf-8", errors="surrogateescape")
 
