@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
 
 from conversations.lifecycle import lifecycle_start
 from conversations.models import Turn
@@ -85,6 +85,12 @@ def serving_start(sender: object, **kwargs: object) -> None:
     """``request_started`` receiver: the first request a web process serves makes it a checker
     of stale turns (``lifecycle_start``) and, in the embedded mode, resumes the queued turns."""
     if lifecycle_start() and settings.TURN_RUNNER == "embedded":
-        resumed = turns_resume_queued()
+        try:
+            resumed = turns_resume_queued()
+        except DatabaseError:
+            # A receiver of request_started must not fail the request it runs in (a health probe
+            # against a database not migrated yet, or down): the turns stay queued, and the log says so.
+            logger.exception("could not resume the queued turns left by an earlier process")
+            return
         if resumed:
             logger.info("resumed %d queued turn(s) left by an earlier process: %s", len(resumed), resumed)
