@@ -94,7 +94,10 @@ async def serve(base_url: str, model: str) -> None:
                     started = time.perf_counter()
                     calls, tools = await run_turn(mcp, ask_blocking, model, QUESTION)
                     seconds = time.perf_counter() - started
-                    print(json.dumps({"seconds": seconds, "model_calls": calls, "tool_calls": tools}), flush=True)
+                    print(
+                        json.dumps({"seconds": seconds, "model_calls": calls, "tool_calls": tools}),
+                        flush=True,
+                    )
                 elif command[0] == "concurrent" and len(command) == 2:
                     reply = await run_concurrently(mcp, many.chat.completions.create, model, int(command[1]))
                     print(json.dumps(reply), flush=True)

@@ -144,7 +144,8 @@ def run(ctx: Context) -> list[Result]:
     fixtures.purge(owner)
     with _serving() as base, httpx2.Client(timeout=60) as client:
         profile = ModelProfile.objects.update_or_create(
-            name="bench-streaming", defaults={"provider": "openai_chat", "base_url": base, "model": "x", "stream": True}
+            name="bench-streaming",
+            defaults={"provider": "openai_chat", "base_url": base, "model": "x", "stream": True},
         )[0]
         _, turn = fixtures.queued_turn(
             owner=owner, profile=profile, server=fixtures.demo_server(), question="stream it"
@@ -157,7 +158,9 @@ def run(ctx: Context) -> list[Result]:
             for kind in KINDS:
                 for size in SIZES:
                     model = f"{kind}-{size}"
-                    provider = OpenAIChatProvider(Endpoint(model=model, base_url=base, api_key="", stream=True))
+                    provider = OpenAIChatProvider(
+                        Endpoint(model=model, base_url=base, api_key="", stream=True)
+                    )
                     product = _product(recorder, provider)
                     bare = _bare(client, base, model)
                     if repeat == 0:
@@ -171,12 +174,14 @@ def run(ctx: Context) -> list[Result]:
     worst = max(KINDS, key=lambda kind: per_kind[kind])
     growth = {
         kind: {
-            f"{size // 1000} kB": round(float(summary(walls[kind][size])["median"]) * 1000, 1) for size in SIZES
+            f"{size // 1000} kB": round(float(summary(walls[kind][size])["median"]) * 1000, 1)
+            for size in SIZES
         }
         for kind in KINDS
     }
     linear = {
-        kind: float(summary(walls[kind][SIZES[-1]])["median"]) / (10 * float(summary(walls[kind][SIZES[-2]])["median"]))
+        kind: float(summary(walls[kind][SIZES[-1]])["median"])
+        / (10 * float(summary(walls[kind][SIZES[-2]])["median"]))
         for kind in KINDS
     }
     notes = "; ".join(

@@ -322,7 +322,9 @@ def run_agent(
             # A reply no parser foresaw: the raw response is recorded already (``ask``); the
             # step says what broke, and the turn fails instead of stopping half-recorded.
             downgrades.extend(asker.downgrades)
-            problem = f"the {paradigm.key} paradigm could not read the reply: {type(exc).__name__}: {exc}"[:2000]
+            problem = f"the {paradigm.key} paradigm could not read the reply: {type(exc).__name__}: {exc}"[
+                :2000
+            ]
             if asker.last_step is not None:
                 recorder.step_close(
                     asker.last_step, status="error", error=problem, diagnostics=[*asker.notes, problem]

@@ -60,7 +60,13 @@ def audit_read(
 
 
 def audit_change(
-    *, actor: AbstractBaseUser | None, actor_name: str = "", action: str, via: str, subject: str, detail: JSONDict
+    *,
+    actor: AbstractBaseUser | None,
+    actor_name: str = "",
+    action: str,
+    via: str,
+    subject: str,
+    detail: JSONDict,
 ) -> AuditEvent:
     """Record a change made by ``actor`` (None: the system; ``actor_name`` then says who ran it)."""
     return AuditEvent.objects.create(

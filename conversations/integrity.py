@@ -74,7 +74,9 @@ def integrity_key() -> bytes:
     """
     value: str = settings.INTEGRITY_KEY
     if not value:
-        raise ValueError(f"the integrity key is empty (INTEGRITY_KEY, or the file {settings.INTEGRITY_KEY_FILE})")
+        raise ValueError(
+            f"the integrity key is empty (INTEGRITY_KEY, or the file {settings.INTEGRITY_KEY_FILE})"
+        )
     return value.encode()
 
 
@@ -272,7 +274,9 @@ def turn_seal(*, turn: Turn, actor_name: str = "system") -> str:
         count = sealed.count()
         head = sealed.order_by("-seq").values_list("seal", flat=True).first() or GENESIS
         anchor = _anchor(key, identity, count, head)
-        Conversation.objects.filter(pk=conversation.pk).update(chain_turns=count, chain_head=head, chain_anchor=anchor)
+        Conversation.objects.filter(pk=conversation.pk).update(
+            chain_turns=count, chain_head=head, chain_anchor=anchor
+        )
         conversation.chain_turns, conversation.chain_head, conversation.chain_anchor = count, head, anchor
         AuditEvent.objects.create(
             actor_name=actor_name,
@@ -340,12 +344,16 @@ def record_manifest(*, conversation: Conversation) -> list[ManifestEntry]:
             entries.append(["step", turn.seq, step.seq, None, _sha(_step_content(step, parent))])
         for exchange in exchanges_by_turn.get(turn.pk, []):
             step_seq = seqs.get(exchange.step_id) if exchange.step_id else None
-            entries.append(["exchange", turn.seq, step_seq, exchange.seq, _sha(_exchange_content(exchange, turn.seq))])
+            entries.append(
+                ["exchange", turn.seq, step_seq, exchange.seq, _sha(_exchange_content(exchange, turn.seq))]
+            )
     return entries
 
 
 def _signed_text(identity: str, records: list[ManifestEntry]) -> bytes:
-    return ("tool-call-inspector manifest\n" + _canonical({"conversation": identity, "records": records})).encode()
+    return (
+        "tool-call-inspector manifest\n" + _canonical({"conversation": identity, "records": records})
+    ).encode()
 
 
 def manifest_sign(*, conversation: Conversation) -> dict[str, Any]:
@@ -371,8 +379,12 @@ def manifest_verify(*, conversation: Conversation, identity: str, signed: dict[s
     try:
         if signed.get("algorithm") != "ed25519" or not isinstance(records, list):
             raise ValueError("not an ed25519 signature block")
-        key = Ed25519PublicKey.from_public_bytes(base64.b64decode(str(signed.get("public_key")), validate=True))
-        key.verify(base64.b64decode(str(signed.get("signature")), validate=True), _signed_text(identity, records))
+        key = Ed25519PublicKey.from_public_bytes(
+            base64.b64decode(str(signed.get("public_key")), validate=True)
+        )
+        key.verify(
+            base64.b64decode(str(signed.get("signature")), validate=True), _signed_text(identity, records)
+        )
     except (InvalidSignature, ValueError, binascii.Error):
         return ChainReport(False, 0, reason="its signature does not match the records it lists")
     actual = record_manifest(conversation=conversation)
@@ -389,7 +401,9 @@ def manifest_verify(*, conversation: Conversation, identity: str, signed: dict[s
                 exchange_seq=exchange_seq,
             )
     if len(records) > len(actual):
-        return ChainReport(False, len(actual), reason=f"{len(records) - len(actual)} signed record(s) are missing")
+        return ChainReport(
+            False, len(actual), reason=f"{len(records) - len(actual)} signed record(s) are missing"
+        )
     return ChainReport(True, len(actual))
 
 
@@ -497,7 +511,9 @@ def conversation_verify(
         else:
             state.check_anchor(*(anchor or (0, "", "")))
     except _Broken as broken:
-        return ChainReport(False, state.checked, reason=broken.reason, sealed_turns=state.sealed, **broken.where)
+        return ChainReport(
+            False, state.checked, reason=broken.reason, sealed_turns=state.sealed, **broken.where
+        )
     legacy = state.keyed_seen is False and state.sealed == 0
     return ChainReport(True, state.checked, legacy=legacy, sealed_turns=state.sealed)
 
@@ -515,7 +531,9 @@ class _Walk:
 
     def walk(self, conversation: Conversation) -> None:
         turns = list(conversation.turns.order_by("seq"))
-        exchanges = Exchange.objects.filter(turn__conversation=conversation).order_by("turn__seq", "seq", "id")
+        exchanges = Exchange.objects.filter(turn__conversation=conversation).order_by(
+            "turn__seq", "seq", "id"
+        )
         by_turn: dict[int, list[Exchange]] = {}
         steps_by_turn: dict[int, dict[int, Step]] = {}
         for step in Step.objects.filter(turn__conversation=conversation).order_by("seq", "id"):
@@ -538,8 +556,13 @@ class _Walk:
         if exchange.chain_version not in {LEGACY, KEYED}:
             raise _Broken(f"it claims an unknown chain version {exchange.chain_version}", **where)
         if exchange.prev_hash != self.previous:
-            raise _Broken("its link to the previous record does not match (a record before it was removed or changed)", **where)
-        if not hmac.compare_digest(exchange.hash, exchange_digest(exchange, turn_seq=turn.seq, previous=self.previous, key=self.key)):
+            raise _Broken(
+                "its link to the previous record does not match (a record before it was removed or changed)",
+                **where,
+            )
+        if not hmac.compare_digest(
+            exchange.hash, exchange_digest(exchange, turn_seq=turn.seq, previous=self.previous, key=self.key)
+        ):
             raise _Broken("its content does not match its hash", **where)
         self.keyed_seen = self.keyed_seen or exchange.chain_version == KEYED
         self.previous = exchange.hash
@@ -552,7 +575,8 @@ class _Walk:
             return
         self.keyed_seen = True
         records = _TurnRecords(
-            sorted(steps.values(), key=lambda step: (step.seq, step.pk)), [(row.step_id, row.hash) for row in rows]
+            sorted(steps.values(), key=lambda step: (step.seq, step.pk)),
+            [(row.step_id, row.hash) for row in rows],
         )
         digests = _step_digests(self.key, self.identity, turn, records)
         sealed = turn.seal_steps if isinstance(turn.seal_steps, list) else []
@@ -624,4 +648,3 @@ def _latest_sealed_event(conversation: Conversation) -> tuple[int, str] | None:
         return None
     turns, head = event.get("turns"), event.get("head")
     return (turns, head) if isinstance(turns, int) and isinstance(head, str) else None
-

@@ -176,7 +176,9 @@ class _Watcher:
         if ids:
             if now >= self._last_beat + settings.TURN_HEARTBEAT_SECONDS:
                 self._last_beat = now
-                Turn.objects.filter(pk__in=ids, status=Turn.Status.RUNNING).update(heartbeat_at=timezone.now())
+                Turn.objects.filter(pk__in=ids, status=Turn.Status.RUNNING).update(
+                    heartbeat_at=timezone.now()
+                )
             self._poll(ids)
         if self.reaping and now >= self.last_reap + settings.TURN_REAP_SECONDS:
             self.last_reap = now
@@ -291,7 +293,9 @@ def turns_reap_stale(*, now: datetime | None = None, window: float | None = None
     running = Turn.objects.filter(status=Turn.Status.RUNNING)
     reaped: list[int] = []
     for pk, beat in running.filter(silent).values_list("pk", "heartbeat_at"):
-        seen = f"its last heartbeat was at {beat:%Y-%m-%d %H:%M:%S} UTC" if beat else "it never sent a heartbeat"
+        seen = (
+            f"its last heartbeat was at {beat:%Y-%m-%d %H:%M:%S} UTC" if beat else "it never sent a heartbeat"
+        )
         reason = (
             f"the process running this turn stopped: {seen}, and none came for {window:g} s. "
             "Everything it recorded until then is kept."
@@ -323,9 +327,8 @@ def _interrupt(turn_id: int, reason: str, still: Q) -> bool:
     now = timezone.now()
     # One transaction: nobody sees the turn interrupted without the step that says why.
     with transaction.atomic():
-        marked = (
-            Turn.objects.filter(still, pk=turn_id, status=Turn.Status.RUNNING)
-            .update(status=Turn.Status.INTERRUPTED, error=reason, finished_at=now, updated_at=now)
+        marked = Turn.objects.filter(still, pk=turn_id, status=Turn.Status.RUNNING).update(
+            status=Turn.Status.INTERRUPTED, error=reason, finished_at=now, updated_at=now
         )
         if not marked:
             return False

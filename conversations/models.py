@@ -200,7 +200,9 @@ class Turn(models.Model):
             models.Index(fields=["id"], include=["conversation"], name="turn_id_conversation_idx"),
             # The stale-turn check reads only running turns, every few seconds in every process.
             models.Index(
-                fields=["heartbeat_at"], condition=models.Q(status="running"), name="turn_running_heartbeat_idx"
+                fields=["heartbeat_at"],
+                condition=models.Q(status="running"),
+                name="turn_running_heartbeat_idx",
             ),
         ]
 
@@ -300,10 +302,16 @@ class Step(models.Model):
         indexes = [
             # The turn rides along (PostgreSQL INCLUDE): the filter reads the index alone.
             models.Index(
-                fields=["tool_name"], condition=models.Q(kind="tool"), include=["turn"], name="step_tool_turn_idx"
+                fields=["tool_name"],
+                condition=models.Q(kind="tool"),
+                include=["turn"],
+                name="step_tool_turn_idx",
             ),
             models.Index(
-                fields=["title"], condition=models.Q(kind="tool"), include=["turn"], name="step_tool_title_turn_idx"
+                fields=["title"],
+                condition=models.Q(kind="tool"),
+                include=["turn"],
+                name="step_tool_title_turn_idx",
             ),
         ]
 

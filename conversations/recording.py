@@ -151,7 +151,9 @@ def _storable_value(value: Any) -> Any:
     return value
 
 
-def turn_end_save(*, turn: Turn, redact: Redactor | None = None, update_fields: Sequence[str] | None = None) -> None:
+def turn_end_save(
+    *, turn: Turn, redact: Redactor | None = None, update_fields: Sequence[str] | None = None
+) -> None:
     """Write an ended turn (an ordinary, synchronous commit), its texts redacted, and seal it
     (``integrity.turn_seal``) in the same transaction. Every step and exchange of the turn must
     be committed before (``TurnRecorder.drain``): the seal covers what is stored.
@@ -159,7 +161,11 @@ def turn_end_save(*, turn: Turn, redact: Redactor | None = None, update_fields: 
     ``update_fields``: only these fields are written (and redacted).
     """
     redact = redact or active_redactor()
-    names = _REDACTED_TURN_FIELDS if update_fields is None else [n for n in update_fields if n in _REDACTED_TURN_FIELDS]
+    names = (
+        _REDACTED_TURN_FIELDS
+        if update_fields is None
+        else [n for n in update_fields if n in _REDACTED_TURN_FIELDS]
+    )
     for name, value in turn_redacted({name: getattr(turn, name) for name in names}, redact).items():
         setattr(turn, name, value)
     with transaction.atomic():
@@ -208,7 +214,9 @@ def exchange_rows(
         raise ValueError("an exchange of a turn needs the turn's conversation_id")
 
     def headers(values: dict[str, str]) -> dict[str, str]:
-        return {storable_text(name)[0]: storable_text(redact.text(value))[0] for name, value in values.items()}
+        return {
+            storable_text(name)[0]: storable_text(redact.text(value))[0] for name, value in values.items()
+        }
 
     rows: list[Exchange] = []
     for offset, record in enumerate(records):
@@ -384,7 +392,9 @@ class _Batch:
         if self.step is not None:
             rows = [*rows, self.step.parent_id or self.step.pk]
         for row in dict.fromkeys(rows):
-            live.publish_step_changed(conversation_id=owner.conversation_id, turn_id=owner.turn.pk, step_id=row)
+            live.publish_step_changed(
+                conversation_id=owner.conversation_id, turn_id=owner.turn.pk, step_id=row
+            )
         if self.after is not None:
             self.after()
 
@@ -481,7 +491,9 @@ def _execute_as_one(statements: list[_Statement]) -> None:
             numbered.append(f"${placeholders}")
             numbered.append(piece)
         parts.append(f"w{index} AS ({''.join(numbered)})")
-    last = "SELECT 1" if connection.in_atomic_block else "SELECT set_config('synchronous_commit', 'off', true)"
+    last = (
+        "SELECT 1" if connection.in_atomic_block else "SELECT set_config('synchronous_commit', 'off', true)"
+    )
     params = [param for _, part in statements for param in part]
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.RawCursor(connection.connection) as cursor:
@@ -530,7 +542,9 @@ def _row_value(field: Field[Any, Any], row: Model, db: BaseDatabaseWrapper) -> A
     """The field's value of a new ``row`` as an insert sends it (``pre_save`` runs only for values
     that are not plain: a field that sets its own value on save never has plain types)."""
     value = getattr(row, field.attname)
-    return value if type(value) in _plain_types(field) else field.get_db_prep_save(field.pre_save(row, True), db)
+    return (
+        value if type(value) in _plain_types(field) else field.get_db_prep_save(field.pre_save(row, True), db)
+    )
 
 
 @functools.cache
@@ -655,7 +669,9 @@ class _Writer:
             _write(to_write)
             return live_batches
         except Exception:  # retried batch by batch below
-            logger.warning("a write of %d batches failed; writing them one by one", len(to_write), exc_info=True)
+            logger.warning(
+                "a write of %d batches failed; writing them one by one", len(to_write), exc_info=True
+            )
         finally:
             _release_connection(always=True)
         written: list[_Batch] = []

@@ -99,7 +99,9 @@ def redactor(*, rules: Iterable[tuple[str, str]] = (), secrets: Sequence[str] = 
     """
     compiled = tuple((name, re.compile(regex)) for name, regex in (*BUILTIN_PATTERNS, *rules))
     usable = tuple(sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True))
-    needles = tuple(tuple(needle.lower() for needle in _BUILTIN_NEEDLES[name]) for name, _ in BUILTIN_PATTERNS)
+    needles = tuple(
+        tuple(needle.lower() for needle in _BUILTIN_NEEDLES[name]) for name, _ in BUILTIN_PATTERNS
+    )
     return Redactor(compiled, usable, needles)
 
 

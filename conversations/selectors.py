@@ -51,7 +51,9 @@ from servers.models import McpServer
 _Owned = TypeVar("_Owned", bound=Model)
 
 
-def visible_to(rows: QuerySet[_Owned], *, user: AbstractBaseUser | AnonymousUser, owner: str) -> QuerySet[_Owned]:
+def visible_to(
+    rows: QuerySet[_Owned], *, user: AbstractBaseUser | AnonymousUser, owner: str
+) -> QuerySet[_Owned]:
     """The one access rule, applied to ``rows`` whose user foreign key is at path ``owner``.
 
     A row is visible to the user it belongs to and to the members of any team that user belongs

@@ -18,7 +18,12 @@ class TurnTask(Task):  # type: ignore[type-arg]
     """When a turn's task finally fails (retries spent, or a bug), the turn says so: never stuck queued."""
 
     def on_failure(
-        self, exc: Exception, task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any], einfo: ExceptionInfo
+        self,
+        exc: Exception,
+        task_id: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        einfo: ExceptionInfo,
     ) -> None:
         turn_id = args[0] if args else kwargs["turn_id"]
         retries = self.request.retries

@@ -1204,7 +1204,9 @@ def _imported_profile(profile: ProfileDoc, owner: AbstractBaseUser) -> ModelProf
             },
         )
         mine = existing.imported_by_id == owner.pk
-        if created or (mine and (existing.provider, existing.model) == (profile["provider"], profile["model"])):
+        if created or (
+            mine and (existing.provider, existing.model) == (profile["provider"], profile["model"])
+        ):
             return existing
     raise TranscriptError(f"too many imported profiles named {base!r}")
 

@@ -139,7 +139,9 @@ class _ToolChoiceForm(forms.Form):
         self.user = user
         offered = list(selectors.servers_for_form())
         self.refused = {
-            server.pk: reason for server in offered if (reason := server_spawn_refusal(server=server, user=user))
+            server.pk: reason
+            for server in offered
+            if (reason := server_spawn_refusal(server=server, user=user))
         }
         widget = self.fields["servers"].widget
         assert isinstance(widget, _ServerCheckboxes)

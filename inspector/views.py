@@ -240,7 +240,9 @@ def turn_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
     try:
         services.turn_start(conversation=conversation, question=form.cleaned_data["question"])
     except services.TurnInProgress:
-        form.add_error(None, "The previous turn is still running; ask again when it has finished, or cancel it.")
+        form.add_error(
+            None, "The previous turn is still running; ask again when it has finished, or cancel it."
+        )
         return _detail_page(request, conversation, form, status=STATUS_CONFLICT)
     return redirect("inspector-conversation", public_id=conversation.public_id)
 
@@ -270,7 +272,9 @@ def _import_verdict(conversation: Conversation) -> str:
 def conversation_import(request: HttpRequest) -> HttpResponse:
     upload = TranscriptUploadForm(request.POST, request.FILES)
     if not upload.is_valid():
-        return _list_page(request, ConversationForm(user=_user(request)), upload=upload, status=STATUS_BAD_REQUEST)
+        return _list_page(
+            request, ConversationForm(user=_user(request)), upload=upload, status=STATUS_BAD_REQUEST
+        )
     transcript = upload.cleaned_data["transcript"]
     try:
         conversation = services.conversation_import(
@@ -278,7 +282,9 @@ def conversation_import(request: HttpRequest) -> HttpResponse:
         )
     except TranscriptError as exc:
         upload.add_error("transcript", f"This file cannot be imported: {exc}")
-        return _list_page(request, ConversationForm(user=_user(request)), upload=upload, status=STATUS_BAD_REQUEST)
+        return _list_page(
+            request, ConversationForm(user=_user(request)), upload=upload, status=STATUS_BAD_REQUEST
+        )
     messages.success(request, f"Imported, read-only. The file's chain: {_import_verdict(conversation)}.")
     return redirect("inspector-conversation", public_id=conversation.public_id)
 
@@ -383,7 +389,11 @@ def turn_detail(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResp
     if turn is None:
         raise Http404("No such turn.")
     audit_read(
-        actor=_user(request), conversation=conversation, via="turn", subject=f"turn {turn.seq}", detail={"turn": turn.pk}
+        actor=_user(request),
+        conversation=conversation,
+        via="turn",
+        subject=f"turn {turn.seq}",
+        detail={"turn": turn.pk},
     )
     rows = selectors.turn_rows(turn=turn)
     context = fragments.turn_context(conversation=conversation, turn=turn, rows=rows)
@@ -490,7 +500,9 @@ def comparison_providers_create(request: HttpRequest) -> HttpResponse:
     """The question under the demo model in every provider wire format, streamed or not."""
     form = ProviderComparisonForm(request.POST)
     if not form.is_valid():
-        return _comparisons_page(request, ComparisonForm(user=_user(request)), status=STATUS_BAD_REQUEST, providers=form)
+        return _comparisons_page(
+            request, ComparisonForm(user=_user(request)), status=STATUS_BAD_REQUEST, providers=form
+        )
     comparison, _ = services.comparison_providers_start(
         owner=_user(request), question=form.cleaned_data["question"], stream=form.cleaned_data["stream"]
     )

@@ -19,7 +19,16 @@ def _actor(request: HttpRequest) -> AbstractBaseUser | None:
 class McpServerAdmin(admin.ModelAdmin[McpServer]):
     """Every save and delete goes through the registry's services, so the audit log has it."""
 
-    list_display = ("name", "transport", "era", "enabled", "allow_non_staff_spawn", "is_demo", "owner", "updated_at")
+    list_display = (
+        "name",
+        "transport",
+        "era",
+        "enabled",
+        "allow_non_staff_spawn",
+        "is_demo",
+        "owner",
+        "updated_at",
+    )
     list_filter = ("transport", "era", "enabled", "allow_non_staff_spawn", "is_demo")
     search_fields = ("name", "description", "command", "url")
     readonly_fields = ("created_at", "updated_at")

@@ -97,7 +97,9 @@ class ServerForm(forms.Form):
         label="Sampling model",
         help_text="Answers the server's sampling requests; empty: sampling is not offered.",
     )
-    elicitation = forms.BooleanField(required=False, initial=True, help_text="Let the server ask you for input.")
+    elicitation = forms.BooleanField(
+        required=False, initial=True, help_text="Let the server ask you for input."
+    )
     enabled = forms.BooleanField(required=False, initial=True)
     allow_non_staff_spawn = forms.BooleanField(
         required=False,
@@ -181,8 +183,22 @@ class ServerForm(forms.Form):
 
     def model_fields(self) -> dict[str, Any]:
         data = self.cleaned_data
-        names = ("name", "description", "transport", "command", "args", "cwd", "url", "era", "call_timeout",
-                 "roots", "sampling_profile", "elicitation", "enabled", "allow_non_staff_spawn")
+        names = (
+            "name",
+            "description",
+            "transport",
+            "command",
+            "args",
+            "cwd",
+            "url",
+            "era",
+            "call_timeout",
+            "roots",
+            "sampling_profile",
+            "elicitation",
+            "enabled",
+            "allow_non_staff_spawn",
+        )
         return {name: data[name] for name in names}
 
 
@@ -195,7 +211,9 @@ def schema_errors(schema: dict[str, Any], instance: Any) -> list[str]:
         return [f"the tool's inputSchema is not a valid JSON Schema: {exc.message}"]
     return [
         f"{'/'.join(str(part) for part in error.absolute_path) or '(arguments)'}: {error.message}"
-        for error in sorted(validator_class(schema).iter_errors(instance), key=lambda e: list(e.absolute_path))
+        for error in sorted(
+            validator_class(schema).iter_errors(instance), key=lambda e: list(e.absolute_path)
+        )
     ]
 
 

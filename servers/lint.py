@@ -59,7 +59,7 @@ def _undescribed(schema: Any, prefix: str = "") -> list[str]:
         return []
     missing: list[str] = []
     properties = schema.get("properties")
-    for name, sub in (properties.items() if isinstance(properties, dict) else []):
+    for name, sub in properties.items() if isinstance(properties, dict) else []:
         path = f"{prefix}{name}"
         if not isinstance(sub, dict) or not str(sub.get("description") or "").strip():
             missing.append(path)
@@ -74,11 +74,16 @@ def lint_tool(tool: Mapping[str, Any], *, server_name: str) -> list[Finding]:
     findings: list[Finding] = []
     name = str(tool.get("name", ""))
     if len(name) > PROVIDER_NAME_LIMIT:
-        findings.append(Finding("error", f"the name is {len(name)} characters: OpenAI and Anthropic accept at most 64"))
+        findings.append(
+            Finding("error", f"the name is {len(name)} characters: OpenAI and Anthropic accept at most 64")
+        )
     elif not PROVIDER_NAME_RE.match(name):
         bad = sorted({c for c in name if not re.match(r"[A-Za-z0-9_-]", c)})
         findings.append(
-            Finding("error", f"the name has characters OpenAI and Anthropic refuse: {' '.join(repr(c) for c in bad)}")
+            Finding(
+                "error",
+                f"the name has characters OpenAI and Anthropic refuse: {' '.join(repr(c) for c in bad)}",
+            )
         )
     prefixed = len(server_name) + 2 + len(name)
     if len(name) <= PROVIDER_NAME_LIMIT < prefixed:
@@ -152,7 +157,9 @@ def lint_catalog(
                 title=str(tool.get("title") or (tool.get("annotations") or {}).get("title") or ""),
                 description=str(tool.get("description") or ""),
                 input_schema=dict(tool.get("inputSchema") or {}),
-                output_schema=tool.get("outputSchema") if isinstance(tool.get("outputSchema"), dict) else None,
+                output_schema=tool.get("outputSchema")
+                if isinstance(tool.get("outputSchema"), dict)
+                else None,
                 annotations=dict(tool.get("annotations") or {}),
                 tokens=tool_tokens(tool),
                 task_support=task_support(tool),
@@ -163,10 +170,15 @@ def lint_catalog(
     names = [report.name for report in reports]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        overall.append(Finding("error", "the server lists these names more than once: " + ", ".join(duplicates)))
+        overall.append(
+            Finding("error", "the server lists these names more than once: " + ", ".join(duplicates))
+        )
     if len(reports) > PROVIDER_TOOL_LIMIT:
         overall.append(
-            Finding("error", f"{len(reports)} tools: providers accept at most {PROVIDER_TOOL_LIMIT} in one request")
+            Finding(
+                "error",
+                f"{len(reports)} tools: providers accept at most {PROVIDER_TOOL_LIMIT} in one request",
+            )
         )
     by_name = {report.name: report for report in reports}
     for hood in neighbourhoods:

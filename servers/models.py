@@ -136,7 +136,9 @@ class McpServer(models.Model):
             headers=headers,
             era=self.era,
             call_timeout=self.call_timeout,
-            roots=tuple((str(r.get("uri", "")), str(r.get("name", ""))) for r in self.roots if isinstance(r, dict)),
+            roots=tuple(
+                (str(r.get("uri", "")), str(r.get("name", ""))) for r in self.roots if isinstance(r, dict)
+            ),
             sampling=self.sampling_profile_id is not None,
             elicitation=interactive and self.elicitation,
             secrets=tuple(self.secret_values()),
@@ -258,7 +260,11 @@ class SavedCall(models.Model):
     tool = models.CharField(max_length=200)
     arguments = models.JSONField(default=dict, blank=True)
     baseline = models.ForeignKey(
-        Operation, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        Operation,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
         help_text="The call it was saved from: re-runs are compared with it.",
     )
     created_at = models.DateTimeField(default=timezone.now)

@@ -97,7 +97,11 @@ def output_check(result: Any, tool: dict[str, Any] | None) -> dict[str, Any]:
     if result.get("isError"):
         return {"checked": False, "reason": "isError results are not checked against the outputSchema"}
     if "structuredContent" not in result:
-        return {"checked": True, "valid": False, "errors": ["the tool declares an outputSchema but sent no structuredContent"]}
+        return {
+            "checked": True,
+            "valid": False,
+            "errors": ["the tool declares an outputSchema but sent no structuredContent"],
+        }
     validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     errors = [
         f"{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {error.message}"
@@ -173,7 +177,9 @@ class _Follower:
     def _check_answers(self) -> None:
         if not self.waiting:
             return
-        answered = PendingInput.objects.filter(pk__in=list(self.waiting)).exclude(status=PendingInput.Status.WAITING)
+        answered = PendingInput.objects.filter(pk__in=list(self.waiting)).exclude(
+            status=PendingInput.Status.WAITING
+        )
         for row in answered:
             _, question, _ = self.waiting.pop(row.pk)
             question.answer(row.answer or {"action": row.status})
@@ -214,7 +220,9 @@ def _status(outcome: Outcome) -> str:
     return Operation.Status.ERROR if outcome.error else Operation.Status.OK
 
 
-def operation_run(*, operation_id: int, tool: dict[str, Any] | None = None, arguments: Any = None) -> Operation:
+def operation_run(
+    *, operation_id: int, tool: dict[str, Any] | None = None, arguments: Any = None
+) -> Operation:
     """Run a created operation to its end and record everything it caused.
 
     ``tool`` is the called tool's definition as last listed (for the outputSchema check).
@@ -275,7 +283,9 @@ def operation_run(*, operation_id: int, tool: dict[str, Any] | None = None, argu
         )
         if session is not None
         else {},
-        output_check=redact.json(output_check(result, tool)) if operation.kind == Operation.Kind.TOOLS_CALL else {},
+        output_check=redact.json(output_check(result, tool))
+        if operation.kind == Operation.Kind.TOOLS_CALL
+        else {},
         # Sent to the server as typed; stored, like everything the operation recorded, redacted.
         arguments=redact.json(operation.arguments),
     )
@@ -302,7 +312,8 @@ def _run_in_thread(operation_id: int, tool: dict[str, Any] | None, arguments: An
     except Exception as exc:  # the thread's boundary: the operation must still end
         logger.exception("workbench operation %s crashed", operation_id)
         Operation.objects.filter(pk=operation_id, status=Operation.Status.RUNNING).update(
-            status=Operation.Status.ERROR, error=f"internal error: {type(exc).__name__}: {exc}",
+            status=Operation.Status.ERROR,
+            error=f"internal error: {type(exc).__name__}: {exc}",
             finished_at=timezone.now(),
         )
     finally:
@@ -310,7 +321,9 @@ def _run_in_thread(operation_id: int, tool: dict[str, Any] | None, arguments: An
         connections.close_all()
 
 
-def operation_dispatch(*, operation_id: int, tool: dict[str, Any] | None = None, arguments: Any = None) -> None:
+def operation_dispatch(
+    *, operation_id: int, tool: dict[str, Any] | None = None, arguments: Any = None
+) -> None:
     """Run the operation in this process's workbench thread pool once the transaction commits.
 
     With ``settings.WORKBENCH_RUNNER = "inline"`` it runs at once, in this thread (tests).

@@ -29,7 +29,6 @@ ERROR_STATUSES = ("error", "no response", "timeout")
 TOOL_ERROR_RE = r'"isError"\s*:\s*true'
 
 
-
 # Who is looking: a signed-in user, or None for the system (a management command).
 Viewer = AbstractBaseUser | None
 
@@ -167,7 +166,9 @@ def _neighbourhoods(server: McpServer, user: Viewer) -> list[Neighbourhood]:
     return hoods
 
 
-def server_tool_reports(*, server: McpServer, user: Viewer) -> tuple[Listing, list[ToolReport], list[Finding]]:
+def server_tool_reports(
+    *, server: McpServer, user: Viewer
+) -> tuple[Listing, list[ToolReport], list[Finding]]:
     """The last tools/list of a server ``user`` may see, each definition linted and counted."""
     listing = server_listing(server=server, kind=Operation.Kind.TOOLS_LIST, user=user)
     reports, overall = lint_catalog(

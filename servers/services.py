@@ -284,9 +284,7 @@ def question_answer(*, question: PendingInput, action: str, content: dict[str, A
     return True
 
 
-def saved_call_create(
-    *, operation: Operation, owner: AbstractBaseUser | None, name: str
-) -> SavedCall:
+def saved_call_create(*, operation: Operation, owner: AbstractBaseUser | None, name: str) -> SavedCall:
     """Keep a finished manual tool call to run again later, compared against this run."""
     return SavedCall.objects.create(
         server=operation.server,

@@ -50,7 +50,9 @@ def unseal(value: str) -> str:
     try:
         return _fernet().decrypt(value[len(SEALED_PREFIX) :].encode()).decode()
     except InvalidToken:
-        raise UnsealError("a stored secret cannot be decrypted (SECRET_KEY changed?): enter it again") from None
+        raise UnsealError(
+            "a stored secret cannot be decrypted (SECRET_KEY changed?): enter it again"
+        ) from None
 
 
 def shown(value: str) -> str:

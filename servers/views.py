@@ -107,7 +107,9 @@ def server_list(request: HttpRequest) -> HttpResponse:
     return render(request, "servers/server_list.html", {"servers": servers})
 
 
-def _form_page(request: HttpRequest, form: ServerForm, server: McpServer | None, status: int = 200) -> HttpResponse:
+def _form_page(
+    request: HttpRequest, form: ServerForm, server: McpServer | None, status: int = 200
+) -> HttpResponse:
     return render(request, "servers/server_form.html", {"form": form, "server": server}, status=status)
 
 
@@ -177,7 +179,9 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
         "saved_calls": selectors.server_saved_calls(server=server, user=user),
         "operations": selectors.server_operations(server=server, user=user)[:15],
         "spawn_refusal": selectors.server_spawn_refusal(server=server, user=user),
-        "last_change": selectors.server_last_change(server=server) if getattr(user, "is_staff", False) else None,
+        "last_change": selectors.server_last_change(server=server)
+        if getattr(user, "is_staff", False)
+        else None,
     }
     return render(request, "servers/server_detail.html", context)
 
@@ -227,7 +231,9 @@ def tool_detail(request: HttpRequest, name: str, tool: str) -> HttpResponse:
     schema = definition.get("inputSchema") if isinstance(definition.get("inputSchema"), dict) else None
     if request.method == "GET":
         initial = request.GET.get("arguments") or "{}"
-        return _tool_page(request, server, definition, ToolCallForm(initial={"arguments": initial}, schema=schema))
+        return _tool_page(
+            request, server, definition, ToolCallForm(initial={"arguments": initial}, schema=schema)
+        )
     form = ToolCallForm(request.POST, schema=schema)
     if not form.is_valid():
         return _tool_page(request, server, definition, form, STATUS_BAD_REQUEST)
@@ -251,7 +257,11 @@ def resource_read(request: HttpRequest, name: str) -> HttpResponse:
     template = request.POST.get("template", "")
     if template:
         uri = uritemplate.URITemplate(template).expand(
-            {key.removeprefix("var_"): str(value) for key, value in request.POST.items() if key.startswith("var_")}
+            {
+                key.removeprefix("var_"): str(value)
+                for key, value in request.POST.items()
+                if key.startswith("var_")
+            }
         )
     else:
         form = ResourceReadForm(request.POST)
@@ -259,7 +269,10 @@ def resource_read(request: HttpRequest, name: str) -> HttpResponse:
             return HttpResponse("A resource URI is needed.", status=STATUS_BAD_REQUEST)
         uri = form.cleaned_data["uri"]
     started = _start(
-        request, server, kind=Operation.Kind.RESOURCE_READ, target=uri,
+        request,
+        server,
+        kind=Operation.Kind.RESOURCE_READ,
+        target=uri,
         arguments={"template": template} if template else None,
     )
     if isinstance(started, HttpResponse):
@@ -393,7 +406,9 @@ def saved_call_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
         return HttpResponse("Only tool calls can be saved.", status=STATUS_BAD_REQUEST)
     form = SaveCallForm(request.POST)
     form.is_valid()
-    services.saved_call_create(operation=operation, owner=_user(request), name=form.cleaned_data.get("name", ""))
+    services.saved_call_create(
+        operation=operation, owner=_user(request), name=form.cleaned_data.get("name", "")
+    )
     return redirect(reverse("servers-detail", kwargs={"name": operation.server.name}) + "#saved")
 
 
@@ -465,7 +480,11 @@ def transcript_export(request: HttpRequest, name: str) -> JsonResponse:
     exchanges = selectors.server_transcript(server=server, user=_user(request), **filters)
     _audit_turn_reads(request, server, exchanges.values("pk"), "server transcript download")
     response = JsonResponse(
-        {"server": server.name, "filters": filters, "messages": selectors.transcript_export(exchanges=exchanges)},
+        {
+            "server": server.name,
+            "filters": filters,
+            "messages": selectors.transcript_export(exchanges=exchanges),
+        },
         json_dumps_params={"ensure_ascii": False, "indent": 1},
     )
     response["Content-Disposition"] = f'attachment; filename="{server.name}-transcript.json"'

@@ -82,7 +82,12 @@ def test_the_app_imports_nothing_that_only_the_dev_extras_install(tmp_path: Path
 
 def _planned_commands(target: str, tmp_path: Path) -> str:
     """What ``make <target>`` would run on a machine with no virtual environment yet."""
-    for name in ("Makefile", "pyproject.toml", "tests/mcp_servers/package.json", "tests/mcp_servers/package-lock.json"):
+    for name in (
+        "Makefile",
+        "pyproject.toml",
+        "tests/mcp_servers/package.json",
+        "tests/mcp_servers/package-lock.json",
+    ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO_ROOT / name, tmp_path / name)
     result = subprocess.run(

@@ -259,7 +259,9 @@ def status_error(exchange: WireExchange, status: int) -> ProviderError:
     detail = error_detail(exchange.response_body, f"HTTP {status}")
     exchange.error = detail
     return ProviderError(
-        _with_bytes_note(f"the model endpoint answered {status}: {detail}", exchange), exchange=exchange, status=status
+        _with_bytes_note(f"the model endpoint answered {status}: {detail}", exchange),
+        exchange=exchange,
+        status=status,
     )
 
 
@@ -267,7 +269,8 @@ def unreadable(exchange: WireExchange, problem: str) -> ProviderError:
     """The error for a 2xx answer that cannot be read as the wire format says."""
     exchange.error = f"unreadable response: {problem}"
     return ProviderError(
-        _with_bytes_note(f"the model endpoint sent an unreadable response: {problem}", exchange), exchange=exchange
+        _with_bytes_note(f"the model endpoint sent an unreadable response: {problem}", exchange),
+        exchange=exchange,
     )
 
 

@@ -231,7 +231,9 @@ class _HandOff:
         try:
             return types.CreateMessageResult.model_validate(answer)
         except ValueError as exc:
-            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"the model's answer is unusable: {exc}")
+            return types.ErrorData(
+                code=types.INTERNAL_ERROR, message=f"the model's answer is unusable: {exc}"
+            )
 
     async def elicit(self, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
         answer = await self._ask("elicitation", params)
@@ -388,9 +390,13 @@ async def _call_as_task(client: Client, name: str, arguments: dict[str, Any], ti
         MCPError: the server refused either request (or a read timed out).
         ValueError: the server's answers are not a task and a tool result.
     """
-    call = types.CallToolRequestParams(name=name, arguments=arguments, task=types.TaskMetadata(ttl=int(timeout * 1000)))
+    call = types.CallToolRequestParams(
+        name=name, arguments=arguments, task=types.TaskMetadata(ttl=int(timeout * 1000))
+    )
     created = types.CreateTaskResult.model_validate(
-        await _send_raw(client, "tools/call", call.model_dump(by_alias=True, mode="json", exclude_none=True), timeout)
+        await _send_raw(
+            client, "tools/call", call.model_dump(by_alias=True, mode="json", exclude_none=True), timeout
+        )
     )
     task_id = created.task.task_id
     try:
@@ -500,7 +506,9 @@ class StopSignal(Protocol):
 STOP_SETTLE_SECONDS = 5.0
 
 
-def _run_stoppable(config: ServerConfig, outcome: Outcome, operation: Operation, stop: StopSignal | None) -> None:
+def _run_stoppable(
+    config: ServerConfig, outcome: Outcome, operation: Operation, stop: StopSignal | None
+) -> None:
     """``_run`` on the gateway loop, waited for from this thread until it ends or ``stop`` fires.
 
     Raises:
@@ -536,7 +544,9 @@ def _run_stoppable(config: ServerConfig, outcome: Outcome, operation: Operation,
     if not woken:
         raise GatewayError(f"the gateway gave no answer within {_budget(config):.0f} s")
     if not ended.wait(STOP_SETTLE_SECONDS) and not outcome.error:
-        outcome.error = f"the gateway did not finish the cancelled operation within {STOP_SETTLE_SECONDS:.0f} s"
+        outcome.error = (
+            f"the gateway did not finish the cancelled operation within {STOP_SETTLE_SECONDS:.0f} s"
+        )
     outcome.cancelled = True
     outcome.error = outcome.error or "cancelled before the server was reached"
 

@@ -21,9 +21,22 @@ from servers.vault import is_sealed
 
 register = template.Library()
 
-SAFE_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/bmp"})
+SAFE_IMAGE_TYPES = frozenset(
+    {"image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/bmp"}
+)
 SAFE_AUDIO_TYPES = frozenset(
-    {"audio/wav", "audio/x-wav", "audio/wave", "audio/mpeg", "audio/mp3", "audio/ogg", "audio/webm", "audio/flac", "audio/aac", "audio/mp4"}
+    {
+        "audio/wav",
+        "audio/x-wav",
+        "audio/wave",
+        "audio/mpeg",
+        "audio/mp3",
+        "audio/ogg",
+        "audio/webm",
+        "audio/flac",
+        "audio/aac",
+        "audio/mp4",
+    }
 )
 _BASE64_RE = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
 TEXT_PREVIEW_CHARS = 20_000
@@ -122,7 +135,9 @@ def _plain_block(item: dict[str, Any]) -> Block:
             return Block("resource-text", uri=uri, mime=mime, text=str(resource["text"])[:TEXT_PREVIEW_CHARS])
         text = _text_blob(mime, resource.get("blob"))
         if text is not None:
-            return Block("resource-text", uri=uri, mime=f"{mime}, base64 blob decoded", text=text[:TEXT_PREVIEW_CHARS])
+            return Block(
+                "resource-text", uri=uri, mime=f"{mime}, base64 blob decoded", text=text[:TEXT_PREVIEW_CHARS]
+            )
         src, note = _media_src(mime, resource.get("blob"), SAFE_IMAGE_TYPES)
         size = len(str(resource.get("blob") or "")) * 3 // 4
         return Block("resource-blob", uri=uri, mime=mime, src=src, note=note or f"{size:,} bytes")
@@ -176,7 +191,10 @@ def hint_badges(annotations: Any) -> list[tuple[str, str]]:
         "openWorldHint": "open world",
     }
     return [
-        (labels[key] if value else f"not {labels[key]}", "error" if key == "destructiveHint" and value else "neutral")
+        (
+            labels[key] if value else f"not {labels[key]}",
+            "error" if key == "destructiveHint" and value else "neutral",
+        )
         for key, value in annotations.items()
         if key in labels and isinstance(value, bool)
     ]

@@ -363,7 +363,9 @@ def answer(wire: str, case: str, stream: bool, continued: bool) -> Answer:
         status, data = RAW_CASES[case]
         return Answer(status, "text/html" if status >= 500 else kind, iter([data]))
     if case in BYTE_CASES:
-        data = FORMATS[wire](BYTE_CASES[case], stream).replace(json.dumps(_NOT_UTF8_MARK).strip('"').encode(), NOT_UTF8)
+        data = FORMATS[wire](BYTE_CASES[case], stream).replace(
+            json.dumps(_NOT_UTF8_MARK).strip('"').encode(), NOT_UTF8
+        )
         return Answer(200, kind, iter([data]))
     whole = FORMATS[wire](Reply(text="This reply never arrives whole. " * 20), stream)
     if case == "truncated-stream":

@@ -47,7 +47,8 @@ def test_the_filtered_list_keeps_the_rule_for_every_persona(people: dict[str, Us
     found = {}
     for owner in ("alice", "carol"):
         turn = TurnFactory(
-            conversation=ConversationFactory(owner=people[owner], title=f"{owner}'s"), question="Oslo weather?"
+            conversation=ConversationFactory(owner=people[owner], title=f"{owner}'s"),
+            question="Oslo weather?",
         )
         StepFactory(turn=turn, parent=StepFactory(turn=turn), kind="tool", tool_name="get_weather_forecast")
     for name, user in people.items():

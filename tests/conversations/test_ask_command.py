@@ -160,9 +160,9 @@ def test_without_a_superuser_ask_refuses_and_says_how_to_name_its_user(admin: Us
 def test_by_default_ask_may_start_a_stdio_server_only_staff_may_start() -> None:
     McpServerFactory(name="local-tools", command=sys.executable)
 
-    [turn] = _ask(CALCULATION, "--server", "local-tools", "--tool-choice", "named", "--tool", "local-tools/calculate")[
-        "turns"
-    ]
+    [turn] = _ask(
+        CALCULATION, "--server", "local-tools", "--tool-choice", "named", "--tool", "local-tools/calculate"
+    )["turns"]
 
     assert turn["status"] == "done", turn["error"]
     assert _exchanges(turn, channel="mcp", label="tools/call")

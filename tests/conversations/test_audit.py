@@ -134,7 +134,9 @@ def test_a_refused_read_is_not_audited(alice: User) -> None:
 async def test_opening_the_live_socket_is_a_read(async_db_connections: None) -> None:
     alice = await User.objects.acreate(username="alice")
     conversation = await sync_to_async(ConversationFactory)(owner=alice)
-    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), f"/ws/conversations/{conversation.public_id}/")
+    communicator = WebsocketCommunicator(
+        URLRouter(websocket_urlpatterns), f"/ws/conversations/{conversation.public_id}/"
+    )
     communicator.scope["user"] = alice
 
     connected, _ = await communicator.connect()

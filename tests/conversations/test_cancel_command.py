@@ -44,7 +44,10 @@ def _cancel(*args: str) -> str:
 def test_a_queued_turn_is_cancelled_and_the_step_names_the_command_line() -> None:
     turn = _turn()
 
-    assert _cancel(str(turn.pk)) == f"turn {turn.pk}: cancelled (cancelled by the command line before it started)\n"
+    assert (
+        _cancel(str(turn.pk))
+        == f"turn {turn.pk}: cancelled (cancelled by the command line before it started)\n"
+    )
 
     assert Step.objects.get(turn=turn).title == "cancelled by the command line"
 

@@ -184,7 +184,15 @@ def test_what_the_database_refuses_is_stored_escaped_and_said_beside_it(
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
-@pytest.mark.parametrize(("case", "wire"), [("non-utf8", "openai_chat"), ("html-500", "anthropic"), ("non-utf8-text", "openai_chat"), ("non-utf8-text", "gemini")])
+@pytest.mark.parametrize(
+    ("case", "wire"),
+    [
+        ("non-utf8", "openai_chat"),
+        ("html-500", "anthropic"),
+        ("non-utf8-text", "openai_chat"),
+        ("non-utf8-text", "gemini"),
+    ],
+)
 def test_bytes_that_are_not_utf8_are_stored_escaped_and_the_response_sent_is_recoverable(
     hostile: HostileModel, alice: User, client: Client, case: str, wire: str, stream: bool
 ) -> None:

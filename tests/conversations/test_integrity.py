@@ -140,7 +140,9 @@ def test_verify_refuses_a_malformed_id_clearly() -> None:
 
 def _two_turns() -> Conversation:
     conversation = _conversation()
-    second = turn_start(conversation=conversation, question="What about the weather in Paris tomorrow?", dispatch=False)
+    second = turn_start(
+        conversation=conversation, question="What about the weather in Paris tomorrow?", dispatch=False
+    )
     turn_run(turn_id=second.pk)
     return conversation
 
@@ -161,7 +163,9 @@ def test_a_fresh_conversation_is_keyed_and_every_turn_sealed_and_anchored() -> N
     conversation.refresh_from_db()
 
     assert report.intact and not report.legacy and report.sealed_turns == 2
-    assert set(Exchange.objects.filter(turn__conversation=conversation).values_list("chain_version", flat=True)) == {2}
+    assert set(
+        Exchange.objects.filter(turn__conversation=conversation).values_list("chain_version", flat=True)
+    ) == {2}
     assert all(len(turn.seal) == 64 and turn.seal_steps for turn in conversation.turns.all())
     assert conversation.chain_turns == 2 and conversation.chain_head == conversation.turns.get(seq=2).seal
     events = AuditEvent.objects.filter(conversation_public_id=conversation.public_id, action=SEALED_ACTION)
@@ -229,7 +233,9 @@ def test_deleting_the_last_turn_is_detected_by_the_anchor_and_by_the_audit_log()
     )
     assert after_first.detail["head"] == first_seal
     first_anchor = _recorded_anchor(conversation, turns=1, head=first_seal)
-    Conversation.objects.filter(pk=conversation.pk).update(chain_turns=1, chain_head=first_seal, chain_anchor=first_anchor)
+    Conversation.objects.filter(pk=conversation.pk).update(
+        chain_turns=1, chain_head=first_seal, chain_anchor=first_anchor
+    )
 
     report = conversation_verify(conversation=conversation)
     assert not report.intact and "audit log's last seal says 2 sealed turn(s)" in report.reason
@@ -325,7 +331,8 @@ def test_the_key_lives_outside_the_database_in_a_private_file(settings: Any) -> 
     assert path.read_text().strip().encode() == key and path.stat().st_mode & 0o777 == 0o600
     conversation = _conversation()
     dump = json.dumps(
-        [list(model.objects.values()) for model in (Conversation, Turn, Step, Exchange, AuditEvent)], default=str
+        [list(model.objects.values()) for model in (Conversation, Turn, Step, Exchange, AuditEvent)],
+        default=str,
     )
     assert key.decode() not in dump
     with override_settings(INTEGRITY_KEY="another installation's key"):

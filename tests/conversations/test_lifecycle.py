@@ -67,7 +67,9 @@ def fast_lifecycle(settings: Settings) -> Settings:
     return settings
 
 
-def _queued(owner: User, question: str = WEATHER, servers: list[McpServer] | None = None, **options: str) -> Turn:
+def _queued(
+    owner: User, question: str = WEATHER, servers: list[McpServer] | None = None, **options: str
+) -> Turn:
     _, turn = conversation_start(
         owner=owner,
         model_profile=demo_profile_ensure(),
@@ -355,7 +357,9 @@ def broken_server(db: None) -> McpServer:
 def test_a_turn_stuck_in_a_slow_tool_call_is_cancelled_and_the_server_told(
     alice: User, broken_server: McpServer, fast_lifecycle: Settings
 ) -> None:
-    turn = _queued(alice, "Run the hang tool", [broken_server], tool_choice="named", tool_choice_name="broken/hang")
+    turn = _queued(
+        alice, "Run the hang tool", [broken_server], tool_choice="named", tool_choice_name="broken/hang"
+    )
     runner = _run_in_thread(turn)
     assert _wait_until(lambda: Step.objects.filter(turn=turn, kind="tool").exists(), 20)
 
@@ -444,7 +448,9 @@ def test_a_cancelled_turn_is_exported_and_imported_as_cancelled(alice: User) -> 
     turn_cancel(turn=turn, actor=alice)
 
     exported = conversation_export(conversation=turn.conversation, fmt="json", actor=alice, via="test")
-    otel = json.loads(conversation_export(conversation=turn.conversation, fmt="otel", actor=alice, via="test"))
+    otel = json.loads(
+        conversation_export(conversation=turn.conversation, fmt="otel", actor=alice, via="test")
+    )
     imported = conversation_import(data=exported, actor=alice, source="test.json")
 
     assert json.loads(exported)["turns"][0]["status"] == "cancelled"

@@ -48,9 +48,25 @@ def _checker_worker(redis_url: str) -> Iterator[subprocess.Popen[str]]:
     with log_path.open("w") as log:
         worker = subprocess.Popen(
             [
-                sys.executable, "-m", "celery", "-A", "inspector", "worker", "-P", "threads", "-c", "2",
-                "-Q", "no-turns-here", "--without-gossip", "--without-mingle", "--without-heartbeat",
-                "-l", "info", "-n", f"checker-{os.getpid()}@%h",
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "inspector",
+                "worker",
+                "-P",
+                "threads",
+                "-c",
+                "2",
+                "-Q",
+                "no-turns-here",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-l",
+                "info",
+                "-n",
+                f"checker-{os.getpid()}@%h",
             ],
             cwd=REPO_ROOT,
             env=env,
@@ -133,4 +149,7 @@ def test_a_turn_running_on_a_worker_is_cancelled_from_another_process(redis_url:
         assert _wait_for(lambda: Turn.objects.get(pk=turn.pk).is_finished, 10), "not stopped within 10 s"
     turn.refresh_from_db()
     assert turn.status == Turn.Status.CANCELLED
-    assert Step.objects.filter(turn=turn).order_by("-seq").values_list("title", flat=True)[0] == "cancelled by alice"
+    assert (
+        Step.objects.filter(turn=turn).order_by("-seq").values_list("title", flat=True)[0]
+        == "cancelled by alice"
+    )

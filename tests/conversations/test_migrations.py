@@ -69,19 +69,29 @@ def test_0015_keeps_records_made_before_keyed_sealing_verifiable_under_their_old
     before = [("conversations", "0014_turn_lifecycle")]
     old = _migrate(before).loader.project_state(before).apps
     owner = old.get_model("auth", "User").objects.create(username="alice")
-    profile = old.get_model("conversations", "ModelProfile").objects.create(name="p", model="demo", is_demo=True)
+    profile = old.get_model("conversations", "ModelProfile").objects.create(
+        name="p", model="demo", is_demo=True
+    )
     conversation = old.get_model("conversations", "Conversation").objects.create(
         owner=owner, title="old", model_profile=profile
     )
     turn = old.get_model("conversations", "Turn").objects.create(
-        conversation=conversation, seq=1, question="?", answer="!", status="done", paradigm="native", tool_choice="auto"
+        conversation=conversation,
+        seq=1,
+        question="?",
+        answer="!",
+        status="done",
+        paradigm="native",
+        tool_choice="auto",
     )
     OldExchange = old.get_model("conversations", "Exchange")
     previous = integrity.GENESIS
     for seq, label in enumerate(("POST /chat/completions", "tools/call"), start=1):
         row = OldExchange(turn=turn, conversation_id=conversation.pk, seq=seq, channel="llm", label=label)
         # The rule the previous version wrote: unkeyed SHA-256 over the content and the link.
-        legacy = Exchange(**{field: getattr(row, field) for field in ("seq", "channel", "label", "started_at")})
+        legacy = Exchange(
+            **{field: getattr(row, field) for field in ("seq", "channel", "label", "started_at")}
+        )
         legacy.chain_version = integrity.LEGACY
         row.prev_hash, row.hash = previous, integrity.exchange_digest(legacy, turn_seq=1, previous=previous)
         previous = row.hash

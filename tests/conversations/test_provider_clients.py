@@ -100,10 +100,16 @@ def test_the_provider_caches_keep_no_api_key_after_a_call() -> None:
         "model": "m",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
     }
-    http.endpoint_transport.set(target, httpx2.MockTransport(lambda request: httpx2.Response(200, json=reply_body)))
+    http.endpoint_transport.set(
+        target, httpx2.MockTransport(lambda request: httpx2.Response(200, json=reply_body))
+    )
 
-    reply = OpenAIChatProvider(target).complete(ModelRequest(messages=[Message(role="user", content="hello")]))
-    http.post_json(target, f"{target.base_url}/chat/completions", {"model": "m"}, {"authorization": "Bearer x"})
+    reply = OpenAIChatProvider(target).complete(
+        ModelRequest(messages=[Message(role="user", content="hello")])
+    )
+    http.post_json(
+        target, f"{target.base_url}/chat/completions", {"model": "m"}, {"authorization": "Bearer x"}
+    )
 
     assert reply.text == "hi"
     assert target in openai_chat._clients and target in http._clients

@@ -22,7 +22,9 @@ def published(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     return seen
 
 
-def test_a_secret_arriving_in_pieces_is_held_back_until_it_can_be_redacted(published: list[dict[str, Any]]) -> None:
+def test_a_secret_arriving_in_pieces_is_held_back_until_it_can_be_redacted(
+    published: list[dict[str, Any]],
+) -> None:
     recorder = TurnRecorder(TurnFactory())
     sink = recorder.partial_sink(1)
 
@@ -40,7 +42,9 @@ def test_growing_arguments_show_only_finished_values(published: list[dict[str, A
     recorder = TurnRecorder(TurnFactory())
 
     recorder.partial_sink(1)(
-        PartialReply(text="", calls=(PartialCall(index=0, id="c1", name="login", arguments='{"token": "' + KEY[:20]),))
+        PartialReply(
+            text="", calls=(PartialCall(index=0, id="c1", name="login", arguments='{"token": "' + KEY[:20]),)
+        )
     )
     shown = published[-1]["calls"][0]
 

@@ -35,9 +35,13 @@ KEYS = [
 
 
 @pytest.mark.parametrize(("secret", "kind"), KEYS)
-def test_each_builtin_pattern_redacts_its_secrets_alone_and_inside_a_long_json_body(secret: str, kind: str) -> None:
+def test_each_builtin_pattern_redacts_its_secrets_alone_and_inside_a_long_json_body(
+    secret: str, kind: str
+) -> None:
     redact = redactor()
-    body = json.dumps({"messages": [{"role": "user", "content": "the running totals, one call at a time " * 200}]})
+    body = json.dumps(
+        {"messages": [{"role": "user", "content": "the running totals, one call at a time " * 200}]}
+    )
     long_text = body[:4000] + f" {secret} " + body[4000:]
 
     assert redact.text(secret) == f"[REDACTED:{kind}]"
@@ -46,7 +50,9 @@ def test_each_builtin_pattern_redacts_its_secrets_alone_and_inside_a_long_json_b
 
 
 def test_text_without_secrets_comes_back_unchanged() -> None:
-    text = json.dumps({"content": [{"type": "text", "text": "Sunny, 21 °C in Beijing; high of 24 — İstanbul"}]})
+    text = json.dumps(
+        {"content": [{"type": "text", "text": "Sunny, 21 °C in Beijing; high of 24 — İstanbul"}]}
+    )
 
     assert redactor().text(text) == text
 
@@ -54,7 +60,9 @@ def test_text_without_secrets_comes_back_unchanged() -> None:
 def test_staff_rules_and_run_secrets_are_always_applied() -> None:
     redact = redactor(rules=[("ticket", r"TCK-\d{4}")], secrets=["hunter2-swordfish", "abc"])
 
-    assert redact.text("see TCK-1234 with hunter2-swordfish") == "see [REDACTED:ticket] with [REDACTED:secret]"
+    assert (
+        redact.text("see TCK-1234 with hunter2-swordfish") == "see [REDACTED:ticket] with [REDACTED:secret]"
+    )
     # Secrets shorter than 6 characters are ignored: replacing them everywhere protects nothing.
     assert redact.text("abc") == "abc"
 
@@ -67,11 +75,17 @@ def test_the_active_redactor_knows_every_configured_secret_value(monkeypatch: py
     monkeypatch.setenv("H4_UNIT_KEY", "unit-profile-key-0042")
     monkeypatch.setenv("H4_UNIT_REF", "unit-referenced-0042")
     ModelProfileFactory(api_key_env="H4_UNIT_KEY")
-    McpServerFactory(env={"A": seal("unit-sealed-env-0042"), "B": "${H4_UNIT_REF}", "PLAIN": "not-a-secret-0042"})
-    McpServerFactory(transport="http", url="http://127.0.0.1:9/mcp", headers={"X-Key": seal("unit-header-0042")})
+    McpServerFactory(
+        env={"A": seal("unit-sealed-env-0042"), "B": "${H4_UNIT_REF}", "PLAIN": "not-a-secret-0042"}
+    )
+    McpServerFactory(
+        transport="http", url="http://127.0.0.1:9/mcp", headers={"X-Key": seal("unit-header-0042")}
+    )
 
     redact = active_redactor()
-    text = "unit-profile-key-0042 unit-referenced-0042 unit-sealed-env-0042 unit-header-0042 not-a-secret-0042"
+    text = (
+        "unit-profile-key-0042 unit-referenced-0042 unit-sealed-env-0042 unit-header-0042 not-a-secret-0042"
+    )
 
     assert redact.text(text) == " ".join(["[REDACTED:secret]"] * 4 + ["not-a-secret-0042"])
 

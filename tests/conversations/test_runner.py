@@ -257,7 +257,9 @@ def tool_steps_refused() -> Iterator[None]:
         )
     yield
     with connection.cursor() as cursor:
-        cursor.execute("DROP TRIGGER refuse_tool_step ON conversations_step; DROP FUNCTION refuse_tool_step()")
+        cursor.execute(
+            "DROP TRIGGER refuse_tool_step ON conversations_step; DROP FUNCTION refuse_tool_step()"
+        )
 
 
 @pytest.mark.postgres

@@ -51,7 +51,9 @@ class _ScriptedModel(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 — the http.server hook
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         key = self.headers.get("Authorization", "").removeprefix("Bearer ")
-        tool = next(t["function"]["name"] for t in body["tools"] if t["function"]["name"].endswith("env_value"))
+        tool = next(
+            t["function"]["name"] for t in body["tools"] if t["function"]["name"].endswith("env_value")
+        )
         results = [m["content"] for m in body["messages"] if m["role"] == "tool"]
         asks = ["H4_SEALED", "H4_REFERENCED", key]
         if len(results) < len(asks):
@@ -145,7 +147,9 @@ def _database_dump() -> str:
             for row in cursor.fetchall():
                 parts.append(
                     " ".join(
-                        bytes(value).decode("utf-8", "replace") if isinstance(value, bytes | memoryview) else str(value)
+                        bytes(value).decode("utf-8", "replace")
+                        if isinstance(value, bytes | memoryview)
+                        else str(value)
                         for value in row
                     )
                 )
@@ -175,7 +179,10 @@ def _pages(client: Client, conversation: Conversation, operation: Operation) -> 
         reverse("servers-detail", args=["remote"]),
         reverse("inspector-conversations"),
     ]
-    urls += [reverse("inspector-conversation-export", args=[public_id]) + f"?format={fmt}" for fmt in EXPORT_FORMATS]
+    urls += [
+        reverse("inspector-conversation-export", args=[public_id]) + f"?format={fmt}"
+        for fmt in EXPORT_FORMATS
+    ]
     for turn in conversation.turns.all():
         urls.append(reverse("inspector-turn", args=[public_id, turn.pk]))
         urls.append(reverse("inspector-turn-steps", args=[public_id, turn.pk]) + "?before=999")
@@ -185,7 +192,9 @@ def _pages(client: Client, conversation: Conversation, operation: Operation) -> 
         urls.append(reverse("admin:conversations_step_change", args=[step.pk]))
     for exchange in Exchange.objects.filter(turn__conversation=conversation):
         for part in ("request", "response"):
-            urls.append(reverse("inspector-exchange-body", args=[public_id, exchange.pk]) + f"?part={part}&raw=1")
+            urls.append(
+                reverse("inspector-exchange-body", args=[public_id, exchange.pk]) + f"?part={part}&raw=1"
+            )
         urls.append(reverse("admin:conversations_exchange_change", args=[exchange.pk]))
     urls += [
         reverse("admin:conversations_conversation_change", args=[conversation.pk]),
@@ -203,7 +212,9 @@ def _pages(client: Client, conversation: Conversation, operation: Operation) -> 
 
 
 def test_planted_secrets_echoed_back_are_written_nowhere(
-    planted: tuple[User, ModelProfile, McpServer], capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+    planted: tuple[User, ModelProfile, McpServer],
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     admin, profile, server = planted
     caplog.set_level(logging.DEBUG)
@@ -218,10 +229,18 @@ def test_planted_secrets_echoed_back_are_written_nowhere(
     second = turn_start(conversation=conversation, question=f"Again, with {PATTERN_KEY}", dispatch=False)
     turn_run(turn_id=second.pk)
     operation = operation_start(
-        server=server, user=admin, kind=Operation.Kind.TOOLS_CALL, target="env_value", arguments={"name": "H4_SEALED"}
+        server=server,
+        user=admin,
+        kind=Operation.Kind.TOOLS_CALL,
+        target="env_value",
+        arguments={"name": "H4_SEALED"},
     )
     echo = operation_start(
-        server=server, user=admin, kind=Operation.Kind.TOOLS_CALL, target="env_value", arguments={"name": PROFILE_KEY}
+        server=server,
+        user=admin,
+        kind=Operation.Kind.TOOLS_CALL,
+        target="env_value",
+        arguments={"name": PROFILE_KEY},
     )
     logging.getLogger("conversations.sweep").warning("a log line with %s and %s", PROFILE_KEY, SEALED_ENV)
     try:

@@ -606,7 +606,9 @@ def test_an_edited_signed_export_of_another_installation_is_refused_naming_the_r
     tool = next(step for step in document["turns"][0]["steps"] if step["kind"] == "tool")
     tool["result"] = {"content": [{"type": "text", "text": "forged"}]}
 
-    with pytest.raises(TranscriptError, match=rf"signature does not verify at turn 1, step {tool['seq']}: the step"):
+    with pytest.raises(
+        TranscriptError, match=rf"signature does not verify at turn 1, step {tool['seq']}: the step"
+    ):
         transcript_import(data=_canonical(document), owner=User.objects.create_user("bob"))
 
 
@@ -616,7 +618,8 @@ def test_a_file_made_before_keyed_sealing_imports_as_an_unkeyed_chain_and_is_sea
     previous = GENESIS
     turn = document["turns"][0]
     for _, exchange in sorted(
-        [(None, e) for e in turn["exchanges"]] + [(s["seq"], e) for s in turn["steps"] for e in s["exchanges"]],
+        [(None, e) for e in turn["exchanges"]]
+        + [(s["seq"], e) for s in turn["steps"] for e in s["exchanges"]],
         key=lambda pair: (pair[1]["seq"], pair[1]["id"]),
     ):
         del exchange["chain_version"]
@@ -635,7 +638,10 @@ def test_a_file_made_before_keyed_sealing_imports_as_an_unkeyed_chain_and_is_sea
 
 def _legacy_hash(exchange: dict[str, Any], turn_seq: int, previous: str) -> str:
     row = Exchange(
-        **{key: exchange[key] for key in ("seq", "channel", "direction", "label", "jsonrpc_id", "status", "error")},
+        **{
+            key: exchange[key]
+            for key in ("seq", "channel", "direction", "label", "jsonrpc_id", "status", "error")
+        },
         request_headers=exchange["request_headers"],
         request_body=exchange["request_body"],
         response_headers=exchange["response_headers"],

@@ -47,7 +47,9 @@ new MutationObserver(function () {
 """
 
 
-def test_the_badge_is_updated_live_as_each_turn_is_sealed(inspector_server: InspectorServer, page: Page) -> None:
+def test_the_badge_is_updated_live_as_each_turn_is_sealed(
+    inspector_server: InspectorServer, page: Page
+) -> None:
     page.add_init_script(RECORD_BADGE)
     _log_in_and_ask(inspector_server, page)
     badge = page.locator("#chain-badge")

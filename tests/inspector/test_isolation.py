@@ -114,7 +114,9 @@ EXPECTED: dict[str, Expect] = {
     "demo-model-messages": Expect("POST", PUBLIC),
     "demo-model-models": Expect("GET", PUBLIC),
     "demo-model-gemini-generate": Expect("POST", PUBLIC, "/demo-model/v1beta/models/demo:generateContent"),
-    "demo-model-gemini-stream": Expect("POST", PUBLIC, "/demo-model/v1beta/models/demo:streamGenerateContent"),
+    "demo-model-gemini-stream": Expect(
+        "POST", PUBLIC, "/demo-model/v1beta/models/demo:streamGenerateContent"
+    ),
 }
 
 
@@ -188,15 +190,29 @@ def world(db: None, settings: Any) -> World:
         status=Operation.Status.RUNNING,
         result={"content": [{"type": "text", "text": MARK}]},
     )
-    wire = ExchangeFactory(mcp=True, step=None, turn=None, server=server, request_body=f'{{"path": "{MARK}"}}')
+    wire = ExchangeFactory(
+        mcp=True, step=None, turn=None, server=server, request_body=f'{{"path": "{MARK}"}}'
+    )
     operation.exchanges.add(wire)
     ExchangeFactory(mcp=True, step=None, turn=None, server=server, label="stderr", response_body=MARK)
     question = PendingInput.objects.create(operation=operation, params={"message": f"{MARK} may I?"})
-    saved = SavedCall.objects.create(server=server, owner=alice, name=f"{MARK} call", tool="read", baseline=operation)
-    read_tool = [{"name": "read", "description": "Read one file from the workspace.", "inputSchema": {"type": "object"}}]
+    saved = SavedCall.objects.create(
+        server=server, owner=alice, name=f"{MARK} call", tool="read", baseline=operation
+    )
+    read_tool = [
+        {
+            "name": "read",
+            "description": "Read one file from the workspace.",
+            "inputSchema": {"type": "object"},
+        }
+    ]
     for owner, listed in ((bob, server), (alice, notes)):
         Operation.objects.create(
-            server=listed, user=owner, kind=Operation.Kind.TOOLS_LIST, status=Operation.Status.OK, result=read_tool
+            server=listed,
+            user=owner,
+            kind=Operation.Kind.TOOLS_LIST,
+            status=Operation.Status.OK,
+            result=read_tool,
         )
     values = {
         "exchange_id": exchange.pk,
@@ -212,7 +228,9 @@ def world(db: None, settings: Any) -> World:
         "app_label": "servers",
     }
     del decide
-    return World(alice, bob, conversation, turn, server, operation, question, saved, str(comparison.public_id), values)
+    return World(
+        alice, bob, conversation, turn, server, operation, question, saved, str(comparison.public_id), values
+    )
 
 
 def _url(route: Route, world: World) -> str:
@@ -237,13 +255,17 @@ def _url(route: Route, world: World) -> str:
 def test_every_url_pattern_is_in_the_table() -> None:
     missing = [route.key for route in routes() if not _is_admin(route) and route.key not in EXPECTED]
 
-    assert missing == [], f"decide what a second user gets at these new URLs and add them to EXPECTED: {missing}"
+    assert missing == [], (
+        f"decide what a second user gets at these new URLs and add them to EXPECTED: {missing}"
+    )
 
 
 def _request(client: Client, method: str, url: str) -> Any:
     if method == "GET":
         return client.get(url)
-    return client.post(url, {"action": "accept", "content": "{}", "arguments": "{}", "uri": "file:///x", "prompt": "p"})
+    return client.post(
+        url, {"action": "accept", "content": "{}", "arguments": "{}", "uri": "file:///x", "prompt": "p"}
+    )
 
 
 def test_bob_gets_nothing_of_alices_at_any_url(world: World) -> None:
@@ -275,7 +297,9 @@ def test_bob_gets_nothing_of_alices_at_any_url(world: World) -> None:
     assert SavedCall.objects.filter(pk=world.saved.pk).exists()
     assert not Operation.objects.filter(user=world.bob).exclude(kind=Operation.Kind.TOOLS_LIST).exists()
     assert world.conversation.turns.count() == 1
-    assert not AuditEvent.objects.filter(actor=world.bob, conversation_public_id=world.conversation.public_id).exists()
+    assert not AuditEvent.objects.filter(
+        actor=world.bob, conversation_public_id=world.conversation.public_id
+    ).exists()
     assert not Exchange.objects.filter(turn__conversation__owner=world.bob).exists()
 
 
@@ -307,11 +331,15 @@ def test_the_staff_only_answers_say_why(world: World) -> None:
 
 
 def test_the_one_websocket_route_is_the_one_walked_below() -> None:
-    assert [str(pattern.pattern) for pattern in websocket_urlpatterns] == ["ws/conversations/<uuid:public_id>/"]
+    assert [str(pattern.pattern) for pattern in websocket_urlpatterns] == [
+        "ws/conversations/<uuid:public_id>/"
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_bobs_websocket_to_alices_conversation_is_closed_as_not_found(async_db_connections: None) -> None:
+async def test_bobs_websocket_to_alices_conversation_is_closed_as_not_found(
+    async_db_connections: None,
+) -> None:
     alice = await User.objects.acreate(username="alice")
     bob = await User.objects.acreate(username="bob")
     conversation = await sync_to_async(ConversationFactory)(owner=alice)

@@ -444,7 +444,9 @@ def test_staff_may_start_a_conversation_with_any_stdio_server(client: Client) ->
     private = McpServerFactory(name="local-tools")
 
     html = client.get(reverse("inspector-conversations")).content.decode()
-    response = client.post(reverse("inspector-conversation-create"), new_conversation_data(servers=[private.pk]))
+    response = client.post(
+        reverse("inspector-conversation-create"), new_conversation_data(servers=[private.pk])
+    )
 
     assert "disabled" not in html[html.index(f'value="{private.pk}"') :].split(">", 1)[0]
     assert response.status_code == 302

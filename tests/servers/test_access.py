@@ -51,7 +51,9 @@ def a_call(server: McpServer, user: User, path: str = "alice-notes.txt") -> Oper
         result={"content": [{"type": "text", "text": f"the text of {path}"}]},
     )
     operation.exchanges.add(
-        ExchangeFactory(mcp=True, step=None, turn=None, server=server, request_body=json.dumps({"path": path}))
+        ExchangeFactory(
+            mcp=True, step=None, turn=None, server=server, request_body=json.dumps({"path": path})
+        )
     )
     return operation
 
@@ -72,7 +74,10 @@ def test_an_operation_is_seen_by_its_user_her_team_mate_and_staff_only(people: d
 
 def test_an_operation_from_the_command_line_is_for_staff_only(people: dict[str, User]) -> None:
     operation = Operation.objects.create(
-        server=McpServerFactory(name="files"), user=None, source=Operation.Source.CLI, kind=Operation.Kind.CONNECT
+        server=McpServerFactory(name="files"),
+        user=None,
+        source=Operation.Source.CLI,
+        kind=Operation.Kind.CONNECT,
     )
 
     assert client_for(people["alice"]).get(f"/servers/op/{operation.public_id}/").status_code == 404
@@ -92,7 +97,9 @@ def test_carol_cannot_answer_alices_question_but_her_team_mate_can(people: dict[
     assert question.status == PendingInput.Status.DECLINED
 
 
-def test_a_saved_call_is_listed_run_and_deleted_by_its_team_only(people: dict[str, User], settings: Any) -> None:
+def test_a_saved_call_is_listed_run_and_deleted_by_its_team_only(
+    people: dict[str, User], settings: Any
+) -> None:
     settings.WORKBENCH_RUNNER = "inline"
     server = McpServerFactory(name="files")
     saved = SavedCall.objects.create(server=server, owner=people["alice"], name="alice-weekly", tool="read")
@@ -125,7 +132,14 @@ def _listed(server: McpServer, user: User | None, tools: list[str]) -> None:
         user=user,
         kind=Operation.Kind.TOOLS_LIST,
         status=Operation.Status.OK,
-        result=[{"name": name, "description": "Read one file from the workspace.", "inputSchema": {"type": "object"}} for name in tools],
+        result=[
+            {
+                "name": name,
+                "description": "Read one file from the workspace.",
+                "inputSchema": {"type": "object"},
+            }
+            for name in tools
+        ],
     )
 
 
@@ -147,7 +161,9 @@ def test_a_lint_finding_names_only_conversations_the_viewer_may_see(people: dict
 
 def lint_text(server: McpServer, user: User) -> str:
     _, reports, overall = selectors.server_tool_reports(server=server, user=user)
-    return " ".join(finding.message for finding in [*overall, *(f for report in reports for f in report.findings)])
+    return " ".join(
+        finding.message for finding in [*overall, *(f for report in reports for f in report.findings)]
+    )
 
 
 def test_a_listing_made_by_someone_else_is_not_shown(people: dict[str, User]) -> None:
@@ -158,18 +174,24 @@ def test_a_listing_made_by_someone_else_is_not_shown(people: dict[str, User]) ->
     assert "alices_private_tool" in client_for(people["bob"]).get("/servers/files/").content.decode()
 
 
-def test_the_transcript_shows_a_non_owner_their_own_operations_and_turns_only(people: dict[str, User]) -> None:
+def test_the_transcript_shows_a_non_owner_their_own_operations_and_turns_only(
+    people: dict[str, User],
+) -> None:
     server = McpServerFactory(name="files")
     alices = a_call(server, people["alice"])
     carols = a_call(server, people["carol"], "carol-todo.txt")
-    unclaimed = ExchangeFactory(mcp=True, step=None, turn=None, server=server, label="stderr", response_body="boot")
+    unclaimed = ExchangeFactory(
+        mcp=True, step=None, turn=None, server=server, label="stderr", response_body="boot"
+    )
     alice_turn = TurnFactory(conversation=ConversationFactory(owner=people["alice"]))
     carol_turn = TurnFactory(conversation=ConversationFactory(owner=people["carol"]))
     in_alices_turn = ExchangeFactory(mcp=True, server=server, step=None, turn=alice_turn)
     in_carols_turn = ExchangeFactory(mcp=True, server=server, step=None, turn=carol_turn)
 
     def shown(user: User, turns: bool) -> set[int]:
-        return set(selectors.server_transcript(server=server, user=user, turns=turns).values_list("pk", flat=True))
+        return set(
+            selectors.server_transcript(server=server, user=user, turns=turns).values_list("pk", flat=True)
+        )
 
     alice_ops = set(alices.exchanges.values_list("pk", flat=True))
     carol_ops = set(carols.exchanges.values_list("pk", flat=True))
@@ -177,7 +199,9 @@ def test_the_transcript_shows_a_non_owner_their_own_operations_and_turns_only(pe
     assert shown(people["carol"], True) == carol_ops | {in_carols_turn.pk}
     assert shown(people["bob"], True) == alice_ops | {in_alices_turn.pk}
     assert shown(people["dave"], False) == alice_ops | carol_ops | {unclaimed.pk}
-    assert shown(people["dave"], True) == set(Exchange.objects.filter(server=server).values_list("pk", flat=True))
+    assert shown(people["dave"], True) == set(
+        Exchange.objects.filter(server=server).values_list("pk", flat=True)
+    )
     export = client_for(people["carol"]).get("/servers/files/transcript.json?turns=1").json()
     page = client_for(people["carol"]).get("/servers/files/transcript?turns=1").content.decode()
     assert len(export["messages"]) == 2 and "alice-notes" not in json.dumps(export)
@@ -201,7 +225,9 @@ def test_only_staff_may_start_a_stdio_server_unless_it_allows_everyone(people: d
 
 
 def test_an_http_server_is_anyones_to_call() -> None:
-    server = McpServerFactory(name="remote", transport="http", command="", args=[], url="https://mcp.example.com/mcp")
+    server = McpServerFactory(
+        name="remote", transport="http", command="", args=[], url="https://mcp.example.com/mcp"
+    )
     carol = User.objects.create_user("carol")
 
     assert selectors.server_spawn_refusal(server=server, user=carol) == ""
@@ -241,7 +267,11 @@ def test_a_server_that_allows_everyone_is_started_for_a_non_staff_user(settings:
 def test_the_connect_step_says_why_a_server_was_not_started_and_the_turn_goes_on() -> None:
     carol = User.objects.create_user("carol")
     files = McpServer.objects.create(
-        name="files", transport="stdio", command=sys.executable, args=["-m", "servers.demo_server"], cwd=str(REPO_ROOT)
+        name="files",
+        transport="stdio",
+        command=sys.executable,
+        args=["-m", "servers.demo_server"],
+        cwd=str(REPO_ROOT),
     )
     _, turn = conversation_start(
         owner=carol,

@@ -103,7 +103,9 @@ def test_the_person_answers_the_servers_question_in_the_page_and_the_call_comple
     if era == "modern":
         # One logical call: the first round came back input_required, the retry carried the answer.
         assert sent.count("tools/call") == 2 and "elicitation/create" not in sent
-        first, retry = [e for e in selectors.operation_exchanges(operation=operation) if e.label == "tools/call"]
+        first, retry = [
+            e for e in selectors.operation_exchanges(operation=operation) if e.label == "tools/call"
+        ]
         assert '"input_required"' in first.response_body
         assert "inputResponses" in retry.request_body and '"duplicate"' in retry.request_body
     else:
@@ -134,7 +136,11 @@ def test_sampling_is_answered_by_the_chosen_model_and_its_call_is_recorded_under
     server = asking(era, sampling_profile=demo_profile_ensure())
 
     operation = services.operation_start(
-        server=server, user=None, kind=Operation.Kind.TOOLS_CALL, target="one_line_about", arguments={"topic": "tea"}
+        server=server,
+        user=None,
+        kind=Operation.Kind.TOOLS_CALL,
+        target="one_line_about",
+        arguments={"topic": "tea"},
     )
 
     assert operation.status == "ok", operation.error
@@ -146,11 +152,17 @@ def test_sampling_is_answered_by_the_chosen_model_and_its_call_is_recorded_under
     assert model_calls[0].response_body
 
 
-def test_without_a_sampling_model_the_capability_is_not_offered_and_the_error_says_so(workbench: None) -> None:
+def test_without_a_sampling_model_the_capability_is_not_offered_and_the_error_says_so(
+    workbench: None,
+) -> None:
     server = asking("legacy")
 
     operation = services.operation_start(
-        server=server, user=None, kind=Operation.Kind.TOOLS_CALL, target="one_line_about", arguments={"topic": "tea"}
+        server=server,
+        user=None,
+        kind=Operation.Kind.TOOLS_CALL,
+        target="one_line_about",
+        arguments={"topic": "tea"},
     )
 
     # No model configured: the workbench does not offer sampling, and the server says so.
@@ -161,7 +173,9 @@ def test_without_a_sampling_model_the_capability_is_not_offered_and_the_error_sa
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 def test_roots_come_from_the_servers_configured_list(workbench: None, era: str) -> None:
-    server = asking(era, roots=[{"uri": "file:///srv/data", "name": "data"}, {"uri": "file:///srv/logs", "name": "logs"}])
+    server = asking(
+        era, roots=[{"uri": "file:///srv/data", "name": "data"}, {"uri": "file:///srv/logs", "name": "logs"}]
+    )
 
     operation = services.operation_start(
         server=server, user=None, kind=Operation.Kind.TOOLS_CALL, target="count_roots", arguments={}

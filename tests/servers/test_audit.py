@@ -77,7 +77,10 @@ def test_changing_the_command_is_audited_with_before_and_after(dave: User) -> No
     client = client_for(dave)
     client.post("/servers/new", form())
 
-    client.post("/servers/files/edit", form(command="/usr/bin/env", args="sh\n-c\nrm -rf /", secret_env=f"SERVICE_TOKEN={MASK}"))
+    client.post(
+        "/servers/files/edit",
+        form(command="/usr/bin/env", args="sh\n-c\nrm -rf /", secret_env=f"SERVICE_TOKEN={MASK}"),
+    )
 
     (changed,) = events("server.changed")
     assert changed.detail["before"]["command"] == sys.executable
@@ -115,7 +118,11 @@ def test_disabling_and_enabling_are_audited_as_such(dave: User) -> None:
     client.post("/servers/files/toggle")
     client.post("/servers/files/toggle")
 
-    assert [e.action for e in AuditEvent.objects.order_by("pk")] == ["server.created", "server.disabled", "server.enabled"]
+    assert [e.action for e in AuditEvent.objects.order_by("pk")] == [
+        "server.created",
+        "server.disabled",
+        "server.enabled",
+    ]
     assert events("server.disabled")[0].detail["after"]["enabled"] is False
 
 
@@ -149,7 +156,8 @@ def test_the_admin_changes_and_deletes_through_the_audited_service(dave: User) -
     server = McpServer.objects.get(name="files")
 
     response = client.post(
-        f"/admin/servers/mcpserver/{server.pk}/change/", _admin_form(server, command="/bin/sh", allow_non_staff_spawn="on")
+        f"/admin/servers/mcpserver/{server.pk}/change/",
+        _admin_form(server, command="/bin/sh", allow_non_staff_spawn="on"),
     )
     assert response.status_code == 302, response.content.decode()[:2000]
     deleted = client.post(f"/admin/servers/mcpserver/{server.pk}/delete/", {"post": "yes"})
@@ -157,11 +165,16 @@ def test_the_admin_changes_and_deletes_through_the_audited_service(dave: User) -
     assert deleted.status_code == 302 and not McpServer.objects.filter(pk=server.pk).exists()
     (changed,) = events("server.changed")
     assert changed.via == "admin" and changed.actor == dave
-    assert changed.detail["before"]["command"] == sys.executable and changed.detail["after"]["command"] == "/bin/sh"
+    assert (
+        changed.detail["before"]["command"] == sys.executable
+        and changed.detail["after"]["command"] == "/bin/sh"
+    )
     assert changed.detail["before"]["allow_non_staff_spawn"] is False
     assert changed.detail["after"]["allow_non_staff_spawn"] is True
     (gone,) = events("server.deleted")
-    assert gone.via == "admin" and gone.detail["before"]["command"] == "/bin/sh" and gone.detail["after"] is None
+    assert (
+        gone.via == "admin" and gone.detail["before"]["command"] == "/bin/sh" and gone.detail["after"] is None
+    )
     for event in AuditEvent.objects.all():
         assert SECRET not in json.dumps(event.detail)
 
@@ -172,19 +185,34 @@ def test_the_admin_bulk_delete_action_is_audited_per_server(dave: User) -> None:
     client.post("/servers/new", form(name="notes"))
     ids = list(McpServer.objects.values_list("pk", flat=True))
 
-    client.post("/admin/servers/mcpserver/", {"action": "delete_selected", "_selected_action": ids, "post": "yes"})
+    client.post(
+        "/admin/servers/mcpserver/", {"action": "delete_selected", "_selected_action": ids, "post": "yes"}
+    )
 
     assert not McpServer.objects.exists()
     assert sorted(e.subject for e in events("server.deleted")) == ["files", "notes"]
 
 
 def test_the_command_line_registration_is_audited_as_the_system(dave: User) -> None:
-    call_command("server", "add", "cli-files", "--secret-env", f"SERVICE_TOKEN={SECRET}", "--", sys.executable, "-m", "servers.demo_server")
+    call_command(
+        "server",
+        "add",
+        "cli-files",
+        "--secret-env",
+        f"SERVICE_TOKEN={SECRET}",
+        "--",
+        sys.executable,
+        "-m",
+        "servers.demo_server",
+    )
     call_command("server", "add", "cli-files", "--", "/bin/true")
 
     created, changed = events("server.created")[0], events("server.changed")[0]
     assert created.via == "cli" and created.actor is None and created.actor_name.startswith("system")
-    assert changed.detail["before"]["command"] == sys.executable and changed.detail["after"]["command"] == "/bin/true"
+    assert (
+        changed.detail["before"]["command"] == sys.executable
+        and changed.detail["after"]["command"] == "/bin/true"
+    )
     assert changed.detail["values_changed"]["env"] == ["SERVICE_TOKEN"]
     assert_no_values(created)
 
@@ -229,7 +257,10 @@ def test_staff_allow_everyone_to_start_a_server_from_the_form_and_it_is_audited(
 
     assert McpServer.objects.get(name="files").allow_non_staff_spawn
     (changed,) = events("server.changed")
-    assert (changed.detail["before"]["allow_non_staff_spawn"], changed.detail["after"]["allow_non_staff_spawn"]) == (False, True)
+    assert (
+        changed.detail["before"]["allow_non_staff_spawn"],
+        changed.detail["after"]["allow_non_staff_spawn"],
+    ) == (False, True)
     edit_page = client.get("/servers/files/edit").content.decode()
     assert re.search(r'<input[^>]*name="allow_non_staff_spawn"[^>]*checked', edit_page)
 

@@ -323,7 +323,9 @@ def test_over_http_settle_gives_up_after_its_budget_and_finish_records_the_notif
     tap, capture = Tap(body_limit=BODY_LIMIT, http=True), Capture()
     with within(capture):
         tap.observe("send", notification("notifications/cancelled", {"requestId": 4}))
-    tap.http_request("POST", "/mcp", httpx2.Headers({}), b'{"jsonrpc":"2.0","method":"notifications/cancelled"}')
+    tap.http_request(
+        "POST", "/mcp", httpx2.Headers({}), b'{"jsonrpc":"2.0","method":"notifications/cancelled"}'
+    )
 
     async def operation_ends() -> None:
         await tap.settle(capture, seconds=0.05)

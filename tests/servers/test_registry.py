@@ -45,7 +45,9 @@ def test_bob_who_is_not_staff_cannot_register_a_server(client: Client, workbench
     assert not McpServer.objects.filter(name="notes").exists()
 
 
-def test_bob_cannot_edit_disable_or_respawn_a_stdio_server(client: Client, workbench: None, bob: User) -> None:
+def test_bob_cannot_edit_disable_or_respawn_a_stdio_server(
+    client: Client, workbench: None, bob: User
+) -> None:
     server = McpServerFactory(name="files")
     client.force_login(bob)
 
@@ -115,7 +117,8 @@ def test_an_http_server_needs_a_url_and_its_authorization_header_is_sealed(
 
     missing = client.post("/servers/new", base)
     saved = client.post(
-        "/servers/new", base | {"url": "https://mcp.example.com/mcp", "headers": f"Authorization: Bearer {SECRET}"}
+        "/servers/new",
+        base | {"url": "https://mcp.example.com/mcp", "headers": f"Authorization: Bearer {SECRET}"},
     )
 
     assert missing.status_code == 400 and b"needs its URL" in missing.content

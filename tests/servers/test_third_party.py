@@ -51,8 +51,13 @@ def register(name: str, command: list[str], **fields: Any) -> McpServer:
         owner=None,
         # An administrator let everyone start these servers: bob, no staff, drives them in the browser.
         fields={
-            "name": name, "transport": "stdio", "command": command[0], "args": command[1:], "call_timeout": 30.0,
-            "allow_non_staff_spawn": True, **fields,
+            "name": name,
+            "transport": "stdio",
+            "command": command[0],
+            "args": command[1:],
+            "call_timeout": 30.0,
+            "allow_non_staff_spawn": True,
+            **fields,
         },
         env={},
         secret_env={},
@@ -107,9 +112,14 @@ def threaded(settings: Any) -> None:
 def sample_value(prop: dict[str, Any]) -> Any:
     if "enum" in prop:
         return prop["enum"][0]
-    return {"string": "hello inspector", "number": 2, "integer": 2, "boolean": True, "array": [], "object": {}}[
-        prop.get("type", "string")
-    ]
+    return {
+        "string": "hello inspector",
+        "number": 2,
+        "integer": 2,
+        "boolean": True,
+        "array": [],
+        "object": {},
+    }[prop.get("type", "string")]
 
 
 def arguments_from_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -169,7 +179,9 @@ def test_every_tool_of_server_everything_is_called_from_its_form_and_every_conte
         form = client.get(f"/servers/{everything.name}/tools/{name}")
         assert form.status_code == 200 and 'id="input-schema"' in form.content.decode()
         arguments = arguments_from_schema(tools[name]["inputSchema"]) | OVERRIDES.get(name, {})
-        response = client.post(f"/servers/{everything.name}/tools/{name}", {"arguments": json.dumps(arguments)})
+        response = client.post(
+            f"/servers/{everything.name}/tools/{name}", {"arguments": json.dumps(arguments)}
+        )
         assert response.status_code == 302, response.content.decode()[:2000]
         pages[name] = client.get(response["Location"]).content.decode()
 
@@ -191,9 +203,15 @@ def test_every_tool_of_server_everything_is_called_from_its_form_and_every_conte
     # Annotations on content blocks, images, links and embedded resources are all drawn.
     annotated = calls["get-annotated-message"].result["content"][0]
     assert annotated["annotations"]["priority"] == 1.0
-    assert "priority 1" in pages["get-annotated-message"] and "audience: user, assistant" in pages["get-annotated-message"]
+    assert (
+        "priority 1" in pages["get-annotated-message"]
+        and "audience: user, assistant" in pages["get-annotated-message"]
+    )
     assert pages["get-tiny-image"].count('src="data:image/png;base64,') == 1
-    assert "resource link" in pages["get-resource-links"] and "demo://resource/dynamic/text/2" in pages["get-resource-links"]
+    assert (
+        "resource link" in pages["get-resource-links"]
+        and "demo://resource/dynamic/text/2" in pages["get-resource-links"]
+    )
     assert "embedded resource text/plain" in pages["get-resource-reference"]
     assert "Resource 1: This is a plaintext resource" in pages["get-resource-reference"]
 
@@ -218,7 +236,8 @@ def test_a_tool_that_requires_a_task_runs_as_one_and_its_result_is_fetched_with_
     client.post(f"/servers/{everything.name}/list/tools")
 
     response = client.post(
-        f"/servers/{everything.name}/tools/simulate-research-query", {"arguments": json.dumps({"topic": "python"})}
+        f"/servers/{everything.name}/tools/simulate-research-query",
+        {"arguments": json.dumps({"topic": "python"})},
     )
 
     operation = Operation.objects.get(kind="tools/call")
@@ -296,8 +315,12 @@ def test_every_resource_and_template_is_read_and_every_prompt_is_got_from_the_se
     for what in ("resources", "templates", "prompts"):
         client.post(f"/servers/{everything.name}/list/{what}")
     page = client.get(f"/servers/{everything.name}/").content.decode()
-    resources = selectors.server_listing(server=everything, kind=Operation.Kind.RESOURCES_LIST, user=None).items
-    templates = selectors.server_listing(server=everything, kind=Operation.Kind.TEMPLATES_LIST, user=None).items
+    resources = selectors.server_listing(
+        server=everything, kind=Operation.Kind.RESOURCES_LIST, user=None
+    ).items
+    templates = selectors.server_listing(
+        server=everything, kind=Operation.Kind.TEMPLATES_LIST, user=None
+    ).items
     prompts = selectors.server_listing(server=everything, kind=Operation.Kind.PROMPTS_LIST, user=None).items
     assert len(resources) == 7 and len(templates) == 2 and len(prompts) == 4
     assert 'name="var_resourceId"' in page and 'name="arg_department"' in page
@@ -318,7 +341,9 @@ def test_every_resource_and_template_is_read_and_every_prompt_is_got_from_the_se
     }
     prompt_pages = {}
     for prompt in prompts:
-        response = client.post(f"/servers/{everything.name}/prompt", {"prompt": prompt["name"], **arguments[prompt["name"]]})
+        response = client.post(
+            f"/servers/{everything.name}/prompt", {"prompt": prompt["name"], **arguments[prompt["name"]]}
+        )
         prompt_pages[prompt["name"]] = client.get(response["Location"]).content.decode()
 
     reads = Operation.objects.filter(server=everything, kind="resources/read")
@@ -365,13 +390,20 @@ def test_completion_suggests_prompt_arguments_and_template_variables(
     ).json()
     resource_id = client.post(
         f"/servers/{everything.name}/complete",
-        {"ref_type": "ref/resource", "ref": "demo://resource/dynamic/text/{resourceId}", "argument": "resourceId", "value": "1"},
+        {
+            "ref_type": "ref/resource",
+            "ref": "demo://resource/dynamic/text/{resourceId}",
+            "argument": "resourceId",
+            "value": "1",
+        },
     ).json()
 
     assert department == {"values": ["Engineering"], "error": "", "operation": department["operation"]}
     assert people["values"] == ["David", "Eve", "Frank"]
     assert resource_id["values"] == ["1"]
-    completions = Operation.objects.filter(server=everything, kind="completion/complete").order_by("started_at")
+    completions = Operation.objects.filter(server=everything, kind="completion/complete").order_by(
+        "started_at"
+    )
     request = json.loads(exchange(completions[1], "completion/complete").request_body)
     assert request["params"]["context"] == {"arguments": {"department": "Sales"}}
     assert client.get(department["operation"]).status_code == 200
@@ -392,13 +424,18 @@ def test_an_elicitation_is_answered_in_the_browser_and_its_round_trip_recorded(
     client.force_login(bob)
     client.post(f"/servers/{everything.name}/list/tools")
 
-    response = client.post(f"/servers/{everything.name}/tools/trigger-elicitation-request", {"arguments": "{}"})
+    response = client.post(
+        f"/servers/{everything.name}/tools/trigger-elicitation-request", {"arguments": "{}"}
+    )
     operation = Operation.objects.get(kind="tools/call")
     question = question_of(operation)
     asking = client.get(response["Location"]).content.decode()
     refused = client.post(
         f"/servers/op/{operation.public_id}/questions/{question.pk}",
-        {"action": "accept", "content": json.dumps({"name": "Bob", "integer": 500, "untitledMultipleSelectEnum": "Piano"})},
+        {
+            "action": "accept",
+            "content": json.dumps({"name": "Bob", "integer": 500, "untitledMultipleSelectEnum": "Piano"}),
+        },
     )
     answer = {"name": "Bob Builder", "check": True, "integer": 7, "untitledMultipleSelectEnum": ["Piano"]}
     client.post(
@@ -440,7 +477,9 @@ def test_a_declined_elicitation_reaches_the_server_as_a_decline(
 
     assert operation.status == "ok"
     assert "User declined to provide the requested information" in operation.result["content"][0]["text"]
-    assert json.loads(exchange(operation, "elicitation/create").response_body)["result"] == {"action": "decline"}
+    assert json.loads(exchange(operation, "elicitation/create").response_body)["result"] == {
+        "action": "decline"
+    }
 
 
 def test_a_url_elicitation_shows_the_link_and_done_reports_completion(
@@ -463,7 +502,9 @@ def test_a_url_elicitation_shows_the_link_and_done_reports_completion(
     assert 'href="https://example.com/consent?step=1"' in page and 'rel="noopener noreferrer"' in page
     assert operation.status == "ok"
     assert "User completed the URL elicitation flow" in operation.result["content"][0]["text"]
-    assert json.loads(exchange(operation, "elicitation/create").response_body)["result"] == {"action": "accept"}
+    assert json.loads(exchange(operation, "elicitation/create").response_body)["result"] == {
+        "action": "accept"
+    }
 
 
 def test_progress_notifications_are_recorded_while_the_call_runs_and_the_call_can_be_cancelled(
@@ -485,7 +526,8 @@ def test_progress_notifications_are_recorded_while_the_call_runs_and_the_call_ca
     assert state["finished"] is False and state["status"] == "running"
     assert "notifications/progress" in state["html"] and "more as they arrive" in state["html"]
     progress = [
-        json.loads(e.response_body)["params"] for e in selectors.operation_exchanges(operation=operation)
+        json.loads(e.response_body)["params"]
+        for e in selectors.operation_exchanges(operation=operation)
         if e.label == "notifications/progress"
     ]
     token = json.loads(exchange(operation, "tools/call").request_body)["params"]["_meta"]["progressToken"]
@@ -508,7 +550,16 @@ def test_log_notifications_are_recorded_with_the_operation_and_in_the_transcript
     transcript = client.get(f"/servers/{everything.name}/transcript?method=notifications/message")
 
     log = json.loads(exchange(operation, "notifications/message").response_body)
-    assert log["params"]["level"] in {"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
+    assert log["params"]["level"] in {
+        "debug",
+        "info",
+        "notice",
+        "warning",
+        "error",
+        "critical",
+        "alert",
+        "emergency",
+    }
     assert log["params"]["data"].lower().startswith(log["params"]["level"])
     assert transcript.context["page"].paginator.count >= 1
     assert "notifications/message" in transcript.content.decode()
@@ -596,13 +647,17 @@ def test_the_filesystem_server_works_inside_the_configured_roots_and_refuses_a_p
     assert server.roots == [{"uri": inside.as_uri(), "name": "workspace"}]
     asked = Exchange.objects.get(server=server, label="roots/list")
     assert asked.direction == "server"
-    assert json.loads(asked.response_body)["result"]["roots"] == [{"uri": inside.as_uri(), "name": "workspace"}]
+    assert json.loads(asked.response_body)["result"]["roots"] == [
+        {"uri": inside.as_uri(), "name": "workspace"}
+    ]
     allowed, _ = results[("list_allowed_directories", None)]
     assert str(inside) in allowed.result["content"][0]["text"]
     listed, _ = results[("list_directory", str(inside))]
     assert listed.result["content"][0]["text"] == "[FILE] notes.txt"
     read, _ = results[("read_text_file", str(inside / "notes.txt"))]
-    assert read.status == "ok" and not read.is_error and read.result["content"][0]["text"] == "inside the root\n"
+    assert (
+        read.status == "ok" and not read.is_error and read.result["content"][0]["text"] == "inside the root\n"
+    )
     refused, refused_page = results[("read_text_file", str(outside / "secret.txt"))]
     assert refused.status == "ok" and refused.is_error
     assert "Access denied - path outside allowed directories" in refused.result["content"][0]["text"]
@@ -633,7 +688,11 @@ def test_python_servers_list_their_tools_with_a_lint_report_and_answer_calls(
         command = [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"]
         calls: list[tuple[str, dict[str, Any], str]] = [
             ("get_current_time", {"timezone": "Europe/Paris"}, '"timezone": "Europe/Paris"'),
-            ("convert_time", {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}, "+9.0h"),
+            (
+                "convert_time",
+                {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"},
+                "+9.0h",
+            ),
         ]
     else:
         repo = git_repository(tmp_path / "repo")
@@ -716,12 +775,24 @@ def demo_http_url() -> Iterator[str]:
     ],
 )
 def test_connecting_over_http_shows_the_handshake_with_its_http_status_and_headers(
-    client: Client, workbench: None, bob: User, demo_http_url: str, era: str, handshake: list[str], protocol: str
+    client: Client,
+    workbench: None,
+    bob: User,
+    demo_http_url: str,
+    era: str,
+    handshake: list[str],
+    protocol: str,
 ) -> None:
     server = services.server_save(
         server=None,
         owner=None,
-        fields={"name": f"demo-http-{era}", "transport": "http", "url": demo_http_url, "era": era, "call_timeout": 15.0},
+        fields={
+            "name": f"demo-http-{era}",
+            "transport": "http",
+            "url": demo_http_url,
+            "era": era,
+            "call_timeout": 15.0,
+        },
         env={},
         secret_env={},
         headers={"X-Team": "inspector"},
@@ -756,7 +827,8 @@ def test_connecting_over_http_shows_the_handshake_with_its_http_status_and_heade
 
 def labels_shown(operation: Operation) -> list[str]:
     return [
-        label for label in labels(operation)
+        label
+        for label in labels(operation)
         if label in selectors.HANDSHAKE_LABELS or label.startswith(("GET ", "stderr"))
     ]
 
@@ -767,14 +839,24 @@ def labels_shown(operation: Operation) -> list[str]:
 def test_the_command_line_registers_lists_and_calls_server_everything_with_json_output(
     workbench: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    call_command("server", "add", "everything-cli", "--timeout", "20", "--", *node_server("server-everything"), "stdio")
+    call_command(
+        "server", "add", "everything-cli", "--timeout", "20", "--", *node_server("server-everything"), "stdio"
+    )
     call_command("server", "list")
     registered = capsys.readouterr().out
     call_command("server", "tools", "everything-cli", "--json")
     listed = json.loads(capsys.readouterr().out)
     call_command("server", "call", "everything-cli", "get-sum", "--args", '{"a": 19, "b": 23}', "--json")
     summed = json.loads(capsys.readouterr().out)
-    call_command("server", "call", "everything-cli", "get-structured-content", "--args", '{"location": "Chicago"}', "--json")
+    call_command(
+        "server",
+        "call",
+        "everything-cli",
+        "get-structured-content",
+        "--args",
+        '{"location": "Chicago"}',
+        "--json",
+    )
     structured = json.loads(capsys.readouterr().out)
     call_command("server", "call", "everything-cli", "get-tiny-image")
     plain = capsys.readouterr().out
@@ -783,7 +865,9 @@ def test_the_command_line_registers_lists_and_calls_server_everything_with_json_
     names = {tool["name"] for tool in listed["tools"]}
     # No roots, no sampling model, and a terminal cannot answer elicitation: those tools are not offered.
     assert names == set(EXPECTED_BLOCKS) - {"trigger-sampling-request", "get-roots-list"}
-    assert summed["status"] == "ok" and summed["result"]["content"][0]["text"] == "The sum of 19 and 23 is 42."
+    assert (
+        summed["status"] == "ok" and summed["result"]["content"][0]["text"] == "The sum of 19 and 23 is 42."
+    )
     call = next(m for m in summed["exchanges"] if m["label"] == "tools/call")
     assert call["request"]["params"]["arguments"] == {"a": 19, "b": 23}
     assert call["response"]["result"]["content"] == summed["result"]["content"]
@@ -837,7 +921,10 @@ def test_the_command_line_reads_every_resource_and_gets_every_prompt_of_server_e
     assert got["completable-prompt"]["result"]["messages"][0]["content"]["text"] == (
         "Please promote Grace to the head of the Marketing team."
     )
-    assert got["resource-prompt"]["result"]["messages"][1]["content"]["resource"]["uri"] == "demo://resource/dynamic/blob/2"
+    assert (
+        got["resource-prompt"]["result"]["messages"][1]["content"]["resource"]["uri"]
+        == "demo://resource/dynamic/blob/2"
+    )
     assert plain_prompt.strip() == "user: What's weather in Oslo?"
     with pytest.raises(Exception, match="ended with status error"):
         call_command("server", "read", "everything-cli", "demo://resource/nowhere")
@@ -853,7 +940,9 @@ def test_the_raw_json_rpc_of_a_call_survives_closing_the_gateway_and_a_new_brows
 ) -> None:
     client.force_login(bob)
     client.post(f"/servers/{everything.name}/list/tools")
-    response = client.post(f"/servers/{everything.name}/tools/echo", {"arguments": json.dumps({"message": "remember me"})})
+    response = client.post(
+        f"/servers/{everything.name}/tools/echo", {"arguments": json.dumps({"message": "remember me"})}
+    )
     operation_url = response["Location"]
 
     gateway.close_all()
@@ -861,10 +950,16 @@ def test_the_raw_json_rpc_of_a_call_survives_closing_the_gateway_and_a_new_brows
     fresh.force_login(bob)
     page = fresh.get(operation_url).content.decode()
     transcript = fresh.get(f"/servers/{everything.name}/transcript.json").json()["messages"]
-    again = fresh.post(f"/servers/{everything.name}/tools/echo", {"arguments": json.dumps({"message": "again"})})
+    again = fresh.post(
+        f"/servers/{everything.name}/tools/echo", {"arguments": json.dumps({"message": "again"})}
+    )
 
     call = next(m for m in transcript if m["label"] == "tools/call")
-    assert call["request"]["params"] == {"name": "echo", "arguments": {"message": "remember me"}, "_meta": call["request"]["params"]["_meta"]}
+    assert call["request"]["params"] == {
+        "name": "echo",
+        "arguments": {"message": "remember me"},
+        "_meta": call["request"]["params"]["_meta"],
+    }
     assert call["response"]["result"]["content"] == [{"type": "text", "text": "Echo: remember me"}]
     assert "Echo: remember me" in page and "progressToken" in page and "On the wire" in page
     assert [m["label"] for m in transcript][:2] == ["initialize", "notifications/initialized"]

@@ -109,7 +109,9 @@ def test_the_server_page_shows_identity_capabilities_instructions_and_the_handsh
 # --- tools: list, lint, tokens, a manual call ------------------------------------------------
 
 
-def test_listed_tools_are_shown_with_their_token_cost_and_lint(client: Client, workbench: None, bob: User) -> None:
+def test_listed_tools_are_shown_with_their_token_cost_and_lint(
+    client: Client, workbench: None, bob: User
+) -> None:
     client.force_login(bob)
     server = demo()
 
@@ -125,10 +127,30 @@ def test_listed_tools_are_shown_with_their_token_cost_and_lint(client: Client, w
 
 def test_lint_names_every_kind_of_problem_a_provider_or_a_model_has_with_a_definition() -> None:
     tools = [
-        {"name": "files.read", "description": "Read a file from the project workspace.", "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}}},
+        {
+            "name": "files.read",
+            "description": "Read a file from the project workspace.",
+            "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
         {"name": "x" * 70, "inputSchema": {"type": "object"}},
-        {"name": "ok_tool", "description": "Do it.", "inputSchema": {"type": "object", "properties": {"a": {"type": "string", "description": "A."}}, "required": ["a"]}},
-        {"name": "search", "description": "Search the web for a query string.", "inputSchema": {"type": "object", "properties": {"q": {"type": "string", "description": "query"}}, "required": ["q"]}},
+        {
+            "name": "ok_tool",
+            "description": "Do it.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"a": {"type": "string", "description": "A."}},
+                "required": ["a"],
+            },
+        },
+        {
+            "name": "search",
+            "description": "Search the web for a query string.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"q": {"type": "string", "description": "query"}},
+                "required": ["q"],
+            },
+        },
     ]
     crowd = Neighbourhood("research", {"web": ["search", *[f"t{i}" for i in range(130)]]})
 
@@ -145,10 +167,24 @@ def test_lint_names_every_kind_of_problem_a_provider_or_a_model_has_with_a_defin
 
 
 def test_a_tool_that_runs_only_as_a_task_is_flagged_and_badged() -> None:
-    schema = {"type": "object", "properties": {"q": {"type": "string", "description": "What to research."}}, "required": ["q"]}
+    schema = {
+        "type": "object",
+        "properties": {"q": {"type": "string", "description": "What to research."}},
+        "required": ["q"],
+    }
     tools = [
-        {"name": "research", "description": "Research a question in depth, in the background.", "inputSchema": schema, "execution": {"taskSupport": "required"}},
-        {"name": "quick", "description": "Answer a question at once from the local index.", "inputSchema": schema, "execution": {"taskSupport": "optional"}},
+        {
+            "name": "research",
+            "description": "Research a question in depth, in the background.",
+            "inputSchema": schema,
+            "execution": {"taskSupport": "required"},
+        },
+        {
+            "name": "quick",
+            "description": "Answer a question at once from the local index.",
+            "inputSchema": schema,
+            "execution": {"taskSupport": "optional"},
+        },
     ]
 
     reports, _ = lint_catalog(tools, server_name="srv")
@@ -168,7 +204,8 @@ def test_arguments_that_break_the_input_schema_are_refused_before_anything_is_se
     before = Exchange.objects.count()
 
     response = client.post(
-        f"/servers/{server.name}/tools/get_weather_forecast", {"arguments": json.dumps({"city": 3, "extra": True})}
+        f"/servers/{server.name}/tools/get_weather_forecast",
+        {"arguments": json.dumps({"city": 3, "extra": True})},
     )
 
     assert response.status_code == 400
@@ -221,7 +258,13 @@ def test_a_configured_secret_never_reaches_the_exchanges_the_export_or_a_page(
     assert "[REDACTED:secret]" in json.dumps(operation.result)
     for exchange in Exchange.objects.all():
         assert SECRET not in json.dumps(
-            [exchange.request_body, exchange.response_body, exchange.request_headers, exchange.response_headers, exchange.error]
+            [
+                exchange.request_body,
+                exchange.response_body,
+                exchange.request_headers,
+                exchange.response_headers,
+                exchange.error,
+            ]
         )
     assert SECRET not in json.dumps(operation.result)
     export = client.get(f"/servers/{server.name}/transcript.json").content.decode()
@@ -247,7 +290,9 @@ def test_a_server_that_exits_mid_call_is_a_clear_error_and_the_next_call_respawn
 
     crashed = client.post(f"/servers/{server.name}/tools/crash", {"arguments": "{}"})
     crash_page = client.get(crashed["Location"]).content.decode()
-    echoed = client.post(f"/servers/{server.name}/tools/echo", {"arguments": json.dumps({"text": "still here"})})
+    echoed = client.post(
+        f"/servers/{server.name}/tools/echo", {"arguments": json.dumps({"text": "still here"})}
+    )
 
     crash, echo = Operation.objects.filter(kind="tools/call").order_by("started_at")
     assert crash.status == "error" and "closed the connection" in crash.error
@@ -273,7 +318,9 @@ def test_garbage_on_stdout_is_recorded_as_a_transport_error_and_the_call_still_a
     assert "transport error" in transcript
 
 
-def test_a_tool_failure_is_an_is_error_result_not_a_protocol_error(client: Client, workbench: None, alice: User) -> None:
+def test_a_tool_failure_is_an_is_error_result_not_a_protocol_error(
+    client: Client, workbench: None, alice: User
+) -> None:
     client.force_login(alice)
     server = broken()
     client.post(f"/servers/{server.name}/list/tools")
@@ -291,6 +338,7 @@ def test_a_call_that_never_answers_can_be_cancelled_and_the_cancel_is_on_the_wir
     operation = Operation.objects.create(
         server=server, kind=Operation.Kind.TOOLS_CALL, target="hang", arguments={"seconds": 600}
     )
+
     def run_then_disconnect() -> None:
         try:
             operation_run(operation_id=operation.pk)
@@ -300,9 +348,12 @@ def test_a_call_that_never_answers_can_be_cancelled_and_the_cancel_is_on_the_wir
     worker = threading.Thread(target=run_then_disconnect)
     worker.start()
     # The server logs once the call has reached it: cancelling before would stop a call not yet sent.
-    wait_for(lambda: any(
-        broken_server.HANG_LOG_LINE in e.response_body for e in selectors.operation_exchanges(operation=operation)
-    ))
+    wait_for(
+        lambda: any(
+            broken_server.HANG_LOG_LINE in e.response_body
+            for e in selectors.operation_exchanges(operation=operation)
+        )
+    )
 
     services.operation_cancel(operation=operation)
     worker.join(timeout=30)
@@ -313,7 +364,12 @@ def test_a_call_that_never_answers_can_be_cancelled_and_the_cancel_is_on_the_wir
     assert "notifications/cancelled" in labels(operation)
     [call] = [e for e in selectors.operation_exchanges(operation=operation) if e.label == "tools/call"]
     assert call.status == "no response"
-    assert services.operation_start(server=server, user=None, kind="tools/call", target="echo", arguments={"text": "hi"}).status == "ok"
+    assert (
+        services.operation_start(
+            server=server, user=None, kind="tools/call", target="echo", arguments={"text": "hi"}
+        ).status
+        == "ok"
+    )
 
 
 def test_a_call_that_never_answers_times_out_with_a_clear_error(workbench: None) -> None:
@@ -338,7 +394,9 @@ def test_the_transcript_filters_by_method_and_errors_paginates_and_exports(
     server = broken()
     client.post(f"/servers/{server.name}/list/tools")
     for n in range(30):
-        services.operation_start(server=server, user=None, kind="tools/call", target="echo", arguments={"text": str(n)})
+        services.operation_start(
+            server=server, user=None, kind="tools/call", target="echo", arguments={"text": str(n)}
+        )
     services.operation_start(server=server, user=None, kind="tools/call", target="nope", arguments={})
 
     everything = client.get(f"/servers/{server.name}/transcript")
@@ -358,11 +416,15 @@ def test_a_saved_call_runs_again_and_shows_what_changed(client: Client, workbenc
     client.force_login(alice)
     server = demo()
     client.post(f"/servers/{server.name}/list/tools")
-    client.post(f"/servers/{server.name}/tools/write_note", {"arguments": json.dumps({"title": "a", "text": "one"})})
+    client.post(
+        f"/servers/{server.name}/tools/write_note", {"arguments": json.dumps({"title": "a", "text": "one"})}
+    )
     client.post(f"/servers/{server.name}/tools/list_notes", {"arguments": "{}"})
     first = Operation.objects.filter(target="list_notes").get()
     client.post(f"/servers/op/{first.public_id}/save", {"name": "notes so far"})
-    client.post(f"/servers/{server.name}/tools/write_note", {"arguments": json.dumps({"title": "b", "text": "two"})})
+    client.post(
+        f"/servers/{server.name}/tools/write_note", {"arguments": json.dumps({"title": "b", "text": "two"})}
+    )
     saved = server.saved_calls.get()
 
     response = client.post(f"/servers/saved/{saved.public_id}/run")
@@ -418,7 +480,12 @@ def test_audio_blocks_play_inline_only_for_safe_media_types(client: Client, bob:
         status=Operation.Status.OK,
         result={
             "content": [
-                {"type": "audio", "data": wav, "mimeType": "audio/wav", "annotations": {"audience": ["user"]}},
+                {
+                    "type": "audio",
+                    "data": wav,
+                    "mimeType": "audio/wav",
+                    "annotations": {"audience": ["user"]},
+                },
                 {"type": "audio", "data": "PHNjcmlwdD4=", "mimeType": "text/html"},
             ],
             "isError": False,

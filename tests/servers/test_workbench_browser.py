@@ -21,7 +21,9 @@ from playwright.sync_api import Page, expect
 from tests.inspector.test_browser import PASSWORD, REPO_ROOT, InspectorServer
 from tests.inspector.test_browser import page as page  # noqa: F401 — the Chromium page fixture
 
-EVERYTHING = REPO_ROOT / "tests/mcp_servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+EVERYTHING = (
+    REPO_ROOT / "tests/mcp_servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+)
 
 pytestmark = pytest.mark.browser
 

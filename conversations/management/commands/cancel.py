@@ -24,7 +24,9 @@ class Command(BaseCommand):
     help = "Stop a queued or running turn: it ends cancelled, keeping everything recorded so far."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("turn_id", type=int, help="the turn's id (as in the page's and the API's turn ids)")
+        parser.add_argument(
+            "turn_id", type=int, help="the turn's id (as in the page's and the API's turn ids)"
+        )
         parser.add_argument("--user", help="who cancels, for the record (default: the command line)")
         parser.add_argument(
             "--wait", type=float, default=15.0, help="seconds to wait for the turn to end (0: do not wait)"

@@ -29,7 +29,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["public_key"]:
             key = public_key()
-            self.stdout.write(f"public key {key}\nfingerprint {public_key_fingerprint(key)}\nkey id {key_id()}")
+            self.stdout.write(
+                f"public key {key}\nfingerprint {public_key_fingerprint(key)}\nkey id {key_id()}"
+            )
             return
         if not options["conversation"]:
             raise CommandError("name a conversation (its UUID), or pass --public-key")

@@ -1,14 +1,14 @@
 """``manage.py server``: the workbench from a terminal, recorded exactly as the browser records it.
 
-    server add NAME -- COMMAND [ARGS...]       a stdio server
-    server add NAME --url URL [--sse]          a streamable HTTP (or legacy HTTP+SSE) server
-    server list
-    server tools NAME [--json]
-    server call NAME TOOL --args JSON [--json]
-    server resources NAME [--json]             its resources and resource templates
-    server read NAME URI [--json]              read one (fill a template's variables yourself)
-    server prompts NAME [--json]
-    server prompt NAME PROMPT --args JSON [--json]
+server add NAME -- COMMAND [ARGS...]       a stdio server
+server add NAME --url URL [--sse]          a streamable HTTP (or legacy HTTP+SSE) server
+server list
+server tools NAME [--json]
+server call NAME TOOL --args JSON [--json]
+server resources NAME [--json]             its resources and resource templates
+server read NAME URI [--json]              read one (fill a template's variables yourself)
+server prompts NAME [--json]
+server prompt NAME PROMPT --args JSON [--json]
 """
 
 from __future__ import annotations
@@ -82,7 +82,9 @@ class Command(BaseCommand):
         prompt = sub.add_parser("prompt", help="get a prompt (a recorded prompts/get)")
         prompt.add_argument("name")
         prompt.add_argument("prompt")
-        prompt.add_argument("--args", dest="arguments", default="{}", help="the arguments as a JSON object of strings")
+        prompt.add_argument(
+            "--args", dest="arguments", default="{}", help="the arguments as a JSON object of strings"
+        )
         prompt.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -94,7 +96,9 @@ class Command(BaseCommand):
         elif action == "tools":
             self._tools(self._server(options["name"]), as_json=options["json"])
         elif action == "call":
-            self._call(self._server(options["name"]), options["tool"], options["arguments"], as_json=options["json"])
+            self._call(
+                self._server(options["name"]), options["tool"], options["arguments"], as_json=options["json"]
+            )
         elif action == "resources":
             self._resources(self._server(options["name"]), as_json=options["json"])
         elif action == "read":
@@ -102,7 +106,12 @@ class Command(BaseCommand):
         elif action == "prompts":
             self._prompts(self._server(options["name"]), as_json=options["json"])
         else:
-            self._prompt(self._server(options["name"]), options["prompt"], options["arguments"], as_json=options["json"])
+            self._prompt(
+                self._server(options["name"]),
+                options["prompt"],
+                options["arguments"],
+                as_json=options["json"],
+            )
 
     def _server(self, name: str) -> McpServer:
         try:
@@ -149,7 +158,9 @@ class Command(BaseCommand):
             )
         except Exception as exc:  # noqa: BLE001 — validation errors are the user's to fix
             raise CommandError(f"cannot save {options['name']!r}: {exc}") from None
-        self.stdout.write(f"{'updated' if existing else 'added'} {server.name} ({server.get_transport_display()})")
+        self.stdout.write(
+            f"{'updated' if existing else 'added'} {server.name} ({server.get_transport_display()})"
+        )
 
     def _list(self) -> None:
         for server in McpServer.objects.order_by("name"):
@@ -186,7 +197,9 @@ class Command(BaseCommand):
         for tool in tools:
             description = str(tool.get("description") or "").splitlines()
             tool_report = by_name.get(str(tool.get("name")))
-            cost = f"  [{tool_report.tokens} tokens]" if tool_report and tool_report.tokens is not None else ""
+            cost = (
+                f"  [{tool_report.tokens} tokens]" if tool_report and tool_report.tokens is not None else ""
+            )
             self.stdout.write(f"{tool.get('name')}: {description[0] if description else ''}{cost}")
             for finding in tool_report.findings if tool_report else []:
                 self.stdout.write(f"    {finding.level}: {finding.message}")
@@ -204,7 +217,9 @@ class Command(BaseCommand):
         if definition is not None and isinstance(definition.get("inputSchema"), dict):
             errors = schema_errors(definition["inputSchema"], arguments)
             if errors:
-                raise CommandError("not sent: the arguments do not match the inputSchema:\n  " + "\n  ".join(errors))
+                raise CommandError(
+                    "not sent: the arguments do not match the inputSchema:\n  " + "\n  ".join(errors)
+                )
         operation = services.operation_start(
             server=server,
             user=None,
@@ -224,7 +239,9 @@ class Command(BaseCommand):
                         "status": operation.status,
                         "error": operation.error,
                         "result": operation.result,
-                        "exchanges": selectors.transcript_export(exchanges=operation.exchanges.order_by("seq")),
+                        "exchanges": selectors.transcript_export(
+                            exchanges=operation.exchanges.order_by("seq")
+                        ),
                     },
                     indent=2,
                     ensure_ascii=False,
@@ -242,13 +259,20 @@ class Command(BaseCommand):
             if result.get("isError"):
                 self.stderr.write("the tool reported an error (isError: true)")
         if operation.status != Operation.Status.OK or operation.is_error:
-            raise CommandError(f"{tool} ended with status {operation.status}" + (" (isError)" if operation.is_error else ""))
+            raise CommandError(
+                f"{tool} ended with status {operation.status}" + (" (isError)" if operation.is_error else "")
+            )
 
     # --- resources and prompts ------------------------------------------------------------------
 
     def _run(self, server: McpServer, kind: str, target: str = "", arguments: Any = None) -> Operation:
         return services.operation_start(
-            server=server, user=None, kind=kind, target=target, arguments=arguments, source=Operation.Source.CLI
+            server=server,
+            user=None,
+            kind=kind,
+            target=target,
+            arguments=arguments,
+            source=Operation.Source.CLI,
         )
 
     def _listed(self, server: McpServer, kind: str) -> list[dict[str, Any]]:
@@ -275,18 +299,26 @@ class Command(BaseCommand):
 
     def _finished(self, operation: Operation) -> None:
         if operation.status != Operation.Status.OK:
-            raise CommandError(f"{operation.kind} {operation.target} ended with status {operation.status}: {operation.error}")
+            raise CommandError(
+                f"{operation.kind} {operation.target} ended with status {operation.status}: {operation.error}"
+            )
 
     def _resources(self, server: McpServer, *, as_json: bool) -> None:
         resources = self._listed(server, Operation.Kind.RESOURCES_LIST)
         templates = self._listed(server, Operation.Kind.TEMPLATES_LIST)
         if as_json:
-            self.stdout.write(json.dumps({"server": server.name, "resources": resources, "templates": templates}, indent=2))
+            self.stdout.write(
+                json.dumps({"server": server.name, "resources": resources, "templates": templates}, indent=2)
+            )
             return
         for resource in resources:
-            self.stdout.write(f"{resource.get('uri')}  {resource.get('name', '')}  {resource.get('mimeType', '')}".rstrip())
+            self.stdout.write(
+                f"{resource.get('uri')}  {resource.get('name', '')}  {resource.get('mimeType', '')}".rstrip()
+            )
         for template in templates:
-            self.stdout.write(f"{template.get('uriTemplate')}  (template) {template.get('name', '')}".rstrip())
+            self.stdout.write(
+                f"{template.get('uriTemplate')}  (template) {template.get('name', '')}".rstrip()
+            )
 
     def _read(self, server: McpServer, uri: str, *, as_json: bool) -> None:
         operation = self._run(server, Operation.Kind.RESOURCE_READ, uri)
@@ -320,7 +352,9 @@ class Command(BaseCommand):
             raise CommandError(f"--args is not JSON: {exc}") from None
         if not isinstance(arguments, dict):
             raise CommandError("--args must be a JSON object")
-        operation = self._run(server, Operation.Kind.PROMPT_GET, name, {str(k): str(v) for k, v in arguments.items()})
+        operation = self._run(
+            server, Operation.Kind.PROMPT_GET, name, {str(k): str(v) for k, v in arguments.items()}
+        )
         if as_json:
             self.stdout.write(self._document(operation))
         else:
