@@ -23,8 +23,8 @@ from conversations.paradigms.base import DecisionContext, Paradigm
 from conversations.providers.base import ModelReply, ModelRequest, ProviderError
 from conversations.providers.streaming import DeltaCallback
 from conversations.splicing import Spliced
-from inspector.typealias import JSONDict
-from inspector.wire import WireExchange
+from conversations.typealias import JSONDict
+from conversations.wire import WireExchange
 
 StepRef = int
 # Given a model-call step, where its streamed reply is shown while it arrives (None: nowhere).

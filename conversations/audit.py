@@ -17,7 +17,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.utils import timezone
 
 from conversations.models import AuditEvent, Conversation
-from inspector.typealias import JSONDict
+from conversations.typealias import JSONDict
 
 READ_AUDIT_WINDOW_SECONDS: float = getattr(settings, "READ_AUDIT_WINDOW_SECONDS", 300.0)
 

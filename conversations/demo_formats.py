@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from conversations.demo_model import DECISION_SCHEMA, openai_error_body
-from inspector.typealias import JSONDict, JSONValue
+from conversations.typealias import JSONDict, JSONValue
 
 PIECE = 12  # characters per streamed fragment
 

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from xml.sax.saxutils import escape as xml_escape
 
-from inspector.typealias import JSONDict, JSONValue
+from conversations.typealias import JSONDict, JSONValue
 
 SLOW_MARKER_CAP_SECONDS = 30.0
 DRIP_MARKER_CAP_SECONDS = 2.0

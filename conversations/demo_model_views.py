@@ -30,7 +30,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from conversations import demo_formats, demo_model
 from conversations.demo_formats import Dialect, FormatError
-from inspector.typealias import JSONDict, JSONValue
+from conversations.typealias import JSONDict, JSONValue
 
 # Splits after each event's blank line, keeping it with the event.
 _EVENT_END = re.compile(r"(?<=\n\n)")

@@ -26,7 +26,7 @@ import math
 import re
 from typing import Any, cast
 
-from inspector.typealias import JSONValue
+from conversations.typealias import JSONValue
 
 # What no database, page or export can hold as it is.
 _REFUSED = re.compile("[\x00\ud800-\udfff]")
@@ -100,7 +100,7 @@ def refused_character(text: str) -> str | None:
 
 
 def undecodable_bytes(text: str) -> str | None:
-    """For a text decoded from bytes with ``surrogateescape`` (``inspector.wire.decode_body``):
+    """For a text decoded from bytes with ``surrogateescape`` (``conversations.wire.decode_body``):
     how many of those bytes were not UTF-8 and the offset of the first, or None when all were."""
     found = _UNDECODABLE_BYTE.findall(text)
     if not found:

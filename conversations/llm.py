@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from inspector.typealias import JSONDict
+from conversations.typealias import JSONDict
 
 Role = Literal["system", "user", "assistant", "tool"]
 ChoiceMode = Literal["auto", "required", "named", "none"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import json_repair
 
-from inspector.typealias import JSONDict, JSONValue
+from conversations.typealias import JSONDict, JSONValue
 
 __all__ = [
     "ParseResult",

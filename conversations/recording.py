@@ -50,8 +50,8 @@ from conversations.models import Exchange, ModelProfile, RedactionRule, Step, Tu
 from conversations.providers.streaming import SNAPSHOT_TAIL_CHARS, DeltaCallback, PartialReply, throttled
 from conversations.redaction import Redactor, redactor, remember
 from conversations.strings import changed_span
+from conversations.wire import WireExchange
 from inspector import live
-from inspector.wire import WireExchange
 from servers.models import McpServer
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from inspector.typealias import JSONValue
+from conversations.typealias import JSONValue
 
 BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
     (

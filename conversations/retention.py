@@ -15,7 +15,7 @@ from django.utils import timezone
 # A module import: services → execution → tasks → retention → services is a cycle at import time.
 from conversations import services
 from conversations.models import AuditEvent, Comparison, Conversation, Exchange, Step, Turn
-from inspector.typealias import JSONDict
+from conversations.typealias import JSONDict
 
 # How many pruned conversation ids the report (and so the audit entry) lists by name.
 LISTED_IDS = 100

@@ -38,9 +38,9 @@ from conversations.recording import (
 )
 from conversations.redaction import Redactor
 from conversations.splicing import Spliced, splice
+from conversations.typealias import JSONDict
+from conversations.wire import WireExchange
 from inspector import live
-from inspector.typealias import JSONDict
-from inspector.wire import WireExchange
 from servers import gateway
 from servers.gateway.config import ConfigError, ServerConfig, resolve_references
 from servers.models import McpServer

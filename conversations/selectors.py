@@ -45,7 +45,7 @@ from conversations.providers import PROVIDERS
 from conversations.providers.excerpts import EXCERPTS
 from conversations.splicing import prompt_diff
 from conversations.strings import common_prefix_length
-from inspector.typealias import JSONDict, JSONValue
+from conversations.typealias import JSONDict, JSONValue
 from servers.models import McpServer
 
 _Owned = TypeVar("_Owned", bound=Model)

@@ -22,8 +22,8 @@ from conversations.transcripts import (
     transcript_export,
     transcript_import,
 )
+from conversations.typealias import JSONDict, JSONValue
 from inspector import live
-from inspector.typealias import JSONDict, JSONValue
 from servers.models import McpServer
 from servers.services import demo_server_ensure
 

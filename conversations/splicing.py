@@ -40,7 +40,7 @@ import jinja2.nodes
 import jinja2.parser
 import jinja2.sandbox
 
-from inspector.typealias import JSONDict, JSONValue
+from conversations.typealias import JSONDict, JSONValue
 
 __all__ = [
     "GENERIC_SOURCE",

@@ -79,7 +79,7 @@ from conversations.models import (
 )
 from conversations.paradigms import PARADIGMS
 from conversations.providers import PROVIDERS
-from inspector.typealias import JSONDict, JSONList, JSONValue
+from conversations.typealias import JSONDict, JSONList, JSONValue
 from servers.gateway.transports import TRANSPORTS
 
 FORMAT = "tool-call-inspector/transcript"

@@ -24,7 +24,7 @@ from uuid import UUID
 
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 
-from inspector.typealias import JSONDict
+from conversations.typealias import JSONDict
 
 logger = logging.getLogger(__name__)
 

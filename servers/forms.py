@@ -14,7 +14,7 @@ import jsonschema
 from django import forms
 
 from conversations.models import ModelProfile
-from inspector.wire import MASK
+from conversations.wire import MASK
 from servers.gateway.config import ERAS, has_references
 from servers.gateway.transports import TRANSPORTS
 from servers.models import McpServer, server_name_validator

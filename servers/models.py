@@ -10,7 +10,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
-from inspector.wire import SECRET_HEADER_RE
+from conversations.wire import SECRET_HEADER_RE
 from servers.gateway.config import ERAS, ConfigError, ServerConfig, has_references, resolve_references
 from servers.gateway.transports import TRANSPORTS
 from servers.vault import UnsealError, is_sealed, unseal

@@ -23,7 +23,7 @@ from django.utils import timezone
 from conversations.models import Exchange
 from conversations.recording import active_redactor, exchange_rows, server_records_store
 from conversations.redaction import Redactor
-from inspector.wire import WireExchange
+from conversations.wire import WireExchange
 from servers import gateway
 from servers.gateway import Outcome, Question
 from servers.gateway.config import ConfigError, ServerConfig

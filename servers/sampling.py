@@ -14,7 +14,7 @@ from conversations.llm import Message
 from conversations.models import ModelProfile
 from conversations.providers import PROVIDERS, ModelRequest, ProviderError
 from conversations.runner import TurnSetupError, endpoint_for
-from inspector.wire import WireExchange
+from conversations.wire import WireExchange
 
 
 @dataclass

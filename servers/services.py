@@ -21,8 +21,8 @@ from django.utils import timezone
 from conversations.audit import audit_change
 from conversations.models import AuditEvent
 from conversations.recording import active_redactor
-from inspector.typealias import JSONDict, JSONValue
-from inspector.wire import MASK
+from conversations.typealias import JSONDict, JSONValue
+from conversations.wire import MASK
 from servers.gateway.config import has_references
 from servers.models import SECRET_NAME_RE, McpServer, Operation, PendingInput, SavedCall
 from servers.operations import operation_dispatch, operation_run

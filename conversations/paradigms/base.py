@@ -18,7 +18,7 @@ from typing import ClassVar, Protocol
 
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
 from conversations.providers.base import ModelReply, ModelRequest
-from inspector.typealias import JSONValue
+from conversations.typealias import JSONValue
 
 
 class Asker(Protocol):

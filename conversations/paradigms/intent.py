@@ -41,7 +41,7 @@ from conversations.paradigms.prompt_json import (
 )
 from conversations.parsing import parse_json_reply, parse_label
 from conversations.providers.base import ModelReply, ModelRequest
-from inspector.typealias import JSONDict, JSONValue
+from conversations.typealias import JSONDict, JSONValue
 
 # parse_label's fixed phrase for a reply that is neither a tool name nor "none".
 _UNKNOWN_LABEL = "not among the offered tools"

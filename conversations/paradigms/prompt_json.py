@@ -30,7 +30,7 @@ from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
 from conversations.paradigms.base import Decision, DecisionContext, offered
 from conversations.parsing import ParseResult, parse_json_reply
 from conversations.providers.base import ModelReply, ModelRequest
-from inspector.typealias import JSONDict, JSONValue
+from conversations.typealias import JSONDict, JSONValue
 
 REASK_TITLE = "re-ask: a tool call is required"
 _DESCRIPTION_LIMIT = 120

@@ -43,7 +43,7 @@ from conversations.paradigms.prompt_json import (
     unfence,
 )
 from conversations.providers.base import ModelReply, ModelRequest
-from inspector.typealias import JSONDict, JSONValue
+from conversations.typealias import JSONDict, JSONValue
 
 SCHEMA_NAME = "tool_decision"
 CALL = "call_tool"

@@ -68,8 +68,8 @@ from conversations.providers.streaming import (
     StreamErrorEvent,
     tail,
 )
-from inspector.typealias import JSONDict, JSONValue
-from inspector.wire import WireExchange
+from conversations.typealias import JSONDict, JSONValue
+from conversations.wire import WireExchange
 
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096

@@ -7,8 +7,8 @@ from typing import ClassVar, Protocol
 
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
 from conversations.providers.streaming import DeltaCallback
-from inspector.typealias import JSONDict
-from inspector.wire import WireExchange
+from conversations.typealias import JSONDict
+from conversations.wire import WireExchange
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from conversations.providers.http import list_or_empty, object_or_empty
-from inspector.typealias import JSONDict, JSONValue
+from conversations.typealias import JSONDict, JSONValue
 
 # Keys whose values are the matching parts of a call across formats, and what they are.
 CALL_ROLES: dict[str, str] = {

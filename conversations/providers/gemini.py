@@ -74,8 +74,8 @@ from conversations.providers.streaming import (
     StreamErrorEvent,
     tail,
 )
-from inspector.typealias import JSONDict, JSONValue
-from inspector.wire import WireExchange
+from conversations.typealias import JSONDict, JSONValue
+from conversations.wire import WireExchange
 
 KEY = "gemini"
 

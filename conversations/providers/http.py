@@ -3,7 +3,7 @@
 Requests are captured at the httpx2 client: the recorded request body is ``request.content``
 (the bytes that were sent), the response body is the bytes that came back — for a streamed
 reply the whole event stream, verbatim, read to its end before it is parsed. Credential headers
-are masked by ``inspector.wire.safe_headers``; nothing here ever stores a key.
+are masked by ``conversations.wire.safe_headers``; nothing here ever stores a key.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from conversations.providers.clients import EndpointCache
 from conversations.providers.streaming import EventListener, LivePass, SseReader
 from conversations.providers.streaming import SseEvent as SseEvent
 from conversations.providers.streaming import parse_sse as parse_sse
-from inspector.typealias import JSONDict, JSONValue
-from inspector.wire import WireExchange, decode_body, safe_headers
+from conversations.typealias import JSONDict, JSONValue
+from conversations.wire import WireExchange, decode_body, safe_headers
 
 # Set, in the context of the thread making a call, by a caller that may abandon it (a cancelled
 # turn): once the event is set, a body still streaming in is not read further and its

@@ -58,8 +58,8 @@ from conversations.providers.streaming import (
     StreamErrorEvent,
     tail,
 )
-from inspector.typealias import JSONDict, JSONValue
-from inspector.wire import WireExchange
+from conversations.typealias import JSONDict, JSONValue
+from conversations.wire import WireExchange
 
 __all__ = ["OpenAIChatProvider", "endpoint_transport", "request_body", "wire_message", "wire_tool"]
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from inspector.typealias import JSONDict
+from conversations.typealias import JSONDict
 
 logger = logging.getLogger(__name__)
 

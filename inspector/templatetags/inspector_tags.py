@@ -30,8 +30,8 @@ from conversations.selectors import (
     pretty_json,
     step_prompt_change,
 )
+from conversations.typealias import JSONValue
 from inspector.fragments import timestamp_iso
-from inspector.typealias import JSONValue
 
 register = template.Library()
 

@@ -26,7 +26,7 @@ import mcp.types as types
 from django.conf import settings
 from mcp import Client, MCPError
 
-from inspector.wire import WireExchange
+from conversations.wire import WireExchange
 from servers.gateway.capture import Capture, current_capture
 from servers.gateway.config import ConfigError, ServerConfig
 from servers.gateway.pool import (

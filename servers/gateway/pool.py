@@ -25,7 +25,7 @@ from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.types import Implementation
 
-from inspector.wire import WireExchange
+from conversations.wire import WireExchange
 from servers.gateway.capture import Capture, Tap, current_capture, tapped
 from servers.gateway.config import MODERN_VERSION, ServerConfig
 from servers.gateway.features import ClientFeatures

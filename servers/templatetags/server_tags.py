@@ -16,7 +16,7 @@ from typing import Any
 
 from django import template
 
-from inspector.wire import MASK
+from conversations.wire import MASK
 from servers.vault import is_sealed
 
 register = template.Library()

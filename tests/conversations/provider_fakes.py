@@ -13,8 +13,8 @@ import httpx2
 from conversations.llm import Message, ToolDef
 from conversations.providers.base import Endpoint, Provider
 from conversations.providers.http import endpoint_transport
-from inspector.typealias import JSONDict, JSONValue
-from inspector.wire import WireExchange
+from conversations.typealias import JSONDict, JSONValue
+from conversations.wire import WireExchange
 
 API_KEY = "sk-test-3f9a1c-never-store-me"
 WEATHER = ToolDef(

@@ -24,8 +24,8 @@ from conversations.paradigms.native import NativeParadigm
 from conversations.providers.base import ModelReply, ModelRequest, ProviderError
 from conversations.providers.streaming import DeltaCallback, PartialCall, PartialReply
 from conversations.splicing import Spliced, TokenReport
-from inspector.typealias import JSONDict
-from inspector.wire import WireExchange
+from conversations.typealias import JSONDict
+from conversations.wire import WireExchange
 
 WEATHER = ToolDef(
     server_id=1,

@@ -9,7 +9,7 @@ import pytest
 
 from conversations import demo_model
 from conversations.demo_formats import ANTHROPIC, CHAT, GEMINI, RESPONSES, FormatError
-from inspector.typealias import JSONDict
+from conversations.typealias import JSONDict
 
 BEIJING = "What will the weather be like in Beijing tomorrow?"
 PARAMETERS: JSONDict = {

@@ -14,8 +14,8 @@ import pytest
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
 from conversations.providers.base import Endpoint, ModelReply, ModelRequest, ProviderError
 from conversations.providers.openai_chat import OpenAIChatProvider, endpoint_transport
-from inspector.typealias import JSONDict, JSONValue
-from inspector.wire import MASK, WireExchange
+from conversations.typealias import JSONDict, JSONValue
+from conversations.wire import MASK, WireExchange
 
 API_KEY = "sk-test-3f9a1c-never-store-me"
 CALCULATE = ToolDef(

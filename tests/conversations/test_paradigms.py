@@ -23,8 +23,8 @@ from conversations.paradigms.structured import (
     strictify,
 )
 from conversations.providers.base import ModelReply, ModelRequest
-from inspector.typealias import JSONDict, JSONValue
-from inspector.wire import WireExchange
+from conversations.typealias import JSONDict, JSONValue
+from conversations.wire import WireExchange
 
 WEATHER = ToolDef(
     server_id=1,

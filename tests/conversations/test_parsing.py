@@ -13,7 +13,7 @@ from conversations.parsing import (
     parse_label,
     parse_xml_calls,
 )
-from inspector.typealias import JSONDict, JSONValue
+from conversations.typealias import JSONDict, JSONValue
 
 WEATHER: JSONDict = {
     "type": "object",

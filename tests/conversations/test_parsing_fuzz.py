@@ -17,7 +17,7 @@ from conversations.parsing import (
     parse_label,
     parse_xml_calls,
 )
-from inspector.typealias import JSONDict, JSONValue
+from conversations.typealias import JSONDict, JSONValue
 
 # Every parser sees at least 10,000 generated replies. No example database: nothing is
 # written into the work tree, and a failure prints its minimal example anyway.

@@ -11,8 +11,8 @@ from conversations.llm import Message, ToolCall, ToolChoice
 from conversations.paradigms.auto import refused_capability
 from conversations.providers.anthropic import AnthropicProvider
 from conversations.providers.base import ModelReply, ModelRequest, ProviderError
-from inspector.typealias import JSONDict, JSONValue
-from inspector.wire import MASK
+from conversations.typealias import JSONDict, JSONValue
+from conversations.wire import MASK
 from tests.conversations.provider_fakes import (
     API_KEY,
     CLOCK,

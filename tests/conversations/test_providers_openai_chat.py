@@ -12,7 +12,7 @@ import pytest
 from conversations.llm import Message, ToolCall
 from conversations.providers.base import ModelReply, ModelRequest, ProviderError
 from conversations.providers.openai_chat import OpenAIChatProvider
-from inspector.typealias import JSONDict, JSONValue
+from conversations.typealias import JSONDict, JSONValue
 from tests.conversations.provider_fakes import QUESTION, WEATHER, answering, serve, sse, streaming
 
 ARGUMENTS_TEXT = '{"city":"Beijing","day":"tomorrow"}'

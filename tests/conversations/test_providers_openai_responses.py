@@ -11,8 +11,8 @@ import pytest
 from conversations.llm import Message, ToolCall, ToolChoice
 from conversations.providers.base import ModelReply, ModelRequest, ProviderError
 from conversations.providers.openai_responses import OpenAIResponsesProvider
-from inspector.typealias import JSONDict, JSONValue
-from inspector.wire import MASK
+from conversations.typealias import JSONDict, JSONValue
+from conversations.wire import MASK
 from tests.conversations.provider_fakes import (
     API_KEY,
     CLOCK,

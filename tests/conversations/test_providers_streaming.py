@@ -25,7 +25,7 @@ from conversations.providers.streaming import (
     read_events,
     throttled,
 )
-from inspector.typealias import JSONDict, JSONValue
+from conversations.typealias import JSONDict, JSONValue
 from tests.conversations.provider_fakes import QUESTION, WEATHER, serve, sse
 
 ARGUMENTS = '{"city": "Beijing", "day": "tomorrow"}'

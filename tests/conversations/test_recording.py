@@ -19,8 +19,8 @@ from conversations import recording
 from conversations.integrity import conversation_verify
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.recording import TurnRecorder
+from conversations.wire import WireExchange
 from inspector import live
-from inspector.wire import WireExchange
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

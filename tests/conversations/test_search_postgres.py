@@ -17,7 +17,7 @@ from django.db import connection
 from conversations.models import Exchange
 from conversations.recording import TurnRecorder, index_last_request_whole
 from conversations.selectors import FTS_BODY_CHARS, ConversationFilters, conversation_search
-from inspector.wire import WireExchange
+from conversations.wire import WireExchange
 from tests.factories import ConversationFactory, ExchangeFactory, StepFactory, TurnFactory, UserFactory
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]

@@ -29,7 +29,7 @@ from conversations.splicing import (
     splice,
     template_from_server,
 )
-from inspector.typealias import JSONDict
+from conversations.typealias import JSONDict
 
 QWEN_LIKE = (
     Path(__file__).resolve().parent.parent / "fixtures" / "chat_templates" / "qwen_like.jinja"

@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from conversations.models import AuditEvent
-from inspector.wire import MASK
+from conversations.wire import MASK
 from servers import services
 from servers.models import McpServer
 
