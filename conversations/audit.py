@@ -77,3 +77,20 @@ def audit_change(
         subject=subject,
         detail={"via": via, **detail},
     )
+
+
+def audit_record(
+    *,
+    actor: AbstractBaseUser | None,
+    action: str,
+    conversation: Conversation | None = None,
+    detail: JSONDict | None = None,
+) -> AuditEvent:
+    """Write one read-audit entry (opened, exported, imported, pruned)."""
+    return AuditEvent.objects.create(
+        actor_id=actor.pk if actor is not None else None,
+        actor_name=actor.get_username() if actor is not None else "system",
+        action=action,
+        conversation_public_id=conversation.public_id if conversation is not None else None,
+        detail=detail or {},
+    )

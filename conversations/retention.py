@@ -12,8 +12,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-# A module import: services → execution → tasks → retention → services is a cycle at import time.
-from conversations import services
+from conversations.audit import audit_record
 from conversations.models import AuditEvent, Comparison, Conversation, Exchange, Step, Turn
 from conversations.typealias import JSONDict
 
@@ -145,7 +144,7 @@ def conversations_prune(
             Conversation.objects.filter(pk__in=chunk).delete()
         server_only.delete()
         Comparison.objects.filter(pk__in=comparisons).delete()
-        services.audit_record(actor=actor, action=AuditEvent.Action.PRUNED, detail=report.as_json())
+        audit_record(actor=actor, action=AuditEvent.Action.PRUNED, detail=report.as_json())
         # Files go only once the records' deletion is committed.
         transaction.on_commit(lambda: _remove(stderr_files))
     return report

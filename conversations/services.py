@@ -10,6 +10,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from conversations.audit import audit_record
 from conversations.execution import turn_dispatch
 from conversations.lifecycle import turn_signal_local, turn_step_record
 from conversations.models import AuditEvent, Comparison, Conversation, Exchange, ModelProfile, Turn
@@ -298,23 +299,6 @@ def demo_profile_ensure() -> ModelProfile:
         },
     )
     return profile
-
-
-def audit_record(
-    *,
-    actor: AbstractBaseUser | None,
-    action: str,
-    conversation: Conversation | None = None,
-    detail: JSONDict | None = None,
-) -> AuditEvent:
-    """Write one read-audit entry (opened, exported, imported, pruned)."""
-    return AuditEvent.objects.create(
-        actor_id=actor.pk if actor is not None else None,
-        actor_name=actor.get_username() if actor is not None else "system",
-        action=action,
-        conversation_public_id=conversation.public_id if conversation is not None else None,
-        detail=detail or {},
-    )
 
 
 def conversation_export(

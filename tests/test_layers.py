@@ -78,3 +78,93 @@ def test_the_scan_sees_an_import_of_the_ui_package(tmp_path: Path) -> None:
         (2, "inspector.settings"),
         (5, "inspector.wire"),
     ]
+
+
+def _module_graph(root: Path) -> dict[str, set[str]]:
+    """The apps' modules and what each imports when it is loaded (module-level imports, relative
+    ones included, with the packages Python runs on the way), migrations left out."""
+    files = {
+        ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): path
+        for package in ("conversations", "servers", "inspector")
+        for path in (root / package).rglob("*.py")
+        if "migrations" not in path.parts
+    }
+
+    def known(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.parse(path.read_text(), filename=str(path)).body:
+            if isinstance(node, ast.Import):
+                targets.update(filter(None, (known(alias.name) for alias in node.names)))
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join([*parts[: len(parts) - node.level + 1], *([base] if base else [])])
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    target = full if full in files else known(base)
+                    if target:
+                        targets.add(target)
+        for target in list(targets):
+            parts = target.split(".")
+            targets.update(
+                ".".join(parts[:end]) for end in range(1, len(parts)) if ".".join(parts[:end]) in files
+            )
+        graph[name] = {target for target in targets if target != name and not name.startswith(f"{target}.")}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or round about (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_module_of_the_apps_imports_itself_round_about() -> None:
+    assert _cycles(_module_graph(REPO_ROOT)) == []
+
+
+def test_the_cycle_check_finds_a_cycle_through_a_package_and_a_relative_import(tmp_path: Path) -> None:
+    app = tmp_path / "conversations"
+    app.mkdir()
+    (app / "__init__.py").write_text("from .services import x\n")
+    (app / "services.py").write_text("from conversations.tasks import y\nx = 1\n")
+    (app / "tasks.py").write_text("import conversations.retention\ny = 2\n")
+    (app / "retention.py").write_text("from conversations import services\n")
+    (app / "free.py").write_text("def f():\n    from conversations import services\n")
+    assert _cycles(_module_graph(tmp_path)) == [
+        ["conversations.retention", "conversations.services", "conversations.tasks"]
+    ]

@@ -15,9 +15,9 @@ from django.conf import LazySettings
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from conversations.audit import audit_record
 from conversations.models import AuditEvent, Comparison, Conversation, Exchange, Step, Turn
 from conversations.retention import conversations_prune
-from conversations.services import audit_record
 from conversations.tasks import prune_conversations
 from tests.conftest import REPO_ROOT
 from tests.factories import (

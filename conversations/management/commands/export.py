@@ -10,8 +10,8 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from conversations.audit import audit_record
 from conversations.models import AuditEvent, Conversation
-from conversations.services import audit_record
 from conversations.transcripts import EXPORT_FORMATS, transcript_export
 
 

@@ -12,9 +12,9 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.urls import reverse
 
+from conversations.audit import audit_record
 from conversations.management.commands.export import command_user
 from conversations.models import AuditEvent, Exchange
-from conversations.services import audit_record
 from conversations.transcripts import TranscriptError, transcript_import
 
 
