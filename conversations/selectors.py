@@ -225,7 +225,8 @@ def exchange_json(exchange: Exchange) -> JSONDict:
         "channel": exchange.channel,
         "direction": exchange.direction,
         "label": exchange.label,
-        "server": exchange.server.name if exchange.server else None,
+        # The name the record keeps where no server row is linked (imported, or the server deleted).
+        "server": exchange.server.name if exchange.server else (exchange.server_name or None),
         "jsonrpc_id": exchange.jsonrpc_id or None,
         "status": exchange.status,
         "error": exchange.error,
@@ -251,7 +252,7 @@ def step_json(step: Step) -> JSONDict:
         "text": step.text,
         "calls": step.calls,
         "diagnostics": step.diagnostics,
-        "server": step.server.name if step.server else None,
+        "server": step.server.name if step.server else (step.server_name or None),
         "tool_name": step.tool_name,
         "arguments": step.arguments,
         "result": step.result,

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
-from conversations.models import Conversation, Step
+from conversations.models import Conversation, Exchange, Step
 from conversations.selectors import conversation_transcript
 from tests.factories import (
     PASSWORD,
@@ -202,6 +202,24 @@ def test_the_transcript_is_exactly_what_ask_json_prints(alice: User) -> None:
     [turn] = response.json()["turns"]
     assert [step["kind"] for step in turn["steps"]] == ["decide", "tool"]
     assert turn["steps"][1]["exchanges"][0]["label"] == "tools/call"
+
+
+def test_a_step_and_exchange_whose_server_row_is_gone_show_the_name_the_record_kept(alice: User) -> None:
+    """As the JSON export does: an imported conversation, or one whose server was deleted, has no
+    server row, only the name its records kept."""
+    conversation = _conversation(alice)
+    Step.objects.filter(turn__conversation=conversation, kind=Step.Kind.TOOL).update(
+        server=None, server_name="weather-srv"
+    )
+    Exchange.objects.filter(turn__conversation=conversation, channel="mcp").update(
+        server=None, server_name="weather-srv"
+    )
+
+    [turn] = _token_client(alice).get(_transcript_url(conversation)).json()["turns"]
+
+    tool = turn["steps"][1]
+    assert tool["server"] == "weather-srv"
+    assert tool["exchanges"][0]["server"] == "weather-srv"
 
 
 def test_someone_elses_conversation_is_a_404_like_a_missing_one(alice: User, bob: User) -> None:
