@@ -55,6 +55,5 @@ urlpatterns = [
         name="api-conversation",
     ),
     path("api/turns/<int:turn_id>/cancel", api.TurnCancelView.as_view(), name="api-turn-cancel"),
-    path("demo-model/v1/", include("conversations.demo_model_urls")),
-    path("demo-model/", include("conversations.demo_model_gemini_urls")),
+    path("demo-model/", include("conversations.demo.urls")),
 ]

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from conversations import demo_model
-from conversations.demo_formats import ANTHROPIC, CHAT, GEMINI, RESPONSES, FormatError
+from conversations.demo import model as demo_model
+from conversations.demo.dialects import ANTHROPIC, CHAT, GEMINI, RESPONSES, FormatError
 from conversations.typealias import JSONDict
 
 BEIJING = "What will the weather be like in Beijing tomorrow?"

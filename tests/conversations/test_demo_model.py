@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletion
 
-from conversations import demo_model
-from conversations.demo_model import MARKERS, DemoReply, complete, simulated_delay
+from conversations.demo import model as demo_model
+from conversations.demo.model import MARKERS, DemoReply, complete, simulated_delay
 from conversations.llm import ToolChoice, ToolDef
 from conversations.paradigms import intent, prompt_json, prompt_xml, structured
 

@@ -104,7 +104,7 @@ def test_latency_setting_and_slow_marker_add_up(
     client: Client, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slept: list[float] = []
-    monkeypatch.setattr("conversations.demo_model_views.time.sleep", slept.append)
+    monkeypatch.setattr("conversations.demo.views.time.sleep", slept.append)
     settings.DEMO_MODEL_LATENCY_SECONDS = 0.5
     body = {**QUESTION, "messages": [{"role": "user", "content": "[demo:slow=99] weather in Oslo"}]}
 

@@ -1,7 +1,7 @@
 """The demo model: a deterministic, offline model behind the OpenAI Chat Completions wire format.
 
 (The HTTP views also speak OpenAI Responses, Anthropic Messages and Gemini, streamed or not: each
-request is converted into this module's form and the answer back, by ``demo_formats``.)
+request is converted into this module's form and the answer back, by :mod:`conversations.demo.dialects`.)
 
 It lets a class run the real client code, the raw capture, the parser, the validator and the
 repair loop with no API key and no network. It is no language model: it picks a tool by word

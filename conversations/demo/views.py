@@ -10,8 +10,8 @@
 
 Keyed by ``settings.DEMO_MODEL_API_KEY`` instead of a login, so the app's own clients reach it
 exactly as they would reach a real provider. Each request is converted to the demo's Chat
-Completions form, answered by ``demo_model.complete`` and converted back
-(``conversations.demo_formats``); errors use each format's own envelope, and ``stream: true``
+Completions form, answered by :func:`conversations.demo.model.complete` and converted back
+(:mod:`conversations.demo.dialects`); errors use each format's own envelope, and ``stream: true``
 (or Gemini's stream route) answers with the format's event stream.
 """
 
@@ -28,8 +28,9 @@ from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from conversations import demo_formats, demo_model
-from conversations.demo_formats import Dialect, FormatError
+from conversations.demo import dialects
+from conversations.demo.dialects import Dialect, FormatError
+from conversations.demo.model import complete, openai_error_body, simulated_delay, stream_delay
 from conversations.typealias import JSONDict, JSONValue
 
 # Splits after each event's blank line, keeping it with the event.
@@ -48,7 +49,7 @@ def chat_completions(request: HttpRequest) -> HttpResponseBase:
     """``POST chat/completions``: one Chat Completions request answered by the demo model."""
     if not _has_valid_bearer_key(request):
         return _unauthorized(request)
-    return _answer(request, demo_formats.CHAT)
+    return _answer(request, dialects.CHAT)
 
 
 @login_not_required
@@ -58,7 +59,7 @@ def responses(request: HttpRequest) -> HttpResponseBase:
     """``POST responses``: one OpenAI Responses request answered by the demo model."""
     if not _has_valid_bearer_key(request):
         return _unauthorized(request)
-    return _answer(request, demo_formats.RESPONSES)
+    return _answer(request, dialects.RESPONSES)
 
 
 @login_not_required
@@ -73,7 +74,7 @@ def messages(request: HttpRequest) -> HttpResponseBase:
         return _anthropic_refusal(401, "invalid x-api-key")
     if not request.headers.get("anthropic-version"):
         return _anthropic_refusal(400, "anthropic-version: header is required")
-    return _answer(request, demo_formats.ANTHROPIC)
+    return _answer(request, dialects.ANTHROPIC)
 
 
 @login_not_required
@@ -84,7 +85,7 @@ def generate_content(request: HttpRequest, model: str) -> HttpResponseBase:
     refusal = _gemini_key_refusal(request)
     if refusal is not None:
         return refusal
-    return _answer(request, demo_formats.GEMINI, model=model, stream=False)
+    return _answer(request, dialects.GEMINI, model=model, stream=False)
 
 
 @login_not_required
@@ -97,8 +98,8 @@ def stream_generate_content(request: HttpRequest, model: str) -> HttpResponseBas
         return refusal
     if request.GET.get("alt") != "sse":
         message = "The demo model streams only as server-sent events: add ?alt=sse to the URL."
-        return JsonResponse(demo_formats.gemini_error(400, message), status=400)
-    return _answer(request, demo_formats.GEMINI, model=model, stream=True)
+        return JsonResponse(dialects.gemini_error(400, message), status=400)
+    return _answer(request, dialects.GEMINI, model=model, stream=True)
 
 
 @login_not_required
@@ -126,7 +127,7 @@ def _answer(
     except (ValueError, FormatError) as error:
         return JsonResponse(dialect.error(400, str(error)), status=400)
     _simulate_latency(chat)
-    reply = demo_model.complete(chat)
+    reply = complete(chat)
     if reply.status != 200:
         return JsonResponse(dialect.error_from_chat(reply.status, reply.body), status=reply.status)
     if (payload.get("stream") is True) if stream is None else stream:
@@ -145,7 +146,7 @@ def _answer(
 
 def _stream_delay(payload: JSONDict) -> float:
     """Seconds between streamed events: ``DEMO_MODEL_STREAM_DELAY_SECONDS`` or a ``[demo:drip=N]`` marker."""
-    return max(0.0, float(settings.DEMO_MODEL_STREAM_DELAY_SECONDS), demo_model.stream_delay(payload))
+    return max(0.0, float(settings.DEMO_MODEL_STREAM_DELAY_SECONDS), stream_delay(payload))
 
 
 def _dripped(events: str, delay: float) -> Iterator[bytes]:
@@ -178,13 +179,13 @@ def _unauthorized(request: HttpRequest) -> JsonResponse:
             "You didn't provide an API key. You need to provide your API key in an Authorization "
             "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
         )
-    response = JsonResponse(demo_model.openai_error_body(message, code="invalid_api_key"), status=401)
+    response = JsonResponse(openai_error_body(message, code="invalid_api_key"), status=401)
     response["WWW-Authenticate"] = 'Bearer realm="demo-model"'
     return response
 
 
 def _anthropic_refusal(status: int, message: str) -> JsonResponse:
-    return JsonResponse(demo_formats.anthropic_error(status, message), status=status)
+    return JsonResponse(dialects.anthropic_error(status, message), status=status)
 
 
 def _gemini_key_refusal(request: HttpRequest) -> JsonResponse | None:
@@ -195,10 +196,10 @@ def _gemini_key_refusal(request: HttpRequest) -> JsonResponse | None:
             "Method doesn't allow unregistered callers (callers without established identity). "
             "Please use API Key or other form of API consumer identity to call this API."
         )
-        return JsonResponse(demo_formats.gemini_error(403, message), status=403)
+        return JsonResponse(dialects.gemini_error(403, message), status=403)
     if not _is_demo_key(key):
         return JsonResponse(
-            demo_formats.gemini_error(400, "API key not valid. Please pass a valid API key."), status=400
+            dialects.gemini_error(400, "API key not valid. Please pass a valid API key."), status=400
         )
     return None
 
@@ -254,6 +255,6 @@ def _json_object(body: bytes) -> JSONDict:
 
 def _simulate_latency(payload: JSONDict) -> None:
     """Sleep as long as ``DEMO_MODEL_LATENCY_SECONDS`` plus any ``[demo:slow=N]`` marker ask."""
-    delay = max(0.0, float(settings.DEMO_MODEL_LATENCY_SECONDS)) + demo_model.simulated_delay(payload)
+    delay = max(0.0, float(settings.DEMO_MODEL_LATENCY_SECONDS)) + simulated_delay(payload)
     if delay > 0:
         time.sleep(delay)

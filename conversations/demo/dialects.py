@@ -1,6 +1,6 @@
 """The demo model in every provider's wire format: requests in, Chat Completions form, and back.
 
-The demo's behaviour lives in one place, :func:`conversations.demo_model.complete`, which reads a
+The demo's behaviour lives in one place, :func:`conversations.demo.model.complete`, which reads a
 Chat Completions request and writes a ``chat.completion``. A :class:`Dialect` converts another
 format's request into that form (:attr:`Dialect.to_chat`), and the demo's answer back into the
 format's reply (:attr:`Dialect.from_chat`), its event stream (:attr:`Dialect.events`) or its
@@ -27,7 +27,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from conversations.demo_model import DECISION_SCHEMA, openai_error_body
+from conversations.demo.model import DECISION_SCHEMA, openai_error_body
 from conversations.typealias import JSONDict, JSONValue
 
 PIECE = 12  # characters per streamed fragment
