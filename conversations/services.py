@@ -17,12 +17,8 @@ from conversations.models import AuditEvent, Comparison, Conversation, Exchange,
 from conversations.providers import PROVIDERS
 from conversations.recording import active_redactor
 from conversations.splicing import probe_request, server_template
-from conversations.transcripts import (
-    IMPORTED_PROFILE_PREFIX,
-    ExportFormat,
-    transcript_export,
-    transcript_import,
-)
+from conversations.transcripts.export import ExportFormat, transcript_export
+from conversations.transcripts.importing import IMPORTED_PROFILE_PREFIX, transcript_import
 from conversations.typealias import JSONDict, JSONValue
 from inspector import live
 from servers.models import McpServer

@@ -27,7 +27,8 @@ from conversations import selectors, services
 from conversations.audit import audit_read
 from conversations.integrity import conversation_verify
 from conversations.models import Comparison, Conversation, Step, Turn
-from conversations.transcripts import EXPORT_FORMATS, MEDIA_TYPES, ExportFormat, TranscriptError
+from conversations.transcripts.export import EXPORT_FORMATS, MEDIA_TYPES, ExportFormat
+from conversations.transcripts.importing import TranscriptError
 from inspector import fragments
 from inspector.forms import (
     ComparisonForm,

@@ -29,7 +29,7 @@ from conversations.paradigms import PARADIGMS
 from conversations.providers import PROVIDERS, Endpoint, ModelRequest, ProviderError
 from conversations.runner import turn_run
 from conversations.services import conversation_start
-from conversations.transcripts import EXPORT_FORMATS
+from conversations.transcripts.export import EXPORT_FORMATS
 from servers import gateway
 from servers.services import demo_server_ensure
 from tests.conversations.hostile_model import CASES, NOT_UTF8, HostileModel, answer

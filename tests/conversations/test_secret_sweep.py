@@ -23,7 +23,7 @@ from django.urls import reverse
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.runner import turn_run
 from conversations.services import conversation_start, turn_start
-from conversations.transcripts import EXPORT_FORMATS, transcript_export
+from conversations.transcripts.export import EXPORT_FORMATS, transcript_export
 from servers import gateway
 from servers.models import McpServer, Operation
 from servers.services import operation_start

@@ -22,7 +22,9 @@ from conversations.models import AuditEvent, Conversation, Exchange, ModelProfil
 from conversations.runner import turn_run
 from conversations.selectors import profiles_for_form
 from conversations.services import conversation_start, demo_profile_ensure, turn_start
-from conversations.transcripts import ID_KEYS, TranscriptError, transcript_export, transcript_import
+from conversations.transcripts.document import ID_KEYS
+from conversations.transcripts.export import transcript_export
+from conversations.transcripts.importing import TranscriptError, transcript_import
 from servers import gateway
 from servers.services import demo_server_ensure
 from tests.factories import ExchangeFactory, StepFactory, UserFactory

@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from conversations.integrity import GENESIS, exchange_digest, turn_seal
 from conversations.models import AuditEvent, Conversation, Exchange, Team, Turn
-from conversations.transcripts import EXPORT_FORMATS, MEDIA_TYPES, transcript_export
+from conversations.transcripts.export import EXPORT_FORMATS, MEDIA_TYPES, transcript_export
 from inspector import forms, views
 from inspector.fragments import render_row
 from inspector.templatetags.inspector_tags import PREVIEW_CHARS, PREVIEW_THRESHOLD_BYTES

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from conversations.audit import audit_record
 from conversations.models import AuditEvent, Conversation
-from conversations.transcripts import EXPORT_FORMATS, transcript_export
+from conversations.transcripts.export import EXPORT_FORMATS, transcript_export
 
 
 def command_user(username: str | None) -> AbstractBaseUser | None:

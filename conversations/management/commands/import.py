@@ -15,7 +15,7 @@ from django.urls import reverse
 from conversations.audit import audit_record
 from conversations.management.commands.export import command_user
 from conversations.models import AuditEvent, Exchange
-from conversations.transcripts import TranscriptError, transcript_import
+from conversations.transcripts.importing import TranscriptError, transcript_import
 
 
 def _owner(actor: AbstractBaseUser | None) -> AbstractBaseUser:
