@@ -16,9 +16,9 @@ Modules, in the order a request passes through them:
 
 * :mod:`~conversations.demo.views`, :mod:`~conversations.demo.urls` — the HTTP endpoints: key
   check, body limits, simulated latency, streaming.
-* :mod:`~conversations.demo.dialects` — one :class:`~conversations.demo.wire.Dialect` per wire
+* :mod:`~conversations.demo.dialects` — one :class:`~conversations.demo.base.Dialect` per wire
   format, by provider key; each dialect in its own module (``openai_chat``, ``openai_responses``,
-  ``anthropic``, ``gemini``) over the shared helpers of :mod:`~conversations.demo.wire`.
+  ``anthropic``, ``gemini``) over the contract and shared helpers of :mod:`~conversations.demo.base`.
 * :mod:`~conversations.demo.model` — :func:`~conversations.demo.model.complete`, the one entry
   point: a Chat Completions request in, a reply out.
 * :mod:`~conversations.demo.request` — validating the request as a real endpoint would.

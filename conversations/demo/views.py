@@ -28,9 +28,12 @@ from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from conversations.demo import dialects
-from conversations.demo.dialects import Dialect, FormatError
+from conversations.demo.anthropic import ANTHROPIC, anthropic_error
+from conversations.demo.base import Dialect, FormatError
+from conversations.demo.gemini import GEMINI, gemini_error
 from conversations.demo.model import complete, openai_error_body, simulated_delay, stream_delay
+from conversations.demo.openai_chat import CHAT
+from conversations.demo.openai_responses import RESPONSES
 from conversations.typealias import JSONDict, JSONValue
 
 # Splits after each event's blank line, keeping it with the event.
@@ -49,7 +52,7 @@ def chat_completions(request: HttpRequest) -> HttpResponseBase:
     """``POST chat/completions``: one Chat Completions request answered by the demo model."""
     if not _has_valid_bearer_key(request):
         return _unauthorized(request)
-    return _answer(request, dialects.CHAT)
+    return _answer(request, CHAT)
 
 
 @login_not_required
@@ -59,7 +62,7 @@ def responses(request: HttpRequest) -> HttpResponseBase:
     """``POST responses``: one OpenAI Responses request answered by the demo model."""
     if not _has_valid_bearer_key(request):
         return _unauthorized(request)
-    return _answer(request, dialects.RESPONSES)
+    return _answer(request, RESPONSES)
 
 
 @login_not_required
@@ -74,7 +77,7 @@ def messages(request: HttpRequest) -> HttpResponseBase:
         return _anthropic_refusal(401, "invalid x-api-key")
     if not request.headers.get("anthropic-version"):
         return _anthropic_refusal(400, "anthropic-version: header is required")
-    return _answer(request, dialects.ANTHROPIC)
+    return _answer(request, ANTHROPIC)
 
 
 @login_not_required
@@ -85,7 +88,7 @@ def generate_content(request: HttpRequest, model: str) -> HttpResponseBase:
     refusal = _gemini_key_refusal(request)
     if refusal is not None:
         return refusal
-    return _answer(request, dialects.GEMINI, model=model, stream=False)
+    return _answer(request, GEMINI, model=model, stream=False)
 
 
 @login_not_required
@@ -98,8 +101,8 @@ def stream_generate_content(request: HttpRequest, model: str) -> HttpResponseBas
         return refusal
     if request.GET.get("alt") != "sse":
         message = "The demo model streams only as server-sent events: add ?alt=sse to the URL."
-        return JsonResponse(dialects.gemini_error(400, message), status=400)
-    return _answer(request, dialects.GEMINI, model=model, stream=True)
+        return JsonResponse(gemini_error(400, message), status=400)
+    return _answer(request, GEMINI, model=model, stream=True)
 
 
 @login_not_required
@@ -185,7 +188,7 @@ def _unauthorized(request: HttpRequest) -> JsonResponse:
 
 
 def _anthropic_refusal(status: int, message: str) -> JsonResponse:
-    return JsonResponse(dialects.anthropic_error(status, message), status=status)
+    return JsonResponse(anthropic_error(status, message), status=status)
 
 
 def _gemini_key_refusal(request: HttpRequest) -> JsonResponse | None:
@@ -196,11 +199,9 @@ def _gemini_key_refusal(request: HttpRequest) -> JsonResponse | None:
             "Method doesn't allow unregistered callers (callers without established identity). "
             "Please use API Key or other form of API consumer identity to call this API."
         )
-        return JsonResponse(dialects.gemini_error(403, message), status=403)
+        return JsonResponse(gemini_error(403, message), status=403)
     if not _is_demo_key(key):
-        return JsonResponse(
-            dialects.gemini_error(400, "API key not valid. Please pass a valid API key."), status=400
-        )
+        return JsonResponse(gemini_error(400, "API key not valid. Please pass a valid API key."), status=400)
     return None
 
 

@@ -7,8 +7,13 @@ import json
 
 import pytest
 
-from conversations.demo import model as demo_model
-from conversations.demo.dialects import ANTHROPIC, CHAT, GEMINI, RESPONSES, FormatError
+from conversations.demo.anthropic import ANTHROPIC
+from conversations.demo.base import FormatError
+from conversations.demo.conventions import DECISION_SCHEMA
+from conversations.demo.gemini import GEMINI
+from conversations.demo.model import complete
+from conversations.demo.openai_chat import CHAT
+from conversations.demo.openai_responses import RESPONSES
 from conversations.typealias import JSONDict
 
 BEIJING = "What will the weather be like in Beijing tomorrow?"
@@ -115,7 +120,7 @@ def test_a_schema_without_a_name_is_recognised_as_the_decision_union_by_its_shap
 
     assert ANTHROPIC.to_chat(anthropic, None)["response_format"] == {
         "type": "json_schema",
-        "json_schema": {"name": demo_model.DECISION_SCHEMA, "schema": DECISION, "strict": True},
+        "json_schema": {"name": DECISION_SCHEMA, "schema": DECISION, "strict": True},
     }
     assert GEMINI.to_chat(gemini, "demo")["response_format"] == {
         "type": "json_schema",
@@ -222,7 +227,7 @@ def _malformed_call() -> JSONDict:
             }
         ],
     }
-    reply = demo_model.complete(chat)
+    reply = complete(chat)
     assert reply.status == 200
     return reply.body
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletion
 
-from conversations.demo import model as demo_model
-from conversations.demo.model import MARKERS, DemoReply, complete, simulated_delay
+from conversations.demo.model import DemoReply, complete, simulated_delay, stream_delay
+from conversations.demo.scenarios import DRIP_MARKER_CAP_SECONDS, MARKERS
 from conversations.llm import ToolChoice, ToolDef
 from conversations.paradigms import intent, prompt_json, prompt_xml, structured
 
@@ -482,11 +482,9 @@ def test_the_drip_marker_asks_for_a_pause_between_streamed_events_capped() -> No
     def question(text: str) -> dict[str, Any]:
         return {"model": "demo", "messages": [{"role": "user", "content": text}]}
 
-    assert demo_model.stream_delay(question(f"[demo:drip=0.25] {BEIJING}")) == 0.25
-    assert (
-        demo_model.stream_delay(question(f"[demo:drip=99] {BEIJING}")) == demo_model.DRIP_MARKER_CAP_SECONDS
-    )
-    assert demo_model.stream_delay(question(BEIJING)) == 0.0
+    assert stream_delay(question(f"[demo:drip=0.25] {BEIJING}")) == 0.25
+    assert stream_delay(question(f"[demo:drip=99] {BEIJING}")) == DRIP_MARKER_CAP_SECONDS
+    assert stream_delay(question(BEIJING)) == 0.0
 
 
 def test_code_fence_marker_writes_a_native_call_as_fenced_text_instead_of_tool_calls() -> None:
