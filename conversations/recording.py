@@ -35,19 +35,18 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-import psycopg
 from django.conf import settings
-from django.db import connection, connections, models, transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Field, Model, OuterRef, Subquery
+from django.db import connection, transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from conversations.escaping import storable_json, storable_text
 from conversations.integrity import GENESIS, chain_head_query, exchange_digest, integrity_key, turn_seal
 from conversations.models import Exchange, ModelProfile, RedactionRule, Step, Turn
 from conversations.providers.streaming import SNAPSHOT_TAIL_CHARS, DeltaCallback, PartialReply, throttled
+from conversations.record_writer import rows_write
 from conversations.redaction import Redactor, redactor, remember
 from conversations.strings import changed_span
 from conversations.wire import WireExchange
@@ -439,152 +438,13 @@ def _write(batches: Sequence[_Batch]) -> None:
                 unsaved.append(batch.step)
             else:
                 opened[batch.step.pk] = batch.step
-    statements = [
-        *(_update_sql(Turn, pk, values) for pk, values in turn_values.items()),
-        *(_update_sql(Step, pk, fields) for pk, fields in updates.items()),
-        *_insert_sql(Step, list(opened.values())),
-        *_insert_sql(Exchange, exchanges),
-    ]
-    if (
-        connection.vendor == "postgresql"
-        and not unsaved
-        and sum(len(params) for _, params in statements) <= _MOST_BOUND_VALUES
-    ):
-        _execute_as_one(statements)
-        return
-    with transaction.atomic(), connection.cursor() as cursor:
-        for sql, params in statements:
-            cursor.execute(sql, params)
-        for step in unsaved:
-            step.save(force_insert=True)
-
-
-_Statement = tuple[str, Sequence[Any]]
-# The most values one statement can bind on the server (the protocol counts them in 16 bits);
-# a bigger write goes statement by statement in a transaction.
-_MOST_BOUND_VALUES = 65535
-
-
-def _execute_as_one(statements: list[_Statement]) -> None:
-    """Run the statements as one PostgreSQL statement: each a data-modifying ``WITH`` query.
-
-    One statement is one round trip and, outside a transaction, its own atomic transaction:
-    all of it is written or none. Every part sees the same snapshot (so no two parts touch the
-    same row; ``_write`` merges them), and the foreign keys, deferred to the commit, see rows
-    inserted by other parts. Outside a caller's transaction it commits asynchronously
-    (``set_config(…, true)`` lasts until that commit).
-
-    The values are bound on the server (a raw cursor, ``$n`` placeholders numbered here), so
-    neither the statement nor the bodies in it are parsed or quoted in Python: with
-    client-side binding, psycopg re-parses a long statement's text on every write (it caches
-    short ones only) and quotes every value.
-    """
-    if not statements:
-        return
-    parts: list[str] = []
-    placeholders = 0
-    for index, (sql, _) in enumerate(statements):
-        pieces = sql.split("%s")
-        numbered = [pieces[0]]
-        for piece in pieces[1:]:
-            placeholders += 1
-            numbered.append(f"${placeholders}")
-            numbered.append(piece)
-        parts.append(f"w{index} AS ({''.join(numbered)})")
-    last = (
-        "SELECT 1" if connection.in_atomic_block else "SELECT set_config('synchronous_commit', 'off', true)"
+    rows_write(
+        turn_values=turn_values,
+        step_updates=updates,
+        steps=list(opened.values()),
+        unsaved_steps=unsaved,
+        exchanges=exchanges,
     )
-    params = [param for _, part in statements for param in part]
-    connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.RawCursor(connection.connection) as cursor:
-        cursor.execute(f"WITH {', '.join(parts)} {last}", params)
-
-
-def _update_sql(model: type[Turn] | type[Step], pk: int, values: dict[str, Any]) -> _Statement:
-    """``UPDATE`` of one row's fields, with the values prepared by the fields as the ORM would."""
-    sql, fields = _update_template(model, tuple(values), connection.alias)
-    db = connections[connection.alias]
-    params = [_db_value(field, values[name], db) for name, field in zip(values, fields, strict=True)]
-    params.append(pk)
-    return sql, params
-
-
-def _insert_sql(model: type[Step] | type[Exchange], rows: list[Any]) -> list[_Statement]:
-    """One ``INSERT … VALUES`` of ``rows`` (all with their ids, or all without), if any.
-
-    Not ``bulk_create``: it sends PostgreSQL a multi-row insert as ``UNNEST`` over one array per
-    column, and psycopg's client-side binding quotes each array element in Python, one regex
-    call per quote character — on request bodies full of JSON that cost milliseconds per write.
-    The statement text is built once per shape.
-    """
-    if not rows:
-        return []
-    with_ids = rows[0].pk is not None
-    prefix, row_sql, fields = _insert_template(model, with_ids, connection.alias)
-    # The connection itself, not the ``connection`` proxy: the fields look it up per value.
-    db = connections[connection.alias]
-    params = [_row_value(field, row, db) for row in rows for field in fields]
-    for row in rows:
-        row._state.adding = False
-        row._state.db = connection.alias
-    return [(prefix + ", ".join([row_sql] * len(rows)), params)]
-
-
-_Fields = tuple["Field[Any, Any]", ...]
-
-
-def _db_value(field: Field[Any, Any], value: Any, db: BaseDatabaseWrapper) -> Any:
-    """``value`` as the field would send it to the database."""
-    return value if type(value) in _plain_types(field) else field.get_db_prep_save(value, db)
-
-
-def _row_value(field: Field[Any, Any], row: Model, db: BaseDatabaseWrapper) -> Any:
-    """The field's value of a new ``row`` as an insert sends it (``pre_save`` runs only for values
-    that are not plain: a field that sets its own value on save never has plain types)."""
-    value = getattr(row, field.attname)
-    return (
-        value if type(value) in _plain_types(field) else field.get_db_prep_save(field.pre_save(row, True), db)
-    )
-
-
-@functools.cache
-def _plain_types(field: Field[Any, Any]) -> frozenset[type]:
-    """The value types the field sends as they are: for these its preparation is the identity
-    (a str for a text column, an int for an integer or a key, a bool, a None where the column
-    allows NULL), and calling it for every value of every row cost more than the write. Anything
-    else — an enum member, a JSON value, a date, a field that sets its own value on save — goes
-    through the field."""
-    if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
-        return frozenset()
-    base = field.target_field if field.is_relation else field  # type: ignore[attr-defined]
-    types: frozenset[type] = frozenset()
-    if isinstance(base, models.CharField | models.TextField):
-        types = frozenset({str})
-    elif isinstance(base, models.BooleanField):
-        types = frozenset({bool})
-    elif isinstance(base, models.IntegerField):
-        types = frozenset({int})
-    if types and field.null:
-        types |= {type(None)}
-    return types
-
-
-@functools.lru_cache(maxsize=512)
-def _update_template(model: type[Model], names: tuple[str, ...], alias: str) -> tuple[str, _Fields]:
-    quote = connections[alias].ops.quote_name
-    fields = tuple(cast("Field[Any, Any]", model._meta.get_field(name)) for name in names)
-    assignments = ", ".join(f"{quote(str(field.column))} = %s" for field in fields)
-    pk = quote(str(model._meta.pk.column))
-    return f"UPDATE {quote(model._meta.db_table)} SET {assignments} WHERE {pk} = %s", fields
-
-
-@functools.lru_cache(maxsize=16)
-def _insert_template(model: type[Model], with_ids: bool, alias: str) -> tuple[str, str, _Fields]:
-    quote = connections[alias].ops.quote_name
-    fields = tuple(f for f in model._meta.concrete_fields if with_ids or not f.primary_key)
-    columns = ", ".join(quote(str(field.column)) for field in fields)
-    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    return f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ", row, fields
 
 
 class _Writer:
