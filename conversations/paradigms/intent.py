@@ -24,7 +24,7 @@ from typing import ClassVar
 
 from conversations.llm import Message, ToolCall, ToolDef
 from conversations.paradigms.base import Decision, DecisionContext, offered, strict_json
-from conversations.paradigms.prompt_json import (
+from conversations.paradigms.prompting import (
     Attempt,
     Retry,
     ask_with_retry,

@@ -24,7 +24,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
 from conversations.paradigms.base import Decision, DecisionContext, offered
-from conversations.paradigms.prompt_json import (
+from conversations.paradigms.prompting import (
     Attempt,
     ask_with_retry,
     attempt_from,

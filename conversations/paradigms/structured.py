@@ -27,7 +27,7 @@ from jsonschema.validators import Draft202012Validator
 
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
 from conversations.paradigms.base import Decision, DecisionContext, offered, strict_json
-from conversations.paradigms.prompt_json import (
+from conversations.paradigms.prompting import (
     Attempt,
     ask_with_retry,
     call_ids,

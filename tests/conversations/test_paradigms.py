@@ -14,8 +14,9 @@ from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
 from conversations.paradigms import PARADIGMS
 from conversations.paradigms.base import Decision, DecisionContext
 from conversations.paradigms.intent import IntentParadigm
-from conversations.paradigms.prompt_json import PromptJsonParadigm, call_ids
+from conversations.paradigms.prompt_json import PromptJsonParadigm
 from conversations.paradigms.prompt_xml import PromptXmlParadigm
+from conversations.paradigms.prompting import call_ids
 from conversations.paradigms.structured import (
     StructuredParadigm,
     decision_schema,
