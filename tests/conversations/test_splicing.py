@@ -13,7 +13,6 @@ import quicktok
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conversations import splicing
 from conversations.splicing import (
     GENERIC_SOURCE,
     GENERIC_TEMPLATE,
@@ -28,6 +27,7 @@ from conversations.splicing import (
     server_template,
     splice,
     template_from_server,
+    templates,
 )
 from conversations.typealias import JSONDict
 
@@ -484,24 +484,24 @@ def test_generic_template_full_small_case() -> None:
 def test_the_generic_template_renders_outside_the_sandbox_exactly_as_inside(
     messages: list[JSONDict], tools: list[JSONDict]
 ) -> None:
-    sandboxed = splicing._compile(GENERIC_TEMPLATE).render(
-        messages=splicing._template_messages(messages),
+    sandboxed = templates._compile(GENERIC_TEMPLATE).render(
+        messages=templates._template_messages(messages),
         tools=tools or None,
         add_generation_prompt=True,
         documents=None,
-        **dict.fromkeys(splicing._SPECIAL_TOKEN_NAMES, ""),
+        **dict.fromkeys(templates._SPECIAL_TOKEN_NAMES, ""),
     )
 
     assert render_chat_template(GENERIC_TEMPLATE, messages=messages, tools=tools) == sandboxed
 
 
 def _sandboxed_generic(messages: list[JSONDict], tools: list[JSONDict]) -> str:
-    return splicing._compile(GENERIC_TEMPLATE).render(
-        messages=splicing._template_messages(messages),
+    return templates._compile(GENERIC_TEMPLATE).render(
+        messages=templates._template_messages(messages),
         tools=tools or None,
         add_generation_prompt=True,
         documents=None,
-        **dict.fromkeys(splicing._SPECIAL_TOKEN_NAMES, ""),
+        **dict.fromkeys(templates._SPECIAL_TOKEN_NAMES, ""),
     )
 
 
@@ -535,7 +535,7 @@ def _sandboxed_generic(messages: list[JSONDict], tools: list[JSONDict]) -> str:
 def test_the_generic_template_in_plain_python_renders_exactly_what_jinja_renders(
     messages: list[JSONDict], tools: list[JSONDict]
 ) -> None:
-    plain = splicing._generic_rendering(messages, tools)
+    plain = templates._generic_rendering(messages, tools)
 
     assert plain is not None
     assert plain == _sandboxed_generic(messages, tools)
@@ -573,7 +573,7 @@ def test_the_plain_rendering_matches_jinja_on_any_well_formed_history(
     messages: list[JSONDict], with_tools: bool
 ) -> None:
     tools = TOOLS if with_tools else []
-    plain = splicing._generic_rendering(messages, tools)
+    plain = templates._generic_rendering(messages, tools)
 
     assert plain is not None
     assert plain == _sandboxed_generic(messages, tools)
@@ -592,11 +592,11 @@ def test_the_plain_rendering_matches_jinja_on_any_well_formed_history(
 def test_shapes_the_plain_rendering_does_not_decide_are_rendered_by_jinja(message: JSONDict) -> None:
     messages = [{"role": "user", "content": "hi"}, message]
 
-    assert splicing._generic_rendering(messages, [ECHO]) is None
+    assert templates._generic_rendering(messages, [ECHO]) is None
     try:
         expected = _sandboxed_generic(messages, [ECHO])
     except Exception:  # noqa: BLE001 — where the template fails, splicing must fail too
-        with pytest.raises(splicing.TemplateError):
+        with pytest.raises(TemplateError):
             splice(messages=messages, tools=[ECHO], model="gpt-4.1")
     else:
         assert splice(messages=messages, tools=[ECHO], model="gpt-4.1").text == expected

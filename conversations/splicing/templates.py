@@ -1,36 +1,32 @@
-"""The spliced prompt: the text a model actually reads for one call, and its token counts.
+"""Chat templates: the text a model reads for one call, made from the request's messages and tools.
 
 What "exact" can mean depends on the backend (docs/wire-formats.md §0):
 
 * **Prompt paradigms** write the tool descriptions into the system prompt themselves, so the
-  messages *are* the prompt (the provider only adds its own chat markup around them).
+  messages *are* the prompt (the provider only adds its own chat markup around them):
+  :data:`PARADIGM_SOURCE`, rendered role-labelled.
 * **Open-weight models** read their Jinja chat template applied to the messages and tools. With
   the model's own template (pasted into the profile, or read from the serving engine with
-  :func:`template_from_server`) :func:`render_chat_template` reproduces transformers' rendering
+  :func:`server_template`) :func:`render_chat_template` reproduces transformers' rendering
   environment (docs/wire-formats.md §7.1), so the result is the exact prompt.
 * **Hosted closed models** never reveal their rendering. We show :data:`GENERIC_TEMPLATE`
   applied to the request, always labelled as illustrative: a generic ChatML rendering in the
   style of the Hermes / Qwen tool templates, written for this project — not any provider's
-  real template.
+  real template. A plain-Python rendering of it (the ChatML fast path) gives the same text in a
+  fraction of Jinja's time.
 
-Token counts come from ``quicktok`` (offline BPE tokenizers shipped in its wheel). A model with
-no known encoding gets no counts and a note saying so, never a character-based estimate.
-
-Pure Python: no Django, no I/O (server probing takes an injected ``get_json``).
+:func:`spliced_text` chooses among them. Pure Python: no Django, no I/O (server probing takes an
+injected ``get_json``).
 """
 
 from __future__ import annotations
 
-import difflib
 import functools
-import importlib
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import jinja2
@@ -48,17 +44,14 @@ __all__ = [
     "OLLAMA_GO_TEMPLATE_SOURCE",
     "PARADIGM_SOURCE",
     "ServerTemplate",
-    "Spliced",
     "TemplateError",
-    "TokenReport",
-    "count_tokens",
-    "encoding_for",
     "probe_request",
-    "prompt_diff",
     "render_chat_template",
+    "result_texts",
     "server_template",
-    "splice",
+    "spliced_text",
     "template_from_server",
+    "tool_texts",
 ]
 
 # The name jinja gives a template compiled from a string; frames carrying it in a traceback are
@@ -85,11 +78,6 @@ _SPECIAL_TOKEN_NAMES = (
 _RESERVED_VARIABLES = frozenset({"messages", "tools", "add_generation_prompt"})
 
 
-# --------------------------------------------------------------------------------------------
-# Errors and results
-# --------------------------------------------------------------------------------------------
-
-
 class TemplateError(Exception):
     """A chat template failed to render. ``str(err)`` says why, with the line when known.
 
@@ -109,36 +97,7 @@ class _TemplateRaised(Exception):
     """What ``raise_exception`` throws inside jinja; turned into :class:`TemplateError` with a line."""
 
 
-@dataclass
-class TokenReport:
-    """Token counts of one spliced prompt, named by encoding.
-
-    ``prompt``/``tools``/``results`` are empty (None, {}, []) when ``encoding`` is None or the
-    tokenizer could not be loaded; ``note`` then says why. Counts recognise the encoding's
-    special-token strings (``<|im_start|>`` is one token for Qwen), as a serving engine does when
-    it tokenizes a rendered template.
-    """
-
-    encoding: str | None
-    prompt: int | None
-    tools: dict[str, int] = field(default_factory=dict)
-    results: list[int] = field(default_factory=list)
-    note: str = ""
-
-
-@dataclass
-class Spliced:
-    """The prompt text of one model call, whether it is exact, where it came from, its tokens."""
-
-    text: str
-    exact: bool
-    source: str
-    tokens: TokenReport
-
-
-# --------------------------------------------------------------------------------------------
-# Rendering (transformers' environment, docs/wire-formats.md §7.1)
-# --------------------------------------------------------------------------------------------
+# --- Rendering (transformers' environment, docs/wire-formats.md §7.1) ---------------------------
 
 
 class _GenerationTag(jinja2.ext.Extension):
@@ -551,93 +510,6 @@ def _plain_rendering(messages: Sequence[JSONDict]) -> str:
     return "\n\n".join(blocks)
 
 
-# --------------------------------------------------------------------------------------------
-# Tokens
-# --------------------------------------------------------------------------------------------
-
-
-class _Encoding(Protocol):
-    """The part of ``quicktok.Tokenizer`` used here (quicktok ships no type information)."""
-
-    def encode_with_special(self, text: str) -> list[int]: ...
-
-
-# Prefix rules, checked before quicktok's own table: its prefix matching sends "gpt-4.1" to
-# cl100k_base (as "gpt-4" + ".") although the 4.1 family uses o200k_base. First match wins.
-_MODEL_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(pattern), encoding)
-    for pattern, encoding in (
-        (r"gpt-oss", "o200k_harmony"),
-        (r"(chatgpt-4o|gpt-4o|gpt-4\.1|gpt-4\.5|gpt-5)", "o200k_base"),
-        (r"(o1|o3|o4)(\b|$)", "o200k_base"),
-        (r"(gpt-4|gpt-3\.5|gpt-35)", "cl100k_base"),
-        (r"(llama-3|llama3|meta-llama-3)", "llama3"),
-        # Qwen2, 2.5 and 3 share one BPE vocabulary; QwQ is built on Qwen2.5.
-        (r"(qwen|qwq)", "qwen3"),
-    )
-)
-# The demo model is no language model and has no tokenizer. o200k_base is this project's
-# choice so a class still sees real counts; the note says it is a stand-in.
-_DEMO_MODEL = "demo"
-_DEMO_ENCODING = "o200k_base"
-
-
-def _quicktok_table() -> dict[str, str]:
-    """quicktok's ``MODEL_TO_ENCODING`` (empty if the package lacks it)."""
-    module = importlib.import_module("quicktok")
-    table = getattr(module, "MODEL_TO_ENCODING", {})
-    if not isinstance(table, dict):
-        return {}
-    return {str(name).lower(): str(encoding) for name, encoding in table.items()}
-
-
-def _normalise_model(model: str) -> str:
-    """``"ft:gpt-4o-mini:org::x"`` → ``"gpt-4o-mini:org::x"``; ``"Qwen/Qwen2.5-7B"`` → ``"qwen2.5-7b"``."""
-    name = model.strip().lower()
-    if name.startswith("ft:"):
-        name = name[3:]
-    return name.rsplit("/", 1)[-1]
-
-
-def encoding_for(model: str) -> str | None:
-    """The quicktok encoding of ``model``, or None when none is known (then nothing is counted).
-
-    Order: the demo model (→ o200k_base, a stand-in), this module's prefix rules (gpt-oss →
-    o200k_harmony; gpt-4o/4.1/4.5/5, o1/o3/o4 → o200k_base; gpt-4/3.5 → cl100k_base; llama-3 →
-    llama3; qwen/qwq → qwen3), then quicktok's ``MODEL_TO_ENCODING`` (exact name, or the name
-    followed by ``-`` or ``.``). Org prefixes (``Qwen/…``) and ``ft:`` are ignored.
-    """
-    name = _normalise_model(model)
-    if not name:
-        return None
-    if name == _DEMO_MODEL:
-        return _DEMO_ENCODING
-    for pattern, encoding in _MODEL_RULES:
-        if pattern.match(name):
-            return encoding
-    for known, encoding in sorted(_quicktok_table().items(), key=lambda item: -len(item[0])):
-        if name == known or name.startswith((known + "-", known + ".")):
-            return encoding
-    return None
-
-
-@functools.cache
-def _encoding(name: str) -> _Encoding:
-    """A loaded tokenizer, cached for the process (loading one takes about half a second)."""
-    module = importlib.import_module("quicktok")
-    encoding: _Encoding = module.get_encoding(name)
-    return encoding
-
-
-def count_tokens(text: str, encoding: str) -> int:
-    """Tokens in ``text`` under the quicktok ``encoding``.
-
-    Special-token strings of the encoding count as one token each, as when a serving engine
-    tokenizes a rendered template. Raises whatever quicktok raises for an unknown encoding.
-    """
-    return len(_encoding(encoding).encode_with_special(text))
-
-
 def _tool_name(tool: JSONDict) -> str:
     function = tool.get("function")
     if isinstance(function, dict) and isinstance(function.get("name"), str):
@@ -645,42 +517,17 @@ def _tool_name(tool: JSONDict) -> str:
     return str(tool.get("name", "?"))
 
 
-def _token_report(
-    text: str, *, model: str, tools: Sequence[JSONDict], messages: Sequence[JSONDict], exact: bool
-) -> TokenReport:
-    encoding = encoding_for(model)
-    if encoding is None:
-        return TokenReport(None, None, {}, [], f"no tokenizer is known for model {model!r}; counts not shown")
-    try:
-        prompt = count_tokens(text, encoding)
-        # Each definition as the Hermes-style templates splice it: one JSON line per tool.
-        tool_counts = {
-            _tool_name(tool): count_tokens(json.dumps(tool, ensure_ascii=False), encoding) for tool in tools
-        }
-        results = [
-            count_tokens(_content_text(message.get("content")), encoding)
-            for message in messages
-            if message.get("role") == "tool"
-        ]
-    except Exception as exc:  # noqa: BLE001 — a tokenizer that fails must not hide the prompt
-        return TokenReport(
-            encoding,
-            None,
-            {},
-            [],
-            f"the {encoding} tokenizer failed ({type(exc).__name__}: {exc}); counts not shown",
-        )
-    notes = [f"counted with {encoding} (quicktok)"]
-    if _normalise_model(model) == _DEMO_MODEL:
-        notes.append(f"the demo model has no tokenizer; {encoding} is this app's stand-in")
-    if not exact:
-        notes.append("the prompt total is of this illustrative rendering")
-    return TokenReport(encoding, prompt, tool_counts, results, "; ".join(notes))
+def tool_texts(tools: Sequence[JSONDict]) -> dict[str, str]:
+    """Each tool's definition as the Hermes-style templates splice it (one JSON line), by name."""
+    return {_tool_name(tool): json.dumps(tool, ensure_ascii=False) for tool in tools}
 
 
-# --------------------------------------------------------------------------------------------
-# Splicing
-# --------------------------------------------------------------------------------------------
+def result_texts(messages: Sequence[JSONDict]) -> list[str]:
+    """The text of each tool result in ``messages``, in order."""
+    return [_content_text(message.get("content")) for message in messages if message.get("role") == "tool"]
+
+
+# --- Choosing the rendering ----------------------------------------------------------------------
 
 
 # Sources are stored in a short column and read in a header line; a long jinja message is cut.
@@ -695,44 +542,7 @@ def _is_go_template(source: str) -> bool:
     return "go template" in source.lower()
 
 
-def splice(
-    *,
-    messages: list[JSONDict],
-    tools: list[JSONDict],
-    model: str,
-    template: str | None = None,
-    template_source: str = "the profile's chat template",
-    prompt_is_ours: bool = False,
-    special_tokens: Mapping[str, str] | None = None,
-) -> Spliced:
-    """The spliced prompt of one model call (OpenAI-shaped ``messages`` and ``tools``).
-
-    * ``template`` given → rendered; ``exact=True``, ``source=template_source``. With
-      ``prompt_is_ours`` it is rendered without ``tools`` (the paradigm sends none natively;
-      its tool text is already in the messages).
-    * ``template`` fails → the fallback below, and ``source`` names the template's error.
-    * A template whose ``template_source`` says it is a Go template (Ollama) is not Jinja and is
-      not rendered; ``source`` says so.
-    * No template, ``prompt_is_ours`` → the messages, role-labelled; ``exact=True`` (the text is
-      exactly what we sent; the provider's chat markup around it is not shown).
-    * Otherwise → :data:`GENERIC_TEMPLATE`, ``exact=False``, labelled illustrative.
-
-    Tokens: see :class:`TokenReport`. Tool counts are each definition's JSON as Hermes-style
-    templates splice it, keyed by function name.
-    """
-    text, exact, source = _spliced_text(
-        messages=messages,
-        tools=tools,
-        template=template,
-        template_source=template_source,
-        prompt_is_ours=prompt_is_ours,
-        special_tokens=special_tokens,
-    )
-    report = _token_report(text, model=model, tools=tools, messages=messages, exact=exact)
-    return Spliced(text, exact, source, report)
-
-
-def _spliced_text(
+def spliced_text(
     *,
     messages: list[JSONDict],
     tools: list[JSONDict],
@@ -741,7 +551,7 @@ def _spliced_text(
     prompt_is_ours: bool,
     special_tokens: Mapping[str, str] | None,
 ) -> tuple[str, bool, str]:
-    """``(text, exact, source)`` by the rules of :func:`splice`."""
+    """``(text, exact, source)`` of one call's prompt, by the rules of :func:`conversations.splicing.splice`."""
     problem: str | None = None
     if template is not None and template.strip() and _is_go_template(template_source):
         problem = f"the server's template is an Ollama Go template ({template_source})"
@@ -772,9 +582,7 @@ def _spliced_text(
     return text, False, source
 
 
-# --------------------------------------------------------------------------------------------
-# Templates served by the engine
-# --------------------------------------------------------------------------------------------
+# --- Templates served by the engine -------------------------------------------------------------
 
 
 @dataclass
@@ -850,40 +658,3 @@ def template_from_server(
     """``(template, source label)`` from :func:`server_template`, or None when none was found."""
     found = server_template(base_url, model, get_json)
     return None if found is None else (found.template, found.source)
-
-
-# --------------------------------------------------------------------------------------------
-# Step-to-step difference
-# --------------------------------------------------------------------------------------------
-
-
-def prompt_diff(previous: str, current: str) -> list[tuple[str, str]]:
-    """What changed in the prompt between two steps, line by line: ``(op, text)`` chunks.
-
-    ``op`` is ``"same"``, ``"added"`` or ``"removed"``; neighbouring lines with the same op are
-    merged into one chunk and keep their line ends, so the ``same``+``added`` texts joined give
-    ``current`` and the ``same``+``removed`` texts joined give ``previous``. A replaced block is
-    reported as its removed lines, then its added lines.
-    """
-    old = previous.splitlines(keepends=True)
-    new = current.splitlines(keepends=True)
-    chunks: list[tuple[str, str]] = []
-
-    def emit(op: str, lines: list[str]) -> None:
-        if not lines:
-            return
-        text = "".join(lines)
-        if chunks and chunks[-1][0] == op:
-            chunks[-1] = (op, chunks[-1][1] + text)
-        else:
-            chunks.append((op, text))
-
-    # autojunk off: prompts repeat lines (blank lines, tags) that must not be treated as noise.
-    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            emit("same", old[i1:i2])
-        else:
-            emit("removed", old[i1:i2])
-            emit("added", new[j1:j2])
-    return chunks

@@ -1,0 +1,139 @@
+"""The spliced prompt: the text a model actually reads for one call, and its token counts.
+
+Two halves, joined by :func:`splice`:
+
+* :mod:`conversations.splicing.templates` — the text: a chat template rendered as transformers
+  renders it, the generic ChatML rendering (illustrative) for hosted models, the paradigm's own
+  messages, and templates read from a serving engine.
+* :mod:`conversations.splicing.tokens` — the counts: which tokenizer a model uses, and the
+  tokens of the prompt, of each tool definition and of each tool result.
+
+The public names of both are importable from here. Pure Python: no Django, no I/O.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from conversations.splicing.templates import (
+    GENERIC_SOURCE,
+    GENERIC_TEMPLATE,
+    OLLAMA_GO_TEMPLATE_SOURCE,
+    PARADIGM_SOURCE,
+    ServerTemplate,
+    TemplateError,
+    probe_request,
+    render_chat_template,
+    result_texts,
+    server_template,
+    spliced_text,
+    template_from_server,
+    tool_texts,
+)
+from conversations.splicing.tokens import TokenReport, count_tokens, encoding_for, token_report
+from conversations.typealias import JSONDict
+
+__all__ = [
+    "GENERIC_SOURCE",
+    "GENERIC_TEMPLATE",
+    "OLLAMA_GO_TEMPLATE_SOURCE",
+    "PARADIGM_SOURCE",
+    "ServerTemplate",
+    "Spliced",
+    "TemplateError",
+    "TokenReport",
+    "count_tokens",
+    "encoding_for",
+    "probe_request",
+    "prompt_diff",
+    "render_chat_template",
+    "server_template",
+    "splice",
+    "template_from_server",
+]
+
+
+@dataclass
+class Spliced:
+    """The prompt text of one model call, whether it is exact, where it came from, its tokens."""
+
+    text: str
+    exact: bool
+    source: str
+    tokens: TokenReport
+
+
+def splice(
+    *,
+    messages: list[JSONDict],
+    tools: list[JSONDict],
+    model: str,
+    template: str | None = None,
+    template_source: str = "the profile's chat template",
+    prompt_is_ours: bool = False,
+    special_tokens: Mapping[str, str] | None = None,
+) -> Spliced:
+    """The spliced prompt of one model call (OpenAI-shaped ``messages`` and ``tools``).
+
+    * ``template`` given → rendered; ``exact=True``, ``source=template_source``. With
+      ``prompt_is_ours`` it is rendered without ``tools`` (the paradigm sends none natively;
+      its tool text is already in the messages).
+    * ``template`` fails → the fallback below, and ``source`` names the template's error.
+    * A template whose ``template_source`` says it is a Go template (Ollama) is not Jinja and is
+      not rendered; ``source`` says so.
+    * No template, ``prompt_is_ours`` → the messages, role-labelled; ``exact=True`` (the text is
+      exactly what we sent; the provider's chat markup around it is not shown).
+    * Otherwise → :data:`GENERIC_TEMPLATE`, ``exact=False``, labelled illustrative.
+
+    Tokens: see :class:`TokenReport`. Tool counts are each definition's JSON as Hermes-style
+    templates splice it, keyed by function name.
+    """
+    text, exact, source = spliced_text(
+        messages=messages,
+        tools=tools,
+        template=template,
+        template_source=template_source,
+        prompt_is_ours=prompt_is_ours,
+        special_tokens=special_tokens,
+    )
+    report = token_report(
+        text, model=model, tools=tool_texts(tools), results=result_texts(messages), exact=exact
+    )
+    return Spliced(text, exact, source, report)
+
+
+# --- Step-to-step difference ---------------------------------------------------------------------
+
+
+def prompt_diff(previous: str, current: str) -> list[tuple[str, str]]:
+    """What changed in the prompt between two steps, line by line: ``(op, text)`` chunks.
+
+    ``op`` is ``"same"``, ``"added"`` or ``"removed"``; neighbouring lines with the same op are
+    merged into one chunk and keep their line ends, so the ``same``+``added`` texts joined give
+    ``current`` and the ``same``+``removed`` texts joined give ``previous``. A replaced block is
+    reported as its removed lines, then its added lines.
+    """
+    old = previous.splitlines(keepends=True)
+    new = current.splitlines(keepends=True)
+    chunks: list[tuple[str, str]] = []
+
+    def emit(op: str, lines: list[str]) -> None:
+        if not lines:
+            return
+        text = "".join(lines)
+        if chunks and chunks[-1][0] == op:
+            chunks[-1] = (op, chunks[-1][1] + text)
+        else:
+            chunks.append((op, text))
+
+    # autojunk off: prompts repeat lines (blank lines, tags) that must not be treated as noise.
+    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            emit("same", old[i1:i2])
+        else:
+            emit("removed", old[i1:i2])
+            emit("added", new[j1:j2])
+    return chunks
