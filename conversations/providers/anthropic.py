@@ -47,6 +47,7 @@ from typing import ClassVar
 
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
 from conversations.providers.base import Endpoint, ModelReply, ModelRequest, ProviderError
+from conversations.providers.excerpts import WireExcerpts, dicts, first
 from conversations.providers.http import (
     compact_json,
     json_object,
@@ -405,6 +406,37 @@ class AnthropicProvider:
     label: ClassVar[str] = "Anthropic Messages"
     default_base_url: ClassVar[str] = "https://api.anthropic.com"
     demo_base_url: ClassVar[str] = "http://127.0.0.1/demo-model"
+    # gen_ai.provider.name in the OpenTelemetry GenAI conventions, and the usage object's keys
+    # for the input and output token counts.
+    otel_name: ClassVar[str] = "anthropic"
+    usage_input_key: ClassVar[str] = "input_tokens"
+    usage_output_key: ClassVar[str] = "output_tokens"
+
+    @staticmethod
+    def excerpts(request: JSONDict, response: JSONDict | None) -> WireExcerpts | None:
+        """The first tool call and its result in recorded bodies (see ``excerpts.py``):
+        the ``tool_use`` block, and the ``tool_result`` block."""
+        messages = list(dicts(request.get("messages")))
+        call = first(
+            block
+            for m in messages
+            if m.get("role") == "assistant"
+            for block in dicts(m.get("content"))
+            if block.get("type") == "tool_use"
+        )
+        result = first(
+            block
+            for m in messages
+            if m.get("role") == "user"
+            for block in dicts(m.get("content"))
+            if block.get("type") == "tool_result"
+        )
+        if call is None or result is None:
+            return None
+        sent = None
+        if response is not None:
+            sent = first(b for b in dicts(response.get("content")) if b.get("type") == "tool_use")
+        return WireExcerpts(sent=sent, replayed=call, result=result)
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
+from conversations.providers.excerpts import WireExcerpts
 from conversations.providers.streaming import DeltaCallback
 from conversations.typealias import JSONDict
 from conversations.wire import WireExchange
@@ -84,6 +85,13 @@ class Provider(Protocol):
     endpoint streams, ``on_delta`` (if given) is called from the calling thread with each new
     ``PartialReply`` as the events arrive; it is never called for a reply sent whole.
 
+    The class also carries the format's facts that the record's readers need (the lookups over
+    all providers are in :mod:`conversations.providers`): ``otel_name``, the
+    ``gen_ai.provider.name`` of the OpenTelemetry GenAI conventions; ``usage_input_key`` and
+    ``usage_output_key``, the keys of the reply's usage object that count input and output
+    tokens; and ``excerpts(request, response)``, which finds the first tool call and its result
+    in recorded bodies of this format (``response`` is None for a streamed reply), or None.
+
     Raises (from ``complete``):
         ProviderError: the endpoint answered with an error or could not be reached.
     """
@@ -93,6 +101,12 @@ class Provider(Protocol):
     # The base URL when a profile leaves it empty, and the in-process demo model's for this format.
     default_base_url: ClassVar[str]
     demo_base_url: ClassVar[str]
+    otel_name: ClassVar[str]
+    usage_input_key: ClassVar[str]
+    usage_output_key: ClassVar[str]
+
+    @staticmethod
+    def excerpts(request: JSONDict, response: JSONDict | None) -> WireExcerpts | None: ...
 
     def __init__(self, endpoint: Endpoint) -> None: ...
 

@@ -1,12 +1,15 @@
 """Where one tool call sits in each wire format: the parts of recorded bodies that carry it.
 
-For the compare view's wire-format section. Each provider format has one function in
-``EXCERPTS`` that takes the request body that followed a tool call (it replays the call and
-sends the result back) and, when the reply was sent whole, the reply body; it returns the call
+For the compare view's wire-format section. Each provider class has a static ``excerpts``
+(the provider contract, :class:`conversations.providers.base.Provider`) that takes the request
+body that followed a tool call (it replays the call and sends the result back) and, when the
+reply was sent whole, the reply body; it returns the call
 as the model sent it, the call as sent back, and the result message, each as the JSON excerpt
 the format itself uses (OpenAI ``tool_calls`` and ``role: tool``; Responses ``function_call`` and
 ``function_call_output``; Anthropic ``tool_use`` and ``tool_result``; Gemini ``functionCall`` and
-``functionResponse``). Nothing is rebuilt: every excerpt is a piece of a recorded body.
+``functionResponse``). Nothing is rebuilt: every excerpt is a piece of a recorded body. This
+module holds what they share: :class:`WireExcerpts`, the keys that mark matching parts, and two
+small readers.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from conversations.providers.http import list_or_empty, object_or_empty
 from conversations.typealias import JSONDict, JSONValue
 
 # Keys whose values are the matching parts of a call across formats, and what they are.
@@ -55,90 +57,20 @@ class WireExcerpts:
     result_roles: dict[str, str] = field(default_factory=lambda: RESULT_ROLES)
 
 
-def _dicts(values: JSONValue) -> Iterator[JSONDict]:
-    return (value for value in list_or_empty(values) if isinstance(value, dict))
+ExcerptReader = Callable[[JSONDict, JSONDict | None], WireExcerpts | None]
 
 
-def _first(values: Iterator[JSONDict]) -> JSONDict | None:
+def dicts(values: JSONValue) -> Iterator[JSONDict]:
+    """The objects in ``values`` when it is a list (nothing otherwise)."""
+    return (value for value in (values if isinstance(values, list) else []) if isinstance(value, dict))
+
+
+def first(values: Iterator[JSONDict]) -> JSONDict | None:
     return next(values, None)
 
 
-def _openai_chat(request: JSONDict, response: JSONDict | None) -> WireExcerpts | None:
-    messages = list(_dicts(request.get("messages")))
-    assistant = _first(m for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
-    result = _first(m for m in messages if m.get("role") == "tool")
-    if assistant is None or result is None:
-        return None
-    sent = None
-    if response is not None:
-        choice = _first(_dicts(response.get("choices")))
-        sent = object_or_empty((choice or {}).get("message")) or None
-    return WireExcerpts(sent=sent, replayed=assistant, result=result)
-
-
-def _openai_responses(request: JSONDict, response: JSONDict | None) -> WireExcerpts | None:
-    items = list(_dicts(request.get("input")))
-    call = _first(i for i in items if i.get("type") == "function_call")
-    result = _first(i for i in items if i.get("type") == "function_call_output")
-    if call is None or result is None:
-        return None
-    sent = None
-    if response is not None:
-        sent = _first(i for i in _dicts(response.get("output")) if i.get("type") == "function_call")
-    return WireExcerpts(
-        sent=sent,
-        replayed=call,
-        result=result,
-        call_roles=RESPONSES_CALL_ROLES,
-        result_roles=RESPONSES_RESULT_ROLES,
-    )
-
-
-def _anthropic(request: JSONDict, response: JSONDict | None) -> WireExcerpts | None:
-    messages = list(_dicts(request.get("messages")))
-    call = _first(
-        block
-        for m in messages
-        if m.get("role") == "assistant"
-        for block in _dicts(m.get("content"))
-        if block.get("type") == "tool_use"
-    )
-    result = _first(
-        block
-        for m in messages
-        if m.get("role") == "user"
-        for block in _dicts(m.get("content"))
-        if block.get("type") == "tool_result"
-    )
-    if call is None or result is None:
-        return None
-    sent = None
-    if response is not None:
-        sent = _first(b for b in _dicts(response.get("content")) if b.get("type") == "tool_use")
-    return WireExcerpts(sent=sent, replayed=call, result=result)
-
-
-def _gemini_parts(contents: JSONValue, role: str, key: str) -> Iterator[JSONDict]:
-    for content in _dicts(contents):
-        if content.get("role") == role:
-            yield from (part for part in _dicts(content.get("parts")) if key in part)
-
-
-def _gemini(request: JSONDict, response: JSONDict | None) -> WireExcerpts | None:
-    call = _first(_gemini_parts(request.get("contents"), "model", "functionCall"))
-    result = _first(_gemini_parts(request.get("contents"), "user", "functionResponse"))
-    if call is None or result is None:
-        return None
-    sent = None
-    if response is not None:
-        candidate = _first(_dicts(response.get("candidates")))
-        sent = _first(_gemini_parts([(candidate or {}).get("content")], "model", "functionCall"))
-    return WireExcerpts(sent=sent, replayed=call, result=result)
-
-
-EXCERPTS: dict[str, Callable[[JSONDict, JSONDict | None], WireExcerpts | None]] = {
-    "openai_chat": _openai_chat,
-    "openai_responses": _openai_responses,
-    "anthropic": _anthropic,
-    "gemini": _gemini,
-}
+# Transitional: each provider's ``excerpts`` by provider key, filled in by
+# :mod:`conversations.providers` from the provider classes (which import this module, so it
+# cannot import them). New readers use ``conversations.providers.wire_excerpts``; this table goes
+# when the last old reader (the compare view's selectors) has moved to it.
+EXCERPTS: dict[str, ExcerptReader] = {}

@@ -45,11 +45,13 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
 from conversations.providers.base import Endpoint, ModelReply, ModelRequest
+from conversations.providers.excerpts import WireExcerpts, dicts, first
 from conversations.providers.http import (
     SYNTHESIZED_ID_PREFIX,
     compact_json,
@@ -559,11 +561,37 @@ def _parse_stream(body: str, exchange: WireExchange, read: _ChunkMerger | None =
     return _reply(merger.response(), exchange, body)
 
 
+def _excerpt_parts(contents: JSONValue, role: str, key: str) -> Iterator[JSONDict]:
+    """The parts of ``role``'s contents that carry ``key``."""
+    for content in dicts(contents):
+        if content.get("role") == role:
+            yield from (part for part in dicts(content.get("parts")) if key in part)
+
+
 class GeminiProvider:
     key: ClassVar[str] = KEY
     label: ClassVar[str] = "Google Gemini"
     default_base_url: ClassVar[str] = "https://generativelanguage.googleapis.com"
     demo_base_url: ClassVar[str] = "http://127.0.0.1/demo-model"
+    # gen_ai.provider.name in the OpenTelemetry GenAI conventions, and the usage object's keys
+    # for the input and output token counts.
+    otel_name: ClassVar[str] = "gcp.gemini"
+    usage_input_key: ClassVar[str] = "promptTokenCount"
+    usage_output_key: ClassVar[str] = "candidatesTokenCount"
+
+    @staticmethod
+    def excerpts(request: JSONDict, response: JSONDict | None) -> WireExcerpts | None:
+        """The first tool call and its result in recorded bodies (see ``excerpts.py``):
+        the ``functionCall`` part, and the ``functionResponse`` part."""
+        call = first(_excerpt_parts(request.get("contents"), "model", "functionCall"))
+        result = first(_excerpt_parts(request.get("contents"), "user", "functionResponse"))
+        if call is None or result is None:
+            return None
+        sent = None
+        if response is not None:
+            candidate = first(dicts(response.get("candidates")))
+            sent = first(_excerpt_parts([(candidate or {}).get("content")], "model", "functionCall"))
+        return WireExcerpts(sent=sent, replayed=call, result=result)
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint

@@ -31,6 +31,7 @@ import openai
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
 from conversations.providers.base import Endpoint, ModelReply, ModelRequest, ProviderError
 from conversations.providers.clients import EndpointCache
+from conversations.providers.excerpts import WireExcerpts, dicts, first
 from conversations.providers.http import (
     compact_json,
     endpoint_transport,
@@ -349,6 +350,26 @@ class OpenAIChatProvider:
     label: ClassVar[str] = "OpenAI Chat Completions"
     default_base_url: ClassVar[str] = "https://api.openai.com/v1"
     demo_base_url: ClassVar[str] = "http://127.0.0.1/demo-model/v1"
+    # gen_ai.provider.name in the OpenTelemetry GenAI conventions, and the usage object's keys
+    # for the input and output token counts.
+    otel_name: ClassVar[str] = "openai"
+    usage_input_key: ClassVar[str] = "prompt_tokens"
+    usage_output_key: ClassVar[str] = "completion_tokens"
+
+    @staticmethod
+    def excerpts(request: JSONDict, response: JSONDict | None) -> WireExcerpts | None:
+        """The first tool call and its result in recorded bodies (see ``excerpts.py``):
+        OpenAI ``tool_calls`` in the assistant message, and the ``role: tool`` message."""
+        messages = list(dicts(request.get("messages")))
+        assistant = first(m for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
+        result = first(m for m in messages if m.get("role") == "tool")
+        if assistant is None or result is None:
+            return None
+        sent = None
+        if response is not None:
+            choice = first(dicts(response.get("choices")))
+            sent = object_or_empty((choice or {}).get("message")) or None
+        return WireExcerpts(sent=sent, replayed=assistant, result=result)
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint

@@ -23,6 +23,13 @@ from typing import ClassVar
 
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
 from conversations.providers.base import Endpoint, ModelReply, ModelRequest
+from conversations.providers.excerpts import (
+    RESPONSES_CALL_ROLES,
+    RESPONSES_RESULT_ROLES,
+    WireExcerpts,
+    dicts,
+    first,
+)
 from conversations.providers.http import (
     compact_json,
     json_object,
@@ -275,6 +282,31 @@ class OpenAIResponsesProvider:
     label: ClassVar[str] = "OpenAI Responses"
     default_base_url: ClassVar[str] = "https://api.openai.com/v1"
     demo_base_url: ClassVar[str] = "http://127.0.0.1/demo-model/v1"
+    # gen_ai.provider.name in the OpenTelemetry GenAI conventions, and the usage object's keys
+    # for the input and output token counts.
+    otel_name: ClassVar[str] = "openai"
+    usage_input_key: ClassVar[str] = "input_tokens"
+    usage_output_key: ClassVar[str] = "output_tokens"
+
+    @staticmethod
+    def excerpts(request: JSONDict, response: JSONDict | None) -> WireExcerpts | None:
+        """The first tool call and its result in recorded bodies (see ``excerpts.py``):
+        the ``function_call`` item, and the ``function_call_output`` item."""
+        items = list(dicts(request.get("input")))
+        call = first(i for i in items if i.get("type") == "function_call")
+        result = first(i for i in items if i.get("type") == "function_call_output")
+        if call is None or result is None:
+            return None
+        sent = None
+        if response is not None:
+            sent = first(i for i in dicts(response.get("output")) if i.get("type") == "function_call")
+        return WireExcerpts(
+            sent=sent,
+            replayed=call,
+            result=result,
+            call_roles=RESPONSES_CALL_ROLES,
+            result_roles=RESPONSES_RESULT_ROLES,
+        )
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint

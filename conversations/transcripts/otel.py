@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from conversations.models import Exchange, Step, Turn
+from conversations.providers import OTEL_PROVIDER_NAMES, USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.transcripts.document import (
     VERSION,
     ConversationDoc,
@@ -37,21 +38,10 @@ SPAN_KIND_SERVER = 2
 SPAN_KIND_CLIENT = 3
 STATUS_ERROR = 2
 
-# gen_ai.provider.name per ModelProfile.provider (well-known values of the GenAI conventions).
-OTEL_PROVIDER_NAMES = {
-    "openai_chat": "openai",
-    "openai_responses": "openai",
-    "anthropic": "anthropic",
-    "gemini": "gcp.gemini",
-}
 # network.transport per MCP server transport.
 OTEL_NETWORK_TRANSPORTS = {"stdio": "pipe", "http": "tcp", "sse": "tcp"}
 MCP_SPAN_KINDS = {"client": SPAN_KIND_CLIENT, "server": SPAN_KIND_SERVER, "local": SPAN_KIND_INTERNAL}
 MODEL_CALL_KINDS = {Step.Kind.DECIDE.value, Step.Kind.ANSWER.value}
-
-# Token counts under the names providers give them (OpenAI Chat / Responses, Anthropic, Gemini).
-USAGE_INPUT_KEYS = ("prompt_tokens", "input_tokens", "promptTokenCount")
-USAGE_OUTPUT_KEYS = ("completion_tokens", "output_tokens", "candidatesTokenCount")
 
 AttrValue = str | int | float | bool | list[str]
 
