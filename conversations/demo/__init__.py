@@ -16,9 +16,9 @@ Modules, in the order a request passes through them:
 
 * :mod:`~conversations.demo.views`, :mod:`~conversations.demo.urls` — the HTTP endpoints: key
   check, body limits, simulated latency, streaming.
-* :mod:`~conversations.demo.dialects` — one :class:`~conversations.demo.base.Dialect` per wire
-  format, by provider key; each dialect in its own module (``openai_chat``, ``openai_responses``,
-  ``anthropic``, ``gemini``) over the contract and shared helpers of :mod:`~conversations.demo.base`.
+* the dialects — one :class:`~conversations.demo.base.Dialect` per wire format, each in its own
+  module (``openai_chat``, ``openai_responses``, ``anthropic``, ``gemini``) over the contract and
+  shared helpers of :mod:`~conversations.demo.base`; each format's view names its own.
 * :mod:`~conversations.demo.model` — :func:`~conversations.demo.model.complete`, the one entry
   point: a Chat Completions request in, a reply out.
 * :mod:`~conversations.demo.request` — validating the request as a real endpoint would.

@@ -1,8 +1,8 @@
 """The demo model: a deterministic, offline model behind the OpenAI Chat Completions wire format.
 
 (The HTTP views also speak OpenAI Responses, Anthropic Messages and Gemini, streamed or not: each
-request is converted into this module's form and the answer back, by
-:mod:`conversations.demo.dialects`.)
+request is converted into this module's form and the answer back, by the format's
+:class:`~conversations.demo.base.Dialect`.)
 
 This module is the entry point; the steps live beside it in the package (see
 :mod:`conversations.demo`).

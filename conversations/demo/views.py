@@ -10,9 +10,9 @@
 
 Keyed by ``settings.DEMO_MODEL_API_KEY`` instead of a login, so the app's own clients reach it
 exactly as they would reach a real provider. Each request is converted to the demo's Chat
-Completions form, answered by :func:`conversations.demo.model.complete` and converted back
-(:mod:`conversations.demo.dialects`); errors use each format's own envelope, and ``stream: true``
-(or Gemini's stream route) answers with the format's event stream.
+Completions form, answered by :func:`conversations.demo.model.complete` and converted back by
+the route's :class:`~conversations.demo.base.Dialect`; errors use each format's own envelope, and
+``stream: true`` (or Gemini's stream route) answers with the format's event stream.
 """
 
 import hmac
