@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import os
 import queue
 import threading
 from collections.abc import Awaitable, Callable
@@ -90,7 +91,7 @@ _pool: SessionPool | None = None
 
 def _get_pool() -> SessionPool:
     global _pool
-    if _pool is None:
+    if _pool is None or _pool.pid != os.getpid():
         _pool = SessionPool(
             stderr_dir=settings.MCP_STDERR_DIR,
             body_limit=settings.EXCHANGE_BODY_LIMIT,
@@ -566,8 +567,8 @@ def close_server(server_id: int) -> None:
 
 
 def close_all() -> None:
-    """Close every pooled session (tests, shutdown)."""
-    if _pool is not None:
+    """Close every pooled session of this process (tests, shutdown); a forked child's own only."""
+    if _pool is not None and _pool.pid == os.getpid():
         _loop.run(_pool.close_all(), timeout=30)
 
 

@@ -57,15 +57,21 @@ class SessionInfo:
 
 
 class GatewayLoop:
-    """A daemon thread running one asyncio loop, started on first use."""
+    """A daemon thread running one asyncio loop, started on first use.
+
+    It remembers the pid it was started in, like the app's other process threads: threads do not
+    survive a fork, so a child process (Celery's prefork pool) that finds a loop of another pid
+    starts its own instead of handing coroutines to a loop nobody runs.
+    """
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
         self._lock = threading.Lock()
 
     def loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
-            if self._loop is None or self._loop.is_closed():
+            if self._loop is None or self._loop.is_closed() or self._pid != os.getpid():
                 ready = threading.Event()
                 loop = asyncio.new_event_loop()
 
@@ -77,6 +83,7 @@ class GatewayLoop:
                 threading.Thread(target=serve, name="mcp-gateway", daemon=True).start()
                 ready.wait()
                 self._loop = loop
+                self._pid = os.getpid()
             return self._loop
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
@@ -251,9 +258,14 @@ def _describe(exc: BaseException) -> str:
 
 
 class SessionPool:
-    """Sessions by server id; a dead or reconfigured one is replaced on next use."""
+    """Sessions by server id; a dead or reconfigured one is replaced on next use.
+
+    A pool belongs to the process that made it (``pid``): its sessions live on that process's
+    gateway loop, so a forked child makes a pool of its own and never uses or closes these.
+    """
 
     def __init__(self, stderr_dir: Path, body_limit: int, connect_timeout: float) -> None:
+        self.pid = os.getpid()
         self.stderr_dir = stderr_dir
         self.body_limit = body_limit
         self.connect_timeout = connect_timeout
