@@ -44,14 +44,14 @@ from django.utils import timezone
 
 from conversations.escaping import storable_json, storable_text
 from conversations.integrity import GENESIS, chain_head_query, exchange_digest, integrity_key, turn_seal
-from conversations.models import Exchange, ModelProfile, RedactionRule, Step, Turn
+from conversations.models import Exchange, Step, Turn
 from conversations.providers.streaming import SNAPSHOT_TAIL_CHARS, DeltaCallback, PartialReply, throttled
 from conversations.record_writer import rows_write
-from conversations.redaction import Redactor, redactor, remember
+from conversations.redaction import Redactor
+from conversations.secret_sources import active_redactor
 from conversations.strings import changed_span
 from conversations.wire import WireExchange
 from inspector import live
-from servers.models import McpServer
 
 logger = logging.getLogger(__name__)
 
@@ -170,30 +170,6 @@ def turn_end_save(
     with transaction.atomic():
         turn.save(update_fields=update_fields)
         turn_seal(turn=turn)
-
-
-def configured_secrets() -> list[str]:
-    """Every secret value this installation is configured with: each model profile's key (from
-    the environment variable it names, or one the app provides) and every server's sealed and
-    ``${VAR}`` env and header values. Values that cannot be resolved here are left out."""
-    secrets: list[str] = []
-    for name in ModelProfile.objects.exclude(api_key_env="").values_list("api_key_env", flat=True).distinct():
-        value = os.environ.get(name) or settings.BUILTIN_API_KEYS.get(name, "")
-        if value:
-            secrets.append(value)
-    for server in McpServer.objects.only("env", "headers"):
-        secrets.extend(server.secret_values())
-    return secrets
-
-
-def active_redactor(*, secrets: Sequence[str] = ()) -> Redactor:
-    """The one redactor for what is written: the built-in patterns, the enabled staff rules,
-    every configured secret value (``configured_secrets``) and ``secrets`` (values of this run).
-    It also becomes the process's ``redaction.current()`` one, which the log filter applies."""
-    rules = RedactionRule.objects.filter(enabled=True).values_list("name", "pattern")
-    built = redactor(rules=list(rules), secrets=[*configured_secrets(), *secrets])
-    remember(built)
-    return built
 
 
 def exchange_rows(

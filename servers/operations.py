@@ -21,8 +21,9 @@ from django.db import close_old_connections, connections, transaction
 from django.utils import timezone
 
 from conversations.models import Exchange
-from conversations.recording import active_redactor, exchange_rows, server_records_store
+from conversations.recording import exchange_rows, server_records_store
 from conversations.redaction import Redactor
+from conversations.secret_sources import active_redactor
 from conversations.wire import WireExchange
 from servers import gateway
 from servers.gateway import Outcome, Question

@@ -19,6 +19,7 @@ from conversations import recording
 from conversations.integrity import conversation_verify
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.recording import TurnRecorder
+from conversations.secret_sources import active_redactor
 from conversations.wire import WireExchange
 from inspector import live
 
@@ -264,7 +265,7 @@ def test_every_exchange_names_its_turns_conversation_and_a_server_record_none(tu
 
 
 def test_an_exchange_of_a_turn_is_not_made_without_its_conversation(turn: Turn) -> None:
-    redact = recording.active_redactor()
+    redact = active_redactor()
     with pytest.raises(ValueError, match="conversation_id"):
         recording.exchange_rows([_exchange("llm")], turn_id=turn.pk, step_id=None, redact=redact)
 
