@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from conversations.agent import ToolRun
+from conversations.exchanges import server_records_store
 from conversations.llm import ToolDef, provider_tool_names
 from conversations.models import Conversation
-from conversations.recording import server_records_store
 from conversations.redaction import Redactor
 from conversations.toolhost import Connected, StopSignal
 from conversations.typealias import JSONDict
