@@ -1,7 +1,8 @@
 """Runs one queued turn: load it, connect its servers, hand it to the agent loop, finish it.
 
-Django-aware glue around ``conversations.agent`` (which is not): it builds the provider,
-the paradigm and the tool host from the database, and records through ``TurnRecorder``.
+Django-aware glue around ``conversations.agent`` (which is not): it builds the provider and
+the paradigm from the database, gets the servers' tools and the tool host from the MCP side
+(``conversations.toolhost``), and records through ``TurnRecorder``.
 """
 
 from __future__ import annotations
@@ -186,14 +187,13 @@ def connect_servers(
     servers: TurnServers, recorder: TurnRecorder, signal: TurnSignal | None = None
 ) -> Connected:
     """Connect the turn's servers (``toolhost.TurnServers.connect``) as its ``connect`` step."""
-    step = recorder.step_open(kind="connect", title=f"connect {servers.enabled} MCP server(s)")
+    count = servers.enabled
+    step = recorder.step_open(kind="connect", title=f"connect {count} MCP server(s)")
     connected = servers.connect(redact=recorder.redact, signal=signal)
     recorder.step_close(
         step,
         status="error" if connected.problems else "ok",
-        title=f"{len(connected.tools)} tools from {servers.enabled} server(s)"
-        if servers.enabled
-        else "no MCP servers selected",
+        title=f"{len(connected.tools)} tools from {count} server(s)" if count else "no MCP servers selected",
         text="\n".join(connected.notes),
         diagnostics=connected.problems,
         result=connected.sessions,
