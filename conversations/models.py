@@ -16,7 +16,6 @@ from django.utils import timezone
 from conversations.escaping import CarriableDecoder
 from conversations.paradigms import PARADIGMS
 from conversations.providers import PROVIDERS
-from servers.models import McpServer
 
 CAPABILITY_CHOICES = [("unknown", "unknown"), ("yes", "yes"), ("no", "no")]
 TOOL_CHOICE_MODES = [
@@ -115,7 +114,7 @@ class Conversation(models.Model):
     tool_choice_name = models.CharField(
         max_length=200, blank=True, help_text="With tool_choice 'named': the MCP tool, as server/tool."
     )
-    servers = models.ManyToManyField(McpServer, blank=True, related_name="conversations")
+    servers = models.ManyToManyField("servers.McpServer", blank=True, related_name="conversations")
     comparison = models.ForeignKey(
         Comparison, null=True, blank=True, on_delete=models.SET_NULL, related_name="conversations"
     )
@@ -283,7 +282,9 @@ class Step(models.Model):
     calls = models.JSONField(default=list, blank=True, decoder=CarriableDecoder)
     diagnostics = models.JSONField(default=list, blank=True, decoder=CarriableDecoder)
     # tool: what was called and what came back.
-    server = models.ForeignKey(McpServer, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    server = models.ForeignKey(
+        "servers.McpServer", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # The server's name when there is no server row (imported transcripts, deleted servers).
     server_name = models.CharField(max_length=40, blank=True)
     tool_name = models.CharField(max_length=200, blank=True)
@@ -373,7 +374,7 @@ class Exchange(models.Model):
     )
     step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.CASCADE, related_name="exchanges")
     server = models.ForeignKey(
-        McpServer, null=True, blank=True, on_delete=models.SET_NULL, related_name="exchanges"
+        "servers.McpServer", null=True, blank=True, on_delete=models.SET_NULL, related_name="exchanges"
     )
     server_name = models.CharField(max_length=40, blank=True)
     seq = models.PositiveIntegerField(default=0)

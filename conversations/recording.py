@@ -29,7 +29,6 @@ import copy
 import functools
 import logging
 import os
-import re
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -37,21 +36,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from conversations.escaping import storable_json, storable_text
+from conversations.exchanges import exchange_rows, release_connection
 from conversations.integrity import GENESIS, chain_head_query, exchange_digest, integrity_key, turn_seal
-from conversations.models import Exchange, ModelProfile, RedactionRule, Step, Turn
+from conversations.models import Exchange, Step, Turn
 from conversations.providers.streaming import SNAPSHOT_TAIL_CHARS, DeltaCallback, PartialReply, throttled
 from conversations.record_writer import rows_write
-from conversations.redaction import Redactor, redactor, remember
+from conversations.redaction import Redactor
+from conversations.secret_sources import active_redactor
 from conversations.strings import changed_span
 from conversations.wire import WireExchange
 from inspector import live
-from servers.models import McpServer
 
 logger = logging.getLogger(__name__)
 
@@ -88,36 +87,6 @@ _TOKEN_CHARACTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456
 _REDACTED_FIELDS = {"title", "prompt", "text", "calls", "diagnostics", "arguments", "result", "error"}
 # Turn fields that may (the question, the tool list a server sent, what the model answered).
 _REDACTED_TURN_FIELDS = ("question", "answer", "error", "tools", "transcript")
-
-
-# A cut made before the recorder saw the text (the MCP capture cuts at the same limit): its marker
-# names the true total, which a second cut must keep.
-_EARLIER_CUT = re.compile(r"\n… \[cut(?: by the inspector)?: (\d+) characters in all\]\Z")
-
-
-def _storable(text: str) -> tuple[str, str | None]:
-    """Text fit for every database, and what was escaped to make it so (None: nothing).
-
-    Characters a database refuses (NUL, lone surrogates) make the whole text its JSON string
-    literal (``conversations.escaping``); a text past the configured limit is cut, and the cut
-    marker names how long it really was, also when it had been cut before.
-    """
-    total = len(text)
-    earlier = _EARLIER_CUT.search(text, max(0, len(text) - 80))
-    if earlier is not None:
-        total = int(earlier.group(1))
-    stored, problem = storable_text(text)
-    limit = settings.EXCHANGE_BODY_LIMIT
-    if len(stored) <= limit:
-        return stored, problem
-    if earlier is not None and problem is None:
-        stored = stored[: earlier.start()]
-    return stored[:limit] + f"\n… [cut by the inspector: {total} characters in all]", problem
-
-
-def _storable_line(text: str, limit: int) -> str:
-    """A short text (a label, an id) fit for every database and its column."""
-    return storable_text(text)[0][:limit]
 
 
 def index_last_request_whole(turn_id: int) -> None:
@@ -170,93 +139,6 @@ def turn_end_save(
     with transaction.atomic():
         turn.save(update_fields=update_fields)
         turn_seal(turn=turn)
-
-
-def configured_secrets() -> list[str]:
-    """Every secret value this installation is configured with: each model profile's key (from
-    the environment variable it names, or one the app provides) and every server's sealed and
-    ``${VAR}`` env and header values. Values that cannot be resolved here are left out."""
-    secrets: list[str] = []
-    for name in ModelProfile.objects.exclude(api_key_env="").values_list("api_key_env", flat=True).distinct():
-        value = os.environ.get(name) or settings.BUILTIN_API_KEYS.get(name, "")
-        if value:
-            secrets.append(value)
-    for server in McpServer.objects.only("env", "headers"):
-        secrets.extend(server.secret_values())
-    return secrets
-
-
-def active_redactor(*, secrets: Sequence[str] = ()) -> Redactor:
-    """The one redactor for what is written: the built-in patterns, the enabled staff rules,
-    every configured secret value (``configured_secrets``) and ``secrets`` (values of this run).
-    It also becomes the process's ``redaction.current()`` one, which the log filter applies."""
-    rules = RedactionRule.objects.filter(enabled=True).values_list("name", "pattern")
-    built = redactor(rules=list(rules), secrets=[*configured_secrets(), *secrets])
-    remember(built)
-    return built
-
-
-def exchange_rows(
-    records: Sequence[WireExchange],
-    *,
-    turn_id: int | None,
-    step_id: int | None,
-    redact: Redactor,
-    first_seq: int = 0,
-    conversation_id: int | None = None,
-) -> list[Exchange]:
-    """Unsaved ``Exchange`` rows for captured records, in order, redacted.
-
-    ``conversation_id`` is the turn's conversation (``Exchange.conversation``), when there is a turn.
-    """
-    if turn_id is not None and conversation_id is None:
-        raise ValueError("an exchange of a turn needs the turn's conversation_id")
-
-    def headers(values: dict[str, str]) -> dict[str, str]:
-        return {
-            storable_text(name)[0]: storable_text(redact.text(value))[0] for name, value in values.items()
-        }
-
-    rows: list[Exchange] = []
-    for offset, record in enumerate(records):
-        request_body, request_problem = _storable(redact.text(record.request_body))
-        response_body, response_problem = _storable(redact.text(record.response_body))
-        error, _ = _storable(redact.text(record.error))
-        escaped = [
-            f"the inspector escaped the {what} body: {problem}"
-            for what, problem in (("request", request_problem), ("response", response_problem))
-            if problem
-        ]
-        rows.append(
-            Exchange(
-                turn_id=turn_id,
-                conversation_id=conversation_id,
-                step_id=step_id,
-                server_id=record.server_id,
-                seq=first_seq + offset,
-                channel=record.channel,
-                direction=record.direction,
-                label=_storable_line(record.label, 200),
-                jsonrpc_id=_storable_line(record.jsonrpc_id, 64),
-                request_headers=headers(record.request_headers),
-                request_body=request_body,
-                response_headers=headers(record.response_headers),
-                response_body=response_body,
-                status=_storable_line(record.status, 32),
-                error="\n".join([error, *escaped]).strip("\n") if escaped else error,
-                started_at=record.started_at,
-                duration_ms=record.duration_ms,
-            )
-        )
-    return rows
-
-
-def server_records_store(records: Sequence[WireExchange], *, redact: Redactor | None = None) -> None:
-    """Messages that belong to a server but to no call (late replies, log notifications)."""
-    if records:
-        rows = exchange_rows(records, turn_id=None, step_id=None, redact=redact or active_redactor())
-        Exchange.objects.bulk_create(rows)
-        _release_connection()
 
 
 # Step ids are reserved from the sequence this many at a time at first, doubling up to the most.
@@ -533,7 +415,7 @@ class _Writer:
                 "a write of %d batches failed; writing them one by one", len(to_write), exc_info=True
             )
         finally:
-            _release_connection(always=True)
+            release_connection(always=True)
         written: list[_Batch] = []
         for batch in live_batches:
             if not batch.live():
@@ -546,7 +428,7 @@ class _Writer:
                     batch.lose()
                     continue
                 finally:
-                    _release_connection(always=True)
+                    release_connection(always=True)
             written.append(batch)
         return written
 
@@ -796,7 +678,7 @@ class TurnRecorder:
         if not self._ids:
             self._ids.extend(_reserve_ids(Step, self._id_block))
             self._id_block = min(2 * self._id_block, _ID_BLOCK_MOST)
-            _release_connection()
+            release_connection()
         return self._ids.popleft()
 
     def _batch(self, *, opening: _Opening | None) -> _Batch:
@@ -816,13 +698,13 @@ class TurnRecorder:
         if self._writer is not None:
             self._writer.put(batch)
             # Whatever the loop read since its last write, it holds no connection while it waits.
-            _release_connection()
+            release_connection()
             return
         batch.prepare()
         try:
             _write([batch])
         finally:
-            _release_connection()
+            release_connection()
         batch.publish()
 
     def _raise_write_error(self) -> None:
@@ -879,17 +761,3 @@ class TurnRecorder:
         unknown = set(fields) - _STEP_FIELDS
         if unknown:
             raise TypeError(f"not Step fields: {', '.join(sorted(unknown))}")
-
-
-def _release_connection(*, always: bool = False) -> None:
-    """Hand a pooled connection back between writes: a turn waiting on a model must not hold one.
-
-    ``always`` (the writer, after each write): a connection that is not pooled is closed too if
-    the write left it unusable, so the next write opens a fresh one.
-    """
-    if connection.in_atomic_block:
-        return
-    if connection.settings_dict["OPTIONS"].get("pool"):
-        connection.close()
-    elif always:
-        connection.close_if_unusable_or_obsolete()

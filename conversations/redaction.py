@@ -5,7 +5,7 @@ regexes (``RedactionRule``); the exact values of secrets the run itself used (th
 key, ``${VAR}`` values given to servers) are always replaced. The original is not kept: the
 stored text carries a visible marker such as ``[REDACTED:email]`` instead.
 
-One redactor for everything written: ``conversations.recording.active_redactor`` builds it with
+One redactor for everything written: ``conversations.secret_sources.active_redactor`` builds it with
 every configured secret value (each model profile's key, every server's sealed and ``${VAR}``
 env and header values) and makes it this process's ``current()`` one, which the log filter
 (``LogRedactionFilter``, installed in ``settings.LOGGING``) applies to every log record. This

@@ -1,7 +1,8 @@
 """Runs one queued turn: load it, connect its servers, hand it to the agent loop, finish it.
 
-Django-aware glue around ``conversations.agent`` (which is not): it builds the provider,
-the paradigm and the tool host from the database, and records through ``TurnRecorder``.
+Django-aware glue around ``conversations.agent`` (which is not): it builds the provider and
+the paradigm from the database, gets the servers' tools and the tool host from the MCP side
+(``conversations.toolhost``), and records through ``TurnRecorder``.
 """
 
 from __future__ import annotations
@@ -20,31 +21,20 @@ from django.conf import settings
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import DatabaseError
 
-from conversations.agent import AgentTurn, PromptRenderer, ToolRun, TurnCancelled, run_agent
+from conversations.agent import AgentTurn, PromptRenderer, TurnCancelled, run_agent
 from conversations.lifecycle import CANCEL, TurnSignal, turn_claim, turn_unwatch, turn_watch, turns_reap_stale
-from conversations.llm import Message, ToolChoice, ToolDef, provider_tool_names
+from conversations.llm import Message, ToolChoice, ToolDef
 from conversations.models import ModelProfile, Turn
 from conversations.paradigms import PARADIGMS
 from conversations.providers import PROVIDERS, Endpoint, ModelReply, ModelRequest, Provider
 from conversations.providers.http import call_abandoned
 from conversations.providers.openai_chat import endpoint_transport, wire_message, wire_tool
 from conversations.providers.streaming import DeltaCallback, PartialReply
-from conversations.recording import (
-    TurnRecorder,
-    active_redactor,
-    index_last_request_whole,
-    server_records_store,
-    turn_end_save,
-)
-from conversations.redaction import Redactor
+from conversations.recording import TurnRecorder, index_last_request_whole, turn_end_save
+from conversations.secret_sources import active_redactor
 from conversations.splicing import Spliced, splice
-from conversations.typealias import JSONDict
-from conversations.wire import WireExchange
+from conversations.toolhost import Connected, TurnServers, turn_servers
 from inspector import live
-from servers import gateway
-from servers.gateway.config import ConfigError, ServerConfig, resolve_references
-from servers.models import McpServer
-from servers.selectors import server_spawn_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -93,34 +83,6 @@ def _in_process_transport() -> httpx2.WSGITransport:
     # Not get_wsgi_application(): it runs django.setup() again, whose logging configuration
     # would write to a Celery worker's redirected sys.stderr, which drops every later record.
     return httpx2.WSGITransport(app=WSGIHandler())
-
-
-@dataclass
-class GatewayToolHost:
-    """The agent's ``ToolHost``: calls go through the pooled gateway sessions.
-
-    With a ``signal``, a call in flight when it is set is abandoned: the server is sent
-    ``notifications/cancelled`` (in the call's records) and the run's error says who stopped it.
-    """
-
-    configs: dict[int, ServerConfig]
-    redact: Redactor
-    signal: TurnSignal | None = None
-
-    def call(self, tool: ToolDef, arguments: JSONDict) -> ToolRun:
-        outcome = gateway.call_tool(self.configs[tool.server_id], tool.name, arguments, stop=self.signal)
-        server_records_store(outcome.unclaimed, redact=self.redact)
-        if outcome.cancelled and self.signal is not None and self.signal.stopped:
-            return ToolRun(
-                result=None,
-                error=f"the call was abandoned ({self.signal.stopped}); the server was sent notifications/cancelled",
-                exchanges=outcome.records,
-            )
-        notes = []
-        if outcome.session is not None and outcome.session.spawned:
-            reason = outcome.session.respawn_reason or "no session was open"
-            notes.append(f"respawned the server (session #{outcome.session.generation}) because {reason}")
-        return ToolRun(result=outcome.result, error=outcome.error, exchanges=outcome.records, notes=notes)
 
 
 def _on_own_thread(call: Callable[[], ModelReply], *, name: str) -> Future[ModelReply]:
@@ -221,92 +183,23 @@ def _remember_downgrades(profile: ModelProfile, downgrades: list[tuple[str, str]
         profile.save(update_fields=changed)
 
 
-def _session_note(server: McpServer, outcome: gateway.ListOutcome) -> str:
-    session = outcome.session
-    if session is None:
-        return f"{server.name}: {outcome.error}"
-    identity = f"{session.server_name} {session.server_version}".strip() or "unnamed server"
-    if session.spawned and session.respawn_reason:
-        how = f"respawned (session #{session.generation}) because {session.respawn_reason}"
-    elif session.spawned:
-        how = f"connected (session #{session.generation})"
-    else:
-        how = f"reused pooled session #{session.generation}"
-    note = (
-        f"{server.name}: {how}; {identity}; protocol {session.protocol_version}; {len(outcome.tools)} tools"
-    )
-    return note + (f"; error: {outcome.error}" if outcome.error else "")
-
-
 def connect_servers(
-    servers: list[McpServer], recorder: TurnRecorder, signal: TurnSignal | None = None
-) -> tuple[list[ToolDef], dict[int, ServerConfig]]:
-    """List the tools of every enabled server (a ``connect`` step) and name them for the provider.
-
-    A server whose process the conversation's owner may not start (``server_spawn_refusal``) is
-    not connected: the step says why, and the turn goes on with the other servers' tools.
-    """
-    servers = [server for server in servers if server.enabled]
-    owner = recorder.turn.conversation.owner
-    step = recorder.step_open(kind="connect", title=f"connect {len(servers)} MCP server(s)")
-    configs: dict[int, ServerConfig] = {}
-    listed: list[tuple[McpServer, dict[str, object]]] = []
-    notes: list[str] = []
-    problems: list[str] = []
-    records: list[WireExchange] = []
-    sessions: JSONDict = {}
-    for server in servers:
-        if signal is not None and signal.stopped:
-            problems.append(f"{server.name}: not connected ({signal.stopped})")
-            continue
-        refusal = server_spawn_refusal(server=server, user=owner)
-        if refusal:
-            notes.append(f"{server.name}: not connected")
-            problems.append(refusal)
-            continue
-        config = server.to_config()
-        configs[server.pk] = config
-        outcome = gateway.list_tools(config, stop=signal)
-        records.extend(outcome.records)
-        server_records_store(outcome.unclaimed, redact=recorder.redact)
-        notes.append(_session_note(server, outcome))
-        if outcome.error:
-            problems.append(f"{server.name}: {outcome.error}")
-        if outcome.session is not None:
-            sessions[server.name] = {
-                "generation": outcome.session.generation,
-                "spawned": outcome.session.spawned,
-                "respawn_reason": outcome.session.respawn_reason,
-                "protocol_version": outcome.session.protocol_version,
-                "server": outcome.session.server_name,
-                "version": outcome.session.server_version,
-            }
-        listed.extend((server, tool) for tool in outcome.tools)
-    names = provider_tool_names([(server.name, str(tool["name"])) for server, tool in listed])
-    tools = [
-        ToolDef(
-            server_id=server.pk,
-            server_name=server.name,
-            name=str(tool["name"]),
-            provider_name=name,
-            description=str(tool.get("description") or ""),
-            input_schema=tool.get("inputSchema") or {"type": "object", "properties": {}},  # type: ignore[arg-type]
-            title=str(tool.get("title") or ""),
-            output_schema=tool.get("outputSchema"),  # type: ignore[arg-type]
-            annotations=tool.get("annotations"),  # type: ignore[arg-type]
-        )
-        for (server, tool), name in zip(listed, names, strict=True)
-    ]
+    servers: TurnServers, recorder: TurnRecorder, signal: TurnSignal | None = None
+) -> Connected:
+    """Connect the turn's servers (``toolhost.TurnServers.connect``) as its ``connect`` step."""
+    count = servers.enabled
+    step = recorder.step_open(kind="connect", title=f"connect {count} MCP server(s)")
+    connected = servers.connect(redact=recorder.redact, signal=signal)
     recorder.step_close(
         step,
-        status="error" if problems else "ok",
-        title=f"{len(tools)} tools from {len(servers)} server(s)" if servers else "no MCP servers selected",
-        text="\n".join(notes),
-        diagnostics=problems,
-        result=sessions,
-        exchanges=records,
+        status="error" if connected.problems else "ok",
+        title=f"{len(connected.tools)} tools from {count} server(s)" if count else "no MCP servers selected",
+        text="\n".join(connected.notes),
+        diagnostics=connected.problems,
+        result=connected.sessions,
+        exchanges=connected.records,
     )
-    return tools, configs
+    return connected
 
 
 def _choice(turn: Turn, tools: list[ToolDef]) -> ToolChoice:
@@ -319,21 +212,14 @@ def _choice(turn: Turn, tools: list[ToolDef]) -> ToolChoice:
     raise TurnSetupError(f"the named tool {turn.tool_choice_name!r} is not offered by this turn's servers")
 
 
-def _run_secrets(turn: Turn, servers: list[McpServer]) -> list[str]:
+def _run_secrets(turn: Turn, servers: TurnServers) -> list[str]:
     """The secret values this turn will use: never to be written anywhere, even if echoed back."""
     secrets: list[str] = []
     try:
         secrets.append(api_key_for(turn.conversation.model_profile))
     except TurnSetupError:
         pass
-    for server in servers:
-        for value in (*server.env.values(), *server.headers.values()):
-            try:
-                resolved = resolve_references(str(value))
-            except ConfigError:
-                continue
-            if resolved != value:
-                secrets.append(resolved)
+    secrets.extend(servers.secrets())
     return secrets
 
 
@@ -378,10 +264,11 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> None:
     # Browsers render the running turn while it connects.
     live.publish_turn_changed(conversation_id=turn.conversation.public_id, turn_id=turn.pk)
     # The conversation's servers, read once (by name: the order their tools are offered in).
-    servers = list(turn.conversation.servers.order_by("name"))
+    servers = turn_servers(turn.conversation)
     recorder = TurnRecorder(turn, redact=active_redactor(secrets=_run_secrets(turn, servers)))
     try:
-        tools, configs = connect_servers(servers, recorder, signal)
+        connected = connect_servers(servers, recorder, signal)
+        tools = connected.tools
         turn.tools = [tool.as_json() for tool in tools]
         recorder.turn_save("tools")
         profile = turn.conversation.model_profile
@@ -397,7 +284,7 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> None:
             ),
             paradigm=PARADIGMS[turn.paradigm](),
             provider=AbandonableProvider(provider, signal),
-            host=GatewayToolHost(configs, recorder.redact, signal),
+            host=connected.host,
             recorder=recorder,
             render=prompt_renderer(profile),
             partials=recorder.partial_sink,

@@ -46,7 +46,6 @@ from conversations.providers.excerpts import EXCERPTS
 from conversations.splicing import prompt_diff
 from conversations.strings import common_prefix_length
 from conversations.typealias import JSONDict, JSONValue
-from servers.models import McpServer
 
 _Owned = TypeVar("_Owned", bound=Model)
 
@@ -207,10 +206,6 @@ def turn_get(*, conversation: Conversation, turn_id: int) -> Turn | None:
 def profiles_for_form() -> QuerySet[ModelProfile]:
     """Profiles a question can run on: not the placeholders imports hang their records off."""
     return ModelProfile.objects.filter(imported_by__isnull=True).order_by("-is_demo", "name")
-
-
-def servers_for_form() -> QuerySet[McpServer]:
-    return McpServer.objects.filter(enabled=True).order_by("-is_demo", "name")
 
 
 def _body(text: str) -> JSONValue:

@@ -3,11 +3,12 @@ the demo profile, and the read-audit log."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import httpx2
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
+from django.db.models import Model
 from django.utils import timezone
 
 from conversations.audit import audit_record
@@ -15,14 +16,12 @@ from conversations.execution import turn_dispatch
 from conversations.lifecycle import turn_signal_local, turn_step_record
 from conversations.models import AuditEvent, Comparison, Conversation, Exchange, ModelProfile, Turn
 from conversations.providers import PROVIDERS
-from conversations.recording import active_redactor
+from conversations.secret_sources import active_redactor
 from conversations.splicing import probe_request, server_template
 from conversations.transcripts.export import ExportFormat, transcript_export
 from conversations.transcripts.importing import IMPORTED_PROFILE_PREFIX, transcript_import
 from conversations.typealias import JSONDict, JSONValue
 from inspector import live
-from servers.models import McpServer
-from servers.services import demo_server_ensure
 
 DEMO_PROFILE_NAME = "demo"
 
@@ -121,14 +120,14 @@ def conversation_start(
     owner: AbstractBaseUser,
     model_profile: ModelProfile,
     question: str,
-    servers: Iterable[McpServer],
+    servers: Iterable[Model],
     paradigm: str = "native",
     tool_choice: str = "auto",
     tool_choice_name: str = "",
     comparison: Comparison | None = None,
     dispatch: bool = True,
 ) -> tuple[Conversation, Turn]:
-    """Create a conversation and queue its first turn."""
+    """Create a conversation and queue its first turn; ``servers`` are ``servers.McpServer`` rows."""
     with transaction.atomic():
         conversation = Conversation.objects.create(
             comparison=comparison,
@@ -139,7 +138,7 @@ def conversation_start(
             tool_choice=tool_choice,
             tool_choice_name=tool_choice_name if tool_choice == "named" else "",
         )
-        conversation.servers.set(list(servers))
+        conversation.servers.set([server.pk for server in servers])
         turn = turn_start(conversation=conversation, question=question, dispatch=dispatch)
     return conversation, turn
 
@@ -149,7 +148,7 @@ def comparison_start(
     owner: AbstractBaseUser,
     question: str,
     runs: Iterable[tuple[ModelProfile, str]],
-    servers: Iterable[McpServer],
+    servers: Iterable[Model],
     tool_choice: str = "auto",
     tool_choice_name: str = "",
     dispatch: bool = True,
@@ -214,15 +213,16 @@ def demo_format_profiles_ensure(*, stream: bool) -> list[ModelProfile]:
 
 
 def comparison_providers_start(
-    *, owner: AbstractBaseUser, question: str, stream: bool, dispatch: bool = True
+    *, owner: AbstractBaseUser, question: str, stream: bool, servers: Iterable[Model], dispatch: bool = True
 ) -> tuple[Comparison, list[Turn]]:
-    """The question under the demo model in every provider wire format (native tool calling, the
-    demo MCP server): the same call, once per format, for the compare view's wire-format section."""
+    """The question under the demo model in every provider wire format (native tool calling, with
+    ``servers``: the compare view's are the demo MCP server): the same call, once per format, for
+    the compare view's wire-format section."""
     return comparison_start(
         owner=owner,
         question=question,
         runs=[(profile, "native") for profile in demo_format_profiles_ensure(stream=stream)],
-        servers=[demo_server_ensure()],
+        servers=servers,
         dispatch=dispatch,
     )
 
@@ -351,7 +351,7 @@ def _imported_server_names(conversation: Conversation) -> list[str]:
     ]
 
 
-def _replay_servers(conversation: Conversation) -> list[McpServer]:
+def _replay_servers(conversation: Conversation) -> Sequence[Model]:
     """The servers a replay runs against: the conversation's own as they are configured today;
     for an imported conversation, this installation's servers of the recorded names.
 
@@ -367,7 +367,8 @@ def _replay_servers(conversation: Conversation) -> list[McpServer]:
             "here: there is no model to replay it against"
         )
     names = _imported_server_names(conversation)
-    servers = list(McpServer.objects.filter(name__in=names, enabled=True).order_by("name"))
+    # This installation's servers, reached through the relation's model (``servers.McpServer``).
+    servers = list(conversation.servers.model.objects.filter(name__in=names, enabled=True).order_by("name"))
     missing = sorted(set(names) - {server.name for server in servers})
     if missing:
         raise ReplayError(
@@ -405,6 +406,6 @@ def turn_replay(*, turn: Turn, actor: AbstractBaseUser, dispatch: bool = True) -
             tool_choice_name=turn.tool_choice_name,
             replay_of=turn,
         )
-        conversation.servers.set(servers)
+        conversation.servers.set([server.pk for server in servers])
         replay = turn_start(conversation=conversation, question=turn.question, dispatch=dispatch)
     return conversation, replay

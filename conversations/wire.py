@@ -14,6 +14,10 @@ from datetime import datetime
 # Header names whose values are credentials: never stored, shown only as a mask.
 SECRET_HEADER_RE = re.compile(r"(authorization|api[-_]?key|cookie|token|secret|password)", re.IGNORECASE)
 MASK = "••••••"
+# The MCP transports by name, in the order they are offered: a transcript names its servers'
+# transports by these. ``servers.gateway.transports.TRANSPORTS`` holds one class for each (a test
+# holds the two equal).
+TRANSPORT_NAMES = ("stdio", "http", "sse")
 
 
 @dataclass

@@ -16,7 +16,7 @@ from conversations.models import TOOL_CHOICE_MODES, ModelProfile, Turn
 from conversations.paradigms import PARADIGMS
 from conversations.services import DEMO_PROFILE_NAME
 from servers.models import McpServer
-from servers.selectors import server_spawn_refusal
+from servers.selectors import server_spawn_refusal, servers_for_form
 
 QUESTION_MAX_CHARS = 10_000
 # Bigger transcripts go through `manage.py import`, which streams no request body.
@@ -126,7 +126,7 @@ class _ToolChoiceForm(forms.Form):
         widget=forms.TextInput(attrs={"placeholder": "server/tool"}),
     )
     servers = _ServerChoiceField(
-        queryset=selectors.servers_for_form(),
+        queryset=servers_for_form(),
         required=False,
         widget=_ServerCheckboxes,
         label="MCP servers",
@@ -137,7 +137,7 @@ class _ToolChoiceForm(forms.Form):
         (``servers.selectors.server_spawn_refusal``) is shown disabled and refused."""
         super().__init__(*args, **kwargs)
         self.user = user
-        offered = list(selectors.servers_for_form())
+        offered = list(servers_for_form())
         self.refused = {
             server.pk: reason
             for server in offered

@@ -39,6 +39,7 @@ from inspector.forms import (
     TranscriptUploadForm,
 )
 from servers.selectors import server_spawn_refusal
+from servers.services import demo_server_ensure
 
 COMPARISONS_PER_PAGE = 25
 # The conversation page renders the rows of its newest turns up to about this many rows; the
@@ -505,7 +506,10 @@ def comparison_providers_create(request: HttpRequest) -> HttpResponse:
             request, ComparisonForm(user=_user(request)), status=STATUS_BAD_REQUEST, providers=form
         )
     comparison, _ = services.comparison_providers_start(
-        owner=_user(request), question=form.cleaned_data["question"], stream=form.cleaned_data["stream"]
+        owner=_user(request),
+        question=form.cleaned_data["question"],
+        stream=form.cleaned_data["stream"],
+        servers=[demo_server_ensure()],
     )
     return redirect("inspector-comparison", public_id=comparison.public_id)
 

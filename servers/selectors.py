@@ -75,6 +75,17 @@ def server_list(*, user: AbstractBaseUser) -> QuerySet[McpServer]:
     return servers if _is_staff(user) else servers.filter(enabled=True)
 
 
+def servers_for_form() -> QuerySet[McpServer]:
+    """The servers a question can be offered: the enabled ones, the demo server first."""
+    return McpServer.objects.filter(enabled=True).order_by("-is_demo", "name")
+
+
+def server_secret_values() -> list[str]:
+    """The plain values of every server's sealed and ``${VAR}`` env and header entries that can
+    be resolved here (a source of ``conversations.secret_sources``: the redactor masks them)."""
+    return [value for server in McpServer.objects.only("env", "headers") for value in server.secret_values()]
+
+
 def server_get(*, user: AbstractBaseUser, name: str) -> McpServer:
     """Raises ``McpServer.DoesNotExist`` for a server the user may not see."""
     return server_list(user=user).select_related("sampling_profile").get(name=name)

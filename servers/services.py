@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from conversations.audit import audit_change
 from conversations.models import AuditEvent
-from conversations.recording import active_redactor
+from conversations.secret_sources import active_redactor
 from conversations.typealias import JSONDict, JSONValue
 from conversations.wire import MASK
 from servers.gateway.config import has_references

@@ -1,6 +1,7 @@
 """The layers the architecture promises (docs/ARCHITECTURE.md), held by tests: the agent loop and
-the vocabulary it shares with the gateway load no framework, and nothing below the UI imports the
-UI package except ``inspector.live`` (the one module that talks to the channel layer)."""
+the vocabulary it shares with the gateway load no framework, nothing below the UI imports the
+UI package except ``inspector.live`` (the one module that talks to the channel layer), and
+between ``conversations`` and ``servers`` imports run one way, servers → conversations."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ FRAMEWORK_FREE = (
     "conversations.redaction",
     "conversations.typealias",
     "conversations.wire",
+    # The contract the runner reaches MCP through (implemented by ``servers``).
+    "conversations.toolhost",
 )
 
 
@@ -40,18 +43,18 @@ def test_importing_the_loop_and_its_vocabulary_loads_no_framework(module: str) -
     assert result.stdout.strip() == "", f"importing {module} loads {result.stdout.strip()}"
 
 
-def _inspector_imports(path: Path) -> list[tuple[int, str]]:
-    """Every ``inspector`` module a file imports (at any depth of the file), with its line."""
+def _imports(path: Path, package: str) -> list[tuple[int, str]]:
+    """Every module of ``package`` a file imports (at any depth of the file), with its line."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "inspector":
-                found.extend((node.lineno, f"inspector.{alias.name}") for alias in node.names)
-            elif node.module.startswith("inspector."):
+            if node.module == package:
+                found.extend((node.lineno, f"{package}.{alias.name}") for alias in node.names)
+            elif node.module.startswith(f"{package}."):
                 found.append((node.lineno, node.module))
         elif isinstance(node, ast.Import):
             found.extend(
-                (node.lineno, alias.name) for alias in node.names if alias.name.split(".")[0] == "inspector"
+                (node.lineno, alias.name) for alias in node.names if alias.name.split(".")[0] == package
             )
     return found
 
@@ -61,8 +64,21 @@ def test_nothing_below_the_ui_imports_the_ui_package_but_its_channel_layer_modul
         f"{path.relative_to(REPO_ROOT)}:{line} imports {module}"
         for package in ("conversations", "servers")
         for path in sorted((REPO_ROOT / package).rglob("*.py"))
-        for line, module in _inspector_imports(path)
+        for line, module in _imports(path, "inspector")
         if module != "inspector.live"
+    ]
+    assert offenders == []
+
+
+def test_nothing_in_conversations_imports_servers() -> None:
+    # servers → conversations only: the runner reaches MCP through ``conversations.toolhost`` and
+    # the redactor learns the servers' secrets from ``conversations.secret_sources``, both filled
+    # by ``servers`` when Django starts. Migrations name other apps' models by string.
+    offenders = [
+        f"{path.relative_to(REPO_ROOT)}:{line} imports {module}"
+        for path in sorted((REPO_ROOT / "conversations").rglob("*.py"))
+        if "migrations" not in path.parts
+        for line, module in _imports(path, "servers")
     ]
     assert offenders == []
 
@@ -72,11 +88,25 @@ def test_the_scan_sees_an_import_of_the_ui_package(tmp_path: Path) -> None:
     sample.write_text(
         "from inspector import live, views\nimport inspector.settings\n\ndef f():\n    from inspector.wire import x\n"
     )
-    assert _inspector_imports(sample) == [
+    assert _imports(sample, "inspector") == [
         (1, "inspector.live"),
         (1, "inspector.views"),
         (2, "inspector.settings"),
         (5, "inspector.wire"),
+    ]
+
+
+def test_the_scan_sees_an_import_of_servers_in_a_function_and_a_type_checking_block(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from typing import TYPE_CHECKING\nfrom serverside import x\nimport servers_extra\n"
+        "if TYPE_CHECKING:\n    from servers.models import McpServer\n\n"
+        "def f():\n    import servers.gateway as gateway\n    from servers import toolhost\n"
+    )
+    assert _imports(sample, "servers") == [
+        (5, "servers.models"),
+        (8, "servers.gateway"),
+        (9, "servers.toolhost"),
     ]
 
 
@@ -155,6 +185,22 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_module_of_the_apps_imports_itself_round_about() -> None:
     assert _cycles(_module_graph(REPO_ROOT)) == []
+
+
+def _package_graph(graph: dict[str, set[str]], packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """The module graph seen from above: which of ``packages`` imports which (itself left out)."""
+    found: dict[str, set[str]] = {package: set() for package in packages}
+    for module, targets in graph.items():
+        top = module.split(".")[0]
+        if top in found:
+            found[top].update(target.split(".")[0] for target in targets)
+    return {package: (targets & set(packages)) - {package} for package, targets in found.items()}
+
+
+def test_servers_imports_conversations_at_module_level_and_never_the_reverse() -> None:
+    packages = _package_graph(_module_graph(REPO_ROOT), ("conversations", "servers"))
+    assert packages == {"conversations": set(), "servers": {"conversations"}}
+    assert _cycles(packages) == []
 
 
 def test_the_cycle_check_finds_a_cycle_through_a_package_and_a_relative_import(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ from conversations.transcripts.document import (
     chain_order,
 )
 from conversations.typealias import JSONDict, JSONValue
-from servers.gateway.transports import TRANSPORTS
+from conversations.wire import TRANSPORT_NAMES
 
 # Keys a version-1 transcript written before keyed sealing does not have (optional on import).
 _SEALING_KEYS = {"integrity", "seal", "seal_steps", "chain_version", "signature"}
@@ -172,7 +172,7 @@ _CONVERSATION_SCHEMA = _object(
         "tool_choice_name": _string(200),
         "servers": {
             "type": "array",
-            "items": _object({"name": _string(40), "transport": _enum(list(TRANSPORTS))}),
+            "items": _object({"name": _string(40), "transport": _enum(list(TRANSPORT_NAMES))}),
         },
         "created_at": _string(),
         "integrity": _object(

@@ -232,11 +232,11 @@ def test_bytes_that_are_not_utf8_are_stored_escaped_and_the_response_sent_is_rec
 
 def test_a_text_cut_twice_names_its_true_length(settings: Settings) -> None:
     settings.EXCHANGE_BODY_LIMIT = 1000
-    from conversations.recording import _storable
+    from conversations.exchanges import storable_body
 
     earlier = "x" * 1000 + "\n… [cut: 10600000 characters in all]"
 
-    stored, problem = _storable(earlier)
+    stored, problem = storable_body(earlier)
 
     assert stored == "x" * 1000 + "\n… [cut by the inspector: 10600000 characters in all]"
     assert problem is None

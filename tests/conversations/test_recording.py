@@ -16,9 +16,11 @@ from django.contrib.auth.models import User
 from django.db import DataError, connection, transaction
 
 from conversations import recording
+from conversations.exchanges import exchange_rows, server_records_store
 from conversations.integrity import conversation_verify
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.recording import TurnRecorder
+from conversations.secret_sources import active_redactor
 from conversations.wire import WireExchange
 from inspector import live
 
@@ -255,7 +257,7 @@ def test_every_exchange_names_its_turns_conversation_and_a_server_record_none(tu
     recorder.step_close(decide, status="ok", exchanges=[_exchange("tools/call")])
     recorder.turn_save("answer")
     recorder.drain()
-    recording.server_records_store([_exchange("notifications/message")])
+    server_records_store([_exchange("notifications/message")])
 
     rows = Exchange.objects.order_by("seq", "id").values_list("label", "conversation_id")
     assert sorted(rows) == sorted(
@@ -264,9 +266,9 @@ def test_every_exchange_names_its_turns_conversation_and_a_server_record_none(tu
 
 
 def test_an_exchange_of_a_turn_is_not_made_without_its_conversation(turn: Turn) -> None:
-    redact = recording.active_redactor()
+    redact = active_redactor()
     with pytest.raises(ValueError, match="conversation_id"):
-        recording.exchange_rows([_exchange("llm")], turn_id=turn.pk, step_id=None, redact=redact)
+        exchange_rows([_exchange("llm")], turn_id=turn.pk, step_id=None, redact=redact)
 
 
 def test_exchanges_saved_or_bulk_created_through_the_orm_get_their_turns_conversation(turn: Turn) -> None:

@@ -13,8 +13,8 @@ import pytest
 from django.conf import settings
 
 from conversations.models import Turn
-from conversations.recording import active_redactor
 from conversations.redaction import LogRedactionFilter, redactor, remember
+from conversations.secret_sources import active_redactor
 from conversations.services import conversation_start
 from servers.vault import seal
 from tests.factories import McpServerFactory, ModelProfileFactory, UserFactory

@@ -20,6 +20,7 @@ from conversations.runner import turn_run
 from conversations.selectors import json_marked
 from conversations.services import comparison_providers_start
 from servers import gateway
+from servers.services import demo_server_ensure
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,7 +55,7 @@ def alice() -> Any:
 
 def _compared(owner: Any, *, stream: bool) -> Comparison:
     comparison, turns = comparison_providers_start(
-        owner=owner, question=WEATHER, stream=stream, dispatch=False
+        owner=owner, question=WEATHER, stream=stream, servers=[demo_server_ensure()], dispatch=False
     )
     for turn in turns:
         turn_run(turn_id=turn.pk)
@@ -135,7 +136,9 @@ def test_tool_output_in_a_body_is_shown_as_text_never_run(client: Client, alice:
 
 
 def test_bob_gets_404_for_alices_wire_formats_on_the_page_and_the_summary(client: Client, alice: Any) -> None:
-    comparison, _ = comparison_providers_start(owner=alice, question=WEATHER, stream=False, dispatch=False)
+    comparison, _ = comparison_providers_start(
+        owner=alice, question=WEATHER, stream=False, servers=[demo_server_ensure()], dispatch=False
+    )
     client.force_login(UserFactory(username="bob"))
 
     for name in ("inspector-comparison", "inspector-comparison-summary"):
@@ -155,7 +158,11 @@ def test_the_summary_fragment_carries_the_section_so_it_appears_live(client: Cli
 
 def test_runs_without_a_tool_call_have_no_column_and_no_section(client: Client, alice: Any) -> None:
     comparison, turns = comparison_providers_start(
-        owner=alice, question="[demo:no-tool] " + WEATHER, stream=False, dispatch=False
+        owner=alice,
+        question="[demo:no-tool] " + WEATHER,
+        stream=False,
+        servers=[demo_server_ensure()],
+        dispatch=False,
     )
     for turn in turns:
         turn_run(turn_id=turn.pk)

@@ -30,7 +30,6 @@ from conversations.selectors import (
     conversation_transcript,
     profiles_for_form,
     run_summary_json,
-    servers_for_form,
     turn_rows,
 )
 from conversations.services import (
@@ -42,6 +41,7 @@ from conversations.services import (
     demo_profile_ensure,
 )
 from servers.models import McpServer
+from servers.selectors import servers_for_form
 from servers.services import DEMO_SERVER_NAME, demo_server_ensure
 
 INDENT = "    "

@@ -1,0 +1,165 @@
+"""A turn's MCP servers through the gateway: the ``conversations.toolhost`` contract's
+implementation, registered when the app starts (``servers.apps``).
+
+``conversation_servers`` reads a conversation's servers; ``GatewayServers.connect`` lists their
+tools over the pooled sessions; ``GatewayToolHost`` is the agent's ``ToolHost``, calling them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from conversations.agent import ToolRun
+from conversations.exchanges import server_records_store
+from conversations.llm import ToolDef, provider_tool_names
+from conversations.models import Conversation
+from conversations.redaction import Redactor
+from conversations.toolhost import Connected, StopSignal
+from conversations.typealias import JSONDict
+from conversations.wire import WireExchange
+from servers import gateway
+from servers.gateway.config import ConfigError, ServerConfig, resolve_references
+from servers.models import McpServer
+from servers.selectors import server_spawn_refusal
+
+
+@dataclass
+class GatewayToolHost:
+    """The agent's ``ToolHost``: calls go through the pooled gateway sessions.
+
+    With a ``signal``, a call in flight when it is set is abandoned: the server is sent
+    ``notifications/cancelled`` (in the call's records) and the run's error says who stopped it.
+    """
+
+    configs: dict[int, ServerConfig]
+    redact: Redactor
+    signal: StopSignal | None = None
+
+    def call(self, tool: ToolDef, arguments: JSONDict) -> ToolRun:
+        outcome = gateway.call_tool(self.configs[tool.server_id], tool.name, arguments, stop=self.signal)
+        server_records_store(outcome.unclaimed, redact=self.redact)
+        if outcome.cancelled and self.signal is not None and self.signal.stopped:
+            return ToolRun(
+                result=None,
+                error=f"the call was abandoned ({self.signal.stopped}); the server was sent notifications/cancelled",
+                exchanges=outcome.records,
+            )
+        notes = []
+        if outcome.session is not None and outcome.session.spawned:
+            reason = outcome.session.respawn_reason or "no session was open"
+            notes.append(f"respawned the server (session #{outcome.session.generation}) because {reason}")
+        return ToolRun(result=outcome.result, error=outcome.error, exchanges=outcome.records, notes=notes)
+
+
+def _session_note(server: McpServer, outcome: gateway.ListOutcome) -> str:
+    session = outcome.session
+    if session is None:
+        return f"{server.name}: {outcome.error}"
+    identity = f"{session.server_name} {session.server_version}".strip() or "unnamed server"
+    if session.spawned and session.respawn_reason:
+        how = f"respawned (session #{session.generation}) because {session.respawn_reason}"
+    elif session.spawned:
+        how = f"connected (session #{session.generation})"
+    else:
+        how = f"reused pooled session #{session.generation}"
+    note = (
+        f"{server.name}: {how}; {identity}; protocol {session.protocol_version}; {len(outcome.tools)} tools"
+    )
+    return note + (f"; error: {outcome.error}" if outcome.error else "")
+
+
+@dataclass
+class GatewayServers:
+    """A conversation's servers (implements ``conversations.toolhost.TurnServers``)."""
+
+    conversation: Conversation
+    # By name: the order their tools are offered in.
+    servers: list[McpServer]
+
+    @property
+    def enabled(self) -> int:
+        return sum(1 for server in self.servers if server.enabled)
+
+    def secrets(self) -> list[str]:
+        """The values the servers' ``${VAR}`` env and header entries resolve to here."""
+        secrets: list[str] = []
+        for server in self.servers:
+            for value in (*server.env.values(), *server.headers.values()):
+                try:
+                    resolved = resolve_references(str(value))
+                except ConfigError:
+                    continue
+                if resolved != value:
+                    secrets.append(resolved)
+        return secrets
+
+    def connect(self, *, redact: Redactor, signal: StopSignal | None) -> Connected:
+        """List the tools of every enabled server and name them for the provider.
+
+        A server whose process the conversation's owner may not start (``server_spawn_refusal``)
+        is not connected: its note says so, its problem says why, and the others are connected.
+        """
+        servers = [server for server in self.servers if server.enabled]
+        owner = self.conversation.owner
+        configs: dict[int, ServerConfig] = {}
+        listed: list[tuple[McpServer, dict[str, Any]]] = []
+        notes: list[str] = []
+        problems: list[str] = []
+        records: list[WireExchange] = []
+        sessions: JSONDict = {}
+        for server in servers:
+            if signal is not None and signal.stopped:
+                problems.append(f"{server.name}: not connected ({signal.stopped})")
+                continue
+            refusal = server_spawn_refusal(server=server, user=owner)
+            if refusal:
+                notes.append(f"{server.name}: not connected")
+                problems.append(refusal)
+                continue
+            config = server.to_config()
+            configs[server.pk] = config
+            outcome = gateway.list_tools(config, stop=signal)
+            records.extend(outcome.records)
+            server_records_store(outcome.unclaimed, redact=redact)
+            notes.append(_session_note(server, outcome))
+            if outcome.error:
+                problems.append(f"{server.name}: {outcome.error}")
+            if outcome.session is not None:
+                sessions[server.name] = {
+                    "generation": outcome.session.generation,
+                    "spawned": outcome.session.spawned,
+                    "respawn_reason": outcome.session.respawn_reason,
+                    "protocol_version": outcome.session.protocol_version,
+                    "server": outcome.session.server_name,
+                    "version": outcome.session.server_version,
+                }
+            listed.extend((server, tool) for tool in outcome.tools)
+        names = provider_tool_names([(server.name, str(tool["name"])) for server, tool in listed])
+        tools = [
+            ToolDef(
+                server_id=server.pk,
+                server_name=server.name,
+                name=str(tool["name"]),
+                provider_name=name,
+                description=str(tool.get("description") or ""),
+                input_schema=tool.get("inputSchema") or {"type": "object", "properties": {}},
+                title=str(tool.get("title") or ""),
+                output_schema=tool.get("outputSchema"),
+                annotations=tool.get("annotations"),
+            )
+            for (server, tool), name in zip(listed, names, strict=True)
+        ]
+        return Connected(
+            host=GatewayToolHost(configs, redact, signal),
+            tools=tools,
+            notes=notes,
+            problems=problems,
+            sessions=sessions,
+            records=records,
+        )
+
+
+def conversation_servers(conversation: Conversation) -> GatewayServers:
+    """The conversation's servers, read once, by name (``conversations.toolhost.ServerSource``)."""
+    return GatewayServers(conversation, list(conversation.servers.order_by("name")))

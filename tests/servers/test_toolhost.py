@@ -1,0 +1,39 @@
+"""A turn's MCP servers as the servers app gives them to the runner (``conversations.toolhost``);
+connecting them over real stdio is held by tests/conversations/test_runner.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from conversations import toolhost
+from conversations.toolhost import turn_servers
+from servers.toolhost import GatewayServers
+from tests.factories import ConversationFactory, McpServerFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_servers_app_gives_the_runner_a_conversations_servers_by_name_and_their_secrets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("H22_TOOLHOST_TOKEN", "toolhost-secret-0042")
+    zeta = McpServerFactory(name="zeta", env={"TOKEN": "${H22_TOOLHOST_TOKEN}", "MODE": "plain"})
+    alpha = McpServerFactory(name="alpha", enabled=False)
+    McpServerFactory(name="other")
+    conversation = ConversationFactory(servers=[zeta, alpha])
+
+    servers = turn_servers(conversation)
+
+    assert isinstance(servers, GatewayServers)
+    assert [server.name for server in servers.servers] == ["alpha", "zeta"]
+    assert servers.enabled == 1
+    assert servers.secrets() == ["toolhost-secret-0042"]
+
+
+def test_without_a_registered_source_the_runner_is_told_the_servers_app_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(toolhost, "_source", None)
+
+    with pytest.raises(RuntimeError, match="servers app"):
+        turn_servers(ConversationFactory())
