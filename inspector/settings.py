@@ -315,6 +315,10 @@ DEMO_MODEL_STREAM_DELAY_SECONDS = env_float("DEMO_MODEL_STREAM_DELAY_SECONDS", 0
 # is for form posts; a model request carries whole tool results). Larger: a 413 that says so.
 DEMO_MODEL_MAX_REQUEST_BYTES = env_int("DEMO_MODEL_MAX_REQUEST_BYTES", 256_000_000)
 
+# Traces (docs/traces.md): put the messages, tool definitions, tool arguments and results on the
+# exported spans (redacted like everything recorded); off leaves content out of every trace.
+OTEL_EXPORT_CONTENT = env_bool("OTEL_EXPORT_CONTENT", True)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
