@@ -38,6 +38,7 @@ from conversations.recording import (
 )
 from conversations.redaction import Redactor
 from conversations.splicing import Spliced, splice
+from conversations.trace_delivery import trace_delivery_queue
 from conversations.typealias import JSONDict
 from conversations.wire import WireExchange
 from inspector import live
@@ -371,6 +372,7 @@ def turn_run(*, turn_id: int) -> None:
         _run_claimed(turn_id, signal)
     finally:
         turn_unwatch(turn_id=turn_id)
+    trace_delivery_queue(turn_id=turn_id)
 
 
 def _run_claimed(turn_id: int, signal: TurnSignal) -> None:

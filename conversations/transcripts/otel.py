@@ -506,7 +506,7 @@ def _otel_turn_spans(
            ├─ {mcp.method.name}               CLIENT    its MCP exchanges (initialize, tools/list…)
            └─ chat {model}                    its LLM exchanges (e.g. a refused request)
     """
-    trace_id = _hex_id(f"{origin}/{turn['seq']}", 32)
+    trace_id = turn_trace_id(origin, turn["seq"])
     ctx = _TraceContext(
         conversation=conversation,
         turn=turn,
@@ -609,6 +609,11 @@ def _otel_turn_spans(
     return [root, *ctx.spans]
 
 
+def turn_trace_id(origin: str, seq: int) -> str:
+    """The trace id of the turn ``seq`` of the conversation whose ``trace_origin`` is ``origin``."""
+    return _hex_id(f"{origin}/{seq}", 32)
+
+
 def trace_origin(conversation: Conversation) -> str:
     """The id a conversation's traces derive from: its public id, or for an imported one the id
     it was first exported under (``imported_meta``), so a re-export names the same traces."""
@@ -620,12 +625,13 @@ def trace_origin(conversation: Conversation) -> str:
 
 
 def otlp_request(
-    document: TranscriptDoc, *, origin: str | None = None, content: bool | None = None
+    document: TranscriptDoc, *, origin: str | None = None, content: bool | None = None, seq: int | None = None
 ) -> JSONDict:
     """The document as an OTLP ``ExportTraceServiceRequest`` in its JSON mapping.
 
     ``origin`` is ``trace_origin`` of the conversation (default: the document's id);
-    ``content`` says whether content attributes are included (default: ``OTEL_EXPORT_CONTENT``).
+    ``content`` says whether content attributes are included (default: ``OTEL_EXPORT_CONTENT``);
+    ``seq`` keeps the trace of that turn only.
     """
     conversation = document["conversation"]
     include = settings.OTEL_EXPORT_CONTENT if content is None else content
@@ -634,6 +640,8 @@ def otlp_request(
     versions: dict[str, str] = {}
     for turn in document["turns"]:
         versions = _protocol_versions(turn, versions)
+        if seq is not None and turn["seq"] != seq:
+            continue
         spans.extend(
             span.as_json()
             for span in _otel_turn_spans(
