@@ -18,7 +18,8 @@ from conversations.providers import PROVIDERS
 from conversations.recording import active_redactor
 from conversations.splicing import probe_request, server_template
 from conversations.transcripts.export import ExportFormat, transcript_export_bytes
-from conversations.transcripts.importing import IMPORTED_PROFILE_PREFIX, transcript_import
+from conversations.transcripts.importing import IMPORTED_PROFILE_PREFIX
+from conversations.transcripts.otel_import import conversation_file_import
 from conversations.typealias import JSONDict, JSONValue
 from inspector import live
 from servers.models import McpServer
@@ -312,14 +313,15 @@ def conversation_export(
 
 
 def conversation_import(*, data: str | bytes, actor: AbstractBaseUser, source: str) -> Conversation:
-    """Import an exported ``json`` transcript as a read-only conversation of ``actor``, audited.
+    """Import an exported ``json`` transcript, or OTLP traces (``otel_import``), as a read-only
+    conversation of ``actor``, audited.
 
     ``source`` says where the data came from (a file name) for the audit log.
 
     Raises:
         TranscriptError: the data is not an importable transcript (nothing is stored then).
     """
-    conversation = transcript_import(data=data, owner=actor)
+    conversation = conversation_file_import(data=data, owner=actor)
     meta = conversation.imported_meta or {}
     audit_record(
         actor=actor,
