@@ -15,21 +15,26 @@ from typing import Any
 from google.protobuf.json_format import ParseDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from conversations.escaping import carriable
 from conversations.typealias import JSONDict, JSONValue
 
 MEDIA_TYPE = "application/x-protobuf"
 _ID_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
 
 
-def _base64_ids(value: JSONValue) -> Any:
-    """``value`` with every hex trace/span id (at any depth: links too) in base64."""
+def _protobuf_ready(value: JSONValue) -> Any:
+    """``value`` with every hex trace/span id (at any depth: links too) in base64, and every lone
+    surrogate in a string written as its escape (``escaping.carriable``, as the text exports do):
+    a protobuf string is UTF-8, which cannot hold one."""
+    if isinstance(value, str):
+        return carriable(value)
     if isinstance(value, list):
-        return [_base64_ids(item) for item in value]
+        return [_protobuf_ready(item) for item in value]
     if isinstance(value, dict):
         return {
             key: base64.b64encode(bytes.fromhex(item)).decode()
             if key in _ID_KEYS and isinstance(item, str)
-            else _base64_ids(item)
+            else _protobuf_ready(item)
             for key, item in value.items()
         }
     return value
@@ -43,7 +48,7 @@ def otlp_message(request: JSONDict) -> ExportTraceServiceRequest:
         ValueError: an id is not hex.
     """
     message = ExportTraceServiceRequest()
-    ParseDict(_base64_ids(request), message)
+    ParseDict(_protobuf_ready(request), message)
     return message
 
 
