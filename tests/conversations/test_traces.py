@@ -21,6 +21,7 @@ from opentelemetry.semconv import attributes as stable_attributes
 from opentelemetry.semconv._incubating import attributes as incubating_attributes
 
 from conversations.models import Conversation, ModelProfile, RedactionRule, Step
+from conversations.paradigms import PARADIGMS
 from conversations.runner import turn_run
 from conversations.services import conversation_start, demo_format_profiles_ensure, demo_profile_ensure
 from conversations.transcripts.export import transcript_export, transcript_export_bytes
@@ -99,7 +100,7 @@ CASES = [
     (provider, stream, paradigm)
     for provider in ("openai_chat", "openai_responses", "anthropic", "gemini")
     for stream in (False, True)
-    for paradigm in ("native", "structured", "prompt_json")
+    for paradigm in PARADIGMS
 ]
 
 
@@ -131,15 +132,15 @@ def test_every_format_streamed_or_not_under_every_paradigm_exports_complete_prot
         assert output["role"] == "assistant" and output["parts"]
         assert output["finish_reason"] == attrs["gen_ai.response.finish_reasons"][0]
     first, last = (_attrs(chats[0]), _attrs(chats[-1]))
-    if paradigm == "native":
+    if paradigm in {"native", "auto"}:  # auto: the demo model takes native tools
         (call,) = json.loads(first["gen_ai.output.messages"])[0]["parts"]
         assert call["type"] == "tool_call" and call["arguments"] == {"city": "Beijing", "day": "tomorrow"}
         tool_names = [t["name"] for t in json.loads(first["gen_ai.tool.definitions"])]
         assert "demo__get_weather_forecast" in tool_names
         responses = [p for m in json.loads(last["gen_ai.input.messages"]) for p in m["parts"]]
         assert any(p["type"] == "tool_call_response" and p.get("id") == call.get("id") for p in responses)
-    else:
-        assert "demo__get_weather_forecast" in last["gen_ai.system_instructions"]
+    else:  # the tools are prompt text
+        assert "demo__get_weather_forecast" in first["gen_ai.system_instructions"]
     assert "Beijing tomorrow" in json.loads(last["gen_ai.output.messages"])[0]["parts"][-1]["content"]
 
     (tool,) = [s for s in spans if _attrs(s).get("gen_ai.operation.name") == "execute_tool"]
