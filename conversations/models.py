@@ -488,3 +488,28 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor_name} {self.action} {self.conversation_public_id or ''}"
+
+
+class TraceDelivery(models.Model):
+    """A turn's trace on its way to the OTLP/HTTP collector (``conversations.trace_delivery``,
+    docs/traces.md §5): pending until the collector accepts it, retried while it is down."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SENT = "sent"
+        FAILED = "failed"  # the collector refused it for good (a 4xx other than 429)
+
+    turn = models.OneToOneField(Turn, on_delete=models.CASCADE, related_name="trace_delivery")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    # What the last attempt met (a status code, a connection error), never a header.
+    last_error = models.CharField(max_length=500, blank=True)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "next_attempt_at"], name="trace_delivery_due_idx")]
+
+    def __str__(self) -> str:
+        return f"trace of turn {self.turn_id}: {self.status}"

@@ -34,6 +34,7 @@ from conversations.recording import TurnRecorder, index_last_request_whole, turn
 from conversations.secret_sources import active_redactor
 from conversations.splicing import Spliced, splice
 from conversations.toolhost import Connected, TurnServers, turn_servers
+from conversations.trace_delivery import trace_delivery_queue
 from inspector import live
 
 logger = logging.getLogger(__name__)
@@ -257,6 +258,7 @@ def turn_run(*, turn_id: int) -> None:
         _run_claimed(turn_id, signal)
     finally:
         turn_unwatch(turn_id=turn_id)
+    trace_delivery_queue(turn_id=turn_id)
 
 
 def _run_claimed(turn_id: int, signal: TurnSignal) -> None:

@@ -18,8 +18,9 @@ from conversations.models import AuditEvent, Comparison, Conversation, Exchange,
 from conversations.providers import PROVIDERS
 from conversations.secret_sources import active_redactor
 from conversations.splicing import probe_request, server_template
-from conversations.transcripts.export import ExportFormat, transcript_export
-from conversations.transcripts.importing import IMPORTED_PROFILE_PREFIX, transcript_import
+from conversations.transcripts.export import ExportFormat, transcript_export_bytes
+from conversations.transcripts.importing import IMPORTED_PROFILE_PREFIX
+from conversations.transcripts.otel_import import conversation_file_import
 from conversations.typealias import JSONDict, JSONValue
 from inspector import live
 
@@ -299,27 +300,28 @@ def demo_profile_ensure() -> ModelProfile:
 
 def conversation_export(
     *, conversation: Conversation, fmt: ExportFormat, actor: AbstractBaseUser | None, via: str
-) -> str:
-    """The conversation as a file in ``fmt`` (``transcripts.transcript_export``), audited "exported"."""
-    text = transcript_export(conversation=conversation, fmt=fmt)
+) -> bytes:
+    """The conversation as a file in ``fmt`` (``transcripts.transcript_export_bytes``), audited "exported"."""
+    data = transcript_export_bytes(conversation=conversation, fmt=fmt)
     audit_record(
         actor=actor,
         action=AuditEvent.Action.EXPORTED,
         conversation=conversation,
-        detail={"format": fmt, "via": via, "bytes": len(text.encode())},
+        detail={"format": fmt, "via": via, "bytes": len(data)},
     )
-    return text
+    return data
 
 
 def conversation_import(*, data: str | bytes, actor: AbstractBaseUser, source: str) -> Conversation:
-    """Import an exported ``json`` transcript as a read-only conversation of ``actor``, audited.
+    """Import an exported ``json`` transcript, or OTLP traces (``otel_import``), as a read-only
+    conversation of ``actor``, audited.
 
     ``source`` says where the data came from (a file name) for the audit log.
 
     Raises:
         TranscriptError: the data is not an importable transcript (nothing is stored then).
     """
-    conversation = transcript_import(data=data, owner=actor)
+    conversation = conversation_file_import(data=data, owner=actor)
     meta = conversation.imported_meta or {}
     audit_record(
         actor=actor,

@@ -1,3 +1,4 @@
+import logging
 from typing import Any
 
 from billiard.einfo import ExceptionInfo
@@ -5,10 +6,13 @@ from celery import Task, shared_task
 from celery.signals import worker_ready
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
+from django.utils import timezone
 
 from conversations.lifecycle import lifecycle_start
+from conversations.models import TraceDelivery
 from conversations.retention import conversations_prune
 from conversations.runner import turn_abandon, turn_run
+from conversations.trace_delivery import trace_deliver, trace_deliveries_retry
 
 # Failures to reach the database (pool exhausted, "too many clients", a restart): worth a retry.
 DATABASE_ERRORS = (OperationalError, InterfaceError)
@@ -63,6 +67,33 @@ def prune_conversations() -> None:
     """The daily retention run (Celery beat); ``RETENTION_DAYS=0`` keeps everything."""
     if settings.RETENTION_DAYS > 0:
         conversations_prune(older_than_days=settings.RETENTION_DAYS)
+
+
+@shared_task(bind=True, acks_late=True, ignore_result=True, autoretry_for=DATABASE_ERRORS, retry_backoff=True)
+def deliver_trace(self: Task, turn_id: int) -> None:  # type: ignore[type-arg]
+    """Send a turn's trace (``trace_delivery.trace_deliver``); while the collector is down, again
+    at the delivery's next attempt time, ``TRACE_DELIVERY_TASK_RETRIES`` times, then the sweep's."""
+    delivery = trace_deliver(turn_id=turn_id)
+    pending = delivery is not None and delivery.status == TraceDelivery.Status.PENDING
+    if pending and self.request.retries < settings.TRACE_DELIVERY_TASK_RETRIES:
+        assert delivery is not None
+        wait = (delivery.next_attempt_at - timezone.now()).total_seconds()
+        raise self.retry(countdown=max(wait, 0.0), max_retries=settings.TRACE_DELIVERY_TASK_RETRIES)
+
+
+@shared_task(ignore_result=True)
+def retry_trace_deliveries() -> None:
+    """Celery beat: every pending trace that is due goes to a sender again (the collector came back)."""
+    trace_deliveries_retry()
+
+
+@worker_ready.connect
+def _retry_pending_traces(**kwargs: Any) -> None:
+    """A worker that starts sends the traces left pending (by a collector down, a worker gone)."""
+    try:
+        trace_deliveries_retry()
+    except DATABASE_ERRORS:
+        logging.getLogger(__name__).exception("could not read the pending trace deliveries")
 
 
 @worker_ready.connect

@@ -368,12 +368,16 @@ class ConversationFilterForm(forms.Form):
 
 
 class TranscriptUploadForm(forms.Form):
-    """A ``json`` transcript exported by this or another installation, to import read-only."""
+    """A ``json`` transcript exported by this or another installation, or OpenTelemetry traces
+    (OTLP/JSON or OTLP/protobuf), to import read-only."""
 
     transcript = forms.FileField(
         label="Transcript file",
-        help_text="A JSON transcript from “Download → JSON” or `manage.py export --format json`.",
-        widget=forms.ClearableFileInput(attrs={"accept": ".json,application/json"}),
+        help_text="A JSON transcript from “Download → JSON” or `manage.py export --format json`, "
+        "or OpenTelemetry traces (OTLP/JSON or OTLP/protobuf, from this app or any instrumented app).",
+        widget=forms.ClearableFileInput(
+            attrs={"accept": ".json,.pb,application/json,application/x-protobuf"}
+        ),
     )
 
     def clean_transcript(self) -> UploadedFile[bytes]:

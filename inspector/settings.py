@@ -315,6 +315,27 @@ DEMO_MODEL_STREAM_DELAY_SECONDS = env_float("DEMO_MODEL_STREAM_DELAY_SECONDS", 0
 # is for form posts; a model request carries whole tool results). Larger: a 413 that says so.
 DEMO_MODEL_MAX_REQUEST_BYTES = env_int("DEMO_MODEL_MAX_REQUEST_BYTES", 256_000_000)
 
+# Traces (docs/traces.md): put the messages, tool definitions, tool arguments and results on the
+# exported spans (redacted like everything recorded); off leaves content out of every trace.
+OTEL_EXPORT_CONTENT = env_bool("OTEL_EXPORT_CONTENT", True)
+# Sending each turn's trace when it ends (docs/traces.md §5), by OTLP/HTTP protobuf: the
+# collector's traces URL (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or OTEL_EXPORTER_OTLP_ENDPOINT +
+# /v1/traces, the OpenTelemetry SDK's variables); empty sends nothing. The headers
+# ("name=value,name=value", e.g. an API key) are secrets: held here only, never stored or shown.
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or (
+    f"{env_str('OTEL_EXPORTER_OTLP_ENDPOINT').rstrip('/')}/v1/traces"
+    if env_str("OTEL_EXPORTER_OTLP_ENDPOINT")
+    else ""
+)
+OTEL_EXPORTER_OTLP_HEADERS = env_str("OTEL_EXPORTER_OTLP_HEADERS")
+OTEL_EXPORTER_OTLP_TIMEOUT_SECONDS = env_float("OTEL_EXPORTER_OTLP_TIMEOUT_SECONDS", 10.0)
+# Retries of a turn's trace while the collector is down: the wait doubles from the first to the
+# largest, and a pending delivery is tried again after that however many attempts it took.
+TRACE_DELIVERY_RETRY_FIRST_SECONDS = env_float("TRACE_DELIVERY_RETRY_FIRST_SECONDS", 5.0)
+TRACE_DELIVERY_RETRY_MAX_SECONDS = env_float("TRACE_DELIVERY_RETRY_MAX_SECONDS", 300.0)
+# In the scaled mode the task retries itself this many times; the beat's sweep takes over after.
+TRACE_DELIVERY_TASK_RETRIES = env_int("TRACE_DELIVERY_TASK_RETRIES", 10)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -338,4 +359,9 @@ CELERY_BEAT_SCHEDULE = (
     if RETENTION_DAYS > 0
     else {}
 )
+if OTEL_EXPORTER_OTLP_TRACES_ENDPOINT:
+    CELERY_BEAT_SCHEDULE["retry-trace-deliveries"] = {
+        "task": "conversations.tasks.retry_trace_deliveries",
+        "schedule": 60.0,
+    }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

@@ -27,7 +27,7 @@ from conversations import selectors, services
 from conversations.audit import audit_read
 from conversations.integrity import conversation_verify
 from conversations.models import Comparison, Conversation, Step, Turn
-from conversations.transcripts.export import EXPORT_FORMATS, MEDIA_TYPES, ExportFormat
+from conversations.transcripts.export import BINARY_FORMATS, EXPORT_FORMATS, MEDIA_TYPES, ExportFormat
 from conversations.transcripts.importing import TranscriptError
 from inspector import fragments
 from inspector.forms import (
@@ -56,7 +56,12 @@ CHAIN_AUTO_EXCHANGES = 300
 STATUS_BAD_REQUEST = 400
 STATUS_FORBIDDEN = 403
 STATUS_CONFLICT = 409
-EXPORT_SUFFIXES: dict[ExportFormat, str] = {"json": "json", "jsonl": "jsonl", "otel": "otlp.json"}
+EXPORT_SUFFIXES: dict[ExportFormat, str] = {
+    "json": "json",
+    "jsonl": "jsonl",
+    "otel": "otlp.json",
+    "otlp": "otlp.pb",
+}
 BODY_PARTS = ("request", "response")
 
 
@@ -300,8 +305,9 @@ def conversation_export(request: HttpRequest, public_id: UUID) -> HttpResponse:
         return HttpResponse(
             f"format must be one of {choices}", status=STATUS_BAD_REQUEST, content_type="text/plain"
         )
-    text = services.conversation_export(conversation=conversation, fmt=fmt, actor=_user(request), via="page")
-    response = HttpResponse(text, content_type=f"{MEDIA_TYPES[fmt]}; charset=utf-8")
+    data = services.conversation_export(conversation=conversation, fmt=fmt, actor=_user(request), via="page")
+    charset = "" if fmt in BINARY_FORMATS else "; charset=utf-8"
+    response = HttpResponse(data, content_type=f"{MEDIA_TYPES[fmt]}{charset}")
     filename = f"conversation-{conversation.public_id}.{EXPORT_SUFFIXES[fmt]}"
     response["Content-Disposition"] = content_disposition_header(as_attachment=True, filename=filename)
     return response

@@ -1,9 +1,17 @@
 """A transcript document as OTLP/JSON traces.
 
 ``otel`` — OTLP/JSON (``resourceSpans``), one trace per turn, following the OpenTelemetry
-GenAI and MCP conventions; see ``_otel_turn_spans`` for the span layout. Bodies are never
-put in attributes: spans reference the exchange (``inspector.exchange.id``, and the
-content-addressed ``inspector.exchange.hash``) whose raw bodies the ``json`` export holds.
+GenAI and MCP conventions (``docs/traces.md``); see ``_otel_turn_spans`` for the span layout.
+Content — the messages, system instructions and tool definitions of each model call, the
+arguments and result of each tool call — is on the spans in the GenAI JSON shapes, passed
+through the one redactor (``secret_sources.active_redactor``), unless ``OTEL_EXPORT_CONTENT`` is
+off. Raw bodies are never put in attributes: spans reference the exchange
+(``inspector.exchange.id``, and the content-addressed ``inspector.exchange.hash``) whose raw
+bodies the ``json`` export holds.
+
+Trace and span ids derive from the record (``trace_origin``: the conversation's first id,
+kept through imports; the turn's seq; the step's seq or the exchange's place in the chain),
+so the same turn always has the same ids.
 """
 
 from __future__ import annotations
@@ -14,9 +22,14 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit
 
-from conversations.models import Exchange, Step, Turn
-from conversations.providers import OTEL_PROVIDER_NAMES, USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
+from django.conf import settings
+
+from conversations.models import Conversation, Exchange, Step, Turn
+from conversations.providers import OTEL_PROVIDER_NAMES, PROVIDERS, USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
+from conversations.redaction import Redactor
+from conversations.secret_sources import active_redactor
 from conversations.transcripts.document import (
     VERSION,
     ConversationDoc,
@@ -27,6 +40,7 @@ from conversations.transcripts.document import (
     chain_order,
     dumps,
 )
+from conversations.transcripts.otel_content import CallContent, call_content
 from conversations.typealias import JSONDict, JSONList, JSONValue
 
 # --- OTLP/JSON -----------------------------------------------------------------------------------
@@ -98,20 +112,6 @@ def _count(value: JSONValue, keys: tuple[str, ...]) -> int | None:
     return None
 
 
-def _finish_reasons(body: JSONDict) -> list[str] | None:
-    """OpenAI ``choices[].finish_reason``, Gemini ``candidates[].finishReason``, Anthropic ``stop_reason``."""
-    choices = body.get("choices", body.get("candidates"))
-    reasons: list[str] = []
-    for choice in choices if isinstance(choices, list) else []:
-        reason = _dict(choice).get("finish_reason", _dict(choice).get("finishReason"))
-        if isinstance(reason, str):
-            reasons.append(reason)
-    stop_reason = body.get("stop_reason")
-    if not reasons and isinstance(stop_reason, str):
-        reasons.append(stop_reason)
-    return reasons or None
-
-
 def _http_status(status: str) -> int | None:
     """The HTTP status code an exchange's ``status`` holds (MCP ones hold ok / error / timeout)."""
     return int(status) if re.fullmatch(r"[1-5][0-9]{2}", status) else None
@@ -157,19 +157,27 @@ class _TraceContext:
 
     conversation: ConversationDoc
     turn: TurnDoc
+    origin: str
     trace_id: str
     protocol_versions: dict[str, str]
+    redact: Redactor | None
     spans: list[_Span] = field(default_factory=list)
 
     def span_id(self, what: str) -> str:
-        return _hex_id(f"{self.conversation['id']}/{self.turn['seq']}/{what}", 16)
+        return _hex_id(f"{self.origin}/{self.turn['seq']}/{what}", 16)
 
     def common(self) -> dict[str, AttrValue | None]:
-        return {"gen_ai.conversation.id": self.conversation["id"]}
+        return {"gen_ai.conversation.id": self.origin}
 
     def add(self, span: _Span) -> _Span:
         self.spans.append(span)
         return span
+
+    def content(self, value: JSONValue) -> str | None:
+        """``value`` as a content attribute (compact JSON, redacted), or None when content is off."""
+        if self.redact is None or value is None or value == []:
+            return None
+        return json.dumps(self.redact.json(value), ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
 def _exchange_attributes(exchange: ExchangeDoc, step: StepDoc | None) -> dict[str, AttrValue | None]:
@@ -180,6 +188,31 @@ def _exchange_attributes(exchange: ExchangeDoc, step: StepDoc | None) -> dict[st
         "inspector.exchange.label": exchange["label"],
         "inspector.step.seq": step["seq"] if step is not None else None,
         "inspector.step.kind": step["kind"] if step is not None else None,
+    }
+
+
+def _server(profile_base_url: str, provider: str, demo: bool) -> tuple[str | None, int | None]:
+    """``server.address`` and ``server.port`` of the model endpoint the profile names."""
+    implementation = PROVIDERS.get(provider)
+    default = (
+        ""
+        if implementation is None
+        else (implementation.demo_base_url if demo else implementation.default_base_url)
+    )
+    try:
+        parts = urlsplit(profile_base_url or default)
+        port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
+    except ValueError:
+        return None, None
+    return parts.hostname or None, port
+
+
+def _content_attributes(ctx: _TraceContext, content: CallContent) -> dict[str, AttrValue | None]:
+    return {
+        "gen_ai.system_instructions": ctx.content(content.system_instructions),
+        "gen_ai.input.messages": ctx.content(content.input_messages),
+        "gen_ai.output.messages": ctx.content(content.output_messages),
+        "gen_ai.tool.definitions": ctx.content(content.tool_definitions),
     }
 
 
@@ -194,13 +227,23 @@ def _chat_span(
 ) -> _Span:
     """A ``chat {model}`` inference span: one model call (an LLM exchange, or a step without one)."""
     profile = ctx.conversation["model_profile"]
-    request = _parsed(exchange["request_body"]) if exchange else {}
-    response = _parsed(exchange["response_body"]) if exchange else {}
+    content = (
+        call_content(
+            provider=profile["provider"],
+            request_body=exchange["request_body"],
+            response_body=exchange["response_body"],
+            label=exchange["label"],
+        )
+        if exchange
+        else CallContent()
+    )
+    request = content.request
     model = _text(request.get("model")) or ctx.turn["model"] or profile["model"]
-    usage = response.get("usage", response.get("usageMetadata"))
-    if usage is None:
-        usage = usage_fallback
-    max_tokens = request.get("max_tokens", request.get("max_completion_tokens"))
+    usage = content.usage if content.usage is not None else usage_fallback
+    config = _dict(request.get("generationConfig"))
+    max_tokens = request.get(
+        "max_tokens", request.get("max_completion_tokens", request.get("max_output_tokens"))
+    )
     error: str | None = None
     references: dict[str, AttrValue | None]
     if exchange is not None:
@@ -218,6 +261,7 @@ def _chat_span(
         status = ""
         if step["status"] == Step.Status.ERROR:
             error = step["error"] or "the model call failed"
+    address, port = _server(profile["base_url"], profile["provider"], profile["demo"])
     return _Span(
         trace_id=ctx.trace_id,
         span_id=span_id,
@@ -231,16 +275,23 @@ def _chat_span(
             "gen_ai.provider.name": OTEL_PROVIDER_NAMES.get(profile["provider"], profile["provider"]),
             "gen_ai.request.model": model,
             **ctx.common(),
-            "gen_ai.request.temperature": _number(request.get("temperature")),
-            "gen_ai.request.top_p": _number(request.get("top_p")),
-            "gen_ai.request.max_tokens": _whole(max_tokens),
-            "gen_ai.response.id": _text(response.get("id")) or _text(response.get("responseId")),
-            "gen_ai.response.model": _text(response.get("model")) or _text(response.get("modelVersion")),
-            "gen_ai.response.finish_reasons": _finish_reasons(response),
+            "gen_ai.output.type": content.output_type,
+            "gen_ai.request.stream": content.stream if exchange is not None else None,
+            "gen_ai.request.temperature": _number(request.get("temperature", config.get("temperature"))),
+            "gen_ai.request.top_p": _number(request.get("top_p", config.get("topP"))),
+            "gen_ai.request.max_tokens": _whole(
+                max_tokens if max_tokens is not None else config.get("maxOutputTokens")
+            ),
+            "gen_ai.response.id": content.response_id,
+            "gen_ai.response.model": content.response_model,
+            "gen_ai.response.finish_reasons": content.finish_reasons or None,
             "gen_ai.usage.input_tokens": _count(usage, USAGE_INPUT_KEYS),
             "gen_ai.usage.output_tokens": _count(usage, USAGE_OUTPUT_KEYS),
+            "server.address": address,
+            "server.port": port,
             "http.response.status_code": _http_status(status),
             "error.type": (status if status and not _ok_http(status) else "_OTHER") if error else None,
+            **_content_attributes(ctx, content),
             **references,
         },
         error=error,
@@ -294,7 +345,6 @@ def _mcp_span(
         attributes={
             "mcp.method.name": method,
             "jsonrpc.request.id": exchange["jsonrpc_id"] or None,
-            "gen_ai.operation.name": "execute_tool" if method == "tools/call" else None,
             "gen_ai.tool.name": target if method == "tools/call" else None,
             "gen_ai.prompt.name": target if method == "prompts/get" else None,
             "mcp.resource.uri": _text(params.get("uri")) if method.startswith("resources/") else None,
@@ -350,7 +400,86 @@ def _protocol_versions(turn: TurnDoc, known: dict[str, str]) -> dict[str, str]:
     return versions
 
 
-def _otel_turn_spans(conversation: ConversationDoc, turn: TurnDoc, versions: dict[str, str]) -> list[_Span]:
+def _offered_tools(turn: TurnDoc) -> list[JSONDict]:
+    return (
+        [tool for tool in turn["tools"] if isinstance(tool, dict)] if isinstance(turn["tools"], list) else []
+    )
+
+
+def _mcp_tool(turn: TurnDoc, step: StepDoc, servers: list[str]) -> tuple[str, JSONDict]:
+    """A tool step's MCP tool name and its offered definition (empty when none matches).
+
+    A call the host refused as unknown is recorded under the name the model used (the
+    provider-side ``<server>__<tool>``); it is named here like every other tool span, by the
+    MCP name, when the model's name has a known server's prefix.
+    """
+    name = step["tool_name"]
+    for tool in _offered_tools(turn):
+        if name in (tool.get("provider_name"), tool.get("name")) and (
+            step["server"] in (None, tool.get("server")) or name == tool.get("provider_name")
+        ):
+            return str(tool.get("name") or name), tool
+    for server in servers:
+        prefix = f"{re.sub(r'[^A-Za-z0-9_-]', '_', server)}__"
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return name[len(prefix) :], {}
+    return name, {}
+
+
+def _tool_error_type(step: StepDoc) -> str | None:
+    """``tool_error`` only for a tool that ran and answered ``isError`` (MCP conventions); a call
+    refused before sending (unknown tool, arguments against the schema) is ``invalid_tool_call``."""
+    if step["error"].startswith("not sent"):
+        return "invalid_tool_call"
+    if step["is_error"] and not step["error"]:
+        return "tool_error"
+    if step["is_error"] or step["status"] == Step.Status.ERROR:
+        return "_OTHER"
+    return None
+
+
+def _tool_span(ctx: _TraceContext, step: StepDoc, *, span_id: str, parent: str, call_id: str | None) -> _Span:
+    """``execute_tool {tool}``: the one tool span of a tool call (its JSON-RPC exchanges are children)."""
+    start = _nanos(step["started_at"])
+    servers = [server["name"] for server in ctx.conversation["servers"]]
+    name, offered = _mcp_tool(ctx.turn, step, servers)
+    error_type = _tool_error_type(step)
+    return _Span(
+        trace_id=ctx.trace_id,
+        span_id=span_id,
+        parent_id=parent,
+        name=f"execute_tool {name}",
+        kind=SPAN_KIND_INTERNAL,
+        start=start,
+        end=_nanos(step["finished_at"]) if step["finished_at"] else start,
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": call_id,
+            "gen_ai.tool.type": "extension",
+            "gen_ai.tool.description": _text(offered.get("description")),
+            "gen_ai.tool.call.arguments": ctx.content(step["arguments"]),
+            "gen_ai.tool.call.result": ctx.content(step["result"]),
+            "error.type": error_type,
+            **ctx.common(),
+            "inspector.step.seq": step["seq"],
+            "inspector.step.kind": step["kind"],
+            "inspector.mcp.server": step["server"],
+            "inspector.tool.provider_name": _text(offered.get("provider_name"))
+            or (step["tool_name"] if step["tool_name"] != name else None),
+        },
+        error=(step["error"] or "the tool reported an error (isError)") if error_type else None,
+    )
+
+
+def _otel_turn_spans(
+    conversation: ConversationDoc,
+    turn: TurnDoc,
+    versions: dict[str, str],
+    *,
+    origin: str,
+    redact: Redactor | None,
+) -> list[_Span]:
     """One turn as a trace.
 
     Layout (span ids are derived from the conversation id, turn seq and step/exchange
@@ -366,8 +495,15 @@ def _otel_turn_spans(conversation: ConversationDoc, turn: TurnDoc, versions: dic
            ├─ {mcp.method.name}               CLIENT    its MCP exchanges (initialize, tools/list…)
            └─ chat {model}                    its LLM exchanges (e.g. a refused request)
     """
-    trace_id = _hex_id(f"{conversation['id']}/{turn['seq']}", 32)
-    ctx = _TraceContext(conversation=conversation, turn=turn, trace_id=trace_id, protocol_versions=versions)
+    trace_id = turn_trace_id(origin, turn["seq"])
+    ctx = _TraceContext(
+        conversation=conversation,
+        turn=turn,
+        origin=origin,
+        trace_id=trace_id,
+        protocol_versions=versions,
+        redact=redact,
+    )
     profile = conversation["model_profile"]
     root_id = ctx.span_id("turn")
     call_ids = _tool_call_ids(turn["steps"])
@@ -414,28 +550,7 @@ def _otel_turn_spans(conversation: ConversationDoc, turn: TurnDoc, versions: dic
         span_id = ctx.span_id(f"step/{step['seq']}")
         common = {**ctx.common(), "inspector.step.seq": step["seq"], "inspector.step.kind": step["kind"]}
         if step["kind"] == Step.Kind.TOOL:
-            tool_failed = failed or step["is_error"]
-            ctx.add(
-                _Span(
-                    trace_id=trace_id,
-                    span_id=span_id,
-                    parent_id=root_id,
-                    name=f"execute_tool {step['tool_name']}",
-                    kind=SPAN_KIND_INTERNAL,
-                    start=start,
-                    end=end,
-                    attributes={
-                        "gen_ai.operation.name": "execute_tool",
-                        "gen_ai.tool.name": step["tool_name"],
-                        "gen_ai.tool.call.id": call_ids.get(step["id"]),
-                        "gen_ai.tool.type": "extension",
-                        "error.type": "tool_error" if step["is_error"] else ("_OTHER" if failed else None),
-                        **common,
-                        "inspector.mcp.server": step["server"],
-                    },
-                    error=(step["error"] or "the tool call failed") if tool_failed else None,
-                )
-            )
+            ctx.add(_tool_span(ctx, step, span_id=span_id, parent=root_id, call_id=call_ids.get(step["id"])))
         else:
             ctx.add(
                 _Span(
@@ -483,14 +598,46 @@ def _otel_turn_spans(conversation: ConversationDoc, turn: TurnDoc, versions: dic
     return [root, *ctx.spans]
 
 
-def export_otel(document: TranscriptDoc) -> str:
+def turn_trace_id(origin: str, seq: int) -> str:
+    """The trace id of the turn ``seq`` of the conversation whose ``trace_origin`` is ``origin``."""
+    return _hex_id(f"{origin}/{seq}", 32)
+
+
+def trace_origin(conversation: Conversation) -> str:
+    """The id a conversation's traces derive from: its public id, or for an imported one the id
+    it was first exported under (``imported_meta``), so a re-export names the same traces."""
+    meta = conversation.imported_meta if isinstance(conversation.imported_meta, dict) else {}
+    for key in ("trace_origin", "original_id"):
+        if isinstance(meta.get(key), str) and meta[key]:
+            return str(meta[key])
+    return str(conversation.public_id)
+
+
+def otlp_request(
+    document: TranscriptDoc, *, origin: str | None = None, content: bool | None = None, seq: int | None = None
+) -> JSONDict:
+    """The document as an OTLP ``ExportTraceServiceRequest`` in its JSON mapping.
+
+    ``origin`` is ``trace_origin`` of the conversation (default: the document's id);
+    ``content`` says whether content attributes are included (default: ``OTEL_EXPORT_CONTENT``);
+    ``seq`` keeps the trace of that turn only.
+    """
     conversation = document["conversation"]
+    include = settings.OTEL_EXPORT_CONTENT if content is None else content
+    redact = active_redactor() if include else None
     spans: JSONList = []
     versions: dict[str, str] = {}
     for turn in document["turns"]:
         versions = _protocol_versions(turn, versions)
-        spans.extend(span.as_json() for span in _otel_turn_spans(conversation, turn, versions))
-    otlp = {
+        if seq is not None and turn["seq"] != seq:
+            continue
+        spans.extend(
+            span.as_json()
+            for span in _otel_turn_spans(
+                conversation, turn, versions, origin=origin or conversation["id"], redact=redact
+            )
+        )
+    return {
         "resourceSpans": [
             {
                 "resource": {"attributes": _attributes({"service.name": SERVICE_NAME})},
@@ -498,4 +645,7 @@ def export_otel(document: TranscriptDoc) -> str:
             }
         ]
     }
-    return dumps(otlp)
+
+
+def export_otel(document: TranscriptDoc, *, origin: str | None = None) -> str:
+    return dumps(otlp_request(document, origin=origin))

@@ -16,7 +16,13 @@ from django.urls import reverse
 
 from conversations.integrity import GENESIS, exchange_digest, turn_seal
 from conversations.models import AuditEvent, Conversation, Exchange, Team, Turn
-from conversations.transcripts.export import EXPORT_FORMATS, MEDIA_TYPES, transcript_export
+from conversations.transcripts.export import (
+    BINARY_FORMATS,
+    EXPORT_FORMATS,
+    MEDIA_TYPES,
+    transcript_export,
+    transcript_export_bytes,
+)
 from inspector import forms, views
 from inspector.fragments import render_row
 from inspector.templatetags.inspector_tags import PREVIEW_CHARS, PREVIEW_THRESHOLD_BYTES
@@ -213,11 +219,12 @@ def test_each_download_is_an_attachment_of_the_export_and_is_audited(alice: User
     response = client_for(alice).get(export_url(conversation), {"format": fmt})
 
     assert response.status_code == 200
-    assert response["Content-Type"] == f"{MEDIA_TYPES[fmt]}; charset=utf-8"
+    charset = "" if fmt in BINARY_FORMATS else "; charset=utf-8"
+    assert response["Content-Type"] == f"{MEDIA_TYPES[fmt]}{charset}"
     assert response["Content-Disposition"].startswith(
         f'attachment; filename="conversation-{conversation.public_id}.'
     )
-    assert response.content.decode() == transcript_export(conversation=conversation, fmt=fmt)
+    assert response.content == transcript_export_bytes(conversation=conversation, fmt=fmt)
     event = AuditEvent.objects.get(action="exported")
     assert (event.actor_name, event.conversation_public_id) == ("alice", conversation.public_id)
     assert event.detail["format"] == fmt and event.detail["via"] == "page"
@@ -252,7 +259,7 @@ def test_an_unknown_download_format_is_a_400(alice: User) -> None:
     response = client_for(alice).get(export_url(conversation), {"format": "xml"})
 
     assert response.status_code == 400
-    assert "json, jsonl, otel" in response.content.decode()
+    assert "json, jsonl, otel, otlp" in response.content.decode()
 
 
 # --- upload ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""``manage.py export UUID --format json|jsonl|otel [--output FILE]``: a conversation as a file."""
+"""``manage.py export UUID --format json|jsonl|otel|otlp [--output FILE]``: a conversation as a file."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from conversations.audit import audit_record
 from conversations.models import AuditEvent, Conversation
-from conversations.transcripts.export import EXPORT_FORMATS, transcript_export
+from conversations.transcripts.export import BINARY_FORMATS, EXPORT_FORMATS, transcript_export_bytes
 
 
 def command_user(username: str | None) -> AbstractBaseUser | None:
@@ -32,7 +32,7 @@ def command_user(username: str | None) -> AbstractBaseUser | None:
 class Command(BaseCommand):
     help = (
         "Export a conversation: json (the full transcript with every raw body; importable), "
-        "jsonl (one exchange a line) or otel (OTLP/JSON spans, OpenTelemetry GenAI conventions)."
+        "jsonl (one exchange a line) otel (OTLP/JSON spans, OpenTelemetry GenAI conventions) or otlp (the same as OTLP/protobuf)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -47,20 +47,22 @@ class Command(BaseCommand):
             conversation = Conversation.objects.get(public_id=options["conversation"])
         except (Conversation.DoesNotExist, ValidationError) as exc:
             raise CommandError(f"no conversation {options['conversation']}") from exc
-        text = transcript_export(conversation=conversation, fmt=options["fmt"])
         output: str | None = options["output"]
+        if options["fmt"] in BINARY_FORMATS and not output:
+            raise CommandError(f"{options['fmt']} is binary: write it to a file with --output FILE")
+        data = transcript_export_bytes(conversation=conversation, fmt=options["fmt"])
         if output:
             try:
-                Path(output).write_text(text, encoding="utf-8", newline="")
+                Path(output).write_bytes(data)
             except OSError as exc:
                 raise CommandError(f"cannot write {output}: {exc.strerror or exc}") from exc
         else:
-            self.stdout.write(text, ending="")
+            self.stdout.write(data.decode(), ending="")
         audit_record(
             actor=actor,
             action=AuditEvent.Action.EXPORTED,
             conversation=conversation,
-            detail={"format": options["fmt"], "to": output or "stdout", "bytes": len(text.encode())},
+            detail={"format": options["fmt"], "to": output or "stdout", "bytes": len(data)},
         )
         if output:
             self.stderr.write(f"exported {conversation.public_id} as {options['fmt']} to {output}")

@@ -15,7 +15,8 @@ from django.urls import reverse
 from conversations.audit import audit_record
 from conversations.management.commands.export import command_user
 from conversations.models import AuditEvent, Exchange
-from conversations.transcripts.importing import TranscriptError, transcript_import
+from conversations.transcripts.importing import TranscriptError
+from conversations.transcripts.otel_import import conversation_file_import
 
 
 def _owner(actor: AbstractBaseUser | None) -> AbstractBaseUser:
@@ -29,10 +30,13 @@ def _owner(actor: AbstractBaseUser | None) -> AbstractBaseUser:
 
 
 class Command(BaseCommand):
-    help = "Import a transcript exported with `export --format json` as a read-only conversation."
+    help = (
+        "Import a transcript exported with `export --format json`, or OpenTelemetry traces (OTLP/JSON or "
+        "OTLP/protobuf), as a read-only conversation."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("file", help="the exported json transcript ('-' for standard input)")
+        parser.add_argument("file", help="the json transcript or OTLP file ('-' for standard input)")
         parser.add_argument("--user", help="who imports and owns it (default: the first superuser)")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -44,7 +48,7 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot read {name}: {exc.strerror or exc}") from exc
         try:
-            conversation = transcript_import(data=data, owner=owner)
+            conversation = conversation_file_import(data=data, owner=owner)
         except TranscriptError as exc:
             raise CommandError(f"cannot import {name}: {exc}") from exc
         meta = conversation.imported_meta or {}
