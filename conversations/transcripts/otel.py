@@ -16,15 +16,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from conversations.models import Exchange, Step, Turn
-from conversations.transcripts.document import (
+from conversations.transcripts.document import chain_order, dumps
+from conversations.transcripts.fields import (
     VERSION,
     ConversationDoc,
     ExchangeDoc,
     StepDoc,
     TranscriptDoc,
     TurnDoc,
-    chain_order,
-    dumps,
 )
 from conversations.typealias import JSONDict, JSONList, JSONValue
 

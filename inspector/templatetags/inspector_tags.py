@@ -23,13 +23,8 @@ from pygments.lexers import JsonLexer
 from conversations.escaping import carriable
 from conversations.models import Conversation, Exchange, Step, Turn
 from conversations.paradigms import PARADIGMS
-from conversations.selectors import (
-    USAGE_IN_KEYS,
-    USAGE_OUT_KEYS,
-    PromptChange,
-    pretty_json,
-    step_prompt_change,
-)
+from conversations.presentation import PromptChange, pretty_json, step_prompt_change
+from conversations.selectors import USAGE_IN_KEYS, USAGE_OUT_KEYS
 from conversations.typealias import JSONValue
 from inspector.fragments import timestamp_iso
 
