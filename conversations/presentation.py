@@ -152,6 +152,9 @@ def step_prompt_diff(*, step: Step) -> PromptDiff | None:
     return prompt_diff_lines(previous, step.prompt)
 
 
+# --- comparisons: a run's measurements as JSON ---------------------------------------------------
+
+
 def run_summary_json(run: RunSummary) -> JSONDict:
     """A run's measurements as JSON (``ask --compare --json``)."""
     return {

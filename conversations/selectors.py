@@ -128,9 +128,10 @@ def turn_rows(*, turn: Turn, last: int | None = None, before_seq: int | None = N
     return loaded
 
 
-# Set on a loaded model-call row: the prompt of the turn's model call before it ("" for none),
-# when that was loaded with it.
+# The attribute set on a loaded model-call row: the prompt of the turn's model call before it
+# ("" for none), when that was loaded with it (``presentation.step_prompt_change`` reads it).
 PREVIOUS_PROMPT = "_previous_prompt_loaded"
+# The steps that are model calls, whose spliced prompts are compared one with the next.
 MODEL_CALL_KINDS = (Step.Kind.DECIDE, Step.Kind.ANSWER)
 
 

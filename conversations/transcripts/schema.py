@@ -39,7 +39,6 @@ class _Builder:
         """A ``$ref`` to ``doc_type``'s definition, made on first use."""
         name = component_name(doc_type)
         if name not in self.definitions:
-            self.definitions[name] = {}  # a placeholder: the types refer to themselves only by name
             properties: JSONDict = {}
             required: list[JSONValue] = []
             for key, hint in get_type_hints(doc_type, include_extras=True).items():
