@@ -15,6 +15,11 @@ Two rules, marked on each record so records made before the keyed rule still ver
   last seal and a MAC over both, and an ``AuditEvent`` ("sealed") records the same, so deleting
   a whole turn or the tail is detected.
 
+Which fields a seal covers is itself a rule, marked on each turn (``Turn.seal_rule``): rule 2,
+the field lists below (seals made before rule 3), or rule 3, the turn's and steps' fields in
+the transcript document (``conversations.transcripts.fields``) but ``UNSEALED``. See
+docs/record-integrity.md (Seal rules).
+
 The key is not in the database (``integrity_key``). Verification recomputes everything and
 names the first record that no longer matches: its turn, step and exchange.
 
@@ -32,7 +37,7 @@ import hashlib
 import hmac
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -45,12 +50,19 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from conversations.models import AuditEvent, Conversation, Exchange, Step, Turn
+from conversations.transcripts.fields import ID_KEYS, step_doc, turn_doc
 
 logger = logging.getLogger(__name__)
 
 GENESIS = "0" * 64
 LEGACY = 1
 KEYED = 2
+# The rules a turn's seal is made under (``Turn.seal_rule``): 2, over the turn and step fields
+# listed in ``_turn_content_rule2`` and ``_step_content_rule2`` (seals made before rule 3);
+# 3, over the transcript document's own fields (``sealed_content``). New seals use ``SEAL_RULE``.
+SEAL_RULE_FIELDS = 2
+SEAL_RULE_DOCUMENT = 3
+SEAL_RULE = SEAL_RULE_DOCUMENT
 # The audit log's action for a sealed turn (its detail anchors the chain's length and head).
 SEALED_ACTION = "sealed"
 
@@ -148,7 +160,7 @@ def exchange_digest(exchange: Exchange, *, turn_seq: int, previous: str, key: by
     return _mac(key or integrity_key(), f"exchange\n{previous}\n{canonical}")
 
 
-def _turn_content(turn: Turn) -> dict[str, object]:
+def _turn_content_rule2(turn: Turn) -> dict[str, object]:
     return {
         "seq": turn.seq,
         "question": turn.question,
@@ -167,7 +179,7 @@ def _turn_content(turn: Turn) -> dict[str, object]:
     }
 
 
-def _step_content(step: Step, parent_seq: int | None) -> dict[str, object]:
+def _step_content_rule2(step: Step, parent_seq: int | None) -> dict[str, object]:
     return {
         "seq": step.seq,
         "parent": parent_seq,
@@ -192,6 +204,36 @@ def _step_content(step: Step, parent_seq: int | None) -> dict[str, object]:
     }
 
 
+# What of a turn's or a step's document the seal leaves out: the installation's ids and seals
+# (``ID_KEYS``), the records below it (sealed on their own, by digest and hash), and ``server``,
+# a link to a live server row whose name may change after the record was made.
+UNSEALED: dict[str, frozenset[str]] = {
+    "turn": frozenset({*ID_KEYS["turn"], "steps", "exchanges"}),
+    "step": frozenset({*ID_KEYS["step"], "exchanges", "server"}),
+}
+
+
+def sealed_content(kind: str, document: Mapping[str, object]) -> dict[str, object]:
+    """Rule 3: the fields of a turn's or a step's transcript document that its seal covers."""
+    return {key: value for key, value in document.items() if key not in UNSEALED[kind]}
+
+
+def _turn_content(turn: Turn, rule: int) -> dict[str, object]:
+    if rule == SEAL_RULE_FIELDS:
+        return _turn_content_rule2(turn)
+    return sealed_content("turn", turn_doc(turn, [], []))
+
+
+def _step_content(step: Step, parent_seq: int | None, rule: int) -> dict[str, object]:
+    if rule == SEAL_RULE_FIELDS:
+        return _step_content_rule2(step, parent_seq)
+    return {**sealed_content("step", step_doc(step, [], server=False)), "parent": parent_seq}
+
+
+# The prefix of each MAC'd text: rule 3's names its rule, so no seal reads under another rule.
+_SEAL_TAGS = {SEAL_RULE_FIELDS: ("step\n", "turn\n"), SEAL_RULE_DOCUMENT: ("step/3\n", "turn/3\n")}
+
+
 @dataclass
 class _TurnRecords:
     """A turn's steps (seq order) and its exchanges' (step id, hash) pairs in chain order."""
@@ -206,7 +248,7 @@ def _turn_records(turn: Turn) -> _TurnRecords:
     return _TurnRecords(steps, exchanges)
 
 
-def _step_digests(key: bytes, identity: str, turn: Turn, records: _TurnRecords) -> list[str]:
+def _step_digests(key: bytes, identity: str, turn: Turn, records: _TurnRecords, rule: int) -> list[str]:
     seqs = {step.pk: step.seq for step in records.steps}
     digests = []
     for step in records.steps:
@@ -214,25 +256,31 @@ def _step_digests(key: bytes, identity: str, turn: Turn, records: _TurnRecords) 
         content = {
             "conversation": identity,
             "turn": turn.seq,
-            "step": _step_content(step, seqs.get(step.parent_id) if step.parent_id else None),
+            "step": _step_content(step, seqs.get(step.parent_id) if step.parent_id else None, rule),
             "exchanges": hashes,
         }
-        digests.append(_mac(key, "step\n" + _canonical(content)))
+        digests.append(_mac(key, _SEAL_TAGS[rule][0] + _canonical(content)))
     return digests
 
 
 def _turn_seal(
-    key: bytes, identity: str, turn: Turn, records: _TurnRecords, step_digests: list[str], previous: str
+    key: bytes,
+    identity: str,
+    turn: Turn,
+    records: _TurnRecords,
+    step_digests: list[str],
+    previous: str,
+    rule: int,
 ) -> str:
     content = {
         "conversation": identity,
         "previous": previous,
-        "turn": _turn_content(turn),
+        "turn": _turn_content(turn, rule),
         "steps": step_digests,
         "exchanges": [value for step_id, value in records.exchanges if step_id is None],
         "head": records.exchanges[-1][1] if records.exchanges else "",
     }
-    return _mac(key, "turn\n" + _canonical(content))
+    return _mac(key, _SEAL_TAGS[rule][1] + _canonical(content))
 
 
 def _anchor(key: bytes, identity: str, turns: int, head: str) -> str:
@@ -266,10 +314,10 @@ def turn_seal(*, turn: Turn, actor_name: str = "system") -> str:
     with transaction.atomic():
         fresh = Turn.objects.select_for_update().get(pk=turn.pk)
         records = _turn_records(fresh)
-        digests = _step_digests(key, identity, fresh, records)
-        seal = _turn_seal(key, identity, fresh, records, digests, _previous_seal(fresh))
-        Turn.objects.filter(pk=fresh.pk).update(seal=seal, seal_steps=digests)
-        turn.seal, turn.seal_steps = seal, digests
+        digests = _step_digests(key, identity, fresh, records, SEAL_RULE)
+        seal = _turn_seal(key, identity, fresh, records, digests, _previous_seal(fresh), SEAL_RULE)
+        Turn.objects.filter(pk=fresh.pk).update(seal=seal, seal_steps=digests, seal_rule=SEAL_RULE)
+        turn.seal, turn.seal_steps, turn.seal_rule = seal, digests, SEAL_RULE
         sealed = Turn.objects.filter(conversation_id=conversation.pk).exclude(seal="")
         count = sealed.count()
         head = sealed.order_by("-seq").values_list("seal", flat=True).first() or GENESIS
@@ -336,12 +384,12 @@ def record_manifest(*, conversation: Conversation) -> list[ManifestEntry]:
     for exchange in rows.iterator(chunk_size=500):
         exchanges_by_turn.setdefault(exchange.turn_id or 0, []).append(exchange)
     for turn in conversation.turns.order_by("seq"):
-        entries.append(["turn", turn.seq, None, None, _sha(_turn_content(turn))])
+        entries.append(["turn", turn.seq, None, None, _sha(_turn_content(turn, SEAL_RULE))])
         steps = steps_by_turn.get(turn.pk, [])
         seqs = {step.pk: step.seq for step in steps}
         for step in steps:
             parent = seqs.get(step.parent_id) if step.parent_id else None
-            entries.append(["step", turn.seq, step.seq, None, _sha(_step_content(step, parent))])
+            entries.append(["step", turn.seq, step.seq, None, _sha(_step_content(step, parent, SEAL_RULE))])
         for exchange in exchanges_by_turn.get(turn.pk, []):
             step_seq = seqs.get(exchange.step_id) if exchange.step_id else None
             entries.append(
@@ -574,11 +622,14 @@ class _Walk:
                 raise _Broken("the turn has ended but carries no seal (it was removed)", **where)
             return
         self.keyed_seen = True
+        rule = turn.seal_rule
+        if rule not in _SEAL_TAGS:
+            raise _Broken(f"it claims an unknown seal rule {rule}", **where)
         records = _TurnRecords(
             sorted(steps.values(), key=lambda step: (step.seq, step.pk)),
             [(row.step_id, row.hash) for row in rows],
         )
-        digests = _step_digests(self.key, self.identity, turn, records)
+        digests = _step_digests(self.key, self.identity, turn, records, rule)
         sealed = turn.seal_steps if isinstance(turn.seal_steps, list) else []
         for position, step in enumerate(records.steps):
             if position >= len(sealed) or not hmac.compare_digest(str(sealed[position]), digests[position]):
@@ -592,7 +643,7 @@ class _Walk:
                 )
         if len(sealed) > len(digests):
             raise _Broken(f"{len(sealed) - len(digests)} sealed step(s) of this turn are missing", **where)
-        expected = _turn_seal(self.key, self.identity, turn, records, digests, self.previous_seal)
+        expected = _turn_seal(self.key, self.identity, turn, records, digests, self.previous_seal, rule)
         if not hmac.compare_digest(turn.seal, expected):
             raise _Broken(
                 "the turn does not match its seal (its question, answer, error, tools or transcript "

@@ -189,6 +189,8 @@ class Turn(models.Model):
     # exchanges' hashes and the previous turn's seal. Empty: not ended, or made before sealing.
     seal = models.CharField(max_length=64, blank=True)
     seal_steps = models.JSONField(default=list, blank=True)
+    # The rule the seal was made under (integrity.SEAL_RULE_*): 2 for seals made before rule 3.
+    seal_rule = models.PositiveSmallIntegerField(default=2)
 
     class Meta:
         ordering = ["conversation", "seq"]

@@ -30,14 +30,10 @@ from rest_framework.views import APIView
 
 from conversations.audit import audit_read
 from conversations.models import Conversation, Turn
-from conversations.selectors import (
-    conversation_get,
-    conversation_list,
-    conversation_transcript,
-    turn_for_cancel,
-)
+from conversations.selectors import conversation_get, conversation_list, turn_for_cancel
 from conversations.services import TurnNotCancellable, turn_cancel
-from inspector.serializers import ConversationSummarySerializer, TranscriptSerializer
+from conversations.transcripts.document import transcript_document
+from inspector.serializers import ConversationSummarySerializer, TranscriptDocument
 from inspector.throttle import LoginThrottled, client_address, login_failure_record, login_throttle_check
 from inspector.tokens import ExpiringTokenAuthentication, token_obtain, token_revoke
 
@@ -70,14 +66,15 @@ class ConversationListView(ListAPIView[Conversation]):
 
 @method_decorator(login_not_required, name="dispatch")
 class ConversationTranscriptView(APIView):
-    """One conversation as JSON: every turn, step and raw exchange — the same as ``ask --json``."""
+    """One conversation as its transcript document: every turn, step and raw exchange, signed —
+    the same document as the ``json`` export and ``ask --json``."""
 
     authentication_classes = API_AUTHENTICATION
     permission_classes = API_PERMISSIONS
 
     @extend_schema(
         responses={
-            200: TranscriptSerializer,
+            200: TranscriptDocument,
             404: OpenApiResponse(description="No such conversation, or not yours (the same answer)."),
         },
     )
@@ -88,7 +85,7 @@ class ConversationTranscriptView(APIView):
             raise NotFound("No such conversation.") from None
         if isinstance(request.user, AbstractBaseUser):
             audit_read(actor=request.user, conversation=conversation, via="api")
-        return Response(conversation_transcript(conversation=conversation))
+        return Response(transcript_document(conversation=conversation))
 
 
 @method_decorator(login_not_required, name="dispatch")

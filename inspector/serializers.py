@@ -1,8 +1,9 @@
 """The shapes of the JSON API.
 
-The transcript serializers *describe* ``conversations.selectors.conversation_transcript`` for
-the OpenAPI document; the API returns that selector's dict as is, so the API, ``ask --json``
-and the schema cannot drift apart silently (a test compares them). The conversation summary
+A conversation's transcript is the transcript document (``conversations.transcripts.document``,
+the same as the ``json`` export and ``ask --json``), returned as built; ``TranscriptDocument``
+only names it for the OpenAPI document, whose description is derived from the document's own
+types (``conversations.transcripts.schema``), so the two cannot drift. The conversation summary
 serializer is used for output.
 """
 
@@ -11,101 +12,37 @@ from __future__ import annotations
 from typing import Any
 
 from django.urls import reverse
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.plumbing import ResolvedComponent
 from rest_framework import serializers
 
-from conversations.models import Conversation, Exchange, Step, Turn
+from conversations.models import Conversation, Turn
+from conversations.transcripts.schema import transcript_components
+from conversations.typealias import JSONDict
 
 
-class ExchangeSerializer(serializers.Serializer[Any]):
-    """One raw pair on the wire. Bodies are the exact text sent and received, not parsed JSON."""
-
-    id = serializers.IntegerField()
-    seq = serializers.IntegerField()
-    channel = serializers.ChoiceField(choices=Exchange.Channel.choices)
-    direction = serializers.ChoiceField(choices=Exchange.Direction.choices)
-    # ``label`` and ``parent`` shadow Field attributes in the stubs only: DRF pops declared fields.
-    label = serializers.CharField(help_text="e.g. `POST /chat/completions`, `tools/call`")  # type: ignore[assignment]
-    server = serializers.CharField(allow_null=True, help_text="The MCP server's name (mcp exchanges).")
-    jsonrpc_id = serializers.CharField(allow_null=True)
-    status = serializers.CharField(help_text="HTTP status, or ok / error / timeout.")
-    error = serializers.CharField(allow_blank=True)
-    started_at = serializers.DateTimeField()
-    duration_ms = serializers.FloatField(allow_null=True)
-    request_headers = serializers.DictField(child=serializers.CharField())
-    request_body = serializers.CharField(allow_blank=True)
-    response_headers = serializers.DictField(child=serializers.CharField())
-    response_body = serializers.CharField(allow_blank=True)
+class TranscriptDocument(serializers.Serializer[Any]):
+    """A whole conversation: every turn, step and raw exchange (described by ``TranscriptDocumentSchema``)."""
 
 
-class StepSerializer(serializers.Serializer[Any]):
-    """One thing the agent did. A ``tool`` step names its ``decide`` step as ``parent``."""
+class TranscriptDocumentSchema(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]  # its registering hook
+    """The OpenAPI description of ``TranscriptDocument``: the document's types as components
+    (``Transcript``, ``Conversation``, ``Turn``, ``Step``, ``Exchange``, ...)."""
 
-    id = serializers.IntegerField()
-    seq = serializers.IntegerField()
-    parent = serializers.IntegerField(allow_null=True)  # type: ignore[assignment]
-    kind = serializers.ChoiceField(choices=Step.Kind.choices)
-    status = serializers.ChoiceField(choices=Step.Status.choices)
-    title = serializers.CharField(allow_blank=True)
-    prompt = serializers.CharField(
-        allow_blank=True, help_text="The text the model reads, when it can be shown."
-    )
-    prompt_exact = serializers.BooleanField(help_text="False: the prompt is an illustrative rendering.")
-    text = serializers.CharField(allow_blank=True)
-    calls = serializers.ListField(child=serializers.JSONField(), help_text="The calls the paradigm parsed.")
-    diagnostics = serializers.ListField(child=serializers.JSONField())
-    server = serializers.CharField(allow_null=True)
-    tool_name = serializers.CharField(allow_blank=True)
-    arguments = serializers.JSONField(allow_null=True)
-    result = serializers.JSONField(allow_null=True)
-    is_error = serializers.BooleanField()
-    error = serializers.CharField(allow_blank=True)
-    started_at = serializers.DateTimeField()
-    finished_at = serializers.DateTimeField(allow_null=True)
-    duration_ms = serializers.IntegerField(allow_null=True)
-    exchanges = ExchangeSerializer(many=True)
+    target_class = TranscriptDocument
 
+    def get_name(self, auto_schema: AutoSchema, direction: str) -> str:
+        return "Transcript"
 
-class TurnSerializer(serializers.Serializer[Any]):
-    """One question and the agent run that answered it, with the tool list it was offered."""
-
-    id = serializers.IntegerField()
-    seq = serializers.IntegerField()
-    question = serializers.CharField()
-    status = serializers.ChoiceField(choices=Turn.Status.choices)
-    answer = serializers.CharField(allow_blank=True)
-    error = serializers.CharField(allow_blank=True)
-    paradigm = serializers.CharField()
-    tool_choice = serializers.CharField()
-    tool_choice_name = serializers.CharField(
-        allow_null=True, help_text="With tool_choice named: server/tool."
-    )
-    model = serializers.CharField(allow_blank=True, help_text="The model name sent on the wire.")
-    tools = serializers.ListField(child=serializers.JSONField())
-    created_at = serializers.DateTimeField()
-    started_at = serializers.DateTimeField(allow_null=True)
-    finished_at = serializers.DateTimeField(allow_null=True)
-    steps = StepSerializer(many=True)
-
-
-class ModelProfileSummarySerializer(serializers.Serializer[Any]):
-    name = serializers.CharField()
-    provider = serializers.CharField()
-    model = serializers.CharField()
-    demo = serializers.BooleanField()
-
-
-class TranscriptSerializer(serializers.Serializer[Any]):
-    """A whole conversation: every turn, step and raw exchange (the same JSON as ``ask --json``)."""
-
-    id = serializers.UUIDField()
-    title = serializers.CharField()
-    owner = serializers.CharField()
-    model_profile = ModelProfileSummarySerializer()
-    paradigm = serializers.CharField()
-    tool_choice = serializers.CharField()
-    servers = serializers.ListField(child=serializers.CharField())
-    created_at = serializers.DateTimeField()
-    turns = TurnSerializer(many=True)
+    def map_serializer(self, auto_schema: AutoSchema, direction: str) -> JSONDict:
+        components = transcript_components(ref_prefix="#/components/schemas/")
+        root = components.pop("Transcript")
+        for name, schema in components.items():
+            auto_schema.registry.register_on_missing(
+                ResolvedComponent(name=name, type=ResolvedComponent.SCHEMA, schema=schema, object=name)  # type: ignore[no-untyped-call]
+            )
+        return root
 
 
 class ConversationSummarySerializer(serializers.Serializer[Conversation]):

@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 
-from conversations import selectors, services
+from conversations import presentation, selectors, services
 from conversations.audit import audit_read
 from conversations.integrity import conversation_verify
 from conversations.models import Comparison, Conversation, Step, Turn
@@ -169,7 +169,7 @@ def _detail_page(
         "busy": _turn_in_progress(turns),
         "since": fragments.timestamp_iso(changed) if changed else fragments.catch_up_mark([]),
         "ws_path": f"/ws/conversations/{conversation.public_id}/",
-        "replay": selectors.replay_summary(user=_user(request), conversation=conversation),
+        "replay": presentation.replay_summary(user=_user(request), conversation=conversation),
         "exchanges": exchanges,
         "chain_auto": exchanges <= CHAIN_AUTO_EXCHANGES,
     }
@@ -368,7 +368,7 @@ def step_prompt_diff(request: HttpRequest, public_id: UUID, step_id: int) -> Htt
     """The line diff of a step's spliced prompt against the turn's previous model call's."""
     conversation = _conversation(request, public_id)
     step = _step(conversation, step_id)
-    diff = selectors.step_prompt_diff(step=step)
+    diff = presentation.step_prompt_diff(step=step)
     if diff is None:
         raise Http404("This step has no previous model call to compare with.")
     audit_read(
@@ -478,7 +478,7 @@ def _columns_context(comparison: Comparison) -> dict[str, object]:
         "comparison": comparison,
         "runs": runs,
         "finished": all(run.finished for run in runs),
-        "wire": selectors.comparison_wire_formats(comparison=comparison),
+        "wire": presentation.comparison_wire_formats(comparison=comparison),
     }
 
 

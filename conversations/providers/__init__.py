@@ -6,7 +6,7 @@ And lookups over the facts each provider class carries (see
 
 from conversations.providers.anthropic import AnthropicProvider
 from conversations.providers.base import Endpoint, ModelReply, ModelRequest, Provider, ProviderError
-from conversations.providers.excerpts import EXCERPTS, WireExcerpts
+from conversations.providers.excerpts import WireExcerpts
 from conversations.providers.gemini import GeminiProvider
 from conversations.providers.openai_chat import OpenAIChatProvider
 from conversations.providers.openai_responses import OpenAIResponsesProvider
@@ -16,7 +16,6 @@ PROVIDERS: dict[str, type[Provider]] = {
     provider.key: provider
     for provider in (OpenAIChatProvider, OpenAIResponsesProvider, AnthropicProvider, GeminiProvider)
 }
-EXCERPTS.update({key: provider.excerpts for key, provider in PROVIDERS.items()})
 
 # gen_ai.provider.name by provider key.
 OTEL_PROVIDER_NAMES: dict[str, str] = {key: provider.otel_name for key, provider in PROVIDERS.items()}

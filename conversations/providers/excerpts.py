@@ -67,10 +67,3 @@ def dicts(values: JSONValue) -> Iterator[JSONDict]:
 
 def first(values: Iterator[JSONDict]) -> JSONDict | None:
     return next(values, None)
-
-
-# Transitional: each provider's ``excerpts`` by provider key, filled in by
-# :mod:`conversations.providers` from the provider classes (which import this module, so it
-# cannot import them). New readers use ``conversations.providers.wire_excerpts``; this table goes
-# when the last old reader (the compare view's selectors) has moved to it.
-EXCERPTS: dict[str, ExcerptReader] = {}

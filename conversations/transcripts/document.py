@@ -1,13 +1,16 @@
-"""The transcript document: its types, how a conversation becomes one, and its JSON and JSON Lines texts.
+"""The transcript document, produced here for every reader — the ``json`` export, the REST API
+(``GET /api/conversations/<uuid>``) and ``ask --json`` — and its JSON and JSON Lines texts.
+Its types, and what each stored row shows in it, are ``conversations.transcripts.fields``.
 
 ``json`` — the whole record, enough to rebuild the conversation elsewhere::
 
-    {"format": "tool-call-inspector/transcript", "version": 1,
+    {"format": "tool-call-inspector/transcript", "version": 2,
      "conversation": {id, title, owner, model_profile: {name, provider, model, base_url, demo},
                       paradigm, tool_choice, tool_choice_name, servers: [{name, transport}],
-                      created_at},
+                      created_at, integrity: {key_id, turns, head, anchor, signature}},
      "turns": [{id, seq, question, status, answer, error, paradigm, tool_choice,
                 tool_choice_name, model, tools, transcript, created_at, started_at, finished_at,
+                seal, seal_steps, seal_rule,
                 steps: [{id, parent, seq, kind, status, title, prompt, prompt_exact,
                          prompt_source, tokens, usage, text, calls, diagnostics, server,
                          tool_name, arguments, result, is_error, error, started_at,
@@ -15,10 +18,9 @@
                 exchanges: [EXCHANGE, ...]}]}          # the turn's exchanges that have no step
     EXCHANGE = {id, seq, channel, direction, label, server, jsonrpc_id, status, error,
                 started_at, duration_ms, request_headers, request_body, response_headers,
-                response_body, prev_hash, hash}
+                response_body, chain_version, prev_hash, hash}
 
-Values are stored values, unchanged (empty strings stay empty; ``server`` is the server's
-name or null). The document holds nothing volatile — no export time — and is written with
+Values are stored values, read as ``fields`` says (``server`` and ``jsonrpc_id``). The document holds nothing volatile — no export time — and is written with
 sorted keys, two-space indents and a final newline, so the same conversation always exports to
 the same bytes. Step ``updated_at`` is left out: it is the live view's catch-up cursor, not
 part of the record.
@@ -41,153 +43,26 @@ The OTLP/JSON export is ``conversations.transcripts.otel``; choosing a format is
 from __future__ import annotations
 
 import json
-from datetime import datetime
-from typing import NotRequired, TypedDict, cast
+from typing import cast
 
 from conversations.integrity import key_id, manifest_sign
-from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
-from conversations.typealias import JSONDict, JSONValue
-
-FORMAT = "tool-call-inspector/transcript"
-VERSION = 1
-# The keys whose values are this installation's: its ids, and its keyed chain (an import is
-# re-chained and re-sealed with the importer's key). They change on import, nothing else does.
-ID_KEYS: dict[str, tuple[str, ...]] = {
-    "conversation": ("id", "integrity"),
-    "turn": ("id", "seal", "seal_steps"),
-    "step": ("id", "parent"),
-    "exchange": ("id", "chain_version", "prev_hash", "hash"),
-}
-
-
-# --- the document ------------------------------------------------------------------------------
-
-
-class ProfileDoc(TypedDict):
-    name: str
-    provider: str
-    model: str
-    base_url: str
-    demo: bool
-
-
-class ServerDoc(TypedDict):
-    name: str
-    transport: str
-
-
-class IntegrityDoc(TypedDict):
-    """The conversation's anchor (``conversations.integrity``), the id of the key it is under,
-    and the export's signature (``integrity.manifest_sign``)."""
-
-    key_id: str
-    turns: int
-    head: str
-    anchor: str
-    signature: NotRequired[JSONDict]
-
-
-class ConversationDoc(TypedDict):
-    id: str
-    title: str
-    owner: str
-    model_profile: ProfileDoc
-    paradigm: str
-    tool_choice: str
-    tool_choice_name: str
-    servers: list[ServerDoc]
-    created_at: str
-    integrity: NotRequired[IntegrityDoc]
-
-
-class ExchangeDoc(TypedDict):
-    id: int
-    seq: int
-    channel: str
-    direction: str
-    label: str
-    server: str | None
-    jsonrpc_id: str
-    status: str
-    error: str
-    started_at: str
-    duration_ms: float | None
-    request_headers: JSONValue
-    request_body: str
-    response_headers: JSONValue
-    response_body: str
-    chain_version: NotRequired[int]
-    prev_hash: str
-    hash: str
-
-
-class StepDoc(TypedDict):
-    id: int
-    parent: int | None
-    seq: int
-    kind: str
-    status: str
-    title: str
-    prompt: str
-    prompt_exact: bool
-    prompt_source: str
-    tokens: JSONValue
-    usage: JSONValue
-    text: str
-    calls: JSONValue
-    diagnostics: JSONValue
-    server: str | None
-    tool_name: str
-    arguments: JSONValue
-    result: JSONValue
-    is_error: bool
-    error: str
-    started_at: str
-    finished_at: str | None
-    exchanges: list[ExchangeDoc]
-
-
-class TurnDoc(TypedDict):
-    id: int
-    seq: int
-    question: str
-    status: str
-    answer: str
-    error: str
-    paradigm: str
-    tool_choice: str
-    tool_choice_name: str
-    model: str
-    tools: JSONValue
-    transcript: JSONValue
-    created_at: str
-    started_at: str | None
-    finished_at: str | None
-    seal: NotRequired[str]
-    seal_steps: NotRequired[JSONValue]
-    steps: list[StepDoc]
-    exchanges: list[ExchangeDoc]
-
-
-class TranscriptDoc(TypedDict):
-    format: str
-    version: int
-    conversation: ConversationDoc
-    turns: list[TurnDoc]
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
-def _profile_doc(profile: ModelProfile) -> ProfileDoc:
-    return {
-        "name": profile.name,
-        "provider": profile.provider,
-        "model": profile.model,
-        "base_url": profile.base_url,
-        "demo": profile.is_demo,
-    }
+from conversations.models import Conversation, Exchange, Step
+from conversations.transcripts.fields import (
+    FORMAT,
+    ID_KEYS,
+    VERSION,
+    ConversationDoc,
+    ExchangeDoc,
+    IntegrityDoc,
+    StepDoc,
+    TranscriptDoc,
+    TurnDoc,
+    exchange_doc,
+    profile_doc,
+    step_doc,
+    turn_doc,
+)
+from conversations.typealias import JSONDict
 
 
 def _conversation_doc(conversation: Conversation, *, signed: bool) -> ConversationDoc:
@@ -205,7 +80,7 @@ def _live_conversation_doc(conversation: Conversation, *, signed: bool) -> Conve
         "id": str(conversation.public_id),
         "title": conversation.title,
         "owner": conversation.owner.get_username(),
-        "model_profile": _profile_doc(conversation.model_profile),
+        "model_profile": profile_doc(conversation.model_profile),
         "paradigm": conversation.paradigm,
         "tool_choice": conversation.tool_choice,
         "tool_choice_name": conversation.tool_choice_name,
@@ -230,84 +105,10 @@ def _integrity_doc(conversation: Conversation, *, signed: bool) -> IntegrityDoc:
     return doc
 
 
-def _exchange_doc(exchange: Exchange) -> ExchangeDoc:
-    return {
-        "id": exchange.pk,
-        "seq": exchange.seq,
-        "channel": exchange.channel,
-        "direction": exchange.direction,
-        "label": exchange.label,
-        "server": exchange.server.name if exchange.server else (exchange.server_name or None),
-        "jsonrpc_id": exchange.jsonrpc_id,
-        "status": exchange.status,
-        "error": exchange.error,
-        "started_at": exchange.started_at.isoformat(),
-        "duration_ms": exchange.duration_ms,
-        "request_headers": exchange.request_headers,
-        "request_body": exchange.request_body,
-        "response_headers": exchange.response_headers,
-        "response_body": exchange.response_body,
-        "chain_version": exchange.chain_version,
-        "prev_hash": exchange.prev_hash,
-        "hash": exchange.hash,
-    }
-
-
-def _step_doc(step: Step, exchanges: list[ExchangeDoc]) -> StepDoc:
-    return {
-        "id": step.pk,
-        "parent": step.parent_id,
-        "seq": step.seq,
-        "kind": step.kind,
-        "status": step.status,
-        "title": step.title,
-        "prompt": step.prompt,
-        "prompt_exact": step.prompt_exact,
-        "prompt_source": step.prompt_source,
-        "tokens": step.tokens,
-        "usage": step.usage,
-        "text": step.text,
-        "calls": step.calls,
-        "diagnostics": step.diagnostics,
-        "server": step.server.name if step.server else (step.server_name or None),
-        "tool_name": step.tool_name,
-        "arguments": step.arguments,
-        "result": step.result,
-        "is_error": step.is_error,
-        "error": step.error,
-        "started_at": step.started_at.isoformat(),
-        "finished_at": _iso(step.finished_at),
-        "exchanges": exchanges,
-    }
-
-
-def _turn_doc(turn: Turn, steps: list[StepDoc], exchanges: list[ExchangeDoc]) -> TurnDoc:
-    return {
-        "id": turn.pk,
-        "seq": turn.seq,
-        "question": turn.question,
-        "status": turn.status,
-        "answer": turn.answer,
-        "error": turn.error,
-        "paradigm": turn.paradigm,
-        "tool_choice": turn.tool_choice,
-        "tool_choice_name": turn.tool_choice_name,
-        "model": turn.model_name,
-        "tools": turn.tools,
-        "transcript": turn.transcript,
-        "created_at": turn.created_at.isoformat(),
-        "started_at": _iso(turn.started_at),
-        "finished_at": _iso(turn.finished_at),
-        "seal": turn.seal,
-        "seal_steps": turn.seal_steps,
-        "steps": steps,
-        "exchanges": exchanges,
-    }
-
-
 def transcript_document(*, conversation: Conversation, signed: bool = True) -> TranscriptDoc:
-    """The ``json`` export as a structure (three queries for the rows, whatever their number;
-    ``signed`` adds the signature, which reads them again)."""
+    """The transcript document of ``conversation``: the ``json`` export, the API's answer and
+    what ``ask --json`` prints (three queries for the rows, whatever their number; ``signed``
+    adds the export's signature, which reads them again)."""
     by_step: dict[int, list[ExchangeDoc]] = {}
     by_turn: dict[int, list[ExchangeDoc]] = {}
     exchanges = (
@@ -316,7 +117,7 @@ def transcript_document(*, conversation: Conversation, signed: bool = True) -> T
         .order_by("seq", "id")
     )
     for exchange in exchanges:
-        doc = _exchange_doc(exchange)
+        doc = exchange_doc(exchange)
         if exchange.step_id is not None:
             by_step.setdefault(exchange.step_id, []).append(doc)
         elif exchange.turn_id is not None:
@@ -324,13 +125,13 @@ def transcript_document(*, conversation: Conversation, signed: bool = True) -> T
     steps: dict[int, list[StepDoc]] = {}
     rows = Step.objects.filter(turn__conversation=conversation).select_related("server").order_by("seq")
     for step in rows:
-        steps.setdefault(step.turn_id, []).append(_step_doc(step, by_step.get(step.pk, [])))
+        steps.setdefault(step.turn_id, []).append(step_doc(step, by_step.get(step.pk, [])))
     return {
         "format": FORMAT,
         "version": VERSION,
         "conversation": _conversation_doc(conversation, signed=signed),
         "turns": [
-            _turn_doc(turn, steps.get(turn.pk, []), by_turn.get(turn.pk, []))
+            turn_doc(turn, steps.get(turn.pk, []), by_turn.get(turn.pk, []))
             for turn in conversation.turns.order_by("seq")
         ],
     }

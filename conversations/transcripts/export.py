@@ -12,7 +12,8 @@ from typing import Literal
 
 from conversations.escaping import carriable
 from conversations.models import Conversation
-from conversations.transcripts.document import TranscriptDoc, export_json, export_jsonl, transcript_document
+from conversations.transcripts.document import export_json, export_jsonl, transcript_document
+from conversations.transcripts.fields import TranscriptDoc
 from conversations.transcripts.otel import export_otel, otlp_request, trace_origin
 from conversations.transcripts.otel_proto import MEDIA_TYPE as PROTOBUF_MEDIA_TYPE
 from conversations.transcripts.otel_proto import otlp_protobuf

@@ -18,8 +18,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from conversations.integrity import (
-    KEYED,
     LEGACY,
+    SEAL_RULE_FIELDS,
     ChainReport,
     conversation_rechain,
     conversation_verify,
@@ -27,23 +27,19 @@ from conversations.integrity import (
     manifest_verify,
     public_key_fingerprint,
 )
-from conversations.models import TOOL_CHOICE_MODES, Conversation, Exchange, ModelProfile, Step, Turn
-from conversations.paradigms import PARADIGMS
-from conversations.providers import PROVIDERS
-from conversations.transcripts.document import (
+from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
+from conversations.transcripts.document import chain_order
+from conversations.transcripts.fields import (
     FORMAT,
-    VERSION,
+    READ_VERSIONS,
     ExchangeDoc,
     ProfileDoc,
     TranscriptDoc,
     TurnDoc,
-    chain_order,
 )
+from conversations.transcripts.schema import transcript_schema
 from conversations.typealias import JSONDict, JSONValue
 from conversations.wire import TRANSPORT_NAMES
-
-# Keys a version-1 transcript written before keyed sealing does not have (optional on import).
-_SEALING_KEYS = {"integrity", "seal", "seal_steps", "chain_version", "signature"}
 
 IMPORTED_PROFILE_PREFIX = "imported: "
 
@@ -55,149 +51,10 @@ class TranscriptError(ValueError):
 # --- import --------------------------------------------------------------------------------------
 
 
-def _string(max_length: int | None = None, *, null: bool = False) -> JSONDict:
-    schema: JSONDict = {"type": ["string", "null"] if null else "string"}
-    if max_length is not None:
-        schema["maxLength"] = max_length
-    return schema
-
-
-def _enum(values: list[str]) -> JSONDict:
-    return {"type": "string", "enum": cast(JSONValue, values)}
-
-
-def _object(properties: JSONDict) -> JSONDict:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": [key for key in properties if key not in _SEALING_KEYS],
-        "additionalProperties": False,
-    }
-
-
-# Seqs are stored in PositiveIntegerField columns.
-_SEQ: JSONDict = {"type": "integer", "minimum": 0, "maximum": 2_147_483_647}
-_ID: JSONDict = {"type": "integer"}
-_ANY: JSONDict = {}
-_HASH: JSONDict = {"type": "string", "pattern": "^([0-9a-f]{64})?$"}
-
-_EXCHANGE_SCHEMA = _object(
-    {
-        "id": _ID,
-        "seq": _SEQ,
-        "channel": _enum(list(Exchange.Channel.values)),
-        "direction": _enum(list(Exchange.Direction.values)),
-        "label": _string(200),
-        "server": _string(40, null=True),
-        "jsonrpc_id": _string(64),
-        "status": _string(32),
-        "error": _string(),
-        "started_at": _string(),
-        "duration_ms": {"type": ["number", "null"]},
-        "request_headers": _ANY,
-        "request_body": _string(),
-        "response_headers": _ANY,
-        "response_body": _string(),
-        "chain_version": {"enum": [LEGACY, KEYED]},
-        "prev_hash": _HASH,
-        "hash": _HASH,
-    }
-)
-_STEP_SCHEMA = _object(
-    {
-        "id": _ID,
-        "parent": {"type": ["integer", "null"]},
-        "seq": _SEQ,
-        "kind": _enum(list(Step.Kind.values)),
-        "status": _enum(list(Step.Status.values)),
-        "title": _string(300),
-        "prompt": _string(),
-        "prompt_exact": {"type": "boolean"},
-        "prompt_source": _string(300),
-        "tokens": _ANY,
-        "usage": _ANY,
-        "text": _string(),
-        "calls": _ANY,
-        "diagnostics": _ANY,
-        "server": _string(40, null=True),
-        "tool_name": _string(200),
-        "arguments": _ANY,
-        "result": _ANY,
-        "is_error": {"type": "boolean"},
-        "error": _string(),
-        "started_at": _string(),
-        "finished_at": _string(null=True),
-        "exchanges": {"type": "array", "items": _EXCHANGE_SCHEMA},
-    }
-)
-_TURN_SCHEMA = _object(
-    {
-        "id": _ID,
-        "seq": {**_SEQ, "minimum": 1},
-        "question": _string(),
-        "status": _enum(list(Turn.Status.values)),
-        "answer": _string(),
-        "error": _string(),
-        "paradigm": _string(16),
-        "tool_choice": _string(10),
-        "tool_choice_name": _string(200),
-        "model": _string(120),
-        "tools": _ANY,
-        "transcript": _ANY,
-        "created_at": _string(),
-        "started_at": _string(null=True),
-        "finished_at": _string(null=True),
-        "seal": _HASH,
-        "seal_steps": {"type": "array", "items": {**_HASH, "minLength": 64}},
-        "steps": {"type": "array", "items": _STEP_SCHEMA},
-        "exchanges": {"type": "array", "items": _EXCHANGE_SCHEMA},
-    }
-)
-_CONVERSATION_SCHEMA = _object(
-    {
-        "id": _string(),
-        "title": _string(200),
-        "owner": _string(),
-        "model_profile": _object(
-            {
-                "name": {"type": "string", "minLength": 1, "maxLength": 80},
-                "provider": _enum(list(PROVIDERS)),
-                "model": _string(120),
-                "base_url": _string(500),
-                "demo": {"type": "boolean"},
-            }
-        ),
-        "paradigm": _enum(list(PARADIGMS)),
-        "tool_choice": _enum([key for key, _ in TOOL_CHOICE_MODES]),
-        "tool_choice_name": _string(200),
-        "servers": {
-            "type": "array",
-            "items": _object({"name": _string(40), "transport": _enum(list(TRANSPORT_NAMES))}),
-        },
-        "created_at": _string(),
-        "integrity": _object(
-            {
-                "key_id": _string(64),
-                "turns": {"type": "integer", "minimum": 0},
-                "head": _HASH,
-                "anchor": _HASH,
-                "signature": {"type": "object"},
-            }
-        ),
-    }
-)
-# The JSON Schema of a version-1 transcript; ``transcript_import`` checks documents against it.
-TRANSCRIPT_SCHEMA: JSONDict = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    **_object(
-        {
-            "format": {"const": FORMAT},
-            "version": {"const": VERSION},
-            "conversation": _CONVERSATION_SCHEMA,
-            "turns": {"type": "array", "items": _TURN_SCHEMA},
-        }
-    ),
-}
+# The JSON Schema of the transcripts this installation reads (``READ_VERSIONS``), derived from
+# the document's types; ``transcript_import`` checks documents against it. A version-1 document
+# written before keyed sealing lacks the sealing keys, which the types mark ``NotRequired``.
+TRANSCRIPT_SCHEMA: JSONDict = transcript_schema(choices={"transport": list(TRANSPORT_NAMES)})
 _VALIDATOR = Draft202012Validator(TRANSCRIPT_SCHEMA)
 _MESSAGE_LIMIT = 240
 
@@ -250,10 +107,10 @@ def _parse(data: str | bytes) -> TranscriptDoc:
             f"not a Tool-Call Inspector transcript: format is {_short(repr(value.get('format')))}, "
             f"expected {FORMAT!r} (only `--format json` exports can be imported)"
         )
-    if value.get("version") != VERSION or isinstance(value.get("version"), bool):
+    if value.get("version") not in READ_VERSIONS or isinstance(value.get("version"), bool):
         raise TranscriptError(
             f"unsupported transcript version {_short(repr(value.get('version')))}: "
-            f"this installation reads version {VERSION}"
+            f"this installation reads versions {', '.join(map(str, READ_VERSIONS))}"
         )
     error = best_match(_VALIDATOR.iter_errors(value))
     if error is not None:
@@ -354,7 +211,8 @@ def _exchange_row(doc: ExchangeDoc, *, turn: Turn, step_id: int | None) -> Excha
         channel=doc["channel"],
         direction=doc["direction"],
         label=doc["label"],
-        jsonrpc_id=doc["jsonrpc_id"],
+        # Null (version 2) and "" (version 1) both say: no id.
+        jsonrpc_id=doc["jsonrpc_id"] or "",
         request_headers=doc["request_headers"],
         request_body=doc["request_body"],
         response_headers=doc["response_headers"],
@@ -388,6 +246,7 @@ def _import_turn(conversation: Conversation, doc: TurnDoc) -> None:
         finished_at=_when_or_none(doc["finished_at"], "turn"),
         seal=doc.get("seal", ""),
         seal_steps=doc.get("seal_steps", []),
+        seal_rule=doc.get("seal_rule", SEAL_RULE_FIELDS),
     )
     steps = []
     for step in doc["steps"]:
@@ -534,7 +393,7 @@ def transcript_import(*, data: str | bytes, owner: AbstractBaseUser) -> Conversa
     A transcript whose chain does not verify is refused: it was changed after export.
 
     Raises:
-        TranscriptError: not JSON, not a version-1 transcript, a missing or mistyped key, an
+        TranscriptError: not JSON, not a transcript of a version read here, a missing or mistyped key, an
             inconsistent structure, or a broken hash chain — nothing is stored then.
     """
     document = _parse(data)
@@ -545,7 +404,7 @@ def transcript_import(*, data: str | bytes, owner: AbstractBaseUser) -> Conversa
         original_id=block["id"],
         imported_at=timezone.now().isoformat(),
         imported_by=owner.get_username(),
-        format_version=VERSION,
+        format_version=document["version"],
     )
     with transaction.atomic():
         conversation = Conversation.objects.create(

@@ -30,15 +30,14 @@ from conversations.models import Conversation, Exchange, Step, Turn
 from conversations.providers import OTEL_PROVIDER_NAMES, PROVIDERS, USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
-from conversations.transcripts.document import (
+from conversations.transcripts.document import chain_order, dumps
+from conversations.transcripts.fields import (
     VERSION,
     ConversationDoc,
     ExchangeDoc,
     StepDoc,
     TranscriptDoc,
     TurnDoc,
-    chain_order,
-    dumps,
 )
 from conversations.transcripts.otel_content import CallContent, call_content
 from conversations.typealias import JSONDict, JSONList, JSONValue

@@ -30,7 +30,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from conversations.models import Conversation, Step, Turn
 from conversations.providers import OTEL_PROVIDER_NAMES
-from conversations.transcripts.document import FORMAT, VERSION
+from conversations.transcripts.fields import FORMAT, VERSION
 from conversations.transcripts.importing import TranscriptError, transcript_import
 from conversations.typealias import JSONDict, JSONList, JSONValue
 

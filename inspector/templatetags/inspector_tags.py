@@ -23,13 +23,8 @@ from pygments.lexers import JsonLexer
 from conversations.escaping import carriable
 from conversations.models import Conversation, Exchange, Step, Turn
 from conversations.paradigms import PARADIGMS
-from conversations.selectors import (
-    USAGE_IN_KEYS,
-    USAGE_OUT_KEYS,
-    PromptChange,
-    pretty_json,
-    step_prompt_change,
-)
+from conversations.presentation import PromptChange, pretty_json, step_prompt_change
+from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.typealias import JSONValue
 from inspector.fragments import timestamp_iso
 
@@ -332,8 +327,8 @@ def usage(step: Step) -> Usage | None:
     """The usage the provider reported for a step's model call; None if it reported none."""
     report = step.usage if isinstance(step.usage, dict) else {}
     found = Usage(
-        tokens_in=_first_count(report, USAGE_IN_KEYS),
-        tokens_out=_first_count(report, USAGE_OUT_KEYS),
+        tokens_in=_first_count(report, USAGE_INPUT_KEYS),
+        tokens_out=_first_count(report, USAGE_OUTPUT_KEYS),
         total=_first_count(report, ("total_tokens", "totalTokenCount")),
     )
     return None if found == Usage(None, None, None) else found

@@ -16,8 +16,8 @@ from django.test import Client
 from django.urls import reverse
 
 from conversations.models import Conversation, Step, Turn
+from conversations.presentation import replay_diff, tool_list_diff
 from conversations.runner import turn_run
-from conversations.selectors import replay_diff, tool_list_diff
 from conversations.services import (
     ReplayError,
     conversation_start,

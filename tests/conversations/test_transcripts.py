@@ -130,7 +130,7 @@ def test_the_json_export_holds_every_raw_body_and_the_step_fields() -> None:
 
     document = json.loads(transcript_export(conversation=conversation, fmt="json"))
 
-    assert (document["format"], document["version"]) == ("tool-call-inspector/transcript", 1)
+    assert (document["format"], document["version"]) == ("tool-call-inspector/transcript", 2)
     assert "exported_at" not in document
     turn = document["turns"][0]
     decide = next(step for step in turn["steps"] if step["kind"] == "decide")
@@ -474,7 +474,7 @@ def _broken(change: str) -> str | bytes:
     if change == "wrong format":
         document["format"] = "something/else"
     elif change == "wrong version":
-        document["version"] = 2
+        document["version"] = 3
     elif change == "missing turns":
         del document["turns"]
     elif change == "seq as a string":
@@ -503,7 +503,7 @@ def _broken(change: str) -> str | bytes:
         ("bad utf-8", "not valid JSON"),
         ("not an object", "must be a JSON object"),
         ("wrong format", "not a Tool-Call Inspector transcript"),
-        ("wrong version", "unsupported transcript version 2"),
+        ("wrong version", "unsupported transcript version 3"),
         ("missing turns", "'turns' is a required property"),
         ("seq as a string", r"turns\[0\]\.seq: '1' is not of type 'integer'"),
         ("unexpected key", r"turns\[0\]\.steps\[0\]: Additional properties .*'colour'"),
@@ -641,10 +641,8 @@ def test_a_file_made_before_keyed_sealing_imports_as_an_unkeyed_chain_and_is_sea
 
 def _legacy_hash(exchange: dict[str, Any], turn_seq: int, previous: str) -> str:
     row = Exchange(
-        **{
-            key: exchange[key]
-            for key in ("seq", "channel", "direction", "label", "jsonrpc_id", "status", "error")
-        },
+        **{key: exchange[key] for key in ("seq", "channel", "direction", "label", "status", "error")},
+        jsonrpc_id=exchange["jsonrpc_id"] or "",
         request_headers=exchange["request_headers"],
         request_body=exchange["request_body"],
         response_headers=exchange["response_headers"],

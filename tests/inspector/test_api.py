@@ -10,7 +10,7 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 
 from conversations.models import Conversation, Exchange, Step
-from conversations.selectors import conversation_transcript
+from conversations.transcripts.document import transcript_document
 from tests.factories import (
     PASSWORD,
     ConversationFactory,
@@ -198,7 +198,7 @@ def test_the_transcript_is_exactly_what_ask_json_prints(alice: User) -> None:
     response = _token_client(alice).get(_transcript_url(conversation))
 
     assert response.status_code == 200
-    assert response.json() == conversation_transcript(conversation=conversation)
+    assert response.json() == json.loads(json.dumps(transcript_document(conversation=conversation)))
     [turn] = response.json()["turns"]
     assert [step["kind"] for step in turn["steps"]] == ["decide", "tool"]
     assert turn["steps"][1]["exchanges"][0]["label"] == "tools/call"
@@ -247,8 +247,9 @@ def test_the_openapi_document_describes_the_transcript_and_token_auth(alice: Use
         "$ref": "#/components/schemas/Transcript"
     }
     components = schema["components"]["schemas"]
-    assert {"Transcript", "Turn", "Step", "Exchange"} <= set(components)
-    assert {"turns", "model_profile", "servers"} <= set(components["Transcript"]["properties"])
+    assert {"Transcript", "Conversation", "Turn", "Step", "Exchange"} <= set(components)
+    assert {"format", "version", "conversation", "turns"} <= set(components["Transcript"]["properties"])
+    assert {"model_profile", "servers"} <= set(components["Conversation"]["properties"])
     schemes = schema["components"]["securitySchemes"]
     assert schemes["tokenAuth"]["type"] == "apiKey"
     assert schemes["tokenAuth"]["name"] == "Authorization"

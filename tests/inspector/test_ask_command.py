@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 
 from conversations.models import Conversation
-from conversations.selectors import conversation_transcript
+from conversations.transcripts.document import transcript_document
 from servers import gateway
 from tests.factories import McpServerFactory, UserFactory
 
@@ -78,7 +78,7 @@ def test_a_demo_wire_format_profile_is_there_by_name_on_a_fresh_database(name: s
     [turn] = transcript["turns"]
     assert turn["status"] == "done", turn["error"]
     assert "Beijing" in turn["answer"]
-    assert transcript["model_profile"]["name"] == name
+    assert transcript["conversation"]["model_profile"]["name"] == name
     [first_call, *_] = _exchanges(turn, channel="llm")
     body = json.loads(first_call["request_body"])
     if name.startswith("demo gemini"):
@@ -94,11 +94,11 @@ def test_a_demo_wire_format_profile_is_there_by_name_on_a_fresh_database(name: s
 def test_the_json_is_the_transcript_the_api_serves() -> None:
     transcript = _ask(WEATHER)
 
-    conversation = Conversation.objects.get(public_id=transcript["id"])
-    assert transcript == json.loads(json.dumps(conversation_transcript(conversation=conversation)))
-    assert transcript["model_profile"]["demo"] is True
-    assert transcript["servers"] == ["demo"]
-    assert transcript["paradigm"] == "native"
+    conversation = Conversation.objects.get(public_id=transcript["conversation"]["id"])
+    assert transcript == json.loads(json.dumps(transcript_document(conversation=conversation)))
+    assert transcript["conversation"]["model_profile"]["demo"] is True
+    assert [server["name"] for server in transcript["conversation"]["servers"]] == ["demo"]
+    assert transcript["conversation"]["paradigm"] == "native"
 
 
 def test_tool_choice_none_answers_in_text_without_calling_a_tool() -> None:

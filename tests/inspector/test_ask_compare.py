@@ -12,8 +12,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from conversations.models import Comparison, Conversation, ModelProfile
-from conversations.selectors import conversation_transcript
 from conversations.services import demo_profile_ensure
+from conversations.transcripts.document import transcript_document
 from servers import gateway
 from tests.factories import UserFactory
 
@@ -91,7 +91,7 @@ def test_native_and_prompt_xml_answer_the_same_question_each_in_their_own_way() 
     document: dict[str, Any] = json.loads(_compare("native,prompt_xml", "--json"))
 
     native, xml = document["runs"]
-    assert (native["paradigm"], xml["paradigm"]) == ("native", "prompt_xml")
+    assert (native["conversation"]["paradigm"], xml["conversation"]["paradigm"]) == ("native", "prompt_xml")
     for summary in document["summary"]:
         assert (summary["status"], summary["answered"]) == ("done", True), summary["error"]
         assert summary["tool"] == "demo/get_weather_forecast"
@@ -133,7 +133,7 @@ def test_the_json_holds_each_runs_transcript_and_the_summary(second_demo: ModelP
     comparison = Comparison.objects.get(public_id=document["comparison"])
     conversations = list(comparison.conversations.order_by("pk"))
     assert document["runs"] == [
-        json.loads(json.dumps(conversation_transcript(conversation=c))) for c in conversations
+        json.loads(json.dumps(transcript_document(conversation=c))) for c in conversations
     ]
     for summary, conversation in zip(document["summary"], conversations, strict=True):
         assert summary["conversation"] == str(conversation.public_id)

@@ -14,13 +14,9 @@ from django.utils import timezone
 
 from conversations import selectors
 from conversations.models import AuditEvent, Conversation, Step, Turn
-from conversations.selectors import (
-    ConversationFilters,
-    common_prefix_length,
-    conversation_page,
-    conversation_search,
-    step_prompt_change,
-)
+from conversations.presentation import step_prompt_change
+from conversations.selectors import ConversationFilters, conversation_page, conversation_search
+from conversations.strings import common_prefix_length
 from inspector import views
 from inspector.fragments import render_row, render_turn, timestamp_iso
 from inspector.templatetags import inspector_tags

@@ -15,9 +15,9 @@ from django.test import Client
 from django.urls import reverse
 
 from conversations.models import Comparison, Exchange, Turn
+from conversations.presentation import json_marked
 from conversations.providers import PROVIDERS
 from conversations.runner import turn_run
-from conversations.selectors import json_marked
 from conversations.services import comparison_providers_start
 from servers import gateway
 from servers.services import demo_server_ensure

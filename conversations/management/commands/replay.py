@@ -17,8 +17,8 @@ from django.urls import reverse
 
 from conversations.management.commands.export import command_user
 from conversations.models import Turn
+from conversations.presentation import Compared, ReplayDiff, replay_diff
 from conversations.runner import turn_run
-from conversations.selectors import Compared, ReplayDiff, replay_diff
 from conversations.services import ReplayError, turn_replay
 
 

@@ -23,13 +23,12 @@ from django.urls import reverse
 from conversations.llm import tool_result_text
 from conversations.models import TOOL_CHOICE_MODES, Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.paradigms import PARADIGMS
+from conversations.presentation import run_summary_json
 from conversations.runner import turn_run
 from conversations.selectors import (
     RunSummary,
     comparison_runs,
-    conversation_transcript,
     profiles_for_form,
-    run_summary_json,
     turn_rows,
 )
 from conversations.services import (
@@ -40,6 +39,7 @@ from conversations.services import (
     demo_format_profiles_ensure,
     demo_profile_ensure,
 )
+from conversations.transcripts.document import export_json, transcript_document
 from servers.models import McpServer
 from servers.selectors import servers_for_form
 from servers.services import DEMO_SERVER_NAME, demo_server_ensure
@@ -111,7 +111,7 @@ class Command(BaseCommand):
         turn.refresh_from_db()
 
         if options["json"]:
-            self.stdout.write(json.dumps(conversation_transcript(conversation=conversation), indent=2))
+            self.stdout.write(export_json(transcript_document(conversation=conversation)))
         else:
             self._print_turn(conversation, turn)
         if turn.status != Turn.Status.DONE:
@@ -137,7 +137,7 @@ class Command(BaseCommand):
         if options["json"]:
             document = {
                 "comparison": str(comparison.public_id),
-                "runs": [conversation_transcript(conversation=run.conversation) for run in summaries],
+                "runs": [transcript_document(conversation=run.conversation) for run in summaries],
                 "summary": [run_summary_json(run) for run in summaries],
             }
             self.stdout.write(json.dumps(document, indent=2))
