@@ -39,7 +39,7 @@ class Recorder(Protocol):
 
     Field names are those of the ``Step`` model (``kind``, ``title``, ``prompt``, ``text``,
     ``calls``, ``diagnostics``, ``tool_name``, ``arguments``, ``result``, ``is_error``,
-    ``error``, ``server_id``).
+    ``error``, ``server_id``, ``server_name``).
     """
 
     def step_open(
@@ -391,6 +391,7 @@ def _run_call(item: CheckedCall, parent: StepRef, host: ToolHost, recorder: Reco
         tool_name=tool.name if tool else item.call.name,
         arguments=item.call.arguments if item.call.arguments is not None else item.call.arguments_text,
         server_id=tool.server_id if tool else None,
+        server_name=tool.server_name if tool else "",
     )
     if item.error or tool is None:
         recorder.step_close(step, status="error", is_error=True, error=f"not sent: {item.error}")

@@ -86,6 +86,7 @@ def exchange_rows(
                 conversation_id=conversation_id,
                 step_id=step_id,
                 server_id=record.server_id,
+                server_name=_storable_line(record.server_name, 40),
                 seq=first_seq + offset,
                 channel=record.channel,
                 direction=record.direction,

@@ -17,6 +17,7 @@ from conversations.lifecycle import lifecycle_start
 from conversations.models import Turn
 from conversations.runner import turn_abandon, turn_run
 from conversations.tasks import run_turn
+from conversations.trace_delivery import trace_deliveries_retry
 
 logger = logging.getLogger(__name__)
 
@@ -83,14 +84,28 @@ def turns_resume_queued() -> list[int]:
 
 def serving_start(sender: object, **kwargs: object) -> None:
     """``request_started`` receiver: the first request a web process serves makes it a checker
-    of stale turns (``lifecycle_start``) and, in the embedded mode, resumes the queued turns."""
+    of stale turns (``lifecycle_start``) and, in the embedded mode, picks up what an earlier
+    process left (``embedded_resume``)."""
     if lifecycle_start() and settings.TURN_RUNNER == "embedded":
-        try:
-            resumed = turns_resume_queued()
-        except DatabaseError:
-            # A receiver of request_started must not fail the request it runs in (a health probe
-            # against a database not migrated yet, or down): the turns stay queued, and the log says so.
-            logger.exception("could not resume the queued turns left by an earlier process")
-            return
+        embedded_resume()
+
+
+def embedded_resume() -> None:
+    """What an earlier embedded process left undone: its queued turns run here, and the traces it
+    had not sent yet are sent by this process's sender. A receiver of request_started must not
+    fail the request it runs in (a health probe against a database not migrated yet, or down):
+    on a database error the work stays where it is, and the log says so."""
+    try:
+        resumed = turns_resume_queued()
+    except DatabaseError:
+        logger.exception("could not resume the queued turns left by an earlier process")
+    else:
         if resumed:
             logger.info("resumed %d queued turn(s) left by an earlier process: %s", len(resumed), resumed)
+    try:
+        resent = trace_deliveries_retry()
+    except DatabaseError:
+        logger.exception("could not pick up the traces an earlier process left unsent")
+    else:
+        if resent:
+            logger.info("sending %d trace(s) an earlier process left unsent", len(resent))

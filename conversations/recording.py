@@ -71,6 +71,7 @@ _STEP_FIELDS = {
     "is_error",
     "error",
     "server_id",
+    "server_name",
     "status",
     "finished_at",
 }

@@ -41,6 +41,8 @@ class WireExchange:
     error: str = ""
     duration_ms: float | None = None
     server_id: int | None = None
+    # The server's name as it was when the record was captured (kept if the server row goes).
+    server_name: str = ""
 
 
 def safe_headers(headers: Iterable[tuple[str, str]] | Mapping[str, str]) -> dict[str, str]:

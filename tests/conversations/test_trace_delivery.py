@@ -21,6 +21,7 @@ from django.urls import reverse
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from conversations.execution import embedded_resume
 from conversations.models import TraceDelivery, Turn
 from conversations.runner import turn_run
 from conversations.services import conversation_start, demo_profile_ensure
@@ -201,6 +202,20 @@ def test_a_collector_that_refuses_the_trace_marks_it_failed_and_says_why() -> No
         assert delivery is not None
         assert (delivery.attempts, delivery.last_error) == (1, "the collector refused the trace: HTTP 400")
         assert sink.received == []
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_new_embedded_process_sends_the_traces_an_earlier_one_left_pending() -> None:
+    turn = _run_turn(User.objects.create_user("alice"))
+    # What a process that died leaves: a pending delivery nobody in this process has queued.
+    TraceDelivery.objects.create(turn=turn, attempts=1, last_error="the collector could not be reached")
+    with collector() as sink, _embedded(sink.url):
+        embedded_resume()
+
+        assert _until(lambda: _sent(turn))
+    assert len(sink.received) == 1
+    _nowhere_has_the_secret(turn)
 
 
 @pytest.mark.django_db(transaction=True)
