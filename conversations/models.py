@@ -487,3 +487,43 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor_name} {self.action} {self.conversation_public_id or ''}"
+
+
+class UserPreference(models.Model):
+    """How one user likes the pages: teaching mode on or off, and the colour scheme."""
+
+    class Theme(models.TextChoices):
+        SYSTEM = "system", "as the system"
+        LIGHT = "light", "light"
+        DARK = "dark", "dark"
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preference")
+    teaching = models.BooleanField(
+        default=False, help_text="Explain every field, name the roles, mark selection and execution."
+    )
+    theme = models.CharField(max_length=8, choices=Theme.choices, default=Theme.SYSTEM)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"preferences of user {self.user_id}"
+
+
+class LearnedCapability(models.Model):
+    """A capability the runner learned a model lacks because its provider refused it at run time
+    (``auto`` then starts lower): when, why, and on which turn. Resetting it from the profile page
+    deletes this row and sets the capability back to unknown."""
+
+    profile = models.ForeignKey(ModelProfile, on_delete=models.CASCADE, related_name="learned_capabilities")
+    capability = models.CharField(max_length=24)
+    reason = models.TextField(help_text="What the provider said (redacted).")
+    learned_at = models.DateTimeField(default=timezone.now)
+    turn = models.ForeignKey(Turn, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["profile", "capability"]
+        constraints = [
+            models.UniqueConstraint(fields=["profile", "capability"], name="learned_capability_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.profile} lacks {self.capability}"
