@@ -91,3 +91,12 @@ def tool_choice_sent(exchange: Exchange) -> str:
 @register.inclusion_tag("inspector/_teach_legend.html")
 def teach_legend() -> dict[str, object]:
     return {"roles": list(teaching.ROLES.items())}
+
+
+@register.inclusion_tag("inspector/_teach_fields.html")
+def teach_fragment_fields(fragments: list[tuple[str, str]] | None, fmt: str, part: str) -> dict[str, object]:
+    """The field notes of a piece cut from a body (the compare view's wire columns): the piece is
+    read as JSON, or as the members of an object when it is a run of ``"key": value`` pairs."""
+    text = "".join(piece for piece, _ in fragments or [])
+    notes = teaching.field_notes(text, fmt) or teaching.field_notes("{" + text.strip().rstrip(",") + "}", fmt)
+    return {"fields": notes, "too_big": False, "fmt": fmt, "part": part}

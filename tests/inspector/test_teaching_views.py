@@ -10,12 +10,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.template.loader import render_to_string
 from django.test import Client
 from django.urls import reverse
 
 from conversations.models import LearnedCapability, ModelProfile, Turn, UserPreference
 from conversations.runner import turn_run
-from conversations.services import conversation_start, demo_profile_ensure
+from conversations.services import comparison_providers_start, conversation_start, demo_profile_ensure
 from servers import gateway
 from servers.services import demo_server_ensure
 from tests.factories import UserFactory
@@ -169,4 +170,29 @@ def test_a_missing_page_is_the_sites_own_404(settings: Any) -> None:
     assert response.status_code == 404
     text = response.content.decode()
     assert 'id="not-found"' in text
+    assert "Tool-Call Inspector" in text
+
+
+def test_the_compare_views_wire_columns_explain_each_formats_fields() -> None:
+    alice = UserFactory(username="alice")
+    comparison, turns = comparison_providers_start(
+        owner=alice, question=WEATHER, stream=False, dispatch=False
+    )
+    for turn in turns:
+        turn_run(turn_id=turn.pk)
+
+    text = (
+        _signed_in(alice).get(reverse("inspector-comparison", args=[comparison.public_id])).content.decode()
+    )
+
+    for field in ("tool_calls", "tool_call_id", "call_id", "tool_use_id", "functionCall", "functionResponse"):
+        assert f"<dt><code>{field}</code></dt>" in text, field
+    assert "(no note yet)" not in text
+    assert 'class="role role-model">Model</span> → <span class="role role-host">Host' in text
+
+
+def test_the_500_page_renders_without_a_request() -> None:
+    text = render_to_string("500.html")
+
+    assert 'id="server-error"' in text
     assert "Tool-Call Inspector" in text
