@@ -64,7 +64,11 @@ def profile_capability_reset(*, profile: ModelProfile, capability: str) -> bool:
 def profiles_capabilities() -> list[ModelProfile]:
     """The profiles a user can pick (not the ones imports hang conversations off), each with its
     learned capabilities loaded."""
-    return list(ModelProfile.objects.filter(imported_by=None).prefetch_related("learned_capabilities__turn"))
+    return list(
+        ModelProfile.objects.filter(imported_by=None)
+        .select_related("price")
+        .prefetch_related("learned_capabilities__turn")
+    )
 
 
 def profile_pickable(*, profile_id: int) -> ModelProfile | None:

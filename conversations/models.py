@@ -527,3 +527,18 @@ class LearnedCapability(models.Model):
 
     def __str__(self) -> str:
         return f"{self.profile} lacks {self.capability}"
+
+
+class ModelPrice(models.Model):
+    """What a profile's model costs, in US dollars per million tokens (empty: unknown). Shown as
+    the cost of each model call and turn; set on the Models page, where its source is named."""
+
+    profile = models.OneToOneField(ModelProfile, on_delete=models.CASCADE, related_name="price")
+    input_per_million = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
+    output_per_million = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
+    source = models.CharField(max_length=200, blank=True, help_text="Where the prices come from.")
+    updated_by = models.CharField(max_length=150, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"price of {self.profile}"

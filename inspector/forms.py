@@ -548,3 +548,30 @@ class ProviderComparisonForm(forms.Form):
     question = _question_field("What will the weather be like in Beijing tomorrow?")
     question.initial = "What will the weather be like in Beijing tomorrow?"
     stream = forms.BooleanField(required=False, label="Stream the replies")
+
+
+class PriceForm(forms.Form):
+    """A model profile's prices in US dollars per million tokens; both empty: unknown."""
+
+    profile = forms.IntegerField(widget=forms.HiddenInput)
+    input_per_million = forms.DecimalField(
+        required=False, min_value=0, max_digits=10, decimal_places=4, label="input $ / 1M tokens"
+    )
+    output_per_million = forms.DecimalField(
+        required=False, min_value=0, max_digits=10, decimal_places=4, label="output $ / 1M tokens"
+    )
+    source = forms.CharField(
+        required=False,
+        max_length=200,
+        label="source",
+        help_text="Where these prices come from (a price page, a date).",
+    )
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        given = [cleaned.get("input_per_million") is not None, cleaned.get("output_per_million") is not None]
+        if any(given) and not all(given):
+            raise forms.ValidationError("Give both prices, or neither (unknown).")
+        if all(given) and not cleaned.get("source"):
+            self.add_error("source", "Name where the prices come from.")
+        return cleaned

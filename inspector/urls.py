@@ -47,6 +47,7 @@ urlpatterns = [
     path("accounts/preferences", views.preferences_update, name="inspector-preferences"),
     path("profiles/", views.profile_list, name="inspector-profiles"),
     path("profiles/reset", views.profile_reset, name="inspector-profile-reset"),
+    path("profiles/price", views.profile_price, name="inspector-profile-price"),
     path("accounts/token/revoke", accounts.token_revoke_view, name="inspector-token-revoke"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

@@ -28,6 +28,7 @@ from conversations.audit import audit_read
 from conversations.capabilities import profile_capability_reset, profile_pickable, profiles_capabilities
 from conversations.integrity import conversation_verify
 from conversations.models import Comparison, Conversation, Step, Turn
+from conversations.pricing import profile_price_set
 from conversations.transcripts.export import EXPORT_FORMATS, MEDIA_TYPES, ExportFormat
 from conversations.transcripts.importing import TranscriptError
 from inspector import fragments, walkthrough
@@ -35,6 +36,7 @@ from inspector.forms import (
     ComparisonForm,
     ConversationFilterForm,
     ConversationForm,
+    PriceForm,
     ProviderComparisonForm,
     QuestionForm,
     TranscriptUploadForm,
@@ -588,6 +590,32 @@ def preferences_update(request: HttpRequest) -> HttpResponse:
 def profile_list(request: HttpRequest) -> HttpResponse:
     """The model profiles: their capabilities, and what was learned at run time, when and why."""
     return render(request, "inspector/profile_list.html", {"profiles": profiles_capabilities()})
+
+
+@require_POST
+def profile_price(request: HttpRequest) -> HttpResponse:
+    """Set a shared profile's prices (any signed-in user; who set them is kept with them)."""
+    form = PriceForm(request.POST)
+    profile = (
+        profile_pickable(profile_id=int(request.POST["profile"]))
+        if request.POST.get("profile", "").isdigit()
+        else None
+    )
+    if profile is None:
+        raise Http404("No such model profile.")
+    if not form.is_valid():
+        problems = "; ".join(str(error) for errors in form.errors.values() for error in errors)
+        messages.error(request, f"{profile.name}: prices not saved: {problems}")
+        return redirect("inspector-profiles")
+    profile_price_set(
+        profile=profile,
+        input_per_million=form.cleaned_data["input_per_million"],
+        output_per_million=form.cleaned_data["output_per_million"],
+        source=form.cleaned_data["source"],
+        actor=_user(request),
+    )
+    messages.success(request, f"{profile.name}: prices saved.")
+    return redirect("inspector-profiles")
 
 
 @require_POST

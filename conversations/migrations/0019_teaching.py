@@ -86,4 +86,37 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
+        migrations.CreateModel(
+            name="ModelPrice",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "input_per_million",
+                    models.DecimalField(blank=True, decimal_places=4, max_digits=10, null=True),
+                ),
+                (
+                    "output_per_million",
+                    models.DecimalField(blank=True, decimal_places=4, max_digits=10, null=True),
+                ),
+                (
+                    "source",
+                    models.CharField(blank=True, help_text="Where the prices come from.", max_length=200),
+                ),
+                ("updated_by", models.CharField(blank=True, max_length=150)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "profile",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="price",
+                        to="conversations.modelprofile",
+                    ),
+                ),
+            ],
+        ),
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 
 from django import template
 from django.template.defaultfilters import filesizeformat
@@ -23,6 +24,7 @@ from pygments.lexers import JsonLexer
 from conversations.escaping import carriable
 from conversations.models import Conversation, Exchange, Step, Turn
 from conversations.paradigms import PARADIGMS
+from conversations.pricing import Cost, step_cost, turn_cost
 from conversations.selectors import (
     USAGE_IN_KEYS,
     USAGE_OUT_KEYS,
@@ -352,3 +354,20 @@ def count(value: int | float | None) -> str:
     if value is None:
         return "—"
     return f"{value:,.0f}"
+
+
+@register.filter
+def call_cost(step: Step, conversation: Conversation) -> Cost | None:
+    """What a model call cost at its profile's prices (None: no price set, or no usage)."""
+    return step_cost(step, conversation.model_profile)
+
+
+@register.filter
+def turn_total_cost(turn: Turn, conversation: Conversation) -> Cost | None:
+    return turn_cost(turn, conversation.model_profile)
+
+
+@register.filter
+def dollars(value: Decimal) -> str:
+    """A cost in US dollars with enough digits to tell small calls apart."""
+    return f"${value:.6f}" if value < 1 else f"${value:,.2f}"

@@ -108,6 +108,7 @@ EXPECTED: dict[str, Expect] = {
     # the shared model profiles and what was learned about them (no user's data)
     "inspector-profiles": Expect("GET", NO_LEAK),
     "inspector-profile-reset": Expect("POST", NO_LEAK),
+    "inspector-profile-price": Expect("POST", NO_LEAK),
     "api-openapi": Expect("GET", NO_LEAK),
     "api-token": Expect("POST", PUBLIC),
     "api-conversations": Expect("GET", NO_LEAK),
