@@ -34,6 +34,7 @@ from conversations.selectors import (
 )
 from conversations.typealias import JSONValue
 from inspector.fragments import timestamp_iso
+from inspector.waterfall import Waterfall, turn_waterfall
 
 register = template.Library()
 
@@ -371,3 +372,9 @@ def turn_total_cost(turn: Turn, conversation: Conversation) -> Cost | None:
 def dollars(value: Decimal) -> str:
     """A cost in US dollars with enough digits to tell small calls apart."""
     return f"${value:.6f}" if value < 1 else f"${value:,.2f}"
+
+
+@register.filter
+def waterfall(turn: Turn) -> Waterfall | None:
+    """The turn's timeline (one query for all its steps)."""
+    return turn_waterfall(list(Step.objects.filter(turn=turn).order_by("started_at", "seq")))

@@ -66,8 +66,15 @@
     return Array.prototype.slice.call(document.querySelectorAll("section.step"));
   }
 
+  // By id: a live update replaces a step's element, and the new one must stay current.
+  var currentId = null;
+
   function current() {
-    return document.querySelector("section.step.is-current");
+    var step = currentId ? document.getElementById(currentId) : null;
+    if (step && !step.classList.contains("is-current")) {
+      step.classList.add("is-current");
+    }
+    return step;
   }
 
   function focusStep(step) {
@@ -75,6 +82,7 @@
     if (before) {
       before.classList.remove("is-current");
     }
+    currentId = step.id;
     step.classList.add("is-current");
     step.setAttribute("tabindex", "-1");
     step.focus({ preventScroll: true });

@@ -125,6 +125,9 @@ def test_teaching_mode_shows_roles_notes_and_the_two_moments_and_is_remembered(
     )
     expect(page.locator(".teach-field dt code", has_text="jsonrpc").first).to_be_visible()
     expect(page.locator(".teach-field.no-note")).to_have_count(0)
+    # The turn's timeline: one bar per call, drawn by the server.
+    expect(page.locator(".waterfall-chart .wf-bar")).to_have_count(4)
+    expect(page.locator(".waterfall-chart .wf-tool rect")).to_be_visible()
 
     # Remembered: in a new browser session too; and off again.
     again = _signed_in(browser, setting)
@@ -259,6 +262,7 @@ def test_the_keyboard_moves_between_steps_opens_them_and_shows_help(
     page = _signed_in(browser, setting)
     page.goto(setting.conversation)
     expect(page.locator("[id^=turn-status-]")).to_contain_text("Beijing")
+    expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
     steps = page.locator("section.step")
 
     page.keyboard.press("j")

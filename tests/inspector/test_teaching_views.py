@@ -196,3 +196,22 @@ def test_the_500_page_renders_without_a_request() -> None:
 
     assert 'id="server-error"' in text
     assert "Tool-Call Inspector" in text
+
+
+def test_a_finished_turn_draws_its_timeline_as_svg() -> None:
+    alice = UserFactory(username="alice")
+    turn = _weather_turn(alice)
+
+    text = (
+        _signed_in(alice)
+        .get(reverse("inspector-conversation", args=[turn.conversation.public_id]))
+        .content.decode()
+    )
+
+    chart = re.search(r'<svg class="waterfall-chart".*?</svg>', text, re.S)
+    assert chart is not None
+    bars = re.findall(r'<g class="wf-bar wf-(\w+) wf-status-(\w+)">', chart.group(0))
+    assert bars == [("connect", "ok"), ("decide", "ok"), ("tool", "ok"), ("answer", "ok")]
+    assert re.search(r"\d+ ms · \d+ in / \d+ out tokens", chart.group(0))
+    widths = [float(w) for w in re.findall(r'<rect x="[\d.]+" y="\d+" width="([\d.]+)"', chart.group(0))]
+    assert all(2 <= width <= 700 for width in widths)
