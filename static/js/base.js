@@ -77,6 +77,13 @@
     return step;
   }
 
+  // A live update replaces a row's element: the current step stays marked.
+  new MutationObserver(function () {
+    if (currentId) {
+      current();
+    }
+  }).observe(document.body, { childList: true, subtree: true });
+
   function focusStep(step) {
     var before = current();
     if (before) {

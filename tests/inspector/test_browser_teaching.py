@@ -228,11 +228,13 @@ def test_no_page_scrolls_sideways_and_the_first_screen_shows_the_question_and_th
     expect(page.locator(".site-user button", has_text="Log out")).to_be_in_viewport()
     decide = page.locator("section.step.kind-decide").first
     expect(decide).to_be_visible()
-    assert decide.evaluate("e => e.getBoundingClientRect().top") < height
-    boxes = decide.evaluate(
-        "e => Array.from(e.querySelectorAll('.area, .call-name')).map(a => {"
-        " const r = a.getBoundingClientRect(); return [a.className, r.left, r.right]; })"
+    # Measured in one synchronous script on the step as it is now (a live update may replace it).
+    top, boxes = page.evaluate(
+        "() => { const e = document.querySelector('section.step.kind-decide');"
+        " return [e.getBoundingClientRect().top, Array.from(e.querySelectorAll('.area, .call-name')).map(a => {"
+        " const r = a.getBoundingClientRect(); return [a.className, r.left, r.right]; })]; }"
     )
+    assert top < height
     areas = [(left, right) for name, left, right in boxes if name.startswith("area")]
     if width >= 1280:
         # Five columns side by side, each wide enough to read, the call name inside its own.
