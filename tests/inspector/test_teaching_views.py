@@ -18,7 +18,8 @@ from conversations.models import LearnedCapability, ModelProfile, Turn, UserPref
 from conversations.runner import turn_run
 from conversations.services import comparison_providers_start, conversation_start, demo_profile_ensure
 from servers import gateway
-from servers.services import demo_server_ensure
+from servers.models import Operation
+from servers.services import demo_server_ensure, operation_start
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -215,3 +216,22 @@ def test_a_finished_turn_draws_its_timeline_as_svg() -> None:
     assert re.search(r"\d+ ms · \d+ in / \d+ out tokens", chart.group(0))
     widths = [float(w) for w in re.findall(r'<rect x="[\d.]+" y="\d+" width="([\d.]+)"', chart.group(0))]
     assert all(2 <= width <= 700 for width in widths)
+
+
+def test_the_workbench_names_the_roles_and_explains_the_json_rpc_fields() -> None:
+    alice = UserFactory(username="alice")
+    operation = operation_start(
+        server=demo_server_ensure(),
+        user=alice,
+        kind=Operation.Kind.TOOLS_CALL,
+        target="calculate",
+        arguments={"expression": "6 * 7"},
+    )
+
+    text = _signed_in(alice).get(reverse("servers-operation", args=[operation.public_id])).content.decode()
+
+    assert 'data-sender="Client" data-receiver="Server"' in text
+    assert "EXECUTE: the host runs" in text
+    for field in ("jsonrpc", "method", "params", "arguments", "content", "structuredContent", "isError"):
+        assert f"<dt><code>{field}</code></dt>" in text, field
+    assert "(no note yet)" not in text
