@@ -515,3 +515,58 @@ class TraceDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"trace of turn {self.turn_id}: {self.status}"
+
+
+class UserPreference(models.Model):
+    """How one user likes the pages: teaching mode on or off, and the colour scheme."""
+
+    class Theme(models.TextChoices):
+        SYSTEM = "system", "as the system"
+        LIGHT = "light", "light"
+        DARK = "dark", "dark"
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preference")
+    teaching = models.BooleanField(
+        default=False, help_text="Explain every field, name the roles, mark selection and execution."
+    )
+    theme = models.CharField(max_length=8, choices=Theme.choices, default=Theme.SYSTEM)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"preferences of user {self.user_id}"
+
+
+class LearnedCapability(models.Model):
+    """A capability the runner learned a model lacks because its provider refused it at run time
+    (``auto`` then starts lower): when, why, and on which turn. Resetting it from the profile page
+    deletes this row and sets the capability back to unknown."""
+
+    profile = models.ForeignKey(ModelProfile, on_delete=models.CASCADE, related_name="learned_capabilities")
+    capability = models.CharField(max_length=24)
+    reason = models.TextField(help_text="What the provider said (redacted).")
+    learned_at = models.DateTimeField(default=timezone.now)
+    turn = models.ForeignKey(Turn, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["profile", "capability"]
+        constraints = [
+            models.UniqueConstraint(fields=["profile", "capability"], name="learned_capability_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.profile} lacks {self.capability}"
+
+
+class ModelPrice(models.Model):
+    """What a profile's model costs, in US dollars per million tokens (empty: unknown). Shown as
+    the cost of each model call and turn; set on the Models page, where its source is named."""
+
+    profile = models.OneToOneField(ModelProfile, on_delete=models.CASCADE, related_name="price")
+    input_per_million = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
+    output_per_million = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
+    source = models.CharField(max_length=200, blank=True, help_text="Where the prices come from.")
+    updated_by = models.CharField(max_length=150, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"price of {self.profile}"

@@ -22,6 +22,7 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.db import DatabaseError
 
 from conversations.agent import AgentTurn, PromptRenderer, TurnCancelled, run_agent
+from conversations.capabilities import CAPABILITY_FIELDS, capability_downgrades_remember
 from conversations.lifecycle import CANCEL, TurnSignal, turn_claim, turn_unwatch, turn_watch, turns_reap_stale
 from conversations.llm import Message, ToolChoice, ToolDef
 from conversations.models import ModelProfile, Turn
@@ -155,9 +156,6 @@ def _abandoned_call_ended(future: Future[ModelReply]) -> None:
     logger.debug("an abandoned model call ended%s", f": {error}" if error else " with a reply (dropped)")
 
 
-CAPABILITY_FIELDS = ("native_tools", "structured_output", "parallel_calls")
-
-
 def prompt_renderer(profile: ModelProfile) -> PromptRenderer:
     """Splices each request the way the profile's model reads it (its chat template, if known)."""
 
@@ -173,15 +171,6 @@ def prompt_renderer(profile: ModelProfile) -> PromptRenderer:
         )
 
     return render
-
-
-def _remember_downgrades(profile: ModelProfile, downgrades: list[tuple[str, str]]) -> None:
-    """What the provider refused at run time is remembered, so ``auto`` starts lower next time."""
-    changed = [capability for capability, _ in downgrades if capability in CAPABILITY_FIELDS]
-    for capability in changed:
-        setattr(profile, capability, "no")
-    if changed:
-        profile.save(update_fields=changed)
 
 
 def connect_servers(
@@ -292,7 +281,9 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> None:
             partials=recorder.partial_sink,
             stopped=lambda: signal.stopped,
         )
-        _remember_downgrades(profile, outcome.downgrades)
+        capability_downgrades_remember(
+            profile=profile, downgrades=outcome.downgrades, turn=turn, redact=recorder.redact
+        )
         # A step the database refused while the loop went on fails the turn, like one refused
         # before the loop's eyes: steps are missing, and the record says why.
         recorder.drain()

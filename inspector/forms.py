@@ -15,14 +15,16 @@ from conversations import selectors
 from conversations.models import TOOL_CHOICE_MODES, ModelProfile, Turn
 from conversations.paradigms import PARADIGMS
 from conversations.services import DEMO_PROFILE_NAME
-from servers.models import McpServer
-from servers.selectors import server_spawn_refusal, servers_for_form
+from servers.models import McpServer, Operation
+from servers.selectors import server_listing, server_spawn_refusal, servers_for_form
 
 QUESTION_MAX_CHARS = 10_000
 # Bigger transcripts go through `manage.py import`, which streams no request body.
 TRANSCRIPT_UPLOAD_MAX_BYTES = 20 * 1024 * 1024
 # Every run is a full agent turn; a comparison wider than this is unreadable side by side anyway.
 COMPARISON_MAX_RUNS = 12
+# How many of the user's newest turns are read for the tools each server offers.
+KNOWN_TOOLS_TURNS = 20
 
 # One line per paradigm for people choosing one; a paradigm without a line here shows its
 # class docstring's first line instead.
@@ -114,6 +116,114 @@ def _question_field(placeholder: str) -> forms.CharField:
     )
 
 
+# The demo model's scenarios (conversations/demo/scenarios.py MARKERS): the switch, a name and a
+# sentence for people choosing one. The chosen switch is added to the question.
+SCENARIOS: list[tuple[str, str, str]] = [
+    (
+        "[demo:malformed-json]",
+        "Malformed JSON",
+        "the first tool call's arguments are cut short; watch the tolerant parser and the repair",
+    ),
+    (
+        "[demo:unknown-tool]",
+        "Unknown tool",
+        "the first call names a tool that was not offered; the host refuses it and the model repairs",
+    ),
+    (
+        "[demo:missing-argument]",
+        "Missing argument",
+        "the first call leaves out a required argument; the inputSchema check sends the error back",
+    ),
+    (
+        "[demo:code-fence]",
+        "Code fence",
+        "the call comes wrapped in a ```json / ```xml fence, as chat models often write it",
+    ),
+    (
+        "[demo:no-native-tools]",
+        "No native tools",
+        "the provider refuses the tools field (400), as Ollama does; Auto falls back to structured output",
+    ),
+    (
+        "[demo:no-structured]",
+        "No structured output",
+        "the provider refuses a json_schema response_format (400); Auto falls back to XML in the prompt",
+    ),
+    (
+        "[demo:http-500]",
+        "HTTP 500",
+        "every model request fails with a server error; the turn records it and stays usable",
+    ),
+    (
+        "[demo:drip=0.4]",
+        "Slow streaming",
+        "with a streaming profile, each event waits 0.4 s, so the reply visibly grows",
+    ),
+    ("[demo:slow=3]", "Slow answer", "the model waits 3 s before answering"),
+    ("[demo:no-tool]", "No tool", "the model answers in text even when a tool fits"),
+]
+
+
+def scenario_choices() -> list[tuple[str, str]]:
+    return [("", "None — the demo model behaves")] + [
+        (marker, f"{name} — {sentence}") for marker, name, sentence in SCENARIOS
+    ]
+
+
+def _scenario_field() -> forms.ChoiceField:
+    return forms.ChoiceField(
+        choices=scenario_choices,
+        required=False,
+        initial="",
+        label="Demo scenario",
+        help_text="The demo model misbehaves on purpose, so a class can watch the parser, the validator, "
+        "the repair loop and the fallbacks work. It adds the switch to the question (it can be typed "
+        "there too); only the demo model reacts to it.",
+        widget=forms.RadioSelect(attrs={"class": "scenario-choices"}),
+    )
+
+
+def _with_scenario(form: forms.Form, cleaned: dict[str, Any], profiles: list[ModelProfile]) -> None:
+    """Add the chosen scenario's switch to the question; refuse it when no chosen model is the demo."""
+    marker = cleaned.get("scenario") or ""
+    question = cleaned.get("question")
+    if not marker or not question:
+        return
+    if profiles and not any(profile.is_demo for profile in profiles):
+        form.add_error("scenario", "Scenarios are the demo model's: choose the demo model, or no scenario.")
+        return
+    if marker not in question:
+        cleaned["question"] = f"{question} {marker}"
+
+
+def _known_tools(user: AbstractBaseUser) -> dict[str, list[str]]:
+    """The tools each server is known to offer, as the user has seen them: the newest turn of the
+    user's conversations that listed it, else the newest tools/list on the workbench."""
+    known: dict[str, list[str]] = {}
+    turns = (
+        Turn.objects.filter(conversation__in=selectors.conversation_list(user=user))
+        .exclude(tools=[])
+        .order_by("-created_at")
+        .values_list("tools", flat=True)[:KNOWN_TOOLS_TURNS]
+    )
+    for tools in turns:
+        seen: dict[str, list[str]] = {}
+        for tool in tools if isinstance(tools, list) else []:
+            if isinstance(tool, dict) and tool.get("server") and tool.get("name"):
+                seen.setdefault(str(tool["server"]), []).append(str(tool["name"]))
+        for server, names in seen.items():
+            known.setdefault(server, names)
+    for mcp_server in servers_for_form():
+        if mcp_server.name not in known:
+            listing = server_listing(server=mcp_server, kind=Operation.Kind.TOOLS_LIST, user=user)
+            names = [
+                str(item["name"]) for item in listing.items if isinstance(item, dict) and item.get("name")
+            ]
+            if names:
+                known[mcp_server.name] = names
+    return known
+
+
 class _ToolChoiceForm(forms.Form):
     """tool_choice, its tool name and the MCP servers: shared by conversations and comparisons."""
 
@@ -122,8 +232,8 @@ class _ToolChoiceForm(forms.Form):
         max_length=200,
         required=False,
         label="Named tool",
-        help_text="With tool_choice “named”: the MCP tool as server/tool, e.g. demo/get_forecast.",
-        widget=forms.TextInput(attrs={"placeholder": "server/tool"}),
+        help_text="With tool_choice “named”: the one tool the model must call, as server/tool.",
+        widget=forms.TextInput(attrs={"placeholder": "server/tool, e.g. demo/get_weather_forecast"}),
     )
     servers = _ServerChoiceField(
         queryset=servers_for_form(),
@@ -146,6 +256,20 @@ class _ToolChoiceForm(forms.Form):
         widget = self.fields["servers"].widget
         assert isinstance(widget, _ServerCheckboxes)
         widget.refused = {str(pk): reason for pk, reason in self.refused.items()}
+        self.known_tools = _known_tools(user)
+        if self.known_tools:
+            # "named" picks one of the tools the servers are known to offer.
+            self.fields["tool_choice_name"].widget = forms.Select(
+                choices=[("", "— choose the tool —")]
+                + [
+                    (server, [(f"{server}/{name}", f"{server}/{name}") for name in names])
+                    for server, names in sorted(self.known_tools.items())
+                ]
+            )
+            self.fields["tool_choice_name"].help_text = (
+                "With tool_choice “named”: the one tool the model must call, among the tools the "
+                "servers offered last time."
+            )
         if not self.is_bound:
             # The bundled demo server is ticked, so a first question just works.
             self.initial.setdefault(
@@ -174,11 +298,16 @@ class _ToolChoiceForm(forms.Form):
         if not _looks_like_server_tool(name):
             self.add_error("tool_choice_name", "Write the tool as server/tool, e.g. demo/get_forecast.")
             return cleaned
-        server_name = name.partition("/")[0]
+        server_name, _, tool = name.partition("/")
         selected = {server.name for server in cleaned.get("servers") or []}
         if server_name not in selected:
             self.add_error(
                 "tool_choice_name", f"The server “{server_name}” is not among the selected servers."
+            )
+        elif server_name in self.known_tools and tool not in self.known_tools[server_name]:
+            offered = ", ".join(self.known_tools[server_name])
+            self.add_error(
+                "tool_choice_name", f"{server_name} offers no tool “{tool}” (it offers {offered})."
             )
         return cleaned
 
@@ -191,8 +320,23 @@ class ConversationForm(_ToolChoiceForm):
     )
     paradigm = forms.ChoiceField(choices=paradigm_choices, initial="native", widget=forms.RadioSelect)
     question = _question_field("What is the weather in Paris tomorrow?")
+    scenario = _scenario_field()
 
-    field_order = ["model_profile", "paradigm", "tool_choice", "tool_choice_name", "servers", "question"]
+    field_order = [
+        "model_profile",
+        "paradigm",
+        "tool_choice",
+        "tool_choice_name",
+        "servers",
+        "question",
+        "scenario",
+    ]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        profile = cleaned.get("model_profile")
+        _with_scenario(self, cleaned, [profile] if profile is not None else [])
+        return cleaned
 
 
 def _looks_like_server_tool(name: str) -> bool:
@@ -211,7 +355,17 @@ class ComparisonForm(_ToolChoiceForm):
         choices=paradigm_choices, widget=forms.CheckboxSelectMultiple, label="Paradigms"
     )
 
-    field_order = ["question", "model_profiles", "paradigms", "tool_choice", "tool_choice_name", "servers"]
+    scenario = _scenario_field()
+
+    field_order = [
+        "question",
+        "scenario",
+        "model_profiles",
+        "paradigms",
+        "tool_choice",
+        "tool_choice_name",
+        "servers",
+    ]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -229,6 +383,7 @@ class ComparisonForm(_ToolChoiceForm):
         paradigms = cleaned.get("paradigms")
         if not profiles or not paradigms:
             return cleaned  # the field errors say what is missing
+        _with_scenario(self, cleaned, list(profiles))
         count = len(profiles) * len(paradigms)
         if count < 2:
             self.add_error(
@@ -397,3 +552,30 @@ class ProviderComparisonForm(forms.Form):
     question = _question_field("What will the weather be like in Beijing tomorrow?")
     question.initial = "What will the weather be like in Beijing tomorrow?"
     stream = forms.BooleanField(required=False, label="Stream the replies")
+
+
+class PriceForm(forms.Form):
+    """A model profile's prices in US dollars per million tokens; both empty: unknown."""
+
+    profile = forms.IntegerField(widget=forms.HiddenInput)
+    input_per_million = forms.DecimalField(
+        required=False, min_value=0, max_digits=10, decimal_places=4, label="input $ / 1M tokens"
+    )
+    output_per_million = forms.DecimalField(
+        required=False, min_value=0, max_digits=10, decimal_places=4, label="output $ / 1M tokens"
+    )
+    source = forms.CharField(
+        required=False,
+        max_length=200,
+        label="source",
+        help_text="Where these prices come from (a price page, a date).",
+    )
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        given = [cleaned.get("input_per_million") is not None, cleaned.get("output_per_million") is not None]
+        if any(given) and not all(given):
+            raise forms.ValidationError("Give both prices, or neither (unknown).")
+        if all(given) and not cleaned.get("source"):
+            self.add_error("source", "Name where the prices come from.")
+        return cleaned

@@ -20,24 +20,28 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
-from django.utils.http import content_disposition_header
+from django.utils.http import content_disposition_header, url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from conversations import presentation, selectors, services
 from conversations.audit import audit_read
+from conversations.capabilities import profile_capability_reset, profile_pickable, profiles_capabilities
 from conversations.integrity import conversation_verify
 from conversations.models import Comparison, Conversation, Step, Turn
+from conversations.pricing import profile_price_set
 from conversations.transcripts.export import BINARY_FORMATS, EXPORT_FORMATS, MEDIA_TYPES, ExportFormat
 from conversations.transcripts.importing import TranscriptError
-from inspector import fragments
+from inspector import fragments, walkthrough
 from inspector.forms import (
     ComparisonForm,
     ConversationFilterForm,
     ConversationForm,
+    PriceForm,
     ProviderComparisonForm,
     QuestionForm,
     TranscriptUploadForm,
 )
+from inspector.preferences import THEMES, preference_set
 from servers.selectors import server_spawn_refusal
 from servers.services import demo_server_ensure
 
@@ -534,3 +538,110 @@ def comparison_summary(request: HttpRequest, public_id: UUID) -> HttpResponse:
     comparison = _comparison(request, public_id)
     _audit_runs(request, comparison, "comparison summary")
     return render(request, "inspector/_compare_columns.html", _columns_context(comparison))
+
+
+@require_GET
+def turn_walk(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
+    """One turn, one slide at a time (``?at=N``, from 1): the step-through for a projector."""
+    conversation = _conversation(request, public_id)
+    turn = selectors.turn_get(conversation=conversation, turn_id=turn_id)
+    if turn is None:
+        raise Http404("No such turn.")
+    audit_read(
+        actor=_user(request),
+        conversation=conversation,
+        via="step-through",
+        subject=f"turn {turn.seq}",
+        detail={"turn": turn.pk},
+    )
+    slides = walkthrough.turn_slides(selectors.turn_rows(turn=turn))
+    raw = request.GET.get("at", "1")
+    at = min(max(int(raw), 1), max(len(slides), 1)) if raw.isdigit() else 1
+    context = {
+        "conversation": conversation,
+        "turn": turn,
+        "slide": slides[at - 1] if slides else None,
+        "at": at,
+        "total": len(slides),
+        "steps": sorted({slide.step_seq for slide in slides}),
+    }
+    return render(request, "inspector/turn_walk.html", context)
+
+
+def _back(request: HttpRequest) -> str:
+    """Where a form of the site header came from (only a path of this site)."""
+    target = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return "/"
+
+
+@require_POST
+def preferences_update(request: HttpRequest) -> HttpResponse:
+    """The header's switches: teaching mode (``teaching`` on/off) and the colour scheme (``theme``).
+    A script gets 204; a plain form post goes back where it came from."""
+    teaching = request.POST.get("teaching")
+    theme = request.POST.get("theme")
+    if teaching not in (None, "on", "off") or (theme is not None and theme not in THEMES):
+        return HttpResponse(
+            f"teaching must be on or off; theme one of {', '.join(THEMES)}",
+            status=STATUS_BAD_REQUEST,
+            content_type="text/plain",
+        )
+    preference_set(user=_user(request), teaching=None if teaching is None else teaching == "on", theme=theme)
+    if request.headers.get("X-Requested-With") == "fetch":
+        return HttpResponse(status=204)
+    return redirect(_back(request))
+
+
+@require_GET
+def profile_list(request: HttpRequest) -> HttpResponse:
+    """The model profiles: their capabilities, and what was learned at run time, when and why."""
+    return render(request, "inspector/profile_list.html", {"profiles": profiles_capabilities()})
+
+
+@require_POST
+def profile_price(request: HttpRequest) -> HttpResponse:
+    """Set a shared profile's prices (any signed-in user; who set them is kept with them)."""
+    form = PriceForm(request.POST)
+    profile = (
+        profile_pickable(profile_id=int(request.POST["profile"]))
+        if request.POST.get("profile", "").isdigit()
+        else None
+    )
+    if profile is None:
+        raise Http404("No such model profile.")
+    if not form.is_valid():
+        problems = "; ".join(str(error) for errors in form.errors.values() for error in errors)
+        messages.error(request, f"{profile.name}: prices not saved: {problems}")
+        return redirect("inspector-profiles")
+    profile_price_set(
+        profile=profile,
+        input_per_million=form.cleaned_data["input_per_million"],
+        output_per_million=form.cleaned_data["output_per_million"],
+        source=form.cleaned_data["source"],
+        actor=_user(request),
+    )
+    messages.success(request, f"{profile.name}: prices saved.")
+    return redirect("inspector-profiles")
+
+
+@require_POST
+def profile_reset(request: HttpRequest) -> HttpResponse:
+    """Forget a learned capability of a shared profile: it goes back to unknown, so ``auto`` tries
+    it again (and learns it again if the provider still refuses). Any signed-in user may: it can
+    only make the app try more, never less."""
+    raw = request.POST.get("profile", "")
+    profile = profile_pickable(profile_id=int(raw)) if raw.isdigit() else None
+    capability = request.POST.get("capability", "")
+    if profile is None:
+        raise Http404("No such model profile.")
+    if profile_capability_reset(profile=profile, capability=capability):
+        messages.success(
+            request, f"{profile.name}: {capability} is unknown again; auto will try it next time."
+        )
+    else:
+        messages.info(request, f"{profile.name}: nothing was learned about {capability}.")
+    return redirect("inspector-profiles")

@@ -3,8 +3,9 @@
 The ladder is native → structured → prompt_xml. The start rung comes from the model profile's
 capabilities (a capability known to be "no" is skipped). When the provider refuses a rung with
 one of the known refusal messages, the refusal is recorded as its own ``fallback`` step, the
-capability is reported back (the runner remembers it on the profile, so the next turn starts
-lower) and the same decision is retried one rung down.
+capability is reported back (the runner remembers it on the profile, with when and why, so the
+next turn starts lower — except on the demo model, whose refusals are scenarios of the question:
+conversations/capabilities.py) and the same decision is retried one rung down.
 """
 
 from __future__ import annotations
@@ -91,8 +92,9 @@ class AutoParadigm:
                 lower = LADDER[self._rung + 1][0]
                 context.asker.fallback(
                     title=f"fallback: {key} → {lower}",
-                    reason=f"the provider refused {key} ({exc.message}); {capability} is now marked 'no' "
-                    f"on the model profile and the decision is retried with {lower}",
+                    reason=f"the provider refused {key} ({exc.message}); the decision is retried with "
+                    f"{lower}, and {capability} is remembered as 'no' on the model profile (not for the demo "
+                    "model, which refuses only when the question asks it to)",
                     capability=capability,
                 )
                 self._rung += 1

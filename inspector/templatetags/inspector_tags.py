@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 
 from django import template
 from django.template.defaultfilters import filesizeformat
@@ -24,9 +25,11 @@ from conversations.escaping import carriable
 from conversations.models import Conversation, Exchange, Step, Turn
 from conversations.paradigms import PARADIGMS
 from conversations.presentation import PromptChange, pretty_json, step_prompt_change
+from conversations.pricing import Cost, step_cost, turn_cost
 from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.typealias import JSONValue
 from inspector.fragments import timestamp_iso
+from inspector.waterfall import Waterfall, turn_waterfall
 
 register = template.Library()
 
@@ -347,3 +350,26 @@ def count(value: int | float | None) -> str:
     if value is None:
         return "—"
     return f"{value:,.0f}"
+
+
+@register.filter
+def call_cost(step: Step, conversation: Conversation) -> Cost | None:
+    """What a model call cost at its profile's prices (None: no price set, or no usage)."""
+    return step_cost(step, conversation.model_profile)
+
+
+@register.filter
+def turn_total_cost(turn: Turn, conversation: Conversation) -> Cost | None:
+    return turn_cost(turn, conversation.model_profile)
+
+
+@register.filter
+def dollars(value: Decimal) -> str:
+    """A cost in US dollars with enough digits to tell small calls apart."""
+    return f"${value:.6f}" if value < 1 else f"${value:,.2f}"
+
+
+@register.filter
+def waterfall(turn: Turn) -> Waterfall | None:
+    """The turn's timeline (one query for all its steps)."""
+    return turn_waterfall(list(Step.objects.filter(turn=turn).order_by("started_at", "seq")))

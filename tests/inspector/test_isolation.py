@@ -70,6 +70,7 @@ EXPECTED: dict[str, Expect] = {
     "inspector-turn-steps": Expect("GET", NOT_FOUND),
     "inspector-turn-replay": Expect("POST", NOT_FOUND),
     "inspector-turn-cancel": Expect("POST", NOT_FOUND),
+    "inspector-turn-walk": Expect("GET", NOT_FOUND),
     # comparisons
     "inspector-comparisons": Expect("GET", NO_LEAK),
     "inspector-comparison-create": Expect("POST", NO_LEAK),
@@ -103,6 +104,11 @@ EXPECTED: dict[str, Expect] = {
     "logout": Expect("POST", PUBLIC),
     "inspector-token": Expect("GET", NO_LEAK),
     "inspector-token-revoke": Expect("POST", NO_LEAK),
+    "inspector-preferences": Expect("POST", NO_LEAK),
+    # the shared model profiles and what was learned about them (no user's data)
+    "inspector-profiles": Expect("GET", NO_LEAK),
+    "inspector-profile-reset": Expect("POST", NO_LEAK),
+    "inspector-profile-price": Expect("POST", NO_LEAK),
     "api-openapi": Expect("GET", NO_LEAK),
     "api-token": Expect("POST", PUBLIC),
     "api-conversations": Expect("GET", NO_LEAK),

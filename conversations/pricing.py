@@ -1,0 +1,105 @@
+"""What model calls cost: a profile's prices per million tokens (empty by default: this app ships
+no price list, since providers change theirs; whoever sets one names its source), and the cost of
+a call or a turn from the usage its provider reported."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.contrib.auth.base_user import AbstractBaseUser
+
+from conversations.models import ModelPrice, ModelProfile, Step, Turn
+from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
+from conversations.typealias import JSONValue
+
+MILLION = Decimal(1_000_000)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A cost in US dollars: of the input tokens, the output tokens, and both."""
+
+    tokens_in: int
+    tokens_out: int
+    input: Decimal
+    output: Decimal
+
+    @property
+    def total(self) -> Decimal:
+        return self.input + self.output
+
+
+def profile_price(profile: ModelProfile) -> ModelPrice | None:
+    """The profile's prices, or None when none is set (cached on the profile by Django)."""
+    try:
+        return profile.price
+    except ModelPrice.DoesNotExist:
+        return None
+
+
+def profile_price_set(
+    *,
+    profile: ModelProfile,
+    input_per_million: Decimal | None,
+    output_per_million: Decimal | None,
+    source: str,
+    actor: AbstractBaseUser,
+) -> ModelPrice:
+    """Set (or, with both prices None, clear to unknown) what the profile's model costs."""
+    price, _ = ModelPrice.objects.update_or_create(
+        profile=profile,
+        defaults={
+            "input_per_million": input_per_million,
+            "output_per_million": output_per_million,
+            "source": source,
+            "updated_by": actor.get_username(),
+        },
+    )
+    return price
+
+
+def _count(usage: JSONValue, keys: tuple[str, ...]) -> int:
+    if not isinstance(usage, dict):
+        return 0
+    for key in keys:
+        value = usage.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return 0
+
+
+def usage_cost(usages: Iterable[JSONValue], price: ModelPrice | None) -> Cost | None:
+    """The cost of the calls whose provider-reported usages are given; None without a full price
+    or without any usage."""
+    if price is None or price.input_per_million is None or price.output_per_million is None:
+        return None
+    tokens_in = tokens_out = 0
+    counted = False
+    for usage in usages:
+        if isinstance(usage, dict) and usage:
+            counted = True
+            tokens_in += _count(usage, USAGE_INPUT_KEYS)
+            tokens_out += _count(usage, USAGE_OUTPUT_KEYS)
+    if not counted:
+        return None
+    return Cost(
+        tokens_in,
+        tokens_out,
+        price.input_per_million * tokens_in / MILLION,
+        price.output_per_million * tokens_out / MILLION,
+    )
+
+
+def step_cost(step: Step, profile: ModelProfile) -> Cost | None:
+    return usage_cost([step.usage], profile_price(profile))
+
+
+def turn_cost(turn: Turn, profile: ModelProfile) -> Cost | None:
+    """The cost of every model call of the turn (one query)."""
+    price = profile_price(profile)
+    if price is None:
+        return None
+    usages = Step.objects.filter(turn=turn).exclude(usage={}).values_list("usage", flat=True)
+    return usage_cost(list(usages), price)

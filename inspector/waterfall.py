@@ -1,0 +1,87 @@
+"""A turn's timeline as a server-rendered SVG waterfall: one bar per model call and tool call, at
+its start and as long as it took, with its latency and tokens. No script and no charting library:
+the template draws the bars this module lays out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from conversations.models import Step
+from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
+
+WIDTH = 1000  # the drawing's width in SVG units; the label column takes LABEL_WIDTH of it
+LABEL_WIDTH = 300
+ROW = 26
+MIN_BAR = 2
+
+
+@dataclass(frozen=True)
+class Bar:
+    y: int
+    x: float
+    width: float
+    kind: str
+    label: str
+    detail: str
+    status: str
+
+    @property
+    def detail_anchor(self) -> str:
+        """Where the latency text goes: after the bar, or before it when the bar ends near the edge."""
+        return "end" if self.x + self.width > WIDTH - 180 else "start"
+
+    @property
+    def detail_x(self) -> float:
+        return self.x - 4 if self.detail_anchor == "end" else self.x + self.width + 4
+
+
+@dataclass(frozen=True)
+class Waterfall:
+    bars: list[Bar]
+    height: int
+    total_ms: float
+    ticks: list[tuple[float, str]]
+
+
+def _tokens(step: Step) -> str:
+    usage = step.usage if isinstance(step.usage, dict) else {}
+    tokens_in = next((usage[key] for key in USAGE_INPUT_KEYS if isinstance(usage.get(key), int)), None)
+    tokens_out = next((usage[key] for key in USAGE_OUTPUT_KEYS if isinstance(usage.get(key), int)), None)
+    if tokens_in is None and tokens_out is None:
+        return ""
+    return f" · {tokens_in or 0} in / {tokens_out or 0} out tokens"
+
+
+def turn_waterfall(steps: Sequence[Step]) -> Waterfall | None:
+    """The bars of ``steps`` (every step of one turn, children included) that have finished;
+    None when there is nothing to draw."""
+    timed = [step for step in steps if step.finished_at is not None and step.kind != "fallback"]
+    if not timed:
+        return None
+    start = min(step.started_at for step in timed)
+    end = max(step.finished_at for step in timed if step.finished_at is not None)
+    total_ms = max((end - start).total_seconds() * 1000, 1.0)
+    scale = (WIDTH - LABEL_WIDTH) / total_ms
+    bars = []
+    for index, step in enumerate(sorted(timed, key=lambda s: (s.started_at, s.seq))):
+        assert step.finished_at is not None
+        offset = (step.started_at - start).total_seconds() * 1000
+        took = (step.finished_at - step.started_at).total_seconds() * 1000
+        kind = "tool" if step.parent_id else step.kind
+        bars.append(
+            Bar(
+                y=index * ROW,
+                x=LABEL_WIDTH + offset * scale,
+                width=max(took * scale, MIN_BAR),
+                kind=kind,
+                label=f"{'  ' if step.parent_id else ''}#{step.seq} {step.title}"[:48],
+                detail=f"{took:,.0f} ms{_tokens(step)}",
+                status=step.status,
+            )
+        )
+    ticks = [
+        (LABEL_WIDTH + (WIDTH - LABEL_WIDTH) * part / 4, f"{total_ms * part / 4:,.0f} ms")
+        for part in range(5)
+    ]
+    return Waterfall(bars, len(bars) * ROW + 20, total_ms, ticks)

@@ -1,0 +1,288 @@
+"""A real browser and teaching mode, the step-through, the scenarios, the capability reset, dark
+mode, the layout at 390, 1280 and 1440 px, the site's 404 and the keyboard (the server as
+`make run` starts it; one server for the module, its conversation asked with `manage.py ask`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+
+from tests.inspector.test_browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    PASSWORD,
+    REPO_ROOT,
+    WEATHER,
+    InspectorServer,
+)
+
+pytestmark = pytest.mark.browser
+
+LEARNED = (
+    "from conversations.models import ModelProfile, LearnedCapability; "
+    "p, _ = ModelProfile.objects.update_or_create(name='ollama gemma', defaults=dict(model='gemma', "
+    "base_url='http://127.0.0.1:9/v1', native_tools='no')); "
+    "LearnedCapability.objects.update_or_create(profile=p, capability='native_tools', "
+    "defaults=dict(reason='the provider refused native (gemma does not support tools)'))"
+)
+
+
+@dataclass
+class Setting:
+    server: InspectorServer
+    conversation: str  # the weather conversation's page
+    turn: int
+
+
+def _manage(server: InspectorServer, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO_ROOT,
+        env=server.env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def setting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setting]:
+    server = InspectorServer(tmp_path_factory.mktemp("teaching"))
+    server.set_up()
+    transcript = json.loads(_manage(server, "ask", WEATHER, "--json"))
+    _manage(server, "shell", "-c", LEARNED)
+    server.start()
+    try:
+        public_id = transcript["id"]
+        yield Setting(server, f"{server.base}/c/{public_id}/", int(transcript["turns"][0]["id"]))
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+def _signed_in(
+    browser: Browser, setting: Setting, *, width: int = 1440, height: int = 900, **options: object
+) -> Page:
+    context: BrowserContext = browser.new_context(viewport={"width": width, "height": height}, **options)  # type: ignore[arg-type]
+    page = context.new_page()
+    page.goto(f"{setting.server.base}/accounts/login/")
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("form.stacked-form button[type=submit]")
+    page.wait_for_url(f"{setting.server.base}/")
+    return page
+
+
+def _overflow(page: Page) -> int:
+    """How far the page scrolls sideways (0: it does not)."""
+    return int(page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth"))
+
+
+def test_teaching_mode_shows_roles_notes_and_the_two_moments_and_is_remembered(
+    browser: Browser, setting: Setting
+) -> None:
+    page = _signed_in(browser, setting)
+    page.goto(setting.conversation)
+    expect(page.locator("[id^=turn-status-]")).to_contain_text("Beijing")
+    expect(page.locator(".teach-legend")).to_be_hidden()
+    expect(page.locator(".teach-select").first).to_be_hidden()
+
+    page.locator("#teaching-toggle").click()
+
+    expect(page.locator("html")).to_have_attribute("data-teaching", "on")
+    expect(page.locator(".teach-legend")).to_be_visible()
+    expect(page.locator(".teach-legend")).to_contain_text("Client")
+    model_call = page.locator('.teach-roles[data-sender="Host"][data-receiver="Model"]').first
+    expect(model_call).to_be_visible()
+    expect(model_call).to_contain_text("not a party to MCP")
+    page.locator("section.step.kind-connect summary.step-head").click()
+    expect(page.locator('.teach-roles[data-sender="Client"][data-receiver="Server"]').first).to_be_visible()
+    expect(page.locator(".teach-select .mark-select").first).to_have_text("SELECT")
+    expect(page.locator(".teach-execute .mark-execute").first).to_have_text("EXECUTE")
+    tool_calls = page.locator(".teach-field", has=page.locator("dt code", has_text="tool_calls")).first
+    expect(tool_calls).to_be_visible()
+    expect(tool_calls.locator("dd")).to_contain_text("selects")
+    expect(tool_calls.locator("dd a.spec")).to_have_attribute(
+        "href", "https://platform.openai.com/docs/guides/function-calling"
+    )
+    expect(page.locator(".teach-field dt code", has_text="jsonrpc").first).to_be_visible()
+    expect(page.locator(".teach-field.no-note")).to_have_count(0)
+    # The turn's timeline: one bar per call, drawn by the server.
+    expect(page.locator(".waterfall-chart .wf-bar")).to_have_count(4)
+    expect(page.locator(".waterfall-chart .wf-tool rect")).to_be_visible()
+
+    # Remembered: in a new browser session too; and off again.
+    again = _signed_in(browser, setting)
+    again.goto(setting.conversation)
+    expect(again.locator("html")).to_have_attribute("data-teaching", "on")
+    expect(again.locator(".teach-legend")).to_be_visible()
+    again.keyboard.press("t")
+    expect(again.locator(".teach-legend")).to_be_hidden()
+    again.wait_for_load_state("networkidle")
+    again.reload()
+    expect(again.locator("html")).to_have_attribute("data-teaching", "off")
+
+
+def test_the_step_through_shows_one_layer_at_a_time_in_large_type(browser: Browser, setting: Setting) -> None:
+    page = _signed_in(browser, setting)
+    page.goto(setting.conversation)
+    page.locator(".walk-link").first.click()
+    page.wait_for_url("**/walk")
+
+    expect(page.locator(".walk-position")).to_contain_text("slide 1 of")
+    expect(page.locator("article.slide")).to_have_count(1)
+    title_size = float(
+        page.evaluate("parseFloat(getComputedStyle(document.querySelector('.slide-title')).fontSize)")
+    )
+    assert title_size >= 30
+    layers = [page.locator("article.slide").get_attribute("data-layer")]
+    while page.locator("[data-slide-next]").count():
+        page.keyboard.press("ArrowRight")
+        page.wait_for_url(f"**/walk?at={len(layers) + 1}")
+        layers.append(page.locator("article.slide").get_attribute("data-layer"))
+    assert layers[0] == "connect" and layers[-1] == "answer"
+    assert "parsed" in layers and "rpc_request" in layers
+    page.goto(f"{page.url.split('?')[0]}?at={layers.index('parsed') + 1}")
+    expect(page.locator(".slide-title .mark-select")).to_have_text("SELECT")
+    expect(page.locator(".slide-explanation")).to_be_visible()
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_url(f"**/walk?at={layers.index('parsed')}")
+    assert _overflow(page) == 0
+
+
+def test_a_scenario_chosen_by_name_makes_the_demo_model_misbehave(browser: Browser, setting: Setting) -> None:
+    page = _signed_in(browser, setting)
+    page.fill("textarea[name=question]", WEATHER)
+    page.locator("label", has_text="Unknown tool — ").click()
+    page.locator("form#new-conversation [type=submit]").click()
+    page.wait_for_url("**/c/*/")
+
+    expect(page.locator("[id^=turn-status-]")).to_contain_text("Beijing", timeout=30_000)
+    expect(page.locator(".turn .question")).to_contain_text("[demo:unknown-tool]")
+    expect(page.locator(".call.tone-error").first).to_contain_text("rejected")
+    expect(page.locator(".call.tone-ok").first).to_contain_text("valid")
+
+
+def test_a_learned_capability_is_shown_with_why_and_reset(browser: Browser, setting: Setting) -> None:
+    page = _signed_in(browser, setting)
+    page.locator(".site-links a", has_text="Models").click()
+
+    learned = page.locator("tr.learned", has_text="gemma does not support tools")
+    expect(learned).to_contain_text("native_tools")
+    learned.locator("button", has_text="Reset native_tools").click()
+
+    expect(page.locator(".message-success")).to_contain_text("native_tools is unknown again")
+    expect(page.locator("tr.learned")).to_have_count(0)
+    row = page.locator("tr", has_text="ollama gemma")
+    expect(row.locator(".capability").first).to_have_text("unknown")
+
+
+def test_dark_mode_follows_the_system_and_the_switch_overrides_it(browser: Browser, setting: Setting) -> None:
+    page = _signed_in(browser, setting, color_scheme="dark")
+    page.goto(setting.conversation)
+    background = "getComputedStyle(document.body).backgroundColor"
+    dark = page.evaluate(background)
+    assert dark == "rgb(18, 21, 28)"
+
+    page.select_option("#theme-select", "light")
+    expect(page.locator("html")).to_have_attribute("data-theme", "light")
+    assert page.evaluate(background) == "rgb(246, 247, 249)"
+    page.wait_for_load_state("networkidle")
+    page.reload()
+    assert page.evaluate(background) == "rgb(246, 247, 249)"
+
+    page.select_option("#theme-select", "dark")
+    assert page.evaluate(background) == dark
+    page.select_option("#theme-select", "system")
+    page.wait_for_load_state("networkidle")
+
+
+@pytest.mark.parametrize(("width", "height"), [(390, 844), (1280, 800), (1440, 900)])
+def test_no_page_scrolls_sideways_and_the_first_screen_shows_the_question_and_the_first_decision(
+    browser: Browser, setting: Setting, width: int, height: int
+) -> None:
+    page = _signed_in(browser, setting, width=width, height=height)
+    for path in ("/", "/compare/", "/servers/", "/profiles/", setting.conversation, "/no/such/page"):
+        page.goto(path if path.startswith("http") else f"{setting.server.base}{path}")
+        assert _overflow(page) == 0, f"{path} scrolls sideways at {width} px"
+    page.goto(setting.conversation)
+    expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
+    expect(page.locator(".site-user button", has_text="Log out")).to_be_in_viewport()
+    decide = page.locator("section.step.kind-decide").first
+    expect(decide).to_be_visible()
+    # Measured in one synchronous script on the step as it is now (a live update may replace it).
+    top, boxes = page.evaluate(
+        "() => { const e = document.querySelector('section.step.kind-decide');"
+        " return [e.getBoundingClientRect().top, Array.from(e.querySelectorAll('.area, .call-name')).map(a => {"
+        " const r = a.getBoundingClientRect(); return [a.className, r.left, r.right]; })]; }"
+    )
+    assert top < height
+    areas = [(left, right) for name, left, right in boxes if name.startswith("area")]
+    if width >= 1280:
+        # Five columns side by side, each wide enough to read, the call name inside its own.
+        parsed = next((left, right) for name, left, right in boxes if "area-parsed" in name)
+        name_left, name_right = next((left, right) for name, left, right in boxes if name == "call-name")
+        assert parsed[1] - parsed[0] >= 180
+        assert parsed[0] - 1 <= name_left and name_right <= parsed[1] + 1
+        assert len({round(left) for left, _ in areas}) == 3
+    else:
+        # Stacked: every area starts at the same place and takes the whole width.
+        assert len({(round(left), round(right)) for left, right in areas}) == 1
+
+
+def test_a_missing_page_is_the_sites_own(browser: Browser, setting: Setting) -> None:
+    page = _signed_in(browser, setting)
+
+    response = page.goto(f"{setting.server.base}/c/00000000-0000-0000-0000-000000000000/")
+
+    assert response is not None and response.status == 404
+    expect(page.locator("#not-found h1")).to_have_text("Nothing here")
+    expect(page.locator(".site-nav .brand")).to_be_visible()
+
+
+def test_the_keyboard_moves_between_steps_opens_them_and_shows_help(
+    browser: Browser, setting: Setting
+) -> None:
+    page = _signed_in(browser, setting)
+    page.goto(setting.conversation)
+    expect(page.locator("[id^=turn-status-]")).to_contain_text("Beijing")
+    expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
+    steps = page.locator("section.step")
+
+    page.keyboard.press("j")
+    expect(steps.nth(0)).to_have_class(_has("is-current"))
+    page.keyboard.press("j")
+    expect(steps.nth(1)).to_have_class(_has("is-current"))
+    expect(steps.nth(0)).not_to_have_class(_has("is-current"))
+    page.keyboard.press("k")
+    expect(steps.nth(0)).to_have_class(_has("is-current"))
+    page.keyboard.press("j")
+    page.keyboard.press("o")
+    expect(steps.nth(1).locator("details.payload").first).to_have_attribute("open", "")
+    page.keyboard.press("o")
+    expect(steps.nth(1).locator("details.payload").first).not_to_have_attribute("open", "")
+    page.keyboard.press("?")
+    expect(page.locator("#help-dialog")).to_be_visible()
+    expect(page.locator("#help-dialog")).to_contain_text("next step")
+
+
+def _has(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(^|\s){name}(\s|$)")

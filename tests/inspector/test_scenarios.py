@@ -1,0 +1,138 @@
+"""The demo model's scenarios in the open: offered by name on the new-conversation and compare
+forms, added to the question, refused for a real model; and tool_choice "named" picks among the
+tools the servers offered."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from conversations.demo.scenarios import MARKERS
+from conversations.models import Conversation, ModelProfile
+from conversations.runner import turn_run
+from conversations.services import conversation_start, demo_profile_ensure
+from inspector.forms import SCENARIOS
+from servers import gateway
+from servers.services import demo_server_ensure
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WEATHER = "What will the weather be like in Beijing tomorrow?"
+
+
+@pytest.fixture(autouse=True)
+def _close_sessions() -> Iterator[None]:
+    yield
+    gateway.close_all()
+
+
+def _signed_in(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _new(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "model_profile": demo_profile_ensure().pk,
+        "paradigm": "native",
+        "tool_choice": "auto",
+        "tool_choice_name": "",
+        "servers": [demo_server_ensure().pk],
+        "question": WEATHER,
+    }
+    return data | overrides
+
+
+def test_every_offered_scenario_is_a_switch_the_demo_model_knows() -> None:
+    switches = {re.sub(r"=\w+\]$", "=SECONDS]", key) for key in MARKERS}
+
+    offered = {re.sub(r"=[\d.]+\]$", "=SECONDS]", marker) for marker, _, _ in SCENARIOS}
+
+    assert offered <= switches
+    names = {name for _, name, _ in SCENARIOS}
+    assert {
+        "Malformed JSON",
+        "Unknown tool",
+        "Missing argument",
+        "Code fence",
+        "No native tools",
+        "No structured output",
+        "HTTP 500",
+        "Slow streaming",
+    } <= names
+
+
+@pytest.mark.parametrize("page", ["inspector-conversations", "inspector-comparisons"])
+def test_the_forms_offer_each_scenario_by_name_with_a_sentence(page: str) -> None:
+    demo_profile_ensure()
+    text = html.unescape(_signed_in(UserFactory(username="alice")).get(reverse(page)).content.decode())
+
+    for marker, name, sentence in SCENARIOS:
+        assert f'value="{marker}"' in text
+        assert f"{name} — {sentence}" in text
+
+
+def test_a_chosen_scenario_is_added_to_the_question_and_the_demo_model_misbehaves() -> None:
+    as_alice = _signed_in(UserFactory(username="alice"))
+
+    response = as_alice.post(
+        reverse("inspector-conversation-create"), _new(scenario="[demo:unknown-tool]", paradigm="prompt_json")
+    )
+
+    assert response.status_code == 302
+    conversation = Conversation.objects.get()
+    turn = conversation.turns.get()
+    assert turn.question == f"{WEATHER} [demo:unknown-tool]"
+
+
+def test_a_scenario_is_refused_for_a_real_model() -> None:
+    real = ModelProfile.objects.create(name="gpt", model="gpt-4.1", provider="openai_chat")
+    as_alice = _signed_in(UserFactory(username="alice"))
+
+    response = as_alice.post(
+        reverse("inspector-conversation-create"), _new(model_profile=real.pk, scenario="[demo:http-500]")
+    )
+
+    assert response.status_code == 400
+    assert "Scenarios are the demo model" in html.unescape(response.content.decode())
+    assert not Conversation.objects.exists()
+
+
+def test_named_tool_choice_picks_among_the_tools_the_server_offered() -> None:
+    alice = UserFactory(username="alice")
+    _, turn = conversation_start(
+        owner=alice,
+        model_profile=demo_profile_ensure(),
+        question=WEATHER,
+        servers=[demo_server_ensure()],
+        dispatch=False,
+    )
+    turn_run(turn_id=turn.pk)
+    as_alice = _signed_in(alice)
+
+    page = as_alice.get(reverse("inspector-conversations")).content.decode()
+    wrong = as_alice.post(
+        reverse("inspector-conversation-create"),
+        _new(tool_choice="named", tool_choice_name="demo/get_forecast"),
+    )
+    right = as_alice.post(
+        reverse("inspector-conversation-create"),
+        _new(tool_choice="named", tool_choice_name="demo/get_weather_forecast"),
+    )
+
+    picker = re.search(r'<select name="tool_choice_name"[^>]*>(.*?)</select>', page, re.S)
+    assert picker is not None
+    assert '<optgroup label="demo">' in picker.group(1)
+    assert 'value="demo/get_weather_forecast"' in picker.group(1)
+    assert 'value="demo/calculate"' in picker.group(1)
+    assert wrong.status_code == 400
+    assert "demo offers no tool “get_forecast”" in html.unescape(wrong.content.decode())
+    assert right.status_code == 302

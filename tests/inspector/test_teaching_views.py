@@ -1,0 +1,237 @@
+"""Teaching mode on the pages: the per-user switch, the notes in every row, the step-through, the
+model profiles page with its reset, and the site's own 404. Real runs: the demo model
+in-process, the demo MCP server over stdio."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.template.loader import render_to_string
+from django.test import Client
+from django.urls import reverse
+
+from conversations.models import LearnedCapability, ModelProfile, Turn, UserPreference
+from conversations.runner import turn_run
+from conversations.services import comparison_providers_start, conversation_start, demo_profile_ensure
+from servers import gateway
+from servers.models import Operation
+from servers.services import demo_server_ensure, operation_start
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WEATHER = "What will the weather be like in Beijing tomorrow?"
+
+
+@pytest.fixture(autouse=True)
+def _close_sessions() -> Iterator[None]:
+    yield
+    gateway.close_all()
+
+
+def _signed_in(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _weather_turn(owner: Any, **options: Any) -> Turn:
+    _, turn = conversation_start(
+        owner=owner,
+        model_profile=demo_profile_ensure(),
+        question=WEATHER,
+        servers=[demo_server_ensure()],
+        dispatch=False,
+        **options,
+    )
+    turn_run(turn_id=turn.pk)
+    turn.refresh_from_db()
+    return turn
+
+
+def test_teaching_mode_is_remembered_per_user() -> None:
+    alice, bob = UserFactory(username="alice"), UserFactory(username="bob")
+    as_alice = _signed_in(alice)
+
+    response = as_alice.post(reverse("inspector-preferences"), {"teaching": "on", "next": "/compare/"})
+
+    assert response.status_code == 302
+    assert response["Location"] == "/compare/"
+    assert 'data-teaching="on"' in as_alice.get("/").content.decode()
+    assert 'data-teaching="off"' in _signed_in(bob).get("/").content.decode()
+    assert UserPreference.objects.get(user=alice).teaching is True
+
+
+def test_the_switch_answers_a_script_with_204_and_refuses_what_it_does_not_know() -> None:
+    alice = UserFactory(username="alice")
+    as_alice = _signed_in(alice)
+
+    fetched = as_alice.post(
+        reverse("inspector-preferences"), {"theme": "dark"}, HTTP_X_REQUESTED_WITH="fetch"
+    )
+    bad = as_alice.post(reverse("inspector-preferences"), {"theme": "purple"})
+    elsewhere = as_alice.post(
+        reverse("inspector-preferences"), {"teaching": "off", "next": "https://evil.example/"}
+    )
+
+    assert fetched.status_code == 204
+    assert 'data-theme="dark"' in as_alice.get("/").content.decode()
+    assert bad.status_code == 400
+    assert elsewhere["Location"] == "/"
+
+
+def test_every_row_names_its_roles_explains_its_fields_and_marks_select_and_execute() -> None:
+    alice = UserFactory(username="alice")
+    turn = _weather_turn(alice)
+    assert turn.status == "done", turn.error
+
+    page = _signed_in(alice).get(reverse("inspector-conversation", args=[turn.conversation.public_id]))
+    text = page.content.decode()
+
+    assert re.search(r'data-sender="Host" data-receiver="Model"', text)
+    assert re.search(r'data-sender="Client" data-receiver="Server"', text)
+    assert "<code>tool_calls</code>" in text
+    assert "<code>jsonrpc</code>" in text
+    assert "<code>isError</code>" in text or "<code>content</code>" in text
+    assert 'class="mark-select">SELECT<' in text
+    assert 'class="mark-execute">EXECUTE<' in text
+    assert "(no note yet)" not in text
+    # The tool_choice each model request sent, on the row itself.
+    assert re.search(r'class="tool-choice-sent"[^>]*>tool_choice <code>auto</code>', text)
+
+
+def test_the_step_through_walks_one_turn_from_the_prompt_to_the_answer() -> None:
+    alice = UserFactory(username="alice")
+    turn = _weather_turn(alice)
+    url = reverse("inspector-turn-walk", args=[turn.conversation.public_id, turn.pk])
+    as_alice = _signed_in(alice)
+
+    first = as_alice.get(url).content.decode()
+    total = int(re.search(r"slide 1 of (\d+)", first).group(1))  # type: ignore[union-attr]
+    layers = [
+        re.search(r'data-layer="(\w+)"', as_alice.get(f"{url}?at={at}").content.decode()).group(1)  # type: ignore[union-attr]
+        for at in range(1, total + 1)
+    ]
+
+    assert layers[0] == "connect"
+    assert layers.index("prompt") < layers.index("request") < layers.index("response")
+    assert layers.index("parsed") < layers.index("rpc_request") < layers.index("rpc_result")
+    assert layers[-1] == "answer"
+    assert "data-slide-next" in first and "data-slide-prev" not in first
+    last = as_alice.get(f"{url}?at={total}").content.decode()
+    assert "data-slide-prev" in last and "data-slide-next" not in last
+    select = as_alice.get(f"{url}?at={layers.index('parsed') + 1}").content.decode()
+    assert 'class="mark-select">SELECT' in select
+    assert "get_weather_forecast" in html.unescape(select)
+
+
+def test_another_user_cannot_step_through_a_turn() -> None:
+    alice, bob = UserFactory(username="alice"), UserFactory(username="bob")
+    turn = _weather_turn(alice)
+
+    response = _signed_in(bob).get(
+        reverse("inspector-turn-walk", args=[turn.conversation.public_id, turn.pk])
+    )
+
+    assert response.status_code == 404
+
+
+def test_the_profiles_page_shows_a_learned_capability_and_resets_it() -> None:
+    alice = UserFactory(username="alice")
+    profile = ModelProfile.objects.create(name="ollama-gemma", model="gemma", native_tools="no")
+    LearnedCapability.objects.create(
+        profile=profile, capability="native_tools", reason="gemma does not support tools"
+    )
+    as_alice = _signed_in(alice)
+
+    page = as_alice.get(reverse("inspector-profiles")).content.decode()
+    reset = as_alice.post(
+        reverse("inspector-profile-reset"), {"profile": profile.pk, "capability": "native_tools"}
+    )
+
+    assert "gemma does not support tools" in page
+    assert "Reset native_tools to unknown" in page
+    assert reset.status_code == 302
+    profile.refresh_from_db()
+    assert profile.native_tools == "unknown"
+    assert not LearnedCapability.objects.exists()
+    assert as_alice.post(reverse("inspector-profile-reset"), {"profile": "x"}).status_code == 404
+
+
+def test_a_missing_page_is_the_sites_own_404(settings: Any) -> None:
+    settings.DEBUG = False
+    alice = UserFactory(username="alice")
+
+    response = _signed_in(alice).get("/no/such/page")
+
+    assert response.status_code == 404
+    text = response.content.decode()
+    assert 'id="not-found"' in text
+    assert "Tool-Call Inspector" in text
+
+
+def test_the_compare_views_wire_columns_explain_each_formats_fields() -> None:
+    alice = UserFactory(username="alice")
+    comparison, turns = comparison_providers_start(
+        owner=alice, question=WEATHER, stream=False, servers=[demo_server_ensure()], dispatch=False
+    )
+    for turn in turns:
+        turn_run(turn_id=turn.pk)
+
+    text = (
+        _signed_in(alice).get(reverse("inspector-comparison", args=[comparison.public_id])).content.decode()
+    )
+
+    for field in ("tool_calls", "tool_call_id", "call_id", "tool_use_id", "functionCall", "functionResponse"):
+        assert f"<dt><code>{field}</code></dt>" in text, field
+    assert "(no note yet)" not in text
+    assert 'class="role role-model">Model</span> → <span class="role role-host">Host' in text
+
+
+def test_the_500_page_renders_without_a_request() -> None:
+    text = render_to_string("500.html")
+
+    assert 'id="server-error"' in text
+    assert "Tool-Call Inspector" in text
+
+
+def test_a_finished_turn_draws_its_timeline_as_svg() -> None:
+    alice = UserFactory(username="alice")
+    turn = _weather_turn(alice)
+
+    text = (
+        _signed_in(alice)
+        .get(reverse("inspector-conversation", args=[turn.conversation.public_id]))
+        .content.decode()
+    )
+
+    chart = re.search(r'<svg class="waterfall-chart".*?</svg>', text, re.S)
+    assert chart is not None
+    bars = re.findall(r'<g class="wf-bar wf-(\w+) wf-status-(\w+)">', chart.group(0))
+    assert bars == [("connect", "ok"), ("decide", "ok"), ("tool", "ok"), ("answer", "ok")]
+    assert re.search(r"\d+ ms · \d+ in / \d+ out tokens", chart.group(0))
+    widths = [float(w) for w in re.findall(r'<rect x="[\d.]+" y="\d+" width="([\d.]+)"', chart.group(0))]
+    assert all(2 <= width <= 700 for width in widths)
+
+
+def test_the_workbench_names_the_roles_and_explains_the_json_rpc_fields() -> None:
+    alice = UserFactory(username="alice")
+    operation = operation_start(
+        server=demo_server_ensure(),
+        user=alice,
+        kind=Operation.Kind.TOOLS_CALL,
+        target="calculate",
+        arguments={"expression": "6 * 7"},
+    )
+
+    text = _signed_in(alice).get(reverse("servers-operation", args=[operation.public_id])).content.decode()
+
+    assert 'data-sender="Client" data-receiver="Server"' in text
+    assert "EXECUTE: the host runs" in text
+    for field in ("jsonrpc", "method", "params", "arguments", "content", "structuredContent", "isError"):
+        assert f"<dt><code>{field}</code></dt>" in text, field
+    assert "(no note yet)" not in text
