@@ -129,7 +129,7 @@ async def _run(
         outcome.records = capture.records
         capture.closed = True
         for record in outcome.records:
-            record.server_id = config.server_id
+            _own(record, config)
         return
     outcome.session = session.info(spawned=spawned, respawn_reason=reason)
     session.tap.active.append(capture)
@@ -162,14 +162,21 @@ def _finish(session: PooledSession, capture: Capture, outcome: Outcome) -> None:
     stderr = session.read_stderr()
     if stderr:
         record = stderr_record(stderr, session.tap)
-        record.server_id = session.config.server_id
+        _own(record, session.config)
         capture.records.append(record)
         if capture.listener is not None:
             capture.listener(record)
     outcome.records = capture.records
     outcome.unclaimed = session.take_unclaimed()
     for record in (*outcome.records, *outcome.unclaimed):
-        record.server_id = session.config.server_id
+        _own(record, session.config)
+
+
+def _own(record: WireExchange, config: ServerConfig) -> None:
+    """Mark a captured record as the server's: its row and, kept with the record, its name (so a
+    record outlives the server row it names)."""
+    record.server_id = config.server_id
+    record.server_name = config.name
 
 
 # --- following an operation from another thread ------------------------------------------
