@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from conversations.splicing.templates import (
     GENERIC_SOURCE,
     GENERIC_TEMPLATE,
     OLLAMA_GO_TEMPLATE_SOURCE,
     PARADIGM_SOURCE,
+    Rendering,
     ServerTemplate,
     TemplateError,
+    missing_special_tokens,
     probe_request,
     render_chat_template,
     result_texts,
@@ -40,12 +42,14 @@ __all__ = [
     "GENERIC_TEMPLATE",
     "OLLAMA_GO_TEMPLATE_SOURCE",
     "PARADIGM_SOURCE",
+    "Rendering",
     "ServerTemplate",
     "Spliced",
     "TemplateError",
     "TokenReport",
     "count_tokens",
     "encoding_for",
+    "missing_special_tokens",
     "probe_request",
     "prompt_diff",
     "render_chat_template",
@@ -57,12 +61,19 @@ __all__ = [
 
 @dataclass
 class Spliced:
-    """The prompt text of one model call, whether it is exact, where it came from, its tokens."""
+    """The prompt text of one model call, whether it is exact, where it came from, its tokens.
+
+    ``status`` is ``exact``, ``warning``, ``failed`` or ``illustrative`` (see
+    :class:`~conversations.splicing.templates.Rendering`); ``exact`` is true only for ``exact``.
+    ``warnings`` says what kept a rendered template from being exact.
+    """
 
     text: str
     exact: bool
     source: str
     tokens: TokenReport
+    status: str = "exact"
+    warnings: list[str] = field(default_factory=list)
 
 
 def splice(
@@ -79,8 +90,10 @@ def splice(
 
     * ``template`` given → rendered; ``exact=True``, ``source=template_source``. With
       ``prompt_is_ours`` it is rendered without ``tools`` (the paradigm sends none natively;
-      its tool text is already in the messages).
-    * ``template`` fails → the fallback below, and ``source`` names the template's error.
+      its tool text is already in the messages). A special token the template reads with no
+      configured value (:func:`missing_special_tokens`) → rendered, status ``warning``, not exact.
+    * ``template`` fails → status ``failed``, never exact: the fallback below is shown and
+      ``source`` starts with ``failed:`` and names the template's error.
     * A template whose ``template_source`` says it is a Go template (Ollama) is not Jinja and is
       not rendered; ``source`` says so.
     * No template, ``prompt_is_ours`` → the messages, role-labelled; ``exact=True`` (the text is
@@ -90,7 +103,7 @@ def splice(
     Tokens: see :class:`TokenReport`. Tool counts are each definition's JSON as Hermes-style
     templates splice it, keyed by function name.
     """
-    text, exact, source = spliced_text(
+    rendering = spliced_text(
         messages=messages,
         tools=tools,
         template=template,
@@ -99,9 +112,20 @@ def splice(
         special_tokens=special_tokens,
     )
     report = token_report(
-        text, model=model, tools=tool_texts(tools), results=result_texts(messages), exact=exact
+        rendering.text,
+        model=model,
+        tools=tool_texts(tools),
+        results=result_texts(messages),
+        exact=rendering.exact,
     )
-    return Spliced(text, exact, source, report)
+    return Spliced(
+        rendering.text,
+        rendering.exact,
+        rendering.source,
+        report,
+        status=rendering.status,
+        warnings=rendering.warnings,
+    )
 
 
 # --- Step-to-step difference ---------------------------------------------------------------------

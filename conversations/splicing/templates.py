@@ -27,14 +27,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import jinja2
 import jinja2.exceptions
 import jinja2.ext
+import jinja2.meta
 import jinja2.nodes
 import jinja2.parser
 import jinja2.sandbox
+import jinja2.utils
 
 from conversations.typealias import JSONDict, JSONValue
 
@@ -44,7 +47,9 @@ __all__ = [
     "OLLAMA_GO_TEMPLATE_SOURCE",
     "PARADIGM_SOURCE",
     "ServerTemplate",
+    "Rendering",
     "TemplateError",
+    "missing_special_tokens",
     "probe_request",
     "render_chat_template",
     "result_texts",
@@ -130,6 +135,41 @@ def _raise_exception(message: str) -> None:
     raise _TemplateRaised(str(message))
 
 
+class _TemplateDict:
+    """The ``dict`` global as transformers gives it: ``dict(...)`` and ``dict.fromkeys(...)``
+    only, so a template cannot reach the ``dict`` type itself."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict.fromkeys(*args, **kwargs)
+
+
+class _TemplateNamespace(jinja2.utils.Namespace):
+    """The ``namespace`` global as transformers gives it: underscore-prefixed attributes are
+    refused, whether passed at creation or set later (they are the way to Python internals)."""
+
+    def __init__(*args: object, **kwargs: object) -> None:
+        # Same signature trick as jinja's Namespace, so that ``namespace(self=...)`` still works.
+        self, rest = args[0], args[1:]
+        attrs: dict[Any, Any] = dict(*rest, **kwargs)
+        for name in attrs:
+            _TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: object) -> None:
+        _TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check_name(name: object) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(
+                f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}"
+            )
+
+
 def _strftime_now(fmt: str) -> str:
     """The ``strftime_now(fmt)`` global (Llama templates print today's date with it). Local time,
     as in transformers."""
@@ -151,6 +191,8 @@ def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
+    env.globals["dict"] = _TemplateDict()
+    env.globals["namespace"] = _TemplateNamespace
     return env
 
 
@@ -158,6 +200,23 @@ def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
 def _compile(template: str) -> jinja2.Template:
     """Compiled templates, cached: the same template is rendered at every step of a turn."""
     return _environment().from_string(template)
+
+
+def missing_special_tokens(template: str, special_tokens: Mapping[str, str] | None) -> list[str]:
+    """The special-token variables ``template`` reads that have no configured value, in order.
+
+    transformers passes only the tokens the tokenizer defines; one the template reads but nobody
+    configured prints as "" — a prompt missing its ``<|begin_of_text|>`` or ``</s>``, which must
+    not be called exact. A token set to "" on purpose counts as configured. A template that does
+    not compile reads nothing (its rendering fails anyway).
+    """
+    try:
+        parsed = _environment().parse(template)
+    except jinja2.TemplateError:
+        return []
+    read = jinja2.meta.find_undeclared_variables(parsed)
+    configured = set(special_tokens or {})
+    return [name for name in _SPECIAL_TOKEN_NAMES if name in read and name not in configured]
 
 
 @functools.cache
@@ -542,6 +601,26 @@ def _is_go_template(source: str) -> bool:
     return "go template" in source.lower()
 
 
+@dataclass
+class Rendering:
+    """The text of one call's prompt and what may be claimed about it.
+
+    ``status`` is ``"exact"`` (the engine renders exactly this), ``"warning"`` (the template
+    rendered, but something it reads was not configured: see ``warnings``), ``"failed"`` (the
+    template failed; ``text`` is a stand-in the source names) or ``"illustrative"`` (no template:
+    the generic rendering). ``exact`` is true only for ``"exact"``.
+    """
+
+    text: str
+    status: str
+    source: str
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def exact(self) -> bool:
+        return self.status == "exact"
+
+
 def spliced_text(
     *,
     messages: list[JSONDict],
@@ -550,8 +629,8 @@ def spliced_text(
     template_source: str,
     prompt_is_ours: bool,
     special_tokens: Mapping[str, str] | None,
-) -> tuple[str, bool, str]:
-    """``(text, exact, source)`` of one call's prompt, by the rules of :func:`conversations.splicing.splice`."""
+) -> Rendering:
+    """The prompt of one call, by the rules of :func:`conversations.splicing.splice`."""
     problem: str | None = None
     if template is not None and template.strip() and _is_go_template(template_source):
         problem = f"the server's template is an Ollama Go template ({template_source})"
@@ -565,21 +644,41 @@ def spliced_text(
                 special_tokens=special_tokens,
             )
         except TemplateError as exc:
-            problem = f"{template_source} failed: {_shorten(str(exc))}"
+            problem = f"failed: {template_source}: {_shorten(str(exc))}"
         else:
-            return text, True, template_source
+            missing = missing_special_tokens(template, special_tokens)
+            if not missing:
+                return Rendering(text, "exact", template_source)
+            warnings = [
+                f"the template uses {name}, which is not configured: rendered empty" for name in missing
+            ]
+            names = ", ".join(missing)
+            source = f"{template_source} — warning: {names} not configured, rendered empty (not exact)"
+            return Rendering(text, "warning", source, warnings)
 
+    failed = problem is not None and problem.startswith("failed: ")
     if prompt_is_ours:
-        source = PARADIGM_SOURCE if problem is None else f"{PARADIGM_SOURCE} — {problem}"
-        return _plain_rendering(messages), True, source
+        if problem is None:
+            return Rendering(_plain_rendering(messages), "exact", PARADIGM_SOURCE)
+        source = (
+            f"{problem} — shown instead: {PARADIGM_SOURCE}" if failed else f"{PARADIGM_SOURCE} — {problem}"
+        )
+        # Failed: the messages are exact, but not what the template would have made of them. An
+        # unrenderable Go template leaves the messages what they were: the text we sent.
+        return Rendering(_plain_rendering(messages), "failed" if failed else "exact", source)
 
     # The generic template is ours and tested; a failure here is a bug and should surface.
     plain = _generic_rendering(messages, tools)
     text = (
         plain if plain is not None else render_chat_template(GENERIC_TEMPLATE, messages=messages, tools=tools)
     )
-    source = GENERIC_SOURCE if problem is None else f"generic ChatML template (illustrative) — {problem}"
-    return text, False, source
+    if problem is None:
+        return Rendering(text, "illustrative", GENERIC_SOURCE)
+    if failed:
+        return Rendering(
+            text, "failed", f"{problem} — shown instead: the generic ChatML template (illustrative)"
+        )
+    return Rendering(text, "illustrative", f"generic ChatML template (illustrative) — {problem}")
 
 
 # --- Templates served by the engine -------------------------------------------------------------

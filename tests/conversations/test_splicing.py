@@ -367,15 +367,14 @@ def test_splice_keeps_a_custom_template_source_and_special_tokens() -> None:
         ("{{ raise_exception('Conversation roles must alternate') }}", "Conversation roles must alternate"),
     ],
 )
-def test_splice_with_a_broken_template_falls_back_to_the_illustrative_rendering(
+def test_splice_with_a_broken_template_is_failed_over_the_illustrative_rendering(
     template: str, error: str
 ) -> None:
     spliced = splice(messages=ROUND, tools=TOOLS, model="gpt-4o", template=template)
 
-    assert spliced.exact is False
-    assert spliced.source.startswith(
-        "generic ChatML template (illustrative) — the profile's chat template failed: "
-    )
+    assert (spliced.exact, spliced.status) == (False, "failed")
+    assert spliced.source.startswith("failed: the profile's chat template: ")
+    assert spliced.source.endswith("shown instead: the generic ChatML template (illustrative)")
     assert error in spliced.source
     assert spliced.text == render_chat_template(GENERIC_TEMPLATE, messages=ROUND, tools=TOOLS)
 
@@ -845,4 +844,4 @@ def test_a_long_template_error_is_shortened_in_the_source() -> None:
     )
 
     assert len(spliced.source) < 300
-    assert spliced.source.endswith("x…")
+    assert "x… — shown instead" in spliced.source
