@@ -55,6 +55,12 @@ class ModelProfile(models.Model):
     chat_template_source = models.CharField(
         max_length=200, blank=True, help_text="Where the template came from (empty: pasted by a user)."
     )
+    chat_templates = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The engine's other named templates (e.g. tool_use), by name: each request is "
+        "rendered with the one the engine would choose.",
+    )
     special_tokens = models.JSONField(
         default=dict, blank=True, help_text="bos_token/eos_token for the template."
     )

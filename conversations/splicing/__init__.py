@@ -4,7 +4,9 @@ Two halves, joined by :func:`splice`:
 
 * :mod:`conversations.splicing.templates` — the text: a chat template rendered as transformers
   renders it, the generic ChatML rendering (illustrative) for hosted models, the paradigm's own
-  messages, and templates read from a serving engine.
+  messages.
+* :mod:`conversations.splicing.engines` — the templates a serving engine (or a tokenizer config)
+  publishes, and the one it applies to each request.
 * :mod:`conversations.splicing.tokens` — the counts: which tokenizer a model uses, and the
   tokens of the prompt, of each tool definition and of each tool result.
 
@@ -17,21 +19,27 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from conversations.splicing.engines import (
+    LLAMA_CPP_SOURCE,
+    TOKENIZER_CONFIG_SOURCE,
+    ServerTemplate,
+    choose_template,
+    probe_request,
+    server_template,
+    template_from_server,
+    templates_from_tokenizer_config,
+)
 from conversations.splicing.templates import (
     GENERIC_SOURCE,
     GENERIC_TEMPLATE,
     OLLAMA_GO_TEMPLATE_SOURCE,
     PARADIGM_SOURCE,
     Rendering,
-    ServerTemplate,
     TemplateError,
     missing_special_tokens,
-    probe_request,
     render_chat_template,
     result_texts,
-    server_template,
     spliced_text,
-    template_from_server,
     tool_texts,
 )
 from conversations.splicing.tokens import TokenReport, count_tokens, encoding_for, token_report
@@ -40,13 +48,16 @@ from conversations.typealias import JSONDict
 __all__ = [
     "GENERIC_SOURCE",
     "GENERIC_TEMPLATE",
+    "LLAMA_CPP_SOURCE",
     "OLLAMA_GO_TEMPLATE_SOURCE",
     "PARADIGM_SOURCE",
     "Rendering",
     "ServerTemplate",
     "Spliced",
+    "TOKENIZER_CONFIG_SOURCE",
     "TemplateError",
     "TokenReport",
+    "choose_template",
     "count_tokens",
     "encoding_for",
     "missing_special_tokens",
@@ -56,6 +67,7 @@ __all__ = [
     "server_template",
     "splice",
     "template_from_server",
+    "templates_from_tokenizer_config",
 ]
 
 
@@ -82,12 +94,16 @@ def splice(
     tools: list[JSONDict],
     model: str,
     template: str | None = None,
+    templates: Mapping[str, str] | None = None,
     template_source: str = "the profile's chat template",
     prompt_is_ours: bool = False,
     special_tokens: Mapping[str, str] | None = None,
 ) -> Spliced:
     """The spliced prompt of one model call (OpenAI-shaped ``messages`` and ``tools``).
 
+    * ``templates`` are the engine's other named templates (``tool_use``…): the one the engine
+      would apply to this request is chosen and named in ``source``
+      (:func:`~conversations.splicing.engines.choose_template`).
     * ``template`` given → rendered; ``exact=True``, ``source=template_source``. With
       ``prompt_is_ours`` it is rendered without ``tools`` (the paradigm sends none natively;
       its tool text is already in the messages). A special token the template reads with no
@@ -103,6 +119,9 @@ def splice(
     Tokens: see :class:`TokenReport`. Tool counts are each definition's JSON as Hermes-style
     templates splice it, keyed by function name.
     """
+    template, template_source = choose_template(
+        template, templates, template_source, has_tools=bool(tools) and not prompt_is_ours
+    )
     rendering = spliced_text(
         messages=messages,
         tools=tools,

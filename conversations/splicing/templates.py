@@ -6,8 +6,8 @@ What "exact" can mean depends on the backend (docs/wire-formats.md §0):
   messages *are* the prompt (the provider only adds its own chat markup around them):
   :data:`PARADIGM_SOURCE`, rendered role-labelled.
 * **Open-weight models** read their Jinja chat template applied to the messages and tools. With
-  the model's own template (pasted into the profile, or read from the serving engine with
-  :func:`server_template`) :func:`render_chat_template` reproduces transformers' rendering
+  the model's own template (pasted into the profile, or read from the serving engine by
+  :mod:`conversations.splicing.engines`) :func:`render_chat_template` reproduces transformers' rendering
   environment (docs/wire-formats.md §7.1), so the result is the exact prompt.
 * **Hosted closed models** never reveal their rendering. We show :data:`GENERIC_TEMPLATE`
   applied to the request, always labelled as illustrative: a generic ChatML rendering in the
@@ -15,20 +15,19 @@ What "exact" can mean depends on the backend (docs/wire-formats.md §0):
   real template. A plain-Python rendering of it (the ChatML fast path) gives the same text in a
   fraction of Jinja's time.
 
-:func:`spliced_text` chooses among them. Pure Python: no Django, no I/O (server probing takes an
-injected ``get_json``).
+:func:`spliced_text` chooses among them; which of an engine's templates is rendered is chosen in
+:mod:`conversations.splicing.engines`. Pure Python: no Django, no I/O.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import jinja2
 import jinja2.exceptions
@@ -46,16 +45,12 @@ __all__ = [
     "GENERIC_TEMPLATE",
     "OLLAMA_GO_TEMPLATE_SOURCE",
     "PARADIGM_SOURCE",
-    "ServerTemplate",
     "Rendering",
     "TemplateError",
     "missing_special_tokens",
-    "probe_request",
     "render_chat_template",
     "result_texts",
-    "server_template",
     "spliced_text",
-    "template_from_server",
     "tool_texts",
 ]
 
@@ -207,8 +202,8 @@ def missing_special_tokens(template: str, special_tokens: Mapping[str, str] | No
 
     transformers passes only the tokens the tokenizer defines; one the template reads but nobody
     configured prints as "" — a prompt missing its ``<|begin_of_text|>`` or ``</s>``, which must
-    not be called exact. A token set to "" on purpose counts as configured. A template that does
-    not compile reads nothing (its rendering fails anyway).
+    not be called exact (docs/chat-templates.md §2). A token set to "" on purpose counts as
+    configured. A template that does not compile reads nothing (its rendering fails anyway).
     """
     try:
         parsed = _environment().parse(template)
@@ -679,81 +674,3 @@ def spliced_text(
             text, "failed", f"{problem} — shown instead: the generic ChatML template (illustrative)"
         )
     return Rendering(text, "illustrative", f"generic ChatML template (illustrative) — {problem}")
-
-
-# --- Templates served by the engine -------------------------------------------------------------
-
-
-@dataclass
-class ServerTemplate:
-    """A chat template read from a serving engine, with the special tokens it reported."""
-
-    template: str
-    source: str
-    special_tokens: dict[str, str] = field(default_factory=dict)
-
-
-def _server_root(base_url: str) -> str:
-    """``http://h:8080/v1`` → ``http://h:8080``; Ollama's ``…/api`` likewise (the probes live at the root)."""
-    root = base_url.strip().rstrip("/")
-    for suffix in ("/v1", "/api"):
-        if root.endswith(suffix):
-            return root[: -len(suffix)]
-    return root
-
-
-def probe_request(url: str) -> tuple[str, str, JSONDict | None]:
-    """How the caller's ``get_json`` must fetch a probe URL: ``(method, url, json_body)``.
-
-    The probes are plain GETs except Ollama's ``/api/show``, which only answers POST with
-    ``{"model": name}``. :func:`server_template` encodes that as ``…/api/show?model=name`` so
-    ``get_json`` can stay a one-argument callable; this function decodes it. A typical caller::
-
-        def get_json(url):
-            method, target, body = probe_request(url)
-            response = client.request(method, target, json=body, timeout=5)
-            return response.json() if response.is_success else None
-    """
-    parts = urlsplit(url)
-    if parts.path.rstrip("/").endswith("/api/show") and parts.query:
-        body: JSONDict = {key: value for key, value in parse_qsl(parts.query)}
-        return "POST", urlunsplit(parts._replace(query="")), body
-    return "GET", url, None
-
-
-def server_template(
-    base_url: str, model: str, get_json: Callable[[str], JSONDict | None]
-) -> ServerTemplate | None:
-    """The chat template the engine at ``base_url`` applies to ``model``, or None.
-
-    Tries llama.cpp ``GET {root}/props`` (``chat_template_tool_use`` when present — llama.cpp
-    uses it when a request has tools — else ``chat_template``; ``bos_token``/``eos_token``
-    are kept for rendering), then Ollama ``{root}/api/show`` (a Go template, returned as is and
-    labelled :data:`OLLAMA_GO_TEMPLATE_SOURCE`). ``get_json(url)`` does the HTTP (see
-    :func:`probe_request`) and returns the decoded object, or None when the endpoint is missing
-    or answers with something else; exceptions it raises propagate.
-    """
-    root = _server_root(base_url)
-    props = get_json(f"{root}/props")
-    if isinstance(props, dict):
-        tokens = {
-            name: value for name in ("bos_token", "eos_token") if isinstance(value := props.get(name), str)
-        }
-        for key in ("chat_template_tool_use", "chat_template"):
-            value = props.get(key)
-            if isinstance(value, str) and value.strip():
-                return ServerTemplate(value, f"llama.cpp /props {key}", tokens)
-    shown = get_json(f"{root}/api/show?{urlencode({'model': model})}")
-    if isinstance(shown, dict):
-        value = shown.get("template")
-        if isinstance(value, str) and value.strip():
-            return ServerTemplate(value, OLLAMA_GO_TEMPLATE_SOURCE)
-    return None
-
-
-def template_from_server(
-    base_url: str, model: str, get_json: Callable[[str], JSONDict | None]
-) -> tuple[str, str] | None:
-    """``(template, source label)`` from :func:`server_template`, or None when none was found."""
-    found = server_template(base_url, model, get_json)
-    return None if found is None else (found.template, found.source)

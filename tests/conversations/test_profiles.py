@@ -32,7 +32,7 @@ def _engine(routes: dict[tuple[str, str], object]) -> httpx2.Client:
 
 
 @pytest.mark.django_db
-def test_a_llama_cpp_engine_gives_its_tool_use_template_and_tokens() -> None:
+def test_a_llama_cpp_engine_gives_both_its_templates_and_tokens() -> None:
     profile = ModelProfile.objects.create(name="local", model="qwen2.5", base_url="http://engine:8080/v1")
     client = _engine(
         {
@@ -47,8 +47,8 @@ def test_a_llama_cpp_engine_gives_its_tool_use_template_and_tokens() -> None:
     notes = profile_probe(profile=profile, client=client)
 
     profile.refresh_from_db()
-    assert profile.chat_template == TEMPLATE
-    assert profile.chat_template_source == "llama.cpp /props chat_template_tool_use"
+    assert (profile.chat_template, profile.chat_templates) == ("plain", {"tool_use": TEMPLATE})
+    assert profile.chat_template_source == "llama.cpp /props"
     assert profile.special_tokens == {"bos_token": "<s>"}
     assert profile.native_tools == "yes"
     assert any("llama.cpp /props" in note for note in notes)

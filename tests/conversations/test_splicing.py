@@ -732,7 +732,7 @@ def fake_server(responses: dict[str, JSONDict]) -> tuple[Callable[[str], JSONDic
     return get_json, asked
 
 
-def test_llama_cpp_props_prefers_the_tool_use_template() -> None:
+def test_llama_cpp_props_keeps_the_tool_use_template_beside_the_default() -> None:
     get_json, asked = fake_server(
         {
             "http://gpu:8080/props": {
@@ -744,12 +744,10 @@ def test_llama_cpp_props_prefers_the_tool_use_template() -> None:
         }
     )
 
-    assert template_from_server("http://gpu:8080/v1", "any", get_json) == (
-        "{{ with_tools }}",
-        "llama.cpp /props chat_template_tool_use",
-    )
+    assert template_from_server("http://gpu:8080/v1", "any", get_json) == ("{{ plain }}", "llama.cpp /props")
     found = server_template("http://gpu:8080/v1/", "any", get_json)
-    assert found is not None and found.special_tokens == {"bos_token": "<s>", "eos_token": "</s>"}
+    assert found is not None and found.named == {"tool_use": "{{ with_tools }}"}
+    assert found.special_tokens == {"bos_token": "<s>", "eos_token": "</s>"}
     assert asked == ["http://gpu:8080/props", "http://gpu:8080/props"]
 
 
@@ -758,10 +756,11 @@ def test_llama_cpp_props_without_tool_use_template() -> None:
         {"http://gpu:8080/props": {"chat_template": "{{ plain }}", "chat_template_tool_use": ""}}
     )
 
-    assert template_from_server("http://gpu:8080", "any", get_json) == (
-        "{{ plain }}",
-        "llama.cpp /props chat_template",
-    )
+    found = server_template("http://gpu:8080", "any", get_json)
+    assert found is not None and (found.template, found.named) == ("{{ plain }}", {})
+    assert splice(
+        messages=ROUND, tools=TOOLS, model="m", template="x", template_source=found.source
+    ).source == ("llama.cpp /props chat_template")
 
 
 def test_ollama_show_template_is_returned_as_a_go_template() -> None:
