@@ -23,6 +23,7 @@ from conversations.splicing.engines import (
     LLAMA_CPP_SOURCE,
     TOKENIZER_CONFIG_SOURCE,
     ServerTemplate,
+    arguments_mode,
     choose_template,
     probe_request,
     server_template,
@@ -57,6 +58,7 @@ __all__ = [
     "TOKENIZER_CONFIG_SOURCE",
     "TemplateError",
     "TokenReport",
+    "arguments_mode",
     "choose_template",
     "count_tokens",
     "encoding_for",
@@ -98,6 +100,7 @@ def splice(
     template_source: str = "the profile's chat template",
     prompt_is_ours: bool = False,
     special_tokens: Mapping[str, str] | None = None,
+    arguments: str | None = None,
 ) -> Spliced:
     """The spliced prompt of one model call (OpenAI-shaped ``messages`` and ``tools``).
 
@@ -116,9 +119,16 @@ def splice(
       exactly what we sent; the provider's chat markup around it is not shown).
     * Otherwise → :data:`GENERIC_TEMPLATE`, ``exact=False``, labelled illustrative.
 
+    ``arguments`` says how the engine hands tool-call arguments to the template (``object``,
+    ``string``, ``llama.cpp``: :mod:`conversations.splicing.arguments`); None → from the
+    template's source (:func:`~conversations.splicing.engines.arguments_mode`). When the
+    rendered text does not hold a call's arguments as the model wrote them, ``source`` says so.
+
     Tokens: see :class:`TokenReport`. Tool counts are each definition's JSON as Hermes-style
     templates splice it, keyed by function name.
     """
+    if arguments is None:
+        arguments = arguments_mode(template_source)
     template, template_source = choose_template(
         template, templates, template_source, has_tools=bool(tools) and not prompt_is_ours
     )
@@ -129,6 +139,7 @@ def splice(
         template_source=template_source,
         prompt_is_ours=prompt_is_ours,
         special_tokens=special_tokens,
+        arguments=arguments,
     )
     report = token_report(
         rendering.text,

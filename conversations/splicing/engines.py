@@ -22,6 +22,7 @@ __all__ = [
     "LLAMA_CPP_SOURCE",
     "TOKENIZER_CONFIG_SOURCE",
     "ServerTemplate",
+    "arguments_mode",
     "choose_template",
     "probe_request",
     "server_template",
@@ -88,6 +89,13 @@ def choose_template(
         else f"transformers uses {TOOL_USE!r} only with tools"
     )
     return default, f"{name} (chosen: the request has no tools; {engine})"
+
+
+def arguments_mode(source: str) -> str:
+    """How the engine a template came from hands tool-call arguments to it (docs/chat-templates.md
+    §3): ``llama.cpp`` for a template read from llama.cpp, else ``object`` — vLLM, SGLang and
+    the other engines serving an OpenAI-compatible API over transformers' templates parse them."""
+    return "llama.cpp" if source.startswith(LLAMA_CPP_SOURCE) else "object"
 
 
 def _server_root(base_url: str) -> str:

@@ -38,6 +38,12 @@ import jinja2.parser
 import jinja2.sandbox
 import jinja2.utils
 
+from conversations.splicing.arguments import (
+    ARGUMENT_MODES,
+    reads_object_arguments,
+    rewritten_arguments,
+    template_messages,
+)
 from conversations.typealias import JSONDict, JSONValue
 
 __all__ = [
@@ -288,7 +294,7 @@ def _generic_rendering(messages: Sequence[JSONDict], tools: Sequence[JSONDict]) 
     """:data:`GENERIC_TEMPLATE` rendered in plain Python (with a generation prompt): the same
     text, in a fraction of Jinja's time (a step's prompt is rendered again at every step). None
     for a message of a shape the template's edge cases decide (a test holds the two equal)."""
-    prepared = _template_messages(messages)
+    prepared = template_messages(messages, parse=True)
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in prepared):
         return None
     try:
@@ -340,46 +346,22 @@ def _template_line(tb: TracebackType | None) -> int | None:
     return line
 
 
-def _arguments_as_value(arguments: JSONValue) -> JSONValue:
-    """A tool call's ``arguments`` as templates expect them in history: a dict.
+@functools.lru_cache(maxsize=64)
+def _llama_cpp_parses_arguments(template: str) -> bool:
+    """Whether llama.cpp hands this template parsed arguments (see :func:`reads_object_arguments`)."""
 
-    The wire carries a JSON string; templates that ``tojson`` it (Llama 3.x) would double-encode
-    a string (docs/wire-formats.md §7.1). Anything that does not parse to a JSON object stays the
-    original string, so the template shows what the model really produced.
-    """
-    if not isinstance(arguments, str):
-        return arguments
-    try:
-        parsed = json.loads(arguments)
-    except ValueError:
-        return arguments
-    return parsed if isinstance(parsed, dict) else arguments
+    def render(messages: list[JSONDict], tools: list[JSONDict]) -> str:
+        return render_chat_template(template, messages=messages, tools=tools, arguments="string")
+
+    return reads_object_arguments(render)
 
 
-def _template_messages(messages: Sequence[JSONDict]) -> list[JSONDict]:
-    """``messages`` with tool-call arguments parsed; the caller's stay untouched.
-
-    Only the dicts and lists on the way to a call's ``arguments`` are copied: everything else is
-    shared with the caller, which is safe because the sandbox is immutable (a template cannot
-    change a list or dict it is given). A deep copy of the whole history cost more than the
-    rendering at every step of a long turn.
-    """
-    prepared: list[JSONDict] = []
-    for message in messages:
-        calls = message.get("tool_calls")
-        if isinstance(calls, list):
-            message = {**message, "tool_calls": [_template_call(call) for call in calls]}
-        prepared.append(message)
-    return prepared
-
-
-def _template_call(call: JSONValue) -> JSONValue:
-    if not isinstance(call, dict):
-        return call
-    function = call.get("function")
-    if not isinstance(function, dict) or "arguments" not in function:
-        return call
-    return {**call, "function": {**function, "arguments": _arguments_as_value(function["arguments"])}}
+def _parses_arguments(template: str, arguments: str) -> bool:
+    if arguments not in ARGUMENT_MODES:
+        raise ValueError(f"arguments must be one of {', '.join(ARGUMENT_MODES)}, not {arguments!r}")
+    if arguments == "llama.cpp":
+        return _llama_cpp_parses_arguments(template)
+    return arguments == "object"
 
 
 def render_chat_template(
@@ -390,6 +372,7 @@ def render_chat_template(
     add_generation_prompt: bool = True,
     special_tokens: Mapping[str, str] | None = None,
     extra: Mapping[str, JSONValue] | None = None,
+    arguments: str = "object",
 ) -> str:
     """Render a Jinja chat template the way transformers' ``apply_chat_template`` does.
 
@@ -398,7 +381,9 @@ def render_chat_template(
     ``tojson`` (no HTML escaping), same variables: ``messages``, ``tools`` (None when there are
     none), ``documents`` (None), ``add_generation_prompt``, the special tokens (``bos_token``,
     ``eos_token``, … default ""), then ``extra`` (e.g. ``enable_thinking``, ``date_string``).
-    Tool-call ``arguments`` in history are passed as dicts (see :func:`_arguments_as_value`).
+    Tool-call ``arguments`` in history are passed as the engine passes them: ``arguments`` is
+    ``object`` (parsed, as vLLM does), ``string`` (the wire's string, as transformers given
+    OpenAI-shaped messages) or ``llama.cpp`` (see :mod:`conversations.splicing.arguments`).
 
     Raises :class:`TemplateError` for anything that stops the rendering: syntax errors, use of
     undefined values, sandbox violations (a template cannot reach Python internals: reading an
@@ -413,7 +398,8 @@ def render_chat_template(
     context.update(special_tokens or {})
     context["documents"] = None
     context.update(extra or {})
-    context["messages"] = _template_messages(messages)
+    parse = template == GENERIC_TEMPLATE or _parses_arguments(template, arguments)
+    context["messages"] = template_messages(messages, parse=parse)
     context["tools"] = tools or None  # shared, like the messages: the sandbox cannot change them
     context["add_generation_prompt"] = add_generation_prompt
 
@@ -624,6 +610,7 @@ def spliced_text(
     template_source: str,
     prompt_is_ours: bool,
     special_tokens: Mapping[str, str] | None,
+    arguments: str = "object",
 ) -> Rendering:
     """The prompt of one call, by the rules of :func:`conversations.splicing.splice`."""
     problem: str | None = None
@@ -637,10 +624,17 @@ def spliced_text(
                 messages=messages,
                 tools=None if prompt_is_ours else tools,
                 special_tokens=special_tokens,
+                arguments=arguments,
             )
         except TemplateError as exc:
             problem = f"failed: {template_source}: {_shorten(str(exc))}"
         else:
+            rewritten = rewritten_arguments(messages, text)
+            if rewritten:
+                calls = "1 call differs" if rewritten == 1 else f"{rewritten} calls differ"
+                template_source += (
+                    f" — the template re-serialises tool-call arguments: {calls} from the model's own text"
+                )
             missing = missing_special_tokens(template, special_tokens)
             if not missing:
                 return Rendering(text, "exact", template_source)

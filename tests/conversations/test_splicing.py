@@ -163,8 +163,8 @@ def test_history_arguments_reach_the_template_as_dicts_and_bad_json_stays_a_stri
 
     text = render_chat_template(template, messages=messages)
 
-    # A dict is tojson'ed once (no double encoding); text that is not a JSON object stays the text.
-    assert text == 'True {"x": [1, 2]}\nFalse "{\\"x\\": 1"\nFalse "[1]"\n'
+    # Parsed as vLLM does: tojson'ed once (no double encoding); text that is not JSON stays the text.
+    assert text == 'True {"x": [1, 2]}\nFalse "{\\"x\\": 1"\nFalse [1]\n'
     assert messages == original
 
 
@@ -484,7 +484,7 @@ def test_the_generic_template_renders_outside_the_sandbox_exactly_as_inside(
     messages: list[JSONDict], tools: list[JSONDict]
 ) -> None:
     sandboxed = templates._compile(GENERIC_TEMPLATE).render(
-        messages=templates._template_messages(messages),
+        messages=templates.template_messages(messages, parse=True),
         tools=tools or None,
         add_generation_prompt=True,
         documents=None,
@@ -496,7 +496,7 @@ def test_the_generic_template_renders_outside_the_sandbox_exactly_as_inside(
 
 def _sandboxed_generic(messages: list[JSONDict], tools: list[JSONDict]) -> str:
     return templates._compile(GENERIC_TEMPLATE).render(
-        messages=templates._template_messages(messages),
+        messages=templates.template_messages(messages, parse=True),
         tools=tools or None,
         add_generation_prompt=True,
         documents=None,
