@@ -30,6 +30,7 @@ from conversations.splicing.engines import (
     template_from_server,
     templates_from_tokenizer_config,
 )
+from conversations.splicing.pieces import spliced_pieces
 from conversations.splicing.templates import (
     GENERIC_SOURCE,
     GENERIC_TEMPLATE,
@@ -71,6 +72,11 @@ __all__ = [
     "template_from_server",
     "templates_from_tokenizer_config",
 ]
+
+
+# Each piece counted by difference costs one more rendering of the prompt; past this many (a
+# long turn), each is counted as its own text and the note says so.
+MAX_PIECES_BY_DIFFERENCE = 100
 
 
 @dataclass
@@ -141,12 +147,24 @@ def splice(
         special_tokens=special_tokens,
         arguments=arguments,
     )
+    tool_pieces, result_pieces, how = tool_texts(tools), result_texts(messages), ""
+    pieces = len(tools) + len(result_pieces)
+    if rendering.render is not None and pieces > MAX_PIECES_BY_DIFFERENCE:
+        how = f"{pieces} pieces: each tool and result counted as its own text, not by difference"
+    elif rendering.render is not None:
+        found_tools, result_pieces = spliced_pieces(rendering.render, rendering.text, messages, tools)
+        how = "each tool and result: the text the prompt loses when rendered without it"
+        if not prompt_is_ours:
+            tool_pieces = found_tools
+        else:
+            how = "each result: the text the prompt loses when rendered without it; each tool: its JSON"
     report = token_report(
         rendering.text,
         model=model,
-        tools=tool_texts(tools),
-        results=result_texts(messages),
+        tools=tool_pieces,
+        results=result_pieces,
         exact=rendering.exact,
+        how=how,
     )
     return Spliced(
         rendering.text,

@@ -44,6 +44,7 @@ from conversations.splicing.arguments import (
     rewritten_arguments,
     template_messages,
 )
+from conversations.splicing.pieces import Render
 from conversations.typealias import JSONDict, JSONValue
 
 __all__ = [
@@ -596,6 +597,9 @@ class Rendering:
     status: str
     source: str
     warnings: list[str] = field(default_factory=list)
+    # Renders other messages and tools the same way (None: the paradigm's messages, which have
+    # no native tools): how the text of each spliced piece is found (pieces.spliced_pieces).
+    render: Render | None = field(default=None, repr=False, compare=False)
 
     @property
     def exact(self) -> bool:
@@ -635,15 +639,26 @@ def spliced_text(
                 template_source += (
                     f" — the template re-serialises tool-call arguments: {calls} from the model's own text"
                 )
+            chosen = template
+
+            def again(other: list[JSONDict], other_tools: list[JSONDict]) -> str:
+                return render_chat_template(
+                    chosen,
+                    messages=other,
+                    tools=None if prompt_is_ours else other_tools,
+                    special_tokens=special_tokens,
+                    arguments=arguments,
+                )
+
             missing = missing_special_tokens(template, special_tokens)
             if not missing:
-                return Rendering(text, "exact", template_source)
+                return Rendering(text, "exact", template_source, render=again)
             warnings = [
                 f"the template uses {name}, which is not configured: rendered empty" for name in missing
             ]
             names = ", ".join(missing)
             source = f"{template_source} — warning: {names} not configured, rendered empty (not exact)"
-            return Rendering(text, "warning", source, warnings)
+            return Rendering(text, "warning", source, warnings, render=again)
 
     failed = problem is not None and problem.startswith("failed: ")
     if prompt_is_ours:
@@ -657,14 +672,19 @@ def spliced_text(
         return Rendering(_plain_rendering(messages), "failed" if failed else "exact", source)
 
     # The generic template is ours and tested; a failure here is a bug and should surface.
-    plain = _generic_rendering(messages, tools)
-    text = (
-        plain if plain is not None else render_chat_template(GENERIC_TEMPLATE, messages=messages, tools=tools)
-    )
+    text = _generic(messages, tools)
     if problem is None:
-        return Rendering(text, "illustrative", GENERIC_SOURCE)
+        return Rendering(text, "illustrative", GENERIC_SOURCE, render=_generic)
     if failed:
-        return Rendering(
-            text, "failed", f"{problem} — shown instead: the generic ChatML template (illustrative)"
-        )
-    return Rendering(text, "illustrative", f"generic ChatML template (illustrative) — {problem}")
+        source = f"{problem} — shown instead: the generic ChatML template (illustrative)"
+        return Rendering(text, "failed", source, render=_generic)
+    source = f"generic ChatML template (illustrative) — {problem}"
+    return Rendering(text, "illustrative", source, render=_generic)
+
+
+def _generic(messages: list[JSONDict], tools: list[JSONDict]) -> str:
+    """:data:`GENERIC_TEMPLATE` applied, by its plain-Python rendering when it decides the shapes."""
+    plain = _generic_rendering(messages, tools)
+    if plain is not None:
+        return plain
+    return render_chat_template(GENERIC_TEMPLATE, messages=messages, tools=tools)

@@ -121,13 +121,20 @@ def count_tokens(text: str, encoding: str) -> int:
 
 
 def token_report(
-    text: str, *, model: str, tools: Mapping[str, str], results: Sequence[str], exact: bool
+    text: str,
+    *,
+    model: str,
+    tools: Mapping[str, str],
+    results: Sequence[str],
+    exact: bool,
+    how: str = "",
 ) -> TokenReport:
     """The counts of one spliced prompt under ``model``'s encoding (see :class:`TokenReport`).
 
     ``text`` is the whole prompt; ``tools`` each tool's definition text by tool name, and
     ``results`` each tool result's text, as the prompt splices them; ``exact`` says whether
-    ``text`` is the model's real prompt (the note says so when it is not). Never raises: a
+    ``text`` is the model's real prompt (the note says so when it is not); ``how`` says how the
+    pieces were found (added to the note). Never raises: a
     tokenizer that fails gives no counts and a note saying why.
     """
     encoding = encoding_for(model)
@@ -150,4 +157,6 @@ def token_report(
         notes.append(f"the demo model has no tokenizer; {encoding} is this app's stand-in")
     if not exact:
         notes.append("the prompt total is of this illustrative rendering")
+    if how and (tool_counts or result_counts):
+        notes.append(how)
     return TokenReport(encoding, prompt, tool_counts, result_counts, "; ".join(notes))

@@ -635,11 +635,14 @@ def test_token_counts_are_the_tokenizers_own() -> None:
 
     assert spliced.tokens.encoding == "o200k_base"
     assert spliced.tokens.prompt == len(encoding.encode_with_special(spliced.text))
+    # Each piece as the generic template splices it: a definition's line, a result's whole turn.
     assert spliced.tokens.tools == {
-        "get_time": len(encoding.encode(json.dumps(GET_TIME, ensure_ascii=False))),
-        "echo": len(encoding.encode(json.dumps(ECHO, ensure_ascii=False))),
+        "get_time": len(encoding.encode(json.dumps(GET_TIME, ensure_ascii=False) + "\n")),
+        "echo": len(encoding.encode(json.dumps(ECHO, ensure_ascii=False) + "\n")),
     }
-    assert spliced.tokens.results == [len(encoding.encode("14:05"))]
+    result = "<|im_start|>user\n<tool_response>\n14:05\n</tool_response><|im_end|>\n"
+    assert result in spliced.text
+    assert spliced.tokens.results == [len(encoding.encode_with_special(result))]
     assert spliced.tokens.note.startswith("counted with o200k_base (quicktok)")
 
 
@@ -661,7 +664,10 @@ def test_exact_template_counts_use_the_models_encoding() -> None:
     spliced = splice(messages=ROUND, tools=[GET_TIME], model="qwen2.5-7b-instruct", template=QWEN_LIKE)
 
     assert spliced.tokens.prompt == len(quicktok.get_encoding("qwen3").encode_with_special(spliced.text))
-    assert spliced.tokens.note == "counted with qwen3 (quicktok)"
+    assert spliced.tokens.note == (
+        "counted with qwen3 (quicktok); each tool and result: the text the prompt loses when "
+        "rendered without it"
+    )
 
 
 def test_unknown_model_gets_no_counts_and_says_so() -> None:
