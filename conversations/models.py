@@ -16,6 +16,7 @@ from django.utils import timezone
 from conversations.escaping import CarriableDecoder
 from conversations.paradigms import PARADIGMS
 from conversations.providers import PROVIDERS
+from conversations.splicing import ENCODINGS
 from servers.models import McpServer
 
 CAPABILITY_CHOICES = [("unknown", "unknown"), ("yes", "yes"), ("no", "no")]
@@ -63,6 +64,13 @@ class ModelProfile(models.Model):
     )
     special_tokens = models.JSONField(
         default=dict, blank=True, help_text="bos_token/eos_token for the template."
+    )
+    tokenizer = models.CharField(
+        max_length=20,
+        blank=True,
+        choices=[("", "automatic")] + [(name, name) for name in ENCODINGS],
+        help_text="The encoding token counts use. Empty: chosen from the chat template's family, "
+        "else from the model name.",
     )
     is_demo = models.BooleanField(
         default=False, help_text="The deterministic offline demo model served by this app."

@@ -207,6 +207,7 @@ def prompt_renderer(profile: ModelProfile) -> PromptRenderer:
             templates=profile.chat_templates or None,
             template_source=profile.chat_template_source or "the profile's chat template",
             special_tokens=profile.special_tokens or None,
+            tokenizer=profile.tokenizer,
             prompt_is_ours=not request.tools,
         )
 

@@ -15,4 +15,23 @@ class Migration(migrations.Migration):
                 "rendered with the one the engine would choose.",
             ),
         ),
+        migrations.AddField(
+            model_name="modelprofile",
+            name="tokenizer",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("", "automatic"),
+                    ("o200k_base", "o200k_base"),
+                    ("o200k_harmony", "o200k_harmony"),
+                    ("cl100k_base", "cl100k_base"),
+                    ("llama3", "llama3"),
+                    ("llama3.1", "llama3.1"),
+                    ("qwen3", "qwen3"),
+                ],
+                help_text="The encoding token counts use. Empty: chosen from the chat template's family, "
+                "else from the model name.",
+                max_length=20,
+            ),
+        ),
     ]

@@ -44,10 +44,18 @@ from conversations.splicing.templates import (
     spliced_text,
     tool_texts,
 )
-from conversations.splicing.tokens import TokenReport, count_tokens, encoding_for, token_report
+from conversations.splicing.tokens import (
+    ENCODINGS,
+    TokenReport,
+    choose_encoding,
+    count_tokens,
+    encoding_for,
+    token_report,
+)
 from conversations.typealias import JSONDict
 
 __all__ = [
+    "ENCODINGS",
     "GENERIC_SOURCE",
     "GENERIC_TEMPLATE",
     "LLAMA_CPP_SOURCE",
@@ -60,6 +68,7 @@ __all__ = [
     "TemplateError",
     "TokenReport",
     "arguments_mode",
+    "choose_encoding",
     "choose_template",
     "count_tokens",
     "encoding_for",
@@ -107,6 +116,7 @@ def splice(
     prompt_is_ours: bool = False,
     special_tokens: Mapping[str, str] | None = None,
     arguments: str | None = None,
+    tokenizer: str = "",
 ) -> Spliced:
     """The spliced prompt of one model call (OpenAI-shaped ``messages`` and ``tools``).
 
@@ -130,7 +140,9 @@ def splice(
     template's source (:func:`~conversations.splicing.engines.arguments_mode`). When the
     rendered text does not hold a call's arguments as the model wrote them, ``source`` says so.
 
-    Tokens: see :class:`TokenReport`. Tool counts are each definition's JSON as Hermes-style
+    Tokens: see :class:`TokenReport`; the encoding is ``tokenizer`` (a profile setting) when
+    given, else chosen from the rendered template's family, else from ``model``
+    (:func:`~conversations.splicing.tokens.choose_encoding`). Tool counts are each definition's JSON as Hermes-style
     templates splice it, keyed by function name.
     """
     if arguments is None:
@@ -165,6 +177,10 @@ def splice(
         results=result_pieces,
         exact=rendering.exact,
         how=how,
+        # The template's family tells the tokenizer only when that template made the text.
+        template=template if rendering.status in ("exact", "warning") else None,
+        special_tokens=special_tokens,
+        tokenizer=tokenizer,
     )
     return Spliced(
         rendering.text,

@@ -665,7 +665,8 @@ def test_exact_template_counts_use_the_models_encoding() -> None:
 
     assert spliced.tokens.prompt == len(quicktok.get_encoding("qwen3").encode_with_special(spliced.text))
     assert spliced.tokens.note == (
-        "counted with qwen3 (quicktok); each tool and result: the text the prompt loses when "
+        "counted with qwen3 (quicktok), chosen from the chat template's family (Qwen (ChatML)); "
+        "each tool and result: the text the prompt loses when "
         "rendered without it"
     )
 
