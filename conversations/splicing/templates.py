@@ -54,6 +54,7 @@ __all__ = [
     "PARADIGM_SOURCE",
     "Rendering",
     "TemplateError",
+    "check_template",
     "missing_special_tokens",
     "render_chat_template",
     "result_texts",
@@ -202,6 +203,17 @@ def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
 def _compile(template: str) -> jinja2.Template:
     """Compiled templates, cached: the same template is rendered at every step of a turn."""
     return _environment().from_string(template)
+
+
+def check_template(template: str) -> None:
+    """Compile ``template`` in the sandboxed environment it is rendered in; raises
+    :class:`TemplateError` (with the line) when it does not compile. Nothing is rendered."""
+    try:
+        _compile(template)
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateError(exc.message or str(exc), lineno=exc.lineno, kind="syntax error") from exc
+    except jinja2.TemplateError as exc:  # e.g. an unknown filter or test, found at compile time
+        raise TemplateError(str(exc), lineno=getattr(exc, "lineno", None)) from exc
 
 
 def missing_special_tokens(template: str, special_tokens: Mapping[str, str] | None) -> list[str]:
@@ -619,7 +631,7 @@ def spliced_text(
     """The prompt of one call, by the rules of :func:`conversations.splicing.splice`."""
     problem: str | None = None
     if template is not None and template.strip() and _is_go_template(template_source):
-        problem = f"the server's template is an Ollama Go template ({template_source})"
+        problem = "the server's template is an Ollama Go template (not rendered)"
         template = None
     if template is not None and template.strip():
         try:

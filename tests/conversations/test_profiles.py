@@ -102,7 +102,8 @@ def test_a_pasted_chat_template_makes_the_native_spliced_prompt_exact() -> None:
     first, second = Step.objects.filter(turn=turn, kind__in=["decide", "answer"]).order_by("seq")
     assert first.prompt_exact and first.prompt_source == "the profile's chat template"
     assert "<|im_start|>system" in first.prompt and "get_weather_forecast" in first.prompt
-    assert first.tokens["encoding"] == "o200k_base" and first.tokens["prompt"] > 0
+    # Counted in the template's family (Qwen's ChatML), whatever the profile's name (issue 20).
+    assert first.tokens["encoding"] == "qwen3" and first.tokens["prompt"] > 0
     assert set(first.tokens["tools"]) == {tool["provider_name"] for tool in turn.tools}
     # The second call carries the tool result the template wraps for the model.
     assert "Beijing" in second.prompt and second.tokens["results"]
