@@ -1,3 +1,4 @@
+import json
 from typing import Any
 
 from django import forms
@@ -18,7 +19,7 @@ from conversations.models import (
     Turn,
 )
 from conversations.services import profile_probe
-from conversations.splicing import TemplateError, check_template
+from conversations.splicing import TemplateError, check_template, templates_from_tokenizer_config
 
 
 class ModelProfileForm(forms.ModelForm[ModelProfile]):
@@ -27,9 +28,18 @@ class ModelProfileForm(forms.ModelForm[ModelProfile]):
     (docs/chat-templates.md §2). An Ollama Go template is not Jinja and is kept as is."""
 
     # No Meta: the admin builds the form over all the model's fields (with its URL field options).
+    tokenizer_config = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4}),
+        help_text="Optional: paste the model's tokenizer_config.json to take its chat templates "
+        "(the default and the named ones, e.g. tool_use) and special tokens from it.",
+    )
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
+        pasted = str(data.get("tokenizer_config") or "").strip()
+        if pasted:
+            self._take_tokenizer_config(pasted, data)
         source = str(data.get("chat_template_source") or "")
         go = "go template" in source.lower()
         template = data.get("chat_template") or ""
@@ -59,6 +69,21 @@ class ModelProfileForm(forms.ModelForm[ModelProfile]):
                 'a JSON object of token texts by name, e.g. {"bos_token": "<|begin_of_text|>"}',
             )
         return data
+
+    def _take_tokenizer_config(self, pasted: str, data: dict[str, Any]) -> None:
+        try:
+            config = json.loads(pasted)
+        except ValueError as exc:
+            self.add_error("tokenizer_config", f"not JSON: {exc}")
+            return
+        found = templates_from_tokenizer_config(config) if isinstance(config, dict) else None
+        if found is None:
+            self.add_error("tokenizer_config", "no chat_template in this tokenizer config")
+            return
+        data["chat_template"] = found.template
+        data["chat_templates"] = dict(found.named)
+        data["special_tokens"] = dict(found.special_tokens)
+        data["chat_template_source"] = found.source
 
 
 @admin.register(ModelProfile)

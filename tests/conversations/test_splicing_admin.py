@@ -3,6 +3,8 @@ template's error with its line; it never saves one that does not compile."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -90,3 +92,35 @@ def test_a_good_template_is_saved_and_an_ollama_go_template_is_not_compiled(admi
 
     assert good.status_code == 302 and go.status_code == 302
     assert ModelProfile.objects.filter(name__in=["local", "ollama"]).count() == 2
+
+
+@pytest.mark.django_db
+def test_a_pasted_tokenizer_config_gives_its_templates_and_special_tokens(admin_client: Client) -> None:
+    config = {
+        "chat_template": [
+            {"name": "default", "template": "{{ bos_token }}{{ messages | length }}"},
+            {"name": "tool_use", "template": "{{ bos_token }}{{ tools | length }}"},
+        ],
+        "bos_token": {"content": "<|begin_of_text|>", "special": True},
+        "eos_token": "<|eot_id|>",
+    }
+
+    response = admin_client.post(ADD_URL, profile_form(tokenizer_config=json.dumps(config)))
+
+    assert response.status_code == 302
+    profile = ModelProfile.objects.get(name="local")
+    assert profile.chat_template == "{{ bos_token }}{{ messages | length }}"
+    assert profile.chat_templates == {"tool_use": "{{ bos_token }}{{ tools | length }}"}
+    assert profile.special_tokens == {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
+    assert profile.chat_template_source == "tokenizer_config.json"
+
+
+@pytest.mark.django_db
+def test_a_tokenizer_config_with_a_broken_template_is_refused(admin_client: Client) -> None:
+    config = {"chat_template": "{% if %}"}
+
+    response = admin_client.post(ADD_URL, profile_form(tokenizer_config=json.dumps(config)))
+
+    assert response.status_code == 200
+    assert "template syntax error at line 1" in response.content.decode()
+    assert not ModelProfile.objects.filter(name="local").exists()
