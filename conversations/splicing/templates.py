@@ -216,6 +216,16 @@ def check_template(template: str) -> None:
         raise TemplateError(str(exc), lineno=getattr(exc, "lineno", None)) from exc
 
 
+@functools.lru_cache(maxsize=64)
+def _variables_read(template: str) -> frozenset[str]:
+    """The variables ``template`` reads from its context (cached: asked at every step)."""
+    try:
+        parsed = _environment().parse(template)
+    except jinja2.TemplateError:
+        return frozenset()
+    return frozenset(jinja2.meta.find_undeclared_variables(parsed))
+
+
 def missing_special_tokens(template: str, special_tokens: Mapping[str, str] | None) -> list[str]:
     """The special-token variables ``template`` reads that have no configured value, in order.
 
@@ -224,11 +234,7 @@ def missing_special_tokens(template: str, special_tokens: Mapping[str, str] | No
     not be called exact (docs/chat-templates.md §2). A token set to "" on purpose counts as
     configured. A template that does not compile reads nothing (its rendering fails anyway).
     """
-    try:
-        parsed = _environment().parse(template)
-    except jinja2.TemplateError:
-        return []
-    read = jinja2.meta.find_undeclared_variables(parsed)
+    read = _variables_read(template)
     configured = set(special_tokens or {})
     return [name for name in _SPECIAL_TOKEN_NAMES if name in read and name not in configured]
 
