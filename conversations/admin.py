@@ -1,3 +1,7 @@
+import json
+from typing import Any
+
+from django import forms
 from django.contrib import admin, messages
 from django.db import models
 from django.db.models import QuerySet
@@ -15,10 +19,76 @@ from conversations.models import (
     Turn,
 )
 from conversations.services import profile_probe
+from conversations.splicing import TemplateError, check_template, templates_from_tokenizer_config
+
+
+class ModelProfileForm(forms.ModelForm[ModelProfile]):
+    """The profile's chat templates are compiled (sandboxed, nothing rendered) before they are
+    saved: a template that does not compile is refused with its error and line
+    (docs/chat-templates.md §2). An Ollama Go template is not Jinja and is kept as is."""
+
+    # No Meta: the admin builds the form over all the model's fields (with its URL field options).
+    tokenizer_config = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4}),
+        help_text="Optional: paste the model's tokenizer_config.json to take its chat templates "
+        "(the default and the named ones, e.g. tool_use) and special tokens from it.",
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        pasted = str(data.get("tokenizer_config") or "").strip()
+        if pasted:
+            self._take_tokenizer_config(pasted, data)
+        source = str(data.get("chat_template_source") or "")
+        go = "go template" in source.lower()
+        template = data.get("chat_template") or ""
+        if template.strip() and not go:
+            try:
+                check_template(template)
+            except TemplateError as exc:
+                self.add_error("chat_template", str(exc))
+        named = data.get("chat_templates")
+        if named is not None and not isinstance(named, dict):
+            self.add_error("chat_templates", "a JSON object of template texts by name, e.g. tool_use")
+        elif named and not go:
+            for name, text in named.items():
+                if not isinstance(text, str):
+                    self.add_error("chat_templates", f"{name}: a template is a string")
+                    continue
+                try:
+                    check_template(text)
+                except TemplateError as exc:
+                    self.add_error("chat_templates", f"{name}: {exc}")
+        tokens = data.get("special_tokens")
+        if tokens is not None and not (
+            isinstance(tokens, dict) and all(isinstance(value, str) for value in tokens.values())
+        ):
+            self.add_error(
+                "special_tokens",
+                'a JSON object of token texts by name, e.g. {"bos_token": "<|begin_of_text|>"}',
+            )
+        return data
+
+    def _take_tokenizer_config(self, pasted: str, data: dict[str, Any]) -> None:
+        try:
+            config = json.loads(pasted)
+        except ValueError as exc:
+            self.add_error("tokenizer_config", f"not JSON: {exc}")
+            return
+        found = templates_from_tokenizer_config(config) if isinstance(config, dict) else None
+        if found is None:
+            self.add_error("tokenizer_config", "no chat_template in this tokenizer config")
+            return
+        data["chat_template"] = found.template
+        data["chat_templates"] = dict(found.named)
+        data["special_tokens"] = dict(found.special_tokens)
+        data["chat_template_source"] = found.source
 
 
 @admin.register(ModelProfile)
 class ModelProfileAdmin(admin.ModelAdmin[ModelProfile]):
+    form = ModelProfileForm
     list_display = ("name", "provider", "model", "base_url", "api_key_env", "deadline_seconds", "is_demo")
     list_filter = ("provider", "is_demo")
     search_fields = ("name", "model", "base_url")

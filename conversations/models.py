@@ -16,6 +16,7 @@ from django.utils import timezone
 from conversations.escaping import CarriableDecoder
 from conversations.paradigms import PARADIGMS
 from conversations.providers import PROVIDERS
+from conversations.splicing import ENCODINGS
 
 CAPABILITY_CHOICES = [("unknown", "unknown"), ("yes", "yes"), ("no", "no")]
 TOOL_CHOICE_MODES = [
@@ -54,8 +55,21 @@ class ModelProfile(models.Model):
     chat_template_source = models.CharField(
         max_length=200, blank=True, help_text="Where the template came from (empty: pasted by a user)."
     )
+    chat_templates = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The engine's other named templates (e.g. tool_use), by name: each request is "
+        "rendered with the one the engine would choose.",
+    )
     special_tokens = models.JSONField(
         default=dict, blank=True, help_text="bos_token/eos_token for the template."
+    )
+    tokenizer = models.CharField(
+        max_length=20,
+        blank=True,
+        choices=[("", "automatic")] + [(name, name) for name in ENCODINGS],
+        help_text="The encoding token counts use. Empty: chosen from the chat template's family, "
+        "else from the model name.",
     )
     is_demo = models.BooleanField(
         default=False, help_text="The deterministic offline demo model served by this app."

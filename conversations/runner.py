@@ -165,8 +165,10 @@ def prompt_renderer(profile: ModelProfile) -> PromptRenderer:
             tools=[wire_tool(t) for t in request.tools],
             model=profile.model,
             template=profile.chat_template or None,
+            templates=profile.chat_templates or None,
             template_source=profile.chat_template_source or "the profile's chat template",
             special_tokens=profile.special_tokens or None,
+            tokenizer=profile.tokenizer,
             prompt_is_ours=not request.tools,
         )
 

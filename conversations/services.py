@@ -17,7 +17,7 @@ from conversations.lifecycle import turn_signal_local, turn_step_record
 from conversations.models import AuditEvent, Comparison, Conversation, Exchange, ModelProfile, Turn
 from conversations.providers import PROVIDERS
 from conversations.secret_sources import active_redactor
-from conversations.splicing import probe_request, server_template
+from conversations.splicing import LLAMA_CPP_SOURCE, probe_request, server_template
 from conversations.transcripts.export import ExportFormat, transcript_export_bytes
 from conversations.transcripts.importing import IMPORTED_PROFILE_PREFIX
 from conversations.transcripts.otel_import import conversation_file_import
@@ -231,7 +231,7 @@ def comparison_providers_start(
 def profile_probe(*, profile: ModelProfile, client: httpx2.Client | None = None) -> list[str]:
     """Ask the profile's engine for its chat template and tool support, and keep what it says.
 
-    llama.cpp (``GET /props``: ``chat_template_tool_use`` / ``chat_template``) and Ollama
+    llama.cpp (``GET /props``: ``chat_template`` and ``chat_template_tool_use``, both kept) and Ollama
     (``POST /api/show``: ``template``, ``capabilities``) describe themselves; hosted APIs do not,
     and nothing is changed for them. Returns notes for the user.
     """
@@ -258,9 +258,14 @@ def profile_probe(*, profile: ModelProfile, client: httpx2.Client | None = None)
     found = server_template(profile.base_url, profile.model, get_json)
     if found is not None:
         profile.chat_template = found.template
+        profile.chat_templates = dict(found.named)
         profile.chat_template_source = found.source
         profile.special_tokens = dict(found.special_tokens)
-        notes.append(f"chat template read from {found.source}")
+        if found.source == LLAMA_CPP_SOURCE:
+            keys = ["chat_template", *(["chat_template_tool_use"] if found.named else [])]
+            notes.append(f"chat template read from {found.source} ({', '.join(keys)})")
+        else:
+            notes.append(f"chat template read from {found.source}")
     else:
         notes.append("the engine published no chat template (not llama.cpp or Ollama?)")
     for url, data in seen.items():

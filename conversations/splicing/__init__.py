@@ -4,7 +4,9 @@ Two halves, joined by :func:`splice`:
 
 * :mod:`conversations.splicing.templates` — the text: a chat template rendered as transformers
   renders it, the generic ChatML rendering (illustrative) for hosted models, the paradigm's own
-  messages, and templates read from a serving engine.
+  messages.
+* :mod:`conversations.splicing.engines` — the templates a serving engine (or a tokenizer config)
+  publishes, and the one it applies to each request.
 * :mod:`conversations.splicing.tokens` — the counts: which tokenizer a model uses, and the
   tokens of the prompt, of each tool definition and of each tool result.
 
@@ -15,54 +17,94 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from conversations.splicing.engines import (
+    LLAMA_CPP_SOURCE,
+    TOKENIZER_CONFIG_SOURCE,
+    ServerTemplate,
+    arguments_mode,
+    choose_template,
+    probe_request,
+    server_template,
+    template_from_server,
+    templates_from_tokenizer_config,
+)
+from conversations.splicing.pieces import spliced_pieces
 from conversations.splicing.templates import (
     GENERIC_SOURCE,
     GENERIC_TEMPLATE,
     OLLAMA_GO_TEMPLATE_SOURCE,
     PARADIGM_SOURCE,
-    ServerTemplate,
+    Rendering,
     TemplateError,
-    probe_request,
+    check_template,
+    missing_special_tokens,
     render_chat_template,
     result_texts,
-    server_template,
     spliced_text,
-    template_from_server,
     tool_texts,
 )
-from conversations.splicing.tokens import TokenReport, count_tokens, encoding_for, token_report
+from conversations.splicing.tokens import (
+    ENCODINGS,
+    TokenReport,
+    choose_encoding,
+    count_tokens,
+    encoding_for,
+    token_report,
+)
 from conversations.typealias import JSONDict
 
 __all__ = [
+    "ENCODINGS",
     "GENERIC_SOURCE",
     "GENERIC_TEMPLATE",
+    "LLAMA_CPP_SOURCE",
     "OLLAMA_GO_TEMPLATE_SOURCE",
     "PARADIGM_SOURCE",
+    "Rendering",
     "ServerTemplate",
     "Spliced",
+    "TOKENIZER_CONFIG_SOURCE",
     "TemplateError",
     "TokenReport",
+    "arguments_mode",
+    "choose_encoding",
+    "check_template",
+    "choose_template",
     "count_tokens",
     "encoding_for",
+    "missing_special_tokens",
     "probe_request",
     "prompt_diff",
     "render_chat_template",
     "server_template",
     "splice",
     "template_from_server",
+    "templates_from_tokenizer_config",
 ]
+
+
+# Each piece counted by difference costs one more rendering of the prompt; past this many (a
+# long turn), each is counted as its own text and the note says so.
+MAX_PIECES_BY_DIFFERENCE = 100
 
 
 @dataclass
 class Spliced:
-    """The prompt text of one model call, whether it is exact, where it came from, its tokens."""
+    """The prompt text of one model call, whether it is exact, where it came from, its tokens.
+
+    ``status`` is ``exact``, ``warning``, ``failed`` or ``illustrative`` (see
+    :class:`~conversations.splicing.templates.Rendering`); ``exact`` is true only for ``exact``.
+    ``warnings`` says what kept a rendered template from being exact.
+    """
 
     text: str
     exact: bool
     source: str
     tokens: TokenReport
+    status: str = "exact"
+    warnings: list[str] = field(default_factory=list)
 
 
 def splice(
@@ -71,37 +113,85 @@ def splice(
     tools: list[JSONDict],
     model: str,
     template: str | None = None,
+    templates: Mapping[str, str] | None = None,
     template_source: str = "the profile's chat template",
     prompt_is_ours: bool = False,
     special_tokens: Mapping[str, str] | None = None,
+    arguments: str | None = None,
+    tokenizer: str = "",
 ) -> Spliced:
     """The spliced prompt of one model call (OpenAI-shaped ``messages`` and ``tools``).
 
+    * ``templates`` are the engine's other named templates (``tool_use``…): the one the engine
+      would apply to this request is chosen and named in ``source``
+      (:func:`~conversations.splicing.engines.choose_template`).
     * ``template`` given → rendered; ``exact=True``, ``source=template_source``. With
       ``prompt_is_ours`` it is rendered without ``tools`` (the paradigm sends none natively;
-      its tool text is already in the messages).
-    * ``template`` fails → the fallback below, and ``source`` names the template's error.
+      its tool text is already in the messages). A special token the template reads with no
+      configured value (:func:`missing_special_tokens`) → rendered, status ``warning``, not exact.
+    * ``template`` fails → status ``failed``, never exact: the fallback below is shown and
+      ``source`` starts with ``failed:`` and names the template's error.
     * A template whose ``template_source`` says it is a Go template (Ollama) is not Jinja and is
       not rendered; ``source`` says so.
     * No template, ``prompt_is_ours`` → the messages, role-labelled; ``exact=True`` (the text is
       exactly what we sent; the provider's chat markup around it is not shown).
     * Otherwise → :data:`GENERIC_TEMPLATE`, ``exact=False``, labelled illustrative.
 
-    Tokens: see :class:`TokenReport`. Tool counts are each definition's JSON as Hermes-style
+    ``arguments`` says how the engine hands tool-call arguments to the template (``object``,
+    ``string``, ``llama.cpp``: :mod:`conversations.splicing.arguments`); None → from the
+    template's source (:func:`~conversations.splicing.engines.arguments_mode`). When the
+    rendered text does not hold a call's arguments as the model wrote them, ``source`` says so.
+
+    Tokens: see :class:`TokenReport`; the encoding is ``tokenizer`` (a profile setting) when
+    given, else chosen from the rendered template's family, else from ``model``
+    (:func:`~conversations.splicing.tokens.choose_encoding`). Tool counts are each definition's JSON as Hermes-style
     templates splice it, keyed by function name.
     """
-    text, exact, source = spliced_text(
+    if arguments is None:
+        arguments = arguments_mode(template_source)
+    template, template_source = choose_template(
+        template, templates, template_source, has_tools=bool(tools) and not prompt_is_ours
+    )
+    rendering = spliced_text(
         messages=messages,
         tools=tools,
         template=template,
         template_source=template_source,
         prompt_is_ours=prompt_is_ours,
         special_tokens=special_tokens,
+        arguments=arguments,
     )
+    tool_pieces, result_pieces, how = tool_texts(tools), result_texts(messages), ""
+    pieces = len(tools) + len(result_pieces)
+    if rendering.render is not None and pieces > MAX_PIECES_BY_DIFFERENCE:
+        how = f"{pieces} pieces: each tool and result counted as its own text, not by difference"
+    elif rendering.render is not None:
+        found_tools, result_pieces = spliced_pieces(rendering.render, rendering.text, messages, tools)
+        how = "each tool and result: the text the prompt loses when rendered without it"
+        if not prompt_is_ours:
+            tool_pieces = found_tools
+        else:
+            how = "each result: the text the prompt loses when rendered without it; each tool: its JSON"
     report = token_report(
-        text, model=model, tools=tool_texts(tools), results=result_texts(messages), exact=exact
+        rendering.text,
+        model=model,
+        tools=tool_pieces,
+        results=result_pieces,
+        exact=rendering.exact,
+        how=how,
+        # The template's family tells the tokenizer only when that template made the text.
+        template=template if rendering.status in ("exact", "warning") else None,
+        special_tokens=special_tokens,
+        tokenizer=tokenizer,
     )
-    return Spliced(text, exact, source, report)
+    return Spliced(
+        rendering.text,
+        rendering.exact,
+        rendering.source,
+        report,
+        status=rendering.status,
+        warnings=rendering.warnings,
+    )
 
 
 # --- Step-to-step difference ---------------------------------------------------------------------

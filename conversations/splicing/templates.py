@@ -6,8 +6,8 @@ What "exact" can mean depends on the backend (docs/wire-formats.md §0):
   messages *are* the prompt (the provider only adds its own chat markup around them):
   :data:`PARADIGM_SOURCE`, rendered role-labelled.
 * **Open-weight models** read their Jinja chat template applied to the messages and tools. With
-  the model's own template (pasted into the profile, or read from the serving engine with
-  :func:`server_template`) :func:`render_chat_template` reproduces transformers' rendering
+  the model's own template (pasted into the profile, or read from the serving engine by
+  :mod:`conversations.splicing.engines`) :func:`render_chat_template` reproduces transformers' rendering
   environment (docs/wire-formats.md §7.1), so the result is the exact prompt.
 * **Hosted closed models** never reveal their rendering. We show :data:`GENERIC_TEMPLATE`
   applied to the request, always labelled as illustrative: a generic ChatML rendering in the
@@ -15,27 +15,36 @@ What "exact" can mean depends on the backend (docs/wire-formats.md §0):
   real template. A plain-Python rendering of it (the ChatML fast path) gives the same text in a
   fraction of Jinja's time.
 
-:func:`spliced_text` chooses among them. Pure Python: no Django, no I/O (server probing takes an
-injected ``get_json``).
+:func:`spliced_text` chooses among them; which of an engine's templates is rendered is chosen in
+:mod:`conversations.splicing.engines`. Pure Python: no Django, no I/O.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any
 
 import jinja2
 import jinja2.exceptions
 import jinja2.ext
+import jinja2.meta
 import jinja2.nodes
 import jinja2.parser
 import jinja2.sandbox
+import jinja2.utils
 
+from conversations.splicing.arguments import (
+    ARGUMENT_MODES,
+    reads_object_arguments,
+    rewritten_arguments,
+    template_messages,
+)
+from conversations.splicing.pieces import Render
 from conversations.typealias import JSONDict, JSONValue
 
 __all__ = [
@@ -43,14 +52,13 @@ __all__ = [
     "GENERIC_TEMPLATE",
     "OLLAMA_GO_TEMPLATE_SOURCE",
     "PARADIGM_SOURCE",
-    "ServerTemplate",
+    "Rendering",
     "TemplateError",
-    "probe_request",
+    "check_template",
+    "missing_special_tokens",
     "render_chat_template",
     "result_texts",
-    "server_template",
     "spliced_text",
-    "template_from_server",
     "tool_texts",
 ]
 
@@ -130,6 +138,41 @@ def _raise_exception(message: str) -> None:
     raise _TemplateRaised(str(message))
 
 
+class _TemplateDict:
+    """The ``dict`` global as transformers gives it: ``dict(...)`` and ``dict.fromkeys(...)``
+    only, so a template cannot reach the ``dict`` type itself."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict.fromkeys(*args, **kwargs)
+
+
+class _TemplateNamespace(jinja2.utils.Namespace):
+    """The ``namespace`` global as transformers gives it: underscore-prefixed attributes are
+    refused, whether passed at creation or set later (they are the way to Python internals)."""
+
+    def __init__(*args: object, **kwargs: object) -> None:
+        # Same signature trick as jinja's Namespace, so that ``namespace(self=...)`` still works.
+        self, rest = args[0], args[1:]
+        attrs: dict[Any, Any] = dict(*rest, **kwargs)
+        for name in attrs:
+            _TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: object) -> None:
+        _TemplateNamespace._check_name(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check_name(name: object) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(
+                f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}"
+            )
+
+
 def _strftime_now(fmt: str) -> str:
     """The ``strftime_now(fmt)`` global (Llama templates print today's date with it). Local time,
     as in transformers."""
@@ -151,6 +194,8 @@ def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
+    env.globals["dict"] = _TemplateDict()
+    env.globals["namespace"] = _TemplateNamespace
     return env
 
 
@@ -158,6 +203,40 @@ def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
 def _compile(template: str) -> jinja2.Template:
     """Compiled templates, cached: the same template is rendered at every step of a turn."""
     return _environment().from_string(template)
+
+
+def check_template(template: str) -> None:
+    """Compile ``template`` in the sandboxed environment it is rendered in; raises
+    :class:`TemplateError` (with the line) when it does not compile. Nothing is rendered."""
+    try:
+        _compile(template)
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateError(exc.message or str(exc), lineno=exc.lineno, kind="syntax error") from exc
+    except jinja2.TemplateError as exc:  # e.g. an unknown filter or test, found at compile time
+        raise TemplateError(str(exc), lineno=getattr(exc, "lineno", None)) from exc
+
+
+@functools.lru_cache(maxsize=64)
+def _variables_read(template: str) -> frozenset[str]:
+    """The variables ``template`` reads from its context (cached: asked at every step)."""
+    try:
+        parsed = _environment().parse(template)
+    except jinja2.TemplateError:
+        return frozenset()
+    return frozenset(jinja2.meta.find_undeclared_variables(parsed))
+
+
+def missing_special_tokens(template: str, special_tokens: Mapping[str, str] | None) -> list[str]:
+    """The special-token variables ``template`` reads that have no configured value, in order.
+
+    transformers passes only the tokens the tokenizer defines; one the template reads but nobody
+    configured prints as "" — a prompt missing its ``<|begin_of_text|>`` or ``</s>``, which must
+    not be called exact (docs/chat-templates.md §2). A token set to "" on purpose counts as
+    configured. A template that does not compile reads nothing (its rendering fails anyway).
+    """
+    read = _variables_read(template)
+    configured = set(special_tokens or {})
+    return [name for name in _SPECIAL_TOKEN_NAMES if name in read and name not in configured]
 
 
 @functools.cache
@@ -234,7 +313,7 @@ def _generic_rendering(messages: Sequence[JSONDict], tools: Sequence[JSONDict]) 
     """:data:`GENERIC_TEMPLATE` rendered in plain Python (with a generation prompt): the same
     text, in a fraction of Jinja's time (a step's prompt is rendered again at every step). None
     for a message of a shape the template's edge cases decide (a test holds the two equal)."""
-    prepared = _template_messages(messages)
+    prepared = template_messages(messages, parse=True)
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in prepared):
         return None
     try:
@@ -286,46 +365,22 @@ def _template_line(tb: TracebackType | None) -> int | None:
     return line
 
 
-def _arguments_as_value(arguments: JSONValue) -> JSONValue:
-    """A tool call's ``arguments`` as templates expect them in history: a dict.
+@functools.lru_cache(maxsize=64)
+def _llama_cpp_parses_arguments(template: str) -> bool:
+    """Whether llama.cpp hands this template parsed arguments (see :func:`reads_object_arguments`)."""
 
-    The wire carries a JSON string; templates that ``tojson`` it (Llama 3.x) would double-encode
-    a string (docs/wire-formats.md §7.1). Anything that does not parse to a JSON object stays the
-    original string, so the template shows what the model really produced.
-    """
-    if not isinstance(arguments, str):
-        return arguments
-    try:
-        parsed = json.loads(arguments)
-    except ValueError:
-        return arguments
-    return parsed if isinstance(parsed, dict) else arguments
+    def render(messages: list[JSONDict], tools: list[JSONDict]) -> str:
+        return render_chat_template(template, messages=messages, tools=tools, arguments="string")
+
+    return reads_object_arguments(render)
 
 
-def _template_messages(messages: Sequence[JSONDict]) -> list[JSONDict]:
-    """``messages`` with tool-call arguments parsed; the caller's stay untouched.
-
-    Only the dicts and lists on the way to a call's ``arguments`` are copied: everything else is
-    shared with the caller, which is safe because the sandbox is immutable (a template cannot
-    change a list or dict it is given). A deep copy of the whole history cost more than the
-    rendering at every step of a long turn.
-    """
-    prepared: list[JSONDict] = []
-    for message in messages:
-        calls = message.get("tool_calls")
-        if isinstance(calls, list):
-            message = {**message, "tool_calls": [_template_call(call) for call in calls]}
-        prepared.append(message)
-    return prepared
-
-
-def _template_call(call: JSONValue) -> JSONValue:
-    if not isinstance(call, dict):
-        return call
-    function = call.get("function")
-    if not isinstance(function, dict) or "arguments" not in function:
-        return call
-    return {**call, "function": {**function, "arguments": _arguments_as_value(function["arguments"])}}
+def _parses_arguments(template: str, arguments: str) -> bool:
+    if arguments not in ARGUMENT_MODES:
+        raise ValueError(f"arguments must be one of {', '.join(ARGUMENT_MODES)}, not {arguments!r}")
+    if arguments == "llama.cpp":
+        return _llama_cpp_parses_arguments(template)
+    return arguments == "object"
 
 
 def render_chat_template(
@@ -336,6 +391,7 @@ def render_chat_template(
     add_generation_prompt: bool = True,
     special_tokens: Mapping[str, str] | None = None,
     extra: Mapping[str, JSONValue] | None = None,
+    arguments: str = "object",
 ) -> str:
     """Render a Jinja chat template the way transformers' ``apply_chat_template`` does.
 
@@ -344,7 +400,9 @@ def render_chat_template(
     ``tojson`` (no HTML escaping), same variables: ``messages``, ``tools`` (None when there are
     none), ``documents`` (None), ``add_generation_prompt``, the special tokens (``bos_token``,
     ``eos_token``, … default ""), then ``extra`` (e.g. ``enable_thinking``, ``date_string``).
-    Tool-call ``arguments`` in history are passed as dicts (see :func:`_arguments_as_value`).
+    Tool-call ``arguments`` in history are passed as the engine passes them: ``arguments`` is
+    ``object`` (parsed, as vLLM does), ``string`` (the wire's string, as transformers given
+    OpenAI-shaped messages) or ``llama.cpp`` (see :mod:`conversations.splicing.arguments`).
 
     Raises :class:`TemplateError` for anything that stops the rendering: syntax errors, use of
     undefined values, sandbox violations (a template cannot reach Python internals: reading an
@@ -359,7 +417,8 @@ def render_chat_template(
     context.update(special_tokens or {})
     context["documents"] = None
     context.update(extra or {})
-    context["messages"] = _template_messages(messages)
+    parse = template == GENERIC_TEMPLATE or _parses_arguments(template, arguments)
+    context["messages"] = template_messages(messages, parse=parse)
     context["tools"] = tools or None  # shared, like the messages: the sandbox cannot change them
     context["add_generation_prompt"] = add_generation_prompt
 
@@ -542,6 +601,29 @@ def _is_go_template(source: str) -> bool:
     return "go template" in source.lower()
 
 
+@dataclass
+class Rendering:
+    """The text of one call's prompt and what may be claimed about it.
+
+    ``status`` is ``"exact"`` (the engine renders exactly this), ``"warning"`` (the template
+    rendered, but something it reads was not configured: see ``warnings``), ``"failed"`` (the
+    template failed; ``text`` is a stand-in the source names) or ``"illustrative"`` (no template:
+    the generic rendering). ``exact`` is true only for ``"exact"``.
+    """
+
+    text: str
+    status: str
+    source: str
+    warnings: list[str] = field(default_factory=list)
+    # Renders other messages and tools the same way (None: the paradigm's messages, which have
+    # no native tools): how the text of each spliced piece is found (pieces.spliced_pieces).
+    render: Render | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def exact(self) -> bool:
+        return self.status == "exact"
+
+
 def spliced_text(
     *,
     messages: list[JSONDict],
@@ -550,11 +632,12 @@ def spliced_text(
     template_source: str,
     prompt_is_ours: bool,
     special_tokens: Mapping[str, str] | None,
-) -> tuple[str, bool, str]:
-    """``(text, exact, source)`` of one call's prompt, by the rules of :func:`conversations.splicing.splice`."""
+    arguments: str = "object",
+) -> Rendering:
+    """The prompt of one call, by the rules of :func:`conversations.splicing.splice`."""
     problem: str | None = None
     if template is not None and template.strip() and _is_go_template(template_source):
-        problem = f"the server's template is an Ollama Go template ({template_source})"
+        problem = "the server's template is an Ollama Go template (not rendered)"
         template = None
     if template is not None and template.strip():
         try:
@@ -563,98 +646,63 @@ def spliced_text(
                 messages=messages,
                 tools=None if prompt_is_ours else tools,
                 special_tokens=special_tokens,
+                arguments=arguments,
             )
         except TemplateError as exc:
-            problem = f"{template_source} failed: {_shorten(str(exc))}"
+            problem = f"failed: {template_source}: {_shorten(str(exc))}"
         else:
-            return text, True, template_source
+            rewritten = rewritten_arguments(messages, text)
+            if rewritten:
+                calls = "1 call differs" if rewritten == 1 else f"{rewritten} calls differ"
+                template_source += (
+                    f" — the template re-serialises tool-call arguments: {calls} from the model's own text"
+                )
+            chosen = template
 
+            def again(other: list[JSONDict], other_tools: list[JSONDict]) -> str:
+                return render_chat_template(
+                    chosen,
+                    messages=other,
+                    tools=None if prompt_is_ours else other_tools,
+                    special_tokens=special_tokens,
+                    arguments=arguments,
+                )
+
+            missing = missing_special_tokens(template, special_tokens)
+            if not missing:
+                return Rendering(text, "exact", template_source, render=again)
+            warnings = [
+                f"the template uses {name}, which is not configured: rendered empty" for name in missing
+            ]
+            names = ", ".join(missing)
+            source = f"{template_source} — warning: {names} not configured, rendered empty (not exact)"
+            return Rendering(text, "warning", source, warnings, render=again)
+
+    failed = problem is not None and problem.startswith("failed: ")
     if prompt_is_ours:
-        source = PARADIGM_SOURCE if problem is None else f"{PARADIGM_SOURCE} — {problem}"
-        return _plain_rendering(messages), True, source
+        if problem is None:
+            return Rendering(_plain_rendering(messages), "exact", PARADIGM_SOURCE)
+        source = (
+            f"{problem} — shown instead: {PARADIGM_SOURCE}" if failed else f"{PARADIGM_SOURCE} — {problem}"
+        )
+        # Failed: the messages are exact, but not what the template would have made of them. An
+        # unrenderable Go template leaves the messages what they were: the text we sent.
+        return Rendering(_plain_rendering(messages), "failed" if failed else "exact", source)
 
     # The generic template is ours and tested; a failure here is a bug and should surface.
+    text = _generic(messages, tools)
+    if problem is None:
+        return Rendering(text, "illustrative", GENERIC_SOURCE, render=_generic)
+    if failed:
+        source = f"{problem} — shown instead: the generic ChatML template (illustrative)"
+        return Rendering(text, "failed", source, render=_generic)
+    source = f"generic ChatML template (illustrative) — {problem}"
+    return Rendering(text, "illustrative", source, render=_generic)
+
+
+def _generic(messages: list[JSONDict], tools: list[JSONDict]) -> str:
+    """:data:`GENERIC_TEMPLATE` applied, by its plain-Python rendering when it decides the shapes."""
     plain = _generic_rendering(messages, tools)
-    text = (
-        plain if plain is not None else render_chat_template(GENERIC_TEMPLATE, messages=messages, tools=tools)
-    )
-    source = GENERIC_SOURCE if problem is None else f"generic ChatML template (illustrative) — {problem}"
-    return text, False, source
-
-
-# --- Templates served by the engine -------------------------------------------------------------
-
-
-@dataclass
-class ServerTemplate:
-    """A chat template read from a serving engine, with the special tokens it reported."""
-
-    template: str
-    source: str
-    special_tokens: dict[str, str] = field(default_factory=dict)
-
-
-def _server_root(base_url: str) -> str:
-    """``http://h:8080/v1`` → ``http://h:8080``; Ollama's ``…/api`` likewise (the probes live at the root)."""
-    root = base_url.strip().rstrip("/")
-    for suffix in ("/v1", "/api"):
-        if root.endswith(suffix):
-            return root[: -len(suffix)]
-    return root
-
-
-def probe_request(url: str) -> tuple[str, str, JSONDict | None]:
-    """How the caller's ``get_json`` must fetch a probe URL: ``(method, url, json_body)``.
-
-    The probes are plain GETs except Ollama's ``/api/show``, which only answers POST with
-    ``{"model": name}``. :func:`server_template` encodes that as ``…/api/show?model=name`` so
-    ``get_json`` can stay a one-argument callable; this function decodes it. A typical caller::
-
-        def get_json(url):
-            method, target, body = probe_request(url)
-            response = client.request(method, target, json=body, timeout=5)
-            return response.json() if response.is_success else None
-    """
-    parts = urlsplit(url)
-    if parts.path.rstrip("/").endswith("/api/show") and parts.query:
-        body: JSONDict = {key: value for key, value in parse_qsl(parts.query)}
-        return "POST", urlunsplit(parts._replace(query="")), body
-    return "GET", url, None
-
-
-def server_template(
-    base_url: str, model: str, get_json: Callable[[str], JSONDict | None]
-) -> ServerTemplate | None:
-    """The chat template the engine at ``base_url`` applies to ``model``, or None.
-
-    Tries llama.cpp ``GET {root}/props`` (``chat_template_tool_use`` when present — llama.cpp
-    uses it when a request has tools — else ``chat_template``; ``bos_token``/``eos_token``
-    are kept for rendering), then Ollama ``{root}/api/show`` (a Go template, returned as is and
-    labelled :data:`OLLAMA_GO_TEMPLATE_SOURCE`). ``get_json(url)`` does the HTTP (see
-    :func:`probe_request`) and returns the decoded object, or None when the endpoint is missing
-    or answers with something else; exceptions it raises propagate.
-    """
-    root = _server_root(base_url)
-    props = get_json(f"{root}/props")
-    if isinstance(props, dict):
-        tokens = {
-            name: value for name in ("bos_token", "eos_token") if isinstance(value := props.get(name), str)
-        }
-        for key in ("chat_template_tool_use", "chat_template"):
-            value = props.get(key)
-            if isinstance(value, str) and value.strip():
-                return ServerTemplate(value, f"llama.cpp /props {key}", tokens)
-    shown = get_json(f"{root}/api/show?{urlencode({'model': model})}")
-    if isinstance(shown, dict):
-        value = shown.get("template")
-        if isinstance(value, str) and value.strip():
-            return ServerTemplate(value, OLLAMA_GO_TEMPLATE_SOURCE)
-    return None
-
-
-def template_from_server(
-    base_url: str, model: str, get_json: Callable[[str], JSONDict | None]
-) -> tuple[str, str] | None:
-    """``(template, source label)`` from :func:`server_template`, or None when none was found."""
-    found = server_template(base_url, model, get_json)
-    return None if found is None else (found.template, found.source)
+    if plain is not None:
+        return plain
+    return render_chat_template(GENERIC_TEMPLATE, messages=messages, tools=tools)

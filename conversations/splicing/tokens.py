@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["TokenReport", "count_tokens", "encoding_for", "token_report"]
+__all__ = ["ENCODINGS", "TokenReport", "choose_encoding", "count_tokens", "encoding_for", "token_report"]
 
 
 @dataclass
@@ -42,6 +42,8 @@ class _Encoding(Protocol):
     """The part of ``quicktok.Tokenizer`` used here (quicktok ships no type information)."""
 
     def encode_with_special(self, text: str) -> list[int]: ...
+
+    def encode_ordinary(self, text: str) -> list[int]: ...
 
 
 # Prefix rules, checked before quicktok's own table: its prefix matching sends "gpt-4.1" to
@@ -111,32 +113,120 @@ def _encoding(name: str) -> _Encoding:
     return encoding
 
 
-def count_tokens(text: str, encoding: str) -> int:
-    """Tokens in ``text`` under the quicktok ``encoding``.
+# Encodings built here over a quicktok one (docs/chat-templates.md §5): Llama 3.1 kept Llama 3.0's
+# BPE vocabulary and renamed some reserved special tokens. 3.0's reserved_special_token_2 (id
+# 128004), _4 (128008) and _5 (128010) became <|finetune_right_pad_id|>, <|eom_id|> and
+# <|python_tag|>; the remaining reserved tokens were renumbered, so 3.1 has 248 of them (0–247)
+# where 3.0 had 251 (0–250).
+_LLAMA_31_ADDED = ("<|finetune_right_pad_id|>", "<|eom_id|>", "<|python_tag|>")
+_LLAMA_31_DROPPED = tuple(f"<|reserved_special_token_{n}|>" for n in (248, 249, 250))
+_DERIVED = {"llama3.1": ("llama3", _LLAMA_31_ADDED, _LLAMA_31_DROPPED)}
+ENCODINGS = ("o200k_base", "o200k_harmony", "cl100k_base", "llama3", "llama3.1", "qwen3")
+
+
+def count_tokens(text: str, encoding: str, added: Sequence[str] = ()) -> int:
+    """Tokens in ``text`` under ``encoding`` (a quicktok encoding, or ``llama3.1``).
 
     Special-token strings of the encoding count as one token each, as when a serving engine
-    tokenizes a rendered template. Raises whatever quicktok raises for an unknown encoding.
+    tokenizes a rendered template; so do the strings in ``added`` (a tokenizer's added tokens:
+    a tokenizer splits them out before its BPE runs). Raises whatever quicktok raises for an
+    unknown encoding.
     """
-    return len(_encoding(encoding).encode_with_special(text))
+    base, extra, dropped = _DERIVED.get(encoding, (encoding, (), ()))
+    tokenizer = _encoding(base)
+    singles = sorted({*extra, *added} - {""}, key=len, reverse=True)
+    if not singles and not dropped:
+        return len(tokenizer.encode_with_special(text))
+    pattern = "(" + "|".join(re.escape(token) for token in [*singles, *dropped]) + ")"
+    total = 0
+    for index, piece in enumerate(re.split(pattern, text)):
+        if not piece:
+            continue
+        if index % 2 == 0:
+            total += len(tokenizer.encode_with_special(piece))
+        elif piece in dropped and piece not in singles:
+            total += len(tokenizer.encode_ordinary(piece))  # plain text in this encoding
+        else:
+            total += 1
+    return total
+
+
+# Template families (docs/chat-templates.md §5): a marker only that family's templates print,
+# and its encoding (None: no offline implementation here, with the reason).
+_FAMILIES: tuple[tuple[tuple[str, ...], str | None, str], ...] = (
+    (("<|channel|>", "<|start|>"), "o200k_harmony", "gpt-oss (harmony)"),
+    (
+        ("<｜begin▁of▁sentence｜>", "<｜Assistant｜>"),
+        None,
+        "DeepSeek: its tokenizer has no offline implementation here",
+    ),
+    (
+        ("[INST]", "[AVAILABLE_TOOLS]"),
+        None,
+        "Mistral: its Tekken tokenizer has no offline implementation here",
+    ),
+    (("<|start_header_id|>", "<|begin_of_text|>"), "llama3.1", "Llama 3.1+"),
+    (("<|im_start|>",), "qwen3", "Qwen (ChatML)"),
+)
+
+
+def choose_encoding(
+    model: str,
+    *,
+    template: str | None = None,
+    special_tokens: Mapping[str, str] | None = None,
+    tokenizer: str = "",
+) -> tuple[str | None, str]:
+    """``(encoding, why)`` for a prompt: the profile's ``tokenizer`` setting, else the family of
+    the chat template the engine applied (and its special tokens: a ChatML template with Llama's
+    ``<|begin_of_text|>`` is Hermes on Llama 3.1), else the model's name (:func:`encoding_for`).
+    ``encoding`` is None when none applies; ``why`` then says so."""
+    if tokenizer:
+        return tokenizer, "the profile's tokenizer setting"
+    if template:
+        marks = template + "".join((special_tokens or {}).values())
+        for markers, encoding, family in _FAMILIES:
+            if any(marker in marks for marker in markers):
+                if encoding is None:
+                    return None, f"the chat template's family is {family}"
+                return encoding, f"the chat template's family ({family})"
+    encoding = encoding_for(model)
+    if encoding is None:
+        return None, f"no tokenizer is known for model {model!r}"
+    return encoding, "the model's name"
 
 
 def token_report(
-    text: str, *, model: str, tools: Mapping[str, str], results: Sequence[str], exact: bool
+    text: str,
+    *,
+    model: str,
+    tools: Mapping[str, str],
+    results: Sequence[str],
+    exact: bool,
+    how: str = "",
+    template: str | None = None,
+    special_tokens: Mapping[str, str] | None = None,
+    tokenizer: str = "",
 ) -> TokenReport:
     """The counts of one spliced prompt under ``model``'s encoding (see :class:`TokenReport`).
 
     ``text`` is the whole prompt; ``tools`` each tool's definition text by tool name, and
     ``results`` each tool result's text, as the prompt splices them; ``exact`` says whether
-    ``text`` is the model's real prompt (the note says so when it is not). Never raises: a
+    ``text`` is the model's real prompt (the note says so when it is not); ``how`` says how the
+    pieces were found (added to the note). Never raises: a
     tokenizer that fails gives no counts and a note saying why.
     """
-    encoding = encoding_for(model)
+    encoding, why = choose_encoding(
+        model, template=template, special_tokens=special_tokens, tokenizer=tokenizer
+    )
     if encoding is None:
-        return TokenReport(None, None, {}, [], f"no tokenizer is known for model {model!r}; counts not shown")
+        return TokenReport(None, None, {}, [], f"{why}; counts not shown")
+    # The configured special tokens are tokens of the model's vocabulary by definition.
+    added = [value for value in (special_tokens or {}).values() if isinstance(value, str)]
     try:
-        prompt = count_tokens(text, encoding)
-        tool_counts = {name: count_tokens(definition, encoding) for name, definition in tools.items()}
-        result_counts = [count_tokens(result, encoding) for result in results]
+        prompt = count_tokens(text, encoding, added)
+        tool_counts = {name: count_tokens(definition, encoding, added) for name, definition in tools.items()}
+        result_counts = [count_tokens(result, encoding, added) for result in results]
     except Exception as exc:  # noqa: BLE001 — a tokenizer that fails must not hide the prompt
         return TokenReport(
             encoding,
@@ -145,9 +235,11 @@ def token_report(
             [],
             f"the {encoding} tokenizer failed ({type(exc).__name__}: {exc}); counts not shown",
         )
-    notes = [f"counted with {encoding} (quicktok)"]
-    if _normalise_model(model) == _DEMO_MODEL:
+    notes = [f"counted with {encoding} (quicktok), chosen from {why}"]
+    if why == "the model's name" and _normalise_model(model) == _DEMO_MODEL:
         notes.append(f"the demo model has no tokenizer; {encoding} is this app's stand-in")
     if not exact:
         notes.append("the prompt total is of this illustrative rendering")
+    if how and (tool_counts or result_counts):
+        notes.append(how)
     return TokenReport(encoding, prompt, tool_counts, result_counts, "; ".join(notes))

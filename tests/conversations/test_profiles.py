@@ -32,7 +32,7 @@ def _engine(routes: dict[tuple[str, str], object]) -> httpx2.Client:
 
 
 @pytest.mark.django_db
-def test_a_llama_cpp_engine_gives_its_tool_use_template_and_tokens() -> None:
+def test_a_llama_cpp_engine_gives_both_its_templates_and_tokens() -> None:
     profile = ModelProfile.objects.create(name="local", model="qwen2.5", base_url="http://engine:8080/v1")
     client = _engine(
         {
@@ -47,8 +47,8 @@ def test_a_llama_cpp_engine_gives_its_tool_use_template_and_tokens() -> None:
     notes = profile_probe(profile=profile, client=client)
 
     profile.refresh_from_db()
-    assert profile.chat_template == TEMPLATE
-    assert profile.chat_template_source == "llama.cpp /props chat_template_tool_use"
+    assert (profile.chat_template, profile.chat_templates) == ("plain", {"tool_use": TEMPLATE})
+    assert profile.chat_template_source == "llama.cpp /props"
     assert profile.special_tokens == {"bos_token": "<s>"}
     assert profile.native_tools == "yes"
     assert any("llama.cpp /props" in note for note in notes)
@@ -102,7 +102,8 @@ def test_a_pasted_chat_template_makes_the_native_spliced_prompt_exact() -> None:
     first, second = Step.objects.filter(turn=turn, kind__in=["decide", "answer"]).order_by("seq")
     assert first.prompt_exact and first.prompt_source == "the profile's chat template"
     assert "<|im_start|>system" in first.prompt and "get_weather_forecast" in first.prompt
-    assert first.tokens["encoding"] == "o200k_base" and first.tokens["prompt"] > 0
+    # Counted in the template's family (Qwen's ChatML), whatever the profile's name (issue 20).
+    assert first.tokens["encoding"] == "qwen3" and first.tokens["prompt"] > 0
     assert set(first.tokens["tools"]) == {tool["provider_name"] for tool in turn.tools}
     # The second call carries the tool result the template wraps for the model.
     assert "Beijing" in second.prompt and second.tokens["results"]

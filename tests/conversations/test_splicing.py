@@ -163,8 +163,8 @@ def test_history_arguments_reach_the_template_as_dicts_and_bad_json_stays_a_stri
 
     text = render_chat_template(template, messages=messages)
 
-    # A dict is tojson'ed once (no double encoding); text that is not a JSON object stays the text.
-    assert text == 'True {"x": [1, 2]}\nFalse "{\\"x\\": 1"\nFalse "[1]"\n'
+    # Parsed as vLLM does: tojson'ed once (no double encoding); text that is not JSON stays the text.
+    assert text == 'True {"x": [1, 2]}\nFalse "{\\"x\\": 1"\nFalse [1]\n'
     assert messages == original
 
 
@@ -367,15 +367,14 @@ def test_splice_keeps_a_custom_template_source_and_special_tokens() -> None:
         ("{{ raise_exception('Conversation roles must alternate') }}", "Conversation roles must alternate"),
     ],
 )
-def test_splice_with_a_broken_template_falls_back_to_the_illustrative_rendering(
+def test_splice_with_a_broken_template_is_failed_over_the_illustrative_rendering(
     template: str, error: str
 ) -> None:
     spliced = splice(messages=ROUND, tools=TOOLS, model="gpt-4o", template=template)
 
-    assert spliced.exact is False
-    assert spliced.source.startswith(
-        "generic ChatML template (illustrative) — the profile's chat template failed: "
-    )
+    assert (spliced.exact, spliced.status) == (False, "failed")
+    assert spliced.source.startswith("failed: the profile's chat template: ")
+    assert spliced.source.endswith("shown instead: the generic ChatML template (illustrative)")
     assert error in spliced.source
     assert spliced.text == render_chat_template(GENERIC_TEMPLATE, messages=ROUND, tools=TOOLS)
 
@@ -485,7 +484,7 @@ def test_the_generic_template_renders_outside_the_sandbox_exactly_as_inside(
     messages: list[JSONDict], tools: list[JSONDict]
 ) -> None:
     sandboxed = templates._compile(GENERIC_TEMPLATE).render(
-        messages=templates._template_messages(messages),
+        messages=templates.template_messages(messages, parse=True),
         tools=tools or None,
         add_generation_prompt=True,
         documents=None,
@@ -497,7 +496,7 @@ def test_the_generic_template_renders_outside_the_sandbox_exactly_as_inside(
 
 def _sandboxed_generic(messages: list[JSONDict], tools: list[JSONDict]) -> str:
     return templates._compile(GENERIC_TEMPLATE).render(
-        messages=templates._template_messages(messages),
+        messages=templates.template_messages(messages, parse=True),
         tools=tools or None,
         add_generation_prompt=True,
         documents=None,
@@ -636,11 +635,14 @@ def test_token_counts_are_the_tokenizers_own() -> None:
 
     assert spliced.tokens.encoding == "o200k_base"
     assert spliced.tokens.prompt == len(encoding.encode_with_special(spliced.text))
+    # Each piece as the generic template splices it: a definition's line, a result's whole turn.
     assert spliced.tokens.tools == {
-        "get_time": len(encoding.encode(json.dumps(GET_TIME, ensure_ascii=False))),
-        "echo": len(encoding.encode(json.dumps(ECHO, ensure_ascii=False))),
+        "get_time": len(encoding.encode(json.dumps(GET_TIME, ensure_ascii=False) + "\n")),
+        "echo": len(encoding.encode(json.dumps(ECHO, ensure_ascii=False) + "\n")),
     }
-    assert spliced.tokens.results == [len(encoding.encode("14:05"))]
+    result = "<|im_start|>user\n<tool_response>\n14:05\n</tool_response><|im_end|>\n"
+    assert result in spliced.text
+    assert spliced.tokens.results == [len(encoding.encode_with_special(result))]
     assert spliced.tokens.note.startswith("counted with o200k_base (quicktok)")
 
 
@@ -662,7 +664,11 @@ def test_exact_template_counts_use_the_models_encoding() -> None:
     spliced = splice(messages=ROUND, tools=[GET_TIME], model="qwen2.5-7b-instruct", template=QWEN_LIKE)
 
     assert spliced.tokens.prompt == len(quicktok.get_encoding("qwen3").encode_with_special(spliced.text))
-    assert spliced.tokens.note == "counted with qwen3 (quicktok)"
+    assert spliced.tokens.note == (
+        "counted with qwen3 (quicktok), chosen from the chat template's family (Qwen (ChatML)); "
+        "each tool and result: the text the prompt loses when "
+        "rendered without it"
+    )
 
 
 def test_unknown_model_gets_no_counts_and_says_so() -> None:
@@ -733,7 +739,7 @@ def fake_server(responses: dict[str, JSONDict]) -> tuple[Callable[[str], JSONDic
     return get_json, asked
 
 
-def test_llama_cpp_props_prefers_the_tool_use_template() -> None:
+def test_llama_cpp_props_keeps_the_tool_use_template_beside_the_default() -> None:
     get_json, asked = fake_server(
         {
             "http://gpu:8080/props": {
@@ -745,12 +751,10 @@ def test_llama_cpp_props_prefers_the_tool_use_template() -> None:
         }
     )
 
-    assert template_from_server("http://gpu:8080/v1", "any", get_json) == (
-        "{{ with_tools }}",
-        "llama.cpp /props chat_template_tool_use",
-    )
+    assert template_from_server("http://gpu:8080/v1", "any", get_json) == ("{{ plain }}", "llama.cpp /props")
     found = server_template("http://gpu:8080/v1/", "any", get_json)
-    assert found is not None and found.special_tokens == {"bos_token": "<s>", "eos_token": "</s>"}
+    assert found is not None and found.named == {"tool_use": "{{ with_tools }}"}
+    assert found.special_tokens == {"bos_token": "<s>", "eos_token": "</s>"}
     assert asked == ["http://gpu:8080/props", "http://gpu:8080/props"]
 
 
@@ -759,10 +763,11 @@ def test_llama_cpp_props_without_tool_use_template() -> None:
         {"http://gpu:8080/props": {"chat_template": "{{ plain }}", "chat_template_tool_use": ""}}
     )
 
-    assert template_from_server("http://gpu:8080", "any", get_json) == (
-        "{{ plain }}",
-        "llama.cpp /props chat_template",
-    )
+    found = server_template("http://gpu:8080", "any", get_json)
+    assert found is not None and (found.template, found.named) == ("{{ plain }}", {})
+    assert splice(
+        messages=ROUND, tools=TOOLS, model="m", template="x", template_source=found.source
+    ).source == ("llama.cpp /props chat_template")
 
 
 def test_ollama_show_template_is_returned_as_a_go_template() -> None:
@@ -845,4 +850,4 @@ def test_a_long_template_error_is_shortened_in_the_source() -> None:
     )
 
     assert len(spliced.source) < 300
-    assert spliced.source.endswith("x…")
+    assert "x… — shown instead" in spliced.source

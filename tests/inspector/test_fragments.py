@@ -668,6 +668,27 @@ def test_an_illustrative_prompt_is_labelled_with_where_it_comes_from() -> None:
     assert source in html
 
 
+@pytest.mark.parametrize(
+    ("source", "badge"),
+    [
+        (
+            "failed: the profile's chat template: template undefined value at line 3: x — shown instead: "
+            "the generic ChatML template (illustrative)",
+            "failed",
+        ),
+        ("llama.cpp /props — warning: bos_token not configured, rendered empty (not exact)", "warning"),
+    ],
+)
+def test_a_failed_or_warned_template_is_badged_so_never_exact(source: str, badge: str) -> None:
+    turn = make_turn()
+    step = model_call(turn, prompt=CHATML_PROMPT, prompt_exact=False, prompt_source=source, tokens=COUNTED)
+
+    html = html_of(turn.conversation, step)
+
+    assert f'<span class="badge prompt-{badge}"' in html and f">{badge}</span>" in html
+    assert "prompt-exact" not in html and "prompt-illustrative" not in html
+
+
 def test_without_an_encoding_the_note_is_shown_and_no_count_is_made_up() -> None:
     turn = make_turn()
     note = "no offline tokenizer is known for the model 'mystery-1'"

@@ -1,0 +1,93 @@
+"""Issue 20 item 4: per-tool and per-result token counts are of the text the template splices
+(the prompt rendered with and without each piece), in the prompt's own tokenizer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conversations.splicing import count_tokens, render_chat_template, splice
+from conversations.splicing.pieces import removed_span
+from conversations.typealias import JSONDict
+
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "chat_templates"
+LLAMA = (CORPUS / "meta-llama-Llama-3.1-8B-Instruct.jinja").read_text()
+TOKENS = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
+GET_TIME: JSONDict = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "The current time in a time zone",
+        "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]},
+    },
+}
+GET_WEATHER: JSONDict = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+HISTORY: list[JSONDict] = [
+    {"role": "user", "content": "Time in Paris?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "abc123def",
+                "type": "function",
+                "function": {"name": "get_time", "arguments": '{"tz": "Europe/Paris"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "abc123def", "content": "14:05"},
+]
+
+
+def test_removed_span_is_what_differs_between_two_renderings() -> None:
+    assert removed_span("<a>XY<b>", "<a><b>") == "XY"
+    assert removed_span("same", "same") == ""
+    assert removed_span("aXa", "a") == "Xa"
+
+
+def test_llama_tool_counts_include_the_templates_own_wrapping() -> None:
+    spliced = splice(
+        messages=HISTORY,
+        tools=[GET_TIME, GET_WEATHER],
+        model="llama-3.1-8b",
+        template=LLAMA,
+        special_tokens=TOKENS,
+    )
+    full = spliced.text
+    without_weather = render_chat_template(LLAMA, messages=HISTORY, tools=[GET_TIME], special_tokens=TOKENS)
+    spliced_weather = removed_span(full, without_weather)
+
+    assert spliced.status == "exact"
+    # Llama 3.1 prints each definition with tojson(indent=4), not as one compact JSON line.
+    assert json.dumps(GET_WEATHER, indent=4) in spliced_weather
+    assert spliced.tokens.tools["get_weather"] == count_tokens(spliced_weather, "llama3")
+    assert spliced.tokens.tools["get_weather"] > count_tokens(json.dumps(GET_WEATHER), "llama3")
+
+
+def test_llama_result_counts_include_the_ipython_turn() -> None:
+    spliced = splice(
+        messages=HISTORY, tools=[GET_TIME], model="llama-3.1-8b", template=LLAMA, special_tokens=TOKENS
+    )
+
+    # The result "14:05" is spliced as a whole ipython turn around its JSON.
+    result = '<|start_header_id|>ipython<|end_header_id|>\n\n"14:05"<|eot_id|>'
+    assert result in spliced.text
+    assert spliced.tokens.results == [count_tokens(result, "llama3")]
+    assert "the text the prompt loses when rendered without it" in spliced.tokens.note
+
+
+def test_the_generic_rendering_counts_by_difference_too() -> None:
+    spliced = splice(messages=HISTORY, tools=[GET_TIME, GET_WEATHER], model="gpt-4o")
+
+    line = json.dumps(GET_WEATHER, ensure_ascii=False) + "\n"
+    assert spliced.tokens.tools["get_weather"] == count_tokens(line, "o200k_base")
+    wrapped = "<|im_start|>user\n<tool_response>\n14:05\n</tool_response><|im_end|>\n"
+    assert wrapped in spliced.text
+    assert spliced.tokens.results == [count_tokens(wrapped, "o200k_base")]
