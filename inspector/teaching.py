@@ -481,7 +481,7 @@ def _documents(body: str) -> Iterator[JSONValue]:
     try:
         yield json.loads(text)
         return
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
         pass
     for line in text.splitlines():
         line = line.strip()
@@ -491,19 +491,29 @@ def _documents(body: str) -> Iterator[JSONValue]:
             continue
         try:
             yield json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
 
 
 def _walk(value: JSONValue, opaque: frozenset[str], seen: dict[str, None]) -> None:
-    if isinstance(value, dict):
-        for key, inner in value.items():
+    """Every key in ``value`` in document order (depth first). A loop over its own stack of
+    iterators, so a body nested as deep as a JSON parser allows (untrusted) cannot exhaust
+    Python's."""
+    stack: list[Iterator[tuple[str | None, JSONValue]]] = [iter([(None, value)])]
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+            continue
+        key, current = entry
+        if key is not None:
             seen.setdefault(key, None)
-            if key not in opaque:
-                _walk(inner, opaque, seen)
-    elif isinstance(value, list):
-        for item in value:
-            _walk(item, opaque, seen)
+            if key in opaque:
+                continue
+        if isinstance(current, dict):
+            stack.append(iter(current.items()))
+        elif isinstance(current, list):
+            stack.append((None, item) for item in current)
 
 
 def field_names(body: str, fmt: str) -> list[str]:

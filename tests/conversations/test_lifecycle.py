@@ -388,8 +388,9 @@ def test_a_turn_marked_interrupted_by_another_process_stops_and_keeps_that_endin
     runner = _run_in_thread(turn)
     assert _wait_until(lambda: Step.objects.filter(turn=turn, kind="decide").exists(), 10)
 
-    Turn.objects.filter(pk=turn.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=120))
-    assert turns_reap_stale(window=60) == [turn.pk]
+    # Seen from two minutes on: this process's heartbeat thread keeps beating meanwhile, and a
+    # beat landing between an UPDATE of heartbeat_at and the check would make the turn look alive.
+    assert turns_reap_stale(now=timezone.now() + timedelta(seconds=120), window=60) == [turn.pk]
     runner.join(STOP_BOUND_SECONDS)
 
     assert not runner.is_alive()

@@ -23,7 +23,7 @@ from django.urls import reverse
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.runner import turn_run
 from conversations.services import conversation_start, turn_start
-from conversations.transcripts.export import EXPORT_FORMATS, transcript_export
+from conversations.transcripts.export import EXPORT_FORMATS, transcript_export_bytes
 from servers import gateway
 from servers.models import McpServer, Operation
 from servers.services import operation_start
@@ -207,7 +207,9 @@ def _pages(client: Client, conversation: Conversation, operation: Operation) -> 
     for url in urls:
         response = client.get(url)
         assert response.status_code == 200, url
-        texts.append(b"".join(response).decode() if response.streaming else response.content.decode())
+        body = b"".join(response) if response.streaming else response.content
+        # A protobuf download is not UTF-8; a planted (ASCII) secret in it still shows.
+        texts.append(body.decode("utf-8", errors="replace"))
     return "\n".join(texts)
 
 
@@ -260,7 +262,12 @@ def test_planted_secrets_echoed_back_are_written_nowhere(
     written = {
         "database": _database_dump(),
         "files under VAR_DIR": _var_files(),
-        "exports": "\n".join(transcript_export(conversation=conversation, fmt=fmt) for fmt in EXPORT_FORMATS),
+        # Every format as the file a user downloads (``otlp`` is protobuf: a secret would sit in it
+        # as its UTF-8 bytes).
+        "exports": "\n".join(
+            transcript_export_bytes(conversation=conversation, fmt=fmt).decode("utf-8", errors="replace")
+            for fmt in EXPORT_FORMATS
+        ),
         "pages, API and admin": _pages(client, conversation, operation),
         "logs": logs.out + logs.err + caplog.text,
     }
