@@ -19,7 +19,7 @@ import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from conversations.splicing.arguments import ARGUMENT_MODES, setting_note
+from conversations.splicing.arguments import ARGUMENT_MODE_LABELS, ARGUMENT_MODES, setting_note
 from conversations.splicing.engines import (
     LLAMA_CPP_SOURCE,
     TOKENIZER_CONFIG_SOURCE,
@@ -59,6 +59,7 @@ from conversations.typealias import JSONDict
 
 __all__ = [
     "ARGUMENT_MODES",
+    "ARGUMENT_MODE_LABELS",
     "ENCODINGS",
     "GENERIC_SOURCE",
     "GENERIC_TEMPLATE",

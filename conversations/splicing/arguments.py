@@ -23,6 +23,7 @@ from conversations.typealias import JSONDict, JSONValue
 
 __all__ = [
     "ARGUMENT_MODES",
+    "ARGUMENT_MODE_LABELS",
     "reads_object_arguments",
     "rewritten_arguments",
     "setting_note",
@@ -30,6 +31,12 @@ __all__ = [
 ]
 
 ARGUMENT_MODES = ("object", "string", "llama.cpp")
+# For a profile's setting that overrides the engine's own way (choices of a form field).
+ARGUMENT_MODE_LABELS = (
+    ("object", "an object, parsed from the wire's string (vLLM, SGLang)"),
+    ("string", "the wire's JSON string (transformers)"),
+    ("llama.cpp", "as llama.cpp's probe of the template decides"),
+)
 _WIRE_STRING = "the wire's JSON string"
 
 
