@@ -21,7 +21,7 @@ from tests.conversations.test_splicing_admin import ADD_URL, profile_form
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "chat_templates"
 HERMES = (CORPUS / "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja").read_text()
 ADDED = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
-# The shape of Hermes-3's tokenizer_config.json, cut down: its added tokens replace reserved ones.
+# A tokenizer config shaped like a ChatML fine-tune's on Llama 3.1, cut down: tool tags as added tokens.
 CONFIG = {
     "chat_template": [{"name": "default", "template": HERMES}, {"name": "tool_use", "template": HERMES}],
     "bos_token": "<|begin_of_text|>",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import quicktok
 
 from conversations.splicing import count_tokens, encoding_for, splice
 from conversations.splicing.tokens import choose_encoding
@@ -161,3 +162,28 @@ def test_the_profile_setting_overrides_the_engines_arguments_and_says_so() -> No
 def test_an_unknown_arguments_setting_is_refused() -> None:
     with pytest.raises(ValueError, match="arguments"):
         splice(messages=ASK, tools=[], model="x", template=template(QWEN), arguments_setting="dict")
+
+
+# --- 4. Llama 3.1's special tokens (docs/chat-templates.md §5) ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reserved", "token_id", "renamed"),
+    [
+        ("<|reserved_special_token_2|>", 128004, "<|finetune_right_pad_id|>"),
+        ("<|reserved_special_token_4|>", 128008, "<|eom_id|>"),
+        ("<|reserved_special_token_5|>", 128010, "<|python_tag|>"),
+    ],
+)
+def test_the_tokens_3_1_renamed_are_3_0s_reserved_ones_at_the_same_ids(
+    reserved: str, token_id: int, renamed: str
+) -> None:
+    """The ids of llama.cpp's Llama 3 vocabulary and of Meta's reference tokenizer (§5's sources):
+    the base encoding holds 3.0's reserved token at the id 3.1 gives the renamed one."""
+    llama3 = quicktok.get_encoding("llama3")
+
+    assert llama3.encode_with_special(reserved) == [token_id]
+    assert llama3.encode_with_special("<|begin_of_text|>") == [128000]
+    assert llama3.encode_with_special("<|reserved_special_token_250|>") == [128255]
+    assert count_tokens(renamed, "llama3.1") == 1
+    assert count_tokens(reserved, "llama3.1") == 1  # 3.1 keeps the name, at another id
