@@ -57,6 +57,7 @@ _MODEL_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"(gpt-4|gpt-3\.5|gpt-35)", "cl100k_base"),
         # 3.1, 3.2 and 3.3 share 3.0's BPE vocabulary but not its special tokens (see _DERIVED).
         (r"(meta-)?llama-?3\.[1-9]", "llama3.1"),
+        (r"hermes-3", "llama3.1"),  # every Hermes 3 is built on Llama 3.1 or 3.2
         (r"(llama-3|llama3|meta-llama-3)", "llama3"),
         # Qwen2, 2.5 and 3 share one BPE vocabulary; QwQ is built on Qwen2.5.
         (r"(qwen|qwq)", "qwen3"),
@@ -90,8 +91,9 @@ def encoding_for(model: str) -> str | None:
 
     Order: the demo model (→ o200k_base, a stand-in), this module's prefix rules (gpt-oss →
     o200k_harmony; gpt-4o/4.1/4.5/5, o1/o3/o4 → o200k_base; gpt-4/3.5 → cl100k_base; llama-3.1,
-    3.2, 3.3 → llama3.1; llama-3 → llama3; qwen/qwq → qwen3), then quicktok's ``MODEL_TO_ENCODING`` (exact name, or the name
-    followed by ``-`` or ``.``). Org prefixes (``Qwen/…``) and ``ft:`` are ignored.
+    3.2, 3.3 and hermes-3 → llama3.1; llama-3 → llama3; qwen/qwq → qwen3), then quicktok's
+    ``MODEL_TO_ENCODING`` (exact name, or the name followed by ``-`` or ``.``). Org prefixes
+    (``Qwen/…``) and ``ft:`` are ignored.
     """
     name = _normalise_model(model)
     if not name:

@@ -93,9 +93,11 @@ def test_a_family_that_names_its_tokenizer_wins_over_the_model_name() -> None:
         ("meta-llama/Llama-3.3-70B-Instruct", "llama3.1"),
         ("meta-llama/Meta-Llama-3-8B-Instruct", "llama3"),
         ("llama3:8b", "llama3"),
+        ("NousResearch/Hermes-3-Llama-3.1-8B", "llama3.1"),  # every Hermes 3 is on Llama 3.1/3.2
+        ("hermes-3", "llama3.1"),
     ],
 )
-def test_the_model_name_tells_llama_3_0_from_3_1_and_later(model: str, encoding: str) -> None:
+def test_the_model_name_tells_llama_3_0_from_3_1_and_later_and_hermes_3(model: str, encoding: str) -> None:
     assert encoding_for(model) == encoding
 
 
