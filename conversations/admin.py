@@ -32,7 +32,7 @@ class ModelProfileForm(forms.ModelForm[ModelProfile]):
         required=False,
         widget=forms.Textarea(attrs={"rows": 4}),
         help_text="Optional: paste the model's tokenizer_config.json to take its chat templates "
-        "(the default and the named ones, e.g. tool_use) and special tokens from it.",
+        "(the default and the named ones, e.g. tool_use), special tokens and added tokens from it.",
     )
 
     def clean(self) -> dict[str, Any]:
@@ -68,6 +68,11 @@ class ModelProfileForm(forms.ModelForm[ModelProfile]):
                 "special_tokens",
                 'a JSON object of token texts by name, e.g. {"bos_token": "<|begin_of_text|>"}',
             )
+        added = data.get("added_tokens")
+        if added is None:
+            data["added_tokens"] = []
+        elif not (isinstance(added, list) and all(isinstance(token, str) for token in added)):
+            self.add_error("added_tokens", 'a JSON list of token texts, e.g. ["<tool_call>", "</tool_call>"]')
         return data
 
     def _take_tokenizer_config(self, pasted: str, data: dict[str, Any]) -> None:
@@ -83,6 +88,7 @@ class ModelProfileForm(forms.ModelForm[ModelProfile]):
         data["chat_template"] = found.template
         data["chat_templates"] = dict(found.named)
         data["special_tokens"] = dict(found.special_tokens)
+        data["added_tokens"] = list(found.added_tokens)
         data["chat_template_source"] = found.source
 
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from conversations.escaping import CarriableDecoder
 from conversations.paradigms import PARADIGMS
 from conversations.providers import PROVIDERS
-from conversations.splicing import ENCODINGS
+from conversations.splicing import ARGUMENT_MODE_LABELS, ENCODINGS
 
 CAPABILITY_CHOICES = [("unknown", "unknown"), ("yes", "yes"), ("no", "no")]
 TOOL_CHOICE_MODES = [
@@ -70,6 +70,21 @@ class ModelProfile(models.Model):
         choices=[("", "automatic")] + [(name, name) for name in ENCODINGS],
         help_text="The encoding token counts use. Empty: chosen from the chat template's family, "
         "else from the model name.",
+    )
+    added_tokens = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The tokenizer's added special tokens (from a pasted tokenizer_config.json): each "
+        "counts as one token.",
+    )
+    template_arguments = models.CharField(
+        max_length=12,
+        blank=True,
+        choices=[
+            ("", "automatic: as the engine the template came from passes them"),
+            *ARGUMENT_MODE_LABELS,
+        ],
+        help_text="How tool-call arguments reach the chat template (docs/chat-templates.md §3).",
     )
     is_demo = models.BooleanField(
         default=False, help_text="The deterministic offline demo model served by this app."

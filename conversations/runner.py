@@ -169,6 +169,8 @@ def prompt_renderer(profile: ModelProfile) -> PromptRenderer:
             template_source=profile.chat_template_source or "the profile's chat template",
             special_tokens=profile.special_tokens or None,
             tokenizer=profile.tokenizer,
+            added_tokens=profile.added_tokens or (),
+            arguments_setting=profile.template_arguments,
             prompt_is_ours=not request.tools,
         )
 

@@ -16,9 +16,10 @@ The public names of both are importable from here. Pure Python: no Django, no I/
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from conversations.splicing.arguments import ARGUMENT_MODE_LABELS, ARGUMENT_MODES, setting_note
 from conversations.splicing.engines import (
     LLAMA_CPP_SOURCE,
     TOKENIZER_CONFIG_SOURCE,
@@ -40,6 +41,7 @@ from conversations.splicing.templates import (
     TemplateError,
     check_template,
     missing_special_tokens,
+    parses_arguments,
     render_chat_template,
     result_texts,
     spliced_text,
@@ -56,6 +58,8 @@ from conversations.splicing.tokens import (
 from conversations.typealias import JSONDict
 
 __all__ = [
+    "ARGUMENT_MODES",
+    "ARGUMENT_MODE_LABELS",
     "ENCODINGS",
     "GENERIC_SOURCE",
     "GENERIC_TEMPLATE",
@@ -119,6 +123,8 @@ def splice(
     special_tokens: Mapping[str, str] | None = None,
     arguments: str | None = None,
     tokenizer: str = "",
+    added_tokens: Sequence[str] = (),
+    arguments_setting: str = "",
 ) -> Spliced:
     """The spliced prompt of one model call (OpenAI-shaped ``messages`` and ``tools``).
 
@@ -141,12 +147,20 @@ def splice(
     ``string``, ``llama.cpp``: :mod:`conversations.splicing.arguments`); None → from the
     template's source (:func:`~conversations.splicing.engines.arguments_mode`). When the
     rendered text does not hold a call's arguments as the model wrote them, ``source`` says so.
+    ``arguments_setting`` is a profile's override of that (one of :data:`ARGUMENT_MODES`; empty:
+    none): it wins over ``arguments`` and ``source`` names it.
 
     Tokens: see :class:`TokenReport`; the encoding is ``tokenizer`` (a profile setting) when
-    given, else chosen from the rendered template's family, else from ``model``
-    (:func:`~conversations.splicing.tokens.choose_encoding`). Tool counts are each definition's JSON as Hermes-style
+    given, else chosen from the rendered template's family, its special tokens and ``model``
+    (:func:`~conversations.splicing.tokens.choose_encoding`); ``added_tokens`` (a tokenizer
+    config's) count as one token each. Tool counts are each definition's JSON as Hermes-style
     templates splice it, keyed by function name.
     """
+    if arguments_setting:
+        if arguments_setting not in ARGUMENT_MODES:
+            modes = ", ".join(ARGUMENT_MODES)
+            raise ValueError(f"the arguments setting must be one of {modes}, not {arguments_setting!r}")
+        arguments = arguments_setting
     if arguments is None:
         arguments = arguments_mode(template_source)
     template, template_source = choose_template(
@@ -161,6 +175,10 @@ def splice(
         special_tokens=special_tokens,
         arguments=arguments,
     )
+    go = "go template" in template_source.lower()  # not rendered: no arguments were passed
+    if arguments_setting and template and template.strip() and not go and rendering.status != "illustrative":
+        note = setting_note(arguments_setting, parses=parses_arguments(template, arguments_setting))
+        rendering.source = f"{rendering.source} — {note}"
     tool_pieces, result_pieces, how = tool_texts(tools), result_texts(messages), ""
     pieces = len(tools) + len(result_pieces)
     if rendering.render is not None and pieces > MAX_PIECES_BY_DIFFERENCE:
@@ -183,6 +201,7 @@ def splice(
         template=template if rendering.status in ("exact", "warning") else None,
         special_tokens=special_tokens,
         tokenizer=tokenizer,
+        added_tokens=added_tokens,
     )
     return Spliced(
         rendering.text,

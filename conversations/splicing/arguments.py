@@ -21,9 +21,33 @@ from typing import Any
 
 from conversations.typealias import JSONDict, JSONValue
 
-__all__ = ["ARGUMENT_MODES", "reads_object_arguments", "rewritten_arguments", "template_messages"]
+__all__ = [
+    "ARGUMENT_MODES",
+    "ARGUMENT_MODE_LABELS",
+    "reads_object_arguments",
+    "rewritten_arguments",
+    "setting_note",
+    "template_messages",
+]
 
 ARGUMENT_MODES = ("object", "string", "llama.cpp")
+# For a profile's setting that overrides the engine's own way (choices of a form field).
+ARGUMENT_MODE_LABELS = (
+    ("object", "an object, parsed from the wire's string (vLLM, SGLang)"),
+    ("string", "the wire's JSON string (transformers)"),
+    ("llama.cpp", "as llama.cpp's probe of the template decides"),
+)
+_WIRE_STRING = "the wire's JSON string"
+
+
+def setting_note(mode: str, *, parses: bool) -> str:
+    """How a profile's arguments setting (one of :data:`ARGUMENT_MODES`) passed the arguments,
+    for the prompt's source line; ``parses`` is whether the template got them parsed."""
+    if mode == "llama.cpp":
+        how = f"as llama.cpp's probe decides: {'an object' if parses else _WIRE_STRING}"
+    else:
+        how = "an object (parsed from the wire's string)" if parses else _WIRE_STRING
+    return f"tool-call arguments: {how} (the profile's setting)"
 
 
 def _as_object(arguments: JSONValue) -> JSONValue:

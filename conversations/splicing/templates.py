@@ -56,6 +56,7 @@ __all__ = [
     "TemplateError",
     "check_template",
     "missing_special_tokens",
+    "parses_arguments",
     "render_chat_template",
     "result_texts",
     "spliced_text",
@@ -375,7 +376,9 @@ def _llama_cpp_parses_arguments(template: str) -> bool:
     return reads_object_arguments(render)
 
 
-def _parses_arguments(template: str, arguments: str) -> bool:
+def parses_arguments(template: str, arguments: str) -> bool:
+    """Whether the template gets parsed tool-call arguments in mode ``arguments`` (``object``,
+    ``string``, ``llama.cpp``: its probe decides); raises ValueError for another mode."""
     if arguments not in ARGUMENT_MODES:
         raise ValueError(f"arguments must be one of {', '.join(ARGUMENT_MODES)}, not {arguments!r}")
     if arguments == "llama.cpp":
@@ -417,7 +420,7 @@ def render_chat_template(
     context.update(special_tokens or {})
     context["documents"] = None
     context.update(extra or {})
-    parse = template == GENERIC_TEMPLATE or _parses_arguments(template, arguments)
+    parse = template == GENERIC_TEMPLATE or parses_arguments(template, arguments)
     context["messages"] = template_messages(messages, parse=parse)
     context["tools"] = tools or None  # shared, like the messages: the sandbox cannot change them
     context["add_generation_prompt"] = add_generation_prompt

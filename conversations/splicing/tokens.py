@@ -55,6 +55,9 @@ _MODEL_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"(chatgpt-4o|gpt-4o|gpt-4\.1|gpt-4\.5|gpt-5)", "o200k_base"),
         (r"(o1|o3|o4)(\b|$)", "o200k_base"),
         (r"(gpt-4|gpt-3\.5|gpt-35)", "cl100k_base"),
+        # 3.1, 3.2 and 3.3 share 3.0's BPE vocabulary but not its special tokens (see _DERIVED).
+        (r"(meta-)?llama-?3\.[1-9]", "llama3.1"),
+        (r"hermes-3", "llama3.1"),  # every Hermes 3 is built on Llama 3.1 or 3.2
         (r"(llama-3|llama3|meta-llama-3)", "llama3"),
         # Qwen2, 2.5 and 3 share one BPE vocabulary; QwQ is built on Qwen2.5.
         (r"(qwen|qwq)", "qwen3"),
@@ -87,9 +90,10 @@ def encoding_for(model: str) -> str | None:
     """The quicktok encoding of ``model``, or None when none is known (then nothing is counted).
 
     Order: the demo model (→ o200k_base, a stand-in), this module's prefix rules (gpt-oss →
-    o200k_harmony; gpt-4o/4.1/4.5/5, o1/o3/o4 → o200k_base; gpt-4/3.5 → cl100k_base; llama-3 →
-    llama3; qwen/qwq → qwen3), then quicktok's ``MODEL_TO_ENCODING`` (exact name, or the name
-    followed by ``-`` or ``.``). Org prefixes (``Qwen/…``) and ``ft:`` are ignored.
+    o200k_harmony; gpt-4o/4.1/4.5/5, o1/o3/o4 → o200k_base; gpt-4/3.5 → cl100k_base; llama-3.1,
+    3.2, 3.3 and hermes-3 → llama3.1; llama-3 → llama3; qwen/qwq → qwen3), then quicktok's
+    ``MODEL_TO_ENCODING`` (exact name, or the name followed by ``-`` or ``.``). Org prefixes
+    (``Qwen/…``) and ``ft:`` are ignored.
     """
     name = _normalise_model(model)
     if not name:
@@ -151,8 +155,10 @@ def count_tokens(text: str, encoding: str, added: Sequence[str] = ()) -> int:
     return total
 
 
-# Template families (docs/chat-templates.md §5): a marker only that family's templates print,
-# and its encoding (None: no offline implementation here, with the reason).
+# Template families that identify a tokenizer (docs/chat-templates.md §5): a marker only that
+# family's templates print, and its encoding (None: no offline implementation here, with the
+# reason). ChatML (<|im_start|>) is not one: Qwen, Hermes (on Llama 3.1, Llama 3, Mistral), Yi
+# and others all use it, so the tokens and the model's name decide (_chatml_encoding).
 _FAMILIES: tuple[tuple[tuple[str, ...], str | None, str], ...] = (
     (("<|channel|>", "<|start|>"), "o200k_harmony", "gpt-oss (harmony)"),
     (
@@ -166,8 +172,38 @@ _FAMILIES: tuple[tuple[tuple[str, ...], str | None, str], ...] = (
         "Mistral: its Tekken tokenizer has no offline implementation here",
     ),
     (("<|start_header_id|>", "<|begin_of_text|>"), "llama3.1", "Llama 3.1+"),
-    (("<|im_start|>",), "qwen3", "Qwen (ChatML)"),
 )
+_CHATML = "<|im_start|>"
+_CHATML_FAMILY = "the chat template's family (ChatML, which many model families use)"
+# What a configured bos_token says of the vocabulary under a template (Qwen configures none).
+_BOS_TOKENS: dict[str, tuple[str | None, str]] = {
+    "<|begin_of_text|>": ("llama3.1", "Llama 3.1+"),
+    "<｜begin▁of▁sentence｜>": (None, "DeepSeek: its tokenizer has no offline implementation here"),
+    "<s>": (None, "a SentencePiece vocabulary (Mistral, Llama 2) with no offline implementation here"),
+}
+# Searched anywhere in a ChatML model's name (fine-tunes carry their base's name inside theirs).
+# Every Hermes 3 is built on Llama 3.1 or 3.2; first match wins.
+_CHATML_NAMES: tuple[tuple[re.Pattern[str], str | None, str], ...] = tuple(
+    (re.compile(pattern), encoding, label)
+    for pattern, encoding, label in (
+        (r"llama-?3\.[1-9]|hermes-3", "llama3.1", "Llama 3.1+"),
+        (r"llama-?3", "llama3", "Llama 3"),
+        (r"qwen|qwq", "qwen3", "Qwen"),
+        (r"mistral|mixtral", None, "Mistral: its tokenizer has no offline implementation here"),
+    )
+)
+
+
+def _chatml_encoding(model: str) -> tuple[str | None, str]:
+    """A ChatML template's encoding when its tokens name none: the model's name, else Qwen's."""
+    name = _normalise_model(model)
+    for pattern, encoding, label in _CHATML_NAMES:
+        if pattern.search(name):
+            return encoding, f"{_CHATML_FAMILY} and the model's name ({label})"
+    by_name = encoding_for(model) if name != _DEMO_MODEL else None
+    if by_name is not None:
+        return by_name, f"{_CHATML_FAMILY} and the model's name"
+    return "qwen3", f"{_CHATML_FAMILY}: nothing else names a tokenizer, so Qwen's is assumed"
 
 
 def choose_encoding(
@@ -177,19 +213,34 @@ def choose_encoding(
     special_tokens: Mapping[str, str] | None = None,
     tokenizer: str = "",
 ) -> tuple[str | None, str]:
-    """``(encoding, why)`` for a prompt: the profile's ``tokenizer`` setting, else the family of
-    the chat template the engine applied (and its special tokens: a ChatML template with Llama's
-    ``<|begin_of_text|>`` is Hermes on Llama 3.1), else the model's name (:func:`encoding_for`).
+    """``(encoding, why)`` for a prompt (docs/chat-templates.md §5), first that applies:
+
+    1. the profile's ``tokenizer`` setting;
+    2. the family of the chat template the engine applied, when it identifies a tokenizer
+       (Llama 3 header tokens, Mistral, DeepSeek, gpt-oss);
+    3. the configured ``bos_token`` (``<|begin_of_text|>`` → Llama 3.1+: Hermes 3 is ChatML on
+       Llama 3.1);
+    4. for a ChatML template, the model's name, else Qwen's tokenizer (the note says it was
+       assumed);
+    5. the model's name (:func:`encoding_for`).
+
     ``encoding`` is None when none applies; ``why`` then says so."""
     if tokenizer:
         return tokenizer, "the profile's tokenizer setting"
     if template:
-        marks = template + "".join((special_tokens or {}).values())
         for markers, encoding, family in _FAMILIES:
-            if any(marker in marks for marker in markers):
+            if any(marker in template for marker in markers):
                 if encoding is None:
                     return None, f"the chat template's family is {family}"
                 return encoding, f"the chat template's family ({family})"
+        bos = (special_tokens or {}).get("bos_token")
+        if isinstance(bos, str) and bos in _BOS_TOKENS:
+            encoding, label = _BOS_TOKENS[bos]
+            family = _CHATML_FAMILY if _CHATML in template else "the chat template"
+            why = f"{family} and its configured bos_token {bos} ({label})"
+            return encoding, why if encoding is not None else f"the configured bos_token is {bos}: {label}"
+        if _CHATML in template:
+            return _chatml_encoding(model)
     encoding = encoding_for(model)
     if encoding is None:
         return None, f"no tokenizer is known for model {model!r}"
@@ -207,13 +258,15 @@ def token_report(
     template: str | None = None,
     special_tokens: Mapping[str, str] | None = None,
     tokenizer: str = "",
+    added_tokens: Sequence[str] = (),
 ) -> TokenReport:
     """The counts of one spliced prompt under ``model``'s encoding (see :class:`TokenReport`).
 
     ``text`` is the whole prompt; ``tools`` each tool's definition text by tool name, and
     ``results`` each tool result's text, as the prompt splices them; ``exact`` says whether
     ``text`` is the model's real prompt (the note says so when it is not); ``how`` says how the
-    pieces were found (added to the note). Never raises: a
+    pieces were found (added to the note); ``added_tokens`` are the tokenizer's added tokens (from
+    its config), each counted as one token like the special tokens. Never raises: a
     tokenizer that fails gives no counts and a note saying why.
     """
     encoding, why = choose_encoding(
@@ -223,6 +276,8 @@ def token_report(
         return TokenReport(None, None, {}, [], f"{why}; counts not shown")
     # The configured special tokens are tokens of the model's vocabulary by definition.
     added = [value for value in (special_tokens or {}).values() if isinstance(value, str)]
+    extra = sorted({token for token in added_tokens if isinstance(token, str) and token})
+    added.extend(extra)
     try:
         prompt = count_tokens(text, encoding, added)
         tool_counts = {name: count_tokens(definition, encoding, added) for name, definition in tools.items()}
@@ -238,6 +293,9 @@ def token_report(
     notes = [f"counted with {encoding} (quicktok), chosen from {why}"]
     if why == "the model's name" and _normalise_model(model) == _DEMO_MODEL:
         notes.append(f"the demo model has no tokenizer; {encoding} is this app's stand-in")
+    if extra:
+        many = "token" if len(extra) == 1 else "tokens"
+        notes.append(f"the {len(extra)} added {many} of the tokenizer config count as one token each")
     if not exact:
         notes.append("the prompt total is of this illustrative rendering")
     if how and (tool_counts or result_counts):

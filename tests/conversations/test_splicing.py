@@ -665,7 +665,8 @@ def test_exact_template_counts_use_the_models_encoding() -> None:
 
     assert spliced.tokens.prompt == len(quicktok.get_encoding("qwen3").encode_with_special(spliced.text))
     assert spliced.tokens.note == (
-        "counted with qwen3 (quicktok), chosen from the chat template's family (Qwen (ChatML)); "
+        "counted with qwen3 (quicktok), chosen from the chat template's family (ChatML, which many "
+        "model families use) and the model's name (Qwen); "
         "each tool and result: the text the prompt loses when "
         "rendered without it"
     )
@@ -706,9 +707,9 @@ def test_demo_model_counts_say_the_encoding_is_a_stand_in() -> None:
         ("gpt-3.5-turbo", "cl100k_base"),
         ("gpt-oss-20b", "o200k_harmony"),
         ("openai/gpt-oss-120b", "o200k_harmony"),
-        ("llama-3.1-8b-instruct", "llama3"),
-        ("llama3.2:3b", "llama3"),
-        ("meta-llama/Meta-Llama-3.1-8B-Instruct", "llama3"),
+        ("llama-3.1-8b-instruct", "llama3.1"),
+        ("llama3.2:3b", "llama3.1"),
+        ("meta-llama/Meta-Llama-3.1-8B-Instruct", "llama3.1"),
         ("Qwen/Qwen2.5-7B-Instruct", "qwen3"),
         ("qwen3:8b", "qwen3"),
         ("qwen2-72b", "qwen3"),

@@ -29,6 +29,8 @@ def profile_form(**fields: str) -> dict[str, str]:
         "chat_templates": "{}",
         "special_tokens": "{}",
         "tokenizer": "",
+        "added_tokens": "[]",
+        "template_arguments": "",
         "deadline_seconds": "120",
     }
     data.update(fields)
