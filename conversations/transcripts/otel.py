@@ -28,6 +28,7 @@ from django.conf import settings
 
 from conversations.models import Conversation, Exchange, Step, Turn
 from conversations.providers import OTEL_PROVIDER_NAMES, PROVIDERS, USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
+from conversations.providers.http import SYNTHESIZED_ID_PREFIX
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
 from conversations.transcripts.document import chain_order, dumps
@@ -55,6 +56,11 @@ STATUS_ERROR = 2
 OTEL_NETWORK_TRANSPORTS = {"stdio": "pipe", "http": "tcp", "sse": "tcp"}
 MCP_SPAN_KINDS = {"client": SPAN_KIND_CLIENT, "server": SPAN_KIND_SERVER, "local": SPAN_KIND_INTERNAL}
 MODEL_CALL_KINDS = {Step.Kind.DECIDE.value, Step.Kind.ANSWER.value}
+# OpenInference (Arize Phoenix) infers a TOOL span from `gen_ai.tool.name` alone, which would make
+# each `tools/call` span a second, empty tool span beside `execute_tool`; an MCP span says what it
+# is in its terms instead: a link between steps, CHAIN (docs/traces.md §1).
+OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
+MCP_OPENINFERENCE_KIND = "CHAIN"
 
 AttrValue = str | int | float | bool | list[str]
 
@@ -352,6 +358,7 @@ def _mcp_span(
             "network.transport": OTEL_NETWORK_TRANSPORTS.get(transports.get(server, "")),
             "rpc.response.status_code": str(code) if isinstance(code, int) else None,
             "error.type": error_type,
+            OPENINFERENCE_SPAN_KIND: MCP_OPENINFERENCE_KIND,
             **ctx.common(),
             "inspector.mcp.server": server or None,
             **_exchange_attributes(exchange, step),
@@ -378,7 +385,10 @@ def _tool_call_ids(steps: list[StepDoc]) -> dict[int, str]:
         chosen = chosen or (matching[0] if matching else None)
         if chosen is not None:
             open_calls.remove(chosen)
-            if call_id := _text(chosen.get("id")):
+            # The model's own id; never one this app made up for a wire without ids (Gemini's),
+            # which no message on the trace carries (docs/traces.md §3).
+            call_id = _text(chosen.get("id"))
+            if call_id and not call_id.startswith(SYNTHESIZED_ID_PREFIX):
                 found[step["id"]] = call_id
     return found
 
