@@ -17,8 +17,9 @@ import atexit
 import os
 import queue
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -380,12 +381,36 @@ def op_call_tool(name: str, arguments: dict[str, Any], timeout: float, *, as_tas
     async def operation(client: Client) -> Any:
         if as_task and client.session.protocol_version == TASK_PROTOCOL_VERSION:
             return await _call_as_task(client, name, arguments, timeout)
-        result = await client.call_tool(
-            name, arguments, read_timeout_seconds=timeout, progress_callback=_noop_progress
-        )
+        with _own_output_check(client, name):
+            result = await client.call_tool(
+                name, arguments, read_timeout_seconds=timeout, progress_callback=_noop_progress
+            )
         return dump(result)
 
     return operation
+
+
+@contextmanager
+def _own_output_check(client: Client, name: str) -> Iterator[None]:
+    """Keep the SDK from checking this call's ``structuredContent`` itself.
+
+    The SDK checks a result against the tool's ``outputSchema`` from its own listing and, on a
+    session that has not listed the tool, first sends an extra ``tools/list``; an invalid result
+    then raises and the result is lost. The workbench checks it instead
+    (``servers.operations.output_check``) and shows the result with the check, so for this call
+    the SDK is told the tool has no schema; what it had listed is put back afterwards.
+    """
+    schemas = client.session._tool_output_schemas  # noqa: SLF001 — no public switch in mcp 2.3
+    missing = object()
+    before = schemas.get(name, missing)
+    schemas[name] = None
+    try:
+        yield
+    finally:
+        if before is missing:
+            schemas.pop(name, None)
+        else:
+            schemas[name] = before  # type: ignore[assignment]
 
 
 async def _call_as_task(client: Client, name: str, arguments: dict[str, Any], timeout: float) -> Any:

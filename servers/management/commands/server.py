@@ -193,6 +193,8 @@ class Command(BaseCommand):
             }
             self.stdout.write(json.dumps(document, indent=2))
             return
+        if not tools:
+            self.stdout.write("no tools")
         by_name = {report.name: report for report in reports}
         for tool in tools:
             description = str(tool.get("description") or "").splitlines()
@@ -256,12 +258,33 @@ class Command(BaseCommand):
                     self.stdout.write(str(block.get("text", "")))
                 else:
                     self.stdout.write(f"[{block.get('type')} {block.get('mimeType', '')}]")
+            if "structuredContent" in result:
+                structured = json.dumps(result["structuredContent"], indent=2, ensure_ascii=False)
+                self.stdout.write(f"structuredContent:\n{structured}")
+            self._output_check(operation.output_check, listed=definition is not None)
             if result.get("isError"):
                 self.stderr.write("the tool reported an error (isError: true)")
         if operation.status != Operation.Status.OK or operation.is_error:
             raise CommandError(
                 f"{tool} ended with status {operation.status}" + (" (isError)" if operation.is_error else "")
             )
+
+    def _output_check(self, check: Any, *, listed: bool) -> None:
+        """One line for ``operations.output_check``: valid, invalid (and why) or not checked."""
+        if not listed:
+            self.stdout.write(
+                "output schema: not checked (the tool was never listed: run server tools first)"
+            )
+        elif not isinstance(check, dict) or not check:
+            return
+        elif not check.get("checked"):
+            self.stdout.write(f"output schema: not checked ({check.get('reason', '')})")
+        elif check.get("valid"):
+            self.stdout.write("output schema: valid")
+        else:
+            self.stdout.write("output schema: INVALID")
+            for error in check.get("errors") or []:
+                self.stdout.write(f"    {error}")
 
     # --- resources and prompts ------------------------------------------------------------------
 
@@ -304,21 +327,42 @@ class Command(BaseCommand):
             )
 
     def _resources(self, server: McpServer, *, as_json: bool) -> None:
-        resources = self._listed(server, Operation.Kind.RESOURCES_LIST)
-        templates = self._listed(server, Operation.Kind.TEMPLATES_LIST)
+        # Two list calls: one failing (mcp-server-sqlite has no templates) keeps the other's answer.
+        listed = {
+            kind: self._run(server, kind)
+            for kind in (Operation.Kind.RESOURCES_LIST, Operation.Kind.TEMPLATES_LIST)
+        }
+        failed = [operation for operation in listed.values() if operation.status != Operation.Status.OK]
+        resources = self._items(listed[Operation.Kind.RESOURCES_LIST])
+        templates = self._items(listed[Operation.Kind.TEMPLATES_LIST])
         if as_json:
-            self.stdout.write(
-                json.dumps({"server": server.name, "resources": resources, "templates": templates}, indent=2)
-            )
-            return
-        for resource in resources:
-            self.stdout.write(
-                f"{resource.get('uri')}  {resource.get('name', '')}  {resource.get('mimeType', '')}".rstrip()
-            )
-        for template in templates:
-            self.stdout.write(
-                f"{template.get('uriTemplate')}  (template) {template.get('name', '')}".rstrip()
-            )
+            document: dict[str, Any] = {"server": server.name, "resources": resources, "templates": templates}
+            document["failed"] = {operation.kind: operation.error for operation in failed}
+            self.stdout.write(json.dumps(document, indent=2))
+        else:
+            ok = {kind for kind, operation in listed.items() if operation.status == Operation.Status.OK}
+            for resource in resources:
+                self.stdout.write(
+                    f"{resource.get('uri')}  {resource.get('name', '')}  {resource.get('mimeType', '')}".rstrip()
+                )
+            if not resources and Operation.Kind.RESOURCES_LIST in ok:
+                self.stdout.write("no resources")
+            for template in templates:
+                self.stdout.write(
+                    f"{template.get('uriTemplate')}  (template) {template.get('name', '')}".rstrip()
+                )
+            if not templates and Operation.Kind.TEMPLATES_LIST in ok:
+                self.stdout.write("no resource templates")
+        for operation in failed:
+            self.stderr.write(f"{operation.kind} failed: {operation.error}")
+        if failed:
+            kept = " (what the other returned is printed above)" if len(failed) < len(listed) else ""
+            raise CommandError(f"{len(failed)} of {len(listed)} list calls failed{kept}")
+
+    @staticmethod
+    def _items(operation: Operation) -> list[dict[str, Any]]:
+        result = operation.result
+        return list(result) if operation.status == Operation.Status.OK and isinstance(result, list) else []
 
     def _read(self, server: McpServer, uri: str, *, as_json: bool) -> None:
         operation = self._run(server, Operation.Kind.RESOURCE_READ, uri)
@@ -339,6 +383,8 @@ class Command(BaseCommand):
         if as_json:
             self.stdout.write(json.dumps({"server": server.name, "prompts": prompts}, indent=2))
             return
+        if not prompts:
+            self.stdout.write("no prompts")
         for prompt in prompts:
             arguments = ", ".join(
                 f"{a.get('name')}{'*' if a.get('required') else ''}" for a in prompt.get("arguments") or []
