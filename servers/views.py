@@ -36,6 +36,7 @@ from servers.forms import (
     ToolCallForm,
     schema_errors,
 )
+from servers.gateway.capabilities import unavailable
 from servers.models import McpServer, Operation, PendingInput, SavedCall
 
 TRANSCRIPT_PER_PAGE = 50
@@ -162,9 +163,16 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
     user = _user(request)
     listing, tools, overall = selectors.server_tool_reports(server=server, user=user)
     templates = selectors.server_listing(server=server, kind=Operation.Kind.TEMPLATES_LIST, user=user)
+    identity = selectors.server_identity(server=server, user=user)
+    # Known once a session has opened: what the server did not advertise is not offered.
+    advertised = identity.session.get("capabilities") if identity.session else None
     context = {
         "server": server,
-        "identity": selectors.server_identity(server=server, user=user),
+        "identity": identity,
+        "unavailable": {
+            capability: unavailable(server.name, capability, advertised)
+            for capability in ("resources", "prompts", "completions", "logging")
+        },
         "tools": tools,
         "tool_listing": listing,
         "tool_findings": overall,

@@ -29,6 +29,7 @@ from django.conf import settings
 from mcp import Client, MCPError
 
 from conversations.wire import WireExchange
+from servers.gateway.capabilities import CapabilityMissing, refusal
 from servers.gateway.capture import Capture, current_capture
 from servers.gateway.config import ConfigError, ServerConfig
 from servers.gateway.pool import (
@@ -108,6 +109,8 @@ def _connection_lost(exc: BaseException) -> bool:
 
 
 def _describe_failure(config: ServerConfig, exc: BaseException) -> str:
+    if isinstance(exc, CapabilityMissing):
+        return str(exc)
     if isinstance(exc, MCPError):
         return f"MCP error {exc.error.code}: {exc.error.message}"
     if isinstance(exc, BaseExceptionGroup):
@@ -346,23 +349,47 @@ async def _all_pages(fetch: Callable[[str | None], Awaitable[Any]], attribute: s
     return items
 
 
+def gate(client: Client, method: str) -> None:
+    """Refuse ``method`` unless the session's server advertised the capability it needs.
+
+    Raises:
+        CapabilityMissing: not advertised; nothing is sent.
+    """
+    session = client.session
+    advertised = session.server_capabilities
+    capabilities = (
+        advertised.model_dump(by_alias=True, exclude_none=True, mode="json")
+        if advertised is not None
+        else None
+    )
+    name = session.server_info.name if session.server_info is not None else "the server"
+    message = refusal(name, method, capabilities)
+    if message:
+        raise CapabilityMissing(message)
+
+
 def op_list_tools(client: Client) -> Awaitable[list[Any]]:
     return _all_pages(lambda cursor: client.list_tools(cursor=cursor, cache_mode="bypass"), "tools")
 
 
-def op_list_resources(client: Client) -> Awaitable[list[Any]]:
-    return _all_pages(lambda cursor: client.list_resources(cursor=cursor, cache_mode="bypass"), "resources")
+async def op_list_resources(client: Client) -> list[Any]:
+    gate(client, "resources/list")
+    return await _all_pages(
+        lambda cursor: client.list_resources(cursor=cursor, cache_mode="bypass"), "resources"
+    )
 
 
-def op_list_templates(client: Client) -> Awaitable[list[Any]]:
-    return _all_pages(
+async def op_list_templates(client: Client) -> list[Any]:
+    gate(client, "resources/templates/list")
+    return await _all_pages(
         lambda cursor: client.list_resource_templates(cursor=cursor, cache_mode="bypass"),
         "resource_templates",
     )
 
 
-def op_list_prompts(client: Client) -> Awaitable[list[Any]]:
-    return _all_pages(lambda cursor: client.list_prompts(cursor=cursor, cache_mode="bypass"), "prompts")
+async def op_list_prompts(client: Client) -> list[Any]:
+    gate(client, "prompts/list")
+    return await _all_pages(lambda cursor: client.list_prompts(cursor=cursor, cache_mode="bypass"), "prompts")
 
 
 async def _noop_progress(progress: float, total: float | None, message: str | None) -> None:
@@ -466,6 +493,7 @@ async def _send_raw(client: Client, method: str, params: dict[str, Any], timeout
 
 def op_read_resource(uri: str) -> Operation:
     async def operation(client: Client) -> Any:
+        gate(client, "resources/read")
         return dump(await client.read_resource(uri, cache_mode="bypass"))
 
     return operation
@@ -473,6 +501,7 @@ def op_read_resource(uri: str) -> Operation:
 
 def op_get_prompt(name: str, arguments: dict[str, str]) -> Operation:
     async def operation(client: Client) -> Any:
+        gate(client, "prompts/get")
         return dump(await client.get_prompt(name, arguments))
 
     return operation
@@ -480,6 +509,7 @@ def op_get_prompt(name: str, arguments: dict[str, str]) -> Operation:
 
 def op_complete(ref: dict[str, str], argument: dict[str, str], context: dict[str, str]) -> Operation:
     async def operation(client: Client) -> Any:
+        gate(client, "completion/complete")
         reference: types.ResourceTemplateReference | types.PromptReference
         if ref.get("type") == "ref/resource":
             reference = types.ResourceTemplateReference(type="ref/resource", uri=ref["uri"])
