@@ -163,6 +163,7 @@ class Operation(models.Model):
         PROMPTS_LIST = "prompts/list"
         PROMPT_GET = "prompts/get"
         COMPLETE = "completion/complete"
+        LOG_LEVEL = "logging/setLevel"
 
     class Status(models.TextChoices):
         RUNNING = "running"
@@ -192,6 +193,9 @@ class Operation(models.Model):
     session = models.JSONField(default=dict, blank=True)
     # structuredContent checked against the tool's outputSchema: {"checked", "valid", "errors"}.
     output_check = models.JSONField(default=dict, blank=True)
+    # The server's sampling requests answered during the operation, in order: the seq of the
+    # nested model call's exchange and what became of each parameter (servers.sampling).
+    sampling = models.JSONField(default=list, blank=True)
     cancel_requested = models.BooleanField(default=False)
     saved_call = models.ForeignKey(
         "SavedCall", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"

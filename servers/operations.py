@@ -165,6 +165,13 @@ class _Follower:
             answer = sampling_answer(profile=profile, params=question.params)
             if answer.exchange is not None:
                 self.recorder.record([answer.exchange])
+            self.operation.sampling.append(
+                {
+                    "exchange": self.recorder.seq if answer.exchange is not None else None,
+                    "parameters": self.recorder.redact.json(answer.parameters),
+                }
+            )
+            Operation.objects.filter(pk=self.operation.pk).update(sampling=self.operation.sampling)
             if answer.result is None:
                 question.refuse(answer.error)
             else:
