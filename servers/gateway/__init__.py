@@ -520,6 +520,16 @@ def op_complete(ref: dict[str, str], argument: dict[str, str], context: dict[str
     return operation
 
 
+def op_set_level(level: str) -> Operation:
+    """``logging/setLevel``: the server sends ``notifications/message`` at ``level`` and above."""
+
+    async def operation(client: Client) -> Any:
+        gate(client, "logging/setLevel")
+        return dump(await client.set_logging_level(level))  # type: ignore[arg-type]
+
+    return operation
+
+
 async def op_connect(client: Client) -> Any:
     """Nothing beyond the connection itself: the handshake (or discovery) is the record."""
     return None

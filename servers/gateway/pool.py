@@ -177,6 +177,7 @@ class PooledSession:
                     # is still how the server says who it is (and a server MUST implement it).
                     raw = await _discover(client, self.config.name)
                     client.session.adopt(types.DiscoverResult.model_validate(raw))
+                await self._apply_log_level(client)
                 self.client = client
                 self._ready.set()
                 await self._stop.wait()
@@ -186,6 +187,16 @@ class PooledSession:
         finally:
             self.client = None if self._error else self.client
             self._ready.set()
+
+    async def _apply_log_level(self, client: Client) -> None:
+        """The server's chosen log level, on a session whose server advertised logging."""
+        capabilities = client.session.server_capabilities
+        if not self.config.log_level or capabilities is None or capabilities.logging is None:
+            return
+        try:
+            await client.set_logging_level(self.config.log_level)  # type: ignore[arg-type]
+        except MCPError:
+            pass  # the refusal is recorded with the connection; the session stays usable
 
     def _features(self) -> ClientFeatures | None:
         capture = self.tap.newest_active()

@@ -6,6 +6,25 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
+            model_name="mcpserver",
+            name="log_level",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("debug", "debug"),
+                    ("info", "info"),
+                    ("notice", "notice"),
+                    ("warning", "warning"),
+                    ("error", "error"),
+                    ("critical", "critical"),
+                    ("alert", "alert"),
+                    ("emergency", "emergency"),
+                ],
+                help_text="Sent as logging/setLevel on each new session (none: the server's own default).",
+                max_length=9,
+            ),
+        ),
+        migrations.AddField(
             model_name="operation",
             name="sampling",
             field=models.JSONField(blank=True, default=list),

@@ -9,6 +9,7 @@ server resources NAME [--json]             its resources and resource templates
 server read NAME URI [--json]              read one (fill a template's variables yourself)
 server prompts NAME [--json]
 server prompt NAME PROMPT --args JSON [--json]
+server log-level NAME LEVEL                logging/setLevel now, and on each later session
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from servers import selectors, services
 from servers.forms import schema_errors
 from servers.gateway.config import ERAS
-from servers.models import McpServer, Operation
+from servers.models import LOG_LEVELS, McpServer, Operation
 
 
 class Command(BaseCommand):
@@ -86,6 +87,11 @@ class Command(BaseCommand):
             "--args", dest="arguments", default="{}", help="the arguments as a JSON object of strings"
         )
         prompt.add_argument("--json", action="store_true")
+        level = sub.add_parser(
+            "log-level", help="set the level of the server's log messages (a recorded logging/setLevel)"
+        )
+        level.add_argument("name")
+        level.add_argument("level", choices=LOG_LEVELS)
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -105,6 +111,8 @@ class Command(BaseCommand):
             self._read(self._server(options["name"]), options["uri"], as_json=options["json"])
         elif action == "prompts":
             self._prompts(self._server(options["name"]), as_json=options["json"])
+        elif action == "log-level":
+            self._log_level(self._server(options["name"]), options["level"])
         else:
             self._prompt(
                 self._server(options["name"]),
@@ -252,6 +260,7 @@ class Command(BaseCommand):
         else:
             if operation.error:
                 self.stderr.write(f"error: {operation.error}")
+            self._log_messages(operation)
             result = operation.result if isinstance(operation.result, dict) else {}
             for block in result.get("content") or []:
                 if block.get("type") == "text":
@@ -268,6 +277,19 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{tool} ended with status {operation.status}" + (" (isError)" if operation.is_error else "")
             )
+
+    def _log_level(self, server: McpServer, level: str) -> None:
+        operation = services.log_level_set(server=server, user=None, level=level, source=Operation.Source.CLI)
+        self._log_messages(operation)
+        if operation.status != Operation.Status.OK:
+            raise CommandError(f"logging/setLevel failed: {operation.error}")
+        self.stdout.write(f"log level of {server.name} set to {level} (sent again on each new session)")
+
+    def _log_messages(self, operation: Operation) -> None:
+        """The server's log messages (``notifications/message``) the operation received, on stderr."""
+        for message in selectors.operation_log_messages(operation=operation):
+            logger = f" {message['logger']}:" if message["logger"] else ""
+            self.stderr.write(f"log [{message['level']}]{logger} {message['text']}")
 
     def _output_check(self, check: Any, *, listed: bool) -> None:
         """One line for ``operations.output_check``: valid, invalid (and why) or not checked."""
