@@ -17,6 +17,7 @@ from conversations.demo.request import Tool
 from conversations.demo.understanding import (
     OPERATION_WORDS,
     Facts,
+    read_facts,
     tool_name_words,
     unit_key,
     word_forms_of,
@@ -386,3 +387,62 @@ def candidate_argument_sets(tool: Tool, facts: Facts, keyword: str | None) -> li
             }
         )
     return sets
+
+
+# --- Repairing after a validation error -------------------------------------------------------
+
+
+def _named(name: str, value: JSONValue, error: str) -> bool:
+    """Whether the error names the property, or quotes the value it was sent."""
+    if re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", error):
+        return True
+    return (
+        isinstance(value, str)
+        and bool(value)
+        and re.search(rf"(?<!\w){re.escape(value)}(?!\w)", error) is not None
+    )
+
+
+def _repaired_value(slot: _Slot, value: JSONValue) -> JSONValue:
+    """A value the schema accepts in place of ``value``, or ``value`` when nothing better is known."""
+    types = _types(slot.schema)
+    options = _enum(slot.schema)
+    if options and value not in options:
+        return _within_enum(slot, str(value)) or options[0]
+    if slot.kind == "timezone" and isinstance(value, str) and not _ZONE_NAME_RE.fullmatch(value):
+        return zone_of(value) or "UTC"
+    if types & {"number", "integer"}:
+        number = value
+        if isinstance(number, str):
+            try:
+                number = float(number)
+            except ValueError:
+                number = 0
+        if isinstance(number, int | float) and not isinstance(number, bool):
+            if "integer" in types and not isinstance(number, int):
+                number = round(number)
+            return _bounded(slot, number)
+    if "string" in types and not isinstance(value, str) and value is not None:
+        return str(value)
+    return value
+
+
+def repaired_arguments(tool: Tool, arguments: JSONDict, error: str) -> JSONDict | None:
+    """``arguments`` with each field the error names replaced by a value its schema accepts
+    (a city made an IANA zone, a number moved inside its bounds, an enum's option, a required
+    field filled); None when the error names no field that can be changed."""
+    repaired = dict(arguments)
+    for slot in _slots(tool):
+        if slot.name not in arguments:
+            if slot.required and _named(slot.name, None, error):
+                filler = _FILLERS[slot.kind]
+                repaired[slot.name] = (
+                    slot.schema["default"]
+                    if "default" in slot.schema
+                    else filler.fallback(slot, _Fill(read_facts(""), None))
+                )
+            continue
+        value = arguments[slot.name]
+        if _named(slot.name, value, error):
+            repaired[slot.name] = _repaired_value(slot, value)
+    return repaired if repaired != arguments else None
