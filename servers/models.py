@@ -22,6 +22,10 @@ server_name_validator = RegexValidator(
 SECRET_NAME_RE = re.compile(SECRET_HEADER_RE.pattern, re.IGNORECASE)
 
 
+# The syslog severities of MCP's logging/setLevel, least severe first.
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
 class McpServer(models.Model):
     """One MCP server the agent can connect to: how to reach it and which protocol era to speak.
 
@@ -70,6 +74,12 @@ class McpServer(models.Model):
     )
     elicitation = models.BooleanField(
         default=True, help_text="Offer elicitation: the server may ask the workbench user for input."
+    )
+    log_level = models.CharField(
+        max_length=9,
+        blank=True,
+        choices=[(level, level) for level in LOG_LEVELS],
+        help_text="Sent as logging/setLevel on each new session (none: the server's own default).",
     )
     enabled = models.BooleanField(default=True)
     allow_non_staff_spawn = models.BooleanField(
@@ -141,6 +151,7 @@ class McpServer(models.Model):
             ),
             sampling=self.sampling_profile_id is not None,
             elicitation=interactive and self.elicitation,
+            log_level=self.log_level,
             secrets=tuple(self.secret_values()),
         )
 
@@ -163,6 +174,7 @@ class Operation(models.Model):
         PROMPTS_LIST = "prompts/list"
         PROMPT_GET = "prompts/get"
         COMPLETE = "completion/complete"
+        LOG_LEVEL = "logging/setLevel"
 
     class Status(models.TextChoices):
         RUNNING = "running"
@@ -192,6 +204,9 @@ class Operation(models.Model):
     session = models.JSONField(default=dict, blank=True)
     # structuredContent checked against the tool's outputSchema: {"checked", "valid", "errors"}.
     output_check = models.JSONField(default=dict, blank=True)
+    # The server's sampling requests answered during the operation, in order: the seq of the
+    # nested model call's exchange and what became of each parameter (servers.sampling).
+    sampling = models.JSONField(default=list, blank=True)
     cancel_requested = models.BooleanField(default=False)
     saved_call = models.ForeignKey(
         "SavedCall", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"

@@ -76,6 +76,8 @@ def _operation_for(
         return gateway.op_read_resource(operation.target)
     if operation.kind == kind.PROMPT_GET:
         return gateway.op_get_prompt(operation.target, {k: str(v) for k, v in arguments.items()})
+    if operation.kind == kind.LOG_LEVEL:
+        return gateway.op_set_level(operation.target)
     if operation.kind == kind.COMPLETE:
         return gateway.op_complete(arguments["ref"], arguments["argument"], arguments.get("context") or {})
     simple = {
@@ -165,6 +167,13 @@ class _Follower:
             answer = sampling_answer(profile=profile, params=question.params)
             if answer.exchange is not None:
                 self.recorder.record([answer.exchange])
+            self.operation.sampling.append(
+                {
+                    "exchange": self.recorder.seq if answer.exchange is not None else None,
+                    "parameters": self.recorder.redact.json(answer.parameters),
+                }
+            )
+            Operation.objects.filter(pk=self.operation.pk).update(sampling=self.operation.sampling)
             if answer.result is None:
                 question.refuse(answer.error)
             else:

@@ -344,3 +344,25 @@ def operation_diff(*, operation: Operation) -> list[tuple[str, str]] | None:
 
     diff = difflib.ndiff(lines(baseline), lines(operation))
     return [(line[0], line[2:]) for line in diff if line[:1] in {" ", "-", "+"}]
+
+
+def operation_log_messages(*, operation: Operation) -> list[dict[str, str]]:
+    """The server's log messages (``notifications/message``) an operation received, in order:
+    each its ``level``, ``logger`` and ``text`` (the ``data``, as JSON unless a string)."""
+    messages = []
+    for exchange in operation_exchanges(operation=operation):
+        if exchange.label != "notifications/message":
+            continue
+        try:
+            params = json.loads(exchange.response_body).get("params") or {}
+        except (ValueError, AttributeError):
+            continue
+        data = params.get("data")
+        messages.append(
+            {
+                "level": str(params.get("level", "")),
+                "logger": str(params.get("logger") or ""),
+                "text": data if isinstance(data, str) else json.dumps(data, ensure_ascii=False),
+            }
+        )
+    return messages

@@ -268,6 +268,24 @@ def operation_start(
     return operation_run(operation_id=operation.pk, tool=tool, arguments=arguments)
 
 
+def log_level_set(
+    *, server: McpServer, user: AbstractBaseUser | None, level: str, source: str = Operation.Source.WEB
+) -> Operation:
+    """Send ``logging/setLevel`` now and, when the server accepts it, keep the level with the
+    server: each new session is told it right after its handshake (``gateway.pool``).
+
+    Raises:
+        SpawnRefused: as ``operation_start``.
+    """
+    operation = operation_start(
+        server=server, user=user, kind=Operation.Kind.LOG_LEVEL, target=level, source=source
+    )
+    if operation.status == Operation.Status.OK:
+        McpServer.objects.filter(pk=server.pk).update(log_level=level)
+        server.log_level = level
+    return operation
+
+
 def operation_cancel(*, operation: Operation) -> None:
     """Ask the thread running the operation to cancel it (it sends the server a cancel)."""
     Operation.objects.filter(pk=operation.pk, status=Operation.Status.RUNNING).update(cancel_requested=True)

@@ -23,6 +23,7 @@ urlpatterns = [
     path("<str:name>/toggle", views.server_toggle, name="servers-toggle"),
     path("<str:name>/connect", views.server_connect, name="servers-connect"),
     path("<str:name>/list/<str:what>", views.server_refresh, name="servers-refresh"),
+    path("<str:name>/log-level", views.server_log_level, name="servers-log-level"),
     path("<str:name>/tools/<str:tool>", views.tool_detail, name="servers-tool"),
     path("<str:name>/read", views.resource_read, name="servers-resource-read"),
     path("<str:name>/prompt", views.prompt_get, name="servers-prompt-get"),

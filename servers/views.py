@@ -36,7 +36,8 @@ from servers.forms import (
     ToolCallForm,
     schema_errors,
 )
-from servers.models import McpServer, Operation, PendingInput, SavedCall
+from servers.gateway.capabilities import unavailable
+from servers.models import LOG_LEVELS, McpServer, Operation, PendingInput, SavedCall
 
 TRANSCRIPT_PER_PAGE = 50
 STATUS_BAD_REQUEST = 400
@@ -162,9 +163,17 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
     user = _user(request)
     listing, tools, overall = selectors.server_tool_reports(server=server, user=user)
     templates = selectors.server_listing(server=server, kind=Operation.Kind.TEMPLATES_LIST, user=user)
+    identity = selectors.server_identity(server=server, user=user)
+    # Known once a session has opened: what the server did not advertise is not offered.
+    advertised = identity.session.get("capabilities") if identity.session else None
     context = {
         "server": server,
-        "identity": selectors.server_identity(server=server, user=user),
+        "identity": identity,
+        "log_levels": LOG_LEVELS,
+        "unavailable": {
+            capability: unavailable(server.name, capability, advertised)
+            for capability in ("resources", "prompts", "completions", "logging")
+        },
         "tools": tools,
         "tool_listing": listing,
         "tool_findings": overall,
@@ -193,6 +202,23 @@ def server_connect(request: HttpRequest, name: str) -> HttpResponse:
     if isinstance(started, HttpResponse):
         return started
     return redirect(reverse("servers-detail", kwargs={"name": server.name}) + "#identity")
+
+
+@require_POST
+def server_log_level(request: HttpRequest, name: str) -> HttpResponse:
+    """``logging/setLevel`` on the server now; kept for its later sessions when accepted."""
+    server = _server(request, name)
+    refusal = selectors.server_spawn_refusal(server=server, user=_user(request))
+    if refusal:
+        return _refused(request, server, refusal)
+    level = request.POST.get("level", "")
+    if level not in LOG_LEVELS:
+        return HttpResponse("Choose one of the eight log levels.", status=STATUS_BAD_REQUEST)
+    try:
+        operation = services.log_level_set(server=server, user=_user(request), level=level)
+    except services.SpawnRefused as refused:
+        return _refused(request, server, str(refused))
+    return redirect(reverse("servers-operation", kwargs={"public_id": operation.public_id}))
 
 
 @require_POST
@@ -339,6 +365,7 @@ def _operation_context(operation: Operation) -> dict[str, Any]:
         "operation": operation,
         "server": operation.server,
         "exchanges": selectors.operation_exchanges(operation=operation),
+        "log_messages": selectors.operation_log_messages(operation=operation),
         "questions": selectors.operation_questions(operation=operation),
         "diff": selectors.operation_diff(operation=operation),
     }

@@ -17,6 +17,7 @@ from conversations.demo.request import Tool
 from conversations.demo.understanding import (
     OPERATION_WORDS,
     Facts,
+    read_facts,
     tool_name_words,
     unit_key,
     word_forms_of,
@@ -108,9 +109,95 @@ def _find_enum(slot: _Slot, fill: _Fill) -> JSONValue:
 
 def _find_number(slot: _Slot, fill: _Fill) -> JSONValue:
     number = next(fill.numbers, None)
+    if number is None:
+        return None
     if isinstance(number, float) and number.is_integer() and "integer" in _types(slot.schema):
-        return int(number)
+        number = int(number)
+    return _bounded(slot, number)
+
+
+def _bounded(slot: _Slot, number: int | float) -> int | float:
+    """``number`` moved inside the schema's ``minimum``/``maximum`` (the nearest bound)."""
+    low, high = slot.schema.get("minimum"), slot.schema.get("maximum")
+    if isinstance(low, int | float) and not isinstance(low, bool) and number < low:
+        number = low
+    if isinstance(high, int | float) and not isinstance(high, bool) and number > high:
+        number = high
     return number
+
+
+def _least_number(slot: _Slot, fill: _Fill) -> JSONValue:
+    """A required number the question does not give: 0, or the nearest value the schema allows
+    (``totalThoughts`` with ``minimum: 1`` gets 1)."""
+    return _bounded(slot, 0)
+
+
+# Cities as IANA time zone names (the examples a time tool's schema asks for): a small, fixed
+# table, so the demo stays deterministic and reads no tz database.
+_ZONES: dict[str, str] = {
+    "london": "Europe/London", "paris": "Europe/Paris", "berlin": "Europe/Berlin",
+    "madrid": "Europe/Madrid", "rome": "Europe/Rome", "amsterdam": "Europe/Amsterdam",
+    "brussels": "Europe/Brussels", "vienna": "Europe/Vienna", "zurich": "Europe/Zurich",
+    "stockholm": "Europe/Stockholm", "oslo": "Europe/Oslo", "copenhagen": "Europe/Copenhagen",
+    "helsinki": "Europe/Helsinki", "dublin": "Europe/Dublin", "lisbon": "Europe/Lisbon",
+    "athens": "Europe/Athens", "istanbul": "Europe/Istanbul", "moscow": "Europe/Moscow",
+    "warsaw": "Europe/Warsaw", "prague": "Europe/Prague", "lyon": "Europe/Paris",
+    "tokyo": "Asia/Tokyo", "seoul": "Asia/Seoul", "beijing": "Asia/Shanghai",
+    "shanghai": "Asia/Shanghai", "hong kong": "Asia/Hong_Kong", "singapore": "Asia/Singapore",
+    "bangkok": "Asia/Bangkok", "jakarta": "Asia/Jakarta", "manila": "Asia/Manila",
+    "mumbai": "Asia/Kolkata", "delhi": "Asia/Kolkata", "new delhi": "Asia/Kolkata",
+    "dubai": "Asia/Dubai", "karachi": "Asia/Karachi", "tehran": "Asia/Tehran",
+    "sydney": "Australia/Sydney", "melbourne": "Australia/Melbourne", "auckland": "Pacific/Auckland",
+    "new york": "America/New_York", "boston": "America/New_York", "chicago": "America/Chicago",
+    "denver": "America/Denver", "los angeles": "America/Los_Angeles",
+    "san francisco": "America/Los_Angeles", "seattle": "America/Los_Angeles",
+    "toronto": "America/Toronto", "vancouver": "America/Vancouver",
+    "mexico city": "America/Mexico_City", "sao paulo": "America/Sao_Paulo",
+    "são paulo": "America/Sao_Paulo", "buenos aires": "America/Argentina/Buenos_Aires",
+    "lima": "America/Lima", "bogota": "America/Bogota", "cairo": "Africa/Cairo",
+    "lagos": "Africa/Lagos", "nairobi": "Africa/Nairobi", "johannesburg": "Africa/Johannesburg",
+    "honolulu": "Pacific/Honolulu", "utc": "UTC", "gmt": "UTC",
+}  # fmt: skip
+_ZONE_NAME_RE = re.compile(r"\b[A-Z][A-Za-z]+/[A-Za-z_]+(?:/[A-Za-z_]+)?\b")
+_CLOCK_RE = re.compile(r"\b(?:[01]?\d|2[0-3]):[0-5]\d\b")
+
+
+def zone_of(place: str) -> str | None:
+    """The IANA time zone of a city the table knows, or None."""
+    return _ZONES.get(place.strip().lower())
+
+
+def _zones_in(text: str) -> list[str]:
+    """The time zones a question names, in order: IANA names as written, then known cities."""
+    found: list[tuple[int, str]] = [(m.start(), m.group()) for m in _ZONE_NAME_RE.finditer(text)]
+    lowered = text.lower()
+    for city, zone in _ZONES.items():
+        for match in re.finditer(rf"(?<!\w){re.escape(city)}(?!\w)", lowered):
+            found.append((match.start(), zone))
+    zones: list[str] = []
+    for _, zone in sorted(found):
+        if zone not in zones:
+            zones.append(zone)
+    return zones
+
+
+def _find_zone(slot: _Slot, fill: _Fill) -> JSONValue:
+    zones = _zones_in(fill.facts.text)
+    words = set(tool_name_words(slot.name))
+    wants_target = bool(words & {"to", "target", "destination", "into", "output"})
+    index = 1 if wants_target and len(zones) > 1 else 0
+    if wants_target and len(zones) < 2:
+        return None
+    return _within_enum(slot, zones[index]) if zones else None
+
+
+def _utc(slot: _Slot, fill: _Fill) -> JSONValue:
+    return "UTC"
+
+
+def _find_clock(slot: _Slot, fill: _Fill) -> JSONValue:
+    match = _CLOCK_RE.search(fill.facts.text)
+    return match.group() if match else None
 
 
 def _find_quoted(slot: _Slot, fill: _Fill) -> JSONValue:
@@ -160,12 +247,14 @@ _FILLERS: dict[str, _Filler] = {
     "place": _Filler(
         frozenset(
             "city cities location place town country region address destination where village "
-            "timezone area locality".split()
+            "area locality".split()
         ),
         _STRING,
         _find_place,
         _empty_of_type,
     ),
+    "timezone": _Filler(frozenset("timezone tz zone".split()), _STRING, _find_zone, _utc),
+    "clock": _Filler(frozenset({"time"}), _STRING, _find_clock, _free_text),
     "day": _Filler(frozenset("day date when weekday".split()), _STRING, _find_day_value, _today),
     "expression": _Filler(
         frozenset("expression expr formula equation calculation".split()),
@@ -175,12 +264,12 @@ _FILLERS: dict[str, _Filler] = {
     ),
     "unit": _Filler(frozenset("unit units currency".split()), _STRING, _find_unit, _first_option),
     "enum": _Filler(frozenset(), frozenset(), _find_enum, _first_option),
-    "number": _Filler(frozenset(), frozenset({"number", "integer"}), _find_number, _empty_of_type),
+    "number": _Filler(frozenset(), frozenset({"number", "integer"}), _find_number, _least_number),
     "boolean": _Filler(frozenset(), frozenset({"boolean"}), _nothing, _empty_of_type),
     "string": _Filler(frozenset(), _STRING, _find_quoted, _free_text),
     "other": _Filler(frozenset(), frozenset(), _nothing, _empty_of_type),
 }
-_KEYWORD_KINDS = ("place", "day", "expression", "unit")
+_KEYWORD_KINDS = ("timezone", "place", "clock", "day", "expression", "unit")
 _TYPE_KINDS = ("number", "boolean", "string")
 # Bare names that mean a unit in a converter's schema ("from": "km", "to": "mi").
 _UNIT_NAMES = frozenset({"from", "to", "source", "target"})
@@ -277,8 +366,83 @@ def candidate_argument_sets(tool: Tool, facts: Facts, keyword: str | None) -> li
     place_slots = [
         slot.name for slot in slots if slot.kind == "place" and arguments.get(slot.name) == facts.places[0]
     ]
-    if not place_slots:
-        return [arguments]
-    return [arguments] + [
-        {**arguments, **{name: place for name in place_slots}} for place in facts.places[1:]
+    # A lone time zone of the first place ("time in New York and Paris"): one call per place too.
+    zone_slots = [
+        slot.name
+        for slot in slots
+        if slot.kind == "timezone" and arguments.get(slot.name) == zone_of(facts.places[0])
     ]
+    if len(zone_slots) != 1:
+        zone_slots = []
+    if not place_slots and not zone_slots:
+        return [arguments]
+    sets = [arguments]
+    for place in facts.places[1:]:
+        zone = zone_of(place)
+        sets.append(
+            {
+                **arguments,
+                **{name: place for name in place_slots},
+                **{name: zone for name in zone_slots if zone is not None},
+            }
+        )
+    return sets
+
+
+# --- Repairing after a validation error -------------------------------------------------------
+
+
+def _named(name: str, value: JSONValue, error: str) -> bool:
+    """Whether the error names the property, or quotes the value it was sent."""
+    if re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", error):
+        return True
+    return (
+        isinstance(value, str)
+        and bool(value)
+        and re.search(rf"(?<!\w){re.escape(value)}(?!\w)", error) is not None
+    )
+
+
+def _repaired_value(slot: _Slot, value: JSONValue) -> JSONValue:
+    """A value the schema accepts in place of ``value``, or ``value`` when nothing better is known."""
+    types = _types(slot.schema)
+    options = _enum(slot.schema)
+    if options and value not in options:
+        return _within_enum(slot, str(value)) or options[0]
+    if slot.kind == "timezone" and isinstance(value, str) and not _ZONE_NAME_RE.fullmatch(value):
+        return zone_of(value) or "UTC"
+    if types & {"number", "integer"}:
+        number = value
+        if isinstance(number, str):
+            try:
+                number = float(number)
+            except ValueError:
+                number = 0
+        if isinstance(number, int | float) and not isinstance(number, bool):
+            if "integer" in types and not isinstance(number, int):
+                number = round(number)
+            return _bounded(slot, number)
+    if "string" in types and not isinstance(value, str) and value is not None:
+        return str(value)
+    return value
+
+
+def repaired_arguments(tool: Tool, arguments: JSONDict, error: str) -> JSONDict | None:
+    """``arguments`` with each field the error names replaced by a value its schema accepts
+    (a city made an IANA zone, a number moved inside its bounds, an enum's option, a required
+    field filled); None when the error names no field that can be changed."""
+    repaired = dict(arguments)
+    for slot in _slots(tool):
+        if slot.name not in arguments:
+            if slot.required and _named(slot.name, None, error):
+                filler = _FILLERS[slot.kind]
+                repaired[slot.name] = (
+                    slot.schema["default"]
+                    if "default" in slot.schema
+                    else filler.fallback(slot, _Fill(read_facts(""), None))
+                )
+            continue
+        value = arguments[slot.name]
+        if _named(slot.name, value, error):
+            repaired[slot.name] = _repaired_value(slot, value)
+    return repaired if repaired != arguments else None

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from conversations.demo.arguments import candidate_argument_sets
+from conversations.demo.arguments import candidate_argument_sets, repaired_arguments
 from conversations.demo.request import Call, Message, Request, Tool, json_or_none, new_call
 from conversations.demo.scenarios import FLAWS, MISBEHAVIOURS
 from conversations.demo.understanding import (
@@ -136,7 +136,9 @@ def decide(request: Request, question: Question) -> Turn:
 
 def repair(request: Request, question: Question, latest: _Round) -> Turn:
     """Call again each tool whose result was an error, with freshly filled arguments; a call
-    to an unknown name goes to the offered tool with the closest name."""
+    to an unknown name goes to the offered tool with the closest name. When filling afresh gives
+    the very arguments that were rejected, the fields the error names are repaired instead
+    (``arguments.repaired_arguments``); an error that names none is retried as it was."""
     facts = read_facts(question.text)
     candidates = request.candidates()
     calls: list[Call] = []
@@ -147,6 +149,10 @@ def repair(request: Request, question: Question, latest: _Round) -> Turn:
         argument_sets = candidate_argument_sets(tool, facts, score_tool(tool, facts).keyword)
         siblings = [call.id for call in latest.calls if call.name == result.call.name]
         arguments = argument_sets[min(siblings.index(result.call.id), len(argument_sets) - 1)]
+        sent = json_or_none(result.call.arguments)
+        if tool.name == result.call.name and sent == arguments and isinstance(sent, dict):
+            # Filling afresh would repeat the rejected call: change the fields the error names.
+            arguments = repaired_arguments(tool, sent, result.text) or arguments
         calls.append(new_call(request, len(calls), tool.name, arguments))
         if not request.parallel:
             break

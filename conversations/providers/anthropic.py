@@ -205,7 +205,7 @@ def request_body(model: str, request: ModelRequest, *, stream: bool = False) -> 
         ProviderError: the request asks for a structured output Anthropic cannot express.
     """
     system, messages = wire_messages(request.messages)
-    body: JSONDict = {"model": model, "max_tokens": DEFAULT_MAX_TOKENS}
+    body: JSONDict = {"model": model, "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS}
     if system:
         body["system"] = system
     body["messages"] = messages
@@ -214,6 +214,10 @@ def request_body(model: str, request: ModelRequest, *, stream: bool = False) -> 
         body["tool_choice"] = wire_tool_choice(request.tool_choice, request.parallel_tool_calls)
     if request.response_format is not None and request.response_format.get("type") != "text":
         body["output_config"] = {"format": _output_format(request.response_format)}
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.stop:
+        body["stop_sequences"] = list(request.stop)
     if stream:
         body["stream"] = True
     return body

@@ -43,6 +43,11 @@ class ModelRequest:
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
     parallel_tool_calls: bool | None = None
     response_format: JSONDict | None = None
+    # Generation options (an MCP server's sampling request sets them; a turn leaves them unset):
+    # each provider sends those its request can carry (docs/mcp-client.md §5).
+    max_tokens: int | None = None
+    temperature: float | None = None
+    stop: list[str] = field(default_factory=list)
 
 
 @dataclass

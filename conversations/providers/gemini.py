@@ -377,11 +377,19 @@ def request_body(request: ModelRequest) -> JSONDict:
         body["tools"] = wire_tools(request.tools)
         body["toolConfig"] = wire_tool_config(request.tool_choice)
     response_format = request.response_format or {}
+    generation: JSONDict = {}
     if response_format.get("type") in ("json_object", "json_schema"):
-        generation: JSONDict = {"responseMimeType": "application/json"}
+        generation["responseMimeType"] = "application/json"
         schema = object_or_empty(response_format.get("json_schema")).get("schema")
         if isinstance(schema, dict):
             generation["responseJsonSchema"] = response_schema(schema, [])
+    if request.max_tokens is not None:
+        generation["maxOutputTokens"] = request.max_tokens
+    if request.temperature is not None:
+        generation["temperature"] = request.temperature
+    if request.stop:
+        generation["stopSequences"] = list(request.stop)
+    if generation:
         body["generationConfig"] = generation
     return body
 

@@ -127,6 +127,12 @@ def request_body(model: str, request: ModelRequest, *, stream: bool = False) -> 
             body["parallel_tool_calls"] = request.parallel_tool_calls
     if request.response_format is not None:
         body["response_format"] = request.response_format
+    if request.max_tokens is not None:
+        body["max_tokens"] = request.max_tokens
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.stop:
+        body["stop"] = list(request.stop)
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}

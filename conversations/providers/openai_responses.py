@@ -115,6 +115,10 @@ def request_body(model: str, request: ModelRequest, *, stream: bool = False) -> 
             body["parallel_tool_calls"] = request.parallel_tool_calls
     if request.response_format is not None:
         body["text"] = {"format": text_format(request.response_format)}
+    if request.max_tokens is not None:
+        body["max_output_tokens"] = request.max_tokens
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
     if stream:
         body["stream"] = True
     return body

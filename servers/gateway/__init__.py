@@ -17,8 +17,9 @@ import atexit
 import os
 import queue
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,6 +29,7 @@ from django.conf import settings
 from mcp import Client, MCPError
 
 from conversations.wire import WireExchange
+from servers.gateway.capabilities import CapabilityMissing, refusal
 from servers.gateway.capture import Capture, current_capture
 from servers.gateway.config import ConfigError, ServerConfig
 from servers.gateway.pool import (
@@ -107,6 +109,8 @@ def _connection_lost(exc: BaseException) -> bool:
 
 
 def _describe_failure(config: ServerConfig, exc: BaseException) -> str:
+    if isinstance(exc, CapabilityMissing):
+        return str(exc)
     if isinstance(exc, MCPError):
         return f"MCP error {exc.error.code}: {exc.error.message}"
     if isinstance(exc, BaseExceptionGroup):
@@ -345,23 +349,47 @@ async def _all_pages(fetch: Callable[[str | None], Awaitable[Any]], attribute: s
     return items
 
 
+def gate(client: Client, method: str) -> None:
+    """Refuse ``method`` unless the session's server advertised the capability it needs.
+
+    Raises:
+        CapabilityMissing: not advertised; nothing is sent.
+    """
+    session = client.session
+    advertised = session.server_capabilities
+    capabilities = (
+        advertised.model_dump(by_alias=True, exclude_none=True, mode="json")
+        if advertised is not None
+        else None
+    )
+    name = session.server_info.name if session.server_info is not None else "the server"
+    message = refusal(name, method, capabilities)
+    if message:
+        raise CapabilityMissing(message)
+
+
 def op_list_tools(client: Client) -> Awaitable[list[Any]]:
     return _all_pages(lambda cursor: client.list_tools(cursor=cursor, cache_mode="bypass"), "tools")
 
 
-def op_list_resources(client: Client) -> Awaitable[list[Any]]:
-    return _all_pages(lambda cursor: client.list_resources(cursor=cursor, cache_mode="bypass"), "resources")
+async def op_list_resources(client: Client) -> list[Any]:
+    gate(client, "resources/list")
+    return await _all_pages(
+        lambda cursor: client.list_resources(cursor=cursor, cache_mode="bypass"), "resources"
+    )
 
 
-def op_list_templates(client: Client) -> Awaitable[list[Any]]:
-    return _all_pages(
+async def op_list_templates(client: Client) -> list[Any]:
+    gate(client, "resources/templates/list")
+    return await _all_pages(
         lambda cursor: client.list_resource_templates(cursor=cursor, cache_mode="bypass"),
         "resource_templates",
     )
 
 
-def op_list_prompts(client: Client) -> Awaitable[list[Any]]:
-    return _all_pages(lambda cursor: client.list_prompts(cursor=cursor, cache_mode="bypass"), "prompts")
+async def op_list_prompts(client: Client) -> list[Any]:
+    gate(client, "prompts/list")
+    return await _all_pages(lambda cursor: client.list_prompts(cursor=cursor, cache_mode="bypass"), "prompts")
 
 
 async def _noop_progress(progress: float, total: float | None, message: str | None) -> None:
@@ -380,12 +408,36 @@ def op_call_tool(name: str, arguments: dict[str, Any], timeout: float, *, as_tas
     async def operation(client: Client) -> Any:
         if as_task and client.session.protocol_version == TASK_PROTOCOL_VERSION:
             return await _call_as_task(client, name, arguments, timeout)
-        result = await client.call_tool(
-            name, arguments, read_timeout_seconds=timeout, progress_callback=_noop_progress
-        )
+        with _own_output_check(client, name):
+            result = await client.call_tool(
+                name, arguments, read_timeout_seconds=timeout, progress_callback=_noop_progress
+            )
         return dump(result)
 
     return operation
+
+
+@contextmanager
+def _own_output_check(client: Client, name: str) -> Iterator[None]:
+    """Keep the SDK from checking this call's ``structuredContent`` itself.
+
+    The SDK checks a result against the tool's ``outputSchema`` from its own listing and, on a
+    session that has not listed the tool, first sends an extra ``tools/list``; an invalid result
+    then raises and the result is lost. The workbench checks it instead
+    (``servers.operations.output_check``) and shows the result with the check, so for this call
+    the SDK is told the tool has no schema; what it had listed is put back afterwards.
+    """
+    schemas = client.session._tool_output_schemas  # noqa: SLF001 — no public switch in mcp 2.3
+    missing = object()
+    before = schemas.get(name, missing)
+    schemas[name] = None
+    try:
+        yield
+    finally:
+        if before is missing:
+            schemas.pop(name, None)
+        else:
+            schemas[name] = before  # type: ignore[assignment]
 
 
 async def _call_as_task(client: Client, name: str, arguments: dict[str, Any], timeout: float) -> Any:
@@ -441,6 +493,7 @@ async def _send_raw(client: Client, method: str, params: dict[str, Any], timeout
 
 def op_read_resource(uri: str) -> Operation:
     async def operation(client: Client) -> Any:
+        gate(client, "resources/read")
         return dump(await client.read_resource(uri, cache_mode="bypass"))
 
     return operation
@@ -448,6 +501,7 @@ def op_read_resource(uri: str) -> Operation:
 
 def op_get_prompt(name: str, arguments: dict[str, str]) -> Operation:
     async def operation(client: Client) -> Any:
+        gate(client, "prompts/get")
         return dump(await client.get_prompt(name, arguments))
 
     return operation
@@ -455,12 +509,23 @@ def op_get_prompt(name: str, arguments: dict[str, str]) -> Operation:
 
 def op_complete(ref: dict[str, str], argument: dict[str, str], context: dict[str, str]) -> Operation:
     async def operation(client: Client) -> Any:
+        gate(client, "completion/complete")
         reference: types.ResourceTemplateReference | types.PromptReference
         if ref.get("type") == "ref/resource":
             reference = types.ResourceTemplateReference(type="ref/resource", uri=ref["uri"])
         else:
             reference = types.PromptReference(type="ref/prompt", name=ref["name"])
         return dump(await client.complete(reference, argument, context or None))
+
+    return operation
+
+
+def op_set_level(level: str) -> Operation:
+    """``logging/setLevel``: the server sends ``notifications/message`` at ``level`` and above."""
+
+    async def operation(client: Client) -> Any:
+        gate(client, "logging/setLevel")
+        return dump(await client.set_logging_level(level))  # type: ignore[arg-type]
 
     return operation
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ERAS: dict[str, str] = {
     "legacy": "legacy — initialize handshake (≤ 2025-11-25)",
@@ -47,6 +47,9 @@ class ServerConfig:
     sampling: bool = False
     elicitation: bool = False
     secrets: tuple[str, ...] = ()
+    # Sent as logging/setLevel after the handshake of each new session; changing it does not
+    # replace a live session (the change itself is sent on it).
+    log_level: str = field(default="", compare=False)
 
     def client_mode(self) -> str:
         """The SDK ``Client(mode=...)`` value for this era."""

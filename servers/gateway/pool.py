@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 import mcp.types as types
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.session import ClientRequestContext
 from mcp.types import Implementation
 
@@ -37,6 +37,10 @@ CLIENT_INFO = Implementation(name="tool-call-inspector", version="0.1.0")
 
 class GatewayError(Exception):
     """A session could not be opened or used; the message is fit to show a user."""
+
+
+class EraNotOffered(GatewayError):
+    """A server pinned to 2026-07-28 does not implement ``server/discover``."""
 
 
 @dataclass
@@ -149,6 +153,9 @@ class PooledSession:
         if self._error is not None or self.client is None:
             reason = _describe(self._error) if self._error else "the session ended during connect"
             self.mark_dead(reason)
+            refused = _find(self._error, EraNotOffered)
+            if refused is not None:
+                raise refused
             raise GatewayError(f"could not connect to {self.config.name}: {reason}")
 
     async def _hold(self) -> None:
@@ -168,8 +175,9 @@ class PooledSession:
                 if self.config.era == "modern":
                     # Pinned to 2026-07-28 the SDK adopts the version without asking; discovery
                     # is still how the server says who it is (and a server MUST implement it).
-                    raw = await client.session.send_discover(MODERN_VERSION)
+                    raw = await _discover(client, self.config.name)
                     client.session.adopt(types.DiscoverResult.model_validate(raw))
+                await self._apply_log_level(client)
                 self.client = client
                 self._ready.set()
                 await self._stop.wait()
@@ -179,6 +187,16 @@ class PooledSession:
         finally:
             self.client = None if self._error else self.client
             self._ready.set()
+
+    async def _apply_log_level(self, client: Client) -> None:
+        """The server's chosen log level, on a session whose server advertised logging."""
+        capabilities = client.session.server_capabilities
+        if not self.config.log_level or capabilities is None or capabilities.logging is None:
+            return
+        try:
+            await client.set_logging_level(self.config.log_level)  # type: ignore[arg-type]
+        except MCPError:
+            pass  # the refusal is recorded with the connection; the session stays usable
 
     def _features(self) -> ClientFeatures | None:
         capture = self.tap.newest_active()
@@ -250,7 +268,40 @@ class PooledSession:
         return records
 
 
+async def _discover(client: Client, name: str) -> Any:
+    """``server/discover`` for a session pinned to 2026-07-28.
+
+    Raises:
+        GatewayError: the server does not implement discovery, so it does not offer the pinned
+            version; pinning means no fallback to ``initialize`` (that is the ``auto`` era).
+    """
+    try:
+        return await client.session.send_discover(MODERN_VERSION)
+    except MCPError as exc:
+        if exc.error.code != types.METHOD_NOT_FOUND:
+            raise
+        raise EraNotOffered(
+            f"{name} did not offer the pinned protocol version {MODERN_VERSION}: it answered "
+            f"server/discover with MCP error {exc.error.code} ({exc.error.message}); pin mode has no "
+            "fallback to the initialize handshake; choose the legacy or auto era for this server."
+        ) from exc
+
+
+def _find(exc: BaseException | None, kind: type[EraNotOffered]) -> EraNotOffered | None:
+    """``exc`` or the first exception of that kind inside it (task groups wrap what they raise)."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _find(inner, kind)
+            if found is not None:
+                return found
+    return None
+
+
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, GatewayError):
+        return str(exc)
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe(inner) for inner in exc.exceptions)
     text = str(exc) or type(exc).__name__
@@ -300,13 +351,15 @@ class SessionPool:
             token = current_capture.set(capture)
             try:
                 await fresh.open(self.connect_timeout)
-            except GatewayError:
+            except GatewayError as exc:
                 for record in fresh.take_unclaimed():
                     capture.add(record)
                 stderr = fresh.read_stderr()
                 if stderr:
                     capture.add(stderr_record(stderr, fresh.tap))
                 fresh.tap.finish(capture)
+                if stderr.strip() and not isinstance(exc, EraNotOffered):
+                    raise GatewayError(f"{exc}{_stderr_pointer(stderr, fresh.tap)}") from exc
                 raise
             finally:
                 current_capture.reset(token)
@@ -323,6 +376,19 @@ class SessionPool:
         session = self._sessions.pop(server_id, None)
         if session is not None:
             await session.close()
+
+
+STDERR_TAIL_LINES = 5
+
+
+def _stderr_pointer(text: str, tap: Tap) -> str:
+    """Where a server that failed to connect explained itself: its last stderr lines, masked."""
+    lines = [line for line in tap.mask(text).splitlines() if line.strip()][-STDERR_TAIL_LINES:]
+    shown = "\n    ".join(lines)
+    return (
+        f" — the server closed the connection at start; its stderr (recorded with this operation, "
+        f"last {len(lines)} line{'s' if len(lines) != 1 else ''}):\n    {shown}"
+    )
 
 
 def stderr_record(text: str, tap: Tap | None = None) -> WireExchange:

@@ -46,7 +46,15 @@
       if (schema.default) input.checked = true;
     } else {
       input = document.createElement("input");
-      input.type = schema.type === "number" || schema.type === "integer" ? "number" : "text";
+      const numeric = schema.type === "number" || schema.type === "integer";
+      input.type = numeric ? "number" : "text";
+      if (numeric) {
+        // Without a step the browser allows only whole numbers and blocks 3.14 from being sent:
+        // any number the schema allows must pass (its multipleOf when it has one).
+        input.step = typeof schema.multipleOf === "number" ? String(schema.multipleOf) : schema.type === "integer" ? "1" : "any";
+        if (typeof schema.minimum === "number") input.min = String(schema.minimum);
+        if (typeof schema.maximum === "number") input.max = String(schema.maximum);
+      }
       if (schema.default !== undefined) input.value = String(schema.default);
     }
     input.id = id;

@@ -93,6 +93,7 @@ EXPECTED: dict[str, Expect] = {
     "servers-toggle": Expect("POST", FORBIDDEN),
     "servers-connect": Expect("POST", FORBIDDEN),
     "servers-refresh": Expect("POST", FORBIDDEN),
+    "servers-log-level": Expect("POST", FORBIDDEN),
     "servers-tool": Expect("POST", FORBIDDEN),
     "servers-resource-read": Expect("POST", FORBIDDEN),
     "servers-prompt-get": Expect("POST", FORBIDDEN),

@@ -9,6 +9,7 @@ server resources NAME [--json]             its resources and resource templates
 server read NAME URI [--json]              read one (fill a template's variables yourself)
 server prompts NAME [--json]
 server prompt NAME PROMPT --args JSON [--json]
+server log-level NAME LEVEL                logging/setLevel now, and on each later session
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from servers import selectors, services
 from servers.forms import schema_errors
 from servers.gateway.config import ERAS
-from servers.models import McpServer, Operation
+from servers.models import LOG_LEVELS, McpServer, Operation
 
 
 class Command(BaseCommand):
@@ -86,6 +87,11 @@ class Command(BaseCommand):
             "--args", dest="arguments", default="{}", help="the arguments as a JSON object of strings"
         )
         prompt.add_argument("--json", action="store_true")
+        level = sub.add_parser(
+            "log-level", help="set the level of the server's log messages (a recorded logging/setLevel)"
+        )
+        level.add_argument("name")
+        level.add_argument("level", choices=LOG_LEVELS)
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -105,6 +111,8 @@ class Command(BaseCommand):
             self._read(self._server(options["name"]), options["uri"], as_json=options["json"])
         elif action == "prompts":
             self._prompts(self._server(options["name"]), as_json=options["json"])
+        elif action == "log-level":
+            self._log_level(self._server(options["name"]), options["level"])
         else:
             self._prompt(
                 self._server(options["name"]),
@@ -193,6 +201,8 @@ class Command(BaseCommand):
             }
             self.stdout.write(json.dumps(document, indent=2))
             return
+        if not tools:
+            self.stdout.write("no tools")
         by_name = {report.name: report for report in reports}
         for tool in tools:
             description = str(tool.get("description") or "").splitlines()
@@ -250,18 +260,53 @@ class Command(BaseCommand):
         else:
             if operation.error:
                 self.stderr.write(f"error: {operation.error}")
+            self._log_messages(operation)
             result = operation.result if isinstance(operation.result, dict) else {}
             for block in result.get("content") or []:
                 if block.get("type") == "text":
                     self.stdout.write(str(block.get("text", "")))
                 else:
                     self.stdout.write(f"[{block.get('type')} {block.get('mimeType', '')}]")
+            if "structuredContent" in result:
+                structured = json.dumps(result["structuredContent"], indent=2, ensure_ascii=False)
+                self.stdout.write(f"structuredContent:\n{structured}")
+            self._output_check(operation.output_check, listed=definition is not None)
             if result.get("isError"):
                 self.stderr.write("the tool reported an error (isError: true)")
         if operation.status != Operation.Status.OK or operation.is_error:
             raise CommandError(
                 f"{tool} ended with status {operation.status}" + (" (isError)" if operation.is_error else "")
             )
+
+    def _log_level(self, server: McpServer, level: str) -> None:
+        operation = services.log_level_set(server=server, user=None, level=level, source=Operation.Source.CLI)
+        self._log_messages(operation)
+        if operation.status != Operation.Status.OK:
+            raise CommandError(f"logging/setLevel failed: {operation.error}")
+        self.stdout.write(f"log level of {server.name} set to {level} (sent again on each new session)")
+
+    def _log_messages(self, operation: Operation) -> None:
+        """The server's log messages (``notifications/message``) the operation received, on stderr."""
+        for message in selectors.operation_log_messages(operation=operation):
+            logger = f" {message['logger']}:" if message["logger"] else ""
+            self.stderr.write(f"log [{message['level']}]{logger} {message['text']}")
+
+    def _output_check(self, check: Any, *, listed: bool) -> None:
+        """One line for ``operations.output_check``: valid, invalid (and why) or not checked."""
+        if not listed:
+            self.stdout.write(
+                "output schema: not checked (the tool was never listed: run server tools first)"
+            )
+        elif not isinstance(check, dict) or not check:
+            return
+        elif not check.get("checked"):
+            self.stdout.write(f"output schema: not checked ({check.get('reason', '')})")
+        elif check.get("valid"):
+            self.stdout.write("output schema: valid")
+        else:
+            self.stdout.write("output schema: INVALID")
+            for error in check.get("errors") or []:
+                self.stdout.write(f"    {error}")
 
     # --- resources and prompts ------------------------------------------------------------------
 
@@ -304,21 +349,42 @@ class Command(BaseCommand):
             )
 
     def _resources(self, server: McpServer, *, as_json: bool) -> None:
-        resources = self._listed(server, Operation.Kind.RESOURCES_LIST)
-        templates = self._listed(server, Operation.Kind.TEMPLATES_LIST)
+        # Two list calls: one failing (mcp-server-sqlite has no templates) keeps the other's answer.
+        listed = {
+            kind: self._run(server, kind)
+            for kind in (Operation.Kind.RESOURCES_LIST, Operation.Kind.TEMPLATES_LIST)
+        }
+        failed = [operation for operation in listed.values() if operation.status != Operation.Status.OK]
+        resources = self._items(listed[Operation.Kind.RESOURCES_LIST])
+        templates = self._items(listed[Operation.Kind.TEMPLATES_LIST])
         if as_json:
-            self.stdout.write(
-                json.dumps({"server": server.name, "resources": resources, "templates": templates}, indent=2)
-            )
-            return
-        for resource in resources:
-            self.stdout.write(
-                f"{resource.get('uri')}  {resource.get('name', '')}  {resource.get('mimeType', '')}".rstrip()
-            )
-        for template in templates:
-            self.stdout.write(
-                f"{template.get('uriTemplate')}  (template) {template.get('name', '')}".rstrip()
-            )
+            document: dict[str, Any] = {"server": server.name, "resources": resources, "templates": templates}
+            document["failed"] = {operation.kind: operation.error for operation in failed}
+            self.stdout.write(json.dumps(document, indent=2))
+        else:
+            ok = {kind for kind, operation in listed.items() if operation.status == Operation.Status.OK}
+            for resource in resources:
+                self.stdout.write(
+                    f"{resource.get('uri')}  {resource.get('name', '')}  {resource.get('mimeType', '')}".rstrip()
+                )
+            if not resources and Operation.Kind.RESOURCES_LIST in ok:
+                self.stdout.write("no resources")
+            for template in templates:
+                self.stdout.write(
+                    f"{template.get('uriTemplate')}  (template) {template.get('name', '')}".rstrip()
+                )
+            if not templates and Operation.Kind.TEMPLATES_LIST in ok:
+                self.stdout.write("no resource templates")
+        for operation in failed:
+            self.stderr.write(f"{operation.kind} failed: {operation.error}")
+        if failed:
+            kept = " (what the other returned is printed above)" if len(failed) < len(listed) else ""
+            raise CommandError(f"{len(failed)} of {len(listed)} list calls failed{kept}")
+
+    @staticmethod
+    def _items(operation: Operation) -> list[dict[str, Any]]:
+        result = operation.result
+        return list(result) if operation.status == Operation.Status.OK and isinstance(result, list) else []
 
     def _read(self, server: McpServer, uri: str, *, as_json: bool) -> None:
         operation = self._run(server, Operation.Kind.RESOURCE_READ, uri)
@@ -339,6 +405,8 @@ class Command(BaseCommand):
         if as_json:
             self.stdout.write(json.dumps({"server": server.name, "prompts": prompts}, indent=2))
             return
+        if not prompts:
+            self.stdout.write("no prompts")
         for prompt in prompts:
             arguments = ", ".join(
                 f"{a.get('name')}{'*' if a.get('required') else ''}" for a in prompt.get("arguments") or []

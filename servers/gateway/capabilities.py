@@ -1,0 +1,44 @@
+"""Which server capability each client request needs, and why a request is not sent.
+
+A server says in its ``initialize`` result (or its ``server/discover`` result) which features
+it offers; a client sends a feature's requests only to a server that advertised it
+(docs/mcp-client.md §3). Pure functions over the capabilities as JSON: the gateway refuses
+before sending, the workbench disables the button with the same reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Request method -> the capability the server must have advertised. ``tools/*`` is left out on
+# purpose: the agent lists every enabled server's tools, and a server that forgets to declare
+# ``tools`` but answers is common; the answer (or the -32601) is recorded either way.
+REQUIRED: dict[str, str] = {
+    "resources/list": "resources",
+    "resources/templates/list": "resources",
+    "resources/read": "resources",
+    "resources/subscribe": "resources",
+    "resources/unsubscribe": "resources",
+    "prompts/list": "prompts",
+    "prompts/get": "prompts",
+    "completion/complete": "completions",
+    "logging/setLevel": "logging",
+}
+
+
+class CapabilityMissing(Exception):
+    """The server did not advertise what a request needs; the request was not sent."""
+
+
+def unavailable(server_name: str, capability: str, capabilities: dict[str, Any] | None) -> str:
+    """Why ``capability``'s requests are not sent to the server, or "" when they may be."""
+    if capabilities is None or capability in capabilities:
+        return ""
+    return f"{server_name} does not advertise the {capability} capability"
+
+
+def refusal(server_name: str, method: str, capabilities: dict[str, Any] | None) -> str:
+    """The message for ``method`` not sent, or "" when the server advertised what it needs."""
+    capability = REQUIRED.get(method)
+    reason = unavailable(server_name, capability, capabilities) if capability else ""
+    return f"{reason}: {method} was not sent" if reason else ""
