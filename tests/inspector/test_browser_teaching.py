@@ -62,7 +62,7 @@ def setting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setting]:
     _manage(server, "shell", "-c", LEARNED)
     server.start()
     try:
-        public_id = transcript["id"]
+        public_id = transcript["conversation"]["id"]
         yield Setting(server, f"{server.base}/c/{public_id}/", int(transcript["turns"][0]["id"]))
     finally:
         server.stop()
