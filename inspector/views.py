@@ -41,7 +41,7 @@ from inspector.forms import (
     QuestionForm,
     TranscriptUploadForm,
 )
-from inspector.preferences import THEMES, preference_set
+from inspector.preferences import THEMES, preference_set, request_preferences
 from servers.selectors import server_spawn_refusal
 from servers.services import demo_server_ensure
 
@@ -408,7 +408,9 @@ def turn_detail(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResp
         detail={"turn": turn.pk},
     )
     rows = selectors.turn_rows(turn=turn)
-    context = fragments.turn_context(conversation=conversation, turn=turn, rows=rows)
+    context = fragments.turn_context(
+        conversation=conversation, turn=turn, rows=rows, teaching=request_preferences(request).teaching
+    )
     return render(request, fragments.TURN_TEMPLATE, context)
 
 
@@ -458,7 +460,9 @@ def conversation_rows(request: HttpRequest, public_id: UUID) -> JsonResponse:
     if since is None:
         return JsonResponse({"error": "'since' must be an ISO-8601 timestamp"}, status=STATUS_BAD_REQUEST)
     audit_read(actor=_user(request), conversation=conversation, via="rows")
-    messages = fragments.render_catch_up(conversation=conversation, since=since)
+    messages = fragments.render_catch_up(
+        conversation=conversation, since=since, teaching=request_preferences(request).teaching
+    )
     return JsonResponse({"messages": messages})
 
 
