@@ -286,6 +286,60 @@ def comparison_wire_formats(*, comparison: Comparison) -> list[WireColumn]:
     return [column for column in columns if column is not None]
 
 
+@dataclass(frozen=True)
+class SentColumn:
+    """What one run of a comparison sent its model first and what came back: the spliced prompt
+    of its first model call and that call's raw reply, as recorded."""
+
+    run: Conversation
+    prompt: str
+    prompt_exact: bool
+    reply: str
+    exchange: Exchange | None
+
+
+def comparison_sent(*, comparison: Comparison) -> list[SentColumn]:
+    """For each run of ``comparison`` (run order), its first model call's prompt and raw reply;
+    a run that has made no model call yet has empty ones."""
+    conversations = list(comparison.conversations.select_related("model_profile").order_by("pk"))
+    first: dict[int, Step] = {}
+    steps = (
+        Step.objects.filter(turn__conversation__in=conversations, turn__seq=1, parent__isnull=True)
+        .exclude(kind=Step.Kind.TOOL)
+        .exclude(prompt="")
+        .select_related("turn")
+        .order_by("turn_id", "seq")
+    )
+    for found in steps:
+        first.setdefault(found.turn.conversation_id, found)
+    columns: list[SentColumn] = []
+    for conversation in conversations:
+        step = first.get(conversation.pk)
+        exchange = (
+            step.exchanges.filter(channel=Exchange.Channel.LLM).order_by("seq", "id").first()
+            if step is not None
+            else None
+        )
+        columns.append(
+            SentColumn(
+                run=conversation,
+                prompt=step.prompt if step is not None else "",
+                prompt_exact=step.prompt_exact if step is not None else False,
+                reply=exchange.response_body if exchange is not None else "",
+                exchange=exchange,
+            )
+        )
+    return columns
+
+
+def sent_prompt_diff(columns: list[SentColumn], first: int, second: int) -> PromptDiff | None:
+    """The line diff of two runs' prompts (``first`` and ``second``: 0-based positions in
+    ``columns``); None for a position out of range or the same run twice."""
+    if first == second or not (0 <= first < len(columns) and 0 <= second < len(columns)):
+        return None
+    return prompt_diff_lines(columns[first].prompt, columns[second].prompt)
+
+
 # --- replays: the same question against today's servers and profile, compared ---------------------
 
 

@@ -1,10 +1,11 @@
 """What model calls cost: a profile's prices per million tokens (empty by default: this app ships
 no price list, since providers change theirs; whoever sets one names its source), and the cost of
-a call or a turn from the usage its provider reported."""
+a call, a turn or a comparison from the usage its provider reported, and what the tool
+definitions alone cost as input (their offline count, :mod:`conversations.counting`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -103,3 +104,34 @@ def turn_cost(turn: Turn, profile: ModelProfile) -> Cost | None:
         return None
     usages = Step.objects.filter(turn=turn).exclude(usage={}).values_list("usage", flat=True)
     return usage_cost(list(usages), price)
+
+
+def _tools_total(tokens: JSONValue) -> int:
+    tools = tokens.get("tools") if isinstance(tokens, dict) else None
+    if not isinstance(tools, dict):
+        return 0
+    return sum(value for value in tools.values() if isinstance(value, int) and not isinstance(value, bool))
+
+
+def tool_definitions_tokens(turn: Turn) -> int:
+    """The tokens of the tool definitions (and a structured request's schema) the turn's model
+    calls sent, each call counted: they are sent again with every call."""
+    counts = Step.objects.filter(turn=turn).exclude(tokens={}).values_list("tokens", flat=True)
+    return sum(_tools_total(tokens) for tokens in counts)
+
+
+def tool_definitions_cost(turn: Turn | None, profile: ModelProfile) -> Decimal | None:
+    """What the turn's tool definitions cost as input at the profile's input price; None without
+    a price or without counted definitions."""
+    price = profile_price(profile)
+    if turn is None or price is None or price.input_per_million is None:
+        return None
+    tokens = tool_definitions_tokens(turn)
+    return price.input_per_million * tokens / MILLION if tokens else None
+
+
+def comparison_cost(runs: Sequence[tuple[Turn | None, ModelProfile]]) -> Decimal | None:
+    """The cost of a comparison: the sum of its runs' turns; None when no run has a cost."""
+    costs = [turn_cost(turn, profile) for turn, profile in runs if turn is not None]
+    known = [cost.total for cost in costs if cost is not None]
+    return sum(known, Decimal(0)) if known else None

@@ -23,6 +23,7 @@ from django.db import DatabaseError
 
 from conversations.agent import AgentTurn, PromptRenderer, TurnCancelled, run_agent
 from conversations.capabilities import CAPABILITY_FIELDS, capability_downgrades_remember
+from conversations.counting import definitions_counted, with_response_format
 from conversations.lifecycle import CANCEL, TurnSignal, turn_claim, turn_unwatch, turn_watch, turns_reap_stale
 from conversations.llm import Message, ToolChoice, ToolDef
 from conversations.models import ModelProfile, Turn
@@ -160,7 +161,7 @@ def prompt_renderer(profile: ModelProfile) -> PromptRenderer:
     """Splices each request the way the profile's model reads it (its chat template, if known)."""
 
     def render(request: ModelRequest) -> Spliced:
-        return splice(
+        spliced = splice(
             messages=[wire_message(m) for m in request.messages],
             tools=[wire_tool(t) for t in request.tools],
             model=profile.model,
@@ -173,6 +174,9 @@ def prompt_renderer(profile: ModelProfile) -> PromptRenderer:
             arguments_setting=profile.template_arguments,
             prompt_is_ours=not request.tools,
         )
+        # The schema a structured request sends is read by the model too (docs/teaching.md §6).
+        spliced = definitions_counted(spliced, [wire_tool(t) for t in request.tools])
+        return with_response_format(spliced, request.response_format)
 
     return render
 

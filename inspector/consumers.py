@@ -2,7 +2,8 @@
 
 On connect it checks the user and the conversation, then (if the browser says what it last
 saw) re-sends every row changed since; afterwards each ``step.changed`` / ``turn.changed``
-event is rendered from the database with the same fragment templates the page uses. A
+event is rendered from the database with the same fragment templates the page uses, with the
+teaching layer when the user has teaching mode on at that moment (docs/teaching.md §1). A
 ``step.partial`` event (a streamed reply so far, never stored) is passed on as it came, as plain
 data for the page to show as text.
 """
@@ -22,6 +23,7 @@ from conversations.selectors import conversation_get
 from inspector import live
 from inspector.fragments import render_catch_up, render_row, render_turn
 from inspector.live import StepChanged, StepPartial, TurnChanged
+from inspector.preferences import preference_get
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
@@ -49,6 +51,14 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
+    async def _teaching(self) -> bool:
+        """The user's teaching preference now: a row follows it as soon as it changes."""
+        user = self.scope.get("user")
+        if user is None:
+            return False
+        preference = await sync_to_async(preference_get)(user=user)
+        return preference.teaching
+
     async def disconnect(self, code: int) -> None:
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
@@ -62,16 +72,22 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         except ValueError:
             await self.send_json({"type": "error", "message": "catch_up needs an ISO-8601 'since'"})
             return
-        for message in await sync_to_async(render_catch_up)(conversation=self.conversation, since=since):
+        for message in await sync_to_async(render_catch_up)(
+            conversation=self.conversation, since=since, teaching=await self._teaching()
+        ):
             await self.send_json(message)
 
     async def step_changed(self, event: StepChanged) -> None:
-        message = await sync_to_async(render_row)(conversation=self.conversation, step_id=event["step_id"])
+        message = await sync_to_async(render_row)(
+            conversation=self.conversation, step_id=event["step_id"], teaching=await self._teaching()
+        )
         if message is not None:
             await self.send_json(message)
 
     async def turn_changed(self, event: TurnChanged) -> None:
-        message = await sync_to_async(render_turn)(conversation=self.conversation, turn_id=event["turn_id"])
+        message = await sync_to_async(render_turn)(
+            conversation=self.conversation, turn_id=event["turn_id"], teaching=await self._teaching()
+        )
         if message is not None:
             await self.send_json(message)
 

@@ -1,7 +1,8 @@
 """Rendered pieces of the conversation page, as the websocket and the rows endpoint send them.
 
 The page ``{% include %}``s the same fragment templates, so a row that streamed in is
-byte-for-byte the row a reload shows. Every message names what it replaces and carries the
+byte-for-byte the row a reload shows — for the same ``teaching``: the teaching layer is rendered
+only for a user who has teaching mode on (docs/teaching.md §1), so every function here takes it. Every message names what it replaces and carries the
 ``updated_at`` of what it rendered, so the browser can drop a stale copy that arrives late.
 
 Message formats (all timestamps are :func:`timestamp_iso` strings, which sort as text):
@@ -59,9 +60,11 @@ def timestamp_iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
-def turn_context(*, conversation: Conversation, turn: Turn, rows: Sequence[Step]) -> dict[str, object]:
+def turn_context(
+    *, conversation: Conversation, turn: Turn, rows: Sequence[Step], teaching: bool = False
+) -> dict[str, object]:
     """What ``_turn.html`` (and the ``_turn_status.html`` inside it) needs; the page uses it too."""
-    return {"conversation": conversation, "turn": turn, "rows": rows}
+    return {"conversation": conversation, "turn": turn, "rows": rows, "teaching": teaching}
 
 
 def catch_up_mark(turns: Sequence[tuple[Turn, Sequence[Step]]]) -> str:
@@ -73,19 +76,21 @@ def catch_up_mark(turns: Sequence[tuple[Turn, Sequence[Step]]]) -> str:
     return timestamp_iso(max(stamps, default=datetime(1970, 1, 1, tzinfo=UTC)))
 
 
-def _row_message(conversation: Conversation, step: Step) -> RowMessage:
+def _row_message(conversation: Conversation, step: Step, teaching: bool) -> RowMessage:
     return {
         "type": "row",
         "turn_id": step.turn_id,
         "step_id": step.pk,
         "seq": step.seq,
         "updated_at": timestamp_iso(step.updated_at),
-        "html": render_to_string(STEP_TEMPLATE, {"conversation": conversation, "step": step}),
+        "html": render_to_string(
+            STEP_TEMPLATE, {"conversation": conversation, "step": step, "teaching": teaching}
+        ),
     }
 
 
-def _turn_message(conversation: Conversation, turn: Turn) -> TurnMessage:
-    context = turn_context(conversation=conversation, turn=turn, rows=[])
+def _turn_message(conversation: Conversation, turn: Turn, teaching: bool) -> TurnMessage:
+    context = turn_context(conversation=conversation, turn=turn, rows=[], teaching=teaching)
     return {
         "type": "turn",
         "turn_id": turn.pk,
@@ -97,19 +102,19 @@ def _turn_message(conversation: Conversation, turn: Turn) -> TurnMessage:
     }
 
 
-def render_row(*, conversation: Conversation, step_id: int) -> RowMessage | None:
+def render_row(*, conversation: Conversation, step_id: int, teaching: bool = False) -> RowMessage | None:
     """The ``row`` message for one top-level step; None if it is no row of ``conversation``."""
     step = selectors.step_row(conversation=conversation, step_id=step_id)
-    return None if step is None else _row_message(conversation, step)
+    return None if step is None else _row_message(conversation, step, teaching)
 
 
-def render_turn(*, conversation: Conversation, turn_id: int) -> TurnMessage | None:
+def render_turn(*, conversation: Conversation, turn_id: int, teaching: bool = False) -> TurnMessage | None:
     """The ``turn`` message for one turn; None if it is not ``conversation``'s."""
     turn = selectors.turn_get(conversation=conversation, turn_id=turn_id)
-    return None if turn is None else _turn_message(conversation, turn)
+    return None if turn is None else _turn_message(conversation, turn, teaching)
 
 
-def render_catch_up(*, conversation: Conversation, since: datetime) -> list[Message]:
+def render_catch_up(*, conversation: Conversation, since: datetime, teaching: bool = False) -> list[Message]:
     """Everything changed at or after ``since``: turn messages first (so containers exist), then rows.
 
     A naive ``since`` is taken as UTC.
@@ -120,6 +125,6 @@ def render_catch_up(*, conversation: Conversation, since: datetime) -> list[Mess
     rows = sorted(
         selectors.rows_changed_since(conversation=conversation, since=since), key=lambda s: (s.turn_id, s.seq)
     )
-    messages: list[Message] = [_turn_message(conversation, turn) for turn in turns]
-    messages.extend(_row_message(conversation, step) for step in rows)
+    messages: list[Message] = [_turn_message(conversation, turn, teaching) for turn in turns]
+    messages.extend(_row_message(conversation, step, teaching) for step in rows)
     return messages

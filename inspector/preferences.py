@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
+from django.http import HttpRequest
 
 from conversations.models import UserPreference
 
@@ -37,3 +38,23 @@ def preference_set(
         fields["theme"] = theme
     preference, _ = UserPreference.objects.update_or_create(user_id=user.pk, defaults=fields)
     return preference
+
+
+_CACHED = "_inspector_preferences"
+
+
+def request_preferences(request: HttpRequest) -> UserPreference:
+    """The signed-in user's preferences, read once per request."""
+    cached = getattr(request, _CACHED, None)
+    if isinstance(cached, UserPreference):
+        return cached
+    user = getattr(request, "user", None)
+    found = preference_get(user=user) if user is not None else UserPreference()
+    setattr(request, _CACHED, found)
+    return found
+
+
+def teaching_context(request: HttpRequest) -> dict[str, bool]:
+    """Context processor: ``teaching`` — whether the page renders the teaching layer at all (a
+    user with teaching mode off gets pages without it; docs/teaching.md §1)."""
+    return {"teaching": request_preferences(request).teaching}

@@ -31,7 +31,7 @@ from conversations.models import Comparison, Conversation, Step, Turn
 from conversations.pricing import profile_price_set
 from conversations.transcripts.export import BINARY_FORMATS, EXPORT_FORMATS, MEDIA_TYPES, ExportFormat
 from conversations.transcripts.importing import TranscriptError
-from inspector import fragments, walkthrough
+from inspector import charts, fragments, walkthrough
 from inspector.forms import (
     ComparisonForm,
     ConversationFilterForm,
@@ -41,7 +41,7 @@ from inspector.forms import (
     QuestionForm,
     TranscriptUploadForm,
 )
-from inspector.preferences import THEMES, preference_set
+from inspector.preferences import THEMES, preference_set, request_preferences
 from servers.selectors import server_spawn_refusal
 from servers.services import demo_server_ensure
 
@@ -408,7 +408,9 @@ def turn_detail(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResp
         detail={"turn": turn.pk},
     )
     rows = selectors.turn_rows(turn=turn)
-    context = fragments.turn_context(conversation=conversation, turn=turn, rows=rows)
+    context = fragments.turn_context(
+        conversation=conversation, turn=turn, rows=rows, teaching=request_preferences(request).teaching
+    )
     return render(request, fragments.TURN_TEMPLATE, context)
 
 
@@ -458,7 +460,9 @@ def conversation_rows(request: HttpRequest, public_id: UUID) -> JsonResponse:
     if since is None:
         return JsonResponse({"error": "'since' must be an ISO-8601 timestamp"}, status=STATUS_BAD_REQUEST)
     audit_read(actor=_user(request), conversation=conversation, via="rows")
-    messages = fragments.render_catch_up(conversation=conversation, since=since)
+    messages = fragments.render_catch_up(
+        conversation=conversation, since=since, teaching=request_preferences(request).teaching
+    )
     return JsonResponse({"messages": messages})
 
 
@@ -483,6 +487,7 @@ def _columns_context(comparison: Comparison) -> dict[str, object]:
         "runs": runs,
         "finished": all(run.finished for run in runs),
         "wire": presentation.comparison_wire_formats(comparison=comparison),
+        "charts": charts.comparison_charts(runs),
     }
 
 
@@ -529,7 +534,20 @@ def comparison_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
     comparison = _comparison(request, public_id)
     _audit_runs(request, comparison, "comparison")
     context = _columns_context(comparison)
+    sent = presentation.comparison_sent(comparison=comparison)
+    # ``?a=&b=``: the two runs (numbered from 1) whose prompts are diffed; the first two by default.
+    first, second = _run_number(request.GET.get("a"), 1), _run_number(request.GET.get("b"), 2)
+    context.update(
+        sent=sent,
+        diff_a=first,
+        diff_b=second,
+        sent_diff=presentation.sent_prompt_diff(sent, first - 1, second - 1),
+    )
     return render(request, "inspector/comparison_detail.html", context)
+
+
+def _run_number(raw: str | None, default: int) -> int:
+    return int(raw) if raw is not None and raw.isdigit() and 0 < len(raw) < 4 else default
 
 
 @require_GET

@@ -8,20 +8,19 @@ conversation share, and more tools than a provider accepts in one request.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conversations.splicing import count_tokens
+from conversations import counting
 
 # Both OpenAI function names and Anthropic tool names: letters, digits, '_' and '-', 1-64 long.
 PROVIDER_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 PROVIDER_NAME_LIMIT = 64
 PROVIDER_TOOL_LIMIT = 128
 THIN_DESCRIPTION_WORDS = 4
-TOKEN_ENCODING = "o200k_base"
+TOKEN_ENCODING = counting.TOOL_ENCODING
 
 
 @dataclass(frozen=True)
@@ -124,19 +123,6 @@ def task_support(tool: Mapping[str, Any]) -> str:
     return value if isinstance(value, str) else ""
 
 
-def tool_tokens(tool: Mapping[str, Any], encoding: str = TOKEN_ENCODING) -> int | None:
-    """Tokens of the definition a model is given (name, description, input schema), as JSON."""
-    spliced = {
-        "name": tool.get("name"),
-        "description": tool.get("description") or "",
-        "parameters": tool.get("inputSchema") or {},
-    }
-    try:
-        return count_tokens(json.dumps(spliced, ensure_ascii=False), encoding)
-    except Exception:  # noqa: BLE001 — a tokenizer failure hides the count, not the definition
-        return None
-
-
 @dataclass(frozen=True)
 class Neighbourhood:
     """The other servers of one conversation this server is in, and their tool names."""
@@ -150,7 +136,9 @@ def lint_catalog(
 ) -> tuple[list[ToolReport], list[Finding]]:
     """Reports for each tool, and findings about the list as a whole."""
     reports: list[ToolReport] = []
-    for tool in tools:
+    # Counted as a conversation counts them: one way of counting everywhere.
+    counts = counting.catalog_tokens(tools, server_name=server_name, encoding=TOKEN_ENCODING)
+    for tool, tokens in zip(tools, counts, strict=True):
         reports.append(
             ToolReport(
                 name=str(tool.get("name", "")),
@@ -161,7 +149,7 @@ def lint_catalog(
                 if isinstance(tool.get("outputSchema"), dict)
                 else None,
                 annotations=dict(tool.get("annotations") or {}),
-                tokens=tool_tokens(tool),
+                tokens=tokens,
                 task_support=task_support(tool),
                 findings=lint_tool(tool, server_name=server_name),
             )

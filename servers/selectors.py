@@ -18,6 +18,7 @@ from typing import Any
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import Q, QuerySet
 
+from conversations.counting import tools_as_sent
 from conversations.models import AuditEvent, Conversation, Exchange
 from conversations.selectors import conversation_list, visible_to
 from servers.lint import Finding, Neighbourhood, ToolReport, lint_catalog
@@ -182,8 +183,12 @@ def server_tool_reports(
 ) -> tuple[Listing, list[ToolReport], list[Finding]]:
     """The last tools/list of a server ``user`` may see, each definition linted and counted."""
     listing = server_listing(server=server, kind=Operation.Kind.TOOLS_LIST, user=user)
+    # Counted as sent: the recorded responses keep the order of each definition's members.
+    bodies = listing.operation.exchanges.values_list("response_body", flat=True) if listing.operation else []
     reports, overall = lint_catalog(
-        listing.items, server_name=server.name, neighbourhoods=_neighbourhoods(server, user)
+        tools_as_sent(listing.items, bodies),
+        server_name=server.name,
+        neighbourhoods=_neighbourhoods(server, user),
     )
     return listing, reports, overall
 

@@ -25,8 +25,17 @@ from conversations.escaping import carriable
 from conversations.models import Conversation, Exchange, Step, Turn
 from conversations.paradigms import PARADIGMS
 from conversations.presentation import PromptChange, pretty_json, step_prompt_change
-from conversations.pricing import Cost, step_cost, turn_cost
+from conversations.pricing import (
+    MILLION,
+    Cost,
+    comparison_cost,
+    profile_price,
+    step_cost,
+    tool_definitions_cost,
+    turn_cost,
+)
 from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
+from conversations.selectors import RunSummary
 from conversations.typealias import JSONValue
 from inspector.fragments import timestamp_iso
 from inspector.waterfall import Waterfall, turn_waterfall
@@ -361,6 +370,39 @@ def call_cost(step: Step, conversation: Conversation) -> Cost | None:
 @register.filter
 def turn_total_cost(turn: Turn, conversation: Conversation) -> Cost | None:
     return turn_cost(turn, conversation.model_profile)
+
+
+@register.filter
+def run_cost(run: RunSummary) -> Cost | None:
+    """What one comparison run's turn cost at its profile's prices."""
+    return None if run.turn is None else turn_cost(run.turn, run.conversation.model_profile)
+
+
+@register.filter
+def run_tool_definitions_cost(run: RunSummary) -> Decimal | None:
+    """What one run's tool definitions (and a structured request's schema) cost as input."""
+    return tool_definitions_cost(run.turn, run.conversation.model_profile)
+
+
+@register.filter
+def runs_cost(runs: list[RunSummary]) -> Decimal | None:
+    """What the whole comparison cost: the sum of its runs' costs."""
+    return comparison_cost([(run.turn, run.conversation.model_profile) for run in runs])
+
+
+@register.filter
+def tool_definitions_call_cost(step: Step, conversation: Conversation) -> Decimal | None:
+    """What one model call's tool definitions cost as input."""
+    price = profile_price(conversation.model_profile)
+    counts = token_counts(step)
+    if price is None or price.input_per_million is None or counts is None or not counts.tools_total:
+        return None
+    return price.input_per_million * counts.tools_total / MILLION
+
+
+@register.filter
+def turn_tool_definitions_cost(turn: Turn, conversation: Conversation) -> Decimal | None:
+    return tool_definitions_cost(turn, conversation.model_profile)
 
 
 @register.filter

@@ -1,8 +1,9 @@
 """Template helpers of teaching mode and of the user's display preferences.
 
-The teaching layer is rendered into every row whatever the preference (so a row that streamed in
-is the row a reload shows) and shown by the stylesheet only when the page's ``data-teaching`` is
-``on``. Notes are static text of :mod:`inspector.teaching`; field names come from recorded bodies
+The teaching layer is rendered only for a user who has teaching mode on (``teaching`` in the
+context: the context processor :func:`inspector.preferences.teaching_context` sets it for a page,
+:mod:`inspector.fragments` for a row the websocket sends), so a page without it carries none of
+its weight; docs/teaching.md §1. Notes are static text of :mod:`inspector.teaching`; field names come from recorded bodies
 and are escaped like any payload.
 """
 
@@ -13,7 +14,7 @@ from django.http import HttpRequest
 
 from conversations.models import Exchange, UserPreference
 from inspector import teaching
-from inspector.preferences import preference_get
+from inspector.preferences import request_preferences
 
 register = template.Library()
 
@@ -25,32 +26,46 @@ FIELDS_LIMIT_CHARS = 256 * 1024
 @register.simple_tag(takes_context=True)
 def user_preferences(context: template.Context) -> UserPreference:
     request = context.get("request")
-    if isinstance(request, HttpRequest) and hasattr(request, "user"):
-        return preference_get(user=request.user)
+    if isinstance(request, HttpRequest):
+        return request_preferences(request)
     return UserPreference()
+
+
+def teaching_on(context: template.Context) -> bool:
+    """Whether this rendering carries the teaching layer: the context's ``teaching`` if it says,
+    else the signed-in user's preference, else no."""
+    if "teaching" in context:
+        return bool(context["teaching"])
+    request = context.get("request")
+    return isinstance(request, HttpRequest) and request_preferences(request).teaching
 
 
 def _server_name(exchange: Exchange) -> str:
     return exchange.server_name or (exchange.server.name if exchange.server_id and exchange.server else "")
 
 
-@register.inclusion_tag("inspector/_teach_roles.html")
-def teach_roles(exchange: Exchange) -> dict[str, object]:
+@register.inclusion_tag("inspector/_teach_roles.html", takes_context=True)
+def teach_roles(context: template.Context, exchange: Exchange) -> dict[str, object]:
+    if not teaching_on(context):
+        return {"on": False}
     roles = teaching.exchange_roles(
         channel=exchange.channel,
         direction=exchange.direction,
         label=exchange.label,
         server=_server_name(exchange),
     )
-    return {"roles": roles}
+    return {"on": True, "roles": roles}
 
 
-@register.inclusion_tag("inspector/_teach_fields.html")
-def teach_fields(exchange: Exchange, part: str) -> dict[str, object]:
+@register.inclusion_tag("inspector/_teach_fields.html", takes_context=True)
+def teach_fields(context: template.Context, exchange: Exchange, part: str) -> dict[str, object]:
+    if not teaching_on(context):
+        return {"on": False}
     body = exchange.request_body if part == "request" else exchange.response_body
     fmt = teaching.body_format(channel=exchange.channel, label=exchange.label)
     too_big = len(body) > FIELDS_LIMIT_CHARS
     return {
+        "on": True,
         "fields": [] if too_big else teaching.field_notes(body, fmt),
         "too_big": too_big,
         "fmt": fmt,
@@ -88,15 +103,21 @@ def tool_choice_sent(exchange: Exchange) -> str:
     )
 
 
-@register.inclusion_tag("inspector/_teach_legend.html")
-def teach_legend() -> dict[str, object]:
-    return {"roles": list(teaching.ROLES.items())}
+@register.inclusion_tag("inspector/_teach_legend.html", takes_context=True)
+def teach_legend(context: template.Context) -> dict[str, object]:
+    if not teaching_on(context):
+        return {"on": False}
+    return {"on": True, "roles": list(teaching.ROLES.items())}
 
 
-@register.inclusion_tag("inspector/_teach_fields.html")
-def teach_fragment_fields(fragments: list[tuple[str, str]] | None, fmt: str, part: str) -> dict[str, object]:
+@register.inclusion_tag("inspector/_teach_fields.html", takes_context=True)
+def teach_fragment_fields(
+    context: template.Context, fragments: list[tuple[str, str]] | None, fmt: str, part: str
+) -> dict[str, object]:
     """The field notes of a piece cut from a body (the compare view's wire columns): the piece is
     read as JSON, or as the members of an object when it is a run of ``"key": value`` pairs."""
+    if not teaching_on(context):
+        return {"on": False}
     text = "".join(piece for piece, _ in fragments or [])
     notes = teaching.field_notes(text, fmt) or teaching.field_notes("{" + text.strip().rstrip(",") + "}", fmt)
-    return {"fields": notes, "too_big": False, "fmt": fmt, "part": part}
+    return {"on": True, "fields": notes, "too_big": False, "fmt": fmt, "part": part}

@@ -1,7 +1,7 @@
-// Every page: the header's switches (teaching mode, colour scheme) applied at once and kept by a
-// POST (the forms work without this script too), and the keyboard: j/k move between the steps of
-// a conversation, o opens or closes the current step's bodies, t toggles teaching mode, ? shows
-// the help. A page with data-slide-prev/next links (the step-through) also gets ← and →.
+// Every page: the header's switches (teaching mode, colour scheme) kept by a POST (the forms work
+// without this script too; teaching mode then reloads the page, which the server renders with or
+// without its notes), and the keyboard: j/k move between the steps of a conversation, o opens
+// or closes the current step's bodies, t toggles teaching mode, ? shows the help. A page with data-slide-prev/next links (the step-through) also gets ← and →.
 (function () {
   "use strict";
 
@@ -25,8 +25,11 @@
     var button = form.querySelector("#teaching-toggle");
     button.setAttribute("aria-checked", on ? "true" : "false");
     form.querySelector('input[name="teaching"]').value = on ? "on" : "off";
+    // The teaching layer is rendered by the server only for a user who has it on: once the
+    // preference is kept, the page is rendered again with (or without) it.
     post(form).then(function () {
       form.querySelector('input[name="teaching"]').value = on ? "off" : "on";
+      window.location.reload();
     });
   }
 

@@ -133,6 +133,10 @@
       if (shell) {
         insertBySeq(turnsBox, shell);
       }
+      // A turn first seen finished (it ended between two messages) is sealed too.
+      if (FINISHED.indexOf(message.status) !== -1) {
+        turnEnded();
+      }
     } else {
       var status = document.getElementById("turn-status-" + message.turn_id);
       var fresh = fragment(message.html);
@@ -143,7 +147,7 @@
       // A turn that ends is sealed with its end: the record's badge verifies again.
       var now = document.getElementById("turn-status-" + message.turn_id);
       if (!wasFinished && now && FINISHED.indexOf(now.dataset.status) !== -1) {
-        loadChain(false);
+        turnEnded();
       }
       // The header holds the tools offered, known only after the servers were listed.
       var meta = document.getElementById("turn-meta-" + message.turn_id);
@@ -405,6 +409,34 @@
         }
       });
     }
+  }
+
+  // A turn that ends changes what the page derived from the whole record: the chain badge
+  // verifies again, and a replay's differences from its original are read again (the section
+  // of this same page, rendered afresh), all without a reload.
+  function turnEnded() {
+    loadChain(false);
+    loadReplayDiff();
+  }
+
+  function loadReplayDiff() {
+    var diff = document.getElementById("replay-diff");
+    if (!diff) {
+      return;
+    }
+    fetchHtml(location.pathname)
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("replay-diff");
+        var current = document.getElementById("replay-diff");
+        if (fresh && current) {
+          var adopted = document.importNode(fresh, true);
+          carryOpenDetails(current, adopted);
+          current.replaceWith(adopted);
+        }
+      })
+      .catch(function () {
+        /* offline: a reload shows it */
+      });
   }
 
   // The hash chain is verified after the page has painted (it re-hashes every exchange).

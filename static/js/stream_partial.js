@@ -38,15 +38,7 @@
     display.appendChild(el("pre", "body plain partial-text"));
     display.appendChild(el("ol", "partial-calls"));
     var cell = row.querySelector(".exchange-pending .ex-response") || row.querySelector(".area-model");
-    if (cell) {
-      var placeholder = cell.querySelector(".placeholder");
-      if (placeholder) {
-        placeholder.hidden = true;
-      }
-      cell.appendChild(display);
-    } else {
-      row.appendChild(display);
-    }
+    (cell || row).appendChild(display);
     return display;
   }
 
@@ -76,6 +68,13 @@
     }
     shownIn[message.step_id] = row;
     var display = box(row);
+    // The reply is arriving: no "waiting for the model…" in the row while it streams (the row
+    // may have been re-rendered with one since the display was drawn).
+    row.querySelectorAll(".placeholder").forEach(function (placeholder) {
+      if (placeholder.querySelector(".spinner")) {
+        placeholder.hidden = true;
+      }
+    });
     var text = display.querySelector(".partial-text");
     text.textContent = String(message.text || "");
     text.hidden = !message.text;

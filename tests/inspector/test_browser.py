@@ -221,9 +221,11 @@ def test_a_turn_that_finished_live_is_replayed_and_the_replay_shows_no_differenc
     assert page.url != original
     expect(page.locator("#replay-diff")).to_contain_text("Differences from the original turn")
     expect(page.locator("[id^=turn-status-]")).to_contain_text("Beijing", timeout=30_000)
-    page.reload()
+    # Without a reload: the differences and the record's badge follow the replay's end.
+    page.evaluate("window.__notReloaded = true")
     expect(page.locator("#replay-diff .replay-head")).to_contain_text("identical")
     expect(page.locator("#chain-badge")).to_contain_text("record intact")
+    assert page.evaluate("window.__notReloaded === true")
     page.screenshot(path=str(inspector_server.var_dir / "browser-replay.png"), full_page=True)
 
 

@@ -102,8 +102,8 @@ def test_teaching_mode_shows_roles_notes_and_the_two_moments_and_is_remembered(
     page = _signed_in(browser, setting)
     page.goto(setting.conversation)
     expect(page.locator("[id^=turn-status-]")).to_contain_text("Beijing")
-    expect(page.locator(".teach-legend")).to_be_hidden()
-    expect(page.locator(".teach-select").first).to_be_hidden()
+    # Off: the page carries no teaching layer at all (not merely hidden).
+    expect(page.locator(".teach, .teach-legend, .teach-roles")).to_have_count(0)
 
     page.locator("#teaching-toggle").click()
 
@@ -135,7 +135,8 @@ def test_teaching_mode_shows_roles_notes_and_the_two_moments_and_is_remembered(
     expect(again.locator("html")).to_have_attribute("data-teaching", "on")
     expect(again.locator(".teach-legend")).to_be_visible()
     again.keyboard.press("t")
-    expect(again.locator(".teach-legend")).to_be_hidden()
+    expect(again.locator(".teach-legend")).to_have_count(0)
+    expect(again.locator(".teach")).to_have_count(0)
     again.wait_for_load_state("networkidle")
     again.reload()
     expect(again.locator("html")).to_have_attribute("data-teaching", "off")

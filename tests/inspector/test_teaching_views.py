@@ -17,6 +17,7 @@ from django.urls import reverse
 from conversations.models import LearnedCapability, ModelProfile, Turn, UserPreference
 from conversations.runner import turn_run
 from conversations.services import comparison_providers_start, conversation_start, demo_profile_ensure
+from inspector.preferences import preference_set
 from servers import gateway
 from servers.models import Operation
 from servers.services import demo_server_ensure, operation_start
@@ -86,6 +87,7 @@ def test_the_switch_answers_a_script_with_204_and_refuses_what_it_does_not_know(
 
 def test_every_row_names_its_roles_explains_its_fields_and_marks_select_and_execute() -> None:
     alice = UserFactory(username="alice")
+    preference_set(user=alice, teaching=True)
     turn = _weather_turn(alice)
     assert turn.status == "done", turn.error
 
@@ -176,6 +178,7 @@ def test_a_missing_page_is_the_sites_own_404(settings: Any) -> None:
 
 def test_the_compare_views_wire_columns_explain_each_formats_fields() -> None:
     alice = UserFactory(username="alice")
+    preference_set(user=alice, teaching=True)
     comparison, turns = comparison_providers_start(
         owner=alice, question=WEATHER, stream=False, servers=[demo_server_ensure()], dispatch=False
     )
@@ -220,6 +223,7 @@ def test_a_finished_turn_draws_its_timeline_as_svg() -> None:
 
 def test_the_workbench_names_the_roles_and_explains_the_json_rpc_fields() -> None:
     alice = UserFactory(username="alice")
+    preference_set(user=alice, teaching=True)
     operation = operation_start(
         server=demo_server_ensure(),
         user=alice,
