@@ -101,14 +101,14 @@ def _messages(body: str) -> list[Any]:
     ``data:`` lines."""
     try:
         return [json.loads(body)]
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a server's JSON nested thousands deep
         pass
     found: list[Any] = []
     for line in body.splitlines():
         if line.startswith("data:"):
             try:
                 found.append(json.loads(line[5:]))
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
     return found
 

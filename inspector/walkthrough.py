@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from conversations.escaping import carriable
 from conversations.models import Exchange, Step
 from inspector import teaching
 
@@ -32,8 +33,8 @@ class Slide:
 def _pretty(text: str) -> tuple[str, bool]:
     """The body indented if it is JSON, and cut to ``SLIDE_BODY_CHARS``; and whether it was cut."""
     try:
-        text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-    except ValueError:
+        text = carriable(json.dumps(json.loads(text), indent=2, ensure_ascii=False))
+    except (ValueError, RecursionError):  # RecursionError: a body nested thousands deep
         pass
     if len(text) > SLIDE_BODY_CHARS:
         return text[:SLIDE_BODY_CHARS], True

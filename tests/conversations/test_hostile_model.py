@@ -24,6 +24,7 @@ from django.test import Client
 from django.urls import reverse
 from pytest_django.fixtures import Settings
 
+from conversations import selectors
 from conversations.llm import Message
 from conversations.models import Exchange, ModelProfile, Step, Turn
 from conversations.paradigms import PARADIGMS
@@ -31,6 +32,8 @@ from conversations.providers import PROVIDERS, Endpoint, ModelRequest, ProviderE
 from conversations.runner import turn_run
 from conversations.services import conversation_start
 from conversations.transcripts.export import BINARY_FORMATS, EXPORT_FORMATS
+from inspector import walkthrough
+from inspector.preferences import preference_set
 from servers import gateway
 from servers.services import demo_server_ensure
 from tests.conversations.hostile_model import CASES, NOT_UTF8, HostileModel, answer
@@ -123,11 +126,17 @@ def test_a_hostile_reply_ends_the_turn_with_the_raw_response_and_a_diagnosis_and
         cut = answers.get(status="timeout")
         assert f"deadline of {DEADLINE:g} s" in cut.error and cut.response_body
     client.force_login(alice)
+    # With teaching mode on, every field of every body is read for its note; the step-through
+    # shows each body on a slide of its own.
+    preference_set(user=alice, teaching=True)
+    slides = len(walkthrough.turn_slides(selectors.turn_rows(turn=turn)))
+    walk = reverse("inspector-turn-walk", args=[conversation.public_id, turn.pk])
     pages = [
         reverse("inspector-conversation", args=[conversation.public_id]),
         reverse("api-conversation", args=[conversation.public_id]),
         reverse("inspector-conversation-export", args=[conversation.public_id])
         + f"?format={EXPORT_FORMATS[CASES.index(case) % len(EXPORT_FORMATS)]}",
+        *(f"{walk}?at={at}" for at in range(1, slides + 1)),
     ]
     for page in pages:
         response = client.get(page)
