@@ -9,11 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
+from transformers.utils import chat_template_utils  # the reference (a dev dependency: never skipped)
 
 from conversations.splicing import render_chat_template, splice
 from conversations.typealias import JSONDict
-
-chat_template_utils = pytest.importorskip("transformers.utils.chat_template_utils")
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "chat_templates"
 # The special tokens each model's tokenizer config defines (bos/eos as the engine reports them).
