@@ -121,10 +121,10 @@ def _requests(data: str | bytes) -> list[dict[str, Any]]:
         try:
             value = json.loads(text)
             values = value if isinstance(value, list) else [value]
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
             try:
                 values = [json.loads(line) for line in text.splitlines() if line.strip()]
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 raise TranscriptError(f"not OTLP/JSON: {exc}") from exc
         return [v for v in values if isinstance(v, dict) and "resourceSpans" in v]
     try:
@@ -180,7 +180,7 @@ def _json_attr(value: JSONValue) -> JSONValue:
     if isinstance(value, str):
         try:
             return json.loads(value)  # type: ignore[no-any-return]
-        except ValueError:
+        except (ValueError, RecursionError):
             return value
     return value
 
@@ -505,7 +505,7 @@ def _looks_like_jsonl_export(data: str | bytes) -> bool:
     first = text.lstrip().split("\n", 1)[0]
     try:
         line = json.loads(first)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return (
         isinstance(line, dict) and "turn_seq" in line and "conversation_id" in line and "\n" in text.strip()

@@ -176,3 +176,43 @@ def test_a_jsonl_export_is_refused_with_the_formats_to_use(alice: User) -> None:
 def test_otlp_without_spans_is_refused(alice: User) -> None:
     with pytest.raises(TranscriptError, match="no spans"):
         conversation_import(data=b'{"resourceSpans": []}', actor=alice, source="empty.json")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"[" * 5000 + b"]" * 5000,
+        b'{"resourceSpans": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        b'{"resourceSpans": [1]}\n' + b"[" * 5000 + b"]" * 5000,
+    ],
+    ids=["deep-json", "deep-otlp-json", "deep-second-line"],
+)
+def test_a_file_nested_thousands_deep_gets_a_clear_error_and_imports_nothing(
+    alice: User, data: bytes
+) -> None:
+    with pytest.raises(TranscriptError):
+        conversation_import(data=data, actor=alice, source="deep.json")
+
+    assert Conversation.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_a_span_attribute_nested_thousands_deep_is_kept_as_its_text(alice: User) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    span = {
+        "traceId": "0" * 31 + "1",
+        "spanId": "0" * 15 + "1",
+        "name": "chat demo",
+        "startTimeUnixNano": "1700000000000000000",
+        "endTimeUnixNano": "1700000001000000000",
+        "attributes": [
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+            {"key": "gen_ai.input.messages", "value": {"stringValue": deep}},
+        ],
+    }
+    data = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
+
+    conversation_import(data=data, actor=alice, source="deep-attribute.json")
+
+    assert Conversation.objects.count() == 1
