@@ -21,6 +21,7 @@ from conversations.wire import WireExchange
 from servers import gateway
 from servers.gateway.config import ConfigError, ServerConfig, resolve_references
 from servers.models import McpServer
+from servers.operations import output_check
 from servers.selectors import server_spawn_refusal
 
 
@@ -49,7 +50,12 @@ class GatewayToolHost:
         if outcome.session is not None and outcome.session.spawned:
             reason = outcome.session.respawn_reason or "no session was open"
             notes.append(f"respawned the server (session #{outcome.session.generation}) because {reason}")
-        return ToolRun(result=outcome.result, error=outcome.error, exchanges=outcome.records, notes=notes)
+        error = outcome.error
+        check = output_check(outcome.result, {"outputSchema": tool.output_schema})
+        if not error and check.get("checked") and not check.get("valid"):
+            # Checked against the listing the model saw; the result is kept with the error.
+            error = "the result does not match the tool's outputSchema: " + "; ".join(check["errors"])
+        return ToolRun(result=outcome.result, error=error, exchanges=outcome.records, notes=notes)
 
 
 def _session_note(server: McpServer, outcome: gateway.ListOutcome) -> str:

@@ -109,7 +109,7 @@ def _connection_lost(exc: BaseException) -> bool:
 
 
 def _describe_failure(config: ServerConfig, exc: BaseException) -> str:
-    if isinstance(exc, CapabilityMissing):
+    if isinstance(exc, CapabilityMissing | SessionLost):
         return str(exc)
     if isinstance(exc, MCPError):
         return f"MCP error {exc.error.code}: {exc.error.message}"
@@ -257,6 +257,9 @@ class _HandOff:
 @dataclass
 class Running:
     """An operation in flight on the gateway loop, followed from a plain thread.
+
+    ``events`` carries each record twice when it is a request (in either direction): once the
+    moment it is sent, unanswered, and again, the same object, once answered (``Capture``).
 
     ``done`` waits for the operation's coroutine to really end — after a cancel too, when its
     last records (the request left unanswered, ``notifications/cancelled``, stderr) are still
@@ -530,6 +533,57 @@ def op_set_level(level: str) -> Operation:
     return operation
 
 
+UPDATED = "notifications/resources/updated"
+STOP_POLL_SECONDS = 0.2
+
+
+class SessionLost(Exception):
+    """The session ended while a subscription was waiting for updates."""
+
+
+class Stop(Protocol):
+    """Tells a subscription to end (``threading.Event`` is one)."""
+
+    def is_set(self) -> bool: ...
+
+
+def op_subscribe(uri: str, *, seconds: float, stop: Stop) -> Operation:
+    """``resources/subscribe``, then wait for ``notifications/resources/updated`` about ``uri``.
+
+    Each update is a record of this operation as it arrives; the operation ends with
+    ``resources/unsubscribe`` once ``stop`` is set or ``seconds`` have passed, and returns the
+    URI and how many updates came.
+
+    Raises:
+        CapabilityMissing: the server did not advertise ``resources.subscribe``; nothing is sent.
+        SessionLost: the session closed while subscribed (no unsubscribe is sent then).
+    """
+
+    async def operation(client: Client) -> Any:
+        gate(client, "resources/subscribe")
+        capture = current_capture.get()
+        assert capture is not None  # _run sets it
+        capture.watching.add(uri)
+        await client.session.send_request(
+            types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri)), types.EmptyResult
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while not stop.is_set() and loop.time() < deadline:
+            try:
+                await asyncio.wait_for(capture.session_lost.wait(), STOP_POLL_SECONDS)
+            except TimeoutError:
+                continue
+            raise SessionLost(f"the session closed while subscribed to {uri}")
+        await client.session.send_request(
+            types.UnsubscribeRequest(params=types.UnsubscribeRequestParams(uri=uri)), types.EmptyResult
+        )
+        updates = sum(1 for record in capture.records if record.label == UPDATED)
+        return {"uri": uri, "updates": updates}
+
+    return operation
+
+
 async def op_connect(client: Client) -> Any:
     """Nothing beyond the connection itself: the handshake (or discovery) is the record."""
     return None
@@ -551,6 +605,9 @@ def call_tool(
 ) -> CallOutcome:
     """Call one tool; the server's ``call_timeout`` bounds the wait (the SDK then sends a cancel).
 
+    Only ``tools/call`` is sent, and the result is not checked against the tool's outputSchema
+    here: the caller has the listing its model saw (``servers.operations.output_check``).
+
     When ``stop`` fires the call is abandoned at once: the SDK sends the server
     ``notifications/cancelled``, which is in the outcome's records with everything else
     captured, and the outcome is ``cancelled``.
@@ -558,7 +615,10 @@ def call_tool(
     outcome = CallOutcome()
 
     async def operation(client: Client) -> Any:
-        result = await client.call_tool(name, arguments, read_timeout_seconds=config.call_timeout)
+        # As in the workbench, the caller checks structuredContent itself (``toolhost``): the
+        # SDK would send its own tools/list first on a session that never listed the tool.
+        with _own_output_check(client, name):
+            result = await client.call_tool(name, arguments, read_timeout_seconds=config.call_timeout)
         return dump(result)
 
     _run_stoppable(config, outcome, operation, stop)
