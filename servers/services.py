@@ -48,6 +48,7 @@ AUDITED_FIELDS = (
     "enabled",
     "allow_non_staff_spawn",
     "owner_id",
+    "log_level",
 )
 
 
@@ -272,7 +273,8 @@ def log_level_set(
     *, server: McpServer, user: AbstractBaseUser | None, level: str, source: str = Operation.Source.WEB
 ) -> Operation:
     """Send ``logging/setLevel`` now and, when the server accepts it, keep the level with the
-    server: each new session is told it right after its handshake (``gateway.pool``).
+    server: each new session is told it right after its handshake (``gateway.pool``). The kept
+    level is a change of the server, in the audit log like any other (``server_commit``).
 
     Raises:
         SpawnRefused: as ``operation_start``.
@@ -281,7 +283,10 @@ def log_level_set(
         server=server, user=user, kind=Operation.Kind.LOG_LEVEL, target=level, source=source
     )
     if operation.status == Operation.Status.OK:
-        McpServer.objects.filter(pk=server.pk).update(log_level=level)
+        # Kept for every later session, everyone's: a change of the server, audited as one.
+        stored = McpServer.objects.get(pk=server.pk)
+        stored.log_level = level
+        server_commit(server=stored, actor=user, via=f"{source} logging/setLevel")
         server.log_level = level
     return operation
 
