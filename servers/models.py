@@ -171,6 +171,7 @@ class Operation(models.Model):
         RESOURCES_LIST = "resources/list"
         TEMPLATES_LIST = "resources/templates/list"
         RESOURCE_READ = "resources/read"
+        RESOURCE_SUBSCRIBE = "resources/subscribe"
         PROMPTS_LIST = "prompts/list"
         PROMPT_GET = "prompts/get"
         COMPLETE = "completion/complete"

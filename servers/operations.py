@@ -38,34 +38,73 @@ CANCEL_CHECK_SECONDS = 0.5
 # How long the server's requests wait for a person (elicitation) before they are cancelled.
 ANSWER_WAIT_SECONDS: float = getattr(settings, "WORKBENCH_ANSWER_WAIT_SECONDS", 120.0)
 THREADS: int = getattr(settings, "WORKBENCH_THREADS", 8)
+# The longest a subscription stays open (it holds one workbench thread while it waits).
+SUBSCRIPTION_SECONDS: float = getattr(settings, "WORKBENCH_SUBSCRIPTION_SECONDS", 1800.0)
+
+
+# The fields a request's row gains when its answer arrives (or when it is given up on).
+ANSWER_FIELDS = ("request_headers", "response_headers", "response_body", "status", "error", "duration_ms")
+PENDING = "pending"
 
 
 class _Recorder:
-    """Writes an operation's exchanges as they arrive, in order, redacted."""
+    """Writes an operation's exchanges as they arrive, in order, redacted.
+
+    A request is written the moment it is sent, with status ``pending`` — a page following the
+    operation shows the ``tools/call`` still waiting and the server's ``elicitation/create``
+    waiting for the user — and the same row is completed when its answer arrives.
+    """
 
     def __init__(self, operation: Operation, redact: Redactor) -> None:
         self.operation = operation
         self.redact = redact
         self.seq = 0
+        # Every record written, by id (the record kept alive, so the id stays its own): its row,
+        # and whether that row is still waiting for the answer.
+        self._written: dict[int, tuple[WireExchange, int, bool]] = {}
 
     def record(self, records: list[WireExchange]) -> None:
-        if not records:
+        fresh = [record for record in records if not self._seen(record)]
+        if not fresh:
             return
-        rows = exchange_rows(records, turn_id=None, step_id=None, redact=self.redact, first_seq=self.seq + 1)
+        rows = exchange_rows(fresh, turn_id=None, step_id=None, redact=self.redact, first_seq=self.seq + 1)
         self.seq += len(rows)
-        for row in rows:
+        for record, row in zip(fresh, rows, strict=True):
             row.server_id = self.operation.server_id
             row.server_name = self.operation.server.name
+            if not record.status and record.jsonrpc_id and not record.response_body:
+                row.status = PENDING
         with transaction.atomic():
             Exchange.objects.bulk_create(rows)
             self.operation.exchanges.add(*rows)
+        for record, row in zip(fresh, rows, strict=True):
+            self._written[id(record)] = (record, row.pk, row.status == PENDING)
+
+    def _seen(self, record: WireExchange) -> bool:
+        """True for a record already written; a pending one's row is completed if it is answered."""
+        written = self._written.get(id(record))
+        if written is None or written[0] is not record:
+            return False
+        _, pk, pending = written
+        if pending and record.status:
+            (row,) = exchange_rows([record], turn_id=None, step_id=None, redact=self.redact)
+            Exchange.objects.filter(pk=pk).update(**{name: getattr(row, name) for name in ANSWER_FIELDS})
+            self._written[id(record)] = (record, pk, False)
+        return True
 
 
 def _operation_for(
-    operation: Operation, config: ServerConfig, tool: dict[str, Any] | None, given: Any = None
+    operation: Operation,
+    config: ServerConfig,
+    tool: dict[str, Any] | None,
+    given: Any = None,
+    *,
+    stop: threading.Event,
 ) -> gateway.Operation:
     kind = Operation.Kind
     arguments: Any = (operation.arguments if given is None else given) or {}
+    if operation.kind == kind.RESOURCE_SUBSCRIBE:
+        return gateway.op_subscribe(operation.target, seconds=subscription_seconds(arguments), stop=stop)
     if operation.kind == kind.TOOLS_CALL:
         # A person may need to answer the server mid-call: the call waits for them too.
         timeout = config.call_timeout + (ANSWER_WAIT_SECONDS if config.elicitation else 0)
@@ -88,6 +127,14 @@ def _operation_for(
         kind.PROMPTS_LIST: gateway.op_list_prompts,
     }
     return simple[Operation.Kind(operation.kind)]
+
+
+def subscription_seconds(arguments: Any) -> float:
+    """How long a subscription lasts: its ``seconds`` argument, at most the workbench's limit."""
+    asked = arguments.get("seconds") if isinstance(arguments, dict) else None
+    if isinstance(asked, int | float) and not isinstance(asked, bool) and asked > 0:
+        return float(min(asked, SUBSCRIPTION_SECONDS))
+    return SUBSCRIPTION_SECONDS
 
 
 def output_check(result: Any, tool: dict[str, Any] | None) -> dict[str, Any]:
@@ -117,9 +164,18 @@ class _Follower:
     """Drains a running operation's events and keeps its questions answered."""
 
     def __init__(
-        self, operation: Operation, running: gateway.Running, recorder: _Recorder, *, timeout: float | None
+        self,
+        operation: Operation,
+        running: gateway.Running,
+        recorder: _Recorder,
+        *,
+        timeout: float | None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.operation = operation
+        # An operation that ends itself when asked (a subscription unsubscribes): a cancel sets
+        # this instead of abandoning it.
+        self.stop = stop
         self.running = running
         self.recorder = recorder
         self.waiting: dict[int, tuple[PendingInput, Question, float]] = {}
@@ -208,6 +264,9 @@ class _Follower:
             return
         self._next_cancel_check = now + CANCEL_CHECK_SECONDS
         if Operation.objects.filter(pk=self.operation.pk, cancel_requested=True).exists():
+            if self.stop is not None:
+                self.stop.set()
+                return
             self.cancelled = True
             for _, question, _ in self.waiting.values():
                 question.answer({"action": "cancel"})
@@ -247,14 +306,17 @@ def operation_run(
     except ConfigError as exc:
         return _finish(operation, status=Operation.Status.ERROR, error=str(exc))
     recorder = _Recorder(operation, active_redactor(secrets=config.secrets))
+    stop = threading.Event()
     running = gateway.begin(
         config,
-        _operation_for(operation, config, tool, arguments),
+        _operation_for(operation, config, tool, arguments, stop=stop),
         answer_wait=ANSWER_WAIT_SECONDS + 5,
         fresh=operation.kind == Operation.Kind.CONNECT,
     )
-    timeout = None if operation.kind == Operation.Kind.CONNECT else config.call_timeout
-    follower = _Follower(operation, running, recorder, timeout=timeout)
+    # A subscription's length is its own (it waits for updates, not for an answer).
+    subscribing = operation.kind == Operation.Kind.RESOURCE_SUBSCRIBE
+    timeout = None if operation.kind == Operation.Kind.CONNECT or subscribing else config.call_timeout
+    follower = _Follower(operation, running, recorder, timeout=timeout, stop=stop if subscribing else None)
     follower.follow()
     outcome = running.wait(timeout=10)
     server_records_store(outcome.unclaimed, redact=recorder.redact)

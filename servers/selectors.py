@@ -235,6 +235,19 @@ def server_operations(
     return operations.order_by("-started_at")
 
 
+def server_subscriptions(*, server: McpServer, user: Viewer) -> dict[str, Operation]:
+    """The subscriptions open now on ``server`` that ``user`` may see (and end), by resource URI."""
+    running = server_operations(server=server, user=user, kind=Operation.Kind.RESOURCE_SUBSCRIBE).filter(
+        status=Operation.Status.RUNNING
+    )
+    return {operation.target: operation for operation in reversed(list(running))}
+
+
+def operation_updates(*, operation: Operation) -> list[Exchange]:
+    """The ``notifications/resources/updated`` a subscription received, in order."""
+    return list(operation.exchanges.filter(label="notifications/resources/updated").order_by("seq", "id"))
+
+
 def saved_call_list(*, user: AbstractBaseUser) -> QuerySet[SavedCall]:
     """The saved calls ``user`` may see, run and delete: their own and their team mates'."""
     return visible_to(SavedCall.objects.all(), user=user, owner="owner")

@@ -26,6 +26,7 @@ urlpatterns = [
     path("<str:name>/log-level", views.server_log_level, name="servers-log-level"),
     path("<str:name>/tools/<str:tool>", views.tool_detail, name="servers-tool"),
     path("<str:name>/read", views.resource_read, name="servers-resource-read"),
+    path("<str:name>/subscribe", views.resource_subscribe, name="servers-resource-subscribe"),
     path("<str:name>/prompt", views.prompt_get, name="servers-prompt-get"),
     path("<str:name>/complete", views.completion, name="servers-complete"),
     path("<str:name>/transcript", views.transcript, name="servers-transcript"),

@@ -173,7 +173,9 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
         "unavailable": {
             capability: unavailable(server.name, capability, advertised)
             for capability in ("resources", "prompts", "completions", "logging")
-        },
+        }
+        | {"subscribe": unavailable(server.name, "resources.subscribe", advertised)},
+        "subscriptions": selectors.server_subscriptions(server=server, user=user),
         "tools": tools,
         "tool_listing": listing,
         "tool_findings": overall,
@@ -307,6 +309,26 @@ def resource_read(request: HttpRequest, name: str) -> HttpResponse:
 
 
 @require_POST
+def resource_subscribe(request: HttpRequest, name: str) -> HttpResponse:
+    """``resources/subscribe`` to one URI: an operation that records each update as it comes
+    until the user unsubscribes (cancels it) or the workbench's limit passes."""
+    server = _server(request, name)
+    form = ResourceReadForm(request.POST)
+    if not form.is_valid():
+        return HttpResponse("A resource URI is needed.", status=STATUS_BAD_REQUEST)
+    started = _start(
+        request,
+        server,
+        kind=Operation.Kind.RESOURCE_SUBSCRIBE,
+        target=form.cleaned_data["uri"],
+        background=True,
+    )
+    if isinstance(started, HttpResponse):
+        return started
+    return redirect("servers-operation", public_id=started.public_id)
+
+
+@require_POST
 def prompt_get(request: HttpRequest, name: str) -> HttpResponse:
     server = _server(request, name)
     prompt = request.POST.get("prompt", "")
@@ -366,6 +388,7 @@ def _operation_context(operation: Operation) -> dict[str, Any]:
         "server": operation.server,
         "exchanges": selectors.operation_exchanges(operation=operation),
         "log_messages": selectors.operation_log_messages(operation=operation),
+        "updates": selectors.operation_updates(operation=operation),
         "questions": selectors.operation_questions(operation=operation),
         "diff": selectors.operation_diff(operation=operation),
     }

@@ -264,7 +264,7 @@ def tone(status: str) -> str:
         return "ok" if value.startswith(("1", "2", "3")) else "error"
     if value in {"ok", "done"}:
         return "ok"
-    if value in {"running", "queued"}:
+    if value in {"running", "queued", "pending"}:
         return "busy"
     return "error"
 

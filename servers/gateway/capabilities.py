@@ -17,8 +17,9 @@ REQUIRED: dict[str, str] = {
     "resources/list": "resources",
     "resources/templates/list": "resources",
     "resources/read": "resources",
-    "resources/subscribe": "resources",
-    "resources/unsubscribe": "resources",
+    # A sub-capability: ``resources: {"subscribe": true}``.
+    "resources/subscribe": "resources.subscribe",
+    "resources/unsubscribe": "resources.subscribe",
     "prompts/list": "prompts",
     "prompts/get": "prompts",
     "completion/complete": "completions",
@@ -31,10 +32,21 @@ class CapabilityMissing(Exception):
 
 
 def unavailable(server_name: str, capability: str, capabilities: dict[str, Any] | None) -> str:
-    """Why ``capability``'s requests are not sent to the server, or "" when they may be."""
-    if capabilities is None or capability in capabilities:
+    """Why ``capability``'s requests are not sent to the server, or "" when they may be.
+
+    ``capability`` is a top-level name (``prompts``) or a flag inside one (``resources.subscribe``,
+    which must be ``true``).
+    """
+    if capabilities is None:
         return ""
-    return f"{server_name} does not advertise the {capability} capability"
+    name, _, flag = capability.partition(".")
+    if name not in capabilities:
+        return f"{server_name} does not advertise the {name} capability"
+    if flag:
+        inner = capabilities[name]
+        if not isinstance(inner, dict) or inner.get(flag) is not True:
+            return f"{server_name} does not advertise {capability}"
+    return ""
 
 
 def refusal(server_name: str, method: str, capabilities: dict[str, Any] | None) -> str:

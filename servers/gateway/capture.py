@@ -51,7 +51,12 @@ class Capture:
     """The records of one logical gateway operation (a connect, a tools/list, a tools/call).
 
     ``listener``, when set, is told of each record as it is finished (on the gateway loop: it
-    must not block); ``features`` answers the server's own requests made during the operation.
+    must not block), and before that of each request, in either direction, the moment it is
+    sent: the same ``WireExchange`` object, still without its response (``status`` empty), which
+    it is told of again once answered. ``features`` answers the server's own requests made during
+    the operation. ``watching`` holds the resource URIs whose ``notifications/resources/updated``
+    belong to this operation (a subscription); ``session_lost`` is set if the session it runs on
+    ends while it is open.
     """
 
     def __init__(self, listener: Listener | None = None, features: object | None = None) -> None:
@@ -59,10 +64,17 @@ class Capture:
         self.closed = False
         self.listener = listener
         self.features = features
+        self.watching: set[str] = set()
+        self.session_lost = asyncio.Event()
 
     def add(self, record: WireExchange) -> None:
         self.records.append(record)
         if self.listener is not None:
+            self.listener(record)
+
+    def opened(self, record: WireExchange) -> None:
+        """A request of this operation is on the wire and not answered yet."""
+        if self.listener is not None and not self.closed:
             self.listener(record)
 
 
@@ -175,7 +187,9 @@ class Tap:
         if current is not None and not current.closed and current in self.active:
             return current
         open_ones = [capture for capture in self.active if not capture.closed]
-        return open_ones[-1] if open_ones else None
+        # A subscription waits for updates, not for questions: a call open beside it comes first.
+        calls = [capture for capture in open_ones if not capture.watching]
+        return (calls or open_ones)[-1] if open_ones else None
 
     def mask(self, text: str) -> str:
         """``text`` with every configured secret value replaced by a marker."""
@@ -300,6 +314,8 @@ class Tap:
             token = (message.get("params") or {}).get("_meta", {}).get("progressToken")
             if token is not None and capture is not None:
                 self._progress[_id_key(token)] = capture
+            if capture is not None:
+                capture.opened(record)
             return
         if is_response:
             counterpart = f"{'send' if direction == 'recv' else 'recv'}:{_id_key(msg_id)}"
@@ -348,11 +364,25 @@ class Tap:
         params = message.get("params") or {}
         token = params.get("progressToken")
         target = self._progress.get(_id_key(token)) if token is not None else None
+        if target is None and method == "notifications/resources/updated":
+            target = self._watcher(str(params.get("uri", "")))
         if target is None and method == "notifications/message":
             # A log line sent while an operation runs is shown with it (it also reaches the
             # server's transcript through that operation).
             target = self.newest_active()
         self._route(target, record)
+
+    def _watcher(self, uri: str) -> Capture | None:
+        """The open subscription operation following ``uri``, newest first."""
+        for capture in reversed(self.active):
+            if not capture.closed and uri in capture.watching:
+                return capture
+        return None
+
+    def session_over(self) -> None:
+        """The session ended: operations still open on it are told (a subscription stops waiting)."""
+        for capture in self.active:
+            capture.session_lost.set()
 
     def finish(self, capture: Capture) -> None:
         """Close a capture: requests of it still unanswered are recorded as such, and messages

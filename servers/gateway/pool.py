@@ -187,6 +187,7 @@ class PooledSession:
         finally:
             self.client = None if self._error else self.client
             self._ready.set()
+            self.tap.session_over()
 
     async def _apply_log_level(self, client: Client) -> None:
         """The server's chosen log level, on a session whose server advertised logging."""

@@ -212,3 +212,9 @@ def web_url(value: Any) -> str:
     """A server-chosen URL fit for a link: http(s) only (no ``javascript:``, ``data:``...), else ""."""
     text = str(value or "").strip()
     return text if re.match(r"^https?://[^\s]+$", text, re.IGNORECASE) else ""
+
+
+@register.filter
+def subscription_for(subscriptions: Any, uri: Any) -> Any:
+    """The open subscription to ``uri`` among a server's (``selectors.server_subscriptions``), or None."""
+    return subscriptions.get(str(uri)) if isinstance(subscriptions, dict) else None

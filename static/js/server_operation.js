@@ -1,5 +1,6 @@
 // An operation page: while it runs, poll its state and redraw its body (records arrive as the
-// server sends them); questions from the server (elicitation) get a small form.
+// server sends them, a request as soon as it is sent, marked pending until answered); questions
+// from the server (elicitation) get a small form.
 (function () {
   "use strict";
 
@@ -109,6 +110,17 @@
           box.innerHTML = state.html;
           box.querySelectorAll("details[data-key]").forEach((d) => { if (open.has(d.dataset.key)) d.open = true; });
           bindQuestions();
+        } else {
+          // An answer is being typed: keep its form, but the wire still shows each message as
+          // it is sent (the pending call, the server's question, a progress notification).
+          const fresh = document.createElement("template");
+          fresh.innerHTML = state.html;
+          const wire = fresh.content.getElementById("wire");
+          const shown = box.querySelector("#wire");
+          if (wire && shown) {
+            shown.replaceWith(wire);
+            wire.querySelectorAll("details[data-key]").forEach((d) => { if (open.has(d.dataset.key)) d.open = true; });
+          }
         }
         if (state.finished) {
           box.dataset.finished = "true";

@@ -10,11 +10,13 @@ server read NAME URI [--json]              read one (fill a template's variables
 server prompts NAME [--json]
 server prompt NAME PROMPT --args JSON [--json]
 server log-level NAME LEVEL                logging/setLevel now, and on each later session
+server subscribe NAME URI --for SECONDS    resources/subscribe, print each update, then unsubscribe
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -23,6 +25,10 @@ from servers import selectors, services
 from servers.forms import schema_errors
 from servers.gateway.config import ERAS
 from servers.models import LOG_LEVELS, McpServer, Operation
+from servers.selectors import operation_updates
+
+# How often `server subscribe` looks for updates the subscription has recorded.
+SUBSCRIBE_POLL_SECONDS = 0.2
 
 
 class Command(BaseCommand):
@@ -92,6 +98,23 @@ class Command(BaseCommand):
         )
         level.add_argument("name")
         level.add_argument("level", choices=LOG_LEVELS)
+        subscribe = sub.add_parser(
+            "subscribe",
+            help="subscribe to a resource and print each notifications/resources/updated as it comes",
+        )
+        subscribe.add_argument("name")
+        subscribe.add_argument("uri")
+        subscribe.add_argument(
+            "--for", dest="seconds", type=float, default=30.0, help="how long to stay subscribed (seconds)"
+        )
+        subscribe.add_argument(
+            "--call",
+            default="",
+            metavar="TOOL",
+            help="once subscribed, call this tool on the same session (one that makes the server "
+            "change the resource or start sending updates)",
+        )
+        subscribe.add_argument("--args", dest="arguments", default="{}", help="--call's arguments as JSON")
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -113,6 +136,14 @@ class Command(BaseCommand):
             self._prompts(self._server(options["name"]), as_json=options["json"])
         elif action == "log-level":
             self._log_level(self._server(options["name"]), options["level"])
+        elif action == "subscribe":
+            self._subscribe(
+                self._server(options["name"]),
+                options["uri"],
+                seconds=options["seconds"],
+                call=options["call"],
+                raw=options["arguments"],
+            )
         else:
             self._prompt(
                 self._server(options["name"]),
@@ -284,6 +315,72 @@ class Command(BaseCommand):
         if operation.status != Operation.Status.OK:
             raise CommandError(f"logging/setLevel failed: {operation.error}")
         self.stdout.write(f"log level of {server.name} set to {level} (sent again on each new session)")
+
+    def _subscribe(self, server: McpServer, uri: str, *, seconds: float, call: str, raw: str) -> None:
+        """The subscription runs in this process's workbench pool; this thread prints its updates
+        as they are recorded and, with ``call``, calls a tool on the same pooled session."""
+        if seconds <= 0:
+            raise CommandError("--for must be a positive number of seconds")
+        try:
+            arguments = json.loads(raw)
+        except ValueError as exc:
+            raise CommandError(f"--args is not JSON: {exc}") from None
+        if not isinstance(arguments, dict):
+            raise CommandError("--args must be a JSON object")
+        operation = services.operation_start(
+            server=server,
+            user=None,
+            kind=Operation.Kind.RESOURCE_SUBSCRIBE,
+            target=uri,
+            arguments={"seconds": seconds},
+            source=Operation.Source.CLI,
+            background=True,
+        )
+        shown = 0
+        called = not call
+        try:
+            while True:
+                operation.refresh_from_db()
+                updates = operation_updates(operation=operation)
+                for update in updates[shown:]:
+                    self.stdout.write(f"{update.started_at:%H:%M:%S.%f}"[:12] + f" updated {uri}")
+                shown = len(updates)
+                if operation.is_finished:
+                    break
+                if not called and self._subscribed(operation):
+                    called = True
+                    self._side_call(server, call, arguments)
+                time.sleep(SUBSCRIBE_POLL_SECONDS)
+        except KeyboardInterrupt:
+            services.operation_cancel(operation=operation)
+            self.stderr.write("unsubscribing…")
+            while not operation.is_finished:
+                time.sleep(SUBSCRIBE_POLL_SECONDS)
+                operation.refresh_from_db()
+        self._log_messages(operation)
+        if operation.status != Operation.Status.OK:
+            raise CommandError(
+                f"resources/subscribe {uri} ended with status {operation.status}: {operation.error}"
+            )
+        self.stdout.write(f"{shown} update{'s' if shown != 1 else ''} in all; unsubscribed from {uri}")
+
+    @staticmethod
+    def _subscribed(operation: Operation) -> bool:
+        """The server has answered the subscription's resources/subscribe with success."""
+        return operation.exchanges.filter(label="resources/subscribe", status="ok").exists()
+
+    def _side_call(self, server: McpServer, tool: str, arguments: dict[str, Any]) -> None:
+        called = services.operation_start(
+            server=server,
+            user=None,
+            kind=Operation.Kind.TOOLS_CALL,
+            target=tool,
+            arguments=arguments,
+            source=Operation.Source.CLI,
+            tool=selectors.tool_definition(server=server, name=tool, user=None),
+        )
+        outcome = f"error: {called.error}" if called.error else called.status
+        self.stderr.write(f"called {tool}: {outcome}")
 
     def _log_messages(self, operation: Operation) -> None:
         """The server's log messages (``notifications/message``) the operation received, on stderr."""

@@ -1,0 +1,89 @@
+"""Protocol features followed live in Chromium against server-everything: while an elicitation
+question waits, the wire already shows the pending ``tools/call`` and the server's pending
+``elicitation/create``; a resource subscription shows each update as it arrives, without a
+reload, until the user unsubscribes."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.inspector.test_browser import InspectorServer
+from tests.inspector.test_browser import page as page  # noqa: F401 — the Chromium page fixture
+from tests.servers.test_workbench_browser import _log_in
+from tests.servers.test_workbench_browser import inspector_with_everything as inspector_with_everything  # noqa: F401
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+DOCUMENT = "demo://resource/static/document/architecture.md"
+
+
+def _call_tool(page: Page, base: str, tool: str) -> None:  # noqa: F811
+    page.goto(f"{base}/servers/everything/")
+    page.locator("#list-tools").click()
+    link = page.locator("a.tool-name", has_text=tool)
+    expect(link).to_be_visible(timeout=30_000)
+    link.click()
+    page.locator("#call").click()
+    page.wait_for_url("**/servers/op/*/")
+
+
+def test_the_pending_call_and_the_servers_question_are_on_the_wire_while_the_question_waits(
+    inspector_with_everything: InspectorServer,  # noqa: F811
+    page: Page,  # noqa: F811
+) -> None:
+    base = inspector_with_everything.base
+    _log_in(page, base)
+    _call_tool(page, base, "trigger-elicitation-request")
+
+    expect(page.locator(".elicit-fields")).to_be_visible(timeout=30_000)
+    wire = page.locator("#wire")
+    call = wire.locator("article.msg", has=page.locator(".msg-label", has_text="tools/call"))
+    question = wire.locator("article.msg", has=page.locator(".msg-label", has_text="elicitation/create"))
+    expect(call.locator(".badge", has_text="pending")).to_be_visible(timeout=10_000)
+    expect(question.locator(".badge", has_text="pending")).to_be_visible()
+    expect(question).to_contain_text("requestedSchema")
+    expect(page.locator("#op-status")).to_contain_text("running")
+
+    # Typing an answer keeps the form, and the wire keeps following.
+    page.locator(".elicit-fields input[data-name='name']").fill("Ada")
+    page.locator(".elicit-form button[value=accept]").click()
+    expect(page.locator("#op-status")).to_have_text("ok", timeout=30_000)
+    expect(call.locator(".badge", has_text="ok")).to_be_visible()
+    expect(question.locator(".badge", has_text="ok")).to_be_visible()
+    expect(wire.locator(".badge", has_text="pending")).to_have_count(0)
+
+
+def test_a_subscription_shows_updates_as_they_arrive_until_unsubscribed(
+    inspector_with_everything: InspectorServer,  # noqa: F811
+    page: Page,  # noqa: F811
+) -> None:
+    base = inspector_with_everything.base
+    _log_in(page, base)
+    page.goto(f"{base}/servers/everything/")
+    page.locator("#resources form[action$='/list/resources'] button").click()
+    row = page.locator("#resources tr", has_text=DOCUMENT)
+    expect(row).to_be_visible(timeout=30_000)
+    row.locator("button.subscribe").click()
+    page.wait_for_url("**/servers/op/*/")
+    subscription_url = page.url
+    expect(page.locator("#subscription")).to_contain_text(DOCUMENT)
+    expect(page.locator("#wire")).to_contain_text("resources/subscribe", timeout=30_000)
+
+    # server-everything sends updates once a tool on the same session switches them on.
+    other = page.context.new_page()
+    _call_tool(other, base, "toggle-subscriber-updates")
+    expect(other.locator("#op-status")).to_have_text("ok", timeout=30_000)
+    other.goto(f"{base}/servers/everything/")
+    expect(other.locator("#resources tr", has_text=DOCUMENT).locator("button.unsubscribe")).to_be_visible()
+    other.close()
+
+    page.evaluate("window.__stayed = true")
+    expect(page.locator("#update-count")).to_have_text("1 update", timeout=15_000)
+    expect(page.locator("#update-count")).to_have_text("2 updates", timeout=15_000)
+    assert page.evaluate("window.__stayed === true")  # no reload: the page followed it live
+    assert page.url == subscription_url
+
+    page.locator("#cancel").click()
+    expect(page.locator("#op-status")).to_have_text("ok", timeout=30_000)
+    expect(page.locator("#wire")).to_contain_text("resources/unsubscribe")
+    expect(page.locator("#subscription")).to_contain_text("Was subscribed")
