@@ -248,7 +248,8 @@ class SaveCallForm(forms.Form):
 
 
 class ResourceReadForm(forms.Form):
-    uri = forms.CharField(max_length=2000)
+    # As long as an operation's target may be (the URI is stored with what was done with it).
+    uri = forms.CharField(max_length=500)
 
 
 class CompletionForm(forms.Form):

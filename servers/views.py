@@ -294,7 +294,9 @@ def resource_read(request: HttpRequest, name: str) -> HttpResponse:
     else:
         form = ResourceReadForm(request.POST)
         if not form.is_valid():
-            return HttpResponse("A resource URI is needed.", status=STATUS_BAD_REQUEST)
+            return HttpResponse(
+                "A resource URI of at most 500 characters is needed.", status=STATUS_BAD_REQUEST
+            )
         uri = form.cleaned_data["uri"]
     started = _start(
         request,
@@ -315,7 +317,7 @@ def resource_subscribe(request: HttpRequest, name: str) -> HttpResponse:
     server = _server(request, name)
     form = ResourceReadForm(request.POST)
     if not form.is_valid():
-        return HttpResponse("A resource URI is needed.", status=STATUS_BAD_REQUEST)
+        return HttpResponse("A resource URI of at most 500 characters is needed.", status=STATUS_BAD_REQUEST)
     started = _start(
         request,
         server,

@@ -5,16 +5,42 @@ reload, until the user unsubscribes."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.inspector.test_browser import InspectorServer
+from tests.inspector.test_browser import REPO_ROOT, InspectorServer
 from tests.inspector.test_browser import page as page  # noqa: F401 — the Chromium page fixture
-from tests.servers.test_workbench_browser import _log_in
-from tests.servers.test_workbench_browser import inspector_with_everything as inspector_with_everything  # noqa: F401
+from tests.servers.test_workbench_browser import EVERYTHING, _log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 DOCUMENT = "demo://resource/static/document/architecture.md"
+
+
+@pytest.fixture(scope="module")
+def inspector_with_everything(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InspectorServer]:
+    """One running inspector with server-everything registered, shared by this module's tests."""
+    node = shutil.which("node")
+    if node is None or not EVERYTHING.exists():
+        pytest.fail("server-everything is not installed: run `make test` (npm ci in tests/mcp_servers)")
+    server = InspectorServer(tmp_path_factory.mktemp("protocol"))
+    server.set_up()
+    subprocess.run(
+        [sys.executable, "manage.py", "server", "add", "everything", "--", node, str(EVERYTHING), "stdio"],
+        cwd=REPO_ROOT,
+        env=server.env,
+        check=True,
+        capture_output=True,
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def _call_tool(page: Page, base: str, tool: str) -> None:  # noqa: F811
@@ -28,7 +54,7 @@ def _call_tool(page: Page, base: str, tool: str) -> None:  # noqa: F811
 
 
 def test_the_pending_call_and_the_servers_question_are_on_the_wire_while_the_question_waits(
-    inspector_with_everything: InspectorServer,  # noqa: F811
+    inspector_with_everything: InspectorServer,
     page: Page,  # noqa: F811
 ) -> None:
     base = inspector_with_everything.base
@@ -54,7 +80,7 @@ def test_the_pending_call_and_the_servers_question_are_on_the_wire_while_the_que
 
 
 def test_a_subscription_shows_updates_as_they_arrive_until_unsubscribed(
-    inspector_with_everything: InspectorServer,  # noqa: F811
+    inspector_with_everything: InspectorServer,
     page: Page,  # noqa: F811
 ) -> None:
     base = inspector_with_everything.base

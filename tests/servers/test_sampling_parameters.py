@@ -101,4 +101,12 @@ def test_server_everythings_sampling_request_reaches_the_model_with_its_max_toke
     assert (sent["max_tokens"], sent["temperature"]) == (50, 0.7)
     assert json.loads(exchange(operation, "sampling/createMessage").request_body)["params"]["maxTokens"] == 50
     assert operation.sampling[0]["exchange"] == model_call.seq
+    # Written as they were sent (docs/mcp-client.md §9): the call and the server's request are on
+    # the wire, pending, before the model call that answers it.
+    order = [(e.channel, e.label) for e in selectors.operation_exchanges(operation=operation)]
+    assert (
+        order.index(("mcp", "tools/call"))
+        < order.index(("mcp", "sampling/createMessage"))
+        < order.index(("llm", model_call.label))
+    )
     assert "Sampling parameters" in page and "sent as max_tokens" in page

@@ -23,7 +23,7 @@ from servers.models import McpServer, Operation
 from tests.servers.test_capability_gate import LOPSIDED
 from tests.servers.test_third_party import node_server, register, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 DOCUMENT = "demo://resource/static/document/architecture.md"
 UPDATED = "notifications/resources/updated"
 
@@ -60,6 +60,7 @@ def test_a_subscription_flag_is_read_inside_the_resources_capability() -> None:
     )
 
 
+@pytest.mark.slow
 def test_server_subscribe_prints_each_update_and_unsubscribes(threaded: None, everything: McpServer) -> None:
     out, err = io.StringIO(), io.StringIO()
     call_command(
@@ -94,6 +95,7 @@ def test_server_subscribe_prints_each_update_and_unsubscribes(threaded: None, ev
     assert "called toggle-subscriber-updates: ok" in err.getvalue()
 
 
+@pytest.mark.slow
 def test_unsubscribing_in_the_workbench_ends_the_subscription_with_resources_unsubscribe(
     client: Client, threaded: None, everything: McpServer, alice: User
 ) -> None:
@@ -115,6 +117,24 @@ def test_unsubscribing_in_the_workbench_ends_the_subscription_with_resources_uns
     assert ("resources/unsubscribe", "ok") in labels(subscription)
     page = client.get("/servers/everything/").content.decode()
     assert f"/servers/op/{subscription.public_id}/cancel" not in page
+
+
+@pytest.mark.slow
+def test_a_reconnect_ends_an_open_subscription_with_an_error_saying_so(
+    client: Client, threaded: None, everything: McpServer, alice: User
+) -> None:
+    client.force_login(alice)
+    client.post("/servers/everything/subscribe", {"uri": DOCUMENT})
+    subscription = Operation.objects.get(kind=Operation.Kind.RESOURCE_SUBSCRIBE)
+    wait_for(lambda: ("resources/subscribe", "ok") in labels(subscription))
+
+    client.post("/servers/everything/connect")  # a new session: the old one is closed
+
+    wait_for(lambda: Operation.objects.get(pk=subscription.pk).is_finished)
+    subscription.refresh_from_db()
+    assert subscription.status == "error"
+    assert f"the session closed while subscribed to {DOCUMENT}" in subscription.error
+    assert "resources/unsubscribe" not in [label for label, _ in labels(subscription)]
 
 
 @pytest.fixture
@@ -155,3 +175,36 @@ def test_another_user_cannot_see_or_end_a_subscription(
     assert client.post(f"/servers/op/{operation.public_id}/cancel").status_code == 404
     operation.refresh_from_db()
     assert not operation.cancel_requested
+
+
+@pytest.mark.parametrize(
+    "uri",
+    ["", "demo://" + "x" * 600, "demo://a\x00b"],
+    ids=["empty", "longer-than-a-target", "nul"],
+)
+def test_a_hostile_uri_is_refused_before_anything_is_started(
+    client: Client, workbench: None, bob: User, lopsided: McpServer, uri: str
+) -> None:
+    client.force_login(bob)
+    response = client.post("/servers/lopsided/subscribe", {"uri": uri})
+    assert response.status_code == 400
+    assert b"at most 500 characters" in response.content
+    assert not Operation.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["demo://a", "--for", "0"], "--for must be a positive number"),
+        (["demo://a", "--for", "nan"], "--for must be a positive number"),
+        (["demo://" + "x" * 600], "1 to 500 characters"),
+        (["demo://a", "--call", "t", "--args", "[1]"], "--args must be a JSON object"),
+        (["demo://a", "--call", "t", "--args", "{"], "--args is not JSON"),
+    ],
+)
+def test_server_subscribe_refuses_bad_options_without_sending_anything(
+    lopsided: McpServer, arguments: list[str], message: str
+) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command("server", "subscribe", "lopsided", *arguments)
+    assert not Operation.objects.exists()

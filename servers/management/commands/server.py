@@ -29,6 +29,7 @@ from servers.selectors import operation_updates
 
 # How often `server subscribe` looks for updates the subscription has recorded.
 SUBSCRIBE_POLL_SECONDS = 0.2
+MAX_URI = 500  # an operation's target
 
 
 class Command(BaseCommand):
@@ -319,8 +320,10 @@ class Command(BaseCommand):
     def _subscribe(self, server: McpServer, uri: str, *, seconds: float, call: str, raw: str) -> None:
         """The subscription runs in this process's workbench pool; this thread prints its updates
         as they are recorded and, with ``call``, calls a tool on the same pooled session."""
-        if seconds <= 0:
+        if not 0 < seconds < float("inf"):
             raise CommandError("--for must be a positive number of seconds")
+        if not 0 < len(uri) <= MAX_URI:
+            raise CommandError(f"the URI must be 1 to {MAX_URI} characters long")
         try:
             arguments = json.loads(raw)
         except ValueError as exc:
