@@ -12,17 +12,19 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from conversations.counting import tools_as_sent
 from conversations.models import AuditEvent, Conversation, Exchange
 from conversations.selectors import conversation_list, visible_to
 from servers.lint import Finding, Neighbourhood, ToolReport, lint_catalog
 from servers.models import McpServer, Operation, PendingInput, SavedCall
+from servers.operations import SUBSCRIPTION_SECONDS
 
 HANDSHAKE_LABELS = ("server/discover", "initialize", "notifications/initialized")
 ERROR_STATUSES = ("error", "no response", "timeout")
@@ -236,9 +238,14 @@ def server_operations(
 
 
 def server_subscriptions(*, server: McpServer, user: Viewer) -> dict[str, Operation]:
-    """The subscriptions open now on ``server`` that ``user`` may see (and end), by resource URI."""
+    """The subscriptions open now on ``server`` that ``user`` may see (and end), by resource URI.
+
+    One older than the longest a subscription may last is not open, whatever its row says (the
+    process that ran it ended without finishing it).
+    """
+    oldest = timezone.now() - timedelta(seconds=SUBSCRIPTION_SECONDS + 60)
     running = server_operations(server=server, user=user, kind=Operation.Kind.RESOURCE_SUBSCRIBE).filter(
-        status=Operation.Status.RUNNING
+        status=Operation.Status.RUNNING, started_at__gte=oldest
     )
     return {operation.target: operation for operation in reversed(list(running))}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.management import call_command
 
 from conversations.llm import ToolDef
@@ -18,7 +19,6 @@ from servers import gateway
 from servers.models import Operation
 from servers.services import demo_server_ensure
 from servers.toolhost import GatewayToolHost
-from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,7 +41,7 @@ def _mcp_labels(**where: object) -> list[str]:
 
 def test_an_agent_turn_lists_the_tools_once_and_then_only_calls() -> None:
     _, turn = conversation_start(
-        owner=UserFactory(username="alice"),
+        owner=User.objects.create_user("alice"),
         model_profile=demo_profile_ensure(),
         question="What is (3 + 4) * 2 ** 3?",
         servers=[demo_server_ensure()],

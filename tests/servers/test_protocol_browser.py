@@ -1,7 +1,8 @@
 """Protocol features followed live in Chromium against server-everything: while an elicitation
 question waits, the wire already shows the pending ``tools/call`` and the server's pending
-``elicitation/create``; a resource subscription shows each update as it arrives, without a
-reload, until the user unsubscribes."""
+``elicitation/create``; the log level set from the Logging panel makes the server's log lines
+show; a resource subscription shows each update as it arrives, without a reload, until the user
+unsubscribes."""
 
 from __future__ import annotations
 
@@ -85,7 +86,16 @@ def test_a_subscription_shows_updates_as_they_arrive_until_unsubscribed(
 ) -> None:
     base = inspector_with_everything.base
     _log_in(page, base)
+    # The level is set from the server page's Logging panel: the server's log lines then show.
     page.goto(f"{base}/servers/everything/")
+    page.locator("#log-level").select_option("debug")
+    page.locator("#logging button[type=submit]").click()
+    page.wait_for_url("**/servers/op/*/")
+    expect(page.locator("#op-status")).to_have_text("ok", timeout=30_000)
+    expect(page.locator("#wire")).to_contain_text("logging/setLevel")
+
+    page.goto(f"{base}/servers/everything/")
+    expect(page.locator("#logging")).to_contain_text("Level debug")
     page.locator("#resources form[action$='/list/resources'] button").click()
     row = page.locator("#resources tr", has_text=DOCUMENT)
     expect(row).to_be_visible(timeout=30_000)
@@ -103,6 +113,7 @@ def test_a_subscription_shows_updates_as_they_arrive_until_unsubscribed(
     expect(other.locator("#resources tr", has_text=DOCUMENT).locator("button.unsubscribe")).to_be_visible()
     other.close()
 
+    expect(page.locator(".log-messages")).to_contain_text("Received Subscribe Resource request")
     page.evaluate("window.__stayed = true")
     expect(page.locator("#update-count")).to_have_text("1 update", timeout=15_000)
     expect(page.locator("#update-count")).to_have_text("2 updates", timeout=15_000)
