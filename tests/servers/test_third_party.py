@@ -276,7 +276,9 @@ def test_a_task_that_needs_input_asks_through_the_browser_while_tasks_result_wai
 
     assert operation.status == "ok", operation.error
     assert json.loads(exchange(operation, "elicitation/create").response_body)["result"]["action"] == "accept"
-    assert labels(operation).index("elicitation/create") < labels(operation).index("tasks/result")
+    # Each message is on the wire from the moment it is sent: the question came while tasks/result waited.
+    assert labels(operation).index("tasks/result") < labels(operation).index("elicitation/create")
+    assert exchange(operation, "tasks/result").status == "ok"
     report = operation.result["content"][0]["text"]
     assert "# Research Report: python (programming)" in report and "`working` → `input_required`" in report
 
@@ -589,7 +591,8 @@ def test_sampling_is_answered_by_the_servers_model_profile_with_the_model_call_r
     answered = json.loads(asked.response_body)["result"]
     assert answered["content"] == {"type": "text", "text": model_text} and answered["model"] == "demo"
     assert json.loads(asked.request_body)["params"]["maxTokens"] == 50
-    assert seqs_in_order(operation, ["sampling/createMessage", "tools/call"])
+    # In the order they were sent: the server asked while the call was open.
+    assert seqs_in_order(operation, ["tools/call", "sampling/createMessage"])
     assert "model call" in page and model_text.split('"')[0] in operation.result["content"][0]["text"]
 
 
