@@ -96,6 +96,7 @@ EXPECTED: dict[str, Expect] = {
     "servers-log-level": Expect("POST", FORBIDDEN),
     "servers-tool": Expect("POST", FORBIDDEN),
     "servers-resource-read": Expect("POST", FORBIDDEN),
+    "servers-resource-subscribe": Expect("POST", FORBIDDEN),
     "servers-prompt-get": Expect("POST", FORBIDDEN),
     "servers-complete": Expect("POST", FORBIDDEN),
     "servers-transcript": Expect("GET", NO_LEAK),
