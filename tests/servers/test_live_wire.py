@@ -138,3 +138,18 @@ def test_a_request_left_unanswered_ends_as_no_response(operation: Operation) -> 
         tap.observe("send", request(1, "tools/call", CALL))
     tap.finish(capture)
     assert [(label, status) for _, label, status, _ in _rows(operation)] == [("tools/call", "no response")]
+
+
+def test_an_update_with_a_hostile_uri_is_kept_unclaimed_and_cut_to_the_body_limit() -> None:
+    tap = Tap(body_limit=BODY_LIMIT)
+    subscription = Capture()
+    subscription.watching.add("demo://a")
+    tap.active.append(subscription)
+
+    tap.observe("recv", notification("notifications/resources/updated", {"uri": 7}))
+    tap.observe("recv", notification("notifications/resources/updated", {"uri": {"uri": "demo://a"}}))
+    tap.observe("recv", notification("notifications/resources/updated", {"uri": "demo://a" + "é" * 20_000}))
+
+    assert subscription.records == []
+    assert len(tap.unclaimed) == 3
+    assert tap.unclaimed[2].response_body.endswith("characters in all]")
