@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import jsonschema
@@ -28,6 +29,7 @@ from conversations.wire import WireExchange
 from servers import gateway
 from servers.gateway import Outcome, Question
 from servers.gateway.config import ConfigError, ServerConfig
+from servers.grants import grant_get, grant_keep, grant_settings
 from servers.models import McpServer, Operation, PendingInput
 from servers.sampling import sampling_answer
 
@@ -231,7 +233,11 @@ def _status(outcome: Outcome) -> str:
 
 
 def operation_run(
-    *, operation_id: int, tool: dict[str, Any] | None = None, arguments: Any = None
+    *,
+    operation_id: int,
+    tool: dict[str, Any] | None = None,
+    arguments: Any = None,
+    redirect: Callable[[str], Awaitable[str]] | None = None,
 ) -> Operation:
     """Run a created operation to its end and record everything it caused.
 
@@ -242,8 +248,10 @@ def operation_run(
     """
     operation = Operation.objects.select_related("server", "server__sampling_profile").get(pk=operation_id)
     server: McpServer = operation.server
+    grant = None if server.spawns_process else grant_get(server=server, user=operation.user)
+    oauth = grant_settings(grant=grant, redirect=redirect) if grant is not None else None
     try:
-        config = server.to_config(interactive=operation.source == Operation.Source.WEB)
+        config = server.to_config(interactive=operation.source == Operation.Source.WEB, oauth=oauth)
     except ConfigError as exc:
         return _finish(operation, status=Operation.Status.ERROR, error=str(exc))
     recorder = _Recorder(operation, active_redactor(secrets=config.secrets))
@@ -257,6 +265,8 @@ def operation_run(
     follower = _Follower(operation, running, recorder, timeout=timeout)
     follower.follow()
     outcome = running.wait(timeout=10)
+    if grant is not None and oauth is not None:
+        grant_keep(grant=grant, oauth=oauth)
     server_records_store(outcome.unclaimed, redact=recorder.redact)
     redact = recorder.redact
     result = redact.json(outcome.value) if outcome.value is not None else None
