@@ -38,7 +38,7 @@ SECRET_SETTINGS = ("client_secret", "private_key", "idp_id_token")
 def grant_get(*, server: McpServer, user: AbstractBaseUser | None) -> OAuthGrant | None:
     """``user``'s grant for ``server`` (None: the CLI's, which belongs to no user)."""
     rows = OAuthGrant.objects.filter(server=server)
-    rows = rows.filter(user__isnull=True) if user is None else rows.filter(user=user)
+    rows = rows.filter(user__isnull=True) if user is None else rows.filter(user=user)  # type: ignore[misc]
     return rows.order_by("-id").first()
 
 
@@ -50,7 +50,7 @@ def grant_configure(
     ``values`` holds the flags given (``PLAIN_SETTINGS`` and ``SECRET_SETTINGS``); secrets are
     sealed before they are stored.
     """
-    row = grant_get(server=server, user=user) or OAuthGrant(server=server, user=user)
+    row = grant_get(server=server, user=user) or OAuthGrant(server=server, user=user)  # type: ignore[misc]
     row.grant = grant
     row.settings = {name: values[name] for name in PLAIN_SETTINGS if values.get(name)}
     secrets = {name: values[name] for name in SECRET_SETTINGS if values.get(name)}

@@ -236,7 +236,9 @@ class RecordingAuth(httpx2.Auth):
         self.on_failure = on_failure
         self.challenge = ""
 
-    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         flow = self.inner.async_auth_flow(request)
         try:
             outgoing = await flow.__anext__()
@@ -246,7 +248,9 @@ class RecordingAuth(httpx2.Auth):
                 response = yield outgoing
                 if outgoing is request:
                     if response.status_code in (401, 403):
-                        self.challenge = response.headers.get("www-authenticate", "") or str(response.status_code)
+                        self.challenge = response.headers.get("www-authenticate", "") or str(
+                            response.status_code
+                        )
                 else:
                     await response.aread()
                     self.record(self.exchange(outgoing, response, wall, time.monotonic() - started))
@@ -311,7 +315,7 @@ def _client_metadata(settings: OAuthSettings, grant_types: list[str]) -> OAuthCl
     return OAuthClientMetadata(
         redirect_uris=[settings.redirect_uri] if settings.redirect_uri else None,  # type: ignore[list-item]
         client_name=settings.client_name,
-        grant_types=grant_types,  # type: ignore[arg-type]
+        grant_types=grant_types,
         response_types=["code"],
         token_endpoint_auth_method="client_secret_basic" if settings.client_secret else "none",
         scope=settings.scope or None,
@@ -510,7 +514,9 @@ def recording_auth(
     def http() -> httpx2.AsyncClient:
         return httpx2.AsyncClient(timeout=timeout)
 
-    return RecordingAuth(provider_for(server_url, settings, http, record), settings, record, body_limit, on_failure)
+    return RecordingAuth(
+        provider_for(server_url, settings, http, record), settings, record, body_limit, on_failure
+    )
 
 
 def describe_failure(exc: BaseException) -> str | None:

@@ -289,7 +289,9 @@ class StreamableHttpTransport(Transport):
     @asynccontextmanager
     async def _open(self, config: ServerConfig, tap: Tap) -> AsyncIterator[Streams]:
         timeout = httpx2.Timeout(config.call_timeout, read=config.call_timeout + 5)
-        async with _observed_client(tap, config, headers=_http_headers(config), timeout=timeout) as http_client:
+        async with _observed_client(
+            tap, config, headers=_http_headers(config), timeout=timeout
+        ) as http_client:
             async with streamable_http_client(config.url, http_client=http_client) as streams:
                 yield streams[0], streams[1]
 

@@ -11,11 +11,16 @@ class Migration(migrations.Migration):
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
-    operations: list[migrations.operations.base.Operation] = [
+    operations = [
         migrations.CreateModel(
             name="OAuthGrant",
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
                 ("public_id", models.UUIDField(default=uuid.uuid4, editable=False, unique=True)),
                 (
                     "grant",
@@ -36,7 +41,9 @@ class Migration(migrations.Migration):
                 ("sealed_callback", models.TextField(blank=True)),
                 (
                     "scope",
-                    models.CharField(blank=True, help_text="The scope granted, as last received.", max_length=500),
+                    models.CharField(
+                        blank=True, help_text="The scope granted, as last received.", max_length=500
+                    ),
                 ),
                 ("expires_at", models.DateTimeField(blank=True, null=True)),
                 ("authorized_at", models.DateTimeField(blank=True, null=True)),

@@ -122,7 +122,9 @@ def test_well_known_fallback_and_openid_discovery_when_the_challenge_names_no_me
 def test_a_pre_registered_client_skips_registration(fake: FakeAuthorization) -> None:
     fake.knobs = Knobs(dcr=False)
     add(fake)
-    call_command("server", "auth", "guarded", "--client-id", PRE_REGISTERED[0], "--client-secret", PRE_REGISTERED[1])
+    call_command(
+        "server", "auth", "guarded", "--client-id", PRE_REGISTERED[0], "--client-secret", PRE_REGISTERED[1]
+    )
 
     assert "/register" not in paths(fake)
     token = next(entry for entry in fake.seen if entry["path"] == "/token")
@@ -154,7 +156,9 @@ def test_an_expired_token_is_refreshed_before_the_next_call(fake: FakeAuthorizat
 
     call_command("server", "call", "guarded", "whoami")
 
-    assert [entry["form"].get("grant_type") for entry in fake.seen if entry["path"] == "/token"] == ["refresh_token"]
+    assert [entry["form"].get("grant_type") for entry in fake.seen if entry["path"] == "/token"] == [
+        "refresh_token"
+    ]
     assert OAuthGrant.objects.get().sealed_tokens != first
 
 
@@ -189,7 +193,9 @@ def test_client_credentials_with_a_secret(fake: FakeAuthorization) -> None:
 
 def test_client_credentials_with_a_private_key_jwt(fake: FakeAuthorization, tmp_path: Path) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     fake.knobs = Knobs(
         public_key_pem=key.public_key()
         .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
@@ -224,7 +230,9 @@ def test_a_token_endpoint_refusal_is_named(fake: FakeAuthorization) -> None:
     fake.knobs = Knobs(dcr=False)
     add(fake)
     with pytest.raises(CommandError, match="the token request failed: .*invalid_client"):
-        call_command("server", "auth", "guarded", "--client-id", "stranger", "--client-secret", "wrong-secret")
+        call_command(
+            "server", "auth", "guarded", "--client-id", "stranger", "--client-secret", "wrong-secret"
+        )
 
 
 def test_client_credentials_needs_a_secret_or_a_key(fake: FakeAuthorization) -> None:

@@ -27,10 +27,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from servers import selectors, services
-from servers.gateway.oauth import GRANTS, AuthorizationRequired
-from servers.grants import grant_configure
 from servers.forms import schema_errors
 from servers.gateway.config import ERAS
+from servers.gateway.oauth import GRANTS, AuthorizationRequired
+from servers.grants import grant_configure
 from servers.models import LOG_LEVELS, McpServer, Operation
 
 
@@ -344,6 +344,22 @@ class Command(BaseCommand):
             redirect=self._ask_for_callback,
         )
         row.refresh_from_db()
+        if operation.status == Operation.Status.OK and not row.has_token:
+            # Some servers let anyone connect and ask for authorization per request.
+            operation = services.operation_start(
+                server=server,
+                user=None,
+                kind=Operation.Kind.TOOLS_LIST,
+                source=Operation.Source.CLI,
+                redirect=self._ask_for_callback,
+            )
+            row.refresh_from_db()
+            if operation.status == Operation.Status.OK and not row.has_token:
+                self.stdout.write(
+                    f"{server.name} asked for no authorization on connect or tools/list: the grant is "
+                    "kept, and a later call that is refused authorizes then"
+                )
+                return
         if operation.status != Operation.Status.OK or not row.has_token:
             raise CommandError(
                 f"authorization of {server.name} failed: {operation.error or 'no token was issued'}"
@@ -360,7 +376,7 @@ class Command(BaseCommand):
         if not sys.stdin.isatty():
             raise AuthorizationRequired("no terminal to finish the sign-in on; open the URL", url)
         self.stdout.write("then paste the URL the browser was sent back to (it carries ?code=...):")
-        line = await asyncio.to_thread(sys.stdin.readline)
+        line: str = await asyncio.to_thread(sys.stdin.readline)
         if not line.strip():
             raise AuthorizationRequired("no callback URL was given", url)
         return line.strip()
