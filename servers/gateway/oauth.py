@@ -25,12 +25,19 @@ from urllib.parse import parse_qs, parse_qsl, quote, urlencode, urlsplit, urluns
 
 import httpx2
 from mcp.client.auth import OAuthClientProvider, TokenStorage
+from mcp.client.auth.exceptions import OAuthFlowError
 from mcp.client.auth.extensions.client_credentials import (
     ClientCredentialsOAuthProvider,
     PrivateKeyJWTOAuthProvider,
     SignedJWTParameters,
 )
 from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
+from mcp.client.auth.utils import (
+    build_protected_resource_metadata_discovery_urls,
+    create_oauth_metadata_request,
+    extract_resource_metadata_from_www_auth,
+    handle_protected_resource_response,
+)
 from mcp.shared.auth import (
     AuthorizationCodeResult,
     OAuthClientInformationFull,
@@ -357,15 +364,7 @@ def provider_for(
             issuer=settings.issuer or None,
         )
     elif settings.grant == "cross_app":
-        provider = IdentityAssertionOAuthProvider(
-            server_url=server_url,
-            storage=store,
-            client_id=settings.client_id,
-            client_secret=settings.client_secret,
-            issuer=settings.issuer,
-            assertion_provider=_id_jag_fetcher(settings, http, record),
-            scope=settings.scope or None,
-        )
+        provider = _CrossAppAuth(server_url, settings, _id_jag_fetcher(settings, http, record))
     else:
         if settings.client_id and store.client_info is None:
             store.client_info = OAuthClientInformationFull(
@@ -390,6 +389,69 @@ def provider_for(
         # time only if it is told.
         provider.context.token_expiry_time = store.expires_at
     return provider
+
+
+class _CrossAppAuth(httpx2.Auth):
+    """SEP-990 cross-app access: the SDK's identity-assertion provider, for the authorization
+    server the grant names (``--issuer``) or, when it names none, the first one the server's
+    protected resource metadata lists (discovered on the first 401, as the other grants do)."""
+
+    def __init__(
+        self, server_url: str, settings: OAuthSettings, assertion: Callable[[str, str], Awaitable[str]]
+    ) -> None:
+        self.server_url = server_url
+        self.settings = settings
+        self.assertion = assertion
+        self.inner: IdentityAssertionOAuthProvider | None = None
+        if settings.issuer:
+            self.inner = self._provider(settings.issuer)
+
+    def _provider(self, issuer: str) -> IdentityAssertionOAuthProvider:
+        return IdentityAssertionOAuthProvider(
+            server_url=self.server_url,
+            storage=self.settings.store,
+            client_id=self.settings.client_id,
+            client_secret=self.settings.client_secret,
+            issuer=issuer,
+            assertion_provider=self.assertion,
+            scope=self.settings.scope or None,
+            # Every authorization server supports HTTP Basic client authentication (RFC 6749 §2.3.1).
+            token_endpoint_auth_method="client_secret_basic",
+        )
+
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        if self.inner is None:
+            if self.settings.store.tokens is not None:
+                request.headers["Authorization"] = f"Bearer {self.settings.store.tokens.access_token}"
+            response = yield request
+            if response.status_code != 401:
+                return
+            urls = build_protected_resource_metadata_discovery_urls(
+                extract_resource_metadata_from_www_auth(response), self.server_url
+            )
+            for url in urls:
+                metadata = await handle_protected_resource_response(
+                    (yield create_oauth_metadata_request(url))
+                )
+                if metadata is not None and metadata.authorization_servers:
+                    self.inner = self._provider(str(metadata.authorization_servers[0]))
+                    break
+            else:
+                raise OAuthFlowError(
+                    "no protected resource metadata names an authorization server: give --issuer"
+                )
+            request.headers.pop("Authorization", None)
+        flow = self.inner.async_auth_flow(request)
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                outgoing = await flow.asend((yield outgoing))
+        except StopAsyncIteration:
+            return
+        finally:
+            await flow.aclose()
 
 
 class _AuthorizationStep:
