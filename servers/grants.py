@@ -7,17 +7,20 @@ its owner runs; what the flow obtained (tokens, a registration) is sealed back a
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings as django_settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.utils import timezone
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
-from servers.gateway.oauth import GrantStore, OAuthSettings
+from servers.gateway.oauth import AuthorizationRequired, GrantStore, OAuthSettings
 from servers.models import McpServer, OAuthGrant
 from servers.vault import UnsealError, seal, unseal
 
@@ -33,6 +36,8 @@ PLAIN_SETTINGS = (
     "issuer",
 )
 SECRET_SETTINGS = ("client_secret", "private_key", "idp_id_token")
+# How long a browser sign-in may take before the connect gives up.
+BROWSER_SIGN_IN_SECONDS = 600.0
 
 
 def grant_get(*, server: McpServer, user: AbstractBaseUser | None) -> OAuthGrant | None:
@@ -132,3 +137,66 @@ def grant_keep(*, grant: OAuthGrant, oauth: OAuthSettings) -> None:
         update_fields=["sealed_tokens", "sealed_client", "scope", "expires_at", "authorized_at", "updated_at"]
     )
     store.changed = False
+
+
+def grant_ensure(*, server: McpServer, user: AbstractBaseUser) -> OAuthGrant:
+    """``user``'s grant for ``server``, made on first use (authorization code: the client is
+    registered dynamically, or by its metadata document when ``OAUTH_CLIENT_METADATA_URL`` is set)."""
+    existing = grant_get(server=server, user=user)
+    if existing is not None:
+        # A sign-in abandoned earlier must not send this Connect to its old URL.
+        existing.settings = {k: v for k, v in existing.settings.items() if not k.startswith("pending_")}
+        existing.sealed_callback = ""
+        existing.save(update_fields=["settings", "sealed_callback", "updated_at"])
+        return existing
+    values = {"client_metadata_url": django_settings.OAUTH_CLIENT_METADATA_URL}
+    return grant_configure(server=server, user=user, grant="authorization_code", values=values)
+
+
+def _pending_set(grant_id: int, url: str) -> None:
+    row = OAuthGrant.objects.get(pk=grant_id)
+    state = parse_qs(urlsplit(url).query).get("state", [""])[0]
+    row.settings = {**row.settings, "pending_url": url, "pending_state": state}
+    row.sealed_callback = ""
+    row.save(update_fields=["settings", "sealed_callback", "updated_at"])
+
+
+def _callback_take(grant_id: int) -> str:
+    row = OAuthGrant.objects.get(pk=grant_id)
+    if not row.sealed_callback:
+        return ""
+    url = unseal(row.sealed_callback)
+    row.sealed_callback = ""
+    row.settings = {k: v for k, v in row.settings.items() if not k.startswith("pending_")}
+    row.save(update_fields=["settings", "sealed_callback", "updated_at"])
+    return url
+
+
+def browser_redirect(*, grant: OAuthGrant) -> Callable[[str], Awaitable[str]]:
+    """A sign-in completed in the browser: the authorization URL is kept on the grant (the
+    Connect view sends the browser there) and the callback page hands back where it led."""
+
+    async def wait(url: str) -> str:
+        await asyncio.to_thread(_pending_set, grant.pk, url)
+        deadline = time.monotonic() + BROWSER_SIGN_IN_SECONDS
+        while time.monotonic() < deadline:
+            landed = await asyncio.to_thread(_callback_take, grant.pk)
+            if landed:
+                return landed
+            await asyncio.sleep(0.3)
+        raise AuthorizationRequired("nobody came back from the authorization server in time", url)
+
+    return wait
+
+
+def grant_callback_store(*, user: AbstractBaseUser, state: str, url: str) -> OAuthGrant | None:
+    """Keep (sealed) the callback URL for ``user``'s sign-in waiting on ``state``; None when no
+    sign-in of theirs waits on it."""
+    if not state:
+        return None
+    for row in OAuthGrant.objects.filter(user=user):  # type: ignore[misc]
+        if row.settings.get("pending_state") == state:
+            row.sealed_callback = seal(url)
+            row.save(update_fields=["sealed_callback", "updated_at"])
+            return row
+    return None

@@ -29,7 +29,7 @@ from conversations.wire import WireExchange
 from servers import gateway
 from servers.gateway import Outcome, Question
 from servers.gateway.config import ConfigError, ServerConfig
-from servers.grants import grant_get, grant_keep, grant_settings
+from servers.grants import browser_redirect, grant_get, grant_keep, grant_settings
 from servers.models import McpServer, Operation, PendingInput
 from servers.sampling import sampling_answer
 
@@ -249,6 +249,15 @@ def operation_run(
     operation = Operation.objects.select_related("server", "server__sampling_profile").get(pk=operation_id)
     server: McpServer = operation.server
     grant = None if server.spawns_process else grant_get(server=server, user=operation.user)
+    if (
+        grant is not None
+        and redirect is None
+        and operation.source == Operation.Source.WEB
+        and operation.kind == Operation.Kind.CONNECT
+        and getattr(settings, "WORKBENCH_RUNNER", "thread") != "inline"
+    ):
+        # Connect in the browser: a person may sign in at the authorization server.
+        redirect = browser_redirect(grant=grant)
     oauth = grant_settings(grant=grant, redirect=redirect) if grant is not None else None
     try:
         config = server.to_config(interactive=operation.source == Operation.Source.WEB, oauth=oauth)
