@@ -11,11 +11,14 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import Client
 
 from conversations.models import Exchange
 from servers import gateway, selectors
+from servers.grants import grant_configure
 from servers.models import McpServer, OAuthGrant, Operation
 from tests.fixtures.oauth_server import PRE_REGISTERED, FakeAuthorization, Knobs, Served
 
@@ -239,3 +242,46 @@ def test_client_credentials_needs_a_secret_or_a_key(fake: FakeAuthorization) -> 
     add(fake)
     with pytest.raises(CommandError, match="needs --client-secret or --private-key-file"):
         call_command("server", "auth", "guarded", "--grant", "client_credentials", "--client-id", "x")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"\xff\xfe\x00garbage",
+        b"[" * 5000 + b"]" * 5000,
+        b'{"resource": 1}',
+        b"{" + b" " * 2_000_000 + b"}",
+    ],
+    ids=["malformed", "not-utf8", "deeply-nested", "wrong-types", "huge"],
+)
+def test_hostile_resource_metadata_ends_in_a_clear_failure_not_a_hang(
+    fake: FakeAuthorization, body: bytes
+) -> None:
+    fake.knobs = Knobs(broken_prm=body)
+    add(fake)
+    started = time.monotonic()
+
+    with pytest.raises(CommandError, match="authorization of guarded failed: guarded: "):
+        call_command("server", "auth", "guarded")
+
+    assert time.monotonic() - started < 25
+    assert not OAuthGrant.objects.get().has_token
+
+
+def test_the_callback_and_the_debugger_belong_to_their_owner(
+    fake: FakeAuthorization, alice: User, bob: User, client: Client
+) -> None:
+    server = add(fake)
+    grant = grant_configure(server=server, user=alice, grant="authorization_code", values={})
+    grant.settings = {"pending_url": f"{fake.base}/authorize?state=s1", "pending_state": "s1"}
+    grant.save()
+
+    client.force_login(bob)
+    assert client.get("/servers/oauth/callback/?code=c&state=s1").status_code == 404
+    assert client.get("/servers/guarded/oauth").status_code == 404
+    assert OAuthGrant.objects.get(pk=grant.pk).sealed_callback == ""
+
+    client.force_login(alice)
+    page = client.get("/servers/guarded/oauth")
+    assert page.status_code == 200 and b"not authorized yet" in page.content
