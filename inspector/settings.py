@@ -297,6 +297,10 @@ MODEL_TIMEOUT_SECONDS = env_float("MODEL_TIMEOUT_SECONDS", 120.0)
 # MCP gateway.
 MCP_CALL_TIMEOUT_SECONDS = env_float("MCP_CALL_TIMEOUT_SECONDS", 30.0)
 MCP_CONNECT_TIMEOUT_SECONDS = env_float("MCP_CONNECT_TIMEOUT_SECONDS", 20.0)
+# Where an OAuth authorization server sends the browser back (this app's callback page).
+OAUTH_REDIRECT_URL = env_str("OAUTH_REDIRECT_URL", "http://localhost:8000/servers/oauth/callback/")
+# An HTTPS client ID metadata document describing this app, used as its client_id where supported.
+OAUTH_CLIENT_METADATA_URL = env_str("OAUTH_CLIENT_METADATA_URL", "")
 MCP_STDERR_DIR = VAR_DIR / "mcp-stderr"
 # Raw bodies (model requests and responses, MCP messages) up to this many characters are stored
 # whole; only a larger one (a runaway stream, a hostile server) is cut in the record, the cut

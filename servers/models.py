@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from conversations.wire import SECRET_HEADER_RE
 from servers.gateway.config import ERAS, ConfigError, ServerConfig, has_references, resolve_references
+from servers.gateway.oauth import GRANTS, OAuthSettings
 from servers.gateway.transports import TRANSPORTS
 from servers.vault import UnsealError, is_sealed, unseal
 
@@ -120,7 +121,7 @@ class McpServer(models.Model):
                 continue
         return values
 
-    def to_config(self, *, interactive: bool = False) -> ServerConfig:
+    def to_config(self, *, interactive: bool = False, oauth: OAuthSettings | None = None) -> ServerConfig:
         """The plain, Django-free description the gateway pools sessions by.
 
         ``interactive`` configs (the workbench) advertise elicitation when the server allows it;
@@ -153,6 +154,7 @@ class McpServer(models.Model):
             elicitation=interactive and self.elicitation,
             log_level=self.log_level,
             secrets=tuple(self.secret_values()),
+            oauth=oauth if not self.spawns_process else None,
         )
 
 
@@ -290,3 +292,39 @@ class SavedCall(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class OAuthGrant(models.Model):
+    """One user's OAuth authorization for one HTTP server (``user`` empty: the CLI's own).
+
+    ``settings`` holds what is not secret (client id, client metadata URL, scope, identity
+    provider); the client secret, private key and ID token, the tokens obtained and the client
+    registration are stored sealed (``servers.vault``) and never shown.
+    """
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="oauth_grants")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    grant = models.CharField(max_length=24, choices=list(GRANTS.items()), default="authorization_code")
+    settings = models.JSONField(default=dict, blank=True)
+    sealed_secrets = models.TextField(blank=True)
+    sealed_tokens = models.TextField(blank=True)
+    sealed_client = models.TextField(blank=True)
+    # A browser sign-in in progress: the sealed callback URL the authorization server sent back.
+    sealed_callback = models.TextField(blank=True)
+    scope = models.CharField(max_length=500, blank=True, help_text="The scope granted, as last received.")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    authorized_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["server", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.grant} for {self.server_id}"
+
+    @property
+    def has_token(self) -> bool:
+        return bool(self.sealed_tokens)

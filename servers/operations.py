@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -28,6 +29,7 @@ from conversations.wire import WireExchange
 from servers import gateway
 from servers.gateway import Outcome, Question
 from servers.gateway.config import ConfigError, ServerConfig
+from servers.grants import browser_redirect, grant_get, grant_keep, grant_settings
 from servers.models import McpServer, Operation, PendingInput
 from servers.sampling import sampling_answer
 
@@ -290,7 +292,11 @@ def _status(outcome: Outcome) -> str:
 
 
 def operation_run(
-    *, operation_id: int, tool: dict[str, Any] | None = None, arguments: Any = None
+    *,
+    operation_id: int,
+    tool: dict[str, Any] | None = None,
+    arguments: Any = None,
+    redirect: Callable[[str], Awaitable[str]] | None = None,
 ) -> Operation:
     """Run a created operation to its end and record everything it caused.
 
@@ -301,8 +307,19 @@ def operation_run(
     """
     operation = Operation.objects.select_related("server", "server__sampling_profile").get(pk=operation_id)
     server: McpServer = operation.server
+    grant = None if server.spawns_process else grant_get(server=server, user=operation.user)
+    if (
+        grant is not None
+        and redirect is None
+        and operation.source == Operation.Source.WEB
+        and operation.kind == Operation.Kind.CONNECT
+        and getattr(settings, "WORKBENCH_RUNNER", "thread") != "inline"
+    ):
+        # Connect in the browser: a person may sign in at the authorization server.
+        redirect = browser_redirect(grant=grant)
+    oauth = grant_settings(grant=grant, redirect=redirect) if grant is not None else None
     try:
-        config = server.to_config(interactive=operation.source == Operation.Source.WEB)
+        config = server.to_config(interactive=operation.source == Operation.Source.WEB, oauth=oauth)
     except ConfigError as exc:
         return _finish(operation, status=Operation.Status.ERROR, error=str(exc))
     recorder = _Recorder(operation, active_redactor(secrets=config.secrets))
@@ -319,6 +336,8 @@ def operation_run(
     follower = _Follower(operation, running, recorder, timeout=timeout, stop=stop if subscribing else None)
     follower.follow()
     outcome = running.wait(timeout=10)
+    if grant is not None and oauth is not None:
+        grant_keep(grant=grant, oauth=oauth)
     server_records_store(outcome.unclaimed, redact=recorder.redact)
     redact = recorder.redact
     result = redact.json(outcome.value) if outcome.value is not None else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,7 +24,7 @@ from conversations.counting import tools_as_sent
 from conversations.models import AuditEvent, Conversation, Exchange
 from conversations.selectors import conversation_list, visible_to
 from servers.lint import Finding, Neighbourhood, ToolReport, lint_catalog
-from servers.models import McpServer, Operation, PendingInput, SavedCall
+from servers.models import McpServer, OAuthGrant, Operation, PendingInput, SavedCall
 from servers.operations import SUBSCRIPTION_SECONDS
 
 HANDSHAKE_LABELS = ("server/discover", "initialize", "notifications/initialized")
@@ -391,3 +392,54 @@ def operation_log_messages(*, operation: Operation) -> list[dict[str, str]]:
             }
         )
     return messages
+
+
+# --- OAuth ------------------------------------------------------------------------------------
+
+OAUTH_POLL_SECONDS = 0.2
+
+
+def oauth_sign_in_url(*, grant: OAuthGrant, operation: Operation, wait: float) -> str:
+    """The authorization URL the running connect waits on a person to open, once the flow has
+    reached it (within ``wait`` seconds); empty when the connect ended without needing one."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        grant.refresh_from_db(fields=["settings"])
+        operation.refresh_from_db(fields=["status"])
+        pending = str(grant.settings.get("pending_url", ""))
+        if pending.startswith(("https://", "http://")) and not operation.is_finished:
+            return pending
+        if operation.is_finished:
+            return ""
+        time.sleep(OAUTH_POLL_SECONDS)
+    return ""
+
+
+def oauth_wait_settled(*, grant: OAuthGrant, wait: float) -> None:
+    """Wait (at most ``wait`` seconds) until no connect of the grant's owner is running."""
+    running = Operation.objects.filter(
+        server=grant.server_id,
+        user=grant.user_id,
+        kind=Operation.Kind.CONNECT,
+        status=Operation.Status.RUNNING,
+    )
+    deadline = time.monotonic() + wait
+    while running.exists() and time.monotonic() < deadline:
+        time.sleep(OAUTH_POLL_SECONDS)
+
+
+@dataclass
+class OAuthFlow:
+    operation: Operation
+    exchanges: list[Exchange]
+
+
+def oauth_flows(*, server: McpServer, user: AbstractBaseUser, limit: int = 10) -> list[OAuthFlow]:
+    """``user``'s operations on ``server`` that ran an OAuth flow, newest first, each with every
+    exchange it recorded (the flow's steps and the MCP requests they authorized)."""
+    operations = (
+        Operation.objects.filter(server=server, user=user, exchanges__label__startswith="oauth: ")  # type: ignore[misc]
+        .distinct()
+        .order_by("-started_at")[:limit]
+    )
+    return [OAuthFlow(operation, operation_exchanges(operation=operation)) for operation in operations]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import getpass
 import sys
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from django.conf import settings
@@ -241,6 +241,7 @@ def operation_start(
     saved_call: SavedCall | None = None,
     tool: dict[str, Any] | None = None,
     background: bool = False,
+    redirect: Callable[[str], Awaitable[str]] | None = None,
 ) -> Operation:
     """Create an operation and run it: here and now, or (``background``) in the workbench pool.
 
@@ -266,7 +267,7 @@ def operation_start(
     if background:
         operation_dispatch(operation_id=operation.pk, tool=tool, arguments=arguments)
         return operation
-    return operation_run(operation_id=operation.pk, tool=tool, arguments=arguments)
+    return operation_run(operation_id=operation.pk, tool=tool, arguments=arguments, redirect=redirect)
 
 
 def log_level_set(

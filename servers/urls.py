@@ -7,6 +7,7 @@ from servers import views
 urlpatterns = [
     path("", views.server_list, name="servers-list"),
     path("new", views.server_create, name="servers-create"),
+    path("oauth/callback/", views.oauth_callback, name="servers-oauth-callback"),
     path("op/<uuid:public_id>/", views.operation_detail, name="servers-operation"),
     path("op/<uuid:public_id>/state", views.operation_state, name="servers-operation-state"),
     path("op/<uuid:public_id>/cancel", views.operation_cancel, name="servers-operation-cancel"),
@@ -22,6 +23,7 @@ urlpatterns = [
     path("<str:name>/edit", views.server_edit, name="servers-edit"),
     path("<str:name>/toggle", views.server_toggle, name="servers-toggle"),
     path("<str:name>/connect", views.server_connect, name="servers-connect"),
+    path("<str:name>/oauth", views.server_oauth, name="servers-oauth"),
     path("<str:name>/list/<str:what>", views.server_refresh, name="servers-refresh"),
     path("<str:name>/log-level", views.server_log_level, name="servers-log-level"),
     path("<str:name>/tools/<str:tool>", views.tool_detail, name="servers-tool"),

@@ -27,7 +27,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from conversations.audit import audit_read
-from servers import selectors, services
+from servers import grants, selectors, services
 from servers.forms import (
     CompletionForm,
     ResourceReadForm,
@@ -40,6 +40,8 @@ from servers.gateway.capabilities import unavailable
 from servers.models import LOG_LEVELS, McpServer, Operation, PendingInput, SavedCall
 
 TRANSCRIPT_PER_PAGE = 50
+# How long Connect (and the OAuth callback) wait for the flow to reach its next stop.
+CONNECT_REDIRECT_WAIT_SECONDS = 25.0
 STATUS_BAD_REQUEST = 400
 STATUS_FORBIDDEN = 403
 LIST_KINDS = {
@@ -200,10 +202,49 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
 @require_POST
 def server_connect(request: HttpRequest, name: str) -> HttpResponse:
     server = _server(request, name)
-    started = _start(request, server, kind=Operation.Kind.CONNECT)
+    if server.spawns_process:
+        started = _start(request, server, kind=Operation.Kind.CONNECT)
+        if isinstance(started, HttpResponse):
+            return started
+        return redirect(reverse("servers-detail", kwargs={"name": server.name}) + "#identity")
+    # An HTTP server may need authorization: the connect runs while the browser signs in.
+    grant = grants.grant_ensure(server=server, user=_user(request))
+    started = _start(request, server, kind=Operation.Kind.CONNECT, background=True)
     if isinstance(started, HttpResponse):
         return started
-    return redirect(reverse("servers-detail", kwargs={"name": server.name}) + "#identity")
+    sign_in = selectors.oauth_sign_in_url(grant=grant, operation=started, wait=CONNECT_REDIRECT_WAIT_SECONDS)
+    if sign_in:
+        # Not a redirect: the page's form-action policy forbids a form post leading off-site.
+        context = {"server": server, "sign_in": sign_in, "operation": started}
+        return render(request, "servers/server_sign_in.html", context)
+    return redirect(reverse("servers-operation", kwargs={"public_id": started.public_id}))
+
+
+@require_GET
+def oauth_callback(request: HttpRequest) -> HttpResponse:
+    """Where the authorization server sends the browser back: the sign-in it belongs to (the
+    user's own, by ``state``) takes the code; then the OAuth debugger shows how it went."""
+    user = _user(request)
+    grant = grants.grant_callback_store(
+        user=user, state=request.GET.get("state", ""), url=request.build_absolute_uri()
+    )
+    if grant is None:
+        raise Http404("No sign-in of yours is waiting for this answer.")
+    selectors.oauth_wait_settled(grant=grant, wait=CONNECT_REDIRECT_WAIT_SECONDS)
+    return redirect(reverse("servers-oauth", kwargs={"name": grant.server.name}))
+
+
+@require_GET
+def server_oauth(request: HttpRequest, name: str) -> HttpResponse:
+    """The OAuth debugger: the signed-in user's grant (never its tokens) and every step of the
+    flows their operations ran, as recorded."""
+    server = _server(request, name)
+    user = _user(request)
+    grant = grants.grant_get(server=server, user=user)
+    if grant is None:
+        raise Http404("You have not authorized this server.")
+    context = {"server": server, "grant": grant, "flows": selectors.oauth_flows(server=server, user=user)}
+    return render(request, "servers/server_oauth.html", context)
 
 
 @require_POST

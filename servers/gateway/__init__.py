@@ -19,7 +19,7 @@ import queue
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -33,6 +33,7 @@ from servers.gateway.capabilities import CapabilityMissing, refusal
 from servers.gateway.capture import Capture, current_capture
 from servers.gateway.config import ConfigError, ServerConfig
 from servers.gateway.pool import (
+    AuthorizationNeeded,
     GatewayError,
     GatewayLoop,
     PooledSession,
@@ -139,7 +140,10 @@ async def _run(
     session.tap.active.append(capture)
     try:
         assert session.client is not None
-        outcome.value = await operation(session.client)
+        outcome.value = await _unless_refused(operation(session.client), session)
+    except AuthorizationNeeded as exc:
+        outcome.error = str(exc)
+        session.mark_dead(outcome.error)
     except asyncio.CancelledError:
         outcome.cancelled = True
         outcome.error = "cancelled by the user (the server was sent notifications/cancelled)"
@@ -153,12 +157,37 @@ async def _run(
     finally:
         if capture in session.tap.active:
             session.tap.active.remove(capture)
+        if config.oauth is not None and session.config.oauth is not None:
+            # A reused session authorizes with the store it was opened with.
+            config.oauth.store.take_from(session.config.oauth.store)
         try:
             if session.tap.http and not session.dead:
                 await session.tap.settle(capture, HTTP_SETTLE_SECONDS)
         finally:
             # Cancelled again while it waits, the operation still keeps what it captured.
             _finish(session, capture, outcome)
+
+
+async def _unless_refused(work: Awaitable[Any], session: PooledSession) -> Any:
+    """``work``'s result, unless the server refuses us for lack of authorization first (a 401, a
+    failed step-up or refresh): then at once, instead of after the call timeout.
+
+    Raises:
+        AuthorizationNeeded: the refusal, with what to do about it.
+    """
+    task = asyncio.ensure_future(work)
+    refused = asyncio.ensure_future(session.tap.auth_failed().wait())
+    try:
+        await asyncio.wait({task, refused}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            raise AuthorizationNeeded(session.tap.auth_failure)
+        return task.result()
+    finally:
+        refused.cancel()
+        if not task.done():
+            task.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await task
 
 
 def _finish(session: PooledSession, capture: Capture, outcome: Outcome) -> None:

@@ -105,6 +105,10 @@ class Tap:
     _response_seen: asyncio.Event = field(default_factory=asyncio.Event)
     # stderr read since the last ``take_stderr`` (redacted).
     _stderr: list[str] = field(default_factory=list)
+    # Why the server refused us (a 401, or an OAuth flow that failed): set once, read by the pool
+    # to fail the connect or the operation at once instead of waiting for a timeout.
+    auth_failure: str = ""
+    _auth_failed: asyncio.Event | None = None
 
     def stdout_line(self, raw: bytes) -> SessionMessage | Exception:
         """One line a stdio server wrote on stdout (without its newline), for the session.
@@ -155,6 +159,26 @@ class Tap:
         text = current_redactor().text(self.mask(decode_body(raw)))
         self._stderr.append(text)
         return text.encode("utf-8", errors="surrogateescape")
+
+    def auth_failed(self) -> asyncio.Event:
+        """Set when ``auth_failure`` is (created on the gateway loop on first use)."""
+        if self._auth_failed is None:
+            self._auth_failed = asyncio.Event()
+        return self._auth_failed
+
+    def fail_auth(self, message: str) -> None:
+        if not self.auth_failure:
+            self.auth_failure = self.mask(message)
+        self.auth_failed().set()
+
+    def flow_record(self, record: WireExchange, secrets: tuple[str, ...]) -> None:
+        """One recorded step of an OAuth flow, for the operation it serves; the credentials it
+        obtained are masked from here on in everything the tap records."""
+        fresh = [value for value in secrets if len(value) >= 6 and value not in self.secrets]
+        if fresh:
+            self.secrets = tuple(sorted({*self.secrets, *fresh}, key=len, reverse=True))
+        capture = current_capture.get()
+        self._route(capture if capture is not None and not capture.closed else self.newest_active(), record)
 
     def take_stderr(self) -> str:
         """The stderr kept since the last call (each piece is taken once)."""

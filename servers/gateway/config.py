@@ -6,6 +6,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from servers.gateway.oauth import OAuthSettings
+
 ERAS: dict[str, str] = {
     "legacy": "legacy — initialize handshake (≤ 2025-11-25)",
     "auto": "auto — try server/discover, fall back to initialize",
@@ -50,6 +52,8 @@ class ServerConfig:
     # Sent as logging/setLevel after the handshake of each new session; changing it does not
     # replace a live session (the change itself is sent on it).
     log_level: str = field(default="", compare=False)
+    # HTTP only: authorize with OAuth (the SDK's flow, recorded) as this grant's owner.
+    oauth: OAuthSettings | None = None
 
     def client_mode(self) -> str:
         """The SDK ``Client(mode=...)`` value for this era."""
@@ -57,7 +61,8 @@ class ServerConfig:
 
     def maskable_secrets(self) -> tuple[str, ...]:
         """The secret values worth masking, longest first (so a secret inside another goes second)."""
-        usable = {value for value in self.secrets if len(value) >= MIN_SECRET_CHARS}
+        values = (*self.secrets, *(self.oauth.secrets() if self.oauth is not None else ()))
+        usable = {value for value in values if len(value) >= MIN_SECRET_CHARS}
         return tuple(sorted(usable, key=len, reverse=True))
 
 

@@ -39,6 +39,31 @@ class GatewayError(Exception):
     """A session could not be opened or used; the message is fit to show a user."""
 
 
+class AuthorizationNeeded(GatewayError):
+    """The server refused us for lack of authorization, or the OAuth flow failed (the message
+    says which, and what to do)."""
+
+
+# How long a connect may wait while a person signs in at the authorization server.
+INTERACTIVE_AUTH_SECONDS = 900.0
+
+
+async def _first_of(*waits: Coroutine[Any, Any, Any], timeout: float) -> None:
+    """Wait until one of ``waits`` finishes (the others are cancelled).
+
+    Raises:
+        TimeoutError: none did within ``timeout`` seconds.
+    """
+    tasks = [asyncio.ensure_future(wait) for wait in waits]
+    try:
+        done, _ = await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+    if not done:
+        raise TimeoutError
+
+
 class EraNotOffered(GatewayError):
     """A server pinned to 2026-07-28 does not implement ``server/discover``."""
 
@@ -142,14 +167,21 @@ class PooledSession:
             GatewayError: the server could not be started or did not answer in time.
         """
         self._task = asyncio.create_task(self._hold(), name=f"mcp-session-{self.config.name}")
+        if self.config.oauth is not None and self.config.oauth.interactive:
+            # A person is signing in at the authorization server.
+            timeout = max(timeout, INTERACTIVE_AUTH_SECONDS)
         try:
-            await asyncio.wait_for(self._ready.wait(), timeout)
+            await _first_of(self._ready.wait(), self.tap.auth_failed().wait(), timeout=timeout)
         except TimeoutError:
             self.mark_dead("handshake timed out")
             await self.close()
             raise GatewayError(
                 f"{self.config.name} did not complete the connection within {timeout:.0f} s"
             ) from None
+        if self.tap.auth_failure and (self.client is None or not self._ready.is_set()):
+            self.mark_dead(self.tap.auth_failure)
+            await self.close()
+            raise AuthorizationNeeded(self.tap.auth_failure)
         if self._error is not None or self.client is None:
             reason = _describe(self._error) if self._error else "the session ended during connect"
             self.mark_dead(reason)

@@ -19,6 +19,7 @@ from mcp.shared.message import SessionMessage
 
 from servers.gateway.capture import Released, Tap
 from servers.gateway.config import ServerConfig, resolve_references
+from servers.gateway.oauth import FLOW_STEP, recording_auth
 
 Streams = tuple[Any, Any]
 
@@ -222,20 +223,59 @@ def _http_headers(config: ServerConfig) -> dict[str, str]:
     return {key: resolve_references(value) for key, value in config.headers}
 
 
-def _observed_client(tap: Tap, **kwargs: Any) -> httpx2.AsyncClient:
-    """An HTTP client whose event hooks report every request and response to ``tap``."""
+def _observed_client(tap: Tap, config: ServerConfig, **kwargs: Any) -> httpx2.AsyncClient:
+    """An HTTP client whose event hooks report every request and response to ``tap``.
+
+    A server that answers 401 (or 403 ``insufficient_scope``) when no OAuth grant is configured
+    fails the connect or the operation at once with "needs authorization" (``Tap.fail_auth``).
+    With a grant, the OAuth flow records its own requests (``oauth.RecordingAuth``).
+    """
     tap.http = True
     records: dict[int, Any] = {}
 
     async def on_request(request: httpx2.Request) -> None:
+        if request.extensions.get(FLOW_STEP):
+            return
         content = request.content if request.method != "GET" else b""
         records[id(request)] = tap.http_request(request.method, request.url.path, request.headers, content)
 
     async def on_response(response: httpx2.Response) -> None:
+        if response.request.extensions.get(FLOW_STEP):
+            return
         record = records.pop(id(response.request), None)
         tap.http_response(record, response.status_code, response.headers)
+        challenge = response.headers.get("www-authenticate", "")
+        refused = response.status_code == 401 or (
+            response.status_code == 403 and "insufficient_scope" in challenge
+        )
+        if refused and config.oauth is None:
+            tap.fail_auth(needs_authorization(config.name, response.status_code, challenge))
 
+    auth = None
+    if config.oauth is not None:
+        settings = config.oauth
+        auth = recording_auth(
+            config.url,
+            settings,
+            record=lambda record: tap.flow_record(record, settings.secrets()),
+            on_failure=lambda message: tap.fail_auth(f"{config.name}: {message}"),
+            body_limit=tap.body_limit,
+            timeout=config.call_timeout,
+        )
+    if kwargs.get("auth") is None:
+        kwargs.pop("auth", None)
+        if auth is not None:
+            kwargs["auth"] = auth
     return httpx2.AsyncClient(event_hooks={"request": [on_request], "response": [on_response]}, **kwargs)
+
+
+def needs_authorization(name: str, status: int, challenge: str) -> str:
+    """What a user is told when a server refuses us for lack of authorization."""
+    shown = f", WWW-Authenticate: {challenge[:300]}" if challenge else ""
+    return (
+        f"{name} needs authorization (HTTP {status}{shown}): run `manage.py server auth {name}` "
+        "or press Connect on the server's page to sign in"
+    )
 
 
 class StreamableHttpTransport(Transport):
@@ -249,7 +289,9 @@ class StreamableHttpTransport(Transport):
     @asynccontextmanager
     async def _open(self, config: ServerConfig, tap: Tap) -> AsyncIterator[Streams]:
         timeout = httpx2.Timeout(config.call_timeout, read=config.call_timeout + 5)
-        async with _observed_client(tap, headers=_http_headers(config), timeout=timeout) as http_client:
+        async with _observed_client(
+            tap, config, headers=_http_headers(config), timeout=timeout
+        ) as http_client:
             async with streamable_http_client(config.url, http_client=http_client) as streams:
                 yield streams[0], streams[1]
 
@@ -265,7 +307,7 @@ class SseTransport(Transport):
             timeout: httpx2.Timeout | None = None,
             auth: httpx2.Auth | None = None,
         ) -> httpx2.AsyncClient:
-            return _observed_client(tap, headers=headers, timeout=timeout, auth=auth)
+            return _observed_client(tap, config, headers=headers, timeout=timeout, auth=auth)
 
         return sse_client(
             config.url,

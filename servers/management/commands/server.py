@@ -11,12 +11,19 @@ server prompts NAME [--json]
 server prompt NAME PROMPT --args JSON [--json]
 server log-level NAME LEVEL                logging/setLevel now, and on each later session
 server subscribe NAME URI --for SECONDS    resources/subscribe, print each update, then unsubscribe
+server auth NAME [--client-id ID --client-secret SECRET | --client-metadata-url URL |
+                  --grant client_credentials (--client-secret S | --private-key-file PEM --signing-alg ALG) |
+                  --idp-client-id ID --idp-id-token JWT --idp-issuer URL --idp-token-endpoint URL]
+                                           OAuth: run the flow now and keep the token (sealed)
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -24,6 +31,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from servers import selectors, services
 from servers.forms import schema_errors
 from servers.gateway.config import ERAS
+from servers.gateway.oauth import GRANTS, AuthorizationRequired
+from servers.grants import grant_configure
 from servers.models import LOG_LEVELS, McpServer, Operation
 from servers.selectors import operation_updates
 
@@ -116,6 +125,22 @@ class Command(BaseCommand):
             "change the resource or start sending updates)",
         )
         subscribe.add_argument("--args", dest="arguments", default="{}", help="--call's arguments as JSON")
+        auth = sub.add_parser(
+            "auth", help="authorize with OAuth now (a recorded connect); later runs use the kept token"
+        )
+        auth.add_argument("name")
+        auth.add_argument("--grant", choices=["authorization_code", "client_credentials"], default="")
+        auth.add_argument("--client-id", default="", help="a pre-registered client")
+        auth.add_argument("--client-secret", default="")
+        auth.add_argument("--client-metadata-url", default="", help="a client ID metadata document (HTTPS)")
+        auth.add_argument("--private-key-file", default="", help="client_credentials with a private-key JWT")
+        auth.add_argument("--signing-alg", default="RS256")
+        auth.add_argument("--scope", default="", help="the scope to ask for (default: as the server says)")
+        auth.add_argument("--issuer", default="", help="cross-app access: the MCP authorization server")
+        auth.add_argument("--idp-client-id", default="")
+        auth.add_argument("--idp-id-token", default="")
+        auth.add_argument("--idp-issuer", default="")
+        auth.add_argument("--idp-token-endpoint", default="")
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -135,6 +160,8 @@ class Command(BaseCommand):
             self._read(self._server(options["name"]), options["uri"], as_json=options["json"])
         elif action == "prompts":
             self._prompts(self._server(options["name"]), as_json=options["json"])
+        elif action == "auth":
+            self._auth(self._server(options["name"]), options)
         elif action == "log-level":
             self._log_level(self._server(options["name"]), options["level"])
         elif action == "subscribe":
@@ -309,6 +336,82 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{tool} ended with status {operation.status}" + (" (isError)" if operation.is_error else "")
             )
+
+    def _auth(self, server: McpServer, options: dict[str, Any]) -> None:
+        if server.spawns_process:
+            raise CommandError(f"{server.name} is a stdio server: OAuth is for HTTP servers")
+        grant = options["grant"] or ("cross_app" if options["idp_id_token"] else "authorization_code")
+        values = {
+            name: str(options[name])
+            for name in (
+                "client_id",
+                "client_secret",
+                "client_metadata_url",
+                "signing_alg",
+                "scope",
+                "issuer",
+                "idp_client_id",
+                "idp_id_token",
+                "idp_issuer",
+                "idp_token_endpoint",
+            )
+        }
+        if options["private_key_file"]:
+            try:
+                values["private_key"] = Path(options["private_key_file"]).read_text()
+            except OSError as exc:
+                raise CommandError(f"cannot read --private-key-file: {exc}") from None
+        if grant == "client_credentials" and not (values["client_secret"] or values.get("private_key")):
+            raise CommandError("--grant client_credentials needs --client-secret or --private-key-file")
+        if grant in ("client_credentials", "cross_app") and not values["client_id"]:
+            values["client_id"] = values["idp_client_id"]
+        if grant == "client_credentials" and not values["client_id"]:
+            raise CommandError("--grant client_credentials needs --client-id")
+        row = grant_configure(server=server, user=None, grant=grant, values=values)
+        operation = services.operation_start(
+            server=server,
+            user=None,
+            kind=Operation.Kind.CONNECT,
+            source=Operation.Source.CLI,
+            redirect=self._ask_for_callback,
+        )
+        row.refresh_from_db()
+        if operation.status == Operation.Status.OK and not row.has_token:
+            # Some servers let anyone connect and ask for authorization per request.
+            operation = services.operation_start(
+                server=server,
+                user=None,
+                kind=Operation.Kind.TOOLS_LIST,
+                source=Operation.Source.CLI,
+                redirect=self._ask_for_callback,
+            )
+            row.refresh_from_db()
+            if operation.status == Operation.Status.OK and not row.has_token:
+                self.stdout.write(
+                    f"{server.name} asked for no authorization on connect or tools/list: the grant is "
+                    "kept, and a later call that is refused authorizes then"
+                )
+                return
+        if operation.status != Operation.Status.OK or not row.has_token:
+            raise CommandError(
+                f"authorization of {server.name} failed: {operation.error or 'no token was issued'}"
+            )
+        expires = f", expires {row.expires_at:%Y-%m-%d %H:%M:%S} UTC" if row.expires_at else ""
+        self.stdout.write(
+            f"authorized {server.name} ({GRANTS[grant]}): scope {row.scope or '(none named)'}{expires}; "
+            f"the token is kept sealed for later server tools|call runs (operation {operation.public_id})"
+        )
+
+    async def _ask_for_callback(self, url: str) -> str:
+        """The authorization server wants a person: print the URL, read back where it led."""
+        self.stdout.write(f"open this URL to authorize:\n  {url}")
+        if not sys.stdin.isatty():
+            raise AuthorizationRequired("no terminal to finish the sign-in on; open the URL", url)
+        self.stdout.write("then paste the URL the browser was sent back to (it carries ?code=...):")
+        line: str = await asyncio.to_thread(sys.stdin.readline)
+        if not line.strip():
+            raise AuthorizationRequired("no callback URL was given", url)
+        return line.strip()
 
     def _log_level(self, server: McpServer, level: str) -> None:
         operation = services.log_level_set(server=server, user=None, level=level, source=Operation.Source.CLI)

@@ -1,0 +1,287 @@
+"""OAuth for HTTP servers from the CLI, against a real authorization server and protected MCP
+server on localhost (``tests.fixtures.oauth_server``): discovery, registration, PKCE, the
+resource parameter, refresh, step-up, client credentials, masking, and each failure said clearly."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import Client
+
+from conversations.models import Exchange
+from servers import gateway, selectors
+from servers.grants import grant_configure
+from servers.models import McpServer, OAuthGrant, Operation
+from tests.fixtures.oauth_server import PRE_REGISTERED, FakeAuthorization, Knobs, Served
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[FakeAuthorization]:
+    with Served() as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake(served: FakeAuthorization, workbench: None) -> Iterator[FakeAuthorization]:
+    served.knobs = Knobs()
+    served.seen.clear()
+    yield served
+    gateway.close_all()
+
+
+def add(fake: FakeAuthorization, name: str = "guarded") -> McpServer:
+    call_command("server", "add", name, "--url", fake.mcp_url)
+    return McpServer.objects.get(name=name)
+
+
+def paths(fake: FakeAuthorization) -> list[str]:
+    return [entry["path"] for entry in fake.seen]
+
+
+def everything_recorded() -> str:
+    return "\n".join(
+        f"{e.label} {e.request_headers} {e.request_body} {e.response_headers} {e.response_body}"
+        for e in Exchange.objects.all()
+    )
+
+
+def test_a_server_answering_401_without_a_grant_says_it_needs_authorization_at_once(
+    fake: FakeAuthorization,
+) -> None:
+    add(fake)
+    started = time.monotonic()
+
+    with pytest.raises(CommandError, match=r"guarded needs authorization \(HTTP 401.*server auth guarded"):
+        call_command("server", "tools", "guarded")
+
+    assert time.monotonic() - started < 10
+
+
+def test_auth_discovers_through_www_authenticate_registers_and_proves_pkce(
+    fake: FakeAuthorization, capsys: pytest.CaptureFixture[str]
+) -> None:
+    add(fake)
+    call_command("server", "auth", "guarded")
+    call_command("server", "tools", "guarded")
+
+    assert "authorized guarded" in capsys.readouterr().out
+    assert paths(fake)[:5] == [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-authorization-server",
+        "/register",
+        "/authorize",
+        "/token",
+    ]
+    authorize = fake.seen[3]["query"]
+    assert authorize["code_challenge_method"] == "S256"
+    assert authorize["resource"] == fake.mcp_url
+    assert authorize["scope"] == "read admin"  # scopes_supported of the resource metadata
+    # The fake refuses a token request whose verifier or resource does not match: one was issued.
+    grant = OAuthGrant.objects.get()
+    assert grant.has_token and grant.scope == "read admin"
+    operation = Operation.objects.filter(kind="connect").get()
+    labels = [e.label for e in selectors.operation_exchanges(operation=operation)]
+    assert any(label.startswith("oauth: POST") and label.endswith("/token") for label in labels)
+
+
+def test_tokens_codes_and_verifiers_are_masked_in_the_record_and_sealed_in_the_database(
+    fake: FakeAuthorization,
+) -> None:
+    add(fake)
+    call_command("server", "auth", "guarded")
+    call_command("server", "call", "guarded", "whoami")
+
+    issued = list(fake.tokens) + list(fake.refresh_tokens)
+    recorded = everything_recorded()
+    assert issued and not any(token in recorded for token in issued)
+    assert "code_verifier=••••••" in recorded
+    grant = OAuthGrant.objects.get()
+    assert grant.sealed_tokens.startswith("enc:v1:")
+    assert not any(token in grant.sealed_tokens + grant.sealed_client for token in issued)
+
+
+def test_well_known_fallback_and_openid_discovery_when_the_challenge_names_no_metadata(
+    fake: FakeAuthorization,
+) -> None:
+    fake.knobs = Knobs(www_authenticate=False, oidc=True)
+    add(fake)
+    call_command("server", "auth", "guarded")
+
+    assert "/.well-known/oauth-protected-resource/mcp" in paths(fake)
+    assert "/.well-known/openid-configuration" in paths(fake)
+    assert OAuthGrant.objects.get().has_token
+
+
+def test_a_pre_registered_client_skips_registration(fake: FakeAuthorization) -> None:
+    fake.knobs = Knobs(dcr=False)
+    add(fake)
+    call_command(
+        "server", "auth", "guarded", "--client-id", PRE_REGISTERED[0], "--client-secret", PRE_REGISTERED[1]
+    )
+
+    assert "/register" not in paths(fake)
+    token = next(entry for entry in fake.seen if entry["path"] == "/token")
+    assert token["form"]["grant_type"] == "authorization_code"
+    assert PRE_REGISTERED[1] not in everything_recorded()
+    assert PRE_REGISTERED[1] not in OAuthGrant.objects.get().sealed_secrets
+
+
+def test_a_client_id_metadata_document_is_used_as_the_client_id_when_the_server_supports_it(
+    fake: FakeAuthorization,
+) -> None:
+    fake.knobs = Knobs(cimd=True)
+    add(fake)
+    document = "https://client.example.test/oauth/client.json"
+    call_command("server", "auth", "guarded", "--client-metadata-url", document)
+
+    assert "/register" not in paths(fake)
+    authorize = next(entry for entry in fake.seen if entry["path"] == "/authorize")
+    assert authorize["query"]["client_id"] == document
+
+
+def test_an_expired_token_is_refreshed_before_the_next_call(fake: FakeAuthorization) -> None:
+    fake.knobs = Knobs(token_lifetime=1)
+    add(fake)
+    call_command("server", "auth", "guarded")
+    first = OAuthGrant.objects.get().sealed_tokens
+    time.sleep(1.5)  # the token's lifetime: nothing to poll for
+    fake.seen.clear()
+
+    call_command("server", "call", "guarded", "whoami")
+
+    assert [entry["form"].get("grant_type") for entry in fake.seen if entry["path"] == "/token"] == [
+        "refresh_token"
+    ]
+    assert OAuthGrant.objects.get().sealed_tokens != first
+
+
+def test_insufficient_scope_steps_up_inside_the_call(
+    fake: FakeAuthorization, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.knobs = Knobs(challenge_scope="read")
+    add(fake)
+    call_command("server", "auth", "guarded")
+    assert OAuthGrant.objects.get().scope == "read"
+    fake.seen.clear()
+
+    call_command("server", "call", "guarded", "admin")
+
+    assert "admin: " in capsys.readouterr().out
+    authorize = next(entry for entry in fake.seen if entry["path"] == "/authorize")
+    assert set(authorize["query"]["scope"].split()) == {"read", "admin"}
+    assert set(OAuthGrant.objects.get().scope.split()) == {"read", "admin"}
+
+
+def test_client_credentials_with_a_secret(fake: FakeAuthorization) -> None:
+    add(fake)
+    call_command(
+        "server", "auth", "guarded", "--grant", "client_credentials",
+        "--client-id", PRE_REGISTERED[0], "--client-secret", PRE_REGISTERED[1],
+    )  # fmt: skip
+
+    token = next(entry for entry in fake.seen if entry["path"] == "/token")
+    assert token["form"]["grant_type"] == "client_credentials"
+    assert "/authorize" not in paths(fake)
+
+
+def test_client_credentials_with_a_private_key_jwt(fake: FakeAuthorization, tmp_path: Path) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    fake.knobs = Knobs(
+        public_key_pem=key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+    (tmp_path / "key.pem").write_bytes(pem)
+    add(fake)
+    call_command(
+        "server", "auth", "guarded", "--grant", "client_credentials", "--client-id", "jwt-client",
+        "--private-key-file", str(tmp_path / "key.pem"), "--signing-alg", "ES256",
+    )  # fmt: skip
+    call_command("server", "call", "guarded", "whoami")
+
+    token = next(entry for entry in fake.seen if entry["path"] == "/token")
+    assert token["form"]["client_assertion_type"].endswith("jwt-bearer")
+    assert token["form"]["client_assertion"] not in everything_recorded()
+
+
+def test_an_authorization_server_that_needs_a_person_prints_the_url_and_fails_clearly_without_a_terminal(
+    fake: FakeAuthorization, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.knobs = Knobs(auto_approve=False)
+    add(fake)
+    with pytest.raises(CommandError, match="authorization of guarded failed: .*open the URL"):
+        call_command("server", "auth", "guarded")
+
+    assert f"{fake.base}/authorize?" in capsys.readouterr().out
+    assert not OAuthGrant.objects.get().has_token
+
+
+def test_a_token_endpoint_refusal_is_named(fake: FakeAuthorization) -> None:
+    fake.knobs = Knobs(dcr=False)
+    add(fake)
+    with pytest.raises(CommandError, match="the token request failed: .*invalid_client"):
+        call_command(
+            "server", "auth", "guarded", "--client-id", "stranger", "--client-secret", "wrong-secret"
+        )
+
+
+def test_client_credentials_needs_a_secret_or_a_key(fake: FakeAuthorization) -> None:
+    add(fake)
+    with pytest.raises(CommandError, match="needs --client-secret or --private-key-file"):
+        call_command("server", "auth", "guarded", "--grant", "client_credentials", "--client-id", "x")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"\xff\xfe\x00garbage",
+        b"[" * 5000 + b"]" * 5000,
+        b'{"resource": 1}',
+        b"{" + b" " * 2_000_000 + b"}",
+    ],
+    ids=["malformed", "not-utf8", "deeply-nested", "wrong-types", "huge"],
+)
+def test_hostile_resource_metadata_ends_in_a_clear_failure_not_a_hang(
+    fake: FakeAuthorization, body: bytes
+) -> None:
+    fake.knobs = Knobs(broken_prm=body)
+    add(fake)
+    started = time.monotonic()
+
+    with pytest.raises(CommandError, match="authorization of guarded failed: guarded: "):
+        call_command("server", "auth", "guarded")
+
+    assert time.monotonic() - started < 25
+    assert not OAuthGrant.objects.get().has_token
+
+
+def test_the_callback_and_the_debugger_belong_to_their_owner(
+    fake: FakeAuthorization, alice: User, bob: User, client: Client
+) -> None:
+    server = add(fake)
+    grant = grant_configure(server=server, user=alice, grant="authorization_code", values={})
+    grant.settings = {"pending_url": f"{fake.base}/authorize?state=s1", "pending_state": "s1"}
+    grant.save()
+
+    client.force_login(bob)
+    assert client.get("/servers/oauth/callback/?code=c&state=s1").status_code == 404
+    assert client.get("/servers/guarded/oauth").status_code == 404
+    assert OAuthGrant.objects.get(pk=grant.pk).sealed_callback == ""
+
+    client.force_login(alice)
+    page = client.get("/servers/guarded/oauth")
+    assert page.status_code == 200 and b"not authorized yet" in page.content
