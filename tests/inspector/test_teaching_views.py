@@ -15,8 +15,14 @@ from django.test import Client
 from django.urls import reverse
 
 from conversations.models import LearnedCapability, ModelProfile, Turn, UserPreference
+from conversations.paradigms import PARADIGMS
 from conversations.runner import turn_run
-from conversations.services import comparison_providers_start, conversation_start, demo_profile_ensure
+from conversations.services import (
+    comparison_providers_start,
+    comparison_start,
+    conversation_start,
+    demo_profile_ensure,
+)
 from inspector.preferences import preference_set
 from servers import gateway
 from servers.models import Operation
@@ -104,6 +110,36 @@ def test_every_row_names_its_roles_explains_its_fields_and_marks_select_and_exec
     assert "(no note yet)" not in text
     # The tool_choice each model request sent, on the row itself.
     assert re.search(r'class="tool-choice-sent"[^>]*>tool_choice <code>auto</code>', text)
+
+
+@pytest.mark.parametrize("mode", ["auto", "required", "none", "named"])
+def test_every_model_step_shows_the_tool_choice_in_every_paradigm(mode: str) -> None:
+    alice = UserFactory(username="alice")
+    comparison, turns = comparison_start(
+        owner=alice,
+        question=WEATHER,
+        runs=[(demo_profile_ensure(), paradigm) for paradigm in PARADIGMS if paradigm != "auto"],
+        servers=[demo_server_ensure()],
+        tool_choice=mode,
+        tool_choice_name="demo/get_weather_forecast" if mode == "named" else "",
+        dispatch=False,
+    )
+    as_alice = _signed_in(alice)
+    for turn in turns:
+        turn_run(turn_id=turn.pk)
+        text = html.unescape(
+            as_alice.get(
+                reverse("inspector-conversation", args=[turn.conversation.public_id])
+            ).content.decode()
+        )
+        paradigm = turn.conversation.paradigm
+        calls = turn.steps.filter(kind__in=["decide", "answer"], exchanges__channel="llm").distinct().count()
+        shown = re.findall(r'class="tool-choice-sent"[^>]*>tool_choice <code>([^<]*)</code>', text)
+        assert calls and len(shown) == calls, (paradigm, shown)
+        if paradigm == "native":
+            continue
+        # Not a field of the request: the turn's mode, which the prompt (or schema) says in words.
+        assert all(value.startswith(mode) and "in words" in value for value in shown), (paradigm, shown)
 
 
 def test_the_step_through_walks_one_turn_from_the_prompt_to_the_answer() -> None:
