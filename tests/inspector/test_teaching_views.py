@@ -238,6 +238,23 @@ def test_the_500_page_renders_without_a_request() -> None:
     assert "Tool-Call Inspector" in text
 
 
+def test_a_failing_page_is_the_sites_own_styled_500(settings: Any) -> None:
+    settings.DEBUG = False
+    settings.ROOT_URLCONF = "tests.inspector.error_urls"
+    client = Client(raise_request_exception=False)
+    client.force_login(UserFactory(username="alice"))
+
+    response = client.get("/broken/")
+
+    assert response.status_code == 500
+    text = response.content.decode()
+    assert 'id="server-error"' in text and "a view that fails" not in text
+    stylesheet = re.search(r'<link rel="stylesheet" href="([^"]+)"', text)
+    assert stylesheet is not None
+    css = b"".join(client.get(stylesheet.group(1)).streaming_content).decode()  # type: ignore[attr-defined]
+    assert ".error-page {" in css
+
+
 def test_a_finished_turn_draws_its_timeline_as_svg() -> None:
     alice = UserFactory(username="alice")
     turn = _weather_turn(alice)
