@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,6 +69,16 @@ def test_every_offered_scenario_is_a_switch_the_demo_model_knows() -> None:
         "HTTP 500",
         "Slow streaming",
     } <= names
+
+
+@pytest.mark.django_db(transaction=False)
+def test_the_readme_lists_every_offered_scenario_by_name_and_switch() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| ([^|]+?) \| `(\[demo:[^`]+\])` \|", readme, re.M))
+
+    for marker, name, _ in SCENARIOS:
+        assert name in rows, name
+        assert re.sub(r"=[\d.]+\]$", "=SECONDS]", marker) == rows[name], name
 
 
 @pytest.mark.parametrize("page", ["inspector-conversations", "inspector-comparisons"])
