@@ -423,12 +423,14 @@ def turn_detail(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResp
 def turn_steps(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
     """The rows of a turn before the row numbered ``before`` (the ones a long turn's block leaves
     out until asked), rendered as the page renders every row."""
+    conversation = _conversation(request, public_id)
+    turn = _turn(conversation, turn_id)
     raw = request.GET.get("before", "")
     if not raw.isdigit():
         return HttpResponse(
             "'before' must be a step number", status=STATUS_BAD_REQUEST, content_type="text/plain"
         )
-    conversation, turn = _turn_read(request, public_id, turn_id, via="turn steps")
+    _read(request, conversation, via="turn steps", subject=f"turn {turn.seq}", detail={"turn": turn.pk})
     rows = selectors.turn_rows(turn=turn, before_seq=int(raw))
     return render(request, "inspector/_steps.html", {"conversation": conversation, "rows": rows})
 
