@@ -246,7 +246,12 @@ class _Asker:
     def _prompt(self, request: ModelRequest) -> Callable[[], dict[str, Any]]:
         """The step's spliced prompt and token counts, for the recorder to work out when it likes:
         from a copy of the request, which the paradigm may go on to change."""
-        frozen = replace(request, messages=list(request.messages), tools=list(request.tools))
+        frozen = replace(
+            request,
+            messages=list(request.messages),
+            tools=list(request.tools),
+            tool_texts=dict(request.tool_texts),
+        )
         render = self.render
 
         def fields() -> dict[str, Any]:

@@ -8,6 +8,10 @@ The server page counts it so too — under the name a conversation sends (``<ser
 stand-in encoding — so the same tool counts the same on the server page and in a demo
 conversation (docs/teaching.md §6).
 
+A paradigm that writes its tools into the prompt (prompt_json, prompt_xml, intent) says what it
+wrote for each (``ModelRequest.tool_texts``); those texts are the tools' counts
+(:func:`prompt_tools_counted`), so every paradigm's tool definitions have a count and a cost.
+
 A structured-output request sends a schema (``response_format``) besides its messages; the
 model reads it, so the prompt's count includes it and the tool-definition counts list it as
 ``response_format`` (:func:`with_response_format`).
@@ -78,6 +82,20 @@ def definitions_counted(spliced: Spliced, tools: Sequence[JSONDict]) -> Spliced:
         return spliced
     note = f"{report.note}; each tool: its JSON definition, as the server page counts it"
     return replace(spliced, tokens=replace(report, tools=counts, note=note))
+
+
+def prompt_tools_counted(spliced: Spliced, texts: Mapping[str, str]) -> Spliced:
+    """``spliced`` with each tool counted as the text its paradigm wrote for it into the prompt
+    (``texts``, by name): part of the prompt's count, listed apart as the tool's definition."""
+    report = spliced.tokens
+    if not texts or report.encoding is None or report.prompt is None:
+        return spliced
+    try:
+        counts = {name: count_tokens(text, report.encoding) for name, text in texts.items()}
+    except Exception:  # noqa: BLE001 — keep the report as it was
+        return spliced
+    note = f"{report.note}; each tool: the text the paradigm writes for it into the prompt"
+    return replace(spliced, tokens=replace(report, tools={**report.tools, **counts}, note=note))
 
 
 def with_response_format(spliced: Spliced, response_format: JSONDict | None) -> Spliced:

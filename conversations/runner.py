@@ -23,7 +23,7 @@ from django.db import DatabaseError
 
 from conversations.agent import AgentTurn, PromptRenderer, TurnCancelled, run_agent
 from conversations.capabilities import CAPABILITY_FIELDS, capability_downgrades_remember
-from conversations.counting import definitions_counted, with_response_format
+from conversations.counting import definitions_counted, prompt_tools_counted, with_response_format
 from conversations.lifecycle import CANCEL, TurnSignal, turn_claim, turn_unwatch, turn_watch, turns_reap_stale
 from conversations.llm import Message, ToolChoice, ToolDef
 from conversations.models import ModelProfile, Turn
@@ -176,6 +176,7 @@ def prompt_renderer(profile: ModelProfile) -> PromptRenderer:
         )
         # The schema a structured request sends is read by the model too (docs/teaching.md §6).
         spliced = definitions_counted(spliced, [wire_tool(t) for t in request.tools])
+        spliced = prompt_tools_counted(spliced, request.tool_texts)
         return with_response_format(spliced, request.response_format)
 
     return render

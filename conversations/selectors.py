@@ -111,7 +111,8 @@ def _rows() -> QuerySet[Step]:
     children = Step.objects.select_related("server").prefetch_related(_exchanges()).order_by("seq")
     return (
         Step.objects.filter(parent__isnull=True)
-        .select_related("server")
+        # The turn too: a model call's row shows the turn's tool_choice.
+        .select_related("server", "turn")
         .prefetch_related(_exchanges(), Prefetch("children", queryset=children))
         .order_by("seq")
     )

@@ -3,7 +3,8 @@
 On connect it checks the user and the conversation, then (if the browser says what it last
 saw) re-sends every row changed since; afterwards each ``step.changed`` / ``turn.changed``
 event is rendered from the database with the same fragment templates the page uses, with the
-teaching layer when the user has teaching mode on at that moment (docs/teaching.md §1). A
+teaching layer when the user had teaching mode on when the socket connected (docs/teaching.md §1):
+switching it reloads the page, whose new socket follows the new setting. A
 ``step.partial`` event (a streamed reply so far, never stored) is passed on as it came, as plain
 data for the page to show as text.
 """
@@ -32,6 +33,7 @@ CLOSE_NOT_FOUND = 4404
 class ConversationConsumer(AsyncJsonWebsocketConsumer):
     conversation: Conversation
     group: str
+    teaching: bool = False
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -46,18 +48,13 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             return
         # The socket streams every row of the conversation: a read, like the page's.
         await sync_to_async(audit_read)(actor=user, conversation=self.conversation, via="websocket")
+        # Read once: the rows this socket sends are for the page that opened it, rendered with
+        # the preference that page was rendered with.
+        self.teaching = (await sync_to_async(preference_get)(user=user)).teaching
         live.bind_server_loop(asyncio.get_running_loop())
         self.group = live.conversation_group(self.conversation.public_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-
-    async def _teaching(self) -> bool:
-        """The user's teaching preference now: a row follows it as soon as it changes."""
-        user = self.scope.get("user")
-        if user is None:
-            return False
-        preference = await sync_to_async(preference_get)(user=user)
-        return preference.teaching
 
     async def disconnect(self, code: int) -> None:
         if hasattr(self, "group"):
@@ -73,20 +70,20 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "error", "message": "catch_up needs an ISO-8601 'since'"})
             return
         for message in await sync_to_async(render_catch_up)(
-            conversation=self.conversation, since=since, teaching=await self._teaching()
+            conversation=self.conversation, since=since, teaching=self.teaching
         ):
             await self.send_json(message)
 
     async def step_changed(self, event: StepChanged) -> None:
         message = await sync_to_async(render_row)(
-            conversation=self.conversation, step_id=event["step_id"], teaching=await self._teaching()
+            conversation=self.conversation, step_id=event["step_id"], teaching=self.teaching
         )
         if message is not None:
             await self.send_json(message)
 
     async def turn_changed(self, event: TurnChanged) -> None:
         message = await sync_to_async(render_turn)(
-            conversation=self.conversation, turn_id=event["turn_id"], teaching=await self._teaching()
+            conversation=self.conversation, turn_id=event["turn_id"], teaching=self.teaching
         )
         if message is not None:
             await self.send_json(message)

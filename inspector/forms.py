@@ -224,6 +224,10 @@ def _known_tools(user: AbstractBaseUser) -> dict[str, list[str]]:
     return known
 
 
+# A tool the bundled demo server offers: the example a hint gives (it must exist).
+NAMED_EXAMPLE = "demo/get_weather_forecast"
+
+
 class _ToolChoiceForm(forms.Form):
     """tool_choice, its tool name and the MCP servers: shared by conversations and comparisons."""
 
@@ -233,7 +237,7 @@ class _ToolChoiceForm(forms.Form):
         required=False,
         label="Named tool",
         help_text="With tool_choice “named”: the one tool the model must call, as server/tool.",
-        widget=forms.TextInput(attrs={"placeholder": "server/tool, e.g. demo/get_weather_forecast"}),
+        widget=forms.TextInput(attrs={"placeholder": f"server/tool, e.g. {NAMED_EXAMPLE}"}),
     )
     servers = _ServerChoiceField(
         queryset=servers_for_form(),
@@ -296,7 +300,7 @@ class _ToolChoiceForm(forms.Form):
             self.add_error("tool_choice_name", "tool_choice “named” needs the tool, as server/tool.")
             return cleaned
         if not _looks_like_server_tool(name):
-            self.add_error("tool_choice_name", "Write the tool as server/tool, e.g. demo/get_forecast.")
+            self.add_error("tool_choice_name", f"Write the tool as server/tool, e.g. {NAMED_EXAMPLE}.")
             return cleaned
         server_name, _, tool = name.partition("/")
         selected = {server.name for server in cleaned.get("servers") or []}

@@ -628,9 +628,16 @@ LAYERS: Mapping[str, str] = {
 }
 
 
-def sent_tool_choice(body: str, fmt: str) -> str:
+def turn_tool_choice(mode: str, name: str = "") -> str:
+    """A turn's tool_choice as the pages write it: the mode, and the named tool."""
+    return f"{mode} → {name}" if mode == "named" and name else mode
+
+
+def sent_tool_choice(body: str, fmt: str, *, in_words: str = "") -> str:
     """The tool_choice a model request sent, as written on the wire (compact JSON for an object);
-    for a request without one, why (docs/wire-formats.md §1, §3, §4, §5)."""
+    for a request without one, why (docs/wire-formats.md §1, §3, §4, §5). ``in_words`` is the
+    turn's tool_choice (:func:`turn_tool_choice`): a request that sends no tools field is a
+    paradigm's, whose prompt says that tool_choice in words."""
     try:
         data = json.loads(body)
     except ValueError:
@@ -649,9 +656,9 @@ def sent_tool_choice(body: str, fmt: str) -> str:
         value = data.get("tool_choice")
     if value is None:
         has_tools = bool(data.get("tools"))
-        return (
-            "not sent (the provider's default: auto)"
-            if has_tools
-            else "not sent (no tools field: any tools are prompt text)"
-        )
+        if has_tools:
+            return "not sent (the provider's default: auto)"
+        if in_words:
+            return f"{in_words} — not a field: the prompt says it in words"
+        return "not sent (no tools field: any tools are prompt text)"
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -31,6 +31,7 @@ from conversations.models import Comparison, Conversation, Step, Turn
 from conversations.pricing import profile_price_set
 from conversations.transcripts.export import BINARY_FORMATS, EXPORT_FORMATS, MEDIA_TYPES, ExportFormat
 from conversations.transcripts.importing import TranscriptError
+from conversations.typealias import JSONDict
 from inspector import charts, fragments, walkthrough
 from inspector.forms import (
     ComparisonForm,
@@ -91,6 +92,43 @@ def _comparison(request: HttpRequest, public_id: UUID) -> Comparison:
         return selectors.comparison_get(user=_user(request), public_id=public_id)
     except Comparison.DoesNotExist:
         raise Http404("No such comparison.") from None
+
+
+def _turn(conversation: Conversation, turn_id: int) -> Turn:
+    turn = selectors.turn_get(conversation=conversation, turn_id=turn_id)
+    if turn is None:
+        raise Http404("No such turn.")
+    return turn
+
+
+def _step(conversation: Conversation, step_id: int) -> Step:
+    step = selectors.step_get(conversation=conversation, step_id=step_id)
+    if step is None:
+        raise Http404("No such step.")
+    return step
+
+
+def _read(
+    request: HttpRequest, conversation: Conversation, *, via: str, subject: str, detail: JSONDict
+) -> None:
+    """The user read part of the conversation's record (``conversations.audit.audit_read``)."""
+    audit_read(actor=_user(request), conversation=conversation, via=via, subject=subject, detail=detail)
+
+
+def _turn_read(request: HttpRequest, public_id: UUID, turn_id: int, *, via: str) -> tuple[Conversation, Turn]:
+    """A turn of one of the user's conversations (anyone else's is a 404), its read audited."""
+    conversation = _conversation(request, public_id)
+    turn = _turn(conversation, turn_id)
+    _read(request, conversation, via=via, subject=f"turn {turn.seq}", detail={"turn": turn.pk})
+    return conversation, turn
+
+
+def _step_read(request: HttpRequest, public_id: UUID, step_id: int, *, via: str) -> tuple[Conversation, Step]:
+    """A step of one of the user's conversations (anyone else's is a 404), its read audited."""
+    conversation = _conversation(request, public_id)
+    step = _step(conversation, step_id)
+    _read(request, conversation, via=via, subject=f"step {step.pk}", detail={"step": step.pk})
+    return conversation, step
 
 
 def _spawn_refusals(request: HttpRequest, conversation: Conversation) -> list[str]:
@@ -329,9 +367,9 @@ def exchange_body(request: HttpRequest, public_id: UUID, exchange_id: int) -> Ht
         return HttpResponse(
             "part must be request or response", status=STATUS_BAD_REQUEST, content_type="text/plain"
         )
-    audit_read(
-        actor=_user(request),
-        conversation=conversation,
+    _read(
+        request,
+        conversation,
         via="exchange body",
         subject=f"exchange {exchange.pk} {part}",
         detail={"exchange": exchange.pk, "part": part},
@@ -343,25 +381,10 @@ def exchange_body(request: HttpRequest, public_id: UUID, exchange_id: int) -> Ht
     return render(request, "inspector/_exchange_body.html", {"body": body})
 
 
-def _step(conversation: Conversation, step_id: int) -> Step:
-    step = selectors.step_get(conversation=conversation, step_id=step_id)
-    if step is None:
-        raise Http404("No such step.")
-    return step
-
-
 @require_GET
 def step_prompt(request: HttpRequest, public_id: UUID, step_id: int) -> HttpResponse:
     """A step's whole spliced prompt: escaped HTML for the page, or with ``raw=1`` the exact text."""
-    conversation = _conversation(request, public_id)
-    step = _step(conversation, step_id)
-    audit_read(
-        actor=_user(request),
-        conversation=conversation,
-        via="spliced prompt",
-        subject=f"step {step.pk}",
-        detail={"step": step.pk},
-    )
+    _, step = _step_read(request, public_id, step_id, via="spliced prompt")
     if request.GET.get("raw"):
         return HttpResponse(step.prompt, content_type="text/plain; charset=utf-8")
     return render(request, "inspector/_exchange_body.html", {"body": step.prompt})
@@ -370,18 +393,10 @@ def step_prompt(request: HttpRequest, public_id: UUID, step_id: int) -> HttpResp
 @require_GET
 def step_prompt_diff(request: HttpRequest, public_id: UUID, step_id: int) -> HttpResponse:
     """The line diff of a step's spliced prompt against the turn's previous model call's."""
-    conversation = _conversation(request, public_id)
-    step = _step(conversation, step_id)
+    _, step = _step_read(request, public_id, step_id, via="prompt diff")
     diff = presentation.step_prompt_diff(step=step)
     if diff is None:
         raise Http404("This step has no previous model call to compare with.")
-    audit_read(
-        actor=_user(request),
-        conversation=conversation,
-        via="prompt diff",
-        subject=f"step {step.pk}",
-        detail={"step": step.pk},
-    )
     return render(request, "inspector/_prompt_diff.html", {"diff": diff})
 
 
@@ -396,17 +411,7 @@ def conversation_chain(request: HttpRequest, public_id: UUID) -> HttpResponse:
 @require_GET
 def turn_detail(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
     """One whole turn block with its rows, as the page renders it (a folded turn, unfolded)."""
-    conversation = _conversation(request, public_id)
-    turn = selectors.turn_get(conversation=conversation, turn_id=turn_id)
-    if turn is None:
-        raise Http404("No such turn.")
-    audit_read(
-        actor=_user(request),
-        conversation=conversation,
-        via="turn",
-        subject=f"turn {turn.seq}",
-        detail={"turn": turn.pk},
-    )
+    conversation, turn = _turn_read(request, public_id, turn_id, via="turn")
     rows = selectors.turn_rows(turn=turn)
     context = fragments.turn_context(
         conversation=conversation, turn=turn, rows=rows, teaching=request_preferences(request).teaching
@@ -419,21 +424,13 @@ def turn_steps(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpRespo
     """The rows of a turn before the row numbered ``before`` (the ones a long turn's block leaves
     out until asked), rendered as the page renders every row."""
     conversation = _conversation(request, public_id)
-    turn = selectors.turn_get(conversation=conversation, turn_id=turn_id)
-    if turn is None:
-        raise Http404("No such turn.")
+    turn = _turn(conversation, turn_id)
     raw = request.GET.get("before", "")
     if not raw.isdigit():
         return HttpResponse(
             "'before' must be a step number", status=STATUS_BAD_REQUEST, content_type="text/plain"
         )
-    audit_read(
-        actor=_user(request),
-        conversation=conversation,
-        via="turn steps",
-        subject=f"turn {turn.seq}",
-        detail={"turn": turn.pk},
-    )
+    _read(request, conversation, via="turn steps", subject=f"turn {turn.seq}", detail={"turn": turn.pk})
     rows = selectors.turn_rows(turn=turn, before_seq=int(raw))
     return render(request, "inspector/_steps.html", {"conversation": conversation, "rows": rows})
 
@@ -441,9 +438,7 @@ def turn_steps(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpRespo
 @require_POST
 def turn_replay(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
     conversation = _conversation(request, public_id)
-    turn = selectors.turn_get(conversation=conversation, turn_id=turn_id)
-    if turn is None:
-        raise Http404("No such turn.")
+    turn = _turn(conversation, turn_id)
     try:
         replay, _ = services.turn_replay(turn=turn, actor=_user(request))
     except services.ReplayError as exc:
@@ -561,17 +556,7 @@ def comparison_summary(request: HttpRequest, public_id: UUID) -> HttpResponse:
 @require_GET
 def turn_walk(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
     """One turn, one slide at a time (``?at=N``, from 1): the step-through for a projector."""
-    conversation = _conversation(request, public_id)
-    turn = selectors.turn_get(conversation=conversation, turn_id=turn_id)
-    if turn is None:
-        raise Http404("No such turn.")
-    audit_read(
-        actor=_user(request),
-        conversation=conversation,
-        via="step-through",
-        subject=f"turn {turn.seq}",
-        detail={"turn": turn.pk},
-    )
+    conversation, turn = _turn_read(request, public_id, turn_id, via="step-through")
     slides = walkthrough.turn_slides(selectors.turn_rows(turn=turn))
     raw = request.GET.get("at", "1")
     at = min(max(int(raw), 1), max(len(slides), 1)) if raw.isdigit() else 1

@@ -86,7 +86,9 @@ def _model_slides(step: Step, exchanges: Sequence[Exchange]) -> list[Slide]:
         )
     for exchange in exchanges:
         choice = teaching.sent_tool_choice(
-            exchange.request_body, teaching.body_format(channel="llm", label=exchange.label)
+            exchange.request_body,
+            teaching.body_format(channel="llm", label=exchange.label),
+            in_words=teaching.turn_tool_choice(step.turn.tool_choice, step.turn.tool_choice_name),
         )
         title = f"#{step.seq} The request: {exchange.label}" + (f" · tool_choice {choice}" if choice else "")
         slides.append(_exchange_slide(step, exchange, "request", layer="request", title=title))

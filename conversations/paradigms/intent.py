@@ -36,6 +36,7 @@ from conversations.paradigms.prompting import (
     parameter_lines,
     render_history,
     repaired_object,
+    tool_line,
     tools_block,
     unfence,
 )
@@ -47,9 +48,14 @@ from conversations.typealias import JSONDict, JSONValue
 _UNKNOWN_LABEL = "not among the offered tools"
 
 
+def classify_lines(tools: Sequence[ToolDef]) -> dict[str, str]:
+    """Each tool's line in the classification prompt (its name and one-line description), by name."""
+    return {tool.provider_name: f"- {tool.provider_name}: {one_line(tool.description)}" for tool in tools}
+
+
 def classify_prompt(tools: Sequence[ToolDef], *, required: bool, results: bool) -> str:
     """Names and one-line descriptions only; the answer is a label."""
-    listing = "\n".join(f"- {tool.provider_name}: {one_line(tool.description)}" for tool in tools)
+    listing = "\n".join(classify_lines(tools).values())
     if required:
         ask = "A tool call is required: reply with exactly one tool name from the list (none is not allowed)."
     else:
@@ -62,6 +68,15 @@ def classify_prompt(tools: Sequence[ToolDef], *, required: bool, results: bool) 
         )
     lines.append("Reply with the name only, with no other words.")
     return "\n".join(lines)
+
+
+def fill_definition(tool: ToolDef) -> str:
+    """What the fill prompt writes of the chosen tool: its description, parameters and schema line."""
+    parameters = parameter_lines(tool.input_schema) or ["(none)"]
+    return (
+        f"{tool.provider_name}: {tool.description.strip() or '(no description)'}\n"
+        "Parameters:\n" + "\n".join(parameters) + "\n" + tool_line(tool)
+    )
 
 
 def fill_prompt(tool: ToolDef) -> str:
@@ -125,7 +140,9 @@ class IntentParadigm:
     ) -> tuple[str | None, list[str]]:
         required = context.choice.mode == "required"
         system = classify_prompt(tools, required=required, results=has_tool_history(context.messages))
-        request = ModelRequest(messages=[Message(role="system", content=system), *history])
+        request = ModelRequest(
+            messages=[Message(role="system", content=system), *history], tool_texts=classify_lines(tools)
+        )
         names = [tool.provider_name for tool in tools]
 
         def read(reply: ModelReply) -> Attempt:
@@ -157,7 +174,10 @@ class IntentParadigm:
     def _fill(
         self, context: DecisionContext, tool: ToolDef, history: list[Message], notes: list[str]
     ) -> Decision:
-        request = ModelRequest(messages=[Message(role="system", content=fill_prompt(tool)), *history])
+        request = ModelRequest(
+            messages=[Message(role="system", content=fill_prompt(tool)), *history],
+            tool_texts={tool.provider_name: fill_definition(tool)},
+        )
         ids = call_ids(context.messages)
 
         def read(reply: ModelReply) -> Attempt:

@@ -27,6 +27,7 @@ from conversations.paradigms.prompting import (
     attempt_from,
     call_ids,
     call_required,
+    catalogue_texts,
     choice_rule,
     has_tool_history,
     ignore_calls_when_none,
@@ -90,7 +91,8 @@ class PromptJsonParadigm:
             messages=[
                 Message(role="system", content=system),
                 *render_history(context.messages, own=self.key, calls=json_call, results=json_results),
-            ]
+            ],
+            tool_texts=catalogue_texts(tools),
         )
         schemas = {tool.provider_name: tool.input_schema for tool in context.tools}
         ids = call_ids(context.messages)

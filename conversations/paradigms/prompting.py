@@ -2,7 +2,7 @@
 
 Rendering the neutral history into plain messages (``render_history``), synthesising call ids
 (``call_ids``), listing tools readably (``tools_block``, ``tool_catalogue``,
-``parameter_lines``), tool_choice in words (``choice_rule``, ``must_call``), the JSON way of
+``parameter_lines``) and saying what was written for each (``catalogue_texts``), tool_choice in words (``choice_rule``, ``must_call``), the JSON way of
 writing calls and results back (``json_call``, ``json_results``: the prompt_json convention of
 docs/wire-formats.md §8, which intent and structured also speak), reading a reply into an
 :class:`Attempt`, and asking exactly once more when a required call did not come
@@ -137,30 +137,38 @@ def target(choice: ToolChoice, tools: Sequence[ToolDef]) -> str:
     return tools[0].provider_name if choice.mode == "named" and tools else "one of the tools"
 
 
+def tool_line(tool: ToolDef) -> str:
+    """One tool as the JSON line ``tools_block`` lists it under: name, description, parameters."""
+    return json.dumps(
+        {"name": tool.provider_name, "description": tool.description, "parameters": tool.input_schema},
+        ensure_ascii=False,
+    )
+
+
 def tools_block(tools: Sequence[ToolDef]) -> str:
     """Each tool as one JSON object per line inside ``<tools>``: exact, and easy to read back."""
-    lines = [
-        json.dumps(
-            {"name": tool.provider_name, "description": tool.description, "parameters": tool.input_schema},
-            ensure_ascii=False,
-        )
-        for tool in tools
-    ]
-    return "<tools>\n" + "\n".join(lines) + "\n</tools>"
+    return "<tools>\n" + "\n".join(tool_line(tool) for tool in tools) + "\n</tools>"
+
+
+def _catalogue_section(tool: ToolDef) -> str:
+    lines = [f"### {tool.provider_name}", tool.description.strip() or "(no description)", "Parameters:"]
+    lines += parameter_lines(tool.input_schema) or ["(none)"]
+    return "\n".join(lines)
 
 
 def tool_catalogue(tools: Sequence[ToolDef]) -> str:
     """The tools for a reader: name, description, one line per parameter; then the exact schemas."""
-    sections = []
-    for tool in tools:
-        lines = [f"### {tool.provider_name}", tool.description.strip() or "(no description)", "Parameters:"]
-        lines += parameter_lines(tool.input_schema) or ["(none)"]
-        sections.append("\n".join(lines))
     return (
-        "\n\n".join(sections)
+        "\n\n".join(_catalogue_section(tool) for tool in tools)
         + "\n\nThe same tools as JSON, one per line (name, description, and the JSON Schema of the "
         "parameters):\n" + tools_block(tools)
     )
+
+
+def catalogue_texts(tools: Sequence[ToolDef]) -> dict[str, str]:
+    """What :func:`tool_catalogue` writes for each tool (its section and its JSON line), by name:
+    the tool's definition as the prompt carries it (``ModelRequest.tool_texts``)."""
+    return {tool.provider_name: f"{_catalogue_section(tool)}\n{tool_line(tool)}" for tool in tools}
 
 
 def parameter_lines(schema: JSONDict) -> list[str]:
@@ -255,6 +263,7 @@ def ask_with_retry(
                 Message(role="user", content=objection.correction),
             ],
             response_format=request.response_format,
+            tool_texts=dict(request.tool_texts),
         )
         attempt = read(context.asker.ask(again, title=objection.title))
         attempt.diagnostics[:0] = notes

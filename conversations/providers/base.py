@@ -36,6 +36,9 @@ class ModelRequest:
 
     ``tools`` are sent as native tool definitions (empty for prompt paradigms, which put them in
     the messages instead); ``response_format`` is the structured-output schema, if any.
+    ``tool_texts`` is, for a paradigm that writes its tools into the messages, the text it wrote
+    for each tool, by the name the tool is offered under: what the prompt would lose without that
+    tool, counted as the tool's definition (docs/teaching.md §6). It is not sent.
     """
 
     messages: list[Message]
@@ -43,6 +46,7 @@ class ModelRequest:
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
     parallel_tool_calls: bool | None = None
     response_format: JSONDict | None = None
+    tool_texts: dict[str, str] = field(default_factory=dict)
     # Generation options (an MCP server's sampling request sets them; a turn leaves them unset):
     # each provider sends those its request can carry (docs/mcp-client.md §5).
     max_tokens: int | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from django import template
 from django.http import HttpRequest
 
-from conversations.models import Exchange, UserPreference
+from conversations.models import Exchange, Step, UserPreference
 from inspector import teaching
 from inspector.preferences import request_preferences
 
@@ -94,12 +94,16 @@ def execute_note() -> teaching.Note:
 
 
 @register.filter
-def tool_choice_sent(exchange: Exchange) -> str:
-    """The tool_choice value a model request carried (for the row's head)."""
+def tool_choice_sent(exchange: Exchange, step: Step) -> str:
+    """The tool_choice value a model request carried (for the row's head); for a paradigm's
+    request without the field, the turn's, which its prompt says in words."""
     if exchange.channel != "llm" or len(exchange.request_body) > FIELDS_LIMIT_CHARS:
         return ""
+    turn = step.turn
     return teaching.sent_tool_choice(
-        exchange.request_body, teaching.body_format(channel=exchange.channel, label=exchange.label)
+        exchange.request_body,
+        teaching.body_format(channel=exchange.channel, label=exchange.label),
+        in_words=teaching.turn_tool_choice(turn.tool_choice, turn.tool_choice_name),
     )
 
 

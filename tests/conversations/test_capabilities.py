@@ -48,13 +48,18 @@ def _titles(turn: Turn, kind: str) -> list[str]:
 
 
 def test_a_demo_scenario_refusal_does_not_downgrade_the_shared_demo_profile_for_another_user() -> None:
-    alices = _auto_turn("alice", f"[demo:no-native-tools] {WEATHER}")
+    alices = _auto_turn("alice", f"[demo:no-native-tools] [demo:no-structured] {WEATHER}")
     assert alices.status == "done", alices.error
-    assert _titles(alices, "fallback") == ["fallback: native → structured"]
+    # The whole fallback chain, each rung refused by the scenario.
+    assert _titles(alices, "fallback") == [
+        "fallback: native → structured",
+        "fallback: structured → prompt_xml",
+    ]
 
     bobs = _auto_turn("bob", WEATHER)
 
-    assert demo_profile_ensure().native_tools == "yes"
+    shared = demo_profile_ensure()
+    assert (shared.native_tools, shared.structured_output) == ("yes", "yes")
     assert not LearnedCapability.objects.exists()
     assert bobs.status == "done", bobs.error
     assert _titles(bobs, "fallback") == []

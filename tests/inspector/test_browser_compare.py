@@ -19,6 +19,9 @@ pytestmark = pytest.mark.browser
 
 __all__ = ["browser"]
 
+# Every paradigm but auto (which is one of them, chosen at run time).
+PARADIGMS = ("native", "prompt_xml", "prompt_json", "structured", "intent")
+
 
 @dataclass
 class Compared:
@@ -30,9 +33,7 @@ class Compared:
 def compared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compared]:
     server = InspectorServer(tmp_path_factory.mktemp("compare"))
     server.set_up()
-    document = json.loads(
-        _manage(server, "ask", WEATHER, "--compare", "native,structured,prompt_xml", "--json")
-    )
+    document = json.loads(_manage(server, "ask", WEATHER, "--compare", ",".join(PARADIGMS), "--json"))
     server.start()
     try:
         yield Compared(server, f"{server.base}/compare/{document['comparison']}/")
@@ -52,7 +53,7 @@ def test_compare_shows_each_prompt_beside_its_reply_diffs_two_and_draws_the_char
     page.goto(compared.url)
 
     runs = page.locator(".compare-sent .sent-run")
-    expect(runs).to_have_count(3)
+    expect(runs).to_have_count(len(PARADIGMS))
     first = runs.nth(0)
     expect(first.locator(".sent-prompt pre")).to_contain_text(WEATHER)
     expect(first.locator(".sent-reply pre")).to_contain_text('"choices"')
@@ -66,17 +67,18 @@ def test_compare_shows_each_prompt_beside_its_reply_diffs_two_and_draws_the_char
         assert reply_box["y"] >= prompt_box["y"] + prompt_box["height"] - 1
 
     # Pick two runs: the diff of prompt_xml's prompt against native's adds its tool text.
+    xml = str(PARADIGMS.index("prompt_xml") + 1)
     page.select_option(".sent-diff-pick select[name=a]", "1")
-    page.select_option(".sent-diff-pick select[name=b]", "3")
+    page.select_option(".sent-diff-pick select[name=b]", xml)
     page.locator(".sent-diff-pick button").click()
-    page.wait_for_url("**a=1&b=3*")
+    page.wait_for_url(f"**a=1&b={xml}*")
     expect(page.locator(".sent-diff pre.diff .dl.add").first).to_be_visible()
-    expect(page.locator(".sent-diff .diff-summary")).to_contain_text("run 3 against run 1")
+    expect(page.locator(".sent-diff .diff-summary")).to_contain_text(f"run {xml} against run 1")
 
     charts = page.locator("#compare-charts .compare-chart")
     expect(charts).to_have_count(6)
     tokens = page.locator('.compare-chart[data-measure="prompt_tokens"] svg rect')
-    expect(tokens).to_have_count(3)
+    expect(tokens).to_have_count(len(PARADIGMS))
     expect(tokens.first).to_be_visible()
     expect(page.locator('.compare-chart[data-measure="cost"]')).to_contain_text("no price or no usage")
     assert _overflow(page) == 0

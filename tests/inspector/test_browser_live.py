@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import Browser, Page, expect
 
 from tests.inspector.test_browser import PASSWORD, InspectorServer
 from tests.inspector.test_browser_streaming import CREATE_PROFILE, PROFILE
@@ -57,26 +57,34 @@ def streaming_server(tmp_path: Path) -> Iterator[InspectorServer]:
         server.stop()
 
 
-def test_while_streaming_waiting_and_streaming_never_show_together_and_nothing_overflows(
-    browser: Browser, streaming_server: InspectorServer
-) -> None:
-    context = browser.new_context(viewport={"width": 390, "height": 844})
-    page = context.new_page()
+def _signed_in(browser: Browser, server: InspectorServer, width: int, height: int) -> Page:
+    page = browser.new_context(viewport={"width": width, "height": height}).new_page()
     page.add_init_script(WATCH)
-    page.goto(f"{streaming_server.base}/accounts/login/")
+    page.goto(f"{server.base}/accounts/login/")
     page.fill("input[name=username]", "admin")
     page.fill("input[name=password]", PASSWORD)
     page.click("form.stacked-form button[type=submit]")
-    page.wait_for_url(f"{streaming_server.base}/")
-    page.select_option("form#new-conversation select[name=model_profile]", label=f"{PROFILE} · demo (demo)")
-    page.fill("textarea[name=question]", QUESTION)
-    page.locator("form#new-conversation [type=submit]").click()
-    page.wait_for_url("**/c/*/")
+    page.wait_for_url(f"{server.base}/")
+    return page
 
-    expect(page.locator(".partial-stream").first).to_be_visible(timeout=30_000)
-    expect(page.locator("[id^=turn-status-]")).to_have_attribute("data-status", "done", timeout=90_000)
 
-    assert page.evaluate("window.__seen") > 0
-    assert page.evaluate("window.__both") == 0
-    assert page.evaluate("window.__overflow") == 0
-    context.close()
+def test_while_streaming_waiting_and_streaming_never_show_together_and_nothing_overflows(
+    browser: Browser, streaming_server: InspectorServer
+) -> None:
+    # One streamed turn, watched on a phone (the columns stacked) and at 1280 px (side by side).
+    phone = _signed_in(browser, streaming_server, 390, 844)
+    wide = _signed_in(browser, streaming_server, 1280, 800)
+    phone.select_option("form#new-conversation select[name=model_profile]", label=f"{PROFILE} · demo (demo)")
+    phone.fill("textarea[name=question]", QUESTION)
+    phone.locator("form#new-conversation [type=submit]").click()
+    phone.wait_for_url("**/c/*/")
+    wide.goto(phone.url)
+
+    for page in (phone, wide):
+        expect(page.locator(".partial-stream").first).to_be_visible(timeout=30_000)
+    for page in (phone, wide):
+        expect(page.locator("[id^=turn-status-]")).to_have_attribute("data-status", "done", timeout=90_000)
+        assert page.evaluate("window.__seen") > 0
+        assert page.evaluate("window.__both") == 0
+        assert page.evaluate("window.__overflow") == 0
+        page.context.close()

@@ -169,17 +169,41 @@ def test_the_step_through_shows_one_layer_at_a_time_in_large_type(browser: Brows
     assert _overflow(page) == 0
 
 
-def test_a_scenario_chosen_by_name_makes_the_demo_model_misbehave(browser: Browser, setting: Setting) -> None:
+@pytest.mark.parametrize(
+    ("scenario", "marker"),
+    [("Malformed JSON", "malformed-json"), ("Missing argument", "missing-argument")],
+    ids=["a parse error", "a parameter error"],
+)
+def test_a_scenario_chosen_by_name_makes_the_demo_model_err_and_the_error_is_repaired(
+    browser: Browser, setting: Setting, scenario: str, marker: str
+) -> None:
     page = _signed_in(browser, setting)
     page.fill("textarea[name=question]", WEATHER)
-    page.locator("label", has_text="Unknown tool — ").click()
+    page.locator("label", has_text=f"{scenario} — ").click()
     page.locator("form#new-conversation [type=submit]").click()
     page.wait_for_url("**/c/*/")
 
     expect(page.locator("[id^=turn-status-]")).to_contain_text("Beijing", timeout=30_000)
-    expect(page.locator(".turn .question")).to_contain_text("[demo:unknown-tool]")
+    expect(page.locator(".turn .question")).to_contain_text(f"[demo:{marker}]")
+    # The model's first call is rejected, said why, and sent back; its next call is valid.
     expect(page.locator(".call.tone-error").first).to_contain_text("rejected")
     expect(page.locator(".call.tone-ok").first).to_contain_text("valid")
+
+
+def test_auto_shows_its_fallback_chain_when_a_scenario_refuses_native_tools(
+    browser: Browser, setting: Setting
+) -> None:
+    page = _signed_in(browser, setting)
+    page.fill("textarea[name=question]", WEATHER)
+    page.check("form#new-conversation input[name=paradigm][value=auto]")
+    page.locator("label", has_text="No native tools — ").click()
+    page.locator("form#new-conversation [type=submit]").click()
+    page.wait_for_url("**/c/*/")
+
+    expect(page.locator("[id^=turn-status-]")).to_contain_text("Beijing", timeout=30_000)
+    expect(page.locator(".fallback-note .fallback-title").first).to_contain_text("native → structured")
+    # The refused request is on the page too: the rung the model said no to.
+    expect(page.locator("section.step.kind-error").first).to_contain_text("400")
 
 
 def test_a_learned_capability_is_shown_with_why_and_reset(browser: Browser, setting: Setting) -> None:

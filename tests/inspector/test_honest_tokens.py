@@ -6,6 +6,7 @@ prices. Real runs: the demo model in-process, the demo MCP server over stdio."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from decimal import Decimal
 
@@ -36,12 +37,15 @@ def _close_sessions() -> Iterator[None]:
     gateway.close_all()
 
 
-def _compare(owner: object) -> object:
+PARADIGMS = ("native", "structured", "prompt_json", "prompt_xml", "intent")
+
+
+def _compare(owner: object, paradigms: tuple[str, ...] = ("native", "structured", "prompt_xml")) -> object:
     profile = demo_profile_ensure()
     comparison, turns = comparison_start(
         owner=owner,  # type: ignore[arg-type]
         question=WEATHER,
-        runs=[(profile, "native"), (profile, "structured"), (profile, "prompt_xml")],
+        runs=[(profile, paradigm) for paradigm in paradigms],
         servers=[demo_server_ensure()],
         dispatch=False,
     )
@@ -84,6 +88,56 @@ def test_one_tool_counts_the_same_on_the_server_page_and_in_a_conversation() -> 
         assert report.tokens == in_conversation[f"{server.name}__{report.name}"], report.name
 
 
+def _system_prompt(step: Step) -> str:
+    request = json.loads(step.exchanges.get(channel="llm").request_body)
+    content = request["messages"][0]["content"]
+    assert isinstance(content, str)
+    return content
+
+
+def _json_line(prompt: str, name: str) -> str:
+    """The tool's line in the prompt's ``<tools>`` block, read back from the prompt itself."""
+    block = prompt.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0]
+    return next(line for line in block.splitlines() if json.loads(line)["name"] == name)
+
+
+def test_a_prompt_paradigm_counts_each_tool_as_the_text_it_writes_into_the_prompt() -> None:
+    alice = UserFactory(username="alice")
+    comparison = _compare(alice, ("prompt_json", "prompt_xml", "intent"))
+    steps = Step.objects.filter(turn__conversation__comparison=comparison, kind="decide")
+
+    for paradigm in ("prompt_json", "prompt_xml"):
+        step = steps.filter(turn__conversation__paradigm=paradigm).order_by("seq").first()
+        assert step is not None
+        prompt, encoding, counts = _system_prompt(step), step.tokens["encoding"], step.tokens["tools"]
+        block = prompt.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0]
+        assert set(counts) == {json.loads(line)["name"] for line in block.splitlines()}, paradigm
+        assert len(counts) >= 3, paradigm
+        for name in counts:
+            # The tool's section of the catalogue (up to the blank line) and its JSON line.
+            section = prompt.split(f"### {name}\n", 1)[1].split("\n\n", 1)[0]
+            text = f"### {name}\n{section}\n{_json_line(prompt, name)}"
+            assert counts[name] == count_tokens(text, encoding), (paradigm, name)
+        assert sum(counts.values()) < step.tokens["prompt"]
+        assert "the text the paradigm writes for it" in step.tokens["note"]
+
+    classify, fill = steps.filter(turn__conversation__paradigm="intent").order_by("seq")[:2]
+    assert classify.title == "intent: classify"
+    prompt = _system_prompt(classify)
+    listed = [line for line in prompt.splitlines() if line.startswith("- ")]
+    assert set(classify.tokens["tools"]) == {line[2:].split(":", 1)[0] for line in listed}
+    for line in listed:
+        name = line[2:].split(":", 1)[0]
+        assert classify.tokens["tools"][name] == count_tokens(line, classify.tokens["encoding"])
+
+    (name,) = fill.tokens["tools"]  # the fill call writes the one chosen tool
+    prompt = _system_prompt(fill)
+    described = prompt.split("\n\n")[1]  # "<name>: <description>\nParameters:\n- ..."
+    assert described.startswith(f"{name}: ")
+    text = f"{described}\n{_json_line(prompt, name)}"
+    assert fill.tokens["tools"][name] == count_tokens(text, fill.tokens["encoding"])
+
+
 def test_the_tool_definitions_and_a_comparison_cost_at_the_profiles_prices() -> None:
     alice = UserFactory(username="alice")
     profile = demo_profile_ensure()
@@ -94,7 +148,7 @@ def test_the_tool_definitions_and_a_comparison_cost_at_the_profiles_prices() -> 
         source="a test",
         actor=alice,
     )
-    comparison = _compare(alice)
+    comparison = _compare(alice, PARADIGMS)
     runs = comparison_runs(comparison=comparison)
 
     total = comparison_cost([(run.turn, run.conversation.model_profile) for run in runs])
@@ -102,15 +156,17 @@ def test_the_tool_definitions_and_a_comparison_cost_at_the_profiles_prices() -> 
     definitions = {
         run.paradigm: tool_definitions_cost(run.turn, run.conversation.model_profile) for run in runs
     }
-    # native sends its tools' definitions, structured its schema; prompt_xml writes its tools into
-    # its own system prompt, where they are part of the prompt's count, not listed apart.
-    assert definitions["native"] is not None and definitions["native"] > 0
-    assert definitions["structured"] is not None and definitions["structured"] > 0
-    assert definitions["prompt_xml"] is None
-    assert total > definitions["native"] + definitions["structured"]
+    # native sends its tools' definitions, structured its schema, the prompt paradigms write
+    # them into their prompts: each has a cost of its own.
+    for paradigm in PARADIGMS:
+        cost = definitions[paradigm]
+        assert cost is not None and cost > 0, paradigm
+    assert total > sum(cost for cost in definitions.values() if cost is not None)
 
     client = Client()
     client.force_login(alice)
     text = client.get(reverse("inspector-comparison", args=[comparison.public_id])).content.decode()
     assert f"${total:.6f}" in text
-    assert 'class="num tool-definitions-cost"' in text
+    cells = re.findall(r'<td class="num tool-definitions-cost">(.*?)</td>', text)
+    assert len(cells) == len(PARADIGMS)
+    assert all(cell.startswith("$") for cell in cells), cells

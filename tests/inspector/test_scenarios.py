@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from django.test import Client
 from django.urls import reverse
 
 from conversations.demo.scenarios import MARKERS
-from conversations.models import Conversation, ModelProfile
+from conversations.models import Conversation, ModelProfile, Turn
 from conversations.runner import turn_run
 from conversations.services import conversation_start, demo_profile_ensure
 from inspector.forms import SCENARIOS
@@ -70,6 +71,16 @@ def test_every_offered_scenario_is_a_switch_the_demo_model_knows() -> None:
     } <= names
 
 
+@pytest.mark.django_db(transaction=False)
+def test_the_readme_lists_every_offered_scenario_by_name_and_switch() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| ([^|]+?) \| `(\[demo:[^`]+\])` \|", readme, re.M))
+
+    for marker, name, _ in SCENARIOS:
+        assert name in rows, name
+        assert re.sub(r"=[\d.]+\]$", "=SECONDS]", marker) == rows[name], name
+
+
 @pytest.mark.parametrize("page", ["inspector-conversations", "inspector-comparisons"])
 def test_the_forms_offer_each_scenario_by_name_with_a_sentence(page: str) -> None:
     demo_profile_ensure()
@@ -104,6 +115,40 @@ def test_a_scenario_is_refused_for_a_real_model() -> None:
     assert response.status_code == 400
     assert "Scenarios are the demo model" in html.unescape(response.content.decode())
     assert not Conversation.objects.exists()
+
+
+@pytest.mark.parametrize("page", ["inspector-conversations", "inspector-comparisons"])
+def test_every_form_offering_named_tool_choice_picks_among_the_offered_tools(page: str) -> None:
+    alice = UserFactory(username="alice")
+    _, turn = conversation_start(
+        owner=alice,
+        model_profile=demo_profile_ensure(),
+        question=WEATHER,
+        servers=[demo_server_ensure()],
+        dispatch=False,
+    )
+    turn_run(turn_id=turn.pk)
+    offered = {f"demo/{tool['name']}" for tool in Turn.objects.get(pk=turn.pk).tools}
+
+    text = _signed_in(alice).get(reverse(page)).content.decode()
+
+    assert text.count('name="tool_choice"') == 1
+    picker = re.search(r'<select name="tool_choice_name"[^>]*>(.*?)</select>', text, re.S)
+    assert picker is not None
+    assert set(re.findall(r'<option value="([^"]+)"', picker.group(1))) == offered
+
+
+def test_a_badly_written_named_tool_is_told_an_example_that_exists() -> None:
+    as_alice = _signed_in(UserFactory(username="alice"))
+
+    response = as_alice.post(
+        reverse("inspector-conversation-create"), _new(tool_choice="named", tool_choice_name="get_forecast")
+    )
+
+    assert response.status_code == 400
+    text = html.unescape(response.content.decode())
+    examples = set(re.findall(r"e\.g\. (demo/\w+)", text))
+    assert examples == {"demo/get_weather_forecast"}, examples
 
 
 def test_named_tool_choice_picks_among_the_tools_the_server_offered() -> None:

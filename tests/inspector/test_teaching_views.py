@@ -15,8 +15,14 @@ from django.test import Client
 from django.urls import reverse
 
 from conversations.models import LearnedCapability, ModelProfile, Turn, UserPreference
+from conversations.paradigms import PARADIGMS
 from conversations.runner import turn_run
-from conversations.services import comparison_providers_start, conversation_start, demo_profile_ensure
+from conversations.services import (
+    comparison_providers_start,
+    comparison_start,
+    conversation_start,
+    demo_profile_ensure,
+)
 from inspector.preferences import preference_set
 from servers import gateway
 from servers.models import Operation
@@ -104,6 +110,36 @@ def test_every_row_names_its_roles_explains_its_fields_and_marks_select_and_exec
     assert "(no note yet)" not in text
     # The tool_choice each model request sent, on the row itself.
     assert re.search(r'class="tool-choice-sent"[^>]*>tool_choice <code>auto</code>', text)
+
+
+@pytest.mark.parametrize("mode", ["auto", "required", "none", "named"])
+def test_every_model_step_shows_the_tool_choice_in_every_paradigm(mode: str) -> None:
+    alice = UserFactory(username="alice")
+    comparison, turns = comparison_start(
+        owner=alice,
+        question=WEATHER,
+        runs=[(demo_profile_ensure(), paradigm) for paradigm in PARADIGMS if paradigm != "auto"],
+        servers=[demo_server_ensure()],
+        tool_choice=mode,
+        tool_choice_name="demo/get_weather_forecast" if mode == "named" else "",
+        dispatch=False,
+    )
+    as_alice = _signed_in(alice)
+    for turn in turns:
+        turn_run(turn_id=turn.pk)
+        text = html.unescape(
+            as_alice.get(
+                reverse("inspector-conversation", args=[turn.conversation.public_id])
+            ).content.decode()
+        )
+        paradigm = turn.conversation.paradigm
+        calls = turn.steps.filter(kind__in=["decide", "answer"], exchanges__channel="llm").distinct().count()
+        shown = re.findall(r'class="tool-choice-sent"[^>]*>tool_choice <code>([^<]*)</code>', text)
+        assert calls and len(shown) == calls, (paradigm, shown)
+        if paradigm == "native":
+            continue
+        # Not a field of the request: the turn's mode, which the prompt (or schema) says in words.
+        assert all(value.startswith(mode) and "in words" in value for value in shown), (paradigm, shown)
 
 
 def test_the_step_through_walks_one_turn_from_the_prompt_to_the_answer() -> None:
@@ -200,6 +236,23 @@ def test_the_500_page_renders_without_a_request() -> None:
 
     assert 'id="server-error"' in text
     assert "Tool-Call Inspector" in text
+
+
+def test_a_failing_page_is_the_sites_own_styled_500(settings: Any) -> None:
+    settings.DEBUG = False
+    settings.ROOT_URLCONF = "tests.inspector.error_urls"
+    client = Client(raise_request_exception=False)
+    client.force_login(UserFactory(username="alice"))
+
+    response = client.get("/broken/")
+
+    assert response.status_code == 500
+    text = response.content.decode()
+    assert 'id="server-error"' in text and "a view that fails" not in text
+    stylesheet = re.search(r'<link rel="stylesheet" href="([^"]+)"', text)
+    assert stylesheet is not None
+    css = b"".join(client.get(stylesheet.group(1)).streaming_content).decode()  # type: ignore[attr-defined]
+    assert ".error-page {" in css
 
 
 def test_a_finished_turn_draws_its_timeline_as_svg() -> None:

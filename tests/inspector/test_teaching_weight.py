@@ -85,17 +85,24 @@ def test_a_page_for_a_user_with_teaching_off_carries_no_notes_and_on_it_does() -
     assert len(off) < len(on)
 
 
-async def test_live_rows_follow_the_users_preference() -> None:
+async def test_live_rows_follow_the_preference_the_connection_was_opened_with() -> None:
+    """The preference is read once per connection: switching it reloads the page, whose new
+    connection renders rows the new way; rows of a page already open match that page."""
     alice = await sync_to_async(UserFactory)(username="alice")
     turn = await sync_to_async(_weather_turn)(alice)
     public_id = await sync_to_async(lambda: turn.conversation.public_id)()
     step = await turn.steps.filter(kind="decide").afirst()
     assert step is not None
-    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), f"/ws/conversations/{public_id}/")
-    communicator.scope["user"] = alice
-    assert (await communicator.connect())[0]
 
-    async def row() -> str:
+    async def connected() -> WebsocketCommunicator:
+        communicator = WebsocketCommunicator(
+            URLRouter(websocket_urlpatterns), f"/ws/conversations/{public_id}/"
+        )
+        communicator.scope["user"] = alice
+        assert (await communicator.connect())[0]
+        return communicator
+
+    async def row(communicator: WebsocketCommunicator) -> str:
         publisher = threading.Thread(
             target=live.publish_step_changed,
             kwargs={"conversation_id": public_id, "turn_id": turn.pk, "step_id": step.pk},
@@ -106,10 +113,14 @@ async def test_live_rows_follow_the_users_preference() -> None:
         assert message["type"] == "row"
         return str(message["html"])
 
-    off = await row()
+    first = await connected()
+    off = await row(first)
     await sync_to_async(preference_set)(user=alice, teaching=True)
-    on = await row()
-    await communicator.disconnect()
+    still_off = await row(first)
+    await first.disconnect()
+    second = await connected()
+    on = await row(second)
+    await second.disconnect()
 
-    assert _notes(off) == []
+    assert _notes(off) == [] and still_off == off
     assert "mark-select" in on and "What each field means" in on and "data-sender=" in on
