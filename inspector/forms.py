@@ -15,6 +15,7 @@ from conversations import selectors
 from conversations.models import TOOL_CHOICE_MODES, ModelProfile, Turn
 from conversations.paradigms import PARADIGMS
 from conversations.services import DEMO_PROFILE_NAME
+from servers import demo_server
 from servers.models import McpServer, Operation
 from servers.selectors import server_listing, server_spawn_refusal, servers_for_form
 
@@ -198,7 +199,8 @@ def _with_scenario(form: forms.Form, cleaned: dict[str, Any], profiles: list[Mod
 
 def _known_tools(user: AbstractBaseUser) -> dict[str, list[str]]:
     """The tools each server is known to offer, as the user has seen them: the newest turn of the
-    user's conversations that listed it, else the newest tools/list on the workbench."""
+    user's conversations that listed it, else the newest tools/list on the workbench, else (the
+    bundled demo server, for a new account) its fixed catalogue."""
     known: dict[str, list[str]] = {}
     turns = (
         Turn.objects.filter(conversation__in=selectors.conversation_list(user=user))
@@ -219,6 +221,8 @@ def _known_tools(user: AbstractBaseUser) -> dict[str, list[str]]:
             names = [
                 str(item["name"]) for item in listing.items if isinstance(item, dict) and item.get("name")
             ]
+            if not names and mcp_server.is_demo:
+                names = list(demo_server.tool_names())  # the bundled catalogue is fixed
             if names:
                 known[mcp_server.name] = names
     return known

@@ -15,11 +15,14 @@ launches it as a subprocess::
 
 import argparse
 import ast
+import asyncio
+import functools
 import hashlib
 import math
 import operator
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from typing import Annotated, Literal, NamedTuple
 
@@ -628,6 +631,17 @@ def build_server() -> MCPServer:
 
 
 server = build_server()
+
+
+@functools.cache
+def tool_names() -> tuple[str, ...]:
+    """The names of the tools this server offers, read from its fixed catalogue without starting it.
+
+    Listed on a thread of its own, so a caller inside a running event loop can ask too.
+    """
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        tools = pool.submit(asyncio.run, build_server().list_tools()).result()
+    return tuple(tool.name for tool in tools)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

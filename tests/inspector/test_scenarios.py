@@ -181,3 +181,23 @@ def test_named_tool_choice_picks_among_the_tools_the_server_offered() -> None:
     assert wrong.status_code == 400
     assert "demo offers no tool “get_forecast”" in html.unescape(wrong.content.decode())
     assert right.status_code == 302
+
+
+@pytest.mark.parametrize("page", ["inspector-conversations", "inspector-comparisons"])
+def test_a_new_account_picks_a_named_tool_among_the_bundled_servers_tools(page: str) -> None:
+    # No turn and no workbench tools/list yet: the bundled server's catalogue is fixed, so the
+    # picker offers it without starting the server.
+    demo_server_ensure()
+
+    text = _signed_in(UserFactory(username="newcomer")).get(reverse(page)).content.decode()
+
+    picker = re.search(r'<select name="tool_choice_name"[^>]*>(.*?)</select>', text, re.S)
+    assert picker is not None, "a new account gets a text box instead of the picker"
+    assert set(re.findall(r'<option value="([^"]+)"', picker.group(1))) == {
+        "demo/get_weather_forecast",
+        "demo/calculate",
+        "demo/convert_units",
+        "demo/write_note",
+        "demo/list_notes",
+        "demo/read_note",
+    }

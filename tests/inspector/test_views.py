@@ -206,14 +206,14 @@ def test_creating_a_conversation_queues_its_first_turn_and_redirects_to_it(
 def test_a_named_tool_choice_is_stored_with_its_tool(
     alice_client: Client, django_capture_on_commit_callbacks: Any
 ) -> None:
-    data = new_conversation_data(tool_choice="named", tool_choice_name="demo/get_forecast")
+    data = new_conversation_data(tool_choice="named", tool_choice_name="demo/get_weather_forecast")
 
     with django_capture_on_commit_callbacks(execute=False):
         response = alice_client.post(reverse("inspector-conversation-create"), data)
 
     assert response.status_code == 302
     conversation = Conversation.objects.get()
-    assert (conversation.tool_choice, conversation.tool_choice_name) == ("named", "demo/get_forecast")
+    assert (conversation.tool_choice, conversation.tool_choice_name) == ("named", "demo/get_weather_forecast")
 
 
 def test_an_invalid_form_is_shown_again_with_its_errors_and_status_400(alice_client: Client) -> None:
