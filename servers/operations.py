@@ -38,6 +38,49 @@ CANCEL_CHECK_SECONDS = 0.5
 # How long the server's requests wait for a person (elicitation) before they are cancelled.
 ANSWER_WAIT_SECONDS: float = getattr(settings, "WORKBENCH_ANSWER_WAIT_SECONDS", 120.0)
 THREADS: int = getattr(settings, "WORKBENCH_THREADS", 8)
+# How an operation with nobody to ask (``manage.py server call --elicitation``) answers the
+# server's elicitation requests; without one, elicitation is offered only in the workbench.
+ELICITATION_PRESETS = ("accept-defaults", "decline", "cancel")
+
+
+def elicitation_preset_answer(*, preset: str, params: Any) -> tuple[dict[str, Any], str]:
+    """The answer ``preset`` gives to an elicitation request, and why it could not accept.
+
+    ``accept-defaults`` accepts with each requested field's ``default`` (fields without one, or
+    with a default no elicitation field can hold, are left out), as a person pressing "Send" on the untouched form would; a required field with
+    no default, a URL-mode request or a schema it cannot read makes it decline instead, and the
+    second value says why. ``params`` is the server's untrusted JSON; this never raises.
+    """
+    if preset != "accept-defaults":
+        return {"action": preset}, ""
+    request = params if isinstance(params, dict) else {}
+    if request.get("mode") == "url":
+        return {"action": "decline"}, "a URL-mode request needs a person to visit the URL"
+    schema = request.get("requestedSchema")
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    required = schema.get("required", []) if isinstance(schema, dict) else None
+    if (
+        not isinstance(properties, dict)
+        or not all(isinstance(field, dict) for field in properties.values())
+        or not isinstance(required, list)
+    ):
+        return {"action": "decline"}, "the requestedSchema is not an object schema it can read"
+    content = {
+        str(name): field["default"]
+        for name, field in properties.items()
+        if _is_elicitation_value(field.get("default"))
+    }
+    for name in required:
+        if str(name) not in content:
+            return {"action": "decline"}, f"{name} is required and has no usable default"
+    return {"action": "accept", "content": content}, ""
+
+
+def _is_elicitation_value(value: Any) -> bool:
+    """A value an elicitation answer may carry: the spec's primitives, or a list of strings."""
+    if isinstance(value, list):
+        return all(isinstance(item, str) for item in value)
+    return isinstance(value, str | int | float | bool)
 
 
 class _Recorder:
@@ -117,9 +160,16 @@ class _Follower:
     """Drains a running operation's events and keeps its questions answered."""
 
     def __init__(
-        self, operation: Operation, running: gateway.Running, recorder: _Recorder, *, timeout: float | None
+        self,
+        operation: Operation,
+        running: gateway.Running,
+        recorder: _Recorder,
+        *,
+        timeout: float | None,
+        elicitation: str = "",
     ) -> None:
         self.operation = operation
+        self.elicitation = elicitation
         self.running = running
         self.recorder = recorder
         self.waiting: dict[int, tuple[PendingInput, Question, float]] = {}
@@ -182,6 +232,12 @@ class _Follower:
         pending = PendingInput.objects.create(
             operation=self.operation, kind=question.kind, params=self.recorder.redact.json(question.params)
         )
+        if self.elicitation:
+            preset, _ = elicitation_preset_answer(preset=self.elicitation, params=question.params)
+            pending.mark_answered(action=preset["action"], content=preset.get("content"))
+            pending.save(update_fields=["status", "answer", "answered_at"])
+            question.answer(preset)
+            return
         self.waiting[pending.pk] = (pending, question, time.monotonic() + ANSWER_WAIT_SECONDS)
 
     def _check_answers(self) -> None:
@@ -231,19 +287,20 @@ def _status(outcome: Outcome) -> str:
 
 
 def operation_run(
-    *, operation_id: int, tool: dict[str, Any] | None = None, arguments: Any = None
+    *, operation_id: int, tool: dict[str, Any] | None = None, arguments: Any = None, elicitation: str = ""
 ) -> Operation:
     """Run a created operation to its end and record everything it caused.
 
     ``tool`` is the called tool's definition as last listed (for the outputSchema check).
     ``arguments``: what to send, as the user gave them (the row holds them redacted); None: the
-    row's.
+    row's. ``elicitation``: one of ``ELICITATION_PRESETS`` to offer elicitation and answer it so
+    (an operation nobody follows in the workbench); empty: offered only to the workbench.
     Never raises for a server's failure: the operation ends with status ``error`` and why.
     """
     operation = Operation.objects.select_related("server", "server__sampling_profile").get(pk=operation_id)
     server: McpServer = operation.server
     try:
-        config = server.to_config(interactive=operation.source == Operation.Source.WEB)
+        config = server.to_config(interactive=operation.source == Operation.Source.WEB or bool(elicitation))
     except ConfigError as exc:
         return _finish(operation, status=Operation.Status.ERROR, error=str(exc))
     recorder = _Recorder(operation, active_redactor(secrets=config.secrets))
@@ -254,7 +311,7 @@ def operation_run(
         fresh=operation.kind == Operation.Kind.CONNECT,
     )
     timeout = None if operation.kind == Operation.Kind.CONNECT else config.call_timeout
-    follower = _Follower(operation, running, recorder, timeout=timeout)
+    follower = _Follower(operation, running, recorder, timeout=timeout, elicitation=elicitation)
     follower.follow()
     outcome = running.wait(timeout=10)
     server_records_store(outcome.unclaimed, redact=recorder.redact)

@@ -240,10 +240,13 @@ def operation_start(
     saved_call: SavedCall | None = None,
     tool: dict[str, Any] | None = None,
     background: bool = False,
+    elicitation: str = "",
 ) -> Operation:
     """Create an operation and run it: here and now, or (``background``) in the workbench pool.
 
     A background operation is followed by polling it; anything else is finished on return.
+    ``elicitation`` (run here and now only): how to answer the server's elicitation requests
+    when nobody follows the operation, one of ``operations.ELICITATION_PRESETS``.
 
     Raises:
         SpawnRefused: the server starts a process and ``user`` may not start it
@@ -265,7 +268,7 @@ def operation_start(
     if background:
         operation_dispatch(operation_id=operation.pk, tool=tool, arguments=arguments)
         return operation
-    return operation_run(operation_id=operation.pk, tool=tool, arguments=arguments)
+    return operation_run(operation_id=operation.pk, tool=tool, arguments=arguments, elicitation=elicitation)
 
 
 def log_level_set(
