@@ -14,10 +14,8 @@ its own. Each run gets a fresh SQLite database in a temporary VAR_DIR, so scenar
 side by side share nothing; ``CONFORMANCE_TEMPLATE_VAR_DIR`` names a migrated VAR_DIR to copy
 instead of migrating (the test suite migrates one once).
 
-``client_adapter.py --open URL`` is the "browser" the authorization-code scenarios use:
-``server auth`` opens the authorization URL through Python's webbrowser module, which runs the
-command in ``BROWSER``; the suite's authorization server approves at once and redirects to the
-CLI's loopback callback, and following that redirect completes the flow.
+The suite's authorization servers approve at once: their authorization endpoint redirects
+straight back with a ``code``, which ``server auth`` completes with no person involved.
 """
 
 from __future__ import annotations
@@ -29,7 +27,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import urllib.request
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -48,10 +45,10 @@ CALLS: dict[str, list[tuple[str, dict[str, object], str]]] = {
 AUTH_CALL: tuple[str, dict[str, object], str] = ("test-tool", {}, "")
 
 
-def manage(var_dir: Path, *args: str, extra_env: dict[str, str] | None = None) -> int:
+def manage(var_dir: Path, *args: str) -> int:
     """Run one ``manage.py`` command against this run's own database; echo it and its output."""
     env = {key: value for key, value in os.environ.items() if key not in {"DATABASE_URL", "REDIS_URL"}}
-    env.update({"VAR_DIR": str(var_dir), **(extra_env or {})})
+    env["VAR_DIR"] = str(var_dir)
     print(f"$ manage.py {shlex.join(args)}", flush=True)
     completed = subprocess.run(
         [sys.executable, str(REPO_ROOT / "manage.py"), *args],
@@ -124,14 +121,8 @@ def run(url: str, scenario: str, context: dict[str, str], var_dir: Path) -> int:
     if manage(var_dir, "server", "add", SERVER, "--url", url):
         return 1
     if scenario.startswith("auth/"):
-        browser = f"{shlex.quote(sys.executable)} {shlex.quote(__file__)} --open %s"
         status = manage(
-            var_dir,
-            "server",
-            "auth",
-            SERVER,
-            *auth_flags(scenario, context, var_dir / "client-key.pem"),
-            extra_env={"BROWSER": browser},
+            var_dir, "server", "auth", SERVER, *auth_flags(scenario, context, var_dir / "client-key.pem")
         )
         if status:
             return status
@@ -148,16 +139,7 @@ def run(url: str, scenario: str, context: dict[str, str], var_dir: Path) -> int:
     return status
 
 
-def open_url(url: str) -> int:
-    """Follow an authorization URL and its redirects, as a browser whose user approves would."""
-    with urllib.request.urlopen(url, timeout=COMMAND_TIMEOUT) as response:  # noqa: S310 — a test's loopback URL
-        print(f"browser: {response.status} {response.url}", file=sys.stderr)
-    return 0
-
-
 def main(argv: list[str]) -> int:
-    if len(argv) == 3 and argv[1] == "--open":
-        return open_url(argv[2])
     if len(argv) != 2:
         print(
             "usage: client_adapter.py SERVER_URL  (run by `conformance client --command ...`)",

@@ -194,6 +194,23 @@ def test_client_scenario(
     verdict(scenario, checks, output)
 
 
+def test_each_cli_command_ends_its_http_session_with_a_delete(
+    client_runs: dict[str, Future[tuple[list[dict[str, Any]], str]]],
+) -> None:
+    # This scenario's server keeps sessions (Mcp-Session-Id) and logs every request it receives.
+    checks, output = client_runs["elicitation-sep1034-client-defaults"].result(
+        timeout=SCENARIO_TIMEOUT_MS / 1000 + 60
+    )
+    received = [
+        (check.get("details") or {}).get("method")
+        for check in checks
+        if check.get("id") == "incoming-request"
+    ]
+
+    assert "POST" in received and received[-1] == "DELETE", output[-3000:]
+    assert "Session termination failed" not in output
+
+
 @pytest.mark.parametrize("scenario", CLIENT_AUTH)
 def test_client_auth_scenario(
     scenario: str, client_runs: dict[str, Future[tuple[list[dict[str, Any]], str]]]

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from servers import selectors, services
+from servers import gateway, selectors, services
 from servers.forms import schema_errors
 from servers.gateway.config import ERAS
 from servers.models import LOG_LEVELS, McpServer, Operation
@@ -102,6 +102,15 @@ class Command(BaseCommand):
         level.add_argument("level", choices=LOG_LEVELS)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            self._dispatch(options)
+        finally:
+            # End the sessions while the interpreter still runs: left to the exit hook, an HTTP
+            # session's DELETE could not even resolve "localhost" (the thread pool it needs is
+            # already shut down), and the server was never told the session ended.
+            gateway.close_all()
+
+    def _dispatch(self, options: dict[str, Any]) -> None:
         action = options["action"]
         if action == "add":
             self._add(options)
