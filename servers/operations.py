@@ -48,6 +48,50 @@ SUBSCRIPTION_SECONDS: float = getattr(settings, "WORKBENCH_SUBSCRIPTION_SECONDS"
 ANSWER_FIELDS = ("request_headers", "response_headers", "response_body", "status", "error", "duration_ms")
 PENDING = "pending"
 
+# How an operation with nobody to ask (``manage.py server call --elicitation``) answers the
+# server's elicitation requests; without one, elicitation is offered only in the workbench.
+ELICITATION_PRESETS = ("accept-defaults", "decline", "cancel")
+
+
+def elicitation_preset_answer(*, preset: str, params: Any) -> tuple[dict[str, Any], str]:
+    """The answer ``preset`` gives to an elicitation request, and why it could not accept.
+
+    ``accept-defaults`` accepts with each requested field's ``default`` (fields without one, or
+    with a default no elicitation field can hold, are left out), as a person pressing "Send" on the untouched form would; a required field with
+    no default, a URL-mode request or a schema it cannot read makes it decline instead, and the
+    second value says why. ``params`` is the server's untrusted JSON; this never raises.
+    """
+    if preset != "accept-defaults":
+        return {"action": preset}, ""
+    request = params if isinstance(params, dict) else {}
+    if request.get("mode") == "url":
+        return {"action": "decline"}, "a URL-mode request needs a person to visit the URL"
+    schema = request.get("requestedSchema")
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    required = schema.get("required", []) if isinstance(schema, dict) else None
+    if (
+        not isinstance(properties, dict)
+        or not all(isinstance(field, dict) for field in properties.values())
+        or not isinstance(required, list)
+    ):
+        return {"action": "decline"}, "the requestedSchema is not an object schema it can read"
+    content = {
+        str(name): field["default"]
+        for name, field in properties.items()
+        if _is_elicitation_value(field.get("default"))
+    }
+    for name in required:
+        if str(name) not in content:
+            return {"action": "decline"}, f"{name} is required and has no usable default"
+    return {"action": "accept", "content": content}, ""
+
+
+def _is_elicitation_value(value: Any) -> bool:
+    """A value an elicitation answer may carry: the spec's primitives, or a list of strings."""
+    if isinstance(value, list):
+        return all(isinstance(item, str) for item in value)
+    return isinstance(value, str | int | float | bool)
+
 
 class _Recorder:
     """Writes an operation's exchanges as they arrive, in order, redacted.
@@ -173,11 +217,13 @@ class _Follower:
         *,
         timeout: float | None,
         stop: threading.Event | None = None,
+        elicitation: str = "",
     ) -> None:
         self.operation = operation
         # An operation that ends itself when asked (a subscription unsubscribes): a cancel sets
         # this instead of abandoning it.
         self.stop = stop
+        self.elicitation = elicitation
         self.running = running
         self.recorder = recorder
         self.waiting: dict[int, tuple[PendingInput, Question, float]] = {}
@@ -240,6 +286,12 @@ class _Follower:
         pending = PendingInput.objects.create(
             operation=self.operation, kind=question.kind, params=self.recorder.redact.json(question.params)
         )
+        if self.elicitation:
+            preset, _ = elicitation_preset_answer(preset=self.elicitation, params=question.params)
+            pending.mark_answered(action=preset["action"], content=preset.get("content"))
+            pending.save(update_fields=["status", "answer", "answered_at"])
+            question.answer(preset)
+            return
         self.waiting[pending.pk] = (pending, question, time.monotonic() + ANSWER_WAIT_SECONDS)
 
     def _check_answers(self) -> None:
@@ -297,12 +349,14 @@ def operation_run(
     tool: dict[str, Any] | None = None,
     arguments: Any = None,
     redirect: Callable[[str], Awaitable[str]] | None = None,
+    elicitation: str = "",
 ) -> Operation:
     """Run a created operation to its end and record everything it caused.
 
     ``tool`` is the called tool's definition as last listed (for the outputSchema check).
     ``arguments``: what to send, as the user gave them (the row holds them redacted); None: the
-    row's.
+    row's. ``elicitation``: one of ``ELICITATION_PRESETS`` to offer elicitation and answer it so
+    (an operation nobody follows in the workbench); empty: offered only to the workbench.
     Never raises for a server's failure: the operation ends with status ``error`` and why.
     """
     operation = Operation.objects.select_related("server", "server__sampling_profile").get(pk=operation_id)
@@ -319,7 +373,9 @@ def operation_run(
         redirect = browser_redirect(grant=grant)
     oauth = grant_settings(grant=grant, redirect=redirect) if grant is not None else None
     try:
-        config = server.to_config(interactive=operation.source == Operation.Source.WEB, oauth=oauth)
+        config = server.to_config(
+            interactive=operation.source == Operation.Source.WEB or bool(elicitation), oauth=oauth
+        )
     except ConfigError as exc:
         return _finish(operation, status=Operation.Status.ERROR, error=str(exc))
     recorder = _Recorder(operation, active_redactor(secrets=config.secrets))
@@ -333,7 +389,14 @@ def operation_run(
     # A subscription's length is its own (it waits for updates, not for an answer).
     subscribing = operation.kind == Operation.Kind.RESOURCE_SUBSCRIBE
     timeout = None if operation.kind == Operation.Kind.CONNECT or subscribing else config.call_timeout
-    follower = _Follower(operation, running, recorder, timeout=timeout, stop=stop if subscribing else None)
+    follower = _Follower(
+        operation,
+        running,
+        recorder,
+        timeout=timeout,
+        stop=stop if subscribing else None,
+        elicitation=elicitation,
+    )
     follower.follow()
     outcome = running.wait(timeout=10)
     if grant is not None and oauth is not None:

@@ -242,10 +242,13 @@ def operation_start(
     tool: dict[str, Any] | None = None,
     background: bool = False,
     redirect: Callable[[str], Awaitable[str]] | None = None,
+    elicitation: str = "",
 ) -> Operation:
     """Create an operation and run it: here and now, or (``background``) in the workbench pool.
 
     A background operation is followed by polling it; anything else is finished on return.
+    ``elicitation`` (run here and now only): how to answer the server's elicitation requests
+    when nobody follows the operation, one of ``operations.ELICITATION_PRESETS``.
 
     Raises:
         SpawnRefused: the server starts a process and ``user`` may not start it
@@ -267,7 +270,9 @@ def operation_start(
     if background:
         operation_dispatch(operation_id=operation.pk, tool=tool, arguments=arguments)
         return operation
-    return operation_run(operation_id=operation.pk, tool=tool, arguments=arguments, redirect=redirect)
+    return operation_run(
+        operation_id=operation.pk, tool=tool, arguments=arguments, redirect=redirect, elicitation=elicitation
+    )
 
 
 def log_level_set(

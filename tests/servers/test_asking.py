@@ -17,12 +17,14 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.test import Client
 
 from conversations.services import demo_profile_ensure
 from servers import selectors, services
 from servers.models import McpServer, Operation, PendingInput
-from servers.operations import operation_run
+from servers.operations import elicitation_preset_answer, operation_run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -183,3 +185,119 @@ def test_roots_come_from_the_servers_configured_list(workbench: None, era: str) 
 
     assert operation.status == "ok", operation.error
     assert operation.result["content"][0]["text"] == "2 roots: file:///srv/data, file:///srv/logs"
+
+
+# --- nobody to ask: `manage.py server call --elicitation` -------------------------------------
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_the_cli_told_to_accept_defaults_answers_with_each_requested_default(
+    workbench: None, era: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = asking(era)
+
+    call_command(
+        "server", "call", server.name, "order_coffee", "--args", '{"drink": "latte"}',
+        "--elicitation", "accept-defaults",
+    )  # fmt: skip
+    printed = capsys.readouterr()
+
+    assert "One medium latte, 1 sugar(s)." in printed.out
+    assert "elicitation: How would you like your latte? -> accept" in printed.err
+    question = PendingInput.objects.get(operation__server=server)
+    defaults = {"size": "medium", "sugars": 1, "decaf": False}
+    assert question.status == "accept" and question.answer == {"action": "accept", "content": defaults}
+    operation = question.operation
+    if era == "legacy":
+        asked = next(
+            e for e in selectors.operation_exchanges(operation=operation) if e.label == "elicitation/create"
+        )
+        assert json.loads(asked.response_body)["result"] == {"action": "accept", "content": defaults}
+
+
+def test_accept_defaults_declines_a_question_whose_required_field_has_no_default(
+    workbench: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = asking("legacy")
+
+    call_command(
+        "server", "call", server.name, "delete_record", "--args", '{"name": "invoice-9"}',
+        "--elicitation", "accept-defaults",
+    )  # fmt: skip
+    printed = capsys.readouterr()
+
+    assert "Kept invoice-9: the user said decline." in printed.out
+    assert "-> decline (confirm is required and has no usable default)" in printed.err
+    assert PendingInput.objects.get(operation__server=server).status == "decline"
+
+
+@pytest.mark.parametrize("preset", ["decline", "cancel"])
+def test_the_cli_told_to_decline_or_cancel_says_so_to_the_server(
+    workbench: None, preset: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = asking("legacy")
+
+    call_command(
+        "server", "call", server.name, "order_coffee", "--args", '{"drink": "tea"}', "--elicitation", preset
+    )
+
+    assert f"No tea: the user said {preset}." in capsys.readouterr().out
+
+
+def test_without_an_elicitation_preset_the_cli_does_not_offer_elicitation(workbench: None) -> None:
+    server = asking("legacy")
+
+    with pytest.raises(CommandError):
+        call_command("server", "call", server.name, "order_coffee", "--args", '{"drink": "tea"}')
+
+    operation = Operation.objects.get(server=server, kind=Operation.Kind.TOOLS_CALL)
+    initialize = next(
+        e for e in selectors.operation_exchanges(operation=operation) if e.label == "initialize"
+    )
+    assert "elicitation" not in json.loads(initialize.request_body)["params"]["capabilities"]
+    assert not PendingInput.objects.filter(operation=operation).exists()
+
+
+HOSTILE_REQUESTS: list[object] = [
+    {},
+    {"message": "x", "requestedSchema": "not a schema"},
+    {"message": "x", "requestedSchema": {"properties": ["a", "b"]}},
+    {"message": "x", "requestedSchema": {"properties": {"a": "not a schema"}, "required": "a"}},
+    {"message": "x", "requestedSchema": {"properties": {"a": {"type": "string"}}, "required": ["a"]}},
+    {"message": "x", "mode": "url", "url": "https://example.com/connect", "elicitationId": "1"},
+    ["not", "an", "object"],
+]
+
+
+@pytest.mark.parametrize("params", HOSTILE_REQUESTS)
+def test_accept_defaults_declines_what_it_cannot_fill_and_never_raises(params: object) -> None:
+    answer, why = elicitation_preset_answer(preset="accept-defaults", params=params)
+
+    assert answer == {"action": "decline"} and why
+
+
+def test_accept_defaults_leaves_out_defaults_no_answer_can_hold_and_fields_without_one() -> None:
+    nested: object = "deep"
+    for _ in range(200):
+        nested = {"n": nested}
+    params = {
+        "message": "x",
+        "requestedSchema": {
+            "properties": {
+                "deep": {"type": "object", "default": nested},
+                "free": {"type": "string"},
+                "tags": {"type": "array", "default": ["a", "b"]},
+                "count": {"type": "integer", "default": 3},
+            },
+            "required": ["count"],
+        },
+    }
+
+    answer, why = elicitation_preset_answer(preset="accept-defaults", params=params)
+
+    assert answer == {"action": "accept", "content": {"tags": ["a", "b"], "count": 3}} and why == ""
+    params["requestedSchema"]["required"] = ["deep"]  # type: ignore[index]
+    assert elicitation_preset_answer(preset="accept-defaults", params=params) == (
+        {"action": "decline"},
+        "deep is required and has no usable default",
+    )

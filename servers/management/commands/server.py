@@ -4,7 +4,7 @@ server add NAME -- COMMAND [ARGS...]       a stdio server
 server add NAME --url URL [--sse]          a streamable HTTP (or legacy HTTP+SSE) server
 server list
 server tools NAME [--json]
-server call NAME TOOL --args JSON [--json]
+server call NAME TOOL --args JSON [--json] [--elicitation accept-defaults|decline|cancel]
 server resources NAME [--json]             its resources and resource templates
 server read NAME URI [--json]              read one (fill a template's variables yourself)
 server prompts NAME [--json]
@@ -28,12 +28,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from servers import selectors, services
+from servers import gateway, selectors, services
 from servers.forms import schema_errors
 from servers.gateway.config import ERAS
 from servers.gateway.oauth import GRANTS, AuthorizationRequired
 from servers.grants import grant_configure
 from servers.models import LOG_LEVELS, McpServer, Operation
+from servers.operations import ELICITATION_PRESETS, elicitation_preset_answer
 from servers.selectors import operation_updates
 
 # How often `server subscribe` looks for updates the subscription has recorded.
@@ -86,6 +87,13 @@ class Command(BaseCommand):
         call.add_argument("tool")
         call.add_argument("--args", dest="arguments", default="{}", help="the arguments as a JSON object")
         call.add_argument("--json", action="store_true")
+        call.add_argument(
+            "--elicitation",
+            choices=ELICITATION_PRESETS,
+            default="",
+            help="offer elicitation and answer the server's questions so: accept with the requested "
+            "defaults, decline or cancel (without it the CLI does not offer elicitation)",
+        )
         resources = sub.add_parser("resources", help="list resources and templates (recorded list calls)")
         resources.add_argument("name")
         resources.add_argument("--json", action="store_true")
@@ -143,6 +151,15 @@ class Command(BaseCommand):
         auth.add_argument("--idp-token-endpoint", default="")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            self._dispatch(options)
+        finally:
+            # End the sessions while the interpreter still runs: left to the exit hook, an HTTP
+            # session's DELETE could not even resolve "localhost" (the thread pool it needs is
+            # already shut down), and the server was never told the session ended.
+            gateway.close_all()
+
+    def _dispatch(self, options: dict[str, Any]) -> None:
         action = options["action"]
         if action == "add":
             self._add(options)
@@ -152,7 +169,11 @@ class Command(BaseCommand):
             self._tools(self._server(options["name"]), as_json=options["json"])
         elif action == "call":
             self._call(
-                self._server(options["name"]), options["tool"], options["arguments"], as_json=options["json"]
+                self._server(options["name"]),
+                options["tool"],
+                options["arguments"],
+                as_json=options["json"],
+                elicitation=options["elicitation"],
             )
         elif action == "resources":
             self._resources(self._server(options["name"]), as_json=options["json"])
@@ -275,7 +296,7 @@ class Command(BaseCommand):
         for finding in overall:
             self.stdout.write(f"{finding.level}: {finding.message}")
 
-    def _call(self, server: McpServer, tool: str, raw: str, *, as_json: bool) -> None:
+    def _call(self, server: McpServer, tool: str, raw: str, *, as_json: bool, elicitation: str = "") -> None:
         try:
             arguments = json.loads(raw)
         except ValueError as exc:
@@ -297,7 +318,9 @@ class Command(BaseCommand):
             arguments=arguments,
             source=Operation.Source.CLI,
             tool=definition,
+            elicitation=elicitation,
         )
+        self._elicitations(operation, elicitation)
         if as_json:
             self.stdout.write(
                 json.dumps(
@@ -487,6 +510,18 @@ class Command(BaseCommand):
         )
         outcome = f"error: {called.error}" if called.error else called.status
         self.stderr.write(f"called {tool}: {outcome}")
+
+    def _elicitations(self, operation: Operation, preset: str) -> None:
+        """Each question the server asked and how ``--elicitation`` answered it, on stderr."""
+        for question in operation.questions.filter(kind="elicitation"):
+            params = question.params if isinstance(question.params, dict) else {}
+            _, why = elicitation_preset_answer(preset=preset, params=params)
+            content = (question.answer or {}).get("content")
+            shown = f" {json.dumps(content, ensure_ascii=False)}" if content is not None else ""
+            self.stderr.write(
+                f"elicitation: {params.get('message', '')} -> {question.status}{shown}"
+                + (f" ({why})" if why else "")
+            )
 
     def _log_messages(self, operation: Operation) -> None:
         """The server's log messages (``notifications/message``) the operation received, on stderr."""
