@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth.models import User
+from pytest_django.fixtures import Settings
 
 from conversations.models import Turn
 from evals.driver import run_advance, run_execute
@@ -46,6 +47,12 @@ CASES: list[tuple[str, str, str]] = [
 def _suite_text(concurrency_hint: str = "") -> str:
     cases = "".join(f"  - question: {question!r}\n    expect: {expect}\n" for question, expect, _ in CASES)
     return f"name: classes{concurrency_hint}\nmodels: [demo]\nparadigms: [native]\nservers: [demo]\ncases:\n{cases}"
+
+
+@pytest.fixture(autouse=True)
+def _embedded(settings: Settings) -> None:
+    """The embedded default, also in the Postgres pass (where REDIS_URL would pick Celery)."""
+    settings.TURN_RUNNER = "embedded"
 
 
 @pytest.fixture(autouse=True)

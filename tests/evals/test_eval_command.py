@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
+from pytest_django.fixtures import Settings
 
 from conversations.models import Conversation, Step
 from evals.management.commands.eval import EXIT_BELOW_MIN_ACCURACY
@@ -29,6 +30,12 @@ FAILURE_KEYS = (
     "parse_failure",
     "validation_failure",
 )
+
+
+@pytest.fixture(autouse=True)
+def _embedded(settings: Settings) -> None:
+    """The embedded default, also in the Postgres pass (where REDIS_URL would pick Celery)."""
+    settings.TURN_RUNNER = "embedded"
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from pytest_django.fixtures import Settings
 
 from evals.models import EvalRun, Suite
 from evals.services import suite_save
@@ -25,6 +26,12 @@ SMALL = (
     "expect: [{tool: demo/get_weather_forecast, arguments: {city: Beijing}}]}\n"
 )
 EXAMPLE = (Path(__file__).parent.parent / "evals" / "example_suite.json").read_text()
+
+
+@pytest.fixture(autouse=True)
+def _embedded(settings: Settings) -> None:
+    """The embedded default, also in the Postgres pass (where REDIS_URL would pick Celery)."""
+    settings.TURN_RUNNER = "embedded"
 
 
 @pytest.fixture(autouse=True)
