@@ -12,6 +12,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
 from conversations.models import ModelProfile
+from conversations.secret_sources import active_redactor
 from conversations.services import DEMO_PROFILE_NAME, demo_profile_ensure
 from evals.execution import run_dispatch
 from evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
@@ -33,7 +34,11 @@ def suite_save(*, owner: AbstractBaseUser, text: str | bytes, suite: Suite | Non
             name (field ``name``).
     """
     definition = parse_suite(text)
-    source = text.decode("utf-8") if isinstance(text, bytes) else text
+    # Stored, shown and asked as redacted, like a question typed on the page: a secret pasted
+    # into a suite goes nowhere (the markers are plain text inside the strings they replace).
+    redact = active_redactor()
+    definition = suite_from_document(redact.json(definition.as_json()))
+    source = redact.text(text.decode("utf-8") if isinstance(text, bytes) else text)
     source_format = (
         Suite.Format.JSON if source.lstrip().removeprefix("\ufeff").startswith("{") else Suite.Format.YAML
     )
