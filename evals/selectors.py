@@ -100,6 +100,37 @@ def run_previous(*, run: EvalRun) -> EvalRun | None:
     )
 
 
+def run_history(*, suite: Suite, limit: int = 50) -> list[JSONDict]:
+    """The suite's runs over time, oldest first (the last ``limit``): each run's id, when, status,
+    passed of finished case runs, accuracy (0..1, null before any ended) and whether it fell
+    below the finished run before it (``regression``; per cell, ``run_results`` says which)."""
+    runs = list(EvalRun.objects.filter(suite=suite).order_by("-created_at", "-pk")[:limit])[::-1]
+    history: list[JSONDict] = []
+    previous: float | None = None
+    for run in runs:
+        accuracy = run.passed / run.finished if run.finished else None
+        history.append(
+            {
+                "run": str(run.public_id),
+                "created_at": run.created_at.isoformat(),
+                "status": run.status,
+                "passed": run.passed,
+                "finished": run.finished,
+                "total": run.total,
+                "accuracy": round(accuracy, 4) if accuracy is not None else None,
+                "regression": (
+                    run.status == EvalRun.Status.DONE
+                    and accuracy is not None
+                    and previous is not None
+                    and accuracy < previous - REGRESSION_TOLERANCE
+                ),
+            }
+        )
+        if run.status == EvalRun.Status.DONE and accuracy is not None:
+            previous = accuracy
+    return history
+
+
 def run_results(run: EvalRun) -> JSONDict:
     """The run as one JSON object: what ``eval run --json`` prints and the API returns.
 

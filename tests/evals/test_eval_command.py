@@ -18,6 +18,7 @@ from pytest_django.fixtures import Settings
 from conversations.models import Conversation, Step
 from evals.management.commands.eval import EXIT_BELOW_MIN_ACCURACY
 from evals.models import EvalRun, Suite
+from evals.selectors import run_history
 from servers import gateway
 from tests.factories import UserFactory
 
@@ -144,6 +145,8 @@ def test_a_run_at_or_above_the_minimum_accuracy_exits_zero_and_a_worse_rerun_is_
     assert results["regression"] is True
     assert results["cells"][0]["previous_accuracy"] == 1.0 and results["cells"][0]["wrong_tool"] == 1
     assert EvalRun.objects.filter(suite__name="small").count() == 2
+    history = run_history(suite=Suite.objects.get(name="small"))
+    assert [(item["accuracy"], item["regression"]) for item in history] == [(1.0, False), (0.0, True)]
 
 
 @pytest.mark.django_db
