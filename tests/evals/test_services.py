@@ -1,0 +1,69 @@
+"""Storing and starting suites: a secret pasted into a suite is stored redacted, a run's cells and
+case runs are all created up front, and a run too big or a concurrency below 1 is refused."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+
+from evals.models import EvalCaseResult, EvalCell
+from evals.services import run_start, suite_save
+from evals.suites import SuiteError
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "sk-proj-" + "a1B2c3D4e5F6g7H8i9J0k1L2"
+SUITE = (
+    "name: s\nmodels: [demo]\nparadigms: [native, intent]\n"
+    "variants: {plain: {}, terse: {demo/calculate: {description: Math.}}}\nrepeats: 2\n"
+    f"cases:\n  - {{question: 'my key is {SECRET}: what is 2 + 2?', expect: [{{tool: demo/calculate}}]}}\n"
+    "  - {question: hi, expect: []}\n"
+)
+
+
+@pytest.fixture
+def alice() -> User:
+    user: User = UserFactory(username="alice")
+    return user
+
+
+def test_a_secret_in_a_suite_is_stored_and_asked_redacted(alice: User) -> None:
+    suite = suite_save(owner=alice, text=SUITE)
+
+    assert SECRET not in suite.source and SECRET not in str(suite.definition)
+    assert "[REDACTED:api_key]" in suite.definition["cases"][0]["question"]  # type: ignore[index, call-overload]
+    run = run_start(suite=suite, user=alice, dispatch=False)
+    assert not EvalCaseResult.objects.filter(question__contains=SECRET).exists()
+    assert run.total == 2 * 2 * 2 * 2
+
+
+def test_a_run_creates_every_cell_and_case_run_pending(alice: User) -> None:
+    run = run_start(
+        suite=suite_save(owner=alice, text=SUITE), user=alice, repeats=1, concurrency=2, dispatch=False
+    )
+
+    cells = list(EvalCell.objects.filter(run=run).values_list("paradigm", "variant", "overrides"))
+    assert cells == [
+        ("native", "plain", {}),
+        ("native", "terse", {"demo/calculate": {"description": "Math."}}),
+        ("intent", "plain", {}),
+        ("intent", "terse", {"demo/calculate": {"description": "Math."}}),
+    ]
+    assert EvalCaseResult.objects.filter(cell__run=run, status="pending").count() == run.total == 8
+    assert (run.status, run.concurrency, run.repeats) == ("queued", 2, 1)
+
+
+def test_a_concurrency_below_one_is_refused(alice: User) -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        run_start(suite=suite_save(owner=alice, text=SUITE), user=alice, concurrency=0, dispatch=False)
+
+
+def test_a_run_of_too_many_case_runs_is_refused(alice: User) -> None:
+    many = "".join(f"  - {{question: q{index}, expect: []}}\n" for index in range(1000))
+    text = (
+        "name: big\nmodels: [demo]\nparadigms: [native, prompt_json, prompt_xml]\nrepeats: 2\ncases:\n" + many
+    )
+
+    with pytest.raises(SuiteError, match="at most 5000"):
+        run_start(suite=suite_save(owner=alice, text=text), user=alice, dispatch=False)
