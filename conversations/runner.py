@@ -35,6 +35,7 @@ from conversations.providers.streaming import DeltaCallback, PartialReply
 from conversations.recording import TurnRecorder, index_last_request_whole, turn_end_save
 from conversations.secret_sources import active_redactor
 from conversations.splicing import Spliced, splice
+from conversations.tool_overrides import Overrides, tool_overrides_for, tools_overridden
 from conversations.toolhost import Connected, TurnServers, turn_servers
 from conversations.trace_delivery import trace_delivery_queue
 from inspector import live
@@ -182,12 +183,20 @@ def prompt_renderer(profile: ModelProfile) -> PromptRenderer:
 
 
 def connect_servers(
-    servers: TurnServers, recorder: TurnRecorder, signal: TurnSignal | None = None
+    servers: TurnServers,
+    recorder: TurnRecorder,
+    signal: TurnSignal | None = None,
+    overrides: Overrides | None = None,
 ) -> Connected:
-    """Connect the turn's servers (``toolhost.TurnServers.connect``) as its ``connect`` step."""
+    """Connect the turn's servers (``toolhost.TurnServers.connect``) as its ``connect`` step; the
+    conversation's tool-definition ``overrides`` (``conversations.tool_overrides``) are spliced
+    into the tools offered, and the step's notes name each tool changed."""
     count = servers.enabled
     step = recorder.step_open(kind="connect", title=f"connect {count} MCP server(s)")
     connected = servers.connect(redact=recorder.redact, signal=signal)
+    if overrides:
+        connected.tools, notes = tools_overridden(connected.tools, overrides)
+        connected.notes.extend(notes)
     recorder.step_close(
         step,
         status="error" if connected.problems else "ok",
@@ -266,7 +275,7 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> None:
     servers = turn_servers(turn.conversation)
     recorder = TurnRecorder(turn, redact=active_redactor(secrets=_run_secrets(turn, servers)))
     try:
-        connected = connect_servers(servers, recorder, signal)
+        connected = connect_servers(servers, recorder, signal, tool_overrides_for(turn.conversation))
         tools = connected.tools
         turn.tools = [tool.as_json() for tool in tools]
         recorder.turn_save("tools")

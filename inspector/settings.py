@@ -85,6 +85,7 @@ INSTALLED_APPS = [
     "inspector",
     "servers",
     "conversations",
+    "evals",
 ]
 
 MIDDLEWARE = [
@@ -185,6 +186,10 @@ CACHES = {
 # How turns run: "celery" (workers on Redis) or "embedded" (a thread pool in the web process).
 TURN_RUNNER = env_str("TURN_RUNNER", "celery" if REDIS_URL else "embedded")
 EMBEDDED_RUNNER_THREADS = env_int("EMBEDDED_RUNNER_THREADS", 16)
+# Evals (docs/evals.md): how many of a run's turns are in flight at once unless the run says,
+# and how often a run's driver looks for turns that have ended.
+EVAL_CONCURRENCY = env_int("EVAL_CONCURRENCY", 4)
+EVAL_POLL_SECONDS = env_float("EVAL_POLL_SECONDS", 0.25)
 # Turn lifecycle (conversations.lifecycle): a running turn heart-beats every TURN_HEARTBEAT_SECONDS;
 # one silent for TURN_HEARTBEAT_WINDOW_SECONDS is marked interrupted by any live process, which
 # checks every TURN_REAP_SECONDS. A cancel request is seen within TURN_CANCEL_POLL_SECONDS.

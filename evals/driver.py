@@ -1,0 +1,209 @@
+"""Driving a run, one short step at a time (``run_advance``): grade the case runs whose turns
+have ended, start pending ones while fewer than the run's ``concurrency`` turns are in flight
+(each an ordinary conversation, queued through ``conversations.services.conversation_start`` and
+so handed to the same dispatcher as any turn: the embedded thread pool, or Celery workers), and
+mark the run done when every case run has ended. ``run_execute`` takes those steps in the
+caller's thread until the end (the CLI, the embedded driver thread); the Celery task
+``evals.tasks.advance_run`` takes one and queues itself again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from django.conf import settings
+from django.db import transaction
+
+from conversations.models import Step, Turn
+from conversations.pricing import tool_definitions_tokens, turn_cost
+from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
+from conversations.services import conversation_start
+from conversations.typealias import JSONValue
+from evals.grading import Grade, MadeCall, TurnFacts, grade_case, is_parse_problem
+from evals.models import EvalCaseResult, EvalRun
+from evals.selectors import Progress, run_progress
+from evals.suites import Case, SuiteDefinition, suite_from_document
+from servers.models import McpServer
+
+_NOT_SENT = "not sent: "
+
+ProgressCallback = Callable[[Progress], None]
+
+
+def run_advance(*, run: EvalRun) -> bool:
+    """One step of a run (see the module's docstring); returns whether the run has finished.
+
+    Safe to call from several processes at once: the run's row is locked for the step.
+    """
+    with transaction.atomic():
+        run = EvalRun.objects.select_for_update().select_related("owner").get(pk=run.pk)
+        if run.is_finished:
+            return True
+        if run.status == EvalRun.Status.QUEUED:
+            run.mark_running()
+        definition = suite_from_document(run.definition)
+        in_flight = 0
+        running = (
+            EvalCaseResult.objects.filter(cell__run=run, status=EvalCaseResult.Status.RUNNING)
+            .select_related("cell__profile", "conversation")
+            .order_by("pk")
+        )
+        for result in running:
+            turn = _case_turn(result)
+            if turn is not None and not turn.is_finished:
+                in_flight += 1
+                continue
+            _grade(result, definition.cases[result.case_index], turn)
+            run.finished += 1
+            run.passed += result.status == EvalCaseResult.Status.PASSED
+        free = run.concurrency - in_flight
+        if free > 0:
+            pending = (
+                EvalCaseResult.objects.filter(cell__run=run, status=EvalCaseResult.Status.PENDING)
+                .select_related("cell__profile")
+                .order_by("repeat", "case_index", "cell__position")[:free]
+            )
+            servers = list(run.servers.all())
+            for result in pending:
+                _start_case(run, definition, result, servers)
+                in_flight += 1
+        if in_flight == 0 and run.finished >= run.total:
+            run.mark_done()
+        run.save()
+        return run.is_finished
+
+
+def _case_turn(result: EvalCaseResult) -> Turn | None:
+    if result.conversation is None:
+        return None
+    return result.conversation.turns.order_by("seq").first()
+
+
+def _start_case(
+    run: EvalRun, definition: SuiteDefinition, result: EvalCaseResult, servers: list[McpServer]
+) -> None:
+    cell = result.cell
+    if cell.profile is None:
+        result.mark_graded(
+            failure=EvalCaseResult.Failure.ERROR,
+            reason=f"the model profile {cell.model!r} was deleted",
+            calls=[],
+            input_tokens=0,
+            output_tokens=0,
+            definition_tokens=0,
+            cost=None,
+            latency_ms=None,
+        )
+        result.save()
+        run.finished += 1
+        return
+    conversation, _ = conversation_start(
+        owner=run.owner,
+        model_profile=cell.profile,
+        question=result.question,
+        servers=servers,
+        paradigm=cell.paradigm,
+        tool_choice=definition.tool_choice,
+        tool_choice_name=definition.tool,
+    )
+    result.conversation = conversation
+    result.status = EvalCaseResult.Status.RUNNING
+    result.started_at = conversation.created_at
+    result.save(update_fields=["conversation", "status", "started_at"])
+
+
+def _grade(result: EvalCaseResult, case: Case, turn: Turn | None) -> None:
+    if turn is None:
+        grade = Grade(
+            EvalCaseResult.Failure.ERROR, "the case's conversation was deleted before it was graded"
+        )
+        facts = TurnFacts(status="failed", error=grade.reason, answer="", calls=())
+    else:
+        facts = turn_facts(turn)
+        grade = grade_case(case, facts)
+    usages = (
+        list(Step.objects.filter(turn=turn).exclude(usage={}).values_list("usage", flat=True)) if turn else []
+    )
+    profile = result.cell.profile
+    cost = turn_cost(turn, profile) if turn is not None and profile is not None else None
+    latency = None
+    if turn is not None and turn.started_at is not None and turn.finished_at is not None:
+        latency = max(0, int((turn.finished_at - turn.started_at).total_seconds() * 1000))
+    result.mark_graded(
+        failure=grade.failure,
+        reason=grade.reason,
+        calls=[call.as_json() for call in facts.calls],
+        input_tokens=sum(_usage_count(usage, USAGE_INPUT_KEYS) for usage in usages),
+        output_tokens=sum(_usage_count(usage, USAGE_OUTPUT_KEYS) for usage in usages),
+        definition_tokens=tool_definitions_tokens(turn) if turn is not None else 0,
+        cost=cost.total if cost is not None else None,
+        latency_ms=latency,
+    )
+    result.save()
+
+
+def _usage_count(usage: JSONValue, keys: tuple[str, ...]) -> int:
+    if not isinstance(usage, dict):
+        return 0
+    for key in keys:
+        value = usage.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return 0
+
+
+def turn_facts(turn: Turn) -> TurnFacts:
+    """What grading reads of a finished turn: its calls (from its ``tool`` steps, with the
+    host's verdict on each) and the parse problems its model steps noted."""
+    calls: list[MadeCall] = []
+    problems: list[str] = []
+    for step in Step.objects.filter(turn=turn).order_by("seq"):
+        if step.kind == Step.Kind.TOOL:
+            tool = f"{step.server_name}/{step.tool_name}" if step.server_name else step.tool_name
+            rejected = step.error.removeprefix(_NOT_SENT) if step.error.startswith(_NOT_SENT) else ""
+            arguments = step.arguments if isinstance(step.arguments, dict) else None
+            calls.append(MadeCall(tool=tool, arguments=arguments, rejected=rejected))
+        elif step.kind in (Step.Kind.DECIDE, Step.Kind.ANSWER, Step.Kind.ERROR):
+            problems.extend(_parse_problems(step))
+    return TurnFacts(
+        status=turn.status, error=turn.error, answer=turn.answer, calls=calls, parse_problems=problems
+    )
+
+
+def _parse_problems(step: Step) -> list[str]:
+    """The diagnostics of a model step that say its reply could not be read."""
+    texts = [item for item in step.diagnostics if isinstance(item, str)] + (
+        [step.error] if step.error else []
+    )
+    return [text for text in texts if is_parse_problem(text)]
+
+
+def run_execute(
+    *,
+    run: EvalRun,
+    on_progress: ProgressCallback | None = None,
+    poll_seconds: float | None = None,
+) -> EvalRun:
+    """Drive ``run`` to its end in this thread (the CLI, the embedded driver thread), calling
+    ``on_progress`` after each step. A step that fails marks the run failed and re-raises."""
+    wait = float(settings.EVAL_POLL_SECONDS) if poll_seconds is None else poll_seconds
+    try:
+        while True:
+            finished = run_advance(run=run)
+            run.refresh_from_db()
+            if on_progress is not None:
+                on_progress(run_progress(run=run))
+            if finished:
+                return run
+            time.sleep(wait)
+    except Exception as exc:
+        run_fail(run=run, error=f"the run could not go on: {type(exc).__name__}: {exc}")
+        raise
+
+
+def run_fail(*, run: EvalRun, error: str) -> None:
+    """Mark an unfinished run failed, saying why (a run that has finished is left alone)."""
+    EvalRun.objects.filter(pk=run.pk).exclude(status__in=EvalRun.FINISHED).update(
+        status=EvalRun.Status.FAILED, error=error[:2000]
+    )

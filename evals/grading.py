@@ -1,0 +1,213 @@
+"""Grading one case: the calls a turn made (read from its recorded steps) against what the case
+expects, and the failure class when they differ.
+
+Expected argument values are matched as a *subset* of the call's arguments. A value is a literal
+(equal, with 1 == 1.0) or a matcher, a one-key object: ``{"exact": value}`` (equal, for a literal
+that looks like a matcher), ``{"oneOf": [v1, v2]}``, ``{"regex": "..."}`` (searched in a string
+value), ``{"range": [min, max]}`` (a number, bounds included). An object that is no matcher is
+matched as a subset again, key by key.
+
+The failure classes, in the order they are looked for (the first found is the case's):
+``error`` (the turn failed before any call was made), ``parse_failure`` (a call whose arguments
+could not be read, or a reply the paradigm could not parse), ``validation_failure`` (arguments
+not valid against the tool's inputSchema), ``wrong_tool`` (an unknown tool, or another tool than
+expected), ``no_call``, ``wrong_arguments``, ``extra_call`` (a call not expected, e.g. any call
+when ``[]`` is expected), ``wrong_answer`` (the final answer lacks ``answer_contains``), and
+``error`` for a turn that failed after its calls. A call the host rejected fails the case even if
+the model repaired it later: the case measures whether the model gets it right by itself, and the
+repair stays visible in the conversation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from conversations.typealias import JSONDict, JSONValue
+from evals.suites import Case, ExpectedCall, is_matcher
+
+# How each failure class starts its reason in check_call's words (conversations.agent).
+_NOT_JSON = "are not a JSON object"
+_UNKNOWN_TOOL = "unknown tool"
+_INVALID = "invalid arguments"
+# A paradigm's diagnostics that say a reply could not be read (conversations.paradigms).
+_PARSE_WORDS = re.compile(
+    r"could not (?:parse|read)|not valid (?:JSON|XML)|invalid JSON|unparseable|no tool call could be read"
+    r"|malformed|cut short|unterminated|unclosed",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class MadeCall:
+    """A call as the turn made it: ``tool`` as ``server/tool`` (the raw name when it resolved to
+    no offered tool), its arguments (None when they were no JSON object) and the host's verdict."""
+
+    tool: str
+    arguments: JSONDict | None
+    rejected: str = ""  # why the host did not send it ("" when it was sent)
+
+    def as_json(self) -> JSONDict:
+        data: JSONDict = {"tool": self.tool, "arguments": self.arguments}
+        if self.rejected:
+            data["rejected"] = self.rejected
+        return data
+
+
+@dataclass(frozen=True)
+class TurnFacts:
+    """What grading reads of a finished turn (``evals.services`` builds it from the steps)."""
+
+    status: str  # the turn's status: done, failed, interrupted, cancelled
+    error: str
+    answer: str
+    calls: Sequence[MadeCall]
+    parse_problems: Sequence[str] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Grade:
+    failure: str  # "" when the case passed, else an EvalCaseResult.Failure value
+    reason: str
+
+    @property
+    def passed(self) -> bool:
+        return not self.failure
+
+
+def grade_case(case: Case, facts: TurnFacts) -> Grade:
+    """Grade one finished turn against ``case`` (see the module's docstring for the order)."""
+    if facts.status != "done" and not facts.calls:
+        problem = next(iter(facts.parse_problems), "")
+        if problem:
+            return Grade("parse_failure", f"the reply could not be read: {problem}")
+        return Grade("error", f"the turn {facts.status}: {facts.error or 'no reason recorded'}")
+    for call in facts.calls:
+        if call.arguments is None or _NOT_JSON in call.rejected:
+            return Grade("parse_failure", f"the arguments of {call.tool} could not be read: {call.rejected}")
+    if facts.parse_problems and not facts.calls:
+        return Grade("parse_failure", f"the reply could not be read: {facts.parse_problems[0]}")
+    for call in facts.calls:
+        if call.rejected.startswith(_INVALID):
+            return Grade("validation_failure", call.rejected)
+    for call in facts.calls:
+        if call.rejected.startswith(_UNKNOWN_TOOL):
+            return Grade("wrong_tool", f"called a tool that was not offered: {call.rejected}")
+    for call in facts.calls:
+        if call.rejected:
+            return Grade("validation_failure", call.rejected)
+    made = list(facts.calls)
+    if case.expect and not made:
+        wanted = ", ".join(call.tool for call in case.expect)
+        return Grade("no_call", f"expected a call to {wanted}, but no tool was called")
+    if not case.expect and made:
+        return Grade("extra_call", f"expected no tool call, but {_names(made)} called")
+    unmatched = list(made)
+    for expected in case.expect:
+        found = next((call for call in unmatched if _call_matches(expected, call)), None)
+        if found is not None:
+            unmatched.remove(found)
+            continue
+        same_tool = [call for call in unmatched if call.tool == expected.tool]
+        if same_tool:
+            return Grade("wrong_arguments", _argument_reason(expected, same_tool[0]))
+        return Grade(
+            "wrong_tool", f"expected a call to {expected.tool}, but {_names(unmatched or made)} called"
+        )
+    if unmatched:
+        return Grade("extra_call", f"{_names(unmatched)} called besides the expected calls")
+    if case.answer_contains is not None and case.answer_contains.casefold() not in facts.answer.casefold():
+        return Grade("wrong_answer", f"the final answer does not contain {case.answer_contains!r}")
+    if facts.status != "done":
+        return Grade(
+            "error", f"the turn {facts.status} after its calls: {facts.error or 'no reason recorded'}"
+        )
+    return Grade("", "")
+
+
+def is_parse_problem(text: str) -> bool:
+    """Whether a model step's diagnostic says its reply (or a call in it) could not be read."""
+    return bool(_PARSE_WORDS.search(text))
+
+
+def _names(calls: Sequence[MadeCall]) -> str:
+    names = list(dict.fromkeys(call.tool for call in calls))
+    return (", ".join(names) or "nothing") + (" was" if len(calls) == 1 else " were")
+
+
+def _call_matches(expected: ExpectedCall, call: MadeCall) -> bool:
+    if call.tool != expected.tool:
+        return False
+    return expected.arguments is None or _mismatch(expected.arguments, call.arguments or {}, "") is None
+
+
+def _argument_reason(expected: ExpectedCall, call: MadeCall) -> str:
+    problem = _mismatch(expected.arguments or {}, call.arguments or {}, "")
+    return f"{expected.tool}: {problem}"
+
+
+def _mismatch(expected: JSONDict, actual: JSONDict, path: str) -> str | None:
+    """Why ``actual`` does not hold ``expected`` as a subset (None when it does)."""
+    for name, want in expected.items():
+        where = f"{path}.{name}" if path else name
+        if name not in actual:
+            return f"argument {where} is missing"
+        problem = value_mismatch(want, actual[name])
+        if problem is None:
+            continue
+        if problem == "":
+            nested = actual[name]
+            assert isinstance(want, dict) and isinstance(nested, dict)
+            deeper = _mismatch(want, nested, where)
+            if deeper is not None:
+                return deeper
+            continue
+        return f"argument {where} {problem}"
+    return None
+
+
+def value_mismatch(want: JSONValue, got: JSONValue) -> str | None:
+    """None when ``got`` matches ``want`` (a literal or a matcher); else why not. The empty string
+    means "both are objects: compare them key by key" (``_mismatch`` does)."""
+    if is_matcher(want):
+        assert isinstance(want, dict)
+        key, operand = next(iter(want.items()))
+        if key == "exact":
+            return None if _equal(operand, got) else f"is {_show(got)}, expected exactly {_show(operand)}"
+        if key == "oneOf":
+            options = operand if isinstance(operand, list) else []
+            if any(_equal(option, got) for option in options):
+                return None
+            return f"is {_show(got)}, expected one of {_show(options)}"
+        if key == "regex":
+            if isinstance(got, str) and isinstance(operand, str) and re.search(operand, got):
+                return None
+            return f"is {_show(got)}, which does not match /{operand}/"
+        if key == "range":
+            low, high = operand if isinstance(operand, list) and len(operand) == 2 else (None, None)
+            if (
+                isinstance(got, (int, float))
+                and not isinstance(got, bool)
+                and isinstance(low, (int, float))
+                and isinstance(high, (int, float))
+                and low <= got <= high
+            ):
+                return None
+            return f"is {_show(got)}, expected a number from {low} to {high}"
+    if isinstance(want, dict):
+        return "" if isinstance(got, dict) else f"is {_show(got)}, expected an object"
+    return None if _equal(want, got) else f"is {_show(got)}, expected {_show(want)}"
+
+
+def _equal(want: JSONValue, got: JSONValue) -> bool:
+    if isinstance(want, bool) or isinstance(got, bool):
+        return type(want) is type(got) and want == got
+    if isinstance(want, (int, float)) and isinstance(got, (int, float)):
+        return want == got
+    return type(want) is type(got) and want == got
+
+
+def _show(value: JSONValue) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."

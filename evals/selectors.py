@@ -1,0 +1,225 @@
+"""Reads about evals: a user's suites and runs (others' are not found), a run's progress and its
+results in the one shape the CLI's ``--json``, the REST API and the pages share, and the
+overrides an eval conversation's tools get (the source ``evals.apps`` registers)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from decimal import Decimal
+from typing import TypedDict
+from uuid import UUID
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
+from django.db.models import Prefetch, QuerySet
+
+from conversations.models import Conversation
+from conversations.typealias import JSONDict
+from evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
+
+FAILURE_CLASSES: tuple[str, ...] = tuple(EvalCaseResult.Failure.values)
+# An accuracy this much lower than the previous run's, in a cell both ran, is a regression.
+REGRESSION_TOLERANCE = 1e-9
+
+
+class Progress(TypedDict):
+    """How far a run is: case runs in all, ended, passed, and running now."""
+
+    status: str
+    total: int
+    finished: int
+    passed: int
+    running: int
+    fraction: float
+
+
+def suite_list(*, user: AbstractBaseUser) -> QuerySet[Suite]:
+    """The user's suites, by name."""
+    return Suite.objects.filter(owner_id=user.pk).order_by("name")
+
+
+def suite_get(*, user: AbstractBaseUser | AnonymousUser, public_id: UUID | str) -> Suite:
+    """Raises ``Suite.DoesNotExist`` for a suite that is not the user's (or no such id)."""
+    if not user.is_authenticated:
+        raise Suite.DoesNotExist
+    return Suite.objects.get(owner_id=user.pk, public_id=public_id)
+
+
+def suite_get_by_name(*, user: AbstractBaseUser, name: str) -> Suite:
+    """Raises ``Suite.DoesNotExist`` when the user has no suite of that name."""
+    return Suite.objects.get(owner_id=user.pk, name=name)
+
+
+def run_list(*, user: AbstractBaseUser, suite: Suite | None = None) -> QuerySet[EvalRun]:
+    """The user's runs, newest first (of one suite, if given)."""
+    runs = EvalRun.objects.filter(owner_id=user.pk).select_related("suite")
+    return runs.filter(suite=suite) if suite is not None else runs
+
+
+def run_get(*, user: AbstractBaseUser | AnonymousUser, public_id: UUID | str) -> EvalRun:
+    """Raises ``EvalRun.DoesNotExist`` for a run that is not the user's (or no such id)."""
+    if not user.is_authenticated:
+        raise EvalRun.DoesNotExist
+    return EvalRun.objects.select_related("suite").get(owner_id=user.pk, public_id=public_id)
+
+
+def run_progress(*, run: EvalRun) -> Progress:
+    """The run's progress numbers (from its row, plus how many turns are in flight now)."""
+    running = EvalCaseResult.objects.filter(cell__run=run, status=EvalCaseResult.Status.RUNNING).count()
+    return Progress(
+        status=run.status,
+        total=run.total,
+        finished=run.finished,
+        passed=run.passed,
+        running=running,
+        fraction=round(run.progress, 4),
+    )
+
+
+def progress_json(progress: Progress) -> JSONDict:
+    """``Progress`` as a JSON object (the same keys)."""
+    return {
+        "status": progress["status"],
+        "total": progress["total"],
+        "finished": progress["finished"],
+        "passed": progress["passed"],
+        "running": progress["running"],
+        "fraction": progress["fraction"],
+    }
+
+
+def run_previous(*, run: EvalRun) -> EvalRun | None:
+    """The suite's last finished run before ``run``: what its regressions are measured against."""
+    return (
+        EvalRun.objects.filter(
+            suite_id=run.suite_id, status=EvalRun.Status.DONE, created_at__lte=run.created_at
+        )
+        .exclude(pk=run.pk)
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+
+
+def run_results(run: EvalRun) -> JSONDict:
+    """The run as one JSON object: what ``eval run --json`` prints and the API returns.
+
+    ``{"run", "suite", "status", "error", "created_at", "started_at", "finished_at",
+    "concurrency", "repeats", "progress": Progress, "previous_run", "regression",
+    "cells": [cell, ...]}`` where each cell is ``{"model", "paradigm", "variant", "cases",
+    "passed", "accuracy" (0..1; null before any case ended), "finished", one count per failure
+    class ("wrong_tool", "wrong_arguments", "no_call", "extra_call", "parse_failure",
+    "validation_failure", "wrong_answer", "error"), "input_tokens", "output_tokens",
+    "definition_tokens", "cost" (US dollars as a string; null without a price), "latency_ms"
+    (mean per case), "conversations" (uuids, in case order), "failures" ([{"case", "repeat",
+    "question", "failure", "reason", "conversation"}]), "previous_accuracy", "regression"}``.
+    ``cases`` counts case runs (cases × repeats).
+    """
+    previous = run_previous(run=run)
+    before = _accuracies(previous) if previous is not None else {}
+    cells = [_cell_json(cell, before) for cell in _cells(run)]
+    return {
+        "run": str(run.public_id),
+        "suite": run.suite.name,
+        "suite_id": str(run.suite.public_id),
+        "status": run.status,
+        "error": run.error,
+        "created_at": run.created_at.isoformat(),
+        "started_at": run.started_at.isoformat() if run.started_at else None,
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "concurrency": run.concurrency,
+        "repeats": run.repeats,
+        "progress": progress_json(run_progress(run=run)),
+        "previous_run": str(previous.public_id) if previous is not None else None,
+        "regression": any(cell["regression"] for cell in cells),
+        "cells": cells,  # type: ignore[dict-item]
+    }
+
+
+def _cells(run: EvalRun) -> list[EvalCell]:
+    return list(
+        EvalCell.objects.filter(run=run)
+        .order_by("position")
+        .prefetch_related(
+            Prefetch(
+                "results",
+                queryset=EvalCaseResult.objects.order_by("case_index", "repeat").select_related(
+                    "conversation"
+                ),
+            )
+        )
+    )
+
+
+def _accuracies(run: EvalRun) -> dict[tuple[str, str, str], float | None]:
+    return {
+        (cell.model, cell.paradigm, cell.variant): _accuracy(list(cell.results.all())) for cell in _cells(run)
+    }
+
+
+def _accuracy(results: list[EvalCaseResult]) -> float | None:
+    ended = [result for result in results if result.is_finished]
+    if not ended:
+        return None
+    return sum(1 for result in ended if result.status == EvalCaseResult.Status.PASSED) / len(ended)
+
+
+def _cell_json(cell: EvalCell, before: dict[tuple[str, str, str], float | None]) -> JSONDict:
+    results = list(cell.results.all())
+    ended = [result for result in results if result.is_finished]
+    passed = sum(1 for result in ended if result.status == EvalCaseResult.Status.PASSED)
+    failures = Counter(result.failure for result in ended if result.failure)
+    costs = [result.cost for result in ended if result.cost is not None]
+    latencies = [result.latency_ms for result in ended if result.latency_ms is not None]
+    accuracy = _accuracy(results)
+    previous = before.get((cell.model, cell.paradigm, cell.variant))
+    data: JSONDict = {
+        "model": cell.model,
+        "paradigm": cell.paradigm,
+        "variant": cell.variant,
+        "cases": len(results),
+        "finished": len(ended),
+        "passed": passed,
+        "accuracy": round(accuracy, 4) if accuracy is not None else None,
+    }
+    for name in FAILURE_CLASSES:
+        data[name] = failures.get(name, 0)
+    data.update(
+        {
+            "input_tokens": sum(result.input_tokens for result in ended),
+            "output_tokens": sum(result.output_tokens for result in ended),
+            "definition_tokens": sum(result.definition_tokens for result in ended),
+            "cost": str(sum(costs, Decimal(0))) if costs else None,
+            "latency_ms": round(sum(latencies) / len(latencies)) if latencies else None,
+            "conversations": [
+                str(result.conversation.public_id) for result in results if result.conversation is not None
+            ],
+            "failures": [
+                {
+                    "case": result.case_index,
+                    "repeat": result.repeat,
+                    "question": result.question,
+                    "failure": result.failure,
+                    "reason": result.reason,
+                    "conversation": str(result.conversation.public_id) if result.conversation else None,
+                }
+                for result in ended
+                if result.failure
+            ],
+            "previous_accuracy": round(previous, 4) if previous is not None else None,
+            "regression": (
+                accuracy is not None and previous is not None and accuracy < previous - REGRESSION_TOLERANCE
+            ),
+        }
+    )
+    return data
+
+
+def conversation_overrides(conversation: Conversation) -> dict[str, JSONDict]:
+    """The tool-definition overrides of the eval cell the conversation runs a case of (empty
+    for any other conversation): the source registered with ``conversations.tool_overrides``."""
+    overrides = (
+        EvalCell.objects.filter(results__conversation=conversation)
+        .values_list("overrides", flat=True)
+        .first()
+    )
+    return dict(overrides) if isinstance(overrides, dict) else {}
