@@ -47,7 +47,9 @@ class SuiteUploadForm(forms.Form):
     file = forms.FileField(
         label="Suite file",
         help_text="A JSON or YAML suite, as `manage.py eval run FILE` reads it.",
-        widget=forms.ClearableFileInput(attrs={"accept": ".json,.yaml,.yml,application/json,application/yaml"}),
+        widget=forms.ClearableFileInput(
+            attrs={"accept": ".json,.yaml,.yml,application/json,application/yaml"}
+        ),
     )
 
     def clean_file(self) -> UploadedFile[bytes]:
@@ -63,7 +65,8 @@ class SuiteUploadForm(forms.Form):
         """The file's bytes (after ``is_valid``)."""
         upload: UploadedFile[bytes] = self.cleaned_data["file"]
         upload.seek(0)
-        return upload.read(SUITE_UPLOAD_MAX_BYTES + 1)
+        data: bytes = upload.read(SUITE_UPLOAD_MAX_BYTES + 1)
+        return data
 
 
 class RunForm(forms.Form):

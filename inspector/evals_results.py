@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 
 from django.db.models import Count, Q, QuerySet
@@ -23,10 +23,11 @@ from evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
 
 HISTORY_RUNS = 30  # the suite page charts its newest runs, up to this many
 BANDS = 4  # accuracy bands above zero: acc-0 (< 25 %) … acc-4 (100 %)
-CHART_WIDTH = 1000
-CHART_HEIGHT = 180
-CHART_TOP = 24  # room for the value above the tallest bar
+CHART_WIDTH = 600  # SVG units; the chart sits in the suite page's narrow column
+CHART_HEIGHT = 160
+CHART_TOP = 26  # room for the value above the tallest bar
 CHART_GAP = 8
+CHART_BAR_MAX = 60
 STATUS_TONES = {
     EvalRun.Status.DONE: "ok",
     EvalRun.Status.FAILED: "error",
@@ -101,6 +102,10 @@ def _int(value: JSONValue) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _list(value: JSONValue) -> list[JSONValue]:
+    return value if isinstance(value, list) else []
+
+
 def _decimal(value: JSONValue) -> Decimal | None:
     try:
         return Decimal(value) if isinstance(value, str) else None
@@ -135,7 +140,9 @@ class CellView:
             passed=_int(cell.get("passed")),
             accuracy=float(accuracy) if isinstance(accuracy, (int, float)) else None,
             failures=[
-                (str(label), _int(cell.get(key))) for key, label in FAILURE_LABELS.items() if _int(cell.get(key))
+                (str(label), _int(cell.get(key)))
+                for key, label in FAILURE_LABELS.items()
+                if _int(cell.get(key))
             ],
             input_tokens=_int(cell.get("input_tokens")),
             output_tokens=_int(cell.get("output_tokens")),
@@ -271,7 +278,7 @@ def run_results(run: EvalRun) -> RunResults:
     """The matrix, the variants and the failing cases of one run, from the results document the
     CLI and the API give (``evals.selectors.run_results``)."""
     document = eval_selectors.run_results(run)
-    cells = [cell for cell in document.get("cells") or [] if isinstance(cell, dict)]
+    cells = [cell for cell in _list(document.get("cells")) if isinstance(cell, dict)]
     overrides = _variant_overrides(run)
     variants: dict[str, VariantView] = {}
     grid: dict[tuple[str, str], dict[str, CellView]] = {}
@@ -279,14 +286,16 @@ def run_results(run: EvalRun) -> RunResults:
     for cell in cells:
         view = CellView.from_json(cell)
         model, paradigm = str(cell.get("model", "")), str(cell.get("paradigm", ""))
-        variant = variants.setdefault(view.variant, VariantView(view.variant, _overrides(overrides.get(view.variant))))
+        variant = variants.setdefault(
+            view.variant, VariantView(view.variant, _overrides(overrides.get(view.variant)))
+        )
         variant.case_runs += view.cases
         variant.input_tokens += view.input_tokens
         variant.output_tokens += view.output_tokens
         variant.definition_tokens += _int(cell.get("definition_tokens"))
         variant.cost = _add_cost(variant.cost, view.cost)
         grid.setdefault((model, paradigm), {})[view.variant] = view
-        for failure in cell.get("failures") or []:
+        for failure in _list(cell.get("failures")):
             if not isinstance(failure, dict):
                 continue
             kind = str(failure.get("failure", ""))
@@ -393,9 +402,7 @@ def _cell_scores(runs: Iterable[EvalRun]) -> dict[int, dict[CellKey, tuple[int, 
     return scores
 
 
-def regressed_cells(
-    previous: dict[CellKey, float], current: dict[CellKey, float]
-) -> list[str]:
+def regressed_cells(previous: dict[CellKey, float], current: dict[CellKey, float]) -> list[str]:
     """The cells scored in both whose accuracy fell, as ``model · paradigm · variant: a → b``."""
     return [
         f"{' · '.join(key)}: {accuracy_text(previous[key])} → {accuracy_text(score)}"
@@ -407,7 +414,7 @@ def regressed_cells(
 def _chart(rows: Sequence[HistoryRow]) -> HistoryChart:
     """Bars oldest first, left to right; a bar's height is its run's accuracy."""
     count = max(len(rows), 1)
-    slot = CHART_WIDTH / count
+    slot = min(CHART_WIDTH / count, CHART_BAR_MAX + CHART_GAP)
     width = max(slot - CHART_GAP, 2.0)
     usable = CHART_HEIGHT - CHART_TOP - 2
     bars = []
@@ -422,7 +429,7 @@ def _chart(rows: Sequence[HistoryRow]) -> HistoryChart:
                 x=index * slot,
                 y=y,
                 height=height,
-                label_y=max(y - 5, 14.0),
+                label_y=max(y - 5, 20.0),
                 value=row.accuracy_text,
                 title=f"{when}: {row.accuracy_text} ({row.passed}/{row.cases}, {row.status}){flag}",
                 regressed=row.regressed,
@@ -486,7 +493,6 @@ def suite_rows(suites: Iterable[Suite]) -> list[SuiteRow]:
 def _case_count(definition: JSONValue) -> int:
     cases = definition.get("cases") if isinstance(definition, dict) else None
     return len(cases) if isinstance(cases, list) else 0
-
 
 
 @dataclass(frozen=True)

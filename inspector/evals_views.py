@@ -125,7 +125,9 @@ def suite_upload(request: HttpRequest) -> HttpResponse:
         upload.add_error("file", str(exc))
         # A file that is text goes into the editor, so it can be put right here.
         text = content.decode("utf-8", errors="replace").removeprefix("\ufeff")
-        return _list_page(request, SuiteForm(initial={"document": text}), upload=upload, status=STATUS_BAD_REQUEST)
+        return _list_page(
+            request, SuiteForm(initial={"document": text}), upload=upload, status=STATUS_BAD_REQUEST
+        )
     return redirect("inspector-eval-suite", public_id=suite.public_id)
 
 

@@ -49,7 +49,9 @@ urlpatterns = [
     path("evals/<uuid:public_id>/edit", evals_views.suite_update, name="inspector-eval-suite-update"),
     path("evals/<uuid:public_id>/run", evals_views.run_create, name="inspector-eval-run-create"),
     path("evals/runs/<uuid:public_id>/", evals_views.run_detail, name="inspector-eval-run"),
-    path("evals/runs/<uuid:public_id>/progress", evals_views.run_progress, name="inspector-eval-run-progress"),
+    path(
+        "evals/runs/<uuid:public_id>/progress", evals_views.run_progress, name="inspector-eval-run-progress"
+    ),
     path("evals/runs/<uuid:public_id>/results", evals_views.run_results, name="inspector-eval-run-results"),
     path("evals/runs/<uuid:public_id>/cancel", evals_views.run_cancel, name="inspector-eval-run-cancel"),
     path("accounts/login/", accounts.LoginView.as_view(), name="login"),

@@ -104,6 +104,7 @@ def test_a_suite_is_refused_naming_the_field_then_saved_run_live_and_a_failing_c
     expect(page.locator(".variant[data-variant=terse] .override-text")).to_have_text("Weather.")
     failures = page.locator("#eval-failures .eval-failure")
     assert failures.count() >= 4
+    page.screenshot(path=str(evals.server.var_dir / "browser-eval-run.png"), full_page=True)
     first = failures.filter(has_text="12 * (3 + 4)").first
     expect(first.locator(".failure-class")).to_contain_text("wrong tool")
 
@@ -114,6 +115,7 @@ def test_a_suite_is_refused_naming_the_field_then_saved_run_live_and_a_failing_c
 
     page.goto(evals.suite_url)
     expect(page.locator("#history-chart svg rect")).to_have_count(1)
+    page.screenshot(path=str(evals.server.var_dir / "browser-eval-suite.png"), full_page=True)
     page.context.close()
 
 
@@ -147,6 +149,9 @@ def test_no_eval_page_scrolls_sideways_on_a_phone(browser: Browser, evals: Evals
     for url in (f"{evals.server.base}/evals/", evals.suite_url, evals.run_url):
         page.goto(url)
         assert _overflow(page) == 0, f"{url} scrolls sideways at 390 px ({scheme})"
+        page.screenshot(
+            path=str(evals.server.var_dir / f"browser-eval-{scheme}-{url.count('/')}.png"), full_page=True
+        )
     expect(page.locator("#eval-matrix")).to_be_visible()
     if scheme == "dark":
         background = page.evaluate("getComputedStyle(document.querySelector('td.eval-cell')).backgroundColor")

@@ -63,18 +63,33 @@ def _suite(owner: Any, text: str = EXAMPLE_SUITE) -> Suite:
     return suite_save(owner=owner, text=text)
 
 
-def _finished_run(suite: Suite, *, question: str = "What is 12 * (3 + 4)?", reason: str = "no call") -> EvalRun:
+def _finished_run(
+    suite: Suite, *, question: str = "What is 12 * (3 + 4)?", reason: str = "no call"
+) -> EvalRun:
     """A done run of one model × two paradigms × two variants: one case each, one cell failing."""
     run = EvalRun.objects.create(
-        suite=suite, owner=suite.owner, definition=suite.definition, status=EvalRun.Status.DONE,
-        total=4, finished=4, passed=3,
+        suite=suite,
+        owner=suite.owner,
+        definition=suite.definition,
+        status=EvalRun.Status.DONE,
+        total=4,
+        finished=4,
+        passed=3,
     )
     conversation = ConversationFactory(owner=suite.owner)
     position = 0
     for paradigm in ("native", "prompt_xml"):
-        for variant, overrides in (("plain", {}), ("terse", {"demo/get_weather_forecast": {"description": "Weather."}})):
+        for variant, overrides in (
+            ("plain", {}),
+            ("terse", {"demo/get_weather_forecast": {"description": "Weather."}}),
+        ):
             cell = EvalCell.objects.create(
-                run=run, position=position, model="demo", paradigm=paradigm, variant=variant, overrides=overrides
+                run=run,
+                position=position,
+                model="demo",
+                paradigm=paradigm,
+                variant=variant,
+                overrides=overrides,
             )
             position += 1
             failing = paradigm == "prompt_xml" and variant == "terse"
@@ -148,7 +163,7 @@ def test_an_uploaded_suite_file_becomes_a_suite(alice_client: Client, alice: Any
     [
         (b"\xff\xfe not utf-8", "not UTF-8"),
         (b"name: x\nmodels: [demo]\nparadigms: [telepathy]\ncases: []\n", "paradigms[0]"),
-        (b"[" * 5000, "not valid YAML"),
+        (b"[" * 5000, "nested deeper than"),
     ],
 )
 def test_a_bad_suite_file_is_refused_with_a_clear_error(
@@ -161,7 +176,9 @@ def test_a_bad_suite_file_is_refused_with_a_clear_error(
     assert not Suite.objects.filter(owner=alice).exists()
 
 
-def test_editing_a_suite_keeps_a_bad_edit_in_the_box_and_saves_a_good_one(alice_client: Client, alice: Any) -> None:
+def test_editing_a_suite_keeps_a_bad_edit_in_the_box_and_saves_a_good_one(
+    alice_client: Client, alice: Any
+) -> None:
     suite = _suite(alice, SMALL_SUITE)
     url = reverse("inspector-eval-suite-update", args=[suite.public_id])
     bad = SMALL_SUITE.replace("paradigms: [native]", "paradigms: native")
@@ -202,19 +219,32 @@ def test_a_run_with_impossible_settings_is_refused(alice_client: Client, alice: 
 def test_progress_is_a_small_json_document(alice_client: Client, alice: Any) -> None:
     suite = _suite(alice)
     run = EvalRun.objects.create(
-        suite=suite, owner=alice, definition=suite.definition, status=EvalRun.Status.RUNNING, total=30, finished=12
+        suite=suite,
+        owner=alice,
+        definition=suite.definition,
+        status=EvalRun.Status.RUNNING,
+        total=30,
+        finished=12,
     )
     response = alice_client.get(reverse("inspector-eval-run-progress", args=[run.public_id]))
     assert response.status_code == 200
     assert json.loads(response.content) == {
-        "status": "running", "total": 30, "finished": 12, "passed": 0, "running": 0, "done": False, "percent": 40
+        "status": "running",
+        "total": 30,
+        "finished": 12,
+        "passed": 0,
+        "running": 0,
+        "done": False,
+        "percent": 40,
     }
     page = alice_client.get(reverse("inspector-eval-run", args=[run.public_id])).content.decode()
     assert 'id="eval-progress"' in page and 'value="12"' in page
     assert 'id="eval-matrix"' not in page
 
 
-def test_a_finished_run_shows_the_matrix_the_variants_and_the_failing_case(alice_client: Client, alice: Any) -> None:
+def test_a_finished_run_shows_the_matrix_the_variants_and_the_failing_case(
+    alice_client: Client, alice: Any
+) -> None:
     run = _finished_run(_suite(alice))
     page = alice_client.get(reverse("inspector-eval-run", args=[run.public_id])).content.decode()
     assert page.count('class="eval-cell acc-4"') == 3
@@ -229,7 +259,9 @@ def test_a_finished_run_shows_the_matrix_the_variants_and_the_failing_case(alice
     assert 'id="eval-matrix"' in fragment
 
 
-def test_the_suite_page_flags_a_run_that_scored_lower_than_the_one_before(alice_client: Client, alice: Any) -> None:
+def test_the_suite_page_flags_a_run_that_scored_lower_than_the_one_before(
+    alice_client: Client, alice: Any
+) -> None:
     suite = _suite(alice)
     first = _finished_run(suite)
     EvalCaseResult.objects.filter(cell__run=first).update(status="passed", failure="")
@@ -241,9 +273,9 @@ def test_the_suite_page_flags_a_run_that_scored_lower_than_the_one_before(alice_
 
 
 def test_regressions_compare_each_cell_with_the_latest_finished_run_that_had_it() -> None:
-    assert evals_results.regressed_cells({("m", "p", "v"): 1.0}, {("m", "p", "v"): 0.5, ("m", "q", "v"): 0.0}) == [
-        "m · p · v: 100% → 50%"
-    ]
+    assert evals_results.regressed_cells(
+        {("m", "p", "v"): 1.0}, {("m", "p", "v"): 0.5, ("m", "q", "v"): 0.0}
+    ) == ["m · p · v: 100% → 50%"]
     assert evals_results.regressed_cells({("m", "p", "v"): 0.5}, {("m", "p", "v"): 0.5}) == []
 
 
@@ -268,7 +300,7 @@ def test_another_user_gets_404_on_every_suite_and_run_url(bob_client: Client, al
     suite.refresh_from_db()
     assert suite.source == EXAMPLE_SUITE
     assert EvalRun.objects.count() == 1
-    assert "weather-basics" not in bob_client.get(reverse("inspector-evals")).content.decode()
+    assert str(suite.public_id) not in bob_client.get(reverse("inspector-evals")).content.decode()
 
 
 def test_signed_out_visitors_are_sent_to_log_in(client: Client, alice: Any) -> None:
@@ -287,7 +319,9 @@ def test_hostile_strings_from_the_suite_the_model_and_the_grader_are_shown_as_te
             "models": ["demo"],
             "paradigms": ["native"],
             "servers": ["demo"],
-            "variants": {"v": {"demo/calculate": {"description": HOSTILE, "parameters": {"expression": HOSTILE}}}},
+            "variants": {
+                "v": {"demo/calculate": {"description": HOSTILE, "parameters": {"expression": HOSTILE}}}
+            },
             "cases": [{"question": HOSTILE, "expect": []}],
         }
     )
