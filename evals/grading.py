@@ -33,8 +33,8 @@ _UNKNOWN_TOOL = "unknown tool"
 _INVALID = "invalid arguments"
 # A paradigm's diagnostics that say a reply could not be read (conversations.paradigms).
 _PARSE_WORDS = re.compile(
-    r"could not (?:parse|read)|not valid (?:JSON|XML)|invalid JSON|unparseable|no tool call could be read"
-    r"|malformed|cut short|unterminated|unclosed",
+    r"not (?:valid )?(?:JSON|XML)|not a JSON object|could not (?:parse|read)|truncated|never closed"
+    r"|is missing|unreadable|malformed",
     re.IGNORECASE,
 )
 
@@ -79,14 +79,13 @@ class Grade:
 def grade_case(case: Case, facts: TurnFacts) -> Grade:
     """Grade one finished turn against ``case`` (see the module's docstring for the order)."""
     if facts.status != "done" and not facts.calls:
-        problem = next(iter(facts.parse_problems), "")
-        if problem:
-            return Grade("parse_failure", f"the reply could not be read: {problem}")
+        if facts.parse_problems and case.expect:
+            return Grade("parse_failure", f"the reply could not be read: {facts.parse_problems[0]}")
         return Grade("error", f"the turn {facts.status}: {facts.error or 'no reason recorded'}")
     for call in facts.calls:
         if call.arguments is None or _NOT_JSON in call.rejected:
             return Grade("parse_failure", f"the arguments of {call.tool} could not be read: {call.rejected}")
-    if facts.parse_problems and not facts.calls:
+    if facts.parse_problems and not facts.calls and case.expect:
         return Grade("parse_failure", f"the reply could not be read: {facts.parse_problems[0]}")
     for call in facts.calls:
         if call.rejected.startswith(_INVALID):

@@ -110,7 +110,8 @@ def run_results(run: EvalRun) -> JSONDict:
     class ("wrong_tool", "wrong_arguments", "no_call", "extra_call", "parse_failure",
     "validation_failure", "wrong_answer", "error"), "input_tokens", "output_tokens",
     "definition_tokens", "cost" (US dollars as a string; null without a price), "latency_ms"
-    (mean per case), "conversations" (uuids, in case order), "failures" ([{"case", "repeat",
+    (mean per case), "conversations" (uuids, in case order), "results" ([{"case", "repeat",
+    "status", "failure", "conversation"}], every case run), "failures" ([{"case", "repeat",
     "question", "failure", "reason", "conversation"}]), "previous_accuracy", "regression"}``.
     ``cases`` counts case runs (cases × repeats).
     """
@@ -192,6 +193,16 @@ def _cell_json(cell: EvalCell, before: dict[tuple[str, str, str], float | None])
             "latency_ms": round(sum(latencies) / len(latencies)) if latencies else None,
             "conversations": [
                 str(result.conversation.public_id) for result in results if result.conversation is not None
+            ],
+            "results": [
+                {
+                    "case": result.case_index,
+                    "repeat": result.repeat,
+                    "status": result.status,
+                    "failure": result.failure,
+                    "conversation": str(result.conversation.public_id) if result.conversation else None,
+                }
+                for result in results
             ],
             "failures": [
                 {

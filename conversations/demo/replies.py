@@ -23,6 +23,7 @@ from conversations.demo.understanding import (
     read_facts,
     score_tool,
     tool_named,
+    unexplained,
 )
 
 ANSWER_PREFIX = "[demo model] "
@@ -121,6 +122,9 @@ def decide(request: Request, question: Question) -> Turn:
         return Turn(f"{ANSWER_PREFIX}I answer without calling a tool, as [demo:no-tool] asks.{fits}")
     if request.choice.mode == "auto" and match.score == 0:
         return Turn(_no_fit_answer(question, request.candidates()))
+    missing = unexplained(match.tool, facts) if request.choice.mode == "auto" else ()
+    if missing:
+        return Turn(_unexplained_answer(match.tool, missing))
     argument_sets = candidate_argument_sets(match.tool, facts, match.keyword)
     if not request.parallel:
         argument_sets = argument_sets[:1]
@@ -198,6 +202,13 @@ def _no_fit_answer(question: Question, tools: Sequence[Tool]) -> str:
     return (
         f"{ANSWER_PREFIX}None of the offered tools ({names}) fits the question "
         f"{_quote(question.text)}, so I answer without calling one."
+    )
+
+
+def _unexplained_answer(tool: Tool, missing: Sequence[str]) -> str:
+    return (
+        f"{ANSWER_PREFIX}The tool {tool.name} might fit, but its description does not say that it "
+        f"takes {' or '.join(missing)}, so I answer without calling it."
     )
 
 

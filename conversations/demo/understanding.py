@@ -3,7 +3,9 @@
 :func:`read_question` finds the current question and its ``[demo:…]`` markers;
 :func:`read_facts` pulls out places, days, numbers, expressions, unit conversions and quoted
 text; :func:`best_tool` scores each offered tool by word overlap (with stems and synonym groups)
-between the question and the tool's name and description.
+between the question and the tool's name and description; :func:`unexplained` says which kinds
+of value the question gives that a tool's definition does not say it takes (the demo model's
+description sensitivity, docs/evals.md).
 
 Pure Python: no Django, no I/O, no randomness.
 """
@@ -368,3 +370,68 @@ def tool_named(name: str, tools: Sequence[Tool]) -> Tool:
         return by_name[name]
     closest = difflib.get_close_matches(name, list(by_name), n=1, cutoff=0.0)
     return by_name[closest[0]] if closest else tools[0]
+
+
+# --- Does the definition say what the tool takes? -------------------------------------------
+
+# The kinds of value a question can give, and the words by which a tool's definition (its
+# description, its parameters' names and descriptions) says it takes one.
+_KIND_WORDS: dict[str, frozenset[str]] = {
+    "a place": frozenset(
+        "city cities place places location locations town towns country countries region regions "
+        "where address area areas timezone timezones latitude longitude".split()
+    ),
+    "a day": frozenset("day days date dates today tomorrow when weekday weekdays week".split()),
+    "an expression": frozenset(
+        "expression expressions arithmetic math calculate calculation compute formula number numbers".split()
+    ),
+    "units": frozenset("unit units convert conversion".split()),
+}
+# A definition with any of these takes free text, which can carry whatever the question gives.
+_FREE_TEXT_WORDS = frozenset("text note notes message content query search input prompt body".split())
+
+
+def _given_kinds(facts: Facts) -> tuple[str, ...]:
+    given = {
+        # Stated as a place ("in Beijing"), not merely a capitalised word.
+        "a place": any(
+            re.search(rf"\b(?:in|for|at)\s+{re.escape(place)}", facts.text, re.IGNORECASE)
+            for place in facts.places
+        ),
+        "a day": facts.day is not None,
+        "an expression": facts.expression is not None,
+        "units": facts.conversion is not None,
+    }
+    return tuple(kind for kind, present in given.items() if present)
+
+
+def definition_words(tool: Tool) -> frozenset[str]:
+    """The word forms of what the request shows of a tool besides its name: its description and
+    its parameters' names and descriptions (only the description when the request lists the
+    tools without their parameters, as an intent classification prompt does)."""
+    words = words_of(tool.description)
+    properties = tool.parameters.get("properties")
+    if isinstance(properties, dict):
+        for name, schema in properties.items():
+            words.extend(tool_name_words(name))
+            if isinstance(schema, dict) and isinstance(schema.get("description"), str):
+                words.extend(words_of(str(schema["description"])))
+    return word_forms_of(words)
+
+
+def unexplained(tool: Tool, facts: Facts) -> tuple[str, ...]:
+    """The kinds of value the question gives (a place it is asked about, a day, an expression,
+    units) when the tool's definition mentions none of them; empty when it mentions one, when it
+    takes free text (a text, a query...), when the question gives none, or when the tool has
+    neither a description nor parameters (its name is all there is).
+
+    This is what makes the demo model sensitive to descriptions, as real models are: a tool
+    described as "Weather." with no parameters in sight does not say it takes a city or a day.
+    """
+    kinds = _given_kinds(facts)
+    if not kinds or not (tool.description.strip() or tool.parameters.get("properties")):
+        return ()
+    mentioned = definition_words(tool)
+    if mentioned & _FREE_TEXT_WORDS or any(mentioned & word_forms_of(_KIND_WORDS[kind]) for kind in kinds):
+        return ()
+    return kinds
