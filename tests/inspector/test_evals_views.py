@@ -216,6 +216,33 @@ def test_a_run_with_impossible_settings_is_refused(alice_client: Client, alice: 
     assert not EvalRun.objects.exists()
 
 
+def test_a_suite_naming_a_model_that_does_not_exist_is_not_run_and_says_which(
+    alice_client: Client, alice: Any
+) -> None:
+    suite = _suite(alice, SMALL_SUITE.replace("models: [demo]", "models: [demo, no-such-model]"))
+    response = alice_client.post(
+        reverse("inspector-eval-run-create", args=[suite.public_id]), {"concurrency": "2", "repeats": "1"}
+    )
+    assert response.status_code == 400
+    assert "models[1]: no model profile named" in response.content.decode()
+    assert not EvalRun.objects.exists()
+
+
+def test_cancelling_a_run_stops_it_and_the_page_says_so(alice_client: Client, alice: Any) -> None:
+    suite = _suite(alice)
+    run = EvalRun.objects.create(
+        suite=suite, owner=alice, definition=suite.definition, status=EvalRun.Status.RUNNING, total=30
+    )
+    page = alice_client.get(reverse("inspector-eval-run", args=[run.public_id])).content.decode()
+    assert 'id="eval-cancel"' in page
+    response = alice_client.post(reverse("inspector-eval-run-cancel", args=[run.public_id]))
+    assert response.status_code == 302
+    run.refresh_from_db()
+    assert run.status == EvalRun.Status.CANCELLED
+    page = alice_client.get(reverse("inspector-eval-run", args=[run.public_id])).content.decode()
+    assert "run cancelled" in page and 'id="eval-cancel"' not in page
+
+
 def test_progress_is_a_small_json_document(alice_client: Client, alice: Any) -> None:
     suite = _suite(alice)
     run = EvalRun.objects.create(
@@ -297,6 +324,7 @@ def test_another_user_gets_404_on_every_suite_and_run_url(bob_client: Client, al
         ("inspector-eval-run-create", {"concurrency": "1", "repeats": "1"}),
     ):
         assert bob_client.post(reverse(name, args=[suite.public_id]), data).status_code == 404, name
+    assert bob_client.post(reverse("inspector-eval-run-cancel", args=[run.public_id])).status_code == 404
     suite.refresh_from_db()
     assert suite.source == EXAMPLE_SUITE
     assert EvalRun.objects.count() == 1
