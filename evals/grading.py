@@ -103,17 +103,20 @@ def grade_case(case: Case, facts: TurnFacts) -> Grade:
     if not case.expect and made:
         return Grade("extra_call", f"expected no tool call, but {_names(made)} called")
     unmatched = list(made)
+    missing: list[ExpectedCall] = []
     for expected in case.expect:
         found = next((call for call in unmatched if _call_matches(expected, call)), None)
-        if found is not None:
+        if found is None:
+            missing.append(expected)
+        else:
             unmatched.remove(found)
-            continue
+    for expected in missing:
         same_tool = [call for call in unmatched if call.tool == expected.tool]
         if same_tool:
             return Grade("wrong_arguments", _argument_reason(expected, same_tool[0]))
-        return Grade(
-            "wrong_tool", f"expected a call to {expected.tool}, but {_names(unmatched or made)} called"
-        )
+        if unmatched:
+            return Grade("wrong_tool", f"expected a call to {expected.tool}, but {_names(unmatched)} called")
+        return Grade("no_call", f"expected a call to {expected.tool} as well, but it was not made")
     if unmatched:
         return Grade("extra_call", f"{_names(unmatched)} called besides the expected calls")
     if case.answer_contains is not None and case.answer_contains.casefold() not in facts.answer.casefold():

@@ -1,4 +1,5 @@
-"""The JSON API for scripts: conversation transcripts, the conversation list, tokens, the schema.
+"""The JSON API for scripts: conversation transcripts, the conversation list, evals (suites, runs
+and their results), tokens, the schema.
 
 Every view here is exempt from the site's ``LoginRequiredMiddleware`` (which would answer a
 token-authenticated script with a redirect to the login page) and relies on DRF's
@@ -13,6 +14,7 @@ from uuid import UUID
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils.decorators import method_decorator
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
@@ -33,7 +35,19 @@ from conversations.models import Conversation, Turn
 from conversations.selectors import conversation_get, conversation_list, turn_for_cancel
 from conversations.services import TurnNotCancellable, turn_cancel
 from conversations.transcripts.document import transcript_document
-from inspector.serializers import ConversationSummarySerializer, TranscriptDocument
+from evals.models import EvalRun, Suite
+from evals.selectors import progress_json, run_get, run_list, run_progress, run_results, suite_get, suite_list
+from evals.services import run_cancel, run_start, suite_save
+from evals.suites import SuiteError
+from inspector.serializers import (
+    ConversationSummarySerializer,
+    EvalResultsSerializer,
+    EvalRunStartSerializer,
+    EvalRunSummarySerializer,
+    EvalSuiteInputSerializer,
+    EvalSuiteSerializer,
+    TranscriptDocument,
+)
 from inspector.throttle import LoginThrottled, client_address, login_failure_record, login_throttle_check
 from inspector.tokens import ExpiringTokenAuthentication, token_obtain, token_revoke
 
@@ -131,6 +145,184 @@ class TurnCancelView(APIView):
             },
             status=202,
         )
+
+
+_NOT_YOURS = "No such {}, or not yours (the same answer)."
+
+
+def _suite_error(exc: SuiteError) -> Response:
+    return Response({"detail": str(exc), "field": exc.field}, status=400)
+
+
+def _run_summary(run: EvalRun) -> dict[str, object]:
+    return {
+        "run": str(run.public_id),
+        "suite": run.suite.name,
+        "suite_id": str(run.suite.public_id),
+        "status": run.status,
+        "created_at": run.created_at.isoformat(),
+        "progress": progress_json(run_progress(run=run)),
+    }
+
+
+@method_decorator(login_not_required, name="dispatch")
+class EvalSuiteListView(APIView):
+    """The signed-in user's eval suites (GET), or a new one from its YAML or JSON text (POST).
+    A suite that is not valid answers 400 with ``field`` naming where."""
+
+    authentication_classes = API_AUTHENTICATION
+    permission_classes = API_PERMISSIONS
+
+    @extend_schema(responses={200: EvalSuiteSerializer(many=True)})
+    def get(self, request: Request) -> Response:
+        assert isinstance(request.user, AbstractBaseUser)  # IsAuthenticated
+        return Response(EvalSuiteSerializer(suite_list(user=request.user), many=True).data)
+
+    @extend_schema(
+        request=EvalSuiteInputSerializer,
+        responses={
+            201: EvalSuiteSerializer,
+            400: OpenApiResponse(
+                description='{"detail": "cases[0].expect: is required ...", "field": "cases[0].expect"}'
+            ),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        assert isinstance(request.user, AbstractBaseUser)  # IsAuthenticated
+        given = EvalSuiteInputSerializer(data=request.data)
+        given.is_valid(raise_exception=True)
+        try:
+            suite = suite_save(owner=request.user, text=given.validated_data["text"])
+        except SuiteError as exc:
+            return _suite_error(exc)
+        return Response(EvalSuiteSerializer(suite).data, status=201)
+
+
+@method_decorator(login_not_required, name="dispatch")
+class EvalSuiteDetailView(APIView):
+    """One of the user's suites (GET), changed from new text (PUT)."""
+
+    authentication_classes = API_AUTHENTICATION
+    permission_classes = API_PERMISSIONS
+
+    def _suite(self, request: Request, public_id: UUID) -> Suite:
+        try:
+            return suite_get(user=request.user, public_id=public_id)
+        except Suite.DoesNotExist:
+            raise NotFound(_NOT_YOURS.format("suite")) from None
+
+    @extend_schema(
+        responses={200: EvalSuiteSerializer, 404: OpenApiResponse(description=_NOT_YOURS.format("suite"))}
+    )
+    def get(self, request: Request, public_id: UUID) -> Response:
+        return Response(EvalSuiteSerializer(self._suite(request, public_id)).data)
+
+    @extend_schema(
+        request=EvalSuiteInputSerializer,
+        responses={
+            200: EvalSuiteSerializer,
+            400: OpenApiResponse(description="Not a valid suite; ``field`` names where."),
+            404: OpenApiResponse(description=_NOT_YOURS.format("suite")),
+        },
+    )
+    def put(self, request: Request, public_id: UUID) -> Response:
+        assert isinstance(request.user, AbstractBaseUser)  # IsAuthenticated
+        suite = self._suite(request, public_id)
+        given = EvalSuiteInputSerializer(data=request.data)
+        given.is_valid(raise_exception=True)
+        try:
+            suite = suite_save(owner=request.user, text=given.validated_data["text"], suite=suite)
+        except SuiteError as exc:
+            return _suite_error(exc)
+        return Response(EvalSuiteSerializer(suite).data)
+
+
+@method_decorator(login_not_required, name="dispatch")
+class EvalRunListView(APIView):
+    """The user's eval runs, newest first (GET; ``?suite=`` one suite's), or a new run of a suite
+    (POST: answers 202 at once; read its progress and results at the run's URL)."""
+
+    authentication_classes = API_AUTHENTICATION
+    permission_classes = API_PERMISSIONS
+
+    @extend_schema(responses={200: EvalRunSummarySerializer(many=True)})
+    def get(self, request: Request) -> Response:
+        assert isinstance(request.user, AbstractBaseUser)  # IsAuthenticated
+        suite = None
+        if request.query_params.get("suite"):
+            try:
+                suite = suite_get(user=request.user, public_id=request.query_params["suite"])
+            except (Suite.DoesNotExist, ValueError, DjangoValidationError):
+                raise NotFound(_NOT_YOURS.format("suite")) from None
+        runs = run_list(user=request.user, suite=suite)[:200]
+        return Response([_run_summary(run) for run in runs])
+
+    @extend_schema(
+        request=EvalRunStartSerializer,
+        responses={
+            202: EvalRunSummarySerializer,
+            400: OpenApiResponse(
+                description="The suite cannot run (an unknown profile or server...); ``field`` names where."
+            ),
+            404: OpenApiResponse(description=_NOT_YOURS.format("suite")),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        assert isinstance(request.user, AbstractBaseUser)  # IsAuthenticated
+        given = EvalRunStartSerializer(data=request.data)
+        given.is_valid(raise_exception=True)
+        try:
+            suite = suite_get(user=request.user, public_id=given.validated_data["suite"])
+        except Suite.DoesNotExist:
+            raise NotFound(_NOT_YOURS.format("suite")) from None
+        try:
+            run = run_start(
+                suite=suite,
+                user=request.user,
+                concurrency=given.validated_data.get("concurrency"),
+                repeats=given.validated_data.get("repeats"),
+            )
+        except SuiteError as exc:
+            return _suite_error(exc)
+        return Response(_run_summary(run), status=202)
+
+
+@method_decorator(login_not_required, name="dispatch")
+class EvalRunDetailView(APIView):
+    """A run's status, progress and results: the same object as ``manage.py eval run --json``."""
+
+    authentication_classes = API_AUTHENTICATION
+    permission_classes = API_PERMISSIONS
+
+    @extend_schema(
+        responses={200: EvalResultsSerializer, 404: OpenApiResponse(description=_NOT_YOURS.format("run"))}
+    )
+    def get(self, request: Request, public_id: UUID) -> Response:
+        try:
+            run = run_get(user=request.user, public_id=public_id)
+        except EvalRun.DoesNotExist:
+            raise NotFound(_NOT_YOURS.format("run")) from None
+        return Response(run_results(run))
+
+
+@method_decorator(login_not_required, name="dispatch")
+class EvalRunCancelView(APIView):
+    """Stop a run: no more cases start (the turns in flight end on their own). 202 with the run's
+    summary; cancelling a finished run changes nothing."""
+
+    authentication_classes = API_AUTHENTICATION
+    permission_classes = API_PERMISSIONS
+
+    @extend_schema(
+        request=None,
+        responses={202: EvalRunSummarySerializer, 404: OpenApiResponse(description=_NOT_YOURS.format("run"))},
+    )
+    def post(self, request: Request, public_id: UUID) -> Response:
+        try:
+            run = run_get(user=request.user, public_id=public_id)
+        except EvalRun.DoesNotExist:
+            raise NotFound(_NOT_YOURS.format("run")) from None
+        return Response(_run_summary(run_cancel(run=run)), status=202)
 
 
 @method_decorator(login_not_required, name="dispatch")

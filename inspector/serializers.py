@@ -64,3 +64,123 @@ class ConversationSummarySerializer(serializers.Serializer[Conversation]):
         path = reverse("api-conversation", kwargs={"public_id": conversation.public_id})
         request = self.context.get("request")
         return request.build_absolute_uri(path) if request is not None else path
+
+
+# --- Evals (docs/evals.md) ----------------------------------------------------------------------
+# The run results are built by ``evals.selectors.run_results`` (the shape ``eval run --json``
+# prints); these serializers name that shape for the OpenAPI document.
+
+
+class EvalSuiteInputSerializer(serializers.Serializer[Any]):
+    text = serializers.CharField(
+        help_text="The suite as YAML or JSON text (docs/evals.md); its name is taken from it.",
+        trim_whitespace=False,
+    )
+
+
+class EvalSuiteSerializer(serializers.Serializer[Any]):
+    id = serializers.UUIDField(source="public_id")
+    name = serializers.CharField()
+    definition = serializers.JSONField(help_text="The validated suite document.")
+    text = serializers.CharField(source="source", help_text="The text as written (YAML or JSON).")
+    source_format = serializers.ChoiceField(choices=["json", "yaml"])
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class EvalRunStartSerializer(serializers.Serializer[Any]):
+    suite = serializers.UUIDField(help_text="The suite's id.")
+    concurrency = serializers.IntegerField(
+        min_value=1,
+        max_value=64,
+        required=False,
+        help_text="Turns in flight at once (default: EVAL_CONCURRENCY).",
+    )
+    repeats = serializers.IntegerField(
+        min_value=1,
+        max_value=20,
+        required=False,
+        help_text="Runs of each case per cell (default: the suite's).",
+    )
+
+
+class EvalProgressSerializer(serializers.Serializer[Any]):
+    status = serializers.CharField()
+    total = serializers.IntegerField(help_text="Case runs in all (cells × cases × repeats).")
+    finished = serializers.IntegerField()
+    passed = serializers.IntegerField()
+    running = serializers.IntegerField(help_text="Turns in flight now.")
+    fraction = serializers.FloatField(help_text="finished / total, 0..1.")
+
+
+class EvalRunSummarySerializer(serializers.Serializer[Any]):
+    run = serializers.UUIDField()
+    suite = serializers.CharField()
+    suite_id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=["queued", "running", "done", "failed", "cancelled"])
+    created_at = serializers.DateTimeField()
+    progress = EvalProgressSerializer()
+
+
+class EvalFailureSerializer(serializers.Serializer[Any]):
+    case = serializers.IntegerField(help_text="The case's index in the suite.")
+    repeat = serializers.IntegerField()
+    question = serializers.CharField()
+    failure = serializers.CharField(help_text="The failure class.")
+    reason = serializers.CharField()
+    conversation = serializers.UUIDField(allow_null=True)
+
+
+class EvalCaseRunSerializer(serializers.Serializer[Any]):
+    case = serializers.IntegerField()
+    repeat = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=["pending", "running", "passed", "failed"])
+    failure = serializers.CharField()
+    conversation = serializers.UUIDField(allow_null=True)
+
+
+class EvalCellSerializer(serializers.Serializer[Any]):
+    model = serializers.CharField()
+    paradigm = serializers.CharField()
+    variant = serializers.CharField()
+    cases = serializers.IntegerField(help_text="Case runs of the cell (cases × repeats).")
+    finished = serializers.IntegerField()
+    passed = serializers.IntegerField()
+    accuracy = serializers.FloatField(allow_null=True, help_text="passed / finished, 0..1.")
+    wrong_tool = serializers.IntegerField()
+    wrong_arguments = serializers.IntegerField()
+    no_call = serializers.IntegerField()
+    extra_call = serializers.IntegerField()
+    parse_failure = serializers.IntegerField()
+    validation_failure = serializers.IntegerField()
+    wrong_answer = serializers.IntegerField()
+    error = serializers.IntegerField()
+    input_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField()
+    definition_tokens = serializers.IntegerField(
+        help_text="What the tool definitions weighed, every call counted."
+    )
+    cost = serializers.CharField(allow_null=True, help_text="US dollars; null without a price.")
+    latency_ms = serializers.IntegerField(allow_null=True, help_text="Mean per case run.")
+    conversations = serializers.ListField(child=serializers.UUIDField())
+    results = EvalCaseRunSerializer(many=True)
+    failures = EvalFailureSerializer(many=True)
+    previous_accuracy = serializers.FloatField(allow_null=True)
+    regression = serializers.BooleanField()
+
+
+class EvalResultsSerializer(serializers.Serializer[Any]):
+    run = serializers.UUIDField()
+    suite = serializers.CharField()
+    suite_id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=["queued", "running", "done", "failed", "cancelled"])
+    error = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    concurrency = serializers.IntegerField()
+    repeats = serializers.IntegerField()
+    progress = EvalProgressSerializer()
+    previous_run = serializers.UUIDField(allow_null=True)
+    regression = serializers.BooleanField(help_text="A cell's accuracy fell below the previous run's.")
+    cells = EvalCellSerializer(many=True)

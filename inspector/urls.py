@@ -72,5 +72,12 @@ urlpatterns = [
         name="api-conversation",
     ),
     path("api/turns/<int:turn_id>/cancel", api.TurnCancelView.as_view(), name="api-turn-cancel"),
+    path("api/evals/suites", api.EvalSuiteListView.as_view(), name="api-eval-suites"),
+    path("api/evals/suites/<uuid:public_id>", api.EvalSuiteDetailView.as_view(), name="api-eval-suite"),
+    path("api/evals/runs", api.EvalRunListView.as_view(), name="api-eval-runs"),
+    path("api/evals/runs/<uuid:public_id>", api.EvalRunDetailView.as_view(), name="api-eval-run"),
+    path(
+        "api/evals/runs/<uuid:public_id>/cancel", api.EvalRunCancelView.as_view(), name="api-eval-run-cancel"
+    ),
     path("demo-model/", include("conversations.demo.urls")),
 ]

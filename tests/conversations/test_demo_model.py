@@ -904,3 +904,55 @@ def test_intent_answer_prompt_answers_from_the_results() -> None:
     assert content_of(text_request(answer, user("What is 12 * 7?"), call, result)) == (
         '[demo model] demo__calculate returned: "84".'
     )
+
+
+# --- Description sensitivity (docs/evals.md) -------------------------------------------------
+
+
+def _terse_weather(*, with_parameters: bool) -> dict[str, Any]:
+    tool = json.loads(json.dumps(WEATHER))
+    tool["function"]["description"] = "Weather."
+    if not with_parameters:
+        tool["function"]["parameters"] = {"type": "object", "properties": {}}
+    return tool
+
+
+def test_a_tool_whose_definition_does_not_say_it_takes_a_place_or_a_day_is_not_called() -> None:
+    body = reply_of(ask(BEIJING, tools=[_terse_weather(with_parameters=False)]))
+
+    assert "tool_calls" not in message_of(body)
+    assert "does not say that it takes a place or a day" in message_of(body)["content"]
+
+
+def test_the_parameters_of_a_tersely_described_tool_can_say_what_it_takes() -> None:
+    body = reply_of(ask(BEIJING, tools=[_terse_weather(with_parameters=True)]))
+
+    assert calls_of(body) == [("demo__get_weather_forecast", {"city": "Beijing", "day": "tomorrow"})]
+
+
+def test_a_required_tool_choice_calls_the_tersely_described_tool_anyway() -> None:
+    body = reply_of(ask(BEIJING, tools=[_terse_weather(with_parameters=False)], tool_choice="required"))
+
+    assert [name for name, _ in calls_of(body)] == ["demo__get_weather_forecast"]
+
+
+def test_intent_routing_sees_only_the_one_line_description_so_a_terse_one_routes_to_none() -> None:
+    plain = ToolDef(
+        1, "demo", "get_weather_forecast", "demo__get_weather_forecast", "Get a forecast for a city.", {}
+    )
+    terse = ToolDef(1, "demo", "get_weather_forecast", "demo__get_weather_forecast", "Weather.", {})
+
+    def label(tool: ToolDef) -> str:
+        prompt = intent.classify_prompt([tool], required=False, results=False)
+        messages = [{"role": "system", "content": prompt}, {"role": "user", "content": BEIJING}]
+        content: str = message_of(reply_of({"model": "demo", "messages": messages}))["content"]
+        return content
+
+    assert label(plain) == "demo__get_weather_forecast"
+    assert label(terse) == "none"
+
+
+def test_a_note_taking_tool_takes_free_text_whatever_day_the_question_names() -> None:
+    body = reply_of(ask("Remember to call mum on Monday", tools=[NOTES]))
+
+    assert [name for name, _ in calls_of(body)] == ["demo__save_note"]
