@@ -30,6 +30,7 @@ MAX_CASES = 1000
 MAX_CELLS = 200
 MAX_REPEATS = 20
 MAX_NESTING = 32
+MAX_NAME_CHARS = 200  # evals.models.Suite.name
 MATCHER_KEYS = ("exact", "oneOf", "regex", "range")
 _TOOL_NAME = re.compile(r"^[^/\s]+/\S+$")
 _VARIANT_NAME = re.compile(r"^[\w.-]{1,80}$")
@@ -161,6 +162,8 @@ def suite_from_document(document: object) -> SuiteDefinition:
     _depth_check(document, "", 0)
     _no_unknown_keys(document, _SUITE_KEYS, "")
     name = _text(document, "name", "")
+    if len(name) > MAX_NAME_CHARS:
+        raise SuiteError("name", f"{len(name)} characters long: at most {MAX_NAME_CHARS}")
     models = _names(document, "models", "")
     paradigms = _names(document, "paradigms", "")
     for index, paradigm in enumerate(paradigms):

@@ -140,6 +140,18 @@ def test_a_bad_suite_is_refused_naming_the_field_and_keeps_the_text(alice_client
     assert not Suite.objects.filter(owner=alice).exists()
 
 
+def test_a_suite_with_a_name_too_long_to_store_is_refused_naming_the_name(
+    alice_client: Client, alice: Any
+) -> None:
+    response = alice_client.post(
+        reverse("inspector-eval-suite-create"),
+        {"document": SMALL_SUITE.replace("name: small", "name: " + "n" * 500)},
+    )
+    assert response.status_code == 400
+    assert "name: " in response.content.decode()
+    assert not Suite.objects.filter(owner=alice).exists()
+
+
 def test_a_suite_named_like_another_of_the_users_is_refused_naming_the_name(
     alice_client: Client, alice: Any
 ) -> None:
