@@ -152,6 +152,20 @@ def test_a_suite_with_a_name_too_long_to_store_is_refused_naming_the_name(
     assert not Suite.objects.filter(owner=alice).exists()
 
 
+@pytest.mark.parametrize("question", ["a\\u0000b", "a\\ud800b", "a\x00b"])
+def test_a_suite_with_a_nul_or_a_lone_surrogate_is_refused_not_a_server_error(
+    alice_client: Client, alice: Any, question: str
+) -> None:
+    text = SMALL_SUITE.replace(
+        "question: What will the weather", f'question: "{question} What will the weather'
+    ).replace("tomorrow?\n", 'tomorrow?"\n')
+    response = alice_client.post(reverse("inspector-eval-suite-create"), {"document": text})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "cases[0].question: contains a" in page or "Null characters are not allowed" in page
+    assert not Suite.objects.filter(owner=alice).exists()
+
+
 def test_a_suite_named_like_another_of_the_users_is_refused_naming_the_name(
     alice_client: Client, alice: Any
 ) -> None:
