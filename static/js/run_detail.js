@@ -48,7 +48,9 @@
     }
     if (label) {
       var percent = total ? Math.floor((100 * ended) / total) : progress.done ? 100 : 0;
-      label.textContent = ended + " of " + total + " case runs · " + percent + "%";
+      var running = Number(progress.running) || 0;
+      label.textContent =
+        ended + " of " + total + " case runs · " + percent + "%" + (running && !progress.done ? " · " + running + " running" : "");
     }
     root.dataset.status = String(progress.status || "");
   }

@@ -87,15 +87,22 @@ def test_a_suite_is_refused_naming_the_field_then_saved_run_live_and_a_failing_c
     evals.suite_url = page.url
     expect(page.locator("h1")).to_contain_text("browser-weather")
 
-    page.fill("#run-suite input[name=concurrency]", "4")
+    page.fill("#run-suite input[name=concurrency]", "2")
     page.fill("#run-suite input[name=repeats]", "1")
     page.locator("#run-suite [type=submit]").click()
     page.wait_for_url("**/evals/runs/*/")
     evals.run_url = page.url
-    page.evaluate("window.__loadedOnce = true")
+    page.evaluate(
+        "window.__loadedOnce = true; window.__seen = [];"
+        "new MutationObserver(() => window.__seen.push(document.getElementById('eval-progress').value))"
+        ".observe(document.getElementById('eval-progress-label'), {childList: true, characterData: true, subtree: true})"
+    )
 
     expect(page.locator("#eval-progress-label")).to_contain_text("8 of 8 case runs · 100%", timeout=120_000)
     assert page.evaluate("document.getElementById('eval-progress').value") == 8
+    seen = page.evaluate("window.__seen")
+    assert any(value < 8 for value in seen), f"the bar never showed a run in progress: {seen}"
+    assert seen == sorted(seen)  # it only ever moved forward
     expect(page.locator("#eval-matrix")).to_be_visible(timeout=10_000)
     expect(page.locator("#live-status")).to_have_text("run finished")
     # The results were swapped in by the page itself: it was never reloaded.
