@@ -11,7 +11,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 # Where mentions are looked for: the project's own code, tests, tools and documents.
-SOURCE_DIRS = ("conversations", "servers", "inspector", "tests", "bench", "docs", "templates", "static")
+SOURCE_DIRS = (
+    "conversations",
+    "servers",
+    "inspector",
+    "evals",
+    "tests",
+    "bench",
+    "docs",
+    "templates",
+    "static",
+)
 SKIPPED_PARTS = frozenset({"node_modules", "__pycache__", "migrations"})
 SUFFIXES = frozenset({".py", ".md", ".html", ".js", ".css", ".txt"})
 
@@ -164,11 +174,11 @@ def test_every_section_citation_names_its_document_by_its_path_in_docs() -> None
 
 def test_the_architecture_names_every_module() -> None:
     """A newcomer finds every layer from the folder tree and docs/ARCHITECTURE.md alone: each
-    module of the three apps is named there, by its file name or, in backquotes, by its name."""
+    module of the four apps is named there, by its file name or, in backquotes, by its name."""
     architecture = (DOCS / "ARCHITECTURE.md").read_text(encoding="utf-8")
     unnamed = [
         str(path.relative_to(ROOT))
-        for top in ("conversations", "servers", "inspector")
+        for top in ("conversations", "servers", "inspector", "evals")
         for path in sorted((ROOT / top).rglob("*.py"))
         if path.name != "__init__.py" and not SKIPPED_PARTS & set(path.parts)
         if not re.search(rf"(?<![\w.]){re.escape(path.name)}(?!\w)", architecture)

@@ -1,7 +1,8 @@
 """The layers the architecture promises (docs/ARCHITECTURE.md), held by tests: the agent loop and
 the vocabulary it shares with the gateway load no framework, nothing below the UI imports the
-UI package except ``inspector.live`` (the one module that talks to the channel layer), and
-between ``conversations`` and ``servers`` imports run one way, servers → conversations."""
+UI package except ``inspector.live`` (the one module that talks to the channel layer),
+between ``conversations`` and ``servers`` imports run one way, servers → conversations, and
+``evals`` sits above both: it imports them, and neither imports it."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ FRAMEWORK_FREE = (
     "conversations.wire",
     # The contract the runner reaches MCP through (implemented by ``servers``).
     "conversations.toolhost",
+    # The seam a conversation's tool-definition overrides come through (filled by ``evals``).
+    "conversations.tool_overrides",
 )
 
 
@@ -62,7 +65,7 @@ def _imports(path: Path, package: str) -> list[tuple[int, str]]:
 def test_nothing_below_the_ui_imports_the_ui_package_but_its_channel_layer_module() -> None:
     offenders = [
         f"{path.relative_to(REPO_ROOT)}:{line} imports {module}"
-        for package in ("conversations", "servers")
+        for package in ("conversations", "servers", "evals")
         for path in sorted((REPO_ROOT / package).rglob("*.py"))
         for line, module in _imports(path, "inspector")
         if module != "inspector.live"
@@ -79,6 +82,19 @@ def test_nothing_in_conversations_imports_servers() -> None:
         for path in sorted((REPO_ROOT / "conversations").rglob("*.py"))
         if "migrations" not in path.parts
         for line, module in _imports(path, "servers")
+    ]
+    assert offenders == []
+
+
+def test_nothing_in_conversations_or_servers_imports_evals() -> None:
+    # evals → conversations, servers only: an eval conversation's tool overrides reach the runner
+    # through ``conversations.tool_overrides``, filled by ``evals`` when Django starts.
+    offenders = [
+        f"{path.relative_to(REPO_ROOT)}:{line} imports {module}"
+        for package in ("conversations", "servers")
+        for path in sorted((REPO_ROOT / package).rglob("*.py"))
+        if "migrations" not in path.parts
+        for line, module in _imports(path, "evals")
     ]
     assert offenders == []
 
@@ -115,7 +131,7 @@ def _module_graph(root: Path) -> dict[str, set[str]]:
     ones included, with the packages Python runs on the way), migrations left out."""
     files = {
         ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): path
-        for package in ("conversations", "servers", "inspector")
+        for package in ("conversations", "servers", "inspector", "evals")
         for path in (root / package).rglob("*.py")
         if "migrations" not in path.parts
     }
@@ -200,6 +216,16 @@ def _package_graph(graph: dict[str, set[str]], packages: tuple[str, ...]) -> dic
 def test_servers_imports_conversations_at_module_level_and_never_the_reverse() -> None:
     packages = _package_graph(_module_graph(REPO_ROOT), ("conversations", "servers"))
     assert packages == {"conversations": set(), "servers": {"conversations"}}
+    assert _cycles(packages) == []
+
+
+def test_evals_imports_conversations_and_servers_at_module_level_and_neither_imports_it() -> None:
+    packages = _package_graph(_module_graph(REPO_ROOT), ("conversations", "servers", "evals"))
+    assert packages == {
+        "conversations": set(),
+        "servers": {"conversations"},
+        "evals": {"conversations", "servers"},
+    }
     assert _cycles(packages) == []
 
 
