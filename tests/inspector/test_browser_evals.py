@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from inspector.evals_forms import EXAMPLE_SUITE
 from tests.inspector.test_browser import InspectorServer
 from tests.inspector.test_browser_teaching import Setting, _manage, _overflow, _signed_in, browser
 
@@ -123,6 +124,32 @@ def test_a_suite_is_refused_naming_the_field_then_saved_run_live_and_a_failing_c
     page.goto(evals.suite_url)
     expect(page.locator("#history-chart svg rect")).to_have_count(1)
     page.screenshot(path=str(evals.server.var_dir / "browser-eval-suite.png"), full_page=True)
+    page.context.close()
+
+
+@pytest.mark.slow
+def test_the_issues_example_suite_runs_from_the_browser_and_a_terse_description_shows(
+    browser: Browser, evals: Evals
+) -> None:
+    page = _signed_in(browser, _setting(evals))
+    page.goto(f"{evals.server.base}/evals/")
+    expect(page.locator("#new-suite textarea[name=document]")).to_have_value(EXAMPLE_SUITE)
+    page.locator("#new-suite [type=submit]").click()
+    page.wait_for_url("**/evals/*/")
+    page.fill("#run-suite input[name=concurrency]", "8")
+    page.locator("#run-suite [type=submit]").click()
+    page.wait_for_url("**/evals/runs/*/")
+
+    expect(page.locator("#eval-progress-label")).to_contain_text("30 of 30 case runs · 100%", timeout=240_000)
+    cells = page.locator("#eval-matrix td.eval-cell")
+    expect(cells).to_have_count(10)  # five paradigms × two variants, every one reporting
+    for cell in cells.all():
+        expect(cell.locator(".cell-passed")).to_contain_text("of 3 passed")
+    plain = page.locator('td.eval-cell[data-paradigm="intent"][data-variant="plain"]')
+    terse = page.locator('td.eval-cell[data-paradigm="intent"][data-variant="terse"]')
+    # The demo model routes by the description under intent (docs/evals.md §8): "Weather." loses it.
+    assert float(terse.get_attribute("data-accuracy") or 0) < float(plain.get_attribute("data-accuracy") or 0)
+    expect(terse.locator(".cell-failures")).to_contain_text("no call")
     page.context.close()
 
 
