@@ -267,6 +267,7 @@ def test_cancelling_a_run_stops_it_and_the_page_says_so(alice_client: Client, al
     assert run.status == EvalRun.Status.CANCELLED
     page = alice_client.get(reverse("inspector-eval-run", args=[run.public_id])).content.decode()
     assert "run cancelled" in page and 'id="eval-cancel"' not in page
+    assert "Run cancelled: cancelled before every case had run" in page
 
 
 def test_progress_is_a_small_json_document(alice_client: Client, alice: Any) -> None:
