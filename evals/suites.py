@@ -30,8 +30,10 @@ MAX_CASES = 1000
 MAX_CELLS = 200
 MAX_REPEATS = 20
 MAX_NESTING = 32
+MAX_NAME_CHARS = 200  # evals.models.Suite.name
 MATCHER_KEYS = ("exact", "oneOf", "regex", "range")
 _TOOL_NAME = re.compile(r"^[^/\s]+/\S+$")
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _VARIANT_NAME = re.compile(r"^[\w.-]{1,80}$")
 _TOOL_CHOICES = frozenset(key for key, _ in TOOL_CHOICE_MODES)
 _SUITE_KEYS = frozenset(
@@ -161,6 +163,8 @@ def suite_from_document(document: object) -> SuiteDefinition:
     _depth_check(document, "", 0)
     _no_unknown_keys(document, _SUITE_KEYS, "")
     name = _text(document, "name", "")
+    if len(name) > MAX_NAME_CHARS:
+        raise SuiteError("name", f"{len(name)} characters long: at most {MAX_NAME_CHARS}")
     models = _names(document, "models", "")
     paradigms = _names(document, "paradigms", "")
     for index, paradigm in enumerate(paradigms):
@@ -280,12 +284,23 @@ def _depth_check(value: object, path: str, depth: int) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise SuiteError(path, f"keys must be strings, not {_kind(key)} ({key!r})")
+            _storable_check(key, path)
             _depth_check(item, _path(path, key), depth + 1)
     elif isinstance(value, list):
         for index, item in enumerate(value):
             _depth_check(item, _path(path, index), depth + 1)
+    elif isinstance(value, str):
+        _storable_check(value, path)
     elif not (value is None or isinstance(value, (str, int, float, bool))):
         raise SuiteError(path, f"{_kind(value)} is not a JSON value (write it as a string)")
+
+
+def _storable_check(text: str, path: str) -> None:
+    """A NUL or a lone surrogate (``\\u0000``, ``\\ud800`` in JSON) is no text a database stores."""
+    found = _UNSTORABLE.search(text)
+    if found:
+        what = "a NUL character" if found.group() == "\x00" else "a lone surrogate"
+        raise SuiteError(path, f"contains {what} (at character {found.start()}), which cannot be stored")
 
 
 def _no_unknown_keys(data: Mapping[str, object], allowed: frozenset[str], path: str) -> None:

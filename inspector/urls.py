@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from inspector import accounts, api, views
+from inspector import accounts, api, evals_views, views
 
 # The admin's own login page counts and refuses password guesses like the site's login.
 admin.site.login_form = accounts.ThrottledAdminAuthenticationForm
@@ -42,6 +42,18 @@ urlpatterns = [
     path("compare/providers", views.comparison_providers_create, name="inspector-comparison-providers"),
     path("compare/<uuid:public_id>/", views.comparison_detail, name="inspector-comparison"),
     path("compare/<uuid:public_id>/summary", views.comparison_summary, name="inspector-comparison-summary"),
+    path("evals/", evals_views.suite_list, name="inspector-evals"),
+    path("evals/new", evals_views.suite_create, name="inspector-eval-suite-create"),
+    path("evals/upload", evals_views.suite_upload, name="inspector-eval-suite-upload"),
+    path("evals/<uuid:public_id>/", evals_views.suite_detail, name="inspector-eval-suite"),
+    path("evals/<uuid:public_id>/edit", evals_views.suite_update, name="inspector-eval-suite-update"),
+    path("evals/<uuid:public_id>/run", evals_views.run_create, name="inspector-eval-run-create"),
+    path("evals/runs/<uuid:public_id>/", evals_views.run_detail, name="inspector-eval-run"),
+    path(
+        "evals/runs/<uuid:public_id>/progress", evals_views.run_progress, name="inspector-eval-run-progress"
+    ),
+    path("evals/runs/<uuid:public_id>/results", evals_views.run_results, name="inspector-eval-run-results"),
+    path("evals/runs/<uuid:public_id>/cancel", evals_views.run_cancel, name="inspector-eval-run-cancel"),
     path("accounts/login/", accounts.LoginView.as_view(), name="login"),
     path("accounts/token", accounts.token_detail, name="inspector-token"),
     path("accounts/preferences", views.preferences_update, name="inspector-preferences"),
