@@ -180,8 +180,8 @@ class AppMessage:
 
 
 def app_message(item: Any) -> AppMessage | None:
-    """One message the host page reported, or None when it is not ``{"side", "message"}`` with
-    a known side. The message text is kept as given (cut to ``MESSAGE_CHARS``); the label names
+    """One message the host page reported, or None when it is not ``{"side", "message"}`` (and
+    optionally ``"method"``) with a known side. The message text is kept as given (cut to ``MESSAGE_CHARS``); the label names
     its method, or says it is a response or not JSON-RPC at all."""
     if (
         not isinstance(item, dict)
@@ -194,7 +194,10 @@ def app_message(item: Any) -> AppMessage | None:
         body = json.loads(text)
     except (ValueError, RecursionError):
         body = None
-    what = "not JSON-RPC"
+    # The page names the method of a message it could not pass on whole (cut, or not writable
+    # as JSON): the text alone no longer says it.
+    hint = item.get("method")
+    what = f"{hint[:120]} (not kept whole)" if isinstance(hint, str) and hint else "not JSON-RPC"
     jsonrpc_id = ""
     is_error = False
     if isinstance(body, dict) and body.get("jsonrpc") == "2.0":
@@ -203,7 +206,7 @@ def app_message(item: Any) -> AppMessage | None:
             what = method[:120]
         elif "error" in body:
             what, is_error = "error", True
-        else:
+        elif "result" in body:
             what = "result"
         if isinstance(body.get("id"), (str, int)) and not isinstance(body.get("id"), bool):
             jsonrpc_id = str(body["id"])[:64]

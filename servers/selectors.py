@@ -304,10 +304,14 @@ def transcript_methods(*, server: McpServer, user: AbstractBaseUser) -> list[str
 
 
 def _body(text: str) -> Any:
+    """A stored body as JSON where it parses to something that can be written out again as
+    UTF-8; else its text (a ``\\ud800`` escape parses to a lone surrogate that cannot)."""
     try:
-        return json.loads(text)
-    except ValueError:
+        value = json.loads(text)
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (ValueError, RecursionError):
         return text
+    return value
 
 
 def transcript_export(*, exchanges: QuerySet[Exchange]) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@
   const notes = document.getElementById("mcp-app-notes");
 
   const PROTOCOL = "2026-01-26";
-  const MESSAGE_CHARS = 64000; // as servers.mcp_apps.MESSAGE_CHARS
+  const MESSAGE_CHARS = 63800; // servers.mcp_apps.MESSAGE_CHARS less room for the cut marker
   const BATCH_CHARS = 1000000; // one post stays well under the server's request size limit
   const BATCH_MESSAGES = 100;
   const RECORD_AT_MOST = 2000; // as servers.mcp_apps.MESSAGES_PER_OPERATION
@@ -97,7 +97,9 @@
     if (text.length > MESSAGE_CHARS) {
       text = `${text.slice(0, MESSAGE_CHARS)}\n… cut by the host page: ${text.length} characters in all`;
     }
-    queue.push({ side, message: text });
+    const item = { side, message: text };
+    if (message && typeof message === "object" && typeof message.method === "string") item.method = message.method.slice(0, 120);
+    queue.push(item);
     flush();
   }
 

@@ -137,6 +137,12 @@ def test_app_traffic_is_kept_in_the_transcript_bounded_labelled_and_inert(
         {"side": "nobody", "message": "x"},
         ["not", "an", "object"],
         {"side": "app", "message": {"not": "text"}},
+        {
+            "side": "app",
+            "message": '{"jsonrpc": "2.0", "method": "big", "params": "AAA… cut',
+            "method": "big",
+        },
+        {"side": "app", "message": '{"jsonrpc": "2.0", "method": 42}'},
     ]
 
     answer = post_json(
@@ -144,17 +150,39 @@ def test_app_traffic_is_kept_in_the_transcript_bounded_labelled_and_inert(
     ).json()
     page = client.get(f"/servers/{server.name}/transcript?method=app").content.decode()
 
-    assert answer == {"kept": 4, "dropped": 3}
+    assert answer == {"kept": 6, "dropped": 3}
     rows = [e for e in selectors.operation_exchanges(operation=operation) if mcp_apps.is_app_label(e.label)]
     assert [e.label for e in rows] == [
         "app → host ui/initialize",
         "host → app result",
         "app → host not JSON-RPC",
         "app → host not JSON-RPC",
+        "app → host big (not kept whole)",
+        "app → host not JSON-RPC",
     ]
     assert rows[0].jsonrpc_id == "1" and rows[0].direction == "local"
     assert len(rows[2].request_body) < 70_000 and "cut" in rows[2].request_body
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert(1)" not in page
+
+
+def test_the_transcript_export_keeps_a_message_whose_json_holds_a_lone_surrogate_as_its_text(
+    client: Client, workbench: None, alice: User
+) -> None:
+    client.force_login(alice)
+    server = app_server()
+    operation = call(client, server, "counter", {})
+    text = '{"jsonrpc": "2.0", "method": "bad\\ud800"}'
+    post_json(
+        client,
+        f"/servers/op/{operation.public_id}/app/traffic",
+        {"messages": [{"side": "app", "message": text}]},
+    )
+
+    response = client.get(f"/servers/{server.name}/transcript.json?method=app")
+
+    assert response.status_code == 200
+    [row] = response.json()["messages"]
+    assert row["request"] == text
 
 
 def test_a_flood_of_app_messages_stops_being_kept_at_the_cap(
