@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Dialog, Page, expect
 
 from tests.inspector.test_browser import PASSWORD, REPO_ROOT, InspectorServer
 from tests.inspector.test_browser import page as page  # noqa: F401 — the Chromium page fixture
@@ -55,6 +55,18 @@ def inspector_with_apps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[In
         server.stop()
 
 
+def _dialogs(page: Page) -> list[str]:
+    """The messages of every alert, confirm or prompt the page (or a frame in it) opens."""
+    seen: list[str] = []
+
+    def dismiss(dialog: Dialog) -> None:
+        seen.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", dismiss)
+    return seen
+
+
 def _log_in(page: Page, base: str) -> None:
     page.goto(f"{base}/servers/")
     page.fill("input[name=username]", "admin")
@@ -89,8 +101,7 @@ def test_an_app_renders_sandboxed_calls_a_tool_through_the_host_resizes_and_its_
     inspector_with_apps: InspectorServer, page: Page
 ) -> None:
     base = inspector_with_apps.base
-    dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    dialogs = _dialogs(page)
     _log_in(page, base)
     _call(page, base, "apps", "counter", '{"start": 7}')
 
@@ -139,8 +150,7 @@ def test_a_hostile_app_flooding_the_host_with_huge_and_malformed_messages_does_n
     inspector_with_apps: InspectorServer, page: Page
 ) -> None:
     base = inspector_with_apps.base
-    dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    dialogs = _dialogs(page)
     _log_in(page, base)
     _call(page, base, "apps", "hostile", "{}")
 
