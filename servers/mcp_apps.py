@@ -70,6 +70,14 @@ def ui_resource_uri(tool: JSONDict | None) -> str:
     return uri if isinstance(uri, str) and uri.startswith("ui://") else ""
 
 
+def turn_tool(tools: Any, *, server_id: int | None, name: str) -> JSONDict | None:
+    """The definition of ``name`` on that server among the tools a turn was given, if any."""
+    for tool in tools if isinstance(tools, list) else []:
+        if isinstance(tool, dict) and tool.get("server_id") == server_id and tool.get("name") == name:
+            return tool
+    return None
+
+
 def _ui_meta(content: JSONDict) -> JSONDict:
     meta = content.get("_meta")
     ui = meta.get("ui") if isinstance(meta, dict) else None

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from conversations.audit import audit_change
 from conversations.exchanges import exchange_rows
-from conversations.models import AuditEvent, Exchange
+from conversations.models import AuditEvent, Exchange, Step
 from conversations.secret_sources import active_redactor
 from conversations.typealias import JSONDict, JSONValue
 from conversations.wire import MASK, WireExchange
@@ -286,6 +286,28 @@ def log_level_set(
         McpServer.objects.filter(pk=server.pk).update(log_level=level)
         server.log_level = level
     return operation
+
+
+def app_operation_for_step(*, step: Step, user: AbstractBaseUser) -> Operation:
+    """The workbench operation through which ``user`` opens the MCP App of a turn's tool call:
+    it carries the step's arguments and result (already recorded and redacted) to the app, and
+    collects the app's traffic and the calls it makes. Nothing is sent to the server here; one
+    per step and user, made on first use."""
+    existing = Operation.objects.filter(kind=Operation.Kind.APP, step=step, user=user).first()  # type: ignore[misc]
+    if existing is not None:
+        return existing
+    return Operation.objects.create(
+        server_id=step.server_id,
+        user=user,  # type: ignore[misc]
+        kind=Operation.Kind.APP,
+        target=step.tool_name,
+        arguments=step.arguments,
+        result=step.result,
+        is_error=step.is_error,
+        status=Operation.Status.OK,
+        step=step,
+        finished_at=timezone.now(),
+    )
 
 
 def app_traffic_record(*, operation: Operation, messages: list[AppMessage]) -> int:

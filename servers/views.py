@@ -362,14 +362,21 @@ def completion(request: HttpRequest, name: str) -> JsonResponse:
 # --- operations -----------------------------------------------------------------------------
 
 
+def _server_tool(request: HttpRequest, operation: Operation, name: str) -> dict[str, Any] | None:
+    """A tool of the operation's server by name: as the turn was given it, for the app of a
+    turn's call; else as the server last listed it."""
+    if operation.kind == Operation.Kind.APP and operation.step is not None:
+        return mcp_apps.turn_tool(operation.step.turn.tools, server_id=operation.server_id, name=name)
+    return selectors.tool_definition(server=operation.server, name=name, user=_user(request))
+
+
 def _app_tool(request: HttpRequest, operation: Operation) -> tuple[dict[str, Any], str] | None:
     """The called tool's definition and its ``ui://`` resource, when the operation is a call of
-    a tool with a UI (as the server last listed it)."""
-    if operation.kind != Operation.Kind.TOOLS_CALL:
+    a tool with a UI (as the server last listed it), or the app of a turn's call of one (as the
+    turn was given it)."""
+    if operation.kind not in (Operation.Kind.APP, Operation.Kind.TOOLS_CALL):
         return None
-    definition = selectors.tool_definition(
-        server=operation.server, name=operation.target, user=_user(request)
-    )
+    definition = _server_tool(request, operation, operation.target)
     uri = mcp_apps.ui_resource_uri(definition)
     return (definition, uri) if definition is not None and uri else None
 
@@ -521,7 +528,7 @@ def app_tool_call(request: HttpRequest, public_id: UUID) -> JsonResponse:
     arguments = body.get("arguments", {}) if isinstance(body, dict) else None
     if not isinstance(name, str) or not isinstance(arguments, dict):
         return JsonResponse({"error": "send {name, arguments}"}, status=STATUS_BAD_REQUEST)
-    definition = selectors.tool_definition(server=operation.server, name=name, user=_user(request))
+    definition = _server_tool(request, operation, name)
     if definition is None:
         return JsonResponse(
             {"error": f"{operation.server.name} listed no tool named {name[:100]!r}"},
