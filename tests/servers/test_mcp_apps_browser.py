@@ -5,6 +5,7 @@ app, and the ext-apps project's vanilla JS example server from npm (``tests/mcp_
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -85,16 +86,20 @@ def _call(page: Page, base: str, server: str, tool: str, arguments: str) -> None
     expect(page.locator("#op-status")).to_have_text("ok", timeout=30_000)
 
 
-def _transcript_shows(page: Page, base: str, server: str, labels: list[str]) -> list[dict[str, Any]]:
-    """The app messages of the server's transcript (its JSON export), once it holds every label:
-    the page posts them as they pass, so the last may still be on its way."""
+def _transcript_shows(
+    page: Page, base: str, server: str, labels: list[str], count: tuple[str, int] | None = None
+) -> list[dict[str, Any]]:
+    """The app messages of the server's transcript (its JSON export), once it holds every label
+    (and ``count``: that many rows of a label): the page posts them as they pass, so the last
+    may still be on their way."""
     rows: list[dict[str, Any]] = []
-    for _ in range(40):
+    for _ in range(60):
         rows = page.request.get(f"{base}/servers/{server}/transcript.json?method=→").json()["messages"]
-        if set(labels) <= {row["label"] for row in rows}:
+        labelled = [row["label"] for row in rows]
+        if set(labels) <= set(labelled) and (count is None or labelled.count(count[0]) >= count[1]):
             return rows
         page.wait_for_timeout(250)
-    pytest.fail(f"the transcript never showed {labels}: {[row['label'] for row in rows]}")
+    pytest.fail(f"the transcript never showed {labels} {count}: {[row['label'] for row in rows]}")
 
 
 def test_an_app_renders_sandboxed_calls_a_tool_through_the_host_resizes_and_its_traffic_is_recorded(
@@ -166,6 +171,7 @@ def test_a_hostile_app_flooding_the_host_with_huge_and_malformed_messages_does_n
         base,
         "apps",
         ["app → host not JSON-RPC", "app → host cyclic (not kept whole)", "host → app error"],
+        count=("app → host notifications/message", 300),
     )
     [huge] = [row for row in rows if row["label"].startswith("app → host xxxx")]
     assert huge["label"].endswith("(not kept whole)")
@@ -202,3 +208,28 @@ def test_the_ext_apps_vanilla_js_example_runs_in_the_host(
     _transcript_shows(
         page, base, "basic", ["app → host ui/initialize", "app → host tools/call", "app → host ui/open-link"]
     )
+
+
+def test_a_conversations_tool_step_opens_its_app_with_the_calls_result(
+    inspector_with_apps: InspectorServer, page: Page
+) -> None:
+    base = inspector_with_apps.base
+    asked = subprocess.run(
+        [sys.executable, "manage.py", "ask", "Show the counter", "--server", "apps", "--json"],
+        cwd=REPO_ROOT,
+        env=inspector_with_apps.env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    conversation = json.loads(asked.stdout)["conversation"]["id"]
+    _log_in(page, base)
+    page.goto(f"{base}/c/{conversation}/")
+
+    page.get_by_role("button", name="Open its app").click()
+    page.wait_for_url("**/servers/op/*/")
+
+    app = page.frame_locator("#mcp-app-iframe")
+    expect(app.locator("#result")).to_have_text("result: counter at 1", timeout=20_000)
+    expect(app.locator("#called")).to_have_text("called: counter at 42", timeout=20_000)
+    expect(page.locator("#mcp-app-iframe")).to_have_attribute("data-height", "321")
