@@ -181,6 +181,7 @@ def test_a_hostile_app_flooding_the_host_with_huge_and_malformed_messages_does_n
     assert dialogs == []
 
 
+@pytest.mark.slow
 def test_the_ext_apps_vanilla_js_example_runs_in_the_host(
     inspector_with_apps: InspectorServer, page: Page
 ) -> None:
