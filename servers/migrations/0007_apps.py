@@ -6,7 +6,7 @@ class Migration(migrations.Migration):
     # conversations.Step exists since before 0002_workbench, which depends on conversations.
     dependencies = [("servers", "0006_protocol")]
 
-    operations: list[migrations.operations.base.Operation] = [
+    operations = [
         migrations.AddField(
             model_name="operation",
             name="step",
