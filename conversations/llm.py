@@ -99,9 +99,12 @@ class ToolDef:
     title: str = ""
     output_schema: JSONDict | None = None
     annotations: JSONDict | None = None
+    # The tool's ``_meta`` as listed (e.g. the ``ui://`` resource of its MCP App); never sent
+    # to a model.
+    meta: JSONDict | None = None
 
     def as_json(self) -> JSONDict:
-        return {
+        data: JSONDict = {
             "server_id": self.server_id,
             "server": self.server_name,
             "name": self.name,
@@ -112,6 +115,9 @@ class ToolDef:
             "outputSchema": self.output_schema,
             "annotations": self.annotations,
         }
+        if self.meta:
+            data["_meta"] = self.meta
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ToolDef:
@@ -125,6 +131,7 @@ class ToolDef:
             title=data.get("title") or "",
             output_schema=data.get("outputSchema"),
             annotations=data.get("annotations"),
+            meta=data.get("_meta") if isinstance(data.get("_meta"), dict) else None,
         )
 
 

@@ -44,6 +44,7 @@ MCP_PROGRESS = f"{MCP}/basic/utilities/progress"
 MCP_SAMPLING = f"{MCP}/client/sampling"
 MCP_ELICITATION = f"{MCP}/client/elicitation"
 MCP_ROOTS = f"{MCP}/client/roots"
+MCP_APPS = "https://github.com/modelcontextprotocol/ext-apps"
 JSON_SCHEMA = "https://json-schema.org/understanding-json-schema/reference"
 
 FORMATS = ("openai_chat", "openai_responses", "anthropic", "gemini", "mcp")
@@ -347,6 +348,11 @@ _MCP: dict[str, Note] = {
     "elicitation": _n("The client can ask its user for input on the server's behalf.", MCP_ELICITATION),
     "roots": _n("The client can tell the server which folders it may work in.", MCP_ROOTS),
     "experimental": _n("Non-standard capabilities."),
+    "extensions": _n("Optional extensions of MCP this side supports, by identifier, with their settings."),
+    "io.modelcontextprotocol/ui": _n(
+        "MCP Apps: the client can render a tool's HTML user interface (a ui:// resource).", MCP_APPS
+    ),
+    "mimeTypes": _n("The content types of app interfaces the client can render.", MCP_APPS),
     "tasks": _n("Long-running requests the server can run as tasks."),
     "inputSchema": _n(
         "The JSON Schema of the tool's arguments: the host copies it into the model request.", MCP_TOOLS

@@ -36,6 +36,7 @@ urlpatterns = [
     path("c/<uuid:public_id>/turns/<int:turn_id>/replay", views.turn_replay, name="inspector-turn-replay"),
     path("c/<uuid:public_id>/turns/<int:turn_id>/cancel", views.turn_cancel, name="inspector-turn-cancel"),
     path("c/<uuid:public_id>/turns/<int:turn_id>/walk", views.turn_walk, name="inspector-turn-walk"),
+    path("c/<uuid:public_id>/steps/<int:step_id>/app", views.step_app, name="inspector-step-app"),
     path("servers/", include("servers.urls")),
     path("compare/", views.comparison_list, name="inspector-comparisons"),
     path("compare/new", views.comparison_create, name="inspector-comparison-create"),

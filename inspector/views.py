@@ -43,8 +43,8 @@ from inspector.forms import (
     TranscriptUploadForm,
 )
 from inspector.preferences import THEMES, preference_set, request_preferences
-from servers.selectors import server_spawn_refusal
-from servers.services import demo_server_ensure
+from servers.selectors import server_spawn_refusal, step_app_uri
+from servers.services import app_operation_for_step, demo_server_ensure
 
 COMPARISONS_PER_PAGE = 25
 # The conversation page renders the rows of its newest turns up to about this many rows; the
@@ -294,6 +294,24 @@ def turn_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
         )
         return _detail_page(request, conversation, form, status=STATUS_CONFLICT)
     return redirect("inspector-conversation", public_id=conversation.public_id)
+
+
+@require_POST
+def step_app(request: HttpRequest, public_id: UUID, step_id: int) -> HttpResponse:
+    """Open the MCP App of a tool call a turn made: on the workbench page that hosts it
+    (``servers.services.app_operation_for_step``), with the call's recorded arguments and result."""
+    conversation = _conversation(request, public_id)
+    step = (
+        Step.objects.filter(
+            pk=step_id, turn__conversation=conversation, kind=Step.Kind.TOOL, server__isnull=False
+        )
+        .select_related("turn")
+        .first()
+    )
+    if step is None or not step_app_uri(step=step):
+        raise Http404("No such tool step with an app.")
+    operation = app_operation_for_step(step=step, user=_user(request))
+    return redirect("servers-operation", public_id=operation.public_id)
 
 
 @require_POST

@@ -178,6 +178,8 @@ class Operation(models.Model):
         PROMPT_GET = "prompts/get"
         COMPLETE = "completion/complete"
         LOG_LEVEL = "logging/setLevel"
+        # Not a request: the MCP App of a tool call an agent turn made, opened from its step.
+        APP = "ui/app", "app of a turn's tool call"
 
     class Status(models.TextChoices):
         RUNNING = "running"
@@ -215,6 +217,10 @@ class Operation(models.Model):
         "SavedCall", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
     exchanges = models.ManyToManyField("conversations.Exchange", blank=True, related_name="+")
+    # For an ``app`` operation: the turn's tool step whose arguments and result the app is shown.
+    step = models.ForeignKey(
+        "conversations.Step", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     started_at = models.DateTimeField(default=timezone.now, db_index=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

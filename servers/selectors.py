@@ -21,9 +21,10 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from conversations.counting import tools_as_sent
-from conversations.models import AuditEvent, Conversation, Exchange
+from conversations.models import AuditEvent, Conversation, Exchange, Step
 from conversations.selectors import conversation_list, visible_to
 from servers.lint import Finding, Neighbourhood, ToolReport, lint_catalog
+from servers.mcp_apps import turn_tool, ui_resource_uri
 from servers.models import McpServer, OAuthGrant, Operation, PendingInput, SavedCall
 from servers.operations import SUBSCRIPTION_SECONDS
 
@@ -126,6 +127,15 @@ def server_listing(*, server: McpServer, kind: str, user: Viewer) -> Listing:
         return Listing([], None, None)
     items = operation.result if isinstance(operation.result, list) else []
     return Listing(items, operation.started_at, operation)
+
+
+def step_app_uri(*, step: Step, tools: Any = None) -> str:
+    """The ``ui://`` app of the tool a turn's tool step called, as the turn was given the tool
+    (``""``: none). ``tools``: the turn's tools when the caller has them (else they are read)."""
+    if step.kind != Step.Kind.TOOL or step.server_id is None:
+        return ""
+    given = step.turn.tools if tools is None else tools
+    return ui_resource_uri(turn_tool(given, server_id=step.server_id, name=step.tool_name))
 
 
 def tool_definition(*, server: McpServer, name: str, user: Viewer) -> dict[str, Any] | None:
@@ -325,10 +335,14 @@ def transcript_methods(*, server: McpServer, user: AbstractBaseUser) -> list[str
 
 
 def _body(text: str) -> Any:
+    """A stored body as JSON where it parses to something that can be written out again as
+    UTF-8; else its text (a ``\\ud800`` escape parses to a lone surrogate that cannot)."""
     try:
-        return json.loads(text)
-    except ValueError:
+        value = json.loads(text)
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (ValueError, RecursionError):
         return text
+    return value
 
 
 def transcript_export(*, exchanges: QuerySet[Exchange]) -> list[dict[str, Any]]:

@@ -19,11 +19,13 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from conversations.audit import audit_change
-from conversations.models import AuditEvent
+from conversations.exchanges import exchange_rows
+from conversations.models import AuditEvent, Exchange, Step
 from conversations.secret_sources import active_redactor
 from conversations.typealias import JSONDict, JSONValue
-from conversations.wire import MASK
+from conversations.wire import MASK, WireExchange
 from servers.gateway.config import has_references
+from servers.mcp_apps import APP_LABEL_RE, MESSAGES_PER_OPERATION, AppMessage
 from servers.models import SECRET_NAME_RE, McpServer, Operation, PendingInput, SavedCall
 from servers.operations import operation_dispatch, operation_run
 from servers.selectors import server_spawn_refusal
@@ -295,6 +297,70 @@ def log_level_set(
         server_commit(server=stored, actor=user, via=f"{source} logging/setLevel")
         server.log_level = level
     return operation
+
+
+def app_operation_for_step(*, step: Step, user: AbstractBaseUser) -> Operation:
+    """The workbench operation through which ``user`` opens the MCP App of a turn's tool call:
+    it carries the step's arguments and result (already recorded and redacted) to the app, and
+    collects the app's traffic and the calls it makes. Nothing is sent to the server here; one
+    per step and user, made on first use."""
+    existing = Operation.objects.filter(kind=Operation.Kind.APP, step=step, user=user).first()  # type: ignore[misc]
+    if existing is not None:
+        return existing
+    return Operation.objects.create(
+        server_id=step.server_id,
+        user=user,  # type: ignore[misc]
+        kind=Operation.Kind.APP,
+        target=step.tool_name,
+        arguments=step.arguments,
+        result=step.result,
+        is_error=step.is_error,
+        status=Operation.Status.OK,
+        step=step,
+        finished_at=timezone.now(),
+    )
+
+
+def app_traffic_record(*, operation: Operation, messages: list[AppMessage]) -> int:
+    """Keep the postMessage messages between a tool call's app and the host page in the
+    server's transcript, as messages of that operation (``direction`` local: they never crossed
+    the MCP wire). Redacted and cut like any record; at most ``MESSAGES_PER_OPERATION`` per
+    operation, the rest dropped. Returns how many were kept."""
+    server = operation.server
+    with transaction.atomic():
+        # The operation's row lock orders concurrent posts, so the cap and the seqs hold.
+        Operation.objects.select_for_update().filter(pk=operation.pk).first()
+        kept = operation.exchanges.filter(label__regex=APP_LABEL_RE).count()
+        room = max(0, MESSAGES_PER_OPERATION - kept)
+        now = timezone.now()
+        records = [
+            WireExchange(
+                channel=Exchange.Channel.MCP,
+                label=message.label,
+                started_at=now,
+                direction=Exchange.Direction.LOCAL,
+                jsonrpc_id=message.jsonrpc_id,
+                request_body=message.text if message.side == "app" else "",
+                response_body=message.text if message.side == "host" else "",
+                status="error" if message.is_error else "",
+                server_id=server.pk,
+                server_name=server.name,
+            )
+            for message in messages[:room]
+        ]
+        if not records:
+            return 0
+        first = (operation.exchanges.order_by("-seq").values_list("seq", flat=True).first() or 0) + 1
+        rows = exchange_rows(
+            records,
+            turn_id=None,
+            step_id=None,
+            redact=active_redactor(secrets=server.secret_values()),
+            first_seq=first,
+        )
+        Exchange.objects.bulk_create(rows)
+        operation.exchanges.add(*rows)
+    return len(rows)
 
 
 def operation_cancel(*, operation: Operation) -> None:

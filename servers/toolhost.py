@@ -153,6 +153,7 @@ class GatewayServers:
                 title=str(tool.get("title") or ""),
                 output_schema=tool.get("outputSchema"),
                 annotations=tool.get("annotations"),
+                meta=tool["_meta"] if isinstance(tool.get("_meta"), dict) else None,
             )
             for (server, tool), name in zip(listed, names, strict=True)
         ]

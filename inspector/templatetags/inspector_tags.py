@@ -39,6 +39,7 @@ from conversations.selectors import RunSummary
 from conversations.typealias import JSONValue
 from inspector.fragments import timestamp_iso
 from inspector.waterfall import Waterfall, turn_waterfall
+from servers.selectors import step_app_uri
 
 register = template.Library()
 
@@ -110,6 +111,13 @@ def outline(text: str) -> str:
 def is_long(text: str) -> bool:
     """Whether a payload should start collapsed."""
     return text.count("\n") + 1 > COLLAPSE_LINES or len(text.encode("utf-8")) > COLLAPSE_BYTES
+
+
+@register.filter
+def app_uri(step: Step, parent: Step) -> str:
+    """The ``ui://`` MCP App of the tool a tool step called (``""``: it has none); the turn's
+    tools are read once per row, through the parent step."""
+    return step_app_uri(step=step, tools=parent.turn.tools)
 
 
 @register.filter

@@ -22,6 +22,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import mcp.types as types
 from mcp import Client, MCPError
+from mcp.client.extension import advertise
 from mcp.client.session import ClientRequestContext
 from mcp.types import Implementation
 
@@ -30,6 +31,7 @@ from servers.gateway.capture import Capture, Tap, current_capture, tapped
 from servers.gateway.config import MODERN_VERSION, ServerConfig
 from servers.gateway.features import ClientFeatures
 from servers.gateway.transports import TRANSPORTS
+from servers.mcp_apps import CLIENT_SETTINGS, UI_EXTENSION
 
 T = TypeVar("T")
 CLIENT_INFO = Implementation(name="tool-call-inspector", version="0.1.0")
@@ -203,6 +205,8 @@ class PooledSession:
                 sampling_callback=self._sample if self.config.sampling else None,
                 elicitation_callback=self._elicit if self.config.elicitation else None,
                 list_roots_callback=self._roots if self.config.roots else None,
+                # The workbench renders MCP Apps (docs/mcp-apps.md): servers may offer tool UIs.
+                extensions=[advertise(UI_EXTENSION, CLIENT_SETTINGS)],
             ) as client:
                 if self.config.era == "modern":
                     # Pinned to 2026-07-28 the SDK adopts the version without asking; discovery

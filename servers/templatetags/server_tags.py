@@ -17,6 +17,7 @@ from typing import Any
 from django import template
 
 from conversations.wire import MASK
+from servers.mcp_apps import is_app_label
 from servers.vault import is_sealed
 
 register = template.Library()
@@ -172,6 +173,12 @@ def shown_value(value: Any) -> str:
     """A stored env/header value as a page may show it."""
     text = str(value)
     return MASK if is_sealed(text) else text
+
+
+@register.filter
+def app_traffic(label: str) -> bool:
+    """Whether a transcript row is a postMessage message between an MCP App and the host page."""
+    return is_app_label(label)
 
 
 @register.filter

@@ -71,6 +71,7 @@ EXPECTED: dict[str, Expect] = {
     "inspector-turn-replay": Expect("POST", NOT_FOUND),
     "inspector-turn-cancel": Expect("POST", NOT_FOUND),
     "inspector-turn-walk": Expect("GET", NOT_FOUND),
+    "inspector-step-app": Expect("POST", NOT_FOUND),
     # comparisons
     "inspector-comparisons": Expect("GET", NO_LEAK),
     "inspector-comparison-create": Expect("POST", NO_LEAK),
@@ -84,6 +85,10 @@ EXPECTED: dict[str, Expect] = {
     "servers-saved-call-create": Expect("POST", NOT_FOUND),
     "servers-question-answer": Expect("POST", NOT_FOUND),
     "servers-saved-call-run": Expect("POST", NOT_FOUND),
+    "servers-app-open": Expect("POST", NOT_FOUND),
+    "servers-app-view": Expect("GET", NOT_FOUND),
+    "servers-app-call": Expect("POST", NOT_FOUND),
+    "servers-app-traffic": Expect("POST", NOT_FOUND),
     "servers-saved-call-delete": Expect("POST", NOT_FOUND),
     # the workbench: the shared registry (a stdio server only staff may start)
     "servers-list": Expect("GET", NO_LEAK),
