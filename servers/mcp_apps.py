@@ -70,6 +70,16 @@ def ui_resource_uri(tool: JSONDict | None) -> str:
     return uri if isinstance(uri, str) and uri.startswith("ui://") else ""
 
 
+def model_visible(tool: JSONDict | None) -> bool:
+    """Whether the model may be shown the tool: not when its ``_meta.ui.visibility`` is a list
+    without ``"model"`` (a tool for its app only, which the app calls through the host). Absent or
+    unreadable, a tool is visible, as the extension's default says."""
+    meta = (tool or {}).get("_meta")
+    ui = meta.get("ui") if isinstance(meta, dict) else None
+    visibility = ui.get("visibility") if isinstance(ui, dict) else None
+    return not isinstance(visibility, list) or "model" in visibility
+
+
 def turn_tool(tools: Any, *, server_id: int | None, name: str) -> JSONDict | None:
     """The definition of ``name`` on that server among the tools a turn was given, if any."""
     for tool in tools if isinstance(tools, list) else []:

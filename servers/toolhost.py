@@ -20,6 +20,7 @@ from conversations.typealias import JSONDict
 from conversations.wire import WireExchange
 from servers import gateway
 from servers.gateway.config import ConfigError, ServerConfig, resolve_references
+from servers.mcp_apps import model_visible
 from servers.models import McpServer
 from servers.operations import output_check
 from servers.selectors import server_spawn_refusal
@@ -140,7 +141,13 @@ class GatewayServers:
                     "server": outcome.session.server_name,
                     "version": outcome.session.server_version,
                 }
-            listed.extend((server, tool) for tool in outcome.tools)
+            hidden = [str(tool.get("name")) for tool in outcome.tools if not model_visible(tool)]
+            if hidden:
+                notes.append(
+                    f"{server.name}: not offered to the model, for its apps only "
+                    f"(_meta.ui.visibility): {', '.join(hidden)}"
+                )
+            listed.extend((server, tool) for tool in outcome.tools if model_visible(tool))
         names = provider_tool_names([(server.name, str(tool["name"])) for server, tool in listed])
         tools = [
             ToolDef(

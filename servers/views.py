@@ -427,12 +427,23 @@ def completion(request: HttpRequest, name: str) -> JsonResponse:
 # --- operations -----------------------------------------------------------------------------
 
 
-def _server_tool(request: HttpRequest, operation: Operation, name: str) -> dict[str, Any] | None:
+def _server_tool(
+    request: HttpRequest, operation: Operation, name: str, *, list_now: bool = False
+) -> dict[str, Any] | None:
     """A tool of the operation's server by name: as the turn was given it, for the app of a
-    turn's call; else as the server last listed it."""
+    turn's call; else as the server last listed it. A tool for apps only was never offered to the
+    model, so a turn does not hold it: with ``list_now`` the server is listed again (a recorded
+    ``tools/list``) when no listing has it."""
     if operation.kind == Operation.Kind.APP and operation.step is not None:
-        return mcp_apps.turn_tool(operation.step.turn.tools, server_id=operation.server_id, name=name)
-    return selectors.tool_definition(server=operation.server, name=name, user=_user(request))
+        found = mcp_apps.turn_tool(operation.step.turn.tools, server_id=operation.server_id, name=name)
+        if found is not None:
+            return found
+    user = _user(request)
+    found = selectors.tool_definition(server=operation.server, name=name, user=user)
+    if found is None and list_now:
+        services.operation_start(server=operation.server, user=user, kind=Operation.Kind.TOOLS_LIST)
+        found = selectors.tool_definition(server=operation.server, name=name, user=user)
+    return found
 
 
 def _app_tool(request: HttpRequest, operation: Operation) -> tuple[dict[str, Any], str] | None:
@@ -594,7 +605,10 @@ def app_tool_call(request: HttpRequest, public_id: UUID) -> JsonResponse:
     arguments = body.get("arguments", {}) if isinstance(body, dict) else None
     if not isinstance(name, str) or not isinstance(arguments, dict):
         return JsonResponse({"error": "send {name, arguments}"}, status=STATUS_BAD_REQUEST)
-    definition = _server_tool(request, operation, name)
+    try:
+        definition = _server_tool(request, operation, name, list_now=True)
+    except services.SpawnRefused as refused:
+        return JsonResponse({"error": str(refused)}, status=STATUS_FORBIDDEN)
     if definition is None:
         return JsonResponse(
             {"error": f"{operation.server.name} listed no tool named {name[:100]!r}"},

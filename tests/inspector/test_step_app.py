@@ -96,3 +96,17 @@ def test_a_tool_step_without_a_ui_has_no_app(client: Client, settings: Any) -> N
 
     assert "Open its app" not in client.get(f"/c/{conversation.public_id}/").content.decode()
     assert client.post(f"/c/{conversation.public_id}/steps/{step.pk}/app").status_code == 404
+
+
+def test_a_tool_for_apps_only_is_not_offered_to_the_model(settings: Any) -> None:
+    # `increment` declares `_meta.ui.visibility: ["app"]`: its app may call it through the host,
+    # the model is not shown it (and so cannot call it).
+    settings.WORKBENCH_RUNNER = "inline"
+    admin = User.objects.create_superuser("admin")
+    conversation, step = _asked(admin)
+
+    turn = step.turn
+    offered = {tool["name"] for tool in turn.tools}
+    assert offered == {"counter", "hostile"}, offered
+    connect = turn.steps.get(kind=Step.Kind.CONNECT)
+    assert "increment" in connect.text and "apps only" in connect.text, connect.text
