@@ -285,3 +285,49 @@ def test_the_callback_and_the_debugger_belong_to_their_owner(
     client.force_login(alice)
     page = client.get("/servers/guarded/oauth")
     assert page.status_code == 200 and b"not authorized yet" in page.content
+
+
+def test_a_2025_03_26_server_whose_metadata_names_another_issuer_is_accepted_with_a_warning(
+    fake: FakeAuthorization,
+) -> None:
+    # No protected resource metadata: the client looks at the MCP server's origin, which
+    # publishes an issuer with a path (the 2025-03-26 era locates the server by origin).
+    fake.knobs = Knobs(www_authenticate=False, prm=False, issuer=f"{fake.base}/oauth")
+    add(fake)
+    call_command("server", "auth", "guarded")
+    call_command("server", "call", "guarded", "whoami")
+
+    assert "/.well-known/oauth-protected-resource/mcp" in paths(fake)
+    assert "/token" in paths(fake)
+    assert OAuthGrant.objects.get().has_token
+    operation = Operation.objects.filter(kind="connect").get()
+    warnings = [
+        e for e in selectors.operation_exchanges(operation=operation) if e.label.startswith("oauth: warning")
+    ]
+    assert len(warnings) == 1
+    assert warnings[0].response_body.startswith(f"issuer {fake.base}/oauth differs from")
+    assert "accepted under the 2025-03-26 rules" in warnings[0].response_body
+
+
+def test_with_protected_resource_metadata_a_differing_issuer_is_still_refused(
+    fake: FakeAuthorization,
+) -> None:
+    fake.knobs = Knobs(issuer=f"{fake.base}/oauth")
+    add(fake)
+
+    with pytest.raises(CommandError, match=r"issuer mismatch"):
+        call_command("server", "auth", "guarded")
+
+    assert "/token" not in paths(fake) and "/register" not in paths(fake)
+    assert not Exchange.objects.filter(label__startswith="oauth: warning").exists()
+
+
+def test_a_legacy_server_naming_a_foreign_issuer_is_warned_about_never_silently_trusted(
+    fake: FakeAuthorization,
+) -> None:
+    fake.knobs = Knobs(www_authenticate=False, prm=False, issuer="https://elsewhere.example/")
+    add(fake)
+    call_command("server", "auth", "guarded")
+
+    warning = Exchange.objects.get(label__startswith="oauth: warning")
+    assert "issuer https://elsewhere.example/ differs" in warning.response_body
