@@ -18,8 +18,9 @@ from django.test import Client
 
 from conversations.models import Exchange
 from servers import gateway, selectors
-from servers.grants import grant_configure
+from servers.grants import grant_configure, grant_ensure
 from servers.models import McpServer, OAuthGrant, Operation
+from servers.services import operation_start
 from tests.fixtures.oauth_server import PRE_REGISTERED, FakeAuthorization, Knobs, Served
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -331,3 +332,19 @@ def test_a_legacy_server_naming_a_foreign_issuer_is_warned_about_never_silently_
 
     warning = Exchange.objects.get(label__startswith="oauth: warning")
     assert "issuer https://elsewhere.example/ differs" in warning.response_body
+
+
+def test_the_oauth_debugger_shows_the_legacy_issuer_warning(
+    fake: FakeAuthorization, alice: User, client: Client
+) -> None:
+    fake.knobs = Knobs(www_authenticate=False, prm=False, issuer=f"{fake.base}/oauth")
+    server = add(fake)
+    grant_ensure(server=server, user=alice)
+    operation = operation_start(server=server, user=alice, kind=Operation.Kind.CONNECT)
+    assert operation.status == Operation.Status.OK, operation.error
+
+    client.force_login(alice)
+    page = client.get("/servers/guarded/oauth").content.decode()
+    assert "oauth: warning: issuer differs from the metadata URL" in page
+    assert f"issuer {fake.base}/oauth differs from where the metadata was fetched" in page
+    assert "accepted under the 2025-03-26 rules" in page
