@@ -12,7 +12,7 @@ that it needs authorization; nobody else's grant is ever used.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from conversations.agent import ToolRun
@@ -50,6 +50,15 @@ class GatewayToolHost:
         config = self.configs[tool.server_id]
         outcome = gateway.call_tool(config, tool.name, arguments, stop=self.signal)
         _keep(self.grants.get(tool.server_id), config.oauth)
+        if config.oauth is not None:
+            # A token obtained during the turn (a refresh) is unknown to the turn's redactor:
+            # a server repeating it must not get it into the result.
+            fresh = tuple(value for value in config.oauth.secrets() if value not in self.redact.secrets)
+            if fresh:
+                guard = replace(self.redact, secrets=(*self.redact.secrets, *fresh))
+                masked = guard.json(outcome.result) if outcome.result is not None else None
+                outcome.result = masked if isinstance(masked, dict) else None
+                outcome.error = guard.text(outcome.error)
         server_records_store(outcome.unclaimed, redact=self.redact)
         if outcome.cancelled and self.signal is not None and self.signal.stopped:
             return ToolRun(
@@ -112,9 +121,14 @@ class GatewayServers:
         return sum(1 for server in self.servers if server.enabled)
 
     def secrets(self) -> list[str]:
-        """The values the servers' ``${VAR}`` env and header entries resolve to here."""
+        """The values the servers' ``${VAR}`` env and header entries resolve to here, and the
+        credentials of the owner's grants the turn will use (its tokens, client secret...)."""
         secrets: list[str] = []
+        owner = self.conversation.owner
         for server in self.servers:
+            grant = _owner_grant(server, owner) if server.enabled else None
+            if grant is not None:
+                secrets.extend(grant_settings(grant=grant).secrets())
             for value in (*server.env.values(), *server.headers.values()):
                 try:
                     resolved = resolve_references(str(value))

@@ -237,12 +237,16 @@ class RecordingAuth(httpx2.Auth):
         record: Recorder,
         body_limit: int,
         on_failure: Callable[[str], None] | None = None,
+        learn: Callable[[tuple[str, ...]], None] | None = None,
     ) -> None:
         self.inner = inner
         self.settings = settings
         self.record = record
         self.body_limit = body_limit
         self.on_failure = on_failure
+        # Told the grant's credentials after each step, once the SDK has stored what it obtained
+        # (a step's own record is made before that: a refreshed token must be masked after it).
+        self.learn = learn
         self.challenge = ""
 
     async def async_auth_flow(
@@ -271,9 +275,13 @@ class RecordingAuth(httpx2.Auth):
                         outgoing = await flow.__anext__()
                         continue
                 outgoing = await flow.asend(response)
+                if self.learn is not None:
+                    self.learn(self.settings.secrets())
                 if outgoing is not request:
                     outgoing.extensions = {**outgoing.extensions, FLOW_STEP: True}
         except StopAsyncIteration:
+            if self.learn is not None:
+                self.learn(self.settings.secrets())
             return
         except Exception as exc:
             if self.on_failure is not None:
@@ -649,6 +657,7 @@ def recording_auth(
     on_failure: Callable[[str], None],
     body_limit: int,
     timeout: float,
+    learn: Callable[[tuple[str, ...]], None] | None = None,
 ) -> RecordingAuth:
     """The provider for ``settings``, driven by a ``RecordingAuth`` (see the module docstring)."""
 
@@ -656,7 +665,7 @@ def recording_auth(
         return httpx2.AsyncClient(timeout=timeout)
 
     return RecordingAuth(
-        provider_for(server_url, settings, http, record), settings, record, body_limit, on_failure
+        provider_for(server_url, settings, http, record), settings, record, body_limit, on_failure, learn
     )
 
 

@@ -126,3 +126,50 @@ def test_an_expired_token_is_refreshed_for_the_turn_and_kept(
     assert turn.status == Turn.Status.DONE, turn.error
     assert "refresh_token" in [entry["form"].get("grant_type") for entry in served.seen]
     assert grant_get(server=guarded, user=alice).sealed_tokens != before  # type: ignore[union-attr]
+
+
+def test_a_server_echoing_the_owners_token_never_gets_it_into_the_record(
+    guarded: McpServer, served: FakeAuthorization, alice: User
+) -> None:
+    authorize(guarded, alice)
+    served.knobs = Knobs(echo_token=True)
+
+    turn = ask(guarded, alice)
+
+    assert turn.status == Turn.Status.DONE, turn.error
+    issued = list(served.tokens) + list(served.refresh_tokens)
+    stored = [
+        *(str(v) for step in Step.objects.filter(turn=turn) for v in (step.result, step.text, step.prompt)),
+        turn.answer,
+        everything_recorded(),
+    ]
+    assert "you sent" in " ".join(stored)
+    leaks = [
+        text[max(0, text.find(t) - 300) : text.find(t) + 50] for t in issued for text in stored if t in text
+    ]
+    assert not leaks
+
+
+def test_a_token_refreshed_during_the_turn_and_echoed_back_is_not_recorded(
+    guarded: McpServer, served: FakeAuthorization, alice: User
+) -> None:
+    served.knobs = Knobs(token_lifetime=1)
+    authorize(guarded, alice)
+    gateway.close_all()
+    time.sleep(1.5)
+    served.knobs = Knobs(echo_token=True)
+
+    turn = ask(guarded, alice)
+
+    assert turn.status == Turn.Status.DONE, turn.error
+    issued = list(served.tokens) + list(served.refresh_tokens)
+    stored = [
+        *(str(v) for step in Step.objects.filter(turn=turn) for v in (step.result, step.text, step.prompt)),
+        turn.answer,
+        everything_recorded(),
+    ]
+    assert "you sent" in " ".join(stored)
+    leaks = [
+        text[max(0, text.find(t) - 300) : text.find(t) + 50] for t in issued for text in stored if t in text
+    ]
+    assert not leaks
