@@ -3,11 +3,16 @@ implementation, registered when the app starts (``servers.apps``).
 
 ``conversation_servers`` reads a conversation's servers; ``GatewayServers.connect`` lists their
 tools over the pooled sessions; ``GatewayToolHost`` is the agent's ``ToolHost``, calling them.
+
+An HTTP server the conversation's owner has authorized (an ``OAuthGrant`` with a token) is reached
+with the owner's grant: its token (refreshed when due, and sealed back after each listing and
+call) on a pooled session of the owner's own. Without such a grant the server's 401 says clearly
+that it needs authorization; nobody else's grant is ever used.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from conversations.agent import ToolRun
@@ -20,8 +25,10 @@ from conversations.typealias import JSONDict
 from conversations.wire import WireExchange
 from servers import gateway
 from servers.gateway.config import ConfigError, ServerConfig, resolve_references
+from servers.gateway.oauth import OAuthSettings
+from servers.grants import grant_get, grant_keep, grant_settings
 from servers.mcp_apps import model_visible
-from servers.models import McpServer
+from servers.models import McpServer, OAuthGrant
 from servers.operations import output_check
 from servers.selectors import server_spawn_refusal
 
@@ -37,9 +44,22 @@ class GatewayToolHost:
     configs: dict[int, ServerConfig]
     redact: Redactor
     signal: StopSignal | None = None
+    # By server id: the owner's grant a server is reached with (what a refresh obtains is kept).
+    grants: dict[int, OAuthGrant] = field(default_factory=dict)
 
     def call(self, tool: ToolDef, arguments: JSONDict) -> ToolRun:
-        outcome = gateway.call_tool(self.configs[tool.server_id], tool.name, arguments, stop=self.signal)
+        config = self.configs[tool.server_id]
+        outcome = gateway.call_tool(config, tool.name, arguments, stop=self.signal)
+        _keep(self.grants.get(tool.server_id), config.oauth)
+        if config.oauth is not None:
+            # A token obtained during the turn (a refresh) is unknown to the turn's redactor:
+            # a server repeating it must not get it into the result.
+            fresh = tuple(value for value in config.oauth.secrets() if value not in self.redact.secrets)
+            if fresh:
+                guard = replace(self.redact, secrets=(*self.redact.secrets, *fresh))
+                masked = guard.json(outcome.result) if outcome.result is not None else None
+                outcome.result = masked if isinstance(masked, dict) else None
+                outcome.error = guard.text(outcome.error)
         server_records_store(outcome.unclaimed, redact=self.redact)
         if outcome.cancelled and self.signal is not None and self.signal.stopped:
             return ToolRun(
@@ -57,6 +77,19 @@ class GatewayToolHost:
             # Checked against the listing the model saw; the result is kept with the error.
             error = "the result does not match the tool's outputSchema: " + "; ".join(check["errors"])
         return ToolRun(result=outcome.result, error=error, exchanges=outcome.records, notes=notes)
+
+
+def _keep(grant: OAuthGrant | None, oauth: OAuthSettings | None) -> None:
+    if grant is not None and oauth is not None:
+        grant_keep(grant=grant, oauth=oauth)
+
+
+def _owner_grant(server: McpServer, owner: Any) -> OAuthGrant | None:
+    """The owner's authorized grant for an HTTP ``server`` (None: the server is reached without)."""
+    if server.spawns_process or owner is None:
+        return None
+    grant = grant_get(server=server, user=owner)
+    return grant if grant is not None and grant.has_token else None
 
 
 def _session_note(server: McpServer, outcome: gateway.ListOutcome) -> str:
@@ -89,9 +122,14 @@ class GatewayServers:
         return sum(1 for server in self.servers if server.enabled)
 
     def secrets(self) -> list[str]:
-        """The values the servers' ``${VAR}`` env and header entries resolve to here."""
+        """The values the servers' ``${VAR}`` env and header entries resolve to here, and the
+        credentials of the owner's grants the turn will use (its tokens, client secret...)."""
         secrets: list[str] = []
+        owner = self.conversation.owner
         for server in self.servers:
+            grant = _owner_grant(server, owner) if server.enabled else None
+            if grant is not None:
+                secrets.extend(grant_settings(grant=grant).secrets())
             for value in (*server.env.values(), *server.headers.values()):
                 try:
                     resolved = resolve_references(str(value))
@@ -110,6 +148,7 @@ class GatewayServers:
         servers = [server for server in self.servers if server.enabled]
         owner = self.conversation.owner
         configs: dict[int, ServerConfig] = {}
+        grants: dict[int, OAuthGrant] = {}
         listed: list[tuple[McpServer, dict[str, Any]]] = []
         notes: list[str] = []
         problems: list[str] = []
@@ -124,9 +163,16 @@ class GatewayServers:
                 notes.append(f"{server.name}: not connected")
                 problems.append(refusal)
                 continue
-            config = server.to_config()
+            grant = _owner_grant(server, owner)
+            # No redirect: nobody can sign in during a turn, so a grant whose token cannot be
+            # refreshed ends in a clear "needs authorization", never a wait.
+            oauth = grant_settings(grant=grant) if grant is not None else None
+            config = server.to_config(oauth=oauth)
             configs[server.pk] = config
+            if grant is not None:
+                grants[server.pk] = grant
             outcome = gateway.list_tools(config, stop=signal)
+            _keep(grant, oauth)
             records.extend(outcome.records)
             server_records_store(outcome.unclaimed, redact=redact)
             notes.append(_session_note(server, outcome))
@@ -165,7 +211,7 @@ class GatewayServers:
             for (server, tool), name in zip(listed, names, strict=True)
         ]
         return Connected(
-            host=GatewayToolHost(configs, redact, signal),
+            host=GatewayToolHost(configs, redact, signal, grants),
             tools=tools,
             notes=notes,
             problems=problems,

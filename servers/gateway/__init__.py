@@ -39,6 +39,7 @@ from servers.gateway.pool import (
     PooledSession,
     SessionInfo,
     SessionPool,
+    session_key,
     stderr_record,
 )
 
@@ -126,7 +127,7 @@ async def _run(
     current_capture.set(capture)
     pool = _get_pool()
     if fresh:
-        await pool.close(config.server_id)
+        await pool.close(*session_key(config))
     try:
         session, spawned, reason = await pool.acquire(config, capture)
     except (GatewayError, ConfigError) as exc:

@@ -174,11 +174,15 @@ class Tap:
     def flow_record(self, record: WireExchange, secrets: tuple[str, ...]) -> None:
         """One recorded step of an OAuth flow, for the operation it serves; the credentials it
         obtained are masked from here on in everything the tap records."""
+        self.learn(secrets)
+        capture = current_capture.get()
+        self._route(capture if capture is not None and not capture.closed else self.newest_active(), record)
+
+    def learn(self, secrets: tuple[str, ...]) -> None:
+        """Mask ``secrets`` (credentials an OAuth flow obtained) in everything recorded from now on."""
         fresh = [value for value in secrets if len(value) >= 6 and value not in self.secrets]
         if fresh:
             self.secrets = tuple(sorted({*self.secrets, *fresh}, key=len, reverse=True))
-        capture = current_capture.get()
-        self._route(capture if capture is not None and not capture.closed else self.newest_active(), record)
 
     def take_stderr(self) -> str:
         """The stderr kept since the last call (each piece is taken once)."""

@@ -42,8 +42,10 @@ from mcp.shared.auth import (
     AuthorizationCodeResult,
     OAuthClientInformationFull,
     OAuthClientMetadata,
+    OAuthMetadata,
     OAuthToken,
 )
+from pydantic import ValidationError
 
 from conversations.wire import MASK, WireExchange, decode_body, safe_headers
 
@@ -235,12 +237,16 @@ class RecordingAuth(httpx2.Auth):
         record: Recorder,
         body_limit: int,
         on_failure: Callable[[str], None] | None = None,
+        learn: Callable[[tuple[str, ...]], None] | None = None,
     ) -> None:
         self.inner = inner
         self.settings = settings
         self.record = record
         self.body_limit = body_limit
         self.on_failure = on_failure
+        # Told the grant's credentials after each step, once the SDK has stored what it obtained
+        # (a step's own record is made before that: a refreshed token must be masked after it).
+        self.learn = learn
         self.challenge = ""
 
     async def async_auth_flow(
@@ -261,10 +267,21 @@ class RecordingAuth(httpx2.Auth):
                 else:
                     await response.aread()
                     self.record(self.exchange(outgoing, response, wall, time.monotonic() - started))
+                    if self._accept_legacy_issuer(outgoing, response, wall):
+                        # The SDK has already fixed the issuer it expects for this pass: start the
+                        # flow again, now expecting the accepted one (the retry is recorded too).
+                        await flow.aclose()
+                        flow = self.inner.async_auth_flow(request)
+                        outgoing = await flow.__anext__()
+                        continue
                 outgoing = await flow.asend(response)
+                if self.learn is not None:
+                    self.learn(self.settings.secrets())
                 if outgoing is not request:
                     outgoing.extensions = {**outgoing.extensions, FLOW_STEP: True}
         except StopAsyncIteration:
+            if self.learn is not None:
+                self.learn(self.settings.secrets())
             return
         except Exception as exc:
             if self.on_failure is not None:
@@ -272,6 +289,53 @@ class RecordingAuth(httpx2.Auth):
             raise
         finally:
             await flow.aclose()
+
+    def _accept_legacy_issuer(
+        self, request: httpx2.Request, response: httpx2.Response, wall: datetime
+    ) -> bool:
+        """Accept, once and with a recorded warning, a legacy server's differing ``issuer``.
+
+        Only on the 2025-03-26 path: no protected resource metadata was found, so the client
+        fetched ``/.well-known/oauth-authorization-server`` at the MCP server's own origin. That
+        revision locates the authorization server by the MCP server's origin, not by an issuer
+        identifier, so the RFC 8414 §3.3 issuer comparison has nothing to protect there (see
+        docs/oauth.md). Everywhere else the SDK's strict check stands.
+        """
+        provider = self.inner
+        if not isinstance(provider, LegacyIssuerProvider) or provider.accepted_issuer:
+            return False
+        context = provider.context
+        if context.auth_server_url is not None or context.protected_resource_metadata is not None:
+            return False
+        origin = _origin(context.server_url)
+        if str(request.url) != f"{origin}/.well-known/oauth-authorization-server":
+            return False
+        if response.status_code != 200:
+            return False
+        try:
+            metadata = OAuthMetadata.model_validate_json(response.content)
+        except ValidationError:
+            return False  # the SDK reports malformed metadata itself
+        issuer = str(metadata.issuer)
+        if issuer.rstrip("/") == origin:
+            return False
+        provider.accepted_issuer = issuer
+        sentence = (
+            f"issuer {issuer} differs from where the metadata was fetched ({origin}); "
+            "accepted under the 2025-03-26 rules (no protected resource metadata: the "
+            "authorization server is the MCP server's origin)"
+        )
+        self.record(
+            WireExchange(
+                channel="mcp",
+                label=f"{RECORD_LABEL_PREFIX}: warning: issuer differs from the metadata URL"[:200],
+                started_at=wall,
+                direction="client",
+                response_body=self.mask(sentence),
+                status="warning",
+            )
+        )
+        return True
 
     def mask(self, text: str, content_type: str = "") -> str:
         text = mask_text(text, content_type)
@@ -373,7 +437,7 @@ def provider_for(
                 redirect_uris=[settings.redirect_uri] if settings.redirect_uri else None,  # type: ignore[list-item]
                 token_endpoint_auth_method="client_secret_basic" if settings.client_secret else "none",
             )
-        provider = OAuthClientProvider(
+        provider = LegacyIssuerProvider(
             server_url=server_url,
             client_metadata=_client_metadata(settings, ["authorization_code", "refresh_token"]),
             storage=store,
@@ -389,6 +453,29 @@ def provider_for(
         # time only if it is told.
         provider.context.token_expiry_time = store.expires_at
     return provider
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+class LegacyIssuerProvider(OAuthClientProvider):
+    """The SDK's authorization-code provider, told which issuer ``RecordingAuth`` accepted.
+
+    On the legacy path (no protected resource metadata) the SDK expects the MCP server's origin
+    as the issuer; once ``RecordingAuth`` has accepted a differing one (with a warning in the
+    record) the provider expects that issuer instead, so the rest of the flow (credential binding,
+    the ``iss`` check) runs against what the server actually published. With protected resource
+    metadata the SDK's own expectation (the advertised server) is untouched.
+    """
+
+    accepted_issuer: str | None = None
+
+    def _expected_issuer(self) -> str:
+        if self.context.auth_server_url is None and self.accepted_issuer:
+            return self.accepted_issuer
+        return super()._expected_issuer()
 
 
 class _CrossAppAuth(httpx2.Auth):
@@ -570,6 +657,7 @@ def recording_auth(
     on_failure: Callable[[str], None],
     body_limit: int,
     timeout: float,
+    learn: Callable[[tuple[str, ...]], None] | None = None,
 ) -> RecordingAuth:
     """The provider for ``settings``, driven by a ``RecordingAuth`` (see the module docstring)."""
 
@@ -577,7 +665,7 @@ def recording_auth(
         return httpx2.AsyncClient(timeout=timeout)
 
     return RecordingAuth(
-        provider_for(server_url, settings, http, record), settings, record, body_limit, on_failure
+        provider_for(server_url, settings, http, record), settings, record, body_limit, on_failure, learn
     )
 
 

@@ -345,8 +345,22 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if not text.startswith(type(exc).__name__) else text
 
 
+SessionKey = tuple[int, str]
+
+
+def session_key(config: ServerConfig) -> SessionKey:
+    """Which pooled session serves ``config``: one per server and OAuth grant owner.
+
+    A session authorized with a user's token answers that user only: another user (or the same
+    server without a grant) gets a session of their own, so one user's token never serves
+    another's operation or turn.
+    """
+    return config.server_id, config.oauth.owner if config.oauth is not None else ""
+
+
 class SessionPool:
-    """Sessions by server id; a dead or reconfigured one is replaced on next use.
+    """Sessions by server id and grant owner (``session_key``); a dead or reconfigured one is
+    replaced on next use.
 
     A pool belongs to the process that made it (``pid``): its sessions live on that process's
     gateway loop, so a forked child makes a pool of its own and never uses or closes these.
@@ -358,8 +372,8 @@ class SessionPool:
         self.body_limit = body_limit
         self.connect_timeout = connect_timeout
         self.spawns: Counter[int] = Counter()
-        self._sessions: dict[int, PooledSession] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
+        self._sessions: dict[SessionKey, PooledSession] = {}
+        self._locks: dict[SessionKey, asyncio.Lock] = {}
 
     async def acquire(self, config: ServerConfig, capture: Capture) -> tuple[PooledSession, bool, str]:
         """The live session for ``config``, opening one (recorded into ``capture``) if needed.
@@ -369,9 +383,10 @@ class SessionPool:
         Raises:
             GatewayError: a new session could not be opened.
         """
-        lock = self._locks.setdefault(config.server_id, asyncio.Lock())
+        key = session_key(config)
+        lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
-            session = self._sessions.get(config.server_id)
+            session = self._sessions.get(key)
             reason = ""
             if session is not None and session.config != config:
                 reason = "the server's configuration changed"
@@ -380,7 +395,7 @@ class SessionPool:
             elif session is not None:
                 return session, False, ""
             if session is not None:
-                del self._sessions[config.server_id]
+                del self._sessions[key]
                 await session.close()
             generation = self.spawns[config.server_id] + 1
             self.spawns[config.server_id] = generation
@@ -400,7 +415,7 @@ class SessionPool:
                 raise
             finally:
                 current_capture.reset(token)
-            self._sessions[config.server_id] = fresh
+            self._sessions[key] = fresh
             return fresh, True, reason
 
     async def close_all(self) -> None:
@@ -409,10 +424,11 @@ class SessionPool:
         for session in sessions:
             await session.close()
 
-    async def close(self, server_id: int) -> None:
-        session = self._sessions.pop(server_id, None)
-        if session is not None:
-            await session.close()
+    async def close(self, server_id: int, owner: str | None = None) -> None:
+        """Close the server's sessions: every owner's, or only ``owner``'s ("" : no grant)."""
+        for key in [key for key in self._sessions if key[0] == server_id]:
+            if owner is None or key[1] == owner:
+                await self._sessions.pop(key).close()
 
 
 STDERR_TAIL_LINES = 5

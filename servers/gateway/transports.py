@@ -261,6 +261,7 @@ def _observed_client(tap: Tap, config: ServerConfig, **kwargs: Any) -> httpx2.As
             on_failure=lambda message: tap.fail_auth(f"{config.name}: {message}"),
             body_limit=tap.body_limit,
             timeout=config.call_timeout,
+            learn=tap.learn,
         )
     if kwargs.get("auth") is None:
         kwargs.pop("auth", None)

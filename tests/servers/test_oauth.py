@@ -18,8 +18,9 @@ from django.test import Client
 
 from conversations.models import Exchange
 from servers import gateway, selectors
-from servers.grants import grant_configure
+from servers.grants import grant_configure, grant_ensure
 from servers.models import McpServer, OAuthGrant, Operation
+from servers.services import operation_start
 from tests.fixtures.oauth_server import PRE_REGISTERED, FakeAuthorization, Knobs, Served
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -285,3 +286,65 @@ def test_the_callback_and_the_debugger_belong_to_their_owner(
     client.force_login(alice)
     page = client.get("/servers/guarded/oauth")
     assert page.status_code == 200 and b"not authorized yet" in page.content
+
+
+def test_a_2025_03_26_server_whose_metadata_names_another_issuer_is_accepted_with_a_warning(
+    fake: FakeAuthorization,
+) -> None:
+    # No protected resource metadata: the client looks at the MCP server's origin, which
+    # publishes an issuer with a path (the 2025-03-26 era locates the server by origin).
+    fake.knobs = Knobs(www_authenticate=False, prm=False, issuer=f"{fake.base}/oauth")
+    add(fake)
+    call_command("server", "auth", "guarded")
+    call_command("server", "call", "guarded", "whoami")
+
+    assert "/.well-known/oauth-protected-resource/mcp" in paths(fake)
+    assert "/token" in paths(fake)
+    assert OAuthGrant.objects.get().has_token
+    operation = Operation.objects.filter(kind="connect").get()
+    warnings = [
+        e for e in selectors.operation_exchanges(operation=operation) if e.label.startswith("oauth: warning")
+    ]
+    assert len(warnings) == 1
+    assert warnings[0].response_body.startswith(f"issuer {fake.base}/oauth differs from")
+    assert "accepted under the 2025-03-26 rules" in warnings[0].response_body
+
+
+def test_with_protected_resource_metadata_a_differing_issuer_is_still_refused(
+    fake: FakeAuthorization,
+) -> None:
+    fake.knobs = Knobs(issuer=f"{fake.base}/oauth")
+    add(fake)
+
+    with pytest.raises(CommandError, match=r"issuer mismatch"):
+        call_command("server", "auth", "guarded")
+
+    assert "/token" not in paths(fake) and "/register" not in paths(fake)
+    assert not Exchange.objects.filter(label__startswith="oauth: warning").exists()
+
+
+def test_a_legacy_server_naming_a_foreign_issuer_is_warned_about_never_silently_trusted(
+    fake: FakeAuthorization,
+) -> None:
+    fake.knobs = Knobs(www_authenticate=False, prm=False, issuer="https://elsewhere.example/")
+    add(fake)
+    call_command("server", "auth", "guarded")
+
+    warning = Exchange.objects.get(label__startswith="oauth: warning")
+    assert "issuer https://elsewhere.example/ differs" in warning.response_body
+
+
+def test_the_oauth_debugger_shows_the_legacy_issuer_warning(
+    fake: FakeAuthorization, alice: User, client: Client
+) -> None:
+    fake.knobs = Knobs(www_authenticate=False, prm=False, issuer=f"{fake.base}/oauth")
+    server = add(fake)
+    grant_ensure(server=server, user=alice)
+    operation = operation_start(server=server, user=alice, kind=Operation.Kind.CONNECT)
+    assert operation.status == Operation.Status.OK, operation.error
+
+    client.force_login(alice)
+    page = client.get("/servers/guarded/oauth").content.decode()
+    assert "oauth: warning: issuer differs from the metadata URL" in page
+    assert f"issuer {fake.base}/oauth differs from where the metadata was fetched" in page
+    assert "accepted under the 2025-03-26 rules" in page
