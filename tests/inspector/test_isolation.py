@@ -22,6 +22,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from conversations.models import AuditEvent, Conversation, Exchange, Turn
+from evals.models import EvalRun, Suite
 from inspector.routing import websocket_urlpatterns
 from servers.models import McpServer, Operation, PendingInput, SavedCall
 from tests.factories import (
@@ -78,6 +79,17 @@ EXPECTED: dict[str, Expect] = {
     "inspector-comparison-providers": Expect("POST", NO_LEAK),
     "inspector-comparison": Expect("GET", NOT_FOUND),
     "inspector-comparison-summary": Expect("GET", NOT_FOUND),
+    # evals: alice's suites and runs
+    "inspector-evals": Expect("GET", NO_LEAK),
+    "inspector-eval-suite-create": Expect("POST", NO_LEAK),
+    "inspector-eval-suite-upload": Expect("POST", NO_LEAK),
+    "inspector-eval-suite": Expect("GET", NOT_FOUND),
+    "inspector-eval-suite-update": Expect("POST", NOT_FOUND),
+    "inspector-eval-run-create": Expect("POST", NOT_FOUND),
+    "inspector-eval-run": Expect("GET", NOT_FOUND),
+    "inspector-eval-run-progress": Expect("GET", NOT_FOUND),
+    "inspector-eval-run-results": Expect("GET", NOT_FOUND),
+    "inspector-eval-run-cancel": Expect("POST", NOT_FOUND),
     # the workbench: what alice did
     "servers-operation": Expect("GET", NOT_FOUND),
     "servers-operation-state": Expect("GET", NOT_FOUND),
@@ -106,6 +118,9 @@ EXPECTED: dict[str, Expect] = {
     "servers-complete": Expect("POST", FORBIDDEN),
     "servers-transcript": Expect("GET", NO_LEAK),
     "servers-transcript-export": Expect("GET", NO_LEAK),
+    # OAuth: bob's own sign-in (alice's pending one is matched to her session) and his own debugger
+    "servers-oauth-callback": Expect("GET", NO_LEAK),
+    "servers-oauth": Expect("GET", NO_LEAK),
     # accounts and the API
     "login": Expect("GET", PUBLIC),
     "logout": Expect("POST", PUBLIC),
@@ -121,6 +136,11 @@ EXPECTED: dict[str, Expect] = {
     "api-conversations": Expect("GET", NO_LEAK),
     "api-conversation": Expect("GET", NOT_FOUND),
     "api-turn-cancel": Expect("POST", NOT_FOUND),
+    "api-eval-suites": Expect("GET", NO_LEAK),
+    "api-eval-suite": Expect("GET", NOT_FOUND),
+    "api-eval-runs": Expect("GET", NO_LEAK),
+    "api-eval-run": Expect("GET", NOT_FOUND),
+    "api-eval-run-cancel": Expect("POST", NOT_FOUND),
     # the demo model: an OpenAI/Anthropic/Gemini-shaped endpoint, no user data behind it
     "demo-model-chat-completions": Expect("POST", PUBLIC),
     "demo-model-responses": Expect("POST", PUBLIC),
@@ -174,6 +194,8 @@ class World:
     saved: SavedCall
     comparison_id: str
     values: dict[str, Any]
+    suite_id: str = ""
+    run_id: str = ""
 
 
 @pytest.fixture
@@ -240,9 +262,29 @@ def world(db: None, settings: Any) -> World:
         "id": 1,
         "app_label": "servers",
     }
+    suite = Suite.objects.create(
+        owner=alice,
+        name=f"{MARK} suite",
+        definition={"name": f"{MARK} suite"},
+        source=f'{{"name": "{MARK}"}}',
+    )
+    run = EvalRun.objects.create(
+        suite=suite, owner=alice, definition=suite.definition, status=EvalRun.Status.RUNNING, total=1
+    )
     del decide
     return World(
-        alice, bob, conversation, turn, server, operation, question, saved, str(comparison.public_id), values
+        alice,
+        bob,
+        conversation,
+        turn,
+        server,
+        operation,
+        question,
+        saved,
+        str(comparison.public_id),
+        values,
+        str(suite.public_id),
+        str(run.public_id),
     )
 
 
@@ -250,7 +292,11 @@ def _url(route: Route, world: World) -> str:
     expect = EXPECTED.get(route.key)
     if expect is not None and expect.url:
         return expect.url
-    if route.route.startswith("compare/"):
+    if route.route.startswith(("evals/runs/", "api/evals/runs/")):
+        public_id = world.run_id
+    elif route.route.startswith(("evals/", "api/evals/")):
+        public_id = world.suite_id
+    elif route.route.startswith("compare/"):
         public_id = world.comparison_id
     elif route.route.startswith("servers/saved/"):
         public_id = str(world.saved.public_id)
@@ -314,6 +360,8 @@ def test_bob_gets_nothing_of_alices_at_any_url(world: World) -> None:
         actor=world.bob, conversation_public_id=world.conversation.public_id
     ).exists()
     assert not Exchange.objects.filter(turn__conversation__owner=world.bob).exists()
+    assert EvalRun.objects.get(public_id=world.run_id).status == EvalRun.Status.RUNNING
+    assert not EvalRun.objects.filter(owner=world.bob).exists()
 
 
 def test_every_admin_url_sends_bob_to_the_admin_login(world: World) -> None:
