@@ -274,10 +274,10 @@ def _variant_overrides(run: EvalRun) -> dict[str, JSONValue]:
     return dict(variants) if isinstance(variants, dict) else {}
 
 
-def run_results(run: EvalRun) -> RunResults:
+def run_results(run: EvalRun, document: JSONDict) -> RunResults:
     """The matrix, the variants and the failing cases of one run, from the results document the
-    CLI and the API give (``evals.selectors.run_results``)."""
-    document = eval_selectors.run_results(run)
+    CLI and the API give (``evals.selectors.run_results``; the pages read it audited,
+    ``evals.services.run_results_read``)."""
     cells = [cell for cell in _list(document.get("cells")) if isinstance(cell, dict)]
     overrides = _variant_overrides(run)
     variants: dict[str, VariantView] = {}

@@ -15,6 +15,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils.html import escape
 
+from conversations.models import AuditEvent
 from evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
 from evals.services import suite_save
 from inspector import evals_results
@@ -267,7 +268,40 @@ def test_cancelling_a_run_stops_it_and_the_page_says_so(alice_client: Client, al
     assert run.status == EvalRun.Status.CANCELLED
     page = alice_client.get(reverse("inspector-eval-run", args=[run.public_id])).content.decode()
     assert "run cancelled" in page and 'id="eval-cancel"' not in page
-    assert "Run cancelled: cancelled before every case had run" in page
+    assert "Run cancelled: cancelled by alice: 0 of 30 case runs had ended" in page
+
+
+def test_reading_a_runs_results_on_the_page_or_the_api_audits_each_of_its_conversations(
+    alice_client: Client, alice: Any, bob_client: Client
+) -> None:
+    run = _finished_run(_suite(alice))
+    other = ConversationFactory(owner=alice)
+    EvalCaseResult.objects.filter(cell__run=run, cell__position=3).update(conversation=other)
+    shown = set(
+        EvalCaseResult.objects.filter(cell__run=run).values_list("conversation__public_id", flat=True)
+    )
+    reads = AuditEvent.objects.filter(action=AuditEvent.Action.OPENED)
+
+    assert alice_client.get(reverse("inspector-eval-run", args=[run.public_id])).status_code == 200
+    assert alice_client.get(reverse("inspector-eval-run-results", args=[run.public_id])).status_code == 200
+    assert alice_client.get(reverse("api-eval-run", args=[run.public_id])).status_code == 200
+    assert bob_client.get(reverse("api-eval-run", args=[run.public_id])).status_code == 404
+
+    for via in ("eval results", "api"):
+        entries = reads.filter(via=via)
+        assert (
+            {entry.conversation_public_id for entry in entries}
+            == shown
+            == {
+                other.public_id,
+                EvalCaseResult.objects.filter(cell__run=run, cell__position=0).get().conversation.public_id,  # type: ignore[union-attr]
+            }
+        )
+        assert entries.count() == 2  # the page and its fragment: one read, folded
+        assert {(entry.actor_name, entry.subject) for entry in entries} == {
+            ("alice", f"eval run {run.public_id}")
+        }
+    assert not reads.filter(actor_name="bob").exists()
 
 
 def test_progress_is_a_small_json_document(alice_client: Client, alice: Any) -> None:
