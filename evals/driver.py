@@ -44,9 +44,10 @@ def run_advance(*, run: EvalRun, driver: str = "") -> bool:
     redelivered step never starts the same case twice.
     """
     with transaction.atomic():
-        run = EvalRun.objects.select_for_update().select_related("owner").get(pk=run.pk)
-        if run.is_finished:
+        locked = EvalRun.objects.select_for_update().select_related("owner").filter(pk=run.pk).first()
+        if locked is None or locked.is_finished:  # None: deleted with its suite
             return True
+        run = locked
         if driver:
             if run.driver and run.driver != driver:
                 return True
@@ -226,12 +227,14 @@ def run_execute(
     """Drive ``run`` to its end in this thread (the CLI, the embedded driver thread), calling
     ``on_progress`` after each step, as ``driver`` (default: this process,
     ``conversations.lifecycle.runner_name``); it stops early when another driver took the run
-    over. A step that fails marks the run failed and re-raises."""
+    over or the run was deleted. A step that fails marks the run failed and re-raises."""
     wait = float(settings.EVAL_POLL_SECONDS) if poll_seconds is None else poll_seconds
     driver = runner_name() if driver is None else driver
     try:
         while True:
             finished = run_advance(run=run, driver=driver)
+            if finished and not EvalRun.objects.filter(pk=run.pk).exists():
+                return run
             run.refresh_from_db()
             if on_progress is not None:
                 on_progress(run_progress(run=run))

@@ -74,8 +74,14 @@ def suite_save_or_replace(*, owner: AbstractBaseUser, text: str | bytes) -> Suit
     return suite_save(owner=owner, text=text, suite=existing)
 
 
-def suite_delete(*, suite: Suite) -> None:
-    """Delete a suite and its runs (their conversations stay, as ordinary conversations)."""
+def suite_delete(*, suite: Suite, actor: AbstractBaseUser | None = None) -> None:
+    """Delete a suite with its runs, their cells and their grades. The conversations the runs
+    asked stay, as ordinary conversations of their owner: they are the record of what was sent
+    and received (each keeps its recorded tool definitions, the variant's wording included), and
+    deleting them is the conversation list's business. A run still going is cancelled first
+    (``run_cancel`` as ``actor``), so no turn of it is left running."""
+    for run in EvalRun.objects.filter(suite=suite).exclude(status__in=EvalRun.FINISHED):
+        run_cancel(run=run, actor=actor)
     suite.delete()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from django.contrib import messages
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -157,6 +158,16 @@ def suite_update(request: HttpRequest, public_id: UUID) -> HttpResponse:
         suite.refresh_from_db()  # the page shows the suite as stored beside the text as typed
         return _detail_page(request, suite, form=form, status=STATUS_BAD_REQUEST)
     return redirect("inspector-eval-suite", public_id=suite.public_id)
+
+
+@require_POST
+def suite_delete(request: HttpRequest, public_id: UUID) -> HttpResponse:
+    """Delete the suite and its runs (a run still going is cancelled); the conversations they
+    asked stay in the owner's list (``evals.services.suite_delete``)."""
+    suite = _suite(request, public_id)
+    eval_services.suite_delete(suite=suite, actor=_user(request))
+    messages.success(request, f"Deleted the suite {suite.name}; its runs' conversations are kept.")
+    return redirect("inspector-evals")
 
 
 @require_POST

@@ -134,7 +134,7 @@ class EvalFailureSerializer(serializers.Serializer[Any]):
 class EvalCaseRunSerializer(serializers.Serializer[Any]):
     case = serializers.IntegerField()
     repeat = serializers.IntegerField()
-    status = serializers.ChoiceField(choices=["pending", "running", "passed", "failed"])
+    status = serializers.ChoiceField(choices=["pending", "running", "passed", "failed", "cancelled"])
     failure = serializers.CharField()
     conversation = serializers.UUIDField(allow_null=True)
 
