@@ -32,7 +32,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SUITE = (
     "name: resumable\nmodels: [demo]\nparadigms: [native]\nservers: [demo]\ncases:\n"
     "  - {question: 'What is 2 + 2?', expect: [{tool: demo/calculate}]}\n"
-    "  - {question: 'What is 3 + 3? [demo:slow=1]', expect: [{tool: demo/calculate}]}\n"
+    "  - {question: 'What is 3 + 3? [demo:slow=3]', expect: [{tool: demo/calculate}]}\n"
     "  - {question: Hello there, expect: []}\n"
 )
 
@@ -76,7 +76,7 @@ def test_a_run_whose_driver_died_is_driven_on_keeping_its_graded_cases(alice: Us
     second = EvalCaseResult.objects.get(cell__run=run, case_index=1)
     interrupted = Turn.objects.get(conversation=second.conversation)
     _wait(lambda: Turn.objects.filter(pk=interrupted.pk, status=Turn.Status.RUNNING).exists())
-    turns_reap_stale(now=timezone.now() + timedelta(hours=1))
+    assert turns_reap_stale(now=timezone.now() + timedelta(hours=1)) == [interrupted.pk]
 
     assert runs_resume_stale() == [run.pk]
 
