@@ -160,6 +160,10 @@ class EvalCellSerializer(serializers.Serializer[Any]):
     definition_tokens = serializers.IntegerField(
         help_text="What the tool definitions weighed, every call counted."
     )
+    definition_cost = serializers.CharField(
+        allow_null=True,
+        help_text="What the tool definitions cost as input, US dollars; null without a price.",
+    )
     cost = serializers.CharField(allow_null=True, help_text="US dollars; null without a price.")
     latency_ms = serializers.IntegerField(allow_null=True, help_text="Mean per case run.")
     conversations = serializers.ListField(child=serializers.UUIDField())
