@@ -8,12 +8,15 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.utils import timezone
 from pytest_django.fixtures import Settings
 
@@ -119,3 +122,26 @@ def test_a_case_run_is_claimed_once_and_a_replaced_task_chain_starts_nothing(ali
     advance_run(run.pk, "celery:old-chain")  # a step of the chain that was replaced
     assert not EvalCaseResult.objects.filter(cell__run=run, conversation__isnull=False).exists()
     assert EvalRun.objects.get(pk=run.pk).driver == "celery:new-chain"
+
+
+@pytest.mark.postgres
+def test_two_copies_of_the_same_step_at_once_start_each_case_once(alice: User) -> None:
+    """A redelivered ``advance_run`` running beside the original (the same chain's driver)."""
+    run = run_start(suite=suite_save(owner=alice, text=SUITE), user=alice, concurrency=2, dispatch=False)
+    barrier = threading.Barrier(2)
+
+    def step() -> bool:
+        try:
+            barrier.wait(timeout=10)
+            return run_advance(run=run, driver="celery:chain")
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        steps = [pool.submit(step) for _ in range(2)]
+        assert [future.result(timeout=30) for future in steps] == [False, False]
+    started = EvalCaseResult.objects.filter(cell__run=run, conversation__isnull=False)
+    assert sorted(started.values_list("case_index", flat=True)) == [0, 1]
+    turns = Turn.objects.filter(conversation__owner=alice)
+    assert turns.count() == 2
+    _wait(lambda: all(turn.is_finished for turn in turns.all()))
