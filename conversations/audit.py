@@ -10,6 +10,7 @@ disabled or deleted) is always written, with what it was before and after.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
 
 from django.conf import settings
@@ -57,6 +58,48 @@ def audit_read(
         subject=subject,
         detail={"via": via, **(detail or {})},
     )
+
+
+def audit_reads(
+    *,
+    actor: AbstractBaseUser,
+    conversations: Iterable[Conversation],
+    via: str,
+    subject: str = "",
+    detail: JSONDict | None = None,
+) -> int:
+    """``audit_read`` for many conversations shown at once (a comparison, an eval run's results),
+    in two queries however many there are; returns how many entries were written (a read of the
+    same thing within the window is folded, as there)."""
+    by_id = {conversation.public_id: conversation for conversation in conversations}
+    if not by_id:
+        return 0
+    since = timezone.now() - timedelta(seconds=READ_AUDIT_WINDOW_SECONDS)
+    recent = set(
+        AuditEvent.objects.filter(
+            conversation_public_id__in=list(by_id),
+            actor_id=actor.pk,
+            action=AuditEvent.Action.OPENED,
+            via=via,
+            subject=subject,
+            at__gte=since,
+        ).values_list("conversation_public_id", flat=True)
+    )
+    entries = [
+        AuditEvent(
+            actor_id=actor.pk,
+            actor_name=actor.get_username(),
+            action=AuditEvent.Action.OPENED,
+            conversation_public_id=public_id,
+            via=via,
+            subject=subject,
+            detail={"via": via, **(detail or {})},
+        )
+        for public_id in by_id
+        if public_id not in recent
+    ]
+    AuditEvent.objects.bulk_create(entries)
+    return len(entries)
 
 
 def audit_change(

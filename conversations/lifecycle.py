@@ -15,6 +15,9 @@ ago (or whose runner was a process of this host that no longer exists), keeping 
 recorded and adding an error step that says why. The marking is a conditional UPDATE too: a
 turn that heart-beat meanwhile is left alone, and of two processes reaping at once only one
 writes.
+
+Other apps may check for their own stale work on the same beat (``stale_check_register``): the
+evals app takes over an eval run whose driver is gone. This module never imports them.
 """
 
 from __future__ import annotations
@@ -182,7 +185,7 @@ class _Watcher:
             self._poll(ids)
         if self.reaping and now >= self.last_reap + settings.TURN_REAP_SECONDS:
             self.last_reap = now
-            turns_reap_stale()
+            _check_stale()
 
     def _poll(self, ids: list[int]) -> None:
         changed = (
@@ -198,6 +201,25 @@ class _Watcher:
                 signal.stop(kind=CANCEL, by=by, reason=f"cancelled by {by or 'a user'}")
             else:
                 signal.stop(kind=LOST, reason=f"the turn was marked {status} by another process")
+
+
+_stale_checks: list[Callable[[], object]] = []
+
+
+def stale_check_register(check: Callable[[], object]) -> None:
+    """Run ``check`` on every stale-turn check of a serving process, after the turns are reaped
+    (once, however often it is registered). A check that fails is logged and the others run."""
+    if check not in _stale_checks:
+        _stale_checks.append(check)
+
+
+def _check_stale() -> None:
+    turns_reap_stale()
+    for check in list(_stale_checks):
+        try:
+            check()
+        except Exception:  # one app's check must not stop the turns' (or fail a request)
+            logger.exception("the stale check %s failed", getattr(check, "__qualname__", check))
 
 
 _watcher: _Watcher | None = None
@@ -233,7 +255,8 @@ def turn_signal_local(*, turn_id: int, by: str) -> bool:
 
 
 def lifecycle_start() -> bool:
-    """Make this process a checker of stale turns: check now, then every ``TURN_REAP_SECONDS``.
+    """Make this process a checker of stale turns (and of what ``stale_check_register`` added):
+    check now, then every ``TURN_REAP_SECONDS``.
 
     Called by each serving process (the web process on its first request, a Celery worker when
     ready); returns True the first time, later calls do nothing. A database that cannot be
@@ -245,7 +268,7 @@ def lifecycle_start() -> bool:
             return False
         watcher.reaping = True
     try:
-        turns_reap_stale()
+        _check_stale()
     except DatabaseError:
         logger.exception("the start-up check for interrupted turns failed; the periodic one will retry")
     finally:
@@ -264,7 +287,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _runner_gone(runner: str) -> bool:
+def runner_gone(runner: str) -> bool:
     """Whether ``runner`` was a process of this host that is no longer there."""
     host, _, rest = runner.partition(":")
     pid_text, _, _boot = rest.partition(":")
@@ -304,7 +327,7 @@ def turns_reap_stale(*, now: datetime | None = None, window: float | None = None
             reaped.append(pk)
     host = socket.gethostname()
     for pk, runner in running.filter(runner__startswith=f"{host}:").values_list("pk", "runner"):
-        if pk in reaped or not _runner_gone(runner):
+        if pk in reaped or not runner_gone(runner):
             continue
         pid = runner.split(":")[1]
         reason = (

@@ -123,11 +123,18 @@ def tool_definitions_tokens(turn: Turn) -> int:
 def tool_definitions_cost(turn: Turn | None, profile: ModelProfile) -> Decimal | None:
     """What the turn's tool definitions cost as input at the profile's input price; None without
     a price or without counted definitions."""
-    price = profile_price(profile)
-    if turn is None or price is None or price.input_per_million is None:
+    if turn is None:
         return None
-    tokens = tool_definitions_tokens(turn)
-    return price.input_per_million * tokens / MILLION if tokens else None
+    return definitions_cost(tool_definitions_tokens(turn), profile)
+
+
+def definitions_cost(tokens: int, profile: ModelProfile) -> Decimal | None:
+    """What ``tokens`` of tool definitions cost as input at the profile's input price (an eval
+    cell's, summed over its turns); None without a price or without tokens."""
+    price = profile_price(profile)
+    if not tokens or price is None or price.input_per_million is None:
+        return None
+    return price.input_per_million * tokens / MILLION
 
 
 def comparison_cost(runs: Sequence[tuple[Turn | None, ModelProfile]]) -> Decimal | None:

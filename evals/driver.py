@@ -14,7 +14,9 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
+from conversations.lifecycle import runner_name
 from conversations.models import Step, Turn
 from conversations.pricing import tool_definitions_tokens, turn_cost
 from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
@@ -31,15 +33,25 @@ _NOT_SENT = "not sent: "
 ProgressCallback = Callable[[Progress], None]
 
 
-def run_advance(*, run: EvalRun) -> bool:
-    """One step of a run (see the module's docstring); returns whether the run has finished.
+def run_advance(*, run: EvalRun, driver: str = "") -> bool:
+    """One step of a run (see the module's docstring); returns whether its driver should stop:
+    the run has finished, or another driver has taken it over.
 
-    Safe to call from several processes at once: the run's row is locked for the step.
+    ``driver`` names who takes the step (``EvalRun.driver``): the first step claims an undriven
+    run for it, and a driver whose run was taken over (``execution.runs_resume_stale``) changes
+    nothing. Safe to call from several processes at once: the run's row is locked for the step,
+    and each case run is claimed by one conditional UPDATE (``case_claim``), so a duplicate or
+    redelivered step never starts the same case twice.
     """
     with transaction.atomic():
-        run = EvalRun.objects.select_for_update().select_related("owner").get(pk=run.pk)
-        if run.is_finished:
+        locked = EvalRun.objects.select_for_update().select_related("owner").filter(pk=run.pk).first()
+        if locked is None or locked.is_finished:  # None: deleted with its suite
             return True
+        run = locked
+        if driver:
+            if run.driver and run.driver != driver:
+                return True
+            run.driver = driver
         if run.status == EvalRun.Status.QUEUED:
             run.mark_running()
         definition = suite_from_document(run.definition)
@@ -54,6 +66,10 @@ def run_advance(*, run: EvalRun) -> bool:
             if turn is not None and not turn.is_finished:
                 in_flight += 1
                 continue
+            if turn is not None and turn.status == Turn.Status.INTERRUPTED:
+                # Its runner died (a process stopped): no verdict on the model; asked again.
+                _retry(result)
+                continue
             _grade(result, definition.cases[result.case_index], turn)
             run.finished += 1
             run.passed += result.status == EvalCaseResult.Status.PASSED
@@ -66,12 +82,32 @@ def run_advance(*, run: EvalRun) -> bool:
             )
             servers = list(run.servers.all())
             for result in pending:
-                _start_case(run, definition, result, servers)
-                in_flight += 1
+                in_flight += _start_case(run, definition, result, servers)
         if in_flight == 0 and run.finished >= run.total:
             run.mark_done()
         run.save()
         return run.is_finished
+
+
+def case_claim(*, result: EvalCaseResult) -> bool:
+    """Move a pending case run to running, atomically; False if it was not pending (another
+    step started it). Of two steps for the same case run only one gets True."""
+    now = timezone.now()
+    claimed = EvalCaseResult.objects.filter(pk=result.pk, status=EvalCaseResult.Status.PENDING).update(
+        status=EvalCaseResult.Status.RUNNING, started_at=now
+    )
+    if claimed:
+        result.status, result.started_at = EvalCaseResult.Status.RUNNING, now
+    return claimed == 1
+
+
+def _retry(result: EvalCaseResult) -> None:
+    """Put a case run whose turn was interrupted back to pending; the interrupted conversation
+    stays among the owner's conversations, as recorded."""
+    result.status = EvalCaseResult.Status.PENDING
+    result.conversation = None
+    result.started_at = None
+    result.save(update_fields=["status", "conversation", "started_at"])
 
 
 def _case_turn(result: EvalCaseResult) -> Turn | None:
@@ -82,7 +118,10 @@ def _case_turn(result: EvalCaseResult) -> Turn | None:
 
 def _start_case(
     run: EvalRun, definition: SuiteDefinition, result: EvalCaseResult, servers: list[McpServer]
-) -> None:
+) -> int:
+    """Start the case run's turn; returns how many turns that put in flight (0 or 1)."""
+    if not case_claim(result=result):
+        return 0
     cell = result.cell
     if cell.profile is None:
         result.mark_graded(
@@ -97,7 +136,7 @@ def _start_case(
         )
         result.save()
         run.finished += 1
-        return
+        return 0
     conversation, _ = conversation_start(
         owner=run.owner,
         model_profile=cell.profile,
@@ -108,9 +147,8 @@ def _start_case(
         tool_choice_name=definition.tool,
     )
     result.conversation = conversation
-    result.status = EvalCaseResult.Status.RUNNING
-    result.started_at = conversation.created_at
-    result.save(update_fields=["conversation", "status", "started_at"])
+    result.save(update_fields=["conversation"])
+    return 1
 
 
 def _grade(result: EvalCaseResult, case: Case, turn: Turn | None) -> None:
@@ -184,13 +222,19 @@ def run_execute(
     run: EvalRun,
     on_progress: ProgressCallback | None = None,
     poll_seconds: float | None = None,
+    driver: str | None = None,
 ) -> EvalRun:
     """Drive ``run`` to its end in this thread (the CLI, the embedded driver thread), calling
-    ``on_progress`` after each step. A step that fails marks the run failed and re-raises."""
+    ``on_progress`` after each step, as ``driver`` (default: this process,
+    ``conversations.lifecycle.runner_name``); it stops early when another driver took the run
+    over or the run was deleted. A step that fails marks the run failed and re-raises."""
     wait = float(settings.EVAL_POLL_SECONDS) if poll_seconds is None else poll_seconds
+    driver = runner_name() if driver is None else driver
     try:
         while True:
-            finished = run_advance(run=run)
+            finished = run_advance(run=run, driver=driver)
+            if finished and not EvalRun.objects.filter(pk=run.pk).exists():
+                return run
             run.refresh_from_db()
             if on_progress is not None:
                 on_progress(run_progress(run=run))

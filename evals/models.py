@@ -78,6 +78,11 @@ class EvalRun(models.Model):
     finished = models.PositiveIntegerField(default=0)
     passed = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
+    # Who drives the run now: a process (``conversations.lifecycle.runner_name``: the CLI, a thread
+    # of a web process) or a Celery task chain (``celery:<token>``). Every step the driver takes
+    # saves the row, so ``updated_at`` is its heartbeat; a run whose driver is gone is taken over
+    # (``evals.execution.runs_resume_stale``).
+    driver = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -149,6 +154,7 @@ class EvalCaseResult(models.Model):
         RUNNING = "running"  # its turn is queued or running
         PASSED = "passed"
         FAILED = "failed"
+        CANCELLED = "cancelled"  # the run was cancelled while its turn was in flight: not graded
 
     class Failure(models.TextChoices):
         WRONG_TOOL = "wrong_tool", "wrong tool"
@@ -167,7 +173,7 @@ class EvalCaseResult(models.Model):
     conversation = models.ForeignKey(
         "conversations.Conversation", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     failure = models.CharField(max_length=20, choices=Failure.choices, blank=True)
     reason = models.TextField(blank=True)
     # The tool calls the turn made, as graded: [{"tool": "server/tool", "arguments": {...}}].

@@ -14,6 +14,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.db.models import Prefetch, QuerySet
 
 from conversations.models import Conversation
+from conversations.pricing import definitions_cost
 from conversations.typealias import JSONDict
 from evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
 
@@ -140,7 +141,8 @@ def run_results(run: EvalRun) -> JSONDict:
     "passed", "accuracy" (0..1; null before any case ended), "finished", one count per failure
     class ("wrong_tool", "wrong_arguments", "no_call", "extra_call", "parse_failure",
     "validation_failure", "wrong_answer", "error"), "input_tokens", "output_tokens",
-    "definition_tokens", "cost" (US dollars as a string; null without a price), "latency_ms"
+    "definition_tokens", "definition_cost" (what those tokens cost as input, US dollars as a
+    string; null without a price), "cost" (US dollars as a string; null without a price), "latency_ms"
     (mean per case), "conversations" (uuids, in case order), "results" ([{"case", "repeat",
     "status", "failure", "conversation"}], every case run), "failures" ([{"case", "repeat",
     "question", "failure", "reason", "conversation"}]), "previous_accuracy", "regression"}``.
@@ -170,6 +172,7 @@ def run_results(run: EvalRun) -> JSONDict:
 def _cells(run: EvalRun) -> list[EvalCell]:
     return list(
         EvalCell.objects.filter(run=run)
+        .select_related("profile__price")
         .order_by("position")
         .prefetch_related(
             Prefetch(
@@ -203,6 +206,9 @@ def _cell_json(cell: EvalCell, before: dict[tuple[str, str, str], float | None])
     costs = [result.cost for result in ended if result.cost is not None]
     latencies = [result.latency_ms for result in ended if result.latency_ms is not None]
     accuracy = _accuracy(results)
+    definition_tokens = sum(result.definition_tokens for result in ended)
+    # Priced as the conversation page and Compare price them (conversations.pricing).
+    definition_cost = definitions_cost(definition_tokens, cell.profile) if cell.profile is not None else None
     previous = before.get((cell.model, cell.paradigm, cell.variant))
     data: JSONDict = {
         "model": cell.model,
@@ -219,7 +225,8 @@ def _cell_json(cell: EvalCell, before: dict[tuple[str, str, str], float | None])
         {
             "input_tokens": sum(result.input_tokens for result in ended),
             "output_tokens": sum(result.output_tokens for result in ended),
-            "definition_tokens": sum(result.definition_tokens for result in ended),
+            "definition_tokens": definition_tokens,
+            "definition_cost": str(definition_cost) if definition_cost is not None else None,
             "cost": str(sum(costs, Decimal(0))) if costs else None,
             "latency_ms": round(sum(latencies) / len(latencies)) if latencies else None,
             "conversations": [

@@ -1,4 +1,5 @@
-"""Writes about evals: store a suite, start a run, cancel it.
+"""Writes about evals: store or delete a suite, start a run, cancel it, and show a run's results
+(a read, audited per conversation).
 
 A run is driven step by step by ``evals.driver`` (``run_advance``); ``run_start`` hands a new run
 to ``evals.execution.run_dispatch``, which drives it in the background (a Celery task, or a thread
@@ -10,12 +11,16 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
+from django.utils import timezone
 
-from conversations.models import ModelProfile
+from conversations.audit import audit_reads
+from conversations.models import Conversation, ModelProfile, Turn
 from conversations.secret_sources import active_redactor
-from conversations.services import DEMO_PROFILE_NAME, demo_profile_ensure
+from conversations.services import DEMO_PROFILE_NAME, TurnNotCancellable, demo_profile_ensure, turn_cancel
+from conversations.typealias import JSONDict
 from evals.execution import run_dispatch
 from evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
+from evals.selectors import run_results
 from evals.suites import SuiteDefinition, SuiteError, parse_suite, suite_from_document
 from servers.models import McpServer
 from servers.selectors import server_get, server_spawn_refusal
@@ -69,9 +74,36 @@ def suite_save_or_replace(*, owner: AbstractBaseUser, text: str | bytes) -> Suit
     return suite_save(owner=owner, text=text, suite=existing)
 
 
-def suite_delete(*, suite: Suite) -> None:
-    """Delete a suite and its runs (their conversations stay, as ordinary conversations)."""
+def suite_delete(*, suite: Suite, actor: AbstractBaseUser | None = None) -> None:
+    """Delete a suite with its runs, their cells and their grades. The conversations the runs
+    asked stay, as ordinary conversations of their owner: they are the record of what was sent
+    and received (each keeps its recorded tool definitions, the variant's wording included), and
+    deleting them is the conversation list's business. A run still going is cancelled first
+    (``run_cancel`` as ``actor``), so no turn of it is left running."""
+    for run in EvalRun.objects.filter(suite=suite).exclude(status__in=EvalRun.FINISHED):
+        run_cancel(run=run, actor=actor)
     suite.delete()
+
+
+def run_results_read(*, run: EvalRun, actor: AbstractBaseUser, via: str) -> JSONDict:
+    """The run's results (``selectors.run_results``) as shown to ``actor`` through ``via`` (the
+    page, the API), with a read-audit entry for each conversation the run holds
+    (``conversations.audit.audit_reads``; subject ``eval run <id>``): the results show what each
+    conversation asked, called and answered, as a comparison shows its runs. Access is the
+    caller's to check (``selectors.run_get``)."""
+    results = run_results(run)
+    audit_reads(
+        actor=actor,
+        conversations=Conversation.objects.filter(
+            pk__in=EvalCaseResult.objects.filter(cell__run=run, conversation__isnull=False).values(
+                "conversation_id"
+            )
+        ),
+        via=via,
+        subject=f"eval run {run.public_id}",
+        detail={"eval_run": str(run.public_id)},
+    )
+    return results
 
 
 def run_start(
@@ -168,12 +200,38 @@ def _servers(definition: SuiteDefinition, user: AbstractBaseUser) -> list[McpSer
     return servers
 
 
-def run_cancel(*, run: EvalRun) -> EvalRun:
-    """Stop a run: no more cases start; the turns in flight run to their end (each can be
-    cancelled on its conversation's page) and are not graded. Cancelling twice changes nothing."""
+def run_cancel(*, run: EvalRun, actor: AbstractBaseUser | None = None) -> EvalRun:
+    """Stop a run: no more cases start, and the turns in flight are cancelled
+    (``conversations.services.turn_cancel`` as ``actor``; None: the command line); their case runs
+    end ``cancelled``, ungraded, and each conversation keeps what it recorded and says who
+    cancelled. The run ends ``cancelled``. Cancelling twice, or a finished run, changes nothing."""
     with transaction.atomic():
         run = EvalRun.objects.select_for_update().get(pk=run.pk)
-        if not run.is_finished:
-            run.mark_cancelled("cancelled before every case had run")
-            run.save()
+        if run.is_finished:
+            return run
+        in_flight = list(
+            EvalCaseResult.objects.filter(cell__run=run, status=EvalCaseResult.Status.RUNNING).select_related(
+                "conversation"
+            )
+        )
+        stopped = sum(1 for result in in_flight if result.conversation is not None)
+        who = actor.get_username() if actor is not None else "the command line"
+        reason = f"cancelled by {who}"
+        run.mark_cancelled(
+            f"{reason}: {run.finished} of {run.total} case runs had ended; "
+            f"{stopped} in flight were cancelled, the rest never started"
+        )
+        run.save()
+        EvalCaseResult.objects.filter(pk__in=[result.pk for result in in_flight]).update(
+            status=EvalCaseResult.Status.CANCELLED, reason=reason, finished_at=timezone.now()
+        )
+    # After the commit: a step of the driver that starts now finds the run over and starts nothing.
+    for turn in Turn.objects.filter(
+        conversation__in=[result.conversation for result in in_flight if result.conversation is not None],
+        status__in=(Turn.Status.QUEUED, Turn.Status.RUNNING),
+    ).select_related("conversation"):
+        try:
+            turn_cancel(turn=turn, actor=actor)
+        except TurnNotCancellable:  # it ended meanwhile
+            continue
     return run

@@ -13,12 +13,14 @@ from evals.models import EvalRun
     retry_backoff=True,
     max_retries=20,
 )
-def advance_run(run_id: int) -> None:
-    """One step of an eval run (``driver.run_advance``); while it has not finished, the step
-    after it is queued ``EVAL_POLL_SECONDS`` later. A worker slot is held only for the step, so
-    the run never waits on a slot its own turns need."""
+def advance_run(run_id: int, driver: str = "") -> None:
+    """One step of an eval run as ``driver`` (``driver.run_advance``); while the run has not
+    finished and nobody took it over, the step after it is queued ``EVAL_POLL_SECONDS`` later. A
+    worker slot is held only for the step, so the run never waits on a slot its own turns need.
+    A duplicate or redelivered step starts no case twice; a step of a chain that was replaced
+    (``evals.execution.runs_resume_stale``) ends the old chain."""
     run = EvalRun.objects.filter(pk=run_id).first()
     if run is None:
         return
-    if not run_advance(run=run):
-        advance_run.apply_async((run_id,), countdown=settings.EVAL_POLL_SECONDS)
+    if not run_advance(run=run, driver=driver):
+        advance_run.apply_async((run_id, driver), countdown=settings.EVAL_POLL_SECONDS)

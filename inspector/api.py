@@ -36,8 +36,8 @@ from conversations.selectors import conversation_get, conversation_list, turn_fo
 from conversations.services import TurnNotCancellable, turn_cancel
 from conversations.transcripts.document import transcript_document
 from evals.models import EvalRun, Suite
-from evals.selectors import progress_json, run_get, run_list, run_progress, run_results, suite_get, suite_list
-from evals.services import run_cancel, run_start, suite_save
+from evals.selectors import progress_json, run_get, run_list, run_progress, suite_get, suite_list
+from evals.services import run_cancel, run_results_read, run_start, suite_save
 from evals.suites import SuiteError
 from inspector.serializers import (
     ConversationSummarySerializer,
@@ -302,13 +302,14 @@ class EvalRunDetailView(APIView):
             run = run_get(user=request.user, public_id=public_id)
         except EvalRun.DoesNotExist:
             raise NotFound(_NOT_YOURS.format("run")) from None
-        return Response(run_results(run))
+        assert isinstance(request.user, AbstractBaseUser)  # IsAuthenticated
+        return Response(run_results_read(run=run, actor=request.user, via="api"))
 
 
 @method_decorator(login_not_required, name="dispatch")
 class EvalRunCancelView(APIView):
-    """Stop a run: no more cases start (the turns in flight end on their own). 202 with the run's
-    summary; cancelling a finished run changes nothing."""
+    """Stop a run: no more cases start and the turns in flight are cancelled; the run ends
+    ``cancelled``. 202 with the run's summary; cancelling a finished run changes nothing."""
 
     authentication_classes = API_AUTHENTICATION
     permission_classes = API_PERMISSIONS
@@ -322,7 +323,8 @@ class EvalRunCancelView(APIView):
             run = run_get(user=request.user, public_id=public_id)
         except EvalRun.DoesNotExist:
             raise NotFound(_NOT_YOURS.format("run")) from None
-        return Response(_run_summary(run_cancel(run=run)), status=202)
+        assert isinstance(request.user, AbstractBaseUser)  # IsAuthenticated
+        return Response(_run_summary(run_cancel(run=run, actor=request.user)), status=202)
 
 
 @method_decorator(login_not_required, name="dispatch")

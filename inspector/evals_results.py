@@ -200,6 +200,7 @@ class VariantView:
     input_tokens: int = 0
     output_tokens: int = 0
     definition_tokens: int = 0
+    definition_cost: Decimal | None = None
     cost: Decimal | None = None
 
     @property
@@ -207,9 +208,11 @@ class VariantView:
         if not self.case_runs:
             return "not run"
         runs = self.case_runs
+        definitions = f"tool definitions {self.definition_tokens / runs:,.0f} tokens per case run"
+        if self.definition_cost is not None:
+            definitions += f" ({_dollars(self.definition_cost)} in all)"
         text = (
-            f"tool definitions {self.definition_tokens / runs:,.0f} tokens per case run · "
-            f"{self.input_tokens:,} in ({self.input_tokens / runs:,.0f} per case run) · "
+            f"{definitions} · {self.input_tokens:,} in ({self.input_tokens / runs:,.0f} per case run) · "
             f"{self.output_tokens:,} out"
         )
         return text + (f" · {_dollars(self.cost)}" if self.cost is not None else " · no price")
@@ -274,10 +277,10 @@ def _variant_overrides(run: EvalRun) -> dict[str, JSONValue]:
     return dict(variants) if isinstance(variants, dict) else {}
 
 
-def run_results(run: EvalRun) -> RunResults:
+def run_results(run: EvalRun, document: JSONDict) -> RunResults:
     """The matrix, the variants and the failing cases of one run, from the results document the
-    CLI and the API give (``evals.selectors.run_results``)."""
-    document = eval_selectors.run_results(run)
+    CLI and the API give (``evals.selectors.run_results``; the pages read it audited,
+    ``evals.services.run_results_read``)."""
     cells = [cell for cell in _list(document.get("cells")) if isinstance(cell, dict)]
     overrides = _variant_overrides(run)
     variants: dict[str, VariantView] = {}
@@ -293,6 +296,7 @@ def run_results(run: EvalRun) -> RunResults:
         variant.input_tokens += view.input_tokens
         variant.output_tokens += view.output_tokens
         variant.definition_tokens += _int(cell.get("definition_tokens"))
+        variant.definition_cost = _add_cost(variant.definition_cost, _decimal(cell.get("definition_cost")))
         variant.cost = _add_cost(variant.cost, view.cost)
         grid.setdefault((model, paradigm), {})[view.variant] = view
         for failure in _list(cell.get("failures")):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from django.contrib import messages
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -50,6 +51,14 @@ def _run(request: HttpRequest, public_id: UUID) -> EvalRun:
         return eval_selectors.run_get(user=_user(request), public_id=public_id)
     except EvalRun.DoesNotExist:
         raise Http404("No such eval run.") from None
+
+
+def _results(request: HttpRequest, run: EvalRun) -> evals_results.RunResults | None:
+    """A finished run's results as the page shows them, the read of its conversations audited."""
+    if not run.is_finished:
+        return None
+    document = eval_services.run_results_read(run=run, actor=_user(request), via="eval results")
+    return evals_results.run_results(run, document)
 
 
 def _list_page(
@@ -152,6 +161,16 @@ def suite_update(request: HttpRequest, public_id: UUID) -> HttpResponse:
 
 
 @require_POST
+def suite_delete(request: HttpRequest, public_id: UUID) -> HttpResponse:
+    """Delete the suite and its runs (a run still going is cancelled); the conversations they
+    asked stay in the owner's list (``evals.services.suite_delete``)."""
+    suite = _suite(request, public_id)
+    eval_services.suite_delete(suite=suite, actor=_user(request))
+    messages.success(request, f"Deleted the suite {suite.name}; its runs' conversations are kept.")
+    return redirect("inspector-evals")
+
+
+@require_POST
 def run_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
     suite = _suite(request, public_id)
     run_form = RunForm(request.POST)
@@ -172,9 +191,9 @@ def run_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
 
 @require_POST
 def run_cancel(request: HttpRequest, public_id: UUID) -> HttpResponse:
-    """Start no more of the run's cases (the turns in flight end on their own)."""
+    """Start no more of the run's cases and cancel the turns in flight."""
     run = _run(request, public_id)
-    eval_services.run_cancel(run=run)
+    eval_services.run_cancel(run=run, actor=_user(request))
     return redirect("inspector-eval-run", public_id=run.public_id)
 
 
@@ -185,7 +204,7 @@ def run_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
         "run": run,
         "suite": run.suite,
         "progress": evals_results.run_progress(run),
-        "results": evals_results.run_results(run) if run.is_finished else None,
+        "results": _results(request, run),
     }
     return render(request, "evals/run_detail.html", context)
 
@@ -204,6 +223,6 @@ def run_results(request: HttpRequest, public_id: UUID) -> HttpResponse:
     context = {
         "run": run,
         "progress": evals_results.run_progress(run),
-        "results": evals_results.run_results(run) if run.is_finished else None,
+        "results": _results(request, run),
     }
     return render(request, "evals/_results.html", context)

@@ -134,7 +134,7 @@ class EvalFailureSerializer(serializers.Serializer[Any]):
 class EvalCaseRunSerializer(serializers.Serializer[Any]):
     case = serializers.IntegerField()
     repeat = serializers.IntegerField()
-    status = serializers.ChoiceField(choices=["pending", "running", "passed", "failed"])
+    status = serializers.ChoiceField(choices=["pending", "running", "passed", "failed", "cancelled"])
     failure = serializers.CharField()
     conversation = serializers.UUIDField(allow_null=True)
 
@@ -159,6 +159,10 @@ class EvalCellSerializer(serializers.Serializer[Any]):
     output_tokens = serializers.IntegerField()
     definition_tokens = serializers.IntegerField(
         help_text="What the tool definitions weighed, every call counted."
+    )
+    definition_cost = serializers.CharField(
+        allow_null=True,
+        help_text="What the tool definitions cost as input, US dollars; null without a price.",
     )
     cost = serializers.CharField(allow_null=True, help_text="US dollars; null without a price.")
     latency_ms = serializers.IntegerField(allow_null=True, help_text="Mean per case run.")

@@ -190,6 +190,8 @@ EMBEDDED_RUNNER_THREADS = env_int("EMBEDDED_RUNNER_THREADS", 16)
 # and how often a run's driver looks for turns that have ended.
 EVAL_CONCURRENCY = env_int("EVAL_CONCURRENCY", 4)
 EVAL_POLL_SECONDS = env_float("EVAL_POLL_SECONDS", 0.25)
+# A run whose driver took no step for this long is taken over by a live process (evals.execution).
+EVAL_DRIVER_WINDOW_SECONDS = env_float("EVAL_DRIVER_WINDOW_SECONDS", 60.0)
 # Turn lifecycle (conversations.lifecycle): a running turn heart-beats every TURN_HEARTBEAT_SECONDS;
 # one silent for TURN_HEARTBEAT_WINDOW_SECONDS is marked interrupted by any live process, which
 # checks every TURN_REAP_SECONDS. A cancel request is seen within TURN_CANCEL_POLL_SECONDS.

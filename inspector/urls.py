@@ -48,6 +48,7 @@ urlpatterns = [
     path("evals/upload", evals_views.suite_upload, name="inspector-eval-suite-upload"),
     path("evals/<uuid:public_id>/", evals_views.suite_detail, name="inspector-eval-suite"),
     path("evals/<uuid:public_id>/edit", evals_views.suite_update, name="inspector-eval-suite-update"),
+    path("evals/<uuid:public_id>/delete", evals_views.suite_delete, name="inspector-eval-suite-delete"),
     path("evals/<uuid:public_id>/run", evals_views.run_create, name="inspector-eval-run-create"),
     path("evals/runs/<uuid:public_id>/", evals_views.run_detail, name="inspector-eval-run"),
     path(

@@ -5,7 +5,7 @@ never more turns in flight than the run's concurrency; cancelling stops new case
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from django.contrib.auth.models import User
@@ -90,22 +90,32 @@ def test_each_matcher_and_each_failure_class_through_real_turns_never_exceeding_
     assert cell["wrong_tool"] == 2 and cell["error"] == 1  # type: ignore[index]
 
 
-def test_a_cancelled_run_starts_no_more_cases(alice: User) -> None:
-    suite = suite_save(owner=alice, text=_suite_text())
-    run = run_start(suite=suite, user=alice, concurrency=1, dispatch=False)
-
-    run_execute(run=run, on_progress=lambda progress: run_cancel(run=run), poll_seconds=0.05)
-
-    run.refresh_from_db()
-    assert run.status == EvalRun.Status.CANCELLED
-    started = EvalCaseResult.objects.filter(cell__run=run).exclude(status=EvalCaseResult.Status.PENDING)
-    assert started.count() == 1
-    turns = Turn.objects.filter(conversation__owner=alice)
-    assert turns.count() == 1
-    # The turn in flight runs to its end on its own (and is not graded).
-    deadline = time.monotonic() + 30
-    while not turns.get().is_finished and time.monotonic() < deadline:
+def _wait(condition: Callable[[], bool], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
-    assert turns.get().is_finished
+
+
+def test_cancelling_a_run_cancels_its_turns_in_flight_and_starts_no_more(alice: User) -> None:
+    text = "name: slow\nmodels: [demo]\nparadigms: [native]\nservers: [demo]\ncases:\n" + "".join(
+        f"  - {{question: 'What is {n} + 1? [demo:slow=20]', expect: [{{tool: demo/calculate}}]}}\n"
+        for n in range(3)
+    )
+    run = run_start(suite=suite_save(owner=alice, text=text), user=alice, concurrency=2, dispatch=False)
+    run_advance(run=run)
+    turns = Turn.objects.filter(conversation__owner=alice)
+    _wait(lambda: turns.filter(status=Turn.Status.RUNNING).count() == 2)
+
+    run = run_cancel(run=run, actor=alice)
+
+    assert run.status == EvalRun.Status.CANCELLED
+    assert run.error.startswith("cancelled by alice: 0 of 3 case runs had ended; 2 in flight were cancelled")
+    _wait(lambda: all(turn.is_finished for turn in turns.all()))
+    assert [turn.status for turn in turns] == [Turn.Status.CANCELLED] * 2
+    assert all(turn.cancel_requested_by == "alice" for turn in turns)
     assert run_advance(run=run) is True
-    assert EvalCaseResult.objects.filter(cell__run=run, status=EvalCaseResult.Status.RUNNING).count() == 1
+    statuses = sorted(EvalCaseResult.objects.filter(cell__run=run).values_list("status", flat=True))
+    assert statuses == ["cancelled", "cancelled", "pending"]
+    assert turns.count() == 2
+    assert run_cancel(run=run, actor=alice).error == run.error  # twice changes nothing

@@ -1,13 +1,15 @@
 """Storing and starting suites: a secret pasted into a suite is stored redacted, a run's cells and
-case runs are all created up front, and a run too big or a concurrency below 1 is refused."""
+case runs are all created up front, a run too big or a concurrency below 1 is refused, and a
+run deleted with its suite stops its driver."""
 
 from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import User
 
+from evals.driver import run_advance
 from evals.models import EvalCaseResult, EvalCell
-from evals.services import run_start, suite_save
+from evals.services import run_start, suite_delete, suite_save
 from evals.suites import SuiteError
 from tests.factories import UserFactory
 
@@ -67,3 +69,11 @@ def test_a_run_of_too_many_case_runs_is_refused(alice: User) -> None:
 
     with pytest.raises(SuiteError, match="at most 5000"):
         run_start(suite=suite_save(owner=alice, text=text), user=alice, dispatch=False)
+
+
+def test_a_step_of_a_run_deleted_with_its_suite_stops_its_driver(alice: User) -> None:
+    run = run_start(suite=suite_save(owner=alice, text=SUITE), user=alice, dispatch=False)
+
+    suite_delete(suite=run.suite, actor=alice)
+
+    assert run_advance(run=run, driver="celery:chain") is True

@@ -1,6 +1,7 @@
 """A real browser against the real server on the embedded default: the Cancel button stops a turn
 stuck in a slow model call, and a turn left running by a killed server is marked interrupted
-when the server starts again. Either way the conversation takes the next question."""
+when the server starts again. Either way the conversation takes the next question. An eval run
+the killed server was driving is driven on to its end by the next one."""
 
 from __future__ import annotations
 
@@ -99,3 +100,47 @@ def test_a_turn_left_running_by_a_killed_server_is_interrupted_at_the_next_start
 
     _ask_again(page)
     assert _statuses(inspector_server) == ["interrupted", "done"]
+
+
+EVAL_SUITE = (
+    "name: resumed\nmodels: [demo]\nparadigms: [native]\nservers: [demo]\ncases:\n"
+    "  - {question: 'What is 2 + 2?', expect: [{tool: demo/calculate}]}\n"
+    "  - {question: 'What is 3 + 3? [demo:slow=6]', expect: [{tool: demo/calculate}]}\n"
+    "  - {question: Hello there, expect: []}\n"
+)
+
+
+def _eval_run(server: InspectorServer) -> tuple[str, int, int]:
+    with sqlite3.connect(server.var_dir / "inspector.sqlite3") as db:
+        row = db.execute("SELECT status, finished, passed FROM evals_evalrun").fetchone()
+    return row[0], row[1], row[2]
+
+
+def test_an_eval_run_left_running_by_a_killed_server_is_driven_on_at_the_next_start(
+    inspector_server: InspectorServer, page: Page
+) -> None:
+    page.goto(f"{inspector_server.base}/evals/")
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit], input[type=submit]")
+    page.fill("#new-suite textarea[name=document]", EVAL_SUITE)
+    page.locator("#new-suite [type=submit]").click()
+    page.fill("#run-suite input[name=concurrency]", "1")
+    page.locator("#run-suite [type=submit]").click()
+    page.wait_for_url("**/evals/runs/*/")
+    # The first case has ended and the slow second one is being asked.
+    expect(page.locator("#eval-progress-label")).to_contain_text("1 of 3 case runs", timeout=30_000)
+    expect(page.locator("#eval-progress-label")).to_contain_text("1 running", timeout=30_000)
+    assert inspector_server.process is not None
+
+    inspector_server.process.kill()
+    inspector_server.process.wait()
+    inspector_server.process = None
+    assert _eval_run(inspector_server) == ("running", 1, 1)
+    inspector_server.start()
+
+    page.reload()
+    expect(page.locator("#live-status")).to_have_text("run finished", timeout=60_000)
+    assert _eval_run(inspector_server) == ("done", 3, 3)
+    # The case whose turn the dead server was running was asked again; that turn stays recorded.
+    assert _statuses(inspector_server) == ["done", "interrupted", "done", "done"]

@@ -15,6 +15,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils.html import escape
 
+from conversations.models import AuditEvent, Conversation
 from evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
 from evals.services import suite_save
 from inspector import evals_results
@@ -267,7 +268,66 @@ def test_cancelling_a_run_stops_it_and_the_page_says_so(alice_client: Client, al
     assert run.status == EvalRun.Status.CANCELLED
     page = alice_client.get(reverse("inspector-eval-run", args=[run.public_id])).content.decode()
     assert "run cancelled" in page and 'id="eval-cancel"' not in page
-    assert "Run cancelled: cancelled before every case had run" in page
+    assert "Run cancelled: cancelled by alice: 0 of 30 case runs had ended" in page
+
+
+def test_reading_a_runs_results_on_the_page_or_the_api_audits_each_of_its_conversations(
+    alice_client: Client, alice: Any, bob_client: Client
+) -> None:
+    run = _finished_run(_suite(alice))
+    other = ConversationFactory(owner=alice)
+    EvalCaseResult.objects.filter(cell__run=run, cell__position=3).update(conversation=other)
+    shown = set(
+        EvalCaseResult.objects.filter(cell__run=run).values_list("conversation__public_id", flat=True)
+    )
+    reads = AuditEvent.objects.filter(action=AuditEvent.Action.OPENED)
+
+    assert alice_client.get(reverse("inspector-eval-run", args=[run.public_id])).status_code == 200
+    assert alice_client.get(reverse("inspector-eval-run-results", args=[run.public_id])).status_code == 200
+    assert alice_client.get(reverse("api-eval-run", args=[run.public_id])).status_code == 200
+    assert bob_client.get(reverse("api-eval-run", args=[run.public_id])).status_code == 404
+
+    for via in ("eval results", "api"):
+        entries = reads.filter(via=via)
+        assert (
+            {entry.conversation_public_id for entry in entries}
+            == shown
+            == {
+                other.public_id,
+                EvalCaseResult.objects.filter(cell__run=run, cell__position=0).get().conversation.public_id,  # type: ignore[union-attr]
+            }
+        )
+        assert entries.count() == 2  # the page and its fragment: one read, folded
+        assert {(entry.actor_name, entry.subject) for entry in entries} == {
+            ("alice", f"eval run {run.public_id}")
+        }
+    assert not reads.filter(actor_name="bob").exists()
+
+
+def test_the_owner_deletes_a_suite_by_post_its_runs_go_and_their_conversations_stay(
+    alice_client: Client, alice: Any, bob_client: Client
+) -> None:
+    suite = _suite(alice)
+    run = _finished_run(suite)
+    going = EvalRun.objects.create(
+        suite=suite, owner=alice, definition=suite.definition, status=EvalRun.Status.RUNNING, total=3
+    )
+    conversations = set(EvalCaseResult.objects.filter(cell__run=run).values_list("conversation", flat=True))
+    url = reverse("inspector-eval-suite-delete", args=[suite.public_id])
+    page = alice_client.get(reverse("inspector-eval-suite", args=[suite.public_id])).content.decode()
+    assert f'action="{url}"' in page and "Delete this suite" in page
+
+    assert alice_client.get(url).status_code == 405
+    assert bob_client.post(url).status_code == 404
+    assert Suite.objects.filter(pk=suite.pk).exists()
+    response = alice_client.post(url, follow=True)
+
+    assert response.redirect_chain == [(reverse("inspector-evals"), 302)]
+    assert "its runs&#x27; conversations are kept" in response.content.decode()
+    assert not Suite.objects.filter(pk=suite.pk).exists()
+    assert not EvalRun.objects.filter(pk__in=[run.pk, going.pk]).exists()
+    assert set(Conversation.objects.filter(owner=alice).values_list("pk", flat=True)) >= conversations
+    assert alice_client.post(url).status_code == 404
 
 
 def test_progress_is_a_small_json_document(alice_client: Client, alice: Any) -> None:

@@ -1,0 +1,63 @@
+"""The tool definitions' tokens are counted one way for every paradigm (``conversations.counting``):
+a variant that words a tool more tersely weighs less in every cell, the text-prompt paradigms
+(prompt_json, prompt_xml, intent) included, and costs less at the profile's input price, so the
+variants' token cost side by side is honest."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth.models import User
+from pytest_django.fixtures import Settings
+
+from conversations.pricing import profile_price_set
+from conversations.services import demo_profile_ensure
+from evals.driver import run_execute
+from evals.models import EvalRun
+from evals.selectors import run_results
+from evals.services import run_start, suite_save
+from servers import gateway
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PARADIGMS = ("native", "prompt_xml", "prompt_json", "structured", "intent")
+SUITE = (
+    "name: weight\nmodels: [demo]\n"
+    f"paradigms: [{', '.join(PARADIGMS)}]\nservers: [demo]\n"
+    "variants: {plain: {}, terse: {demo/get_weather_forecast: {description: Weather.}}}\n"
+    "cases:\n  - {question: 'What is 12 * (3 + 4)?', expect: [{tool: demo/calculate}]}\n"
+)
+
+
+@pytest.fixture(autouse=True)
+def _embedded(settings: Settings) -> Iterator[None]:
+    settings.TURN_RUNNER = "embedded"
+    yield
+    gateway.close_all()
+
+
+def test_the_terse_variant_weighs_and_costs_less_than_plain_in_every_paradigm() -> None:
+    alice: User = UserFactory(username="alice")
+    profile_price_set(
+        profile=demo_profile_ensure(),
+        input_per_million=Decimal("2.5"),
+        output_per_million=Decimal("10"),
+        source="a test",
+        actor=alice,
+    )
+    run = run_start(suite=suite_save(owner=alice, text=SUITE), user=alice, concurrency=4, dispatch=False)
+
+    run = run_execute(run=run, poll_seconds=0.05)
+
+    assert run.status == EvalRun.Status.DONE, run.error
+    cells = {(cell["paradigm"], cell["variant"]): cell for cell in run_results(run)["cells"]}  # type: ignore[union-attr, index]
+    for paradigm in PARADIGMS:
+        plain, terse = cells[(paradigm, "plain")], cells[(paradigm, "terse")]
+        assert terse["definition_tokens"] > 0, paradigm
+        assert terse["definition_tokens"] < plain["definition_tokens"], paradigm
+        # Priced as Compare prices them: the definitions' tokens at the input price.
+        assert Decimal(plain["definition_cost"]) == Decimal("2.5") * plain["definition_tokens"] / 1_000_000
+        assert Decimal(terse["definition_cost"]) < Decimal(plain["definition_cost"]), paradigm
