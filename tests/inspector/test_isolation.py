@@ -85,6 +85,7 @@ EXPECTED: dict[str, Expect] = {
     "inspector-eval-suite-upload": Expect("POST", NO_LEAK),
     "inspector-eval-suite": Expect("GET", NOT_FOUND),
     "inspector-eval-suite-update": Expect("POST", NOT_FOUND),
+    "inspector-eval-suite-delete": Expect("POST", NOT_FOUND),
     "inspector-eval-run-create": Expect("POST", NOT_FOUND),
     "inspector-eval-run": Expect("GET", NOT_FOUND),
     "inspector-eval-run-progress": Expect("GET", NOT_FOUND),
@@ -360,6 +361,7 @@ def test_bob_gets_nothing_of_alices_at_any_url(world: World) -> None:
         actor=world.bob, conversation_public_id=world.conversation.public_id
     ).exists()
     assert not Exchange.objects.filter(turn__conversation__owner=world.bob).exists()
+    assert Suite.objects.filter(public_id=world.suite_id).exists()
     assert EvalRun.objects.get(public_id=world.run_id).status == EvalRun.Status.RUNNING
     assert not EvalRun.objects.filter(owner=world.bob).exists()
 
