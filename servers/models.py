@@ -221,6 +221,9 @@ class Operation(models.Model):
     step = models.ForeignKey(
         "conversations.Step", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # host:pid:boot of the process running it (``conversations.lifecycle.runner_name``): the stale
+    # check ends an operation whose process is gone (``operations.operations_end_stale``).
+    runner = models.CharField(max_length=200, blank=True)
     started_at = models.DateTimeField(default=timezone.now, db_index=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

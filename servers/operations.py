@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 from typing import Any
 
 import jsonschema
@@ -22,6 +23,7 @@ from django.db import close_old_connections, connections, transaction
 from django.utils import timezone
 
 from conversations.exchanges import exchange_rows, server_records_store
+from conversations.lifecycle import runner_gone
 from conversations.models import Exchange
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
@@ -42,6 +44,11 @@ ANSWER_WAIT_SECONDS: float = getattr(settings, "WORKBENCH_ANSWER_WAIT_SECONDS", 
 THREADS: int = getattr(settings, "WORKBENCH_THREADS", 8)
 # The longest a subscription stays open (it holds one workbench thread while it waits).
 SUBSCRIPTION_SECONDS: float = getattr(settings, "WORKBENCH_SUBSCRIPTION_SECONDS", 1800.0)
+# Longer than any operation lasts (a subscription, a person signing in or answering): one still
+# "running" after this, whose process the stale check cannot see (another host), is ended.
+LONGEST_OPERATION_SECONDS: float = getattr(
+    settings, "WORKBENCH_LONGEST_OPERATION_SECONDS", max(2 * 3600.0, 2 * SUBSCRIPTION_SECONDS)
+)
 
 
 # The fields a request's row gains when its answer arrives (or when it is given up on).
@@ -491,3 +498,41 @@ def operation_dispatch(
             _executor = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="workbench")
     executor = _executor
     transaction.on_commit(lambda: executor.submit(_run_in_thread, operation_id, tool, arguments))
+
+
+def operations_end_stale(*, now: datetime | None = None) -> list[int]:
+    """End every operation still marked running that nothing runs any more; return their ids.
+
+    Nothing runs it when its process (``Operation.runner``) was one of this host's and is gone, or
+    when it has run longer than ``LONGEST_OPERATION_SECONDS`` (its process is elsewhere, or the
+    row predates the runner). It ends ``error`` with why, keeping what it recorded; its requests
+    still waiting for an answer are marked ``no response``. Registered with the stale check every
+    serving process runs (``conversations.lifecycle.stale_check_register``, in ``apps.py``).
+    """
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=LONGEST_OPERATION_SECONDS)
+    running = Operation.objects.filter(status=Operation.Status.RUNNING)
+    ended: list[int] = []
+    for operation_id, runner, started_at in running.values_list("pk", "runner", "started_at"):
+        if runner and runner_gone(runner):
+            reason = f"interrupted: the process running it ({runner}) ended before it finished"
+        elif started_at < cutoff:
+            reason = (
+                f"interrupted: running longer than any operation may ({LONGEST_OPERATION_SECONDS:.0f} s); "
+                "the process running it is not on this host or has stopped answering"
+            )
+        else:
+            continue
+        with transaction.atomic():
+            marked = Operation.objects.filter(pk=operation_id, status=Operation.Status.RUNNING).update(
+                status=Operation.Status.ERROR, error=reason, finished_at=now
+            )
+            if marked:
+                its = Operation.exchanges.through.objects.filter(operation_id=operation_id)
+                Exchange.objects.filter(pk__in=its.values("exchange_id"), status=PENDING).update(
+                    status="no response"
+                )
+                ended.append(operation_id)
+    if ended:
+        logger.warning("ended %d workbench operation(s) nothing was running: %s", len(ended), ended)
+    return ended

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from conversations.audit import audit_change
 from conversations.exchanges import exchange_rows
+from conversations.lifecycle import runner_name
 from conversations.models import AuditEvent, Exchange, Step
 from conversations.secret_sources import active_redactor
 from conversations.typealias import JSONDict, JSONValue
@@ -268,6 +269,7 @@ def operation_start(
         # Stored redacted from the start (a secret typed into a tool form is sent, never kept).
         arguments=active_redactor(secrets=server.secret_values()).json(arguments),
         saved_call=saved_call,
+        runner=runner_name(),
     )
     if background:
         operation_dispatch(operation_id=operation.pk, tool=tool, arguments=arguments)
