@@ -20,6 +20,7 @@ from rest_framework import serializers
 from conversations.models import Conversation, Turn
 from conversations.transcripts.schema import transcript_components
 from conversations.typealias import JSONDict
+from evals.models import EvalCaseResult, EvalRun
 
 
 class TranscriptDocument(serializers.Serializer[Any]):
@@ -105,7 +106,7 @@ class EvalRunStartSerializer(serializers.Serializer[Any]):
 
 
 class EvalProgressSerializer(serializers.Serializer[Any]):
-    status = serializers.CharField()
+    status = serializers.ChoiceField(choices=EvalRun.Status.choices)
     total = serializers.IntegerField(help_text="Case runs in all (cells × cases × repeats).")
     finished = serializers.IntegerField()
     passed = serializers.IntegerField()
@@ -117,7 +118,7 @@ class EvalRunSummarySerializer(serializers.Serializer[Any]):
     run = serializers.UUIDField()
     suite = serializers.CharField()
     suite_id = serializers.UUIDField()
-    status = serializers.ChoiceField(choices=["queued", "running", "done", "failed", "cancelled"])
+    status = serializers.ChoiceField(choices=EvalRun.Status.choices)
     created_at = serializers.DateTimeField()
     progress = EvalProgressSerializer()
 
@@ -134,7 +135,7 @@ class EvalFailureSerializer(serializers.Serializer[Any]):
 class EvalCaseRunSerializer(serializers.Serializer[Any]):
     case = serializers.IntegerField()
     repeat = serializers.IntegerField()
-    status = serializers.ChoiceField(choices=["pending", "running", "passed", "failed", "cancelled"])
+    status = serializers.ChoiceField(choices=EvalCaseResult.Status.choices)
     failure = serializers.CharField()
     conversation = serializers.UUIDField(allow_null=True)
 
@@ -177,7 +178,7 @@ class EvalResultsSerializer(serializers.Serializer[Any]):
     run = serializers.UUIDField()
     suite = serializers.CharField()
     suite_id = serializers.UUIDField()
-    status = serializers.ChoiceField(choices=["queued", "running", "done", "failed", "cancelled"])
+    status = serializers.ChoiceField(choices=EvalRun.Status.choices)
     error = serializers.CharField()
     created_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)

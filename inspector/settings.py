@@ -294,6 +294,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "TurnStatusEnum": "conversations.models.Turn.Status",
         "StepStatusEnum": "conversations.models.Step.Status",
+        "EvalRunStatusEnum": "evals.models.EvalRun.Status",
+        "EvalCaseStatusEnum": "evals.models.EvalCaseResult.Status",
     },
 }
 
