@@ -35,10 +35,10 @@ from conversations.models import Conversation, Turn
 from conversations.selectors import conversation_get, conversation_list, turn_for_cancel
 from conversations.services import TurnNotCancellable, turn_cancel
 from conversations.transcripts.document import transcript_document
-from evals.models import EvalRun, Suite
-from evals.selectors import progress_json, run_get, run_list, run_progress, suite_get, suite_list
-from evals.services import run_cancel, run_results_read, run_start, suite_save
-from evals.suites import SuiteError
+from inspector.evals.models import EvalRun, Suite
+from inspector.evals.selectors import progress_json, run_get, run_list, run_progress, suite_get, suite_list
+from inspector.evals.services import run_cancel, run_results_read, run_start, suite_save
+from inspector.evals.suites import SuiteError
 from inspector.serializers import (
     ConversationSummarySerializer,
     EvalResultsSerializer,

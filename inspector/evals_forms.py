@@ -9,7 +9,7 @@ from django import forms
 from django.core.files.uploadedfile import UploadedFile
 from django.template.defaultfilters import filesizeformat
 
-from evals.suites import MAX_REPEATS, MAX_SUITE_CHARS
+from inspector.evals.suites import MAX_REPEATS, MAX_SUITE_CHARS
 
 # A suite file's bytes: UTF-8 takes at most four per character.
 SUITE_UPLOAD_MAX_BYTES = 4 * MAX_SUITE_CHARS

@@ -18,8 +18,8 @@ from decimal import Decimal
 from django.db.models import Count, Q, QuerySet
 
 from conversations.typealias import JSONDict, JSONValue
-from evals import selectors as eval_selectors
-from evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
+from inspector.evals import selectors as eval_selectors
+from inspector.evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
 
 HISTORY_RUNS = 30  # the suite page charts its newest runs, up to this many
 BANDS = 4  # accuracy bands above zero: acc-0 (< 25 %) … acc-4 (100 %)

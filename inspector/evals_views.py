@@ -19,11 +19,11 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from evals import selectors as eval_selectors
-from evals import services as eval_services
-from evals.models import EvalRun, Suite
-from evals.suites import SuiteError
 from inspector import evals_results
+from inspector.evals import selectors as eval_selectors
+from inspector.evals import services as eval_services
+from inspector.evals.models import EvalRun, Suite
+from inspector.evals.suites import SuiteError
 from inspector.evals_forms import EXAMPLE_SUITE, RunForm, SuiteForm, SuiteUploadForm
 
 STATUS_BAD_REQUEST = 400

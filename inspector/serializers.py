@@ -20,7 +20,7 @@ from rest_framework import serializers
 from conversations.models import Conversation, Turn
 from conversations.transcripts.schema import transcript_components
 from conversations.typealias import JSONDict
-from evals.models import EvalCaseResult, EvalRun
+from inspector.evals.models import EvalCaseResult, EvalRun
 
 
 class TranscriptDocument(serializers.Serializer[Any]):

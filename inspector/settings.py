@@ -85,7 +85,7 @@ INSTALLED_APPS = [
     "inspector",
     "servers",
     "conversations",
-    "evals",
+    "inspector.evals",
 ]
 
 MIDDLEWARE = [
@@ -294,8 +294,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "TurnStatusEnum": "conversations.models.Turn.Status",
         "StepStatusEnum": "conversations.models.Step.Status",
-        "EvalRunStatusEnum": "evals.models.EvalRun.Status",
-        "EvalCaseStatusEnum": "evals.models.EvalCaseResult.Status",
+        "EvalRunStatusEnum": "inspector.evals.models.EvalRun.Status",
+        "EvalCaseStatusEnum": "inspector.evals.models.EvalCaseResult.Status",
     },
 }
 

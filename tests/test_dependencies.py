@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-APP_PACKAGES = ("inspector", "conversations", "servers", "evals")
+APP_PACKAGES = ("inspector", "conversations", "servers")
 
 
 def _requirement_name(requirement: str) -> str:

@@ -15,7 +15,6 @@ SOURCE_DIRS = (
     "conversations",
     "servers",
     "inspector",
-    "evals",
     "tests",
     "bench",
     "docs",
@@ -174,11 +173,11 @@ def test_every_section_citation_names_its_document_by_its_path_in_docs() -> None
 
 def test_the_architecture_names_every_module() -> None:
     """A newcomer finds every layer from the folder tree and docs/ARCHITECTURE.md alone: each
-    module of the four apps is named there, by its file name or, in backquotes, by its name."""
+    module of the apps is named there, by its file name or, in backquotes, by its name."""
     architecture = (DOCS / "ARCHITECTURE.md").read_text(encoding="utf-8")
     unnamed = [
         str(path.relative_to(ROOT))
-        for top in ("conversations", "servers", "inspector", "evals")
+        for top in ("conversations", "servers", "inspector")
         for path in sorted((ROOT / top).rglob("*.py"))
         if path.name != "__init__.py" and not SKIPPED_PARTS & set(path.parts)
         if not re.search(rf"(?<![\w.]){re.escape(path.name)}(?!\w)", architecture)

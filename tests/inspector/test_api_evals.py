@@ -14,8 +14,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from pytest_django.fixtures import Settings
 
-from evals.models import EvalRun, Suite
-from evals.services import suite_save
+from inspector.evals.models import EvalRun, Suite
+from inspector.evals.services import suite_save
 from servers import gateway
 from tests.factories import UserFactory
 
@@ -25,7 +25,7 @@ SMALL = (
     "cases:\n  - {question: 'What will the weather be like in Beijing tomorrow?', "
     "expect: [{tool: demo/get_weather_forecast, arguments: {city: Beijing}}]}\n"
 )
-EXAMPLE = (Path(__file__).parent.parent / "evals" / "example_suite.json").read_text()
+EXAMPLE = (Path(__file__).parent / "evals" / "example_suite.json").read_text()
 
 
 @pytest.fixture(autouse=True)

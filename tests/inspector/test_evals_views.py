@@ -16,9 +16,9 @@ from django.urls import reverse
 from django.utils.html import escape
 
 from conversations.models import AuditEvent, Conversation
-from evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
-from evals.services import suite_save
 from inspector import evals_results
+from inspector.evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
+from inspector.evals.services import suite_save
 from inspector.evals_forms import EXAMPLE_SUITE
 from tests.factories import ConversationFactory, UserFactory
 

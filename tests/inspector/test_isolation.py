@@ -22,7 +22,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from conversations.models import AuditEvent, Conversation, Exchange, Turn
-from evals.models import EvalRun, Suite
+from inspector.evals.models import EvalRun, Suite
 from inspector.routing import websocket_urlpatterns
 from servers.models import McpServer, Operation, PendingInput, SavedCall
 from tests.factories import (

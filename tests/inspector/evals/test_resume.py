@@ -22,11 +22,11 @@ from pytest_django.fixtures import Settings
 
 from conversations.lifecycle import runner_name, turns_reap_stale
 from conversations.models import Turn
-from evals.driver import case_claim, run_advance
-from evals.execution import runs_resume_stale
-from evals.models import EvalCaseResult, EvalRun
-from evals.services import run_start, suite_save
-from evals.tasks import advance_run
+from inspector.evals.driver import case_claim, run_advance
+from inspector.evals.execution import runs_resume_stale
+from inspector.evals.models import EvalCaseResult, EvalRun
+from inspector.evals.services import run_start, suite_save
+from inspector.evals.tasks import advance_run
 from servers import gateway
 from tests.factories import UserFactory
 

@@ -18,10 +18,10 @@ from conversations.models import Conversation, ModelProfile, Turn
 from conversations.secret_sources import active_redactor
 from conversations.services import DEMO_PROFILE_NAME, TurnNotCancellable, demo_profile_ensure, turn_cancel
 from conversations.typealias import JSONDict
-from evals.execution import run_dispatch
-from evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
-from evals.selectors import run_results
-from evals.suites import SuiteDefinition, SuiteError, parse_suite, suite_from_document
+from inspector.evals.execution import run_dispatch
+from inspector.evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
+from inspector.evals.selectors import run_results
+from inspector.evals.suites import SuiteDefinition, SuiteError, parse_suite, suite_from_document
 from servers.models import McpServer
 from servers.selectors import server_get, server_spawn_refusal
 from servers.services import DEMO_SERVER_NAME, demo_server_ensure

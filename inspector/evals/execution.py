@@ -25,9 +25,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from conversations.lifecycle import runner_gone, runner_name
-from evals.driver import run_execute
-from evals.models import EvalRun
-from evals.tasks import advance_run
+from inspector.evals.driver import run_execute
+from inspector.evals.models import EvalRun
+from inspector.evals.tasks import advance_run
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from django.db.models import Prefetch, QuerySet
 from conversations.models import Conversation
 from conversations.pricing import definitions_cost
 from conversations.typealias import JSONDict
-from evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
+from inspector.evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
 
 FAILURE_CLASSES: tuple[str, ...] = tuple(EvalCaseResult.Failure.values)
 # An accuracy this much lower than the previous run's, in a cell both ran, is a regression.

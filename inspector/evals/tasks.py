@@ -2,8 +2,8 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from evals.driver import run_advance
-from evals.models import EvalRun
+from inspector.evals.driver import run_advance
+from inspector.evals.models import EvalRun
 
 
 @shared_task(

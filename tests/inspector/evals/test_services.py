@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-from evals.driver import run_advance
-from evals.models import EvalCaseResult, EvalCell
-from evals.services import run_start, suite_delete, suite_save
-from evals.suites import SuiteError
+from inspector.evals.driver import run_advance
+from inspector.evals.models import EvalCaseResult, EvalCell
+from inspector.evals.services import run_start, suite_delete, suite_save
+from inspector.evals.suites import SuiteError
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db

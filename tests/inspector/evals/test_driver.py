@@ -12,10 +12,10 @@ from django.contrib.auth.models import User
 from pytest_django.fixtures import Settings
 
 from conversations.models import Turn
-from evals.driver import run_advance, run_execute
-from evals.models import EvalCaseResult, EvalRun
-from evals.selectors import Progress, run_results
-from evals.services import run_cancel, run_start, suite_save
+from inspector.evals.driver import run_advance, run_execute
+from inspector.evals.models import EvalCaseResult, EvalRun
+from inspector.evals.selectors import Progress, run_results
+from inspector.evals.services import run_cancel, run_start, suite_save
 from servers import gateway
 from tests.factories import UserFactory
 

@@ -8,7 +8,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from conversations.typealias import JSONDict, JSONValue
-from evals.selectors import FAILURE_CLASSES, Progress
+from inspector.evals.selectors import FAILURE_CLASSES, Progress
 
 # Characters XML 1.0 cannot hold at all (model output may carry them): replaced, so the file parses.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

@@ -8,7 +8,7 @@ import django.utils.timezone
 from django.conf import settings
 from django.db import migrations, models
 
-import evals.models
+import inspector.evals.models
 
 
 class Migration(migrations.Migration):
@@ -49,7 +49,7 @@ class Migration(migrations.Migration):
                 (
                     "concurrency",
                     models.PositiveIntegerField(
-                        default=evals.models.default_concurrency,
+                        default=inspector.evals.models.default_concurrency,
                         validators=[django.core.validators.MinValueValidator(1)],
                     ),
                 ),

@@ -16,9 +16,9 @@ from django.core.management import CommandError, call_command
 from pytest_django.fixtures import Settings
 
 from conversations.models import Conversation, Step
-from evals.management.commands.eval import EXIT_BELOW_MIN_ACCURACY
-from evals.models import EvalRun, Suite
-from evals.selectors import run_history
+from inspector.evals.management.commands.eval import EXIT_BELOW_MIN_ACCURACY
+from inspector.evals.models import EvalRun, Suite
+from inspector.evals.selectors import run_history
 from servers import gateway
 from tests.factories import UserFactory
 

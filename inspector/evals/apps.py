@@ -3,7 +3,8 @@ from django.apps import AppConfig
 
 class EvalsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
-    name = "evals"
+    name = "inspector.evals"
+    label = "evals"
     verbose_name = "Evals"
 
     def ready(self) -> None:
@@ -13,8 +14,8 @@ class EvalsConfig(AppConfig):
         # Here, not at the top: the models can be imported only once the apps are loaded.
         from conversations.lifecycle import stale_check_register
         from conversations.tool_overrides import override_source_register
-        from evals.execution import runs_resume_stale
-        from evals.selectors import conversation_overrides
+        from inspector.evals.execution import runs_resume_stale
+        from inspector.evals.selectors import conversation_overrides
 
         override_source_register(conversation_overrides)
         # A run whose driver died (the web process restarted, a worker lost) is driven on.

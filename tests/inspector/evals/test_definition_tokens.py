@@ -14,10 +14,10 @@ from pytest_django.fixtures import Settings
 
 from conversations.pricing import profile_price_set
 from conversations.services import demo_profile_ensure
-from evals.driver import run_execute
-from evals.models import EvalRun
-from evals.selectors import run_results
-from evals.services import run_start, suite_save
+from inspector.evals.driver import run_execute
+from inspector.evals.models import EvalRun
+from inspector.evals.selectors import run_results
+from inspector.evals.services import run_start, suite_save
 from servers import gateway
 from tests.factories import UserFactory
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.suites import MAX_NESTING, MAX_SUITE_CHARS, SuiteError, ToolOverride, parse_suite
+from inspector.evals.suites import MAX_NESTING, MAX_SUITE_CHARS, SuiteError, ToolOverride, parse_suite
 
 EXAMPLE = (Path(__file__).parent / "example_suite.json").read_text()
 

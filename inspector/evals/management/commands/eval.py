@@ -20,12 +20,12 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from evals.driver import run_execute
-from evals.models import EvalRun, Suite
-from evals.reports import junit_xml, progress_line, results_table
-from evals.selectors import Progress, run_get, run_list, run_results, suite_get_by_name
-from evals.services import run_start, suite_save_or_replace
-from evals.suites import MAX_SUITE_CHARS, SuiteError
+from inspector.evals.driver import run_execute
+from inspector.evals.models import EvalRun, Suite
+from inspector.evals.reports import junit_xml, progress_line, results_table
+from inspector.evals.selectors import Progress, run_get, run_list, run_results, suite_get_by_name
+from inspector.evals.services import run_start, suite_save_or_replace
+from inspector.evals.suites import MAX_SUITE_CHARS, SuiteError
 
 # Exit codes a CI script can tell apart (CommandError's own is 1).
 EXIT_BELOW_MIN_ACCURACY = 2

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from conversations.typealias import JSONDict, JSONValue
-from evals.suites import Case, ExpectedCall, is_matcher
+from inspector.evals.suites import Case, ExpectedCall, is_matcher
 
 # How each failure class starts its reason in check_call's words (conversations.agent).
 _NOT_JSON = "are not a JSON object"

@@ -4,7 +4,7 @@ pages, the API or the ``eval`` command), where it is validated; a run is a recor
 from django.contrib import admin
 from django.http import HttpRequest
 
-from evals.models import EvalRun, Suite
+from inspector.evals.models import EvalRun, Suite
 
 
 class _ReadOnly:

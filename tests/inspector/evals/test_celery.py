@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
-from evals.models import EvalRun
-from evals.selectors import run_results
-from evals.services import run_start, suite_save
+from inspector.evals.models import EvalRun
+from inspector.evals.selectors import run_results
+from inspector.evals.services import run_start, suite_save
 from servers import gateway
 from tests.factories import UserFactory
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conversations.typealias import JSONValue
-from evals.grading import MadeCall, TurnFacts, grade_case, value_mismatch
-from evals.suites import Case, ExpectedCall
+from inspector.evals.grading import MadeCall, TurnFacts, grade_case, value_mismatch
+from inspector.evals.suites import Case, ExpectedCall
 
 WEATHER = "demo/get_weather_forecast"
 

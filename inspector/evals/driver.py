@@ -22,10 +22,10 @@ from conversations.pricing import tool_definitions_tokens, turn_cost
 from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.services import conversation_start
 from conversations.typealias import JSONValue
-from evals.grading import Grade, MadeCall, TurnFacts, grade_case, is_parse_problem
-from evals.models import EvalCaseResult, EvalRun
-from evals.selectors import Progress, run_progress
-from evals.suites import Case, SuiteDefinition, suite_from_document
+from inspector.evals.grading import Grade, MadeCall, TurnFacts, grade_case, is_parse_problem
+from inspector.evals.models import EvalCaseResult, EvalRun
+from inspector.evals.selectors import Progress, run_progress
+from inspector.evals.suites import Case, SuiteDefinition, suite_from_document
 from servers.models import McpServer
 
 _NOT_SENT = "not sent: "
