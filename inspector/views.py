@@ -625,7 +625,11 @@ def profile_list(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 def profile_price(request: HttpRequest) -> HttpResponse:
-    """Set a shared profile's prices (any signed-in user; who set them is kept with them)."""
+    """Set a shared profile's prices: staff only, since a price changes the cost every user's
+    pages show (anyone else gets 404, and reads the prices with who set them). Audited."""
+    actor = _user(request)
+    if not getattr(actor, "is_staff", False):
+        raise Http404("No such page.")
     form = PriceForm(request.POST)
     profile = (
         profile_pickable(profile_id=int(request.POST["profile"]))
@@ -643,7 +647,7 @@ def profile_price(request: HttpRequest) -> HttpResponse:
         input_per_million=form.cleaned_data["input_per_million"],
         output_per_million=form.cleaned_data["output_per_million"],
         source=form.cleaned_data["source"],
-        actor=_user(request),
+        actor=actor,
     )
     messages.success(request, f"{profile.name}: prices saved.")
     return redirect("inspector-profiles")
@@ -653,13 +657,13 @@ def profile_price(request: HttpRequest) -> HttpResponse:
 def profile_reset(request: HttpRequest) -> HttpResponse:
     """Forget a learned capability of a shared profile: it goes back to unknown, so ``auto`` tries
     it again (and learns it again if the provider still refuses). Any signed-in user may: it can
-    only make the app try more, never less."""
+    only make the app try more, never less; each reset is audited."""
     raw = request.POST.get("profile", "")
     profile = profile_pickable(profile_id=int(raw)) if raw.isdigit() else None
     capability = request.POST.get("capability", "")
     if profile is None:
         raise Http404("No such model profile.")
-    if profile_capability_reset(profile=profile, capability=capability):
+    if profile_capability_reset(profile=profile, capability=capability, actor=_user(request)):
         messages.success(
             request, f"{profile.name}: {capability} is unknown again; auto will try it next time."
         )

@@ -14,7 +14,8 @@ from django.template.loader import render_to_string
 from django.test import Client
 from django.urls import reverse
 
-from conversations.models import LearnedCapability, ModelProfile, Turn, UserPreference
+from conversations.capabilities import CAPABILITY_RESET_ACTION
+from conversations.models import AuditEvent, LearnedCapability, ModelProfile, Turn, UserPreference
 from conversations.paradigms import PARADIGMS
 from conversations.runner import turn_run
 from conversations.services import (
@@ -198,6 +199,10 @@ def test_the_profiles_page_shows_a_learned_capability_and_resets_it() -> None:
     assert profile.native_tools == "unknown"
     assert not LearnedCapability.objects.exists()
     assert as_alice.post(reverse("inspector-profile-reset"), {"profile": "x"}).status_code == 404
+    # Any signed-in user may reset (it only makes auto try more); each reset is audited.
+    (entry,) = AuditEvent.objects.filter(action=CAPABILITY_RESET_ACTION)
+    assert (entry.actor_name, entry.via, entry.subject) == ("alice", "web", "ollama-gemma")
+    assert entry.detail["learned"]["reason"] == "gemma does not support tools"
 
 
 def test_a_missing_page_is_the_sites_own_404(settings: Any) -> None:
