@@ -141,8 +141,9 @@ def _tools_total(tokens: JSONValue) -> int:
 
 
 def tool_definitions_tokens(turn: Turn) -> int:
-    """The tokens of the tool definitions (and a structured request's schema) the turn's model
-    calls sent, each call counted: they are sent again with every call."""
+    """The tokens of the tool definitions the turn's model calls sent (each tool as its paradigm
+    writes it into the request, :mod:`conversations.counting`), each call counted: they are sent
+    again with every call."""
     counts = Step.objects.filter(turn=turn).exclude(tokens={}).values_list("tokens", flat=True)
     return sum(_tools_total(tokens) for tokens in counts)
 

@@ -65,9 +65,47 @@ def test_the_structured_prompt_count_includes_the_json_schema_it_sends() -> None
     request = json.loads(structured.exchanges.get(channel="llm").request_body)
     schema = request["response_format"]
     schema_tokens = count_tokens(json.dumps(schema, ensure_ascii=False), structured.tokens["encoding"])
-    assert structured.tokens["tools"]["response_format"] == schema_tokens
     assert structured.tokens["prompt"] > schema_tokens
-    assert "response_format" in structured.tokens["note"]
+    assert f"response_format schema the request sends ({schema_tokens})" in structured.tokens["note"]
+
+
+def test_the_structured_paradigm_counts_each_tool_as_its_branch_of_the_schema_and_its_prompt_line() -> None:
+    alice = UserFactory(username="alice")
+    comparison = _compare(alice, ("native", "structured"))
+    step = (
+        Step.objects.filter(
+            turn__conversation__comparison=comparison,
+            turn__conversation__paradigm="structured",
+            kind="decide",
+        )
+        .order_by("seq")
+        .first()
+    )
+    assert step is not None
+    request = json.loads(step.exchanges.get(channel="llm").request_body)
+    encoding, counts = step.tokens["encoding"], step.tokens["tools"]
+    branches = {
+        branch["properties"]["tool"]["enum"][0]: branch
+        for branch in request["response_format"]["json_schema"]["schema"]["properties"]["decision"]["anyOf"]
+        if "tool" in branch["properties"]
+    }
+    listed = request["messages"][0]["content"].split("- Tools: ", 1)[1].split("\n", 1)[0]
+
+    # One count per tool offered (no lump for the whole schema), as for every other paradigm.
+    assert set(counts) == set(branches) and len(counts) >= 3
+    for name, branch in branches.items():
+        # Its entry in the prompt's tool list (up to the next tool's) and its branch of the union.
+        others = [other for other in branches if other != name]
+        line = listed.split(f"{name} (", 1)[1]
+        line = f"{name} (" + min((line.split(f"; {other} (")[0] for other in others), key=len)
+        text = f"{line}\n{json.dumps(branch, ensure_ascii=False)}"
+        assert counts[name] == count_tokens(text, encoding), name
+    schema_tokens = count_tokens(json.dumps(request["response_format"], ensure_ascii=False), encoding)
+    # The tools are part of what the model reads, not all of it: the answer branch and wrapper are not tools.
+    assert sum(counts.values()) < step.tokens["prompt"]
+    assert sum(counts.values()) > schema_tokens // 2
+    assert "its line in the prompt and its branch of the response_format schema" in step.tokens["note"]
+    assert "the text the paradigm writes for it into the request" in step.tokens["note"]
 
 
 def test_one_tool_counts_the_same_on_the_server_page_and_in_a_conversation() -> None:
@@ -156,8 +194,8 @@ def test_the_tool_definitions_and_a_comparison_cost_at_the_profiles_prices() -> 
     definitions = {
         run.paradigm: tool_definitions_cost(run.turn, run.conversation.model_profile) for run in runs
     }
-    # native sends its tools' definitions, structured its schema, the prompt paradigms write
-    # them into their prompts: each has a cost of its own.
+    # native sends its tools' definitions, structured a branch of its schema and a prompt line per
+    # tool, the prompt paradigms write them into their prompts: each has a cost of its own.
     for paradigm in PARADIGMS:
         cost = definitions[paradigm]
         assert cost is not None and cost > 0, paradigm
