@@ -506,7 +506,26 @@ def _columns_context(comparison: Comparison) -> dict[str, object]:
 
 @require_GET
 def comparison_list(request: HttpRequest) -> HttpResponse:
-    return _comparisons_page(request, ComparisonForm(user=_user(request)))
+    """The comparisons and the two forms. ``?from=<conversation>&turn=<id>`` (a turn's "Compare
+    providers" link) fills the providers form with that turn's question: one of the user's
+    turns, its read audited; anyone else's is a 404."""
+    providers = None
+    if "from" in request.GET or "turn" in request.GET:
+        turn = _turn_from(request)
+        providers = ProviderComparisonForm(initial={"question": turn.question})
+    return _comparisons_page(request, ComparisonForm(user=_user(request)), providers=providers)
+
+
+def _turn_from(request: HttpRequest) -> Turn:
+    try:
+        public_id = UUID(request.GET.get("from", ""))
+    except ValueError:
+        raise Http404("No such turn.") from None
+    raw = request.GET.get("turn", "")
+    if not raw.isdigit() or len(raw) > 18:
+        raise Http404("No such turn.")
+    _, turn = _turn_read(request, public_id, int(raw), via="compare providers")
+    return turn
 
 
 @require_POST
