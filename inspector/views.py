@@ -566,11 +566,15 @@ def comparison_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
     comparison = _comparison(request, public_id)
     _audit_runs(request, comparison, "comparison")
     context = _columns_context(comparison)
-    sent = presentation.comparison_sent(comparison=comparison)
+    # ``?call=first|last|N``: which model call of each run "What was sent" shows.
+    call = presentation.sent_call(request.GET.get("call"))
+    sent = presentation.comparison_sent(comparison=comparison, call=call)
     # ``?a=&b=``: the two runs (numbered from 1) whose prompts are diffed; the first two by default.
     first, second = _run_number(request.GET.get("a"), 1), _run_number(request.GET.get("b"), 2)
     context.update(
         sent=sent,
+        sent_call=call,
+        sent_calls=range(2, max((column.calls for column in sent), default=0) + 1),
         diff_a=first,
         diff_b=second,
         sent_diff=presentation.sent_prompt_diff(sent, first - 1, second - 1),
