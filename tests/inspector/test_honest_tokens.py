@@ -18,7 +18,7 @@ from conversations.models import Step
 from conversations.pricing import comparison_cost, profile_price_set, tool_definitions_cost
 from conversations.runner import turn_run
 from conversations.selectors import comparison_runs
-from conversations.services import comparison_start, demo_profile_ensure
+from conversations.services import comparison_start, conversation_start, demo_profile_ensure
 from conversations.splicing import count_tokens
 from servers import gateway
 from servers.models import Operation
@@ -208,3 +208,52 @@ def test_the_tool_definitions_and_a_comparison_cost_at_the_profiles_prices() -> 
     cells = re.findall(r'<td class="num tool-definitions-cost">(.*?)</td>', text)
     assert len(cells) == len(PARADIGMS)
     assert all(cell.startswith("$") for cell in cells), cells
+
+
+@pytest.mark.parametrize("paradigm", ["native", "structured", "prompt_xml"])
+def test_the_conversation_page_shows_the_tool_definitions_cost_of_each_call_and_of_the_turn(
+    paradigm: str,
+) -> None:
+    alice = UserFactory(username="alice")
+    profile = demo_profile_ensure()
+    profile_price_set(
+        profile=profile,
+        input_per_million=Decimal("3"),
+        output_per_million=Decimal("15"),
+        source="a test",
+        actor=alice,
+    )
+    conversation, turn = conversation_start(
+        owner=alice,
+        model_profile=profile,
+        question=WEATHER,
+        servers=[demo_server_ensure()],
+        paradigm=paradigm,
+        dispatch=False,
+    )
+    turn_run(turn_id=turn.pk)
+    client = Client()
+    client.force_login(alice)
+
+    text = client.get(reverse("inspector-conversation", args=[conversation.public_id])).content.decode()
+
+    model_calls = list(Step.objects.filter(turn=turn).exclude(tokens={}).order_by("seq"))
+    assert len(model_calls) >= 2
+    # Per call: the call's own definitions (sent again with each call) at the input price.
+    per_call = re.findall(
+        r'tool definitions: ([\d,]+) tokens in \d+ tools? · <span class="tool-definitions-cost">\$([\d.]+)</span>'
+        r" at the input price",
+        text,
+    )
+    expected = [
+        (sum(step.tokens["tools"].values()), Decimal(3) * sum(step.tokens["tools"].values()) / 1_000_000)
+        for step in model_calls
+    ]
+    assert [(int(tokens.replace(",", "")), Decimal(cost)) for tokens, cost in per_call] == [
+        (tokens, cost.quantize(Decimal("0.000001"))) for tokens, cost in expected
+    ]
+    # Per turn: every call's definitions, beside the turn's cost.
+    whole = tool_definitions_cost(turn, profile)
+    assert whole is not None and whole == sum(cost for _, cost in expected)
+    assert '<span class="tool-definitions-cost" title="the tool definitions' in text
+    assert f"(tool definitions ${whole:.6f})" in text
