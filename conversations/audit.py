@@ -5,7 +5,8 @@ turn or its rows, a catch-up, a whole body, a prompt, the API transcript); reads
 user reading the same thing of the same conversation again within ``READ_AUDIT_WINDOW_SECONDS``
 (default 300) adds nothing, because the live page re-fetches its rows on every doorbell and
 would otherwise write a row per step. A *change* (a server registered, edited, enabled,
-disabled or deleted) is always written, with what it was before and after.
+disabled or deleted; a model profile's prices set or a learned capability reset) is always
+written, with what it was before and after.
 """
 
 from __future__ import annotations

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from conversations.audit import audit_change
 from conversations.models import LearnedCapability, ModelProfile, Turn
 from conversations.redaction import Redactor
 
 CAPABILITY_FIELDS = ("native_tools", "structured_output", "parallel_calls")
+# The audit log's action for a reset (a value of its own, outside ``AuditEvent.Action``'s
+# choices, like integrity's "sealed").
+CAPABILITY_RESET_ACTION = "profile.capability_reset"
 
 
 def capability_downgrades_remember(
@@ -48,16 +53,43 @@ def capability_downgrades_remember(
     return changed
 
 
-def profile_capability_reset(*, profile: ModelProfile, capability: str) -> bool:
+def profile_capability_reset(
+    *, profile: ModelProfile, capability: str, actor: AbstractBaseUser, via: str = "web"
+) -> bool:
     """Forget that ``profile``'s model lacks ``capability``: back to unknown, so ``auto`` tries it
-    again (and learns it again if the provider still refuses). False if nothing was learned."""
+    again (and learns it again if the provider still refuses). False if nothing was learned.
+    A reset is audited: who, when, and what was forgotten (the value, and when and why it had
+    been learned)."""
     if capability not in CAPABILITY_FIELDS:
         return False
     with transaction.atomic():
-        deleted, _ = LearnedCapability.objects.filter(profile=profile, capability=capability).delete()
-        if not deleted:
+        learned = (
+            LearnedCapability.objects.select_for_update()
+            .filter(profile=profile, capability=capability)
+            .first()
+        )
+        if learned is None:
             return False
+        before = ModelProfile.objects.filter(pk=profile.pk).values_list(capability, flat=True).first()
+        learned.delete()
         ModelProfile.objects.filter(pk=profile.pk).update(**{capability: "unknown"})
+        audit_change(
+            actor=actor,
+            action=CAPABILITY_RESET_ACTION,
+            via=via,
+            subject=profile.name,
+            detail={
+                "profile_id": profile.pk,
+                "capability": capability,
+                "before": before,
+                "after": "unknown",
+                "learned": {
+                    "reason": learned.reason,
+                    "learned_at": learned.learned_at.isoformat(),
+                    "turn_id": learned.turn_id,
+                },
+            },
+        )
     return True
 
 

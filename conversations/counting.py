@@ -13,8 +13,10 @@ wrote for each (``ModelRequest.tool_texts``); those texts are the tools' counts
 (:func:`prompt_tools_counted`), so every paradigm's tool definitions have a count and a cost.
 
 A structured-output request sends a schema (``response_format``) besides its messages; the
-model reads it, so the prompt's count includes it and the tool-definition counts list it as
-``response_format`` (:func:`with_response_format`).
+model reads it, so the prompt's count includes it (:func:`with_response_format`). Its tools are
+itemised like the others': the structured paradigm says what the request carries of each tool —
+its line in the system prompt and its branch of the schema — in ``ModelRequest.tool_texts``, so
+each tool has a count and a cost (the schema's wrapper and its final-answer branch are no tool's).
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ def prompt_tools_counted(spliced: Spliced, texts: Mapping[str, str]) -> Spliced:
         counts = {name: count_tokens(text, report.encoding) for name, text in texts.items()}
     except Exception:  # noqa: BLE001 — keep the report as it was
         return spliced
-    note = f"{report.note}; each tool: the text the paradigm writes for it into the prompt"
+    note = f"{report.note}; each tool: the text the paradigm writes for it into the request"
     return replace(spliced, tokens=replace(report, tools={**report.tools, **counts}, note=note))
 
 
@@ -108,10 +110,9 @@ def with_response_format(spliced: Spliced, response_format: JSONDict | None) -> 
     except Exception:  # noqa: BLE001 — as a failed count elsewhere: no count rather than a wrong one
         return spliced
     note = f"{report.note}; the prompt includes the {RESPONSE_FORMAT} schema the request sends ({schema})"
-    counted = replace(
-        report, prompt=report.prompt + schema, tools={**report.tools, RESPONSE_FORMAT: schema}, note=note
-    )
-    return replace(spliced, tokens=counted)
+    if report.tools:
+        note += f" (each tool's text: its line in the prompt and its branch of the {RESPONSE_FORMAT} schema)"
+    return replace(spliced, tokens=replace(report, prompt=report.prompt + schema, note=note))
 
 
 def _messages(body: str) -> list[Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from itertools import zip_longest
+from typing import Literal, TypeAlias
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
@@ -288,33 +289,69 @@ def comparison_wire_formats(*, comparison: Comparison) -> list[WireColumn]:
 
 @dataclass(frozen=True)
 class SentColumn:
-    """What one run of a comparison sent its model first and what came back: the spliced prompt
-    of its first model call and that call's raw reply, as recorded."""
+    """What one run of a comparison sent its model on one of its model calls, and what came back:
+    the spliced prompt of that call and its raw reply, as recorded. ``position`` is the call shown
+    (from 1; 0 when the run has no such call) of the run's ``calls``."""
 
     run: Conversation
     prompt: str
     prompt_exact: bool
     reply: str
     exchange: Exchange | None
+    position: int = 0
+    calls: int = 0
 
 
-def comparison_sent(*, comparison: Comparison) -> list[SentColumn]:
-    """For each run of ``comparison`` (run order), its first model call's prompt and raw reply;
-    a run that has made no model call yet has empty ones."""
+# Which model call of each run Compare's "What was sent" shows: the first, the last, or the Nth.
+SentCall: TypeAlias = Literal["first", "last"] | int
+SENT_CALL_MAX = 999
+
+
+def sent_call(raw: str | None) -> SentCall:
+    """The model call a request asks for (``?call=first|last|N``); anything else is the first."""
+    if raw == "last":
+        return "last"
+    if raw is not None and raw.isdigit() and 0 < len(raw) <= len(str(SENT_CALL_MAX)) and int(raw) > 0:
+        return int(raw)
+    return "first"
+
+
+def _picked(count: int, call: SentCall) -> int:
+    """The index of the call to show among ``count`` (-1: none)."""
+    if count == 0:
+        return -1
+    if call == "first":
+        return 0
+    if call == "last":
+        return count - 1
+    return call - 1 if call <= count else -1
+
+
+def comparison_sent(*, comparison: Comparison, call: SentCall = "first") -> list[SentColumn]:
+    """For each run of ``comparison`` (run order), one model call of its first turn — the first,
+    the last or the Nth (``call``) — with its prompt and raw reply; a run that has made no such
+    call yet has empty ones (and says how many it made)."""
     conversations = list(comparison.conversations.select_related("model_profile").order_by("pk"))
-    first: dict[int, Step] = {}
-    steps = (
+    model_calls: dict[int, list[int]] = {}
+    rows = (
         Step.objects.filter(turn__conversation__in=conversations, turn__seq=1, parent__isnull=True)
         .exclude(kind=Step.Kind.TOOL)
         .exclude(prompt="")
-        .select_related("turn")
         .order_by("turn_id", "seq")
+        .values_list("pk", "turn__conversation_id")
     )
-    for found in steps:
-        first.setdefault(found.turn.conversation_id, found)
+    for step_id, conversation_id in rows:
+        model_calls.setdefault(conversation_id, []).append(step_id)
+    chosen: dict[int, int] = {}
+    for conversation_id, step_ids in model_calls.items():
+        index = _picked(len(step_ids), call)
+        if index >= 0:
+            chosen[conversation_id] = step_ids[index]
+    steps = {step.pk: step for step in Step.objects.filter(pk__in=list(chosen.values()))}
     columns: list[SentColumn] = []
     for conversation in conversations:
-        step = first.get(conversation.pk)
+        step_ids = model_calls.get(conversation.pk, [])
+        step = steps.get(chosen.get(conversation.pk, 0))
         exchange = (
             step.exchanges.filter(channel=Exchange.Channel.LLM).order_by("seq", "id").first()
             if step is not None
@@ -327,6 +364,8 @@ def comparison_sent(*, comparison: Comparison) -> list[SentColumn]:
                 prompt_exact=step.prompt_exact if step is not None else False,
                 reply=exchange.response_body if exchange is not None else "",
                 exchange=exchange,
+                position=step_ids.index(step.pk) + 1 if step is not None else 0,
+                calls=len(step_ids),
             )
         )
     return columns

@@ -10,12 +10,17 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
 
+from conversations.audit import audit_change
 from conversations.models import ModelPrice, ModelProfile, Step, Turn
 from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
-from conversations.typealias import JSONValue
+from conversations.typealias import JSONDict, JSONValue
 
 MILLION = Decimal(1_000_000)
+# The audit log's action for a profile's prices set (like integrity's "sealed", a value of its
+# own, outside ``AuditEvent.Action``'s choices: the log is read by staff in the admin).
+PRICE_SET_ACTION = "profile.price_set"
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,16 @@ def profile_price(profile: ModelProfile) -> ModelPrice | None:
         return None
 
 
+def _price_snapshot(price: ModelPrice | None) -> JSONDict | None:
+    if price is None:
+        return None
+    return {
+        "input_per_million": None if price.input_per_million is None else str(price.input_per_million),
+        "output_per_million": None if price.output_per_million is None else str(price.output_per_million),
+        "source": price.source,
+    }
+
+
 def profile_price_set(
     *,
     profile: ModelProfile,
@@ -47,17 +62,29 @@ def profile_price_set(
     output_per_million: Decimal | None,
     source: str,
     actor: AbstractBaseUser,
+    via: str = "web",
 ) -> ModelPrice:
-    """Set (or, with both prices None, clear to unknown) what the profile's model costs."""
-    price, _ = ModelPrice.objects.update_or_create(
-        profile=profile,
-        defaults={
-            "input_per_million": input_per_million,
-            "output_per_million": output_per_million,
-            "source": source,
-            "updated_by": actor.get_username(),
-        },
-    )
+    """Set (or, with both prices None, clear to unknown) what the profile's model costs, and audit
+    it: who, through what, and the prices before and after. Who may is the caller's check (a
+    price changes the cost every user's pages show: the Models page lets only staff)."""
+    with transaction.atomic():
+        before = _price_snapshot(ModelPrice.objects.select_for_update().filter(profile=profile).first())
+        price, _ = ModelPrice.objects.update_or_create(
+            profile=profile,
+            defaults={
+                "input_per_million": input_per_million,
+                "output_per_million": output_per_million,
+                "source": source,
+                "updated_by": actor.get_username(),
+            },
+        )
+        audit_change(
+            actor=actor,
+            action=PRICE_SET_ACTION,
+            via=via,
+            subject=profile.name,
+            detail={"profile_id": profile.pk, "before": before, "after": _price_snapshot(price)},
+        )
     return price
 
 
@@ -114,8 +141,9 @@ def _tools_total(tokens: JSONValue) -> int:
 
 
 def tool_definitions_tokens(turn: Turn) -> int:
-    """The tokens of the tool definitions (and a structured request's schema) the turn's model
-    calls sent, each call counted: they are sent again with every call."""
+    """The tokens of the tool definitions the turn's model calls sent (each tool as its paradigm
+    writes it into the request, :mod:`conversations.counting`), each call counted: they are sent
+    again with every call."""
     counts = Step.objects.filter(turn=turn).exclude(tokens={}).values_list("tokens", flat=True)
     return sum(_tools_total(tokens) for tokens in counts)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from urllib.parse import parse_qsl
 
 from conversations.typealias import JSONValue
 
@@ -44,10 +45,25 @@ MCP_PROGRESS = f"{MCP}/basic/utilities/progress"
 MCP_SAMPLING = f"{MCP}/client/sampling"
 MCP_ELICITATION = f"{MCP}/client/elicitation"
 MCP_ROOTS = f"{MCP}/client/roots"
+MCP_TASKS = f"{MCP}/basic/utilities/tasks"
+MCP_AUTHORIZATION = f"{MCP}/basic/authorization"
+# The stateless era: multi round-trip requests (input_required) are among its changes.
+MCP_2026 = "https://modelcontextprotocol.io/specification/2026-07-28"
+MCP_2026_CHANGES = f"{MCP_2026}/changelog"
 MCP_APPS = "https://github.com/modelcontextprotocol/ext-apps"
 JSON_SCHEMA = "https://json-schema.org/understanding-json-schema/reference"
+RFC_6749 = "https://www.rfc-editor.org/rfc/rfc6749"
+RFC_7591 = "https://www.rfc-editor.org/rfc/rfc7591"
+RFC_7636 = "https://www.rfc-editor.org/rfc/rfc7636"
+RFC_8414 = "https://www.rfc-editor.org/rfc/rfc8414"
+RFC_8707 = "https://www.rfc-editor.org/rfc/rfc8707"
+RFC_9728 = "https://www.rfc-editor.org/rfc/rfc9728"
+OIDC_DISCOVERY = "https://openid.net/specs/openid-connect-discovery-1_0.html"
+CLIENT_METADATA_DOCUMENT = "https://datatracker.ietf.org/doc/draft-ietf-oauth-client-id-metadata-document/"
 
-FORMATS = ("openai_chat", "openai_responses", "anthropic", "gemini", "mcp")
+FORMATS = ("openai_chat", "openai_responses", "anthropic", "gemini", "mcp", "oauth")
+# The label prefix of an OAuth flow's HTTP records (``servers.gateway.oauth.RECORD_LABEL_PREFIX``).
+OAUTH_LABEL = "oauth:"
 
 
 @dataclass(frozen=True)
@@ -317,8 +333,13 @@ _MCP: dict[str, Note] = {
         "A failed request: a protocol error (unknown tool, bad params), not a tool's own failure.", JSONRPC
     ),
     "code": _n("The JSON-RPC error code (e.g. -32602 invalid params).", JSONRPC),
-    "message": _n("The error's human-readable text.", JSONRPC),
-    "data": _n("Extra detail about the error, or a log message's payload."),
+    "message": _n(
+        "Human-readable text: an error's explanation, or the question an elicitation puts to the user; "
+        "in MCP Apps' hostCapabilities, that the app may send the model messages (ui/message)."
+    ),
+    "data": _n(
+        "Extra detail about an error, or a log message's payload (any JSON) in notifications/message."
+    ),
     "protocolVersion": _n("The MCP revision the client asks for and the server agrees to.", MCP_LIFECYCLE),
     "capabilities": _n(
         "The optional features each side supports (tools, resources, sampling…).", MCP_LIFECYCLE
@@ -346,14 +367,21 @@ _MCP: dict[str, Note] = {
     "logging": _n("The server can send log messages.", MCP_LOGGING),
     "sampling": _n("The client can ask its model on the server's behalf.", MCP_SAMPLING),
     "elicitation": _n("The client can ask its user for input on the server's behalf.", MCP_ELICITATION),
-    "roots": _n("The client can tell the server which folders it may work in.", MCP_ROOTS),
+    "roots": _n(
+        "The folders (file:// URIs) the client lets the server work in (in a result), or the capability.",
+        MCP_ROOTS,
+    ),
     "experimental": _n("Non-standard capabilities."),
     "extensions": _n("Optional extensions of MCP this side supports, by identifier, with their settings."),
     "io.modelcontextprotocol/ui": _n(
         "MCP Apps: the client can render a tool's HTML user interface (a ui:// resource).", MCP_APPS
     ),
     "mimeTypes": _n("The content types of app interfaces the client can render.", MCP_APPS),
-    "tasks": _n("Long-running requests the server can run as tasks."),
+    "tasks": _n("Long-running requests this side can run as tasks (fetched later).", MCP_TASKS),
+    "requests": _n("Tasks: which requests may be run as tasks.", MCP_TASKS),
+    "call": _n("Tasks: tools/call may be run as a task.", MCP_TASKS),
+    "list": _n("Tasks: this side lists its tasks (tasks/list).", MCP_TASKS),
+    "cancel": _n("Tasks: this side cancels a task on request (tasks/cancel).", MCP_TASKS),
     "inputSchema": _n(
         "The JSON Schema of the tool's arguments: the host copies it into the model request.", MCP_TOOLS
     ),
@@ -368,7 +396,11 @@ _MCP: dict[str, Note] = {
     "arguments": _n(
         "In tools/call: the arguments the model chose, sent by the host's client to the server.", MCP_TOOLS
     ),
-    "content": _n("The tool's result as content blocks (text, image, resource…) for the model.", MCP_TOOLS),
+    "content": _n(
+        "What is carried: a tool's result or a message as content blocks (text, image, resource…); in "
+        "an elicitation's answer, the values the user gave.",
+        MCP_TOOLS,
+    ),
     "structuredContent": _n("The tool's result as a JSON object matching its outputSchema.", MCP_TOOLS),
     "isError": _n(
         "true: the tool ran and failed (its error goes back to the model to repair); not a protocol error.",
@@ -377,13 +409,20 @@ _MCP: dict[str, Note] = {
     "type": _n("The kind of content block (text, image, audio, resource, resource_link)."),
     "text": _n("Text content."),
     "mimeType": _n("The media type of the content."),
-    "uri": _n("The resource's address.", MCP_RESOURCES),
+    "uri": _n(
+        "An address: of a resource (to read, to subscribe to, or that changed), or of a root folder.",
+        MCP_RESOURCES,
+    ),
     "uriTemplate": _n("A URI with {placeholders} for the resource's parameters.", MCP_RESOURCES),
     "contents": _n("What resources/read returned: the resource's text or data.", MCP_RESOURCES),
     "blob": _n("Binary content, base64-encoded."),
     "size": _n("The resource's size in bytes."),
-    "messages": _n("What prompts/get returned: messages ready to give a model.", MCP_PROMPTS),
-    "role": _n("Who a prompt message is from: user or assistant.", MCP_PROMPTS),
+    "messages": _n(
+        "Messages for a model: what prompts/get returned, or the conversation sampling/createMessage "
+        "asks the client's model to continue.",
+        MCP_PROMPTS,
+    ),
+    "role": _n("Who a message is from: user or assistant (in a prompt or a sampling request)."),
     "required": _n("Whether this prompt argument must be given.", MCP_PROMPTS),
     "ref": _n(
         "What completion/complete suggests values for (a prompt or a resource template).", MCP_COMPLETION
@@ -397,8 +436,12 @@ _MCP: dict[str, Note] = {
     "context": _n("Values of the other arguments, to narrow the suggestions.", MCP_COMPLETION),
     "cursor": _n("Where to continue a paginated list.", MCP),
     "nextCursor": _n("There is more: pass this cursor to get the next page.", MCP),
-    "level": _n("A log message's severity.", MCP_LOGGING),
-    "logger": _n("Which part of the server logged.", MCP_LOGGING),
+    "level": _n(
+        "A syslog severity (debug … emergency): the least the server should send (logging/setLevel), "
+        "or a log message's own (notifications/message).",
+        MCP_LOGGING,
+    ),
+    "logger": _n("Which part of the server logged (notifications/message).", MCP_LOGGING),
     "progressToken": _n("Lets the server report progress on this request.", MCP_PROGRESS),
     "progress": _n("How far the request has got.", MCP_PROGRESS),
     "requestId": _n("The id of the request being cancelled.", f"{MCP}/basic/utilities/cancellation"),
@@ -429,6 +472,235 @@ _MCP: dict[str, Note] = {
         "Stateless era: the client's name and version, on every request.", MCP
     ),
     "io.modelcontextprotocol/serverInfo": _n("Stateless era: the server's name and version.", MCP),
+    # Elicitation: the server asks the client's user.
+    "requestedSchema": _n(
+        "The fields the server asks the user for, as a flat JSON Schema the client turns into a form.",
+        MCP_ELICITATION,
+    ),
+    "action": _n(
+        "The user's answer to an elicitation: accept (with the values in content), decline, or cancel "
+        "(dismissed without a choice).",
+        MCP_ELICITATION,
+    ),
+    "mode": _n(
+        "How to ask: an elicitation's form (fields from requestedSchema) or url (a page to visit); in an "
+        "MCP App, the display mode (inline, fullscreen, pip).",
+        MCP_ELICITATION,
+    ),
+    "elicitationId": _n("Ties a URL-mode elicitation to its completion notice.", MCP_ELICITATION),
+    # Sampling: the server asks the client's model.
+    "maxTokens": _n("Sampling: the most tokens the client's model may write.", MCP_SAMPLING),
+    "systemPrompt": _n(
+        "Sampling: a system prompt the server asks for; the client may change it.", MCP_SAMPLING
+    ),
+    "includeContext": _n(
+        "Sampling: which MCP context the client should add to the prompt — none, thisServer or allServers "
+        "(the last two soft-deprecated).",
+        MCP_SAMPLING,
+    ),
+    "temperature": _n(
+        "Sampling: how random the client's model should be; the client may ignore it.", MCP_SAMPLING
+    ),
+    "stopSequences": _n("Sampling: text at which the client's model should stop writing.", MCP_SAMPLING),
+    "metadata": _n("Sampling: provider-specific parameters passed through to the model.", MCP_SAMPLING),
+    "modelPreferences": _n(
+        "Sampling: what the server would like in a model; the client chooses the model.", MCP_SAMPLING
+    ),
+    "hints": _n(
+        "Sampling: model names the server suggests (as substrings), most preferred first.", MCP_SAMPLING
+    ),
+    "costPriority": _n("Sampling: how much a cheap model matters (0–1).", MCP_SAMPLING),
+    "speedPriority": _n("Sampling: how much a fast model matters (0–1).", MCP_SAMPLING),
+    "intelligencePriority": _n("Sampling: how much a capable model matters (0–1).", MCP_SAMPLING),
+    "toolChoice": _n(
+        "Sampling with tools: whether the client's model may (auto), must (required) or must not (none) "
+        "call one of the tools sent.",
+        MCP_SAMPLING,
+    ),
+    "model": _n(
+        "Sampling: the model the client used to answer — its own choice, not the server's.", MCP_SAMPLING
+    ),
+    "stopReason": _n(
+        "Sampling: why the client's model stopped — endTurn, stopSequence, maxTokens or toolUse.",
+        MCP_SAMPLING,
+    ),
+    # Stateless era: a request that needs input first (multi round-trip requests).
+    "inputRequests": _n(
+        "input_required: what the server needs before it can answer — elicitation, sampling or roots "
+        "requests, each under a key the server chose; the client asks and sends the request again.",
+        MCP_2026_CHANGES,
+    ),
+    "inputResponses": _n(
+        "The client's answers to the server's inputRequests, under the same keys, sent with the request "
+        "again.",
+        MCP_2026_CHANGES,
+    ),
+    "requestState": _n(
+        "Opaque state the server handed out with input_required; the client sends it back unchanged.",
+        MCP_2026_CHANGES,
+    ),
+    "requiredCapabilities": _n(
+        "The client capabilities a request needs; in error -32021, the ones the client did not declare.",
+        MCP_2026_CHANGES,
+    ),
+    # MCP Apps (the io.modelcontextprotocol/ui extension): a tool's HTML interface.
+    "ui": _n("MCP Apps: this tool's or resource's user-interface settings (_meta.ui).", MCP_APPS),
+    "resourceUri": _n(
+        "MCP Apps: the ui:// resource holding the tool's HTML interface; the host reads and renders it.",
+        MCP_APPS,
+    ),
+    "ui/resourceUri": _n("MCP Apps, the earlier flat key: the tool's ui:// interface resource.", MCP_APPS),
+    "visibility": _n(
+        "MCP Apps: who may call the tool — model, app or both; an app-only tool is not shown to the model.",
+        MCP_APPS,
+    ),
+    "csp": _n(
+        "MCP Apps: the origins the app's HTML may reach; the host builds the frame's "
+        "Content-Security-Policy from them (none listed: no network).",
+        MCP_APPS,
+    ),
+    "connectDomains": _n(
+        "MCP Apps: origins the app may fetch from or open sockets to (connect-src).", MCP_APPS
+    ),
+    "resourceDomains": _n(
+        "MCP Apps: origins the app may load scripts, styles, images and fonts from.", MCP_APPS
+    ),
+    "frameDomains": _n("MCP Apps: origins the app may frame (frame-src).", MCP_APPS),
+    "baseUriDomains": _n("MCP Apps: origins the app's base URI may point at (base-uri).", MCP_APPS),
+    "permissions": _n(
+        "MCP Apps: browser permissions the app asks for (camera, microphone, geolocation, clipboard "
+        "write); the host decides what its frame gets.",
+        MCP_APPS,
+    ),
+    "domain": _n("MCP Apps: a dedicated origin the app asks to be served from.", MCP_APPS),
+    "prefersBorder": _n("MCP Apps: whether the app would like the host to draw a border round it.", MCP_APPS),
+    # MCP Apps: the JSON-RPC messages the app and the host page exchange over postMessage.
+    "appInfo": _n("MCP Apps, ui/initialize: the app's name and version.", MCP_APPS),
+    "appCapabilities": _n(
+        "MCP Apps, ui/initialize: what the app can do (tools it offers, display modes).", MCP_APPS
+    ),
+    "hostInfo": _n("MCP Apps: the host's name and version (here: this app).", MCP_APPS),
+    "hostCapabilities": _n(
+        "MCP Apps: what the host lets the app do — open links, call the server's tools, send messages, log.",
+        MCP_APPS,
+    ),
+    "hostContext": _n(
+        "MCP Apps: where the app is shown — theme, display mode, size limits, locale, the tool it belongs to.",
+        MCP_APPS,
+    ),
+    "openLinks": _n("MCP Apps: the host opens links the app asks for (ui/open-link).", MCP_APPS),
+    "serverTools": _n(
+        "MCP Apps: the app may call the server's tools through the host (tools/call).", MCP_APPS
+    ),
+    "serverResources": _n("MCP Apps: the app may read the server's resources through the host.", MCP_APPS),
+    "updateModelContext": _n(
+        "MCP Apps: the app may add to what the model is told (ui/update-model-context).", MCP_APPS
+    ),
+    "sandbox": _n("MCP Apps: the sandbox the host frames the app in: its permissions and CSP.", MCP_APPS),
+    "theme": _n("MCP Apps: light or dark, so the app can match the host page.", MCP_APPS),
+    "displayMode": _n("MCP Apps: how the app is shown now (inline, fullscreen, pip).", MCP_APPS),
+    "availableDisplayModes": _n("MCP Apps: the display modes the host (or the app) supports.", MCP_APPS),
+    "platform": _n("MCP Apps: the kind of host — web, desktop or mobile.", MCP_APPS),
+    "locale": _n("MCP Apps: the user's language (BCP 47).", MCP_APPS),
+    "timeZone": _n("MCP Apps: the user's time zone (IANA name).", MCP_APPS),
+    "userAgent": _n("MCP Apps: the host's user agent.", MCP_APPS),
+    "containerDimensions": _n("MCP Apps: the room the host gives the app's frame.", MCP_APPS),
+    "maxHeight": _n("MCP Apps: the tallest the app's frame may grow (px).", MCP_APPS),
+    "maxWidth": _n("MCP Apps: the widest the app's frame may grow (px).", MCP_APPS),
+    "height": _n("MCP Apps: a height in pixels (the app's size, or its frame's).", MCP_APPS),
+    "width": _n("MCP Apps: a width in pixels (the app's size, or its frame's).", MCP_APPS),
+    "toolInfo": _n("MCP Apps: the tool call the app belongs to.", MCP_APPS),
+    "tool": _n("MCP Apps: the tool definition the app belongs to.", MCP_APPS),
+}
+
+# An HTTP server's OAuth flow (the host's own requests, recorded in the workbench): the metadata
+# documents it discovers, the client registration, the token request (a form) and its answer.
+_OAUTH: dict[str, Note] = {
+    # Protected resource metadata (RFC 9728): what the MCP server says about itself.
+    "resource": _n(
+        "The MCP server's own URL: the protected resource a token is asked for (and bound to).", RFC_8707
+    ),
+    "authorization_servers": _n(
+        "Where to get a token for this MCP server: the authorization servers it trusts.", RFC_9728
+    ),
+    "scopes_supported": _n("The scopes (permissions) a token may be asked for.", RFC_9728),
+    "bearer_methods_supported": _n("How a token may be presented (e.g. the Authorization header).", RFC_9728),
+    "resource_name": _n("A human-readable name of the protected resource.", RFC_9728),
+    "resource_documentation": _n("A page about the protected resource.", RFC_9728),
+    # Authorization server metadata (RFC 8414, OpenID Connect discovery).
+    "issuer": _n("The authorization server's identifier: its metadata must name itself.", RFC_8414),
+    "authorization_endpoint": _n("Where the user is sent to sign in and consent.", RFC_8414),
+    "token_endpoint": _n("Where the client trades a code (or its credentials) for a token.", RFC_8414),
+    "registration_endpoint": _n(
+        "Where a client can register itself (dynamic client registration).", RFC_7591
+    ),
+    "revocation_endpoint": _n("Where a token can be revoked.", RFC_8414),
+    "introspection_endpoint": _n("Where a token can be checked.", RFC_8414),
+    "jwks_uri": _n("The authorization server's public signing keys.", RFC_8414),
+    "userinfo_endpoint": _n("OpenID Connect: where to read the signed-in user's claims.", OIDC_DISCOVERY),
+    "response_types_supported": _n("The authorization responses offered (code for this flow).", RFC_8414),
+    "response_modes_supported": _n("How an authorization response may be returned.", RFC_8414),
+    "grant_types_supported": _n(
+        "The ways to get a token: authorization_code, refresh_token, client_credentials…", RFC_8414
+    ),
+    "code_challenge_methods_supported": _n(
+        "PKCE methods offered: S256 proves the token request comes from whoever started the sign-in.",
+        RFC_7636,
+    ),
+    "token_endpoint_auth_methods_supported": _n(
+        "How a client may prove who it is at the token endpoint (none, client_secret_basic…).", RFC_8414
+    ),
+    "token_endpoint_auth_signing_alg_values_supported": _n(
+        "Signature algorithms accepted for a client's signed assertion.", RFC_8414
+    ),
+    "client_id_metadata_document_supported": _n(
+        "The client may use the URL of its metadata document as its client_id (no registration).",
+        CLIENT_METADATA_DOCUMENT,
+    ),
+    "subject_types_supported": _n("OpenID Connect: the kinds of user identifier issued.", OIDC_DISCOVERY),
+    "id_token_signing_alg_values_supported": _n("OpenID Connect: how ID tokens are signed.", OIDC_DISCOVERY),
+    "claims_supported": _n("OpenID Connect: the user claims the server can return.", OIDC_DISCOVERY),
+    "authorization_response_iss_parameter_supported": _n(
+        "The authorization response names its issuer, so a mixed-up response can be caught.", RFC_8414
+    ),
+    # Dynamic client registration (RFC 7591).
+    "client_name": _n("The client's human-readable name, shown on the consent page.", RFC_7591),
+    "client_uri": _n("The client's home page.", RFC_7591),
+    "redirect_uris": _n("Where the authorization server may send the user back with a code.", RFC_7591),
+    "grant_types": _n("The grant types the client will use.", RFC_7591),
+    "response_types": _n("The response types the client will use (code).", RFC_7591),
+    "token_endpoint_auth_method": _n("How this client proves who it is at the token endpoint.", RFC_7591),
+    "application_type": _n("web or native: what kind of application the client is.", RFC_7591),
+    "client_id": _n("The client's identifier at the authorization server.", RFC_6749),
+    "client_secret": _n("The client's secret (masked in the record).", RFC_6749),
+    "client_id_issued_at": _n("When the client was registered (Unix seconds).", RFC_7591),
+    "client_secret_expires_at": _n("When the client's secret expires (0: never).", RFC_7591),
+    "software_id": _n("An identifier of the client software.", RFC_7591),
+    "software_version": _n("The client software's version.", RFC_7591),
+    "logo_uri": _n("The client's logo.", RFC_7591),
+    "contacts": _n("Whom to contact about the client.", RFC_7591),
+    # The token request (a form) and its answer (RFC 6749, PKCE, resource indicators).
+    "grant_type": _n(
+        "What the client trades for a token: authorization_code, refresh_token or client_credentials.",
+        RFC_6749,
+    ),
+    "code": _n("The one-time code the user's sign-in returned (masked in the record).", RFC_6749),
+    "redirect_uri": _n("The redirect URI the code was sent to; must match the one used.", RFC_6749),
+    "code_verifier": _n(
+        "PKCE: the secret whose hash was sent with the sign-in — proof the same client asks (masked).",
+        RFC_7636,
+    ),
+    "scope": _n("The permissions asked for, or granted (space-separated).", RFC_6749),
+    "client_assertion_type": _n("The kind of signed proof the client sends of who it is.", RFC_6749),
+    "client_assertion": _n("The client's signed proof of who it is (masked in the record).", RFC_6749),
+    "access_token": _n("The token the client sends to the MCP server (masked in the record).", RFC_6749),
+    "token_type": _n("How to use the token: Bearer, in the Authorization header.", RFC_6749),
+    "expires_in": _n("How many seconds the access token is valid.", RFC_6749),
+    "refresh_token": _n("A token to get a new access token later without the user (masked).", RFC_6749),
+    "id_token": _n("OpenID Connect: a signed statement of who signed in.", OIDC_DISCOVERY),
+    "error": _n("Why the authorization server refused (e.g. invalid_grant).", RFC_6749),
+    "error_description": _n("The refusal explained in words.", RFC_6749),
+    "error_uri": _n("A page about the refusal.", RFC_6749),
 }
 
 FIELD_NOTES: Mapping[str, Mapping[str, Note]] = {
@@ -437,6 +709,7 @@ FIELD_NOTES: Mapping[str, Mapping[str, Note]] = {
     "anthropic": {**_MODEL_COMMON, **_ANTHROPIC},
     "gemini": {**_MODEL_COMMON, **_GEMINI},
     "mcp": _MCP,
+    "oauth": _OAUTH,
 }
 
 # Fields whose value is the tool's or the user's own data (arguments, a JSON Schema, metadata):
@@ -457,16 +730,26 @@ OPAQUE: Mapping[str, frozenset[str]] = {
             "requestedSchema",
             "experimental",
             "schema",
+            "metadata",
         }
     ),
 }
 
+# Objects whose keys the sender chose (the server's names for its input requests): the keys are
+# not fields, so they are not listed; the values are protocol objects and are walked.
+KEYED_BY_DATA: Mapping[str, frozenset[str]] = {"mcp": frozenset({"inputRequests", "inputResponses"})}
+# A field whose value is the user's own data only beside another one: an elicitation answer's
+# ``content`` (beside its ``action``) holds the values the user typed, whereas a tool result's
+# ``content`` is protocol blocks.
+OPAQUE_BESIDE: Mapping[str, Mapping[str, str]] = {"mcp": {"content": "action"}}
+
 
 def body_format(*, channel: str, label: str) -> str:
-    """The format a recorded body speaks: ``mcp`` for the MCP channel, else the provider format
-    its HTTP path names (docs/wire-formats.md §1, §3, §4, §5)."""
+    """The format a recorded body speaks: ``mcp`` for the MCP channel (``oauth`` for the HTTP
+    records of an OAuth flow), else the provider format its HTTP path names
+    (docs/wire-formats.md §1, §3, §4, §5)."""
     if channel != "llm":
-        return "mcp"
+        return "oauth" if label.startswith(OAUTH_LABEL) else "mcp"
     if "/chat/completions" in label:
         return "openai_chat"
     if "/responses" in label:
@@ -478,9 +761,10 @@ def body_format(*, channel: str, label: str) -> str:
     return "openai_chat"
 
 
-def _documents(body: str) -> Iterator[JSONValue]:
+def _documents(body: str, *, form: bool = False) -> Iterator[JSONValue]:
     """The JSON documents in a body: the body itself, or each ``data:`` line of an event stream,
-    or each line of JSON Lines. Text that is not JSON yields nothing."""
+    or each line of JSON Lines; with ``form``, a URL-encoded form (an OAuth token request) as an
+    object of its fields. Text that is none of these yields nothing."""
     text = body.strip()
     if not text:
         return
@@ -489,6 +773,14 @@ def _documents(body: str) -> Iterator[JSONValue]:
         return
     except (ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
         pass
+    if form and "=" in text and not text.startswith(("{", "[")) and "\n" not in text:
+        try:
+            pairs = parse_qsl(text, keep_blank_values=True, strict_parsing=True, max_num_fields=200)
+        except ValueError:
+            pairs = []
+        if pairs:
+            yield {name: value for name, value in pairs}
+            return
     for line in text.splitlines():
         line = line.strip()
         if line.startswith("data:"):
@@ -501,34 +793,58 @@ def _documents(body: str) -> Iterator[JSONValue]:
             continue
 
 
-def _walk(value: JSONValue, opaque: frozenset[str], seen: dict[str, None]) -> None:
+@dataclass(frozen=True)
+class _Rules:
+    """How one format's bodies are walked (:data:`OPAQUE`, :data:`KEYED_BY_DATA`, :data:`OPAQUE_BESIDE`)."""
+
+    opaque: frozenset[str]
+    keyed: frozenset[str]
+    beside: Mapping[str, str]
+
+
+_Entry = tuple[str | None, JSONValue, bool]
+
+
+def _members(value: Mapping[str, JSONValue], rules: _Rules) -> Iterator[_Entry]:
+    """An object's members; each flagged when its value is data by :data:`OPAQUE_BESIDE`."""
+    data = {name for name, sibling in rules.beside.items() if name in value and sibling in value}
+    return ((key, item, key in data) for key, item in value.items())
+
+
+def _walk(value: JSONValue, rules: _Rules, seen: dict[str, None]) -> None:
     """Every key in ``value`` in document order (depth first). A loop over its own stack of
     iterators, so a body nested as deep as a JSON parser allows (untrusted) cannot exhaust
     Python's."""
-    stack: list[Iterator[tuple[str | None, JSONValue]]] = [iter([(None, value)])]
+    stack: list[Iterator[_Entry]] = [iter([(None, value, False)])]
     while stack:
         entry = next(stack[-1], None)
         if entry is None:
             stack.pop()
             continue
-        key, current = entry
+        key, current, data = entry
         if key is not None:
             seen.setdefault(key, None)
-            if key in opaque:
+            if data or key in rules.opaque:
                 continue
         if isinstance(current, dict):
-            stack.append(iter(current.items()))
+            if key in rules.keyed:
+                stack.append((None, item, False) for item in current.values())
+            else:
+                stack.append(_members(current, rules))
         elif isinstance(current, list):
-            stack.append((None, item) for item in current)
+            stack.append((None, item, False) for item in current)
 
 
 def field_names(body: str, fmt: str) -> list[str]:
-    """Every field name in ``body`` (a JSON body or an event stream), in order of first appearance,
-    not looking inside :data:`OPAQUE` values."""
+    """Every field name in ``body`` (a JSON body, an event stream, or an OAuth form), in order of
+    first appearance, not looking inside :data:`OPAQUE` values nor listing the keys of
+    :data:`KEYED_BY_DATA` objects."""
     seen: dict[str, None] = {}
-    opaque = OPAQUE.get(fmt, frozenset())
-    for document in _documents(body):
-        _walk(document, opaque, seen)
+    rules = _Rules(
+        OPAQUE.get(fmt, frozenset()), KEYED_BY_DATA.get(fmt, frozenset()), OPAQUE_BESIDE.get(fmt, {})
+    )
+    for document in _documents(body, form=fmt == "oauth"):
+        _walk(document, rules, seen)
     return list(seen)
 
 

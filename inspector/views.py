@@ -506,7 +506,26 @@ def _columns_context(comparison: Comparison) -> dict[str, object]:
 
 @require_GET
 def comparison_list(request: HttpRequest) -> HttpResponse:
-    return _comparisons_page(request, ComparisonForm(user=_user(request)))
+    """The comparisons and the two forms. ``?from=<conversation>&turn=<id>`` (a turn's "Compare
+    providers" link) fills the providers form with that turn's question: one of the user's
+    turns, its read audited; anyone else's is a 404."""
+    providers = None
+    if "from" in request.GET or "turn" in request.GET:
+        turn = _turn_from(request)
+        providers = ProviderComparisonForm(initial={"question": turn.question})
+    return _comparisons_page(request, ComparisonForm(user=_user(request)), providers=providers)
+
+
+def _turn_from(request: HttpRequest) -> Turn:
+    try:
+        public_id = UUID(request.GET.get("from", ""))
+    except ValueError:
+        raise Http404("No such turn.") from None
+    raw = request.GET.get("turn", "")
+    if not raw.isdigit() or len(raw) > 18:
+        raise Http404("No such turn.")
+    _, turn = _turn_read(request, public_id, int(raw), via="compare providers")
+    return turn
 
 
 @require_POST
@@ -547,11 +566,15 @@ def comparison_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
     comparison = _comparison(request, public_id)
     _audit_runs(request, comparison, "comparison")
     context = _columns_context(comparison)
-    sent = presentation.comparison_sent(comparison=comparison)
+    # ``?call=first|last|N``: which model call of each run "What was sent" shows.
+    call = presentation.sent_call(request.GET.get("call"))
+    sent = presentation.comparison_sent(comparison=comparison, call=call)
     # ``?a=&b=``: the two runs (numbered from 1) whose prompts are diffed; the first two by default.
     first, second = _run_number(request.GET.get("a"), 1), _run_number(request.GET.get("b"), 2)
     context.update(
         sent=sent,
+        sent_call=call,
+        sent_calls=range(2, max((column.calls for column in sent), default=0) + 1),
         diff_a=first,
         diff_b=second,
         sent_diff=presentation.sent_prompt_diff(sent, first - 1, second - 1),
@@ -625,7 +648,11 @@ def profile_list(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 def profile_price(request: HttpRequest) -> HttpResponse:
-    """Set a shared profile's prices (any signed-in user; who set them is kept with them)."""
+    """Set a shared profile's prices: staff only, since a price changes the cost every user's
+    pages show (anyone else gets 404, and reads the prices with who set them). Audited."""
+    actor = _user(request)
+    if not getattr(actor, "is_staff", False):
+        raise Http404("No such page.")
     form = PriceForm(request.POST)
     profile = (
         profile_pickable(profile_id=int(request.POST["profile"]))
@@ -643,7 +670,7 @@ def profile_price(request: HttpRequest) -> HttpResponse:
         input_per_million=form.cleaned_data["input_per_million"],
         output_per_million=form.cleaned_data["output_per_million"],
         source=form.cleaned_data["source"],
-        actor=_user(request),
+        actor=actor,
     )
     messages.success(request, f"{profile.name}: prices saved.")
     return redirect("inspector-profiles")
@@ -653,13 +680,13 @@ def profile_price(request: HttpRequest) -> HttpResponse:
 def profile_reset(request: HttpRequest) -> HttpResponse:
     """Forget a learned capability of a shared profile: it goes back to unknown, so ``auto`` tries
     it again (and learns it again if the provider still refuses). Any signed-in user may: it can
-    only make the app try more, never less."""
+    only make the app try more, never less; each reset is audited."""
     raw = request.POST.get("profile", "")
     profile = profile_pickable(profile_id=int(raw)) if raw.isdigit() else None
     capability = request.POST.get("capability", "")
     if profile is None:
         raise Http404("No such model profile.")
-    if profile_capability_reset(profile=profile, capability=capability):
+    if profile_capability_reset(profile=profile, capability=capability, actor=_user(request)):
         messages.success(
             request, f"{profile.name}: {capability} is unknown again; auto will try it next time."
         )

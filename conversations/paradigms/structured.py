@@ -402,6 +402,9 @@ class DecisionSchema:
     response_format: JSONDict
     encoded: frozenset[str] = frozenset()  # tools whose arguments come as a JSON string
     notes: list[str] = field(default_factory=list)
+    # Each tool's part of the schema as the request carries it: its branch of the union and the
+    # definitions hoisted to the root for it, by provider name.
+    parts: dict[str, JSONDict] = field(default_factory=dict)
 
 
 def decision_schema(tools: Sequence[ToolDef], *, allow_answer: bool) -> DecisionSchema:
@@ -410,19 +413,23 @@ def decision_schema(tools: Sequence[ToolDef], *, allow_answer: bool) -> Decision
     definitions: JSONDict = {}
     encoded: set[str] = set()
     notes: list[str] = []
+    parts: dict[str, JSONDict] = {}
     for tool in tools:
         arguments, changes = strictify(tool.input_schema)
         if changes:
             notes.append(f"{tool.provider_name} in strict form: {'; '.join(changes)}")
         key = "arguments" if arguments.get("type") == "object" else ENCODED_ARGUMENTS
+        own: JSONDict = {}
         if key == ENCODED_ARGUMENTS:
             encoded.add(tool.provider_name)
         else:
-            arguments = _hoisted(arguments, tool.provider_name, definitions)
+            arguments = _hoisted(arguments, tool.provider_name, own)
+            definitions.update(own)
         branch = _branch(CALL, {"tool": {"type": "string", "enum": [tool.provider_name]}, key: arguments})
         if tool.description:
             branch["description"] = tool.description
         branches.append(branch)
+        parts[tool.provider_name] = {"branch": branch, "$defs": own} if own else {"branch": branch}
     if allow_answer or not tools:
         branches.append(_branch(ANSWER, {"answer": {"type": "string"}}))
     root: JSONDict = {
@@ -441,7 +448,7 @@ def decision_schema(tools: Sequence[ToolDef], *, allow_answer: bool) -> Decision
         "type": "json_schema",
         "json_schema": {"name": SCHEMA_NAME, "strict": True, "schema": root},
     }
-    return DecisionSchema(response_format, frozenset(encoded), notes)
+    return DecisionSchema(response_format, frozenset(encoded), notes, parts)
 
 
 def _branch(action: str, fields: JSONDict) -> JSONDict:
@@ -506,6 +513,7 @@ class StructuredParadigm:
                 *render_history(context.messages, own=self.key, calls=_calls_text, results=json_results),
             ],
             response_format=schema.response_format,
+            tool_texts=definition_texts(tools, schema),
         )
         ids = call_ids(context.messages)
         reader = _Reader(tools, schema, ids)
@@ -531,6 +539,28 @@ class StructuredParadigm:
         return Decision(assistant, list(attempt.calls), attempt.text, list(attempt.diagnostics))
 
 
+def _listed(tool: ToolDef) -> str:
+    """A tool's entry in the system prompt's list of tools."""
+    return f"{tool.provider_name} ({one_line(tool.description)})"
+
+
+def definition_texts(tools: Sequence[ToolDef], schema: DecisionSchema) -> dict[str, str]:
+    """What the request carries of each tool (``ModelRequest.tool_texts``, so each tool has a
+    count and a cost of its own, docs/teaching.md §6): its entry in the system prompt's list and
+    its part of the ``response_format`` schema (its branch of the union, and the definitions
+    hoisted for it), each written as the request writes it."""
+    texts: dict[str, str] = {}
+    for tool in tools:
+        part = schema.parts.get(tool.provider_name)
+        if part is None:
+            continue
+        pieces = [_listed(tool), json.dumps(part["branch"], ensure_ascii=False)]
+        if "$defs" in part:
+            pieces.append(json.dumps(part["$defs"], ensure_ascii=False))
+        texts[tool.provider_name] = "\n".join(pieces)
+    return texts
+
+
 def system_prompt(tools: Sequence[ToolDef], choice: ToolChoice) -> str:
     """Why the reply is JSON, and what each action means; the schema itself carries the tools."""
     lines = [
@@ -542,7 +572,7 @@ def system_prompt(tools: Sequence[ToolDef], choice: ToolChoice) -> str:
             "The host runs it and sends the result back in a user message that starts with "
             '"Tool result for NAME (call id ...):". One tool call per reply.',
             "- Arguments you do not need are null.",
-            "- Tools: " + "; ".join(f"{tool.provider_name} ({one_line(tool.description)})" for tool in tools),
+            "- Tools: " + "; ".join(_listed(tool) for tool in tools),
         ]
     if choice.mode in {"required", "named"} and tools:
         lines.append("A tool call is required for this reply: final_answer is not available.")

@@ -388,7 +388,7 @@ def run_cost(run: RunSummary) -> Cost | None:
 
 @register.filter
 def run_tool_definitions_cost(run: RunSummary) -> Decimal | None:
-    """What one run's tool definitions (and a structured request's schema) cost as input."""
+    """What one run's tool definitions (each tool as its paradigm writes it into the request) cost as input."""
     return tool_definitions_cost(run.turn, run.conversation.model_profile)
 
 

@@ -8,8 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from conversations.capabilities import capability_downgrades_remember, profile_capability_reset
-from conversations.models import LearnedCapability, ModelProfile, Step, Turn
+from conversations.capabilities import (
+    CAPABILITY_RESET_ACTION,
+    capability_downgrades_remember,
+    profile_capability_reset,
+)
+from conversations.models import AuditEvent, LearnedCapability, ModelProfile, Step, Turn
 from conversations.redaction import redactor
 from conversations.runner import turn_run
 from conversations.services import conversation_start, demo_profile_ensure
@@ -98,10 +102,19 @@ def test_resetting_a_learned_capability_makes_it_unknown_again() -> None:
     profile = ModelProfile.objects.create(name="ollama-gemma", model="gemma", native_tools="no")
     LearnedCapability.objects.create(profile=profile, capability="native_tools", reason="refused")
 
-    assert profile_capability_reset(profile=profile, capability="native_tools") is True
+    bob = UserFactory(username="bob")
+
+    assert profile_capability_reset(profile=profile, capability="native_tools", actor=bob) is True
 
     profile.refresh_from_db()
     assert profile.native_tools == "unknown"
     assert not LearnedCapability.objects.exists()
-    assert profile_capability_reset(profile=profile, capability="native_tools") is False
-    assert profile_capability_reset(profile=profile, capability="model") is False
+    assert profile_capability_reset(profile=profile, capability="native_tools", actor=bob) is False
+    assert profile_capability_reset(profile=profile, capability="model", actor=bob) is False
+    # Audited once (the two that changed nothing are not): who, when, what it forgot.
+    (entry,) = AuditEvent.objects.filter(action=CAPABILITY_RESET_ACTION)
+    assert (entry.actor_name, entry.subject) == ("bob", "ollama-gemma")
+    assert entry.at is not None
+    assert entry.detail["capability"] == "native_tools"
+    assert (entry.detail["before"], entry.detail["after"]) == ("no", "unknown")
+    assert entry.detail["learned"]["reason"] == "refused"

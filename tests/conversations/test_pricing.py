@@ -10,8 +10,8 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
-from conversations.models import ModelPrice, Step
-from conversations.pricing import profile_price_set, turn_cost, usage_cost
+from conversations.models import AuditEvent, ModelPrice, Step
+from conversations.pricing import PRICE_SET_ACTION, profile_price_set, turn_cost, usage_cost
 from conversations.runner import turn_run
 from conversations.services import conversation_start, demo_profile_ensure
 from servers import gateway
@@ -82,7 +82,7 @@ def test_a_turn_costs_the_sum_of_its_model_calls_and_the_page_shows_it(client: o
 
 
 def test_prices_are_set_on_the_models_page_with_their_source(client: object) -> None:
-    alice = UserFactory(username="alice")
+    alice = UserFactory(username="alice", is_staff=True)
     profile = demo_profile_ensure()
     client.force_login(alice)  # type: ignore[attr-defined]
     url = reverse("inspector-profile-price")
@@ -106,3 +106,51 @@ def test_prices_are_set_on_the_models_page_with_their_source(client: object) -> 
     assert price.updated_by == "alice"
     page = client.get(reverse("inspector-profiles")).content.decode()  # type: ignore[attr-defined]
     assert 'value="1.5000"' in page and "set by alice" in page
+
+
+def test_only_staff_set_prices_another_user_gets_404_and_reads_them_with_who_set_them(client: object) -> None:
+    alice = UserFactory(username="alice", is_staff=True)
+    bob = UserFactory(username="bob")
+    profile = demo_profile_ensure()
+    url = reverse("inspector-profile-price")
+    fields = {
+        "profile": profile.pk,
+        "input_per_million": "1.5",
+        "output_per_million": "6",
+        "source": "price page",
+    }
+    client.force_login(alice)  # type: ignore[attr-defined]
+    assert client.post(url, fields).status_code == 302  # type: ignore[attr-defined]
+
+    client.force_login(bob)  # type: ignore[attr-defined]
+    refused = client.post(url, {**fields, "input_per_million": "0", "output_per_million": "0"})  # type: ignore[attr-defined]
+    page = client.get(reverse("inspector-profiles")).content.decode()  # type: ignore[attr-defined]
+
+    assert refused.status_code == 404
+    price = ModelPrice.objects.get(profile=profile)
+    assert (price.input_per_million, price.output_per_million, price.updated_by) == (
+        Decimal("1.5"),
+        Decimal("6"),
+        "alice",
+    )
+    row = page.split(f'id="price-{profile.pk}"', 1)[1].split("</tr>", 1)[0]
+    assert 'name="input_per_million"' not in row and "Save prices" not in row
+    assert "$1.5000" in row and "$6.0000" in row and "price page" in row and "set by alice" in row
+
+
+def test_setting_a_price_is_audited_with_what_it_was_before(client: object) -> None:
+    alice = UserFactory(username="alice", is_staff=True)
+    profile = demo_profile_ensure()
+    client.force_login(alice)  # type: ignore[attr-defined]
+    url = reverse("inspector-profile-price")
+    for given in ("1", "2"):
+        client.post(  # type: ignore[attr-defined]
+            url, {"profile": profile.pk, "input_per_million": given, "output_per_million": "4", "source": "s"}
+        )
+
+    entries = list(AuditEvent.objects.filter(action=PRICE_SET_ACTION).order_by("pk"))
+    assert [(e.actor_name, e.subject, e.via) for e in entries] == [("alice", profile.name, "web")] * 2
+    assert entries[0].detail["before"] is None
+    before, after = entries[1].detail["before"], entries[1].detail["after"]
+    assert (Decimal(before["input_per_million"]), Decimal(after["input_per_million"])) == (1, 2)
+    assert Decimal(after["output_per_million"]) == 4 and after["source"] == "s"

@@ -40,6 +40,12 @@ class Setting:
     server: InspectorServer
     conversation: str  # the weather conversation's page
     turn: int
+    comparison: str = ""  # a comparison's page (native, prompt_xml, structured)
+    operation: str = ""  # a workbench operation's page (a call of the demo server's calculate)
+
+    @property
+    def walk(self) -> str:
+        return f"{self.conversation}turns/{self.turn}/walk"
 
 
 def _manage(server: InspectorServer, *args: str) -> str:
@@ -59,11 +65,32 @@ def setting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setting]:
     server = InspectorServer(tmp_path_factory.mktemp("teaching"))
     server.set_up()
     transcript = json.loads(_manage(server, "ask", WEATHER, "--json"))
+    compared = json.loads(
+        _manage(server, "ask", WEATHER, "--compare", "native,prompt_xml,structured", "--json")
+    )
+    called = json.loads(
+        _manage(
+            server,
+            "server",
+            "call",
+            "demo",
+            "calculate",
+            "--args",
+            '{"expression": "12 * (3 + 4)"}',
+            "--json",
+        )
+    )
     _manage(server, "shell", "-c", LEARNED)
     server.start()
     try:
         public_id = transcript["conversation"]["id"]
-        yield Setting(server, f"{server.base}/c/{public_id}/", int(transcript["turns"][0]["id"]))
+        yield Setting(
+            server,
+            f"{server.base}/c/{public_id}/",
+            int(transcript["turns"][0]["id"]),
+            comparison=f"{server.base}/compare/{compared['comparison']}/",
+            operation=f"{server.base}/servers/op/{called['operation']}/",
+        )
     finally:
         server.stop()
 
@@ -245,7 +272,8 @@ def test_no_page_scrolls_sideways_and_the_first_screen_shows_the_question_and_th
     browser: Browser, setting: Setting, width: int, height: int
 ) -> None:
     page = _signed_in(browser, setting, width=width, height=height)
-    for path in ("/", "/compare/", "/servers/", "/profiles/", setting.conversation, "/no/such/page"):
+    pages = ("/", "/compare/", "/servers/", "/profiles/", setting.conversation, "/no/such/page")
+    for path in (*pages, setting.comparison, setting.operation, setting.walk):
         page.goto(path if path.startswith("http") else f"{setting.server.base}{path}")
         assert _overflow(page) == 0, f"{path} scrolls sideways at {width} px"
     page.goto(setting.conversation)
@@ -311,3 +339,88 @@ def test_the_keyboard_moves_between_steps_opens_them_and_shows_help(
 
 def _has(name: str) -> re.Pattern[str]:
     return re.compile(rf"(^|\s){name}(\s|$)")
+
+
+def test_no_slide_of_the_step_through_scrolls_sideways_on_a_phone(browser: Browser, setting: Setting) -> None:
+    page = _signed_in(browser, setting, width=390, height=844)
+    page.goto(setting.walk)
+    expect(page.locator(".walk-position")).to_contain_text("slide 1 of")
+    at = 1
+    while True:
+        assert _overflow(page) == 0, f"slide {at} scrolls sideways at 390 px"
+        if not page.locator("[data-slide-next]").count():
+            break
+        at += 1
+        page.keyboard.press("ArrowRight")
+        page.wait_for_url(f"**/walk?at={at}")
+    assert at > 5
+
+
+def _within(page: Page, selector: str, width: int) -> None:
+    box = page.locator(selector).bounding_box()
+    assert box is not None, selector
+    assert box["x"] >= 0 and box["x"] + box["width"] <= width, (selector, box)
+
+
+def test_admin_and_log_out_are_reachable_on_a_phone(browser: Browser, setting: Setting) -> None:
+    page = _signed_in(browser, setting, width=390, height=844)
+    page.goto(setting.conversation)
+    admin = page.locator(".site-links a", has_text="Admin")
+    log_out = page.locator(".site-user button", has_text="Log out")
+
+    expect(admin).to_be_visible()
+    expect(log_out).to_be_visible()
+    _within(page, ".site-links a:has-text('Admin')", 390)
+    _within(page, ".site-user button:has-text('Log out')", 390)
+    admin.click()
+    page.wait_for_url("**/admin/")
+    expect(page.locator("#site-name")).to_be_visible()
+    page.go_back()
+    page.locator(".site-user button", has_text="Log out").click()
+    page.wait_for_url("**/accounts/login/**")
+    page.goto(setting.conversation)
+    assert "/accounts/login/" in page.url
+
+
+def test_the_teaching_switch_annotates_the_compare_and_workbench_pages(
+    browser: Browser, setting: Setting
+) -> None:
+    page = _signed_in(browser, setting, width=1280, height=800)
+    page.goto(setting.comparison)
+    expect(page.locator("html")).to_have_attribute("data-teaching", "off")
+    expect(page.locator(".teach")).to_have_count(0)
+
+    page.locator("#teaching-toggle").click()
+
+    expect(page.locator("html")).to_have_attribute("data-teaching", "on")
+    expect(page.locator(".teach-legend")).to_be_visible()
+    reply = page.locator(".compare-sent .sent-run").first.locator(".sent-reply")
+    expect(reply.locator('.teach-roles[data-sender="Host"][data-receiver="Model"]')).to_be_visible()
+    expect(reply.locator(".teach-field dt code", has_text="finish_reason")).to_be_visible()
+    expect(page.locator(".teach-field.no-note")).to_have_count(0)
+    assert _overflow(page) == 0
+    # The last model call of each run, annotated the same way.
+    page.select_option(".sent-call-pick select[name=call]", "last")
+    page.locator(".sent-call-pick button").click()
+    page.wait_for_url("**call=last**")
+    expect(page.locator(".compare-sent .sent-position").first).to_contain_text("model call 2 of 2")
+    expect(page.locator(".compare-sent .teach-roles").first).to_be_visible()
+
+    page.goto(setting.operation)
+    expect(page.locator("html")).to_have_attribute("data-teaching", "on")
+    call = page.locator(
+        '.teach-roles[data-sender="Client"][data-receiver="Server"]', has_text="EXECUTE"
+    ).first
+    expect(call).to_be_visible()
+    expect(page.locator(".teach-field dt code", has_text="jsonrpc").first).to_be_visible()
+    expect(page.locator(".teach-field dt code", has_text="isError").first).to_be_attached()
+    expect(page.locator(".teach-field.no-note")).to_have_count(0)
+    assert _overflow(page) == 0
+
+    # Off again, from the workbench: the layer is gone, here and on Compare.
+    page.locator("#teaching-toggle").click()
+    expect(page.locator("html")).to_have_attribute("data-teaching", "off")
+    expect(page.locator(".teach")).to_have_count(0)
+    page.wait_for_load_state("networkidle")
+    page.goto(setting.comparison)
+    expect(page.locator(".teach")).to_have_count(0)

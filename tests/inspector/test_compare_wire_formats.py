@@ -14,14 +14,14 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from conversations.models import Comparison, Exchange, Turn
+from conversations.models import AuditEvent, Comparison, Exchange, Turn
 from conversations.presentation import json_marked
 from conversations.providers import PROVIDERS
 from conversations.runner import turn_run
 from conversations.services import comparison_providers_start
 from servers import gateway
 from servers.services import demo_server_ensure
-from tests.factories import UserFactory
+from tests.factories import ConversationFactory, TurnFactory, UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -237,3 +237,37 @@ def test_json_is_cut_into_pieces_marked_by_the_nearest_key() -> None:
         {"name": "f", "args": {"city": "Paris"}, "x": [1]}, indent=2
     )
     assert [role for _, role in pieces] == ["", "name", "", "arguments", ""]
+
+
+def test_a_turn_links_to_compare_providers_with_its_question_filled_in(client: Client, alice: Any) -> None:
+    question = 'Convert 3 miles to km <b>"now"</b> [demo:code-fence]'
+    conversation = ConversationFactory(owner=alice)
+    turn = TurnFactory(conversation=conversation, question=question)
+    client.force_login(alice)
+
+    page = client.get(reverse("inspector-conversation", args=[conversation.public_id])).content.decode()
+    link = re.search(r'<a class="[^"]*providers-link[^"]*" href="([^"]+)"', page)
+    assert link is not None
+    target = html.unescape(link.group(1))
+    assert target == (
+        f"{reverse('inspector-comparisons')}?from={conversation.public_id}&turn={turn.pk}#compare-providers"
+    )
+    form = client.get(target.split("#")[0]).content.decode().split('id="compare-providers"', 1)[1]
+
+    # The question is in the providers form, escaped like any text of a user's.
+    textarea = re.search(r"<textarea[^>]*>(.*?)</textarea>", form, re.S)
+    assert textarea is not None and html.unescape(textarea.group(1)).strip() == question
+    assert "<b>" not in textarea.group(1)
+    assert AuditEvent.objects.filter(via="compare providers", subject=f"turn {turn.seq}").exists()
+
+
+def test_another_users_turn_cannot_fill_in_compare_providers(client: Client, alice: Any) -> None:
+    conversation = ConversationFactory(owner=alice)
+    turn = TurnFactory(conversation=conversation, question="ALICE-ONLY question")
+    client.force_login(UserFactory(username="bob"))
+
+    missing = client.get(reverse("inspector-comparisons"), {"from": conversation.public_id, "turn": turn.pk})
+    malformed = client.get(reverse("inspector-comparisons"), {"from": "not-a-uuid", "turn": "x"})
+
+    assert missing.status_code == 404 and b"ALICE-ONLY" not in missing.content
+    assert malformed.status_code == 404

@@ -18,7 +18,7 @@ from conversations.models import Step
 from conversations.pricing import comparison_cost, profile_price_set, tool_definitions_cost
 from conversations.runner import turn_run
 from conversations.selectors import comparison_runs
-from conversations.services import comparison_start, demo_profile_ensure
+from conversations.services import comparison_start, conversation_start, demo_profile_ensure
 from conversations.splicing import count_tokens
 from servers import gateway
 from servers.models import Operation
@@ -65,9 +65,47 @@ def test_the_structured_prompt_count_includes_the_json_schema_it_sends() -> None
     request = json.loads(structured.exchanges.get(channel="llm").request_body)
     schema = request["response_format"]
     schema_tokens = count_tokens(json.dumps(schema, ensure_ascii=False), structured.tokens["encoding"])
-    assert structured.tokens["tools"]["response_format"] == schema_tokens
     assert structured.tokens["prompt"] > schema_tokens
-    assert "response_format" in structured.tokens["note"]
+    assert f"response_format schema the request sends ({schema_tokens})" in structured.tokens["note"]
+
+
+def test_the_structured_paradigm_counts_each_tool_as_its_branch_of_the_schema_and_its_prompt_line() -> None:
+    alice = UserFactory(username="alice")
+    comparison = _compare(alice, ("native", "structured"))
+    step = (
+        Step.objects.filter(
+            turn__conversation__comparison=comparison,
+            turn__conversation__paradigm="structured",
+            kind="decide",
+        )
+        .order_by("seq")
+        .first()
+    )
+    assert step is not None
+    request = json.loads(step.exchanges.get(channel="llm").request_body)
+    encoding, counts = step.tokens["encoding"], step.tokens["tools"]
+    branches = {
+        branch["properties"]["tool"]["enum"][0]: branch
+        for branch in request["response_format"]["json_schema"]["schema"]["properties"]["decision"]["anyOf"]
+        if "tool" in branch["properties"]
+    }
+    listed = request["messages"][0]["content"].split("- Tools: ", 1)[1].split("\n", 1)[0]
+
+    # One count per tool offered (no lump for the whole schema), as for every other paradigm.
+    assert set(counts) == set(branches) and len(counts) >= 3
+    for name, branch in branches.items():
+        # Its entry in the prompt's tool list (up to the next tool's) and its branch of the union.
+        others = [other for other in branches if other != name]
+        line = listed.split(f"{name} (", 1)[1]
+        line = f"{name} (" + min((line.split(f"; {other} (")[0] for other in others), key=len)
+        text = f"{line}\n{json.dumps(branch, ensure_ascii=False)}"
+        assert counts[name] == count_tokens(text, encoding), name
+    schema_tokens = count_tokens(json.dumps(request["response_format"], ensure_ascii=False), encoding)
+    # The tools are part of what the model reads, not all of it: the answer branch and wrapper are not tools.
+    assert sum(counts.values()) < step.tokens["prompt"]
+    assert sum(counts.values()) > schema_tokens // 2
+    assert "its line in the prompt and its branch of the response_format schema" in step.tokens["note"]
+    assert "the text the paradigm writes for it into the request" in step.tokens["note"]
 
 
 def test_one_tool_counts_the_same_on_the_server_page_and_in_a_conversation() -> None:
@@ -156,8 +194,8 @@ def test_the_tool_definitions_and_a_comparison_cost_at_the_profiles_prices() -> 
     definitions = {
         run.paradigm: tool_definitions_cost(run.turn, run.conversation.model_profile) for run in runs
     }
-    # native sends its tools' definitions, structured its schema, the prompt paradigms write
-    # them into their prompts: each has a cost of its own.
+    # native sends its tools' definitions, structured a branch of its schema and a prompt line per
+    # tool, the prompt paradigms write them into their prompts: each has a cost of its own.
     for paradigm in PARADIGMS:
         cost = definitions[paradigm]
         assert cost is not None and cost > 0, paradigm
@@ -170,3 +208,52 @@ def test_the_tool_definitions_and_a_comparison_cost_at_the_profiles_prices() -> 
     cells = re.findall(r'<td class="num tool-definitions-cost">(.*?)</td>', text)
     assert len(cells) == len(PARADIGMS)
     assert all(cell.startswith("$") for cell in cells), cells
+
+
+@pytest.mark.parametrize("paradigm", ["native", "structured", "prompt_xml"])
+def test_the_conversation_page_shows_the_tool_definitions_cost_of_each_call_and_of_the_turn(
+    paradigm: str,
+) -> None:
+    alice = UserFactory(username="alice")
+    profile = demo_profile_ensure()
+    profile_price_set(
+        profile=profile,
+        input_per_million=Decimal("3"),
+        output_per_million=Decimal("15"),
+        source="a test",
+        actor=alice,
+    )
+    conversation, turn = conversation_start(
+        owner=alice,
+        model_profile=profile,
+        question=WEATHER,
+        servers=[demo_server_ensure()],
+        paradigm=paradigm,
+        dispatch=False,
+    )
+    turn_run(turn_id=turn.pk)
+    client = Client()
+    client.force_login(alice)
+
+    text = client.get(reverse("inspector-conversation", args=[conversation.public_id])).content.decode()
+
+    model_calls = list(Step.objects.filter(turn=turn).exclude(tokens={}).order_by("seq"))
+    assert len(model_calls) >= 2
+    # Per call: the call's own definitions (sent again with each call) at the input price.
+    per_call = re.findall(
+        r'tool definitions: ([\d,]+) tokens in \d+ tools? · <span class="tool-definitions-cost">\$([\d.]+)</span>'
+        r" at the input price",
+        text,
+    )
+    expected = [
+        (sum(step.tokens["tools"].values()), Decimal(3) * sum(step.tokens["tools"].values()) / 1_000_000)
+        for step in model_calls
+    ]
+    assert [(int(tokens.replace(",", "")), Decimal(cost)) for tokens, cost in per_call] == [
+        (tokens, cost.quantize(Decimal("0.000001"))) for tokens, cost in expected
+    ]
+    # Per turn: every call's definitions, beside the turn's cost.
+    whole = tool_definitions_cost(turn, profile)
+    assert whole is not None and whole == sum(cost for _, cost in expected)
+    assert '<span class="tool-definitions-cost" title="the tool definitions' in text
+    assert f"(tool definitions ${whole:.6f})" in text

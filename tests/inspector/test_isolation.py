@@ -131,7 +131,8 @@ EXPECTED: dict[str, Expect] = {
     # the shared model profiles and what was learned about them (no user's data)
     "inspector-profiles": Expect("GET", NO_LEAK),
     "inspector-profile-reset": Expect("POST", NO_LEAK),
-    "inspector-profile-price": Expect("POST", NO_LEAK),
+    # setting a shared profile's prices changes every user's costs: staff only
+    "inspector-profile-price": Expect("POST", NOT_FOUND),
     "api-openapi": Expect("GET", NO_LEAK),
     "api-token": Expect("POST", PUBLIC),
     "api-conversations": Expect("GET", NO_LEAK),

@@ -14,7 +14,8 @@ from django.template.loader import render_to_string
 from django.test import Client
 from django.urls import reverse
 
-from conversations.models import LearnedCapability, ModelProfile, Turn, UserPreference
+from conversations.capabilities import CAPABILITY_RESET_ACTION
+from conversations.models import AuditEvent, LearnedCapability, ModelProfile, Turn, UserPreference
 from conversations.paradigms import PARADIGMS
 from conversations.runner import turn_run
 from conversations.services import (
@@ -142,6 +143,41 @@ def test_every_model_step_shows_the_tool_choice_in_every_paradigm(mode: str) -> 
         assert all(value.startswith(mode) and "in words" in value for value in shown), (paradigm, shown)
 
 
+@pytest.mark.parametrize(
+    ("marker", "rungs"),
+    [
+        ("", ["auto"]),
+        (" [demo:no-native-tools]", ["auto", "auto — not a field: the prompt says it in words"]),
+    ],
+    ids=["native", "after a fallback"],
+)
+def test_every_model_step_of_auto_shows_the_tool_choice_of_the_rung_it_ran(
+    marker: str, rungs: list[str]
+) -> None:
+    alice = UserFactory(username="alice")
+    conversation, turn = conversation_start(
+        owner=alice,
+        model_profile=demo_profile_ensure(),
+        question=WEATHER + marker,
+        servers=[demo_server_ensure()],
+        paradigm="auto",
+        dispatch=False,
+    )
+    turn_run(turn_id=turn.pk)
+
+    text = html.unescape(
+        _signed_in(alice)
+        .get(reverse("inspector-conversation", args=[conversation.public_id]))
+        .content.decode()
+    )
+
+    calls = turn.steps.filter(exchanges__channel="llm").distinct().count()
+    shown = re.findall(r'class="tool-choice-sent"[^>]*>tool_choice <code>([^<]*)</code>', text)
+    assert calls >= 2 and len(shown) == calls, shown
+    # native sends the field; after the refusal, structured says it in its prompt instead.
+    assert list(dict.fromkeys(shown)) == rungs
+
+
 def test_the_step_through_walks_one_turn_from_the_prompt_to_the_answer() -> None:
     alice = UserFactory(username="alice")
     turn = _weather_turn(alice)
@@ -198,6 +234,10 @@ def test_the_profiles_page_shows_a_learned_capability_and_resets_it() -> None:
     assert profile.native_tools == "unknown"
     assert not LearnedCapability.objects.exists()
     assert as_alice.post(reverse("inspector-profile-reset"), {"profile": "x"}).status_code == 404
+    # Any signed-in user may reset (it only makes auto try more); each reset is audited.
+    (entry,) = AuditEvent.objects.filter(action=CAPABILITY_RESET_ACTION)
+    assert (entry.actor_name, entry.via, entry.subject) == ("alice", "web", "ollama-gemma")
+    assert entry.detail["learned"]["reason"] == "gemma does not support tools"
 
 
 def test_a_missing_page_is_the_sites_own_404(settings: Any) -> None:

@@ -19,6 +19,7 @@ from urllib.parse import urlencode
 import pytest
 from playwright.sync_api import Dialog, Page, expect
 
+from inspector import teaching
 from tests.inspector.test_browser import PASSWORD, REPO_ROOT, InspectorServer
 from tests.inspector.test_browser import page as page  # noqa: F401 — the Chromium page fixture
 
@@ -102,6 +103,17 @@ def _transcript_shows(
     pytest.fail(f"the transcript never showed {labels} {count}: {[row['label'] for row in rows]}")
 
 
+def _unexplained(rows: list[dict[str, Any]]) -> set[str]:
+    """The field names of the recorded app ↔ host messages that teaching mode has no note for."""
+    return {
+        field.name
+        for row in rows
+        for body in (row.get("request") or "", row.get("response") or "")
+        for field in teaching.field_notes(body if isinstance(body, str) else json.dumps(body), "mcp")
+        if field.note is None
+    }
+
+
 def test_an_app_renders_sandboxed_calls_a_tool_through_the_host_resizes_and_its_traffic_is_recorded(
     inspector_with_apps: InspectorServer, page: Page
 ) -> None:
@@ -146,6 +158,8 @@ def test_an_app_renders_sandboxed_calls_a_tool_through_the_host_resizes_and_its_
         row for row in rows if row["label"] == "host → app result" and "counter at 42" in str(row["response"])
     ]
     assert result["direction"] == "local"
+    # Teaching mode explains every field of the messages, the host's and the app's.
+    assert _unexplained(rows) == set()
     page.goto(f"{base}/servers/apps/transcript?method=app")
     expect(page.locator(".msg .badge.app-traffic").first).to_be_visible()
     assert dialogs == []
@@ -206,9 +220,11 @@ def test_the_ext_apps_vanilla_js_example_runs_in_the_host(
     expect(page.locator("#mcp-app-notes a", has_text="https://modelcontextprotocol.io/")).to_be_visible()
     expect(page.locator("#mcp-app-iframe")).to_have_attribute("data-height", re.compile(r"^\d+$"))
 
-    _transcript_shows(
+    rows = _transcript_shows(
         page, base, "basic", ["app → host ui/initialize", "app → host tools/call", "app → host ui/open-link"]
     )
+    # The ext-apps SDK's own messages: teaching mode explains every field of them too.
+    assert _unexplained(rows) == set()
 
 
 def test_a_conversations_tool_step_opens_its_app_with_the_calls_result(
