@@ -52,6 +52,23 @@ def bob() -> User:
     return user
 
 
+@pytest.mark.django_db
+def test_a_run_of_a_variant_naming_a_tool_the_server_does_not_have_is_refused_naming_the_field(
+    alice: User,
+) -> None:
+    suite = suite_save(
+        owner=alice,
+        text=SMALL.replace("demo/get_weather_forecast: {description", "demo/get_weather: {description"),
+    )
+
+    response = _post(_client(alice), "/api/evals/runs", {"suite": str(suite.public_id)})
+
+    assert response.status_code == 400
+    assert response.json()["field"] == "variants.terse.demo/get_weather"
+    assert response.json()["detail"].startswith("variants.terse.demo/get_weather: no such tool")
+    assert not EvalRun.objects.exists()
+
+
 def _client(user: User) -> Client:
     client = Client()
     client.force_login(user)

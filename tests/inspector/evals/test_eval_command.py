@@ -180,6 +180,24 @@ def test_a_suite_naming_an_unknown_server_or_profile_is_refused_naming_the_field
 
 
 @pytest.mark.django_db
+def test_a_variant_naming_a_tool_the_server_does_not_have_is_refused_naming_the_field(
+    admin: User, tmp_path: Path
+) -> None:
+    suite = tmp_path / "misspelt.json"
+    suite.write_text(
+        EXAMPLE.read_text().replace(
+            '"demo/get_weather_forecast": {"description"', '"demo/get_weather": {"description"'
+        )
+    )
+
+    _, err, code = _eval("run", str(suite))
+
+    assert code == 1
+    assert "variants.terse.demo/get_weather: no such tool" in err
+    assert not EvalRun.objects.exists()
+
+
+@pytest.mark.django_db
 def test_another_users_run_is_not_shown(admin: User) -> None:
     bob = UserFactory(username="bob")
     run = EvalRun.objects.create(suite=Suite.objects.create(owner=admin, name="s"), owner=admin)

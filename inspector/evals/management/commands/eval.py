@@ -26,6 +26,7 @@ from inspector.evals.reports import junit_xml, progress_line, results_table
 from inspector.evals.selectors import Progress, run_get, run_list, run_results, suite_get_by_name
 from inspector.evals.services import run_start, suite_save_or_replace
 from inspector.evals.suites import MAX_SUITE_CHARS, SuiteError
+from servers.models import Operation
 
 # Exit codes a CI script can tell apart (CommandError's own is 1).
 EXIT_BELOW_MIN_ACCURACY = 2
@@ -87,6 +88,7 @@ class Command(BaseCommand):
                 concurrency=options["concurrency"],
                 repeats=options["repeats"],
                 dispatch=False,
+                source=Operation.Source.CLI,
             )
         except SuiteError as exc:
             raise CommandError(f"the suite cannot run: {exc}") from None
