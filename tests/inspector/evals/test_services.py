@@ -16,7 +16,7 @@ from inspector.evals.services import run_start, suite_delete, suite_save
 from inspector.evals.suites import SuiteError
 from servers import gateway
 from servers.models import Operation
-from tests.factories import UserFactory
+from tests.factories import McpServerFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -146,3 +146,16 @@ def test_a_variant_of_tools_and_parameters_the_server_has_starts(alice: User) ->
     run = run_start(suite=suite, user=alice, dispatch=False)
 
     assert EvalCell.objects.filter(run=run).count() == 4
+
+
+def test_a_variant_of_a_server_whose_tools_cannot_be_listed_is_refused_naming_the_server(alice: User) -> None:
+    McpServerFactory(name="gone", args=["-c", "pass"], allow_non_staff_spawn=True)  # exits at once
+    text = SUITE.replace("servers: [demo]", "servers: [gone]").replace("demo/calculate", "gone/calculate")
+    suite = suite_save(owner=alice, text=text)
+
+    with pytest.raises(SuiteError) as refused:
+        run_start(suite=suite, user=alice, dispatch=False)
+
+    assert refused.value.field == "servers[0]"
+    assert "its tools could not be listed to check the suite's variants" in str(refused.value)
+    assert not EvalCell.objects.exists()

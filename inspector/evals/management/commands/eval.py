@@ -6,8 +6,8 @@ case is an ordinary conversation handed to the turn dispatcher (the embedded thr
 Celery workers when ``REDIS_URL`` is set). A progress line goes to stderr, and nothing else
 until the run ends: the INFO log lines of the turns it runs (each turn sealed...) are held back
 while it runs, warnings still show. The results (a table, or with ``--json`` one JSON object) go
-to stdout. The exit code is non-zero when the run did not
-finish or any cell's accuracy is below ``--min-accuracy``.
+to stdout. The exit code is non-zero when the run did not finish or any cell's accuracy is
+below ``--min-accuracy``.
 """
 
 from __future__ import annotations
