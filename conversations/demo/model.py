@@ -9,8 +9,10 @@ This module is the entry point; the steps live beside it in the package (see
 
 It lets a class run the real client code, the raw capture, the parser, the validator and the
 repair loop with no API key and no network. It is no language model: it picks a tool by word
-overlap with the tools' names and descriptions, fills arguments with a few patterns guided by
-each tool's JSON Schema, and writes answers from fixed templates labelled ``[demo model]``.
+overlap with the tools' names and descriptions, calls it only when the tool's definition says it
+takes what the question gives (among several tools, its description must say so: the demo's
+description sensitivity, docs/evals.md §8), fills arguments with a few patterns guided by each
+tool's JSON Schema, and writes answers from fixed templates labelled ``[demo model]``.
 
 Contract of :func:`complete`:
 

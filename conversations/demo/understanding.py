@@ -4,8 +4,9 @@
 :func:`read_facts` pulls out places, days, numbers, expressions, unit conversions and quoted
 text; :func:`best_tool` scores each offered tool by word overlap (with stems and synonym groups)
 between the question and the tool's name and description; :func:`unexplained` says which kinds
-of value the question gives that a tool's definition does not say it takes (the demo model's
-description sensitivity, docs/evals.md).
+of value the question gives that a tool's definition does not say it takes — among several
+tools, that its description does not say it takes (the demo model's description sensitivity,
+docs/evals.md §8).
 
 Pure Python: no Django, no I/O, no randomness.
 """
@@ -419,19 +420,28 @@ def definition_words(tool: Tool) -> frozenset[str]:
     return word_forms_of(words)
 
 
-def unexplained(tool: Tool, facts: Facts) -> tuple[str, ...]:
+def unexplained(tool: Tool, facts: Facts, *, among: int = 1) -> tuple[str, ...]:
     """The kinds of value the question gives (a place it is asked about, a day, an expression,
     units) when the tool's definition mentions none of them; empty when it mentions one, when it
     takes free text (a text, a query...), when the question gives none, or when the tool has
     neither a description nor parameters (its name is all there is).
 
+    Which part of the definition must say it depends on ``among``, how many tools were offered
+    to choose from. A lone tool is read whole: its description and its parameters' names and
+    descriptions. Among several, the tool is routed to by its description, as a model tells a
+    catalogue's tools apart by what each says it does: the description must say it (the
+    parameters are read once the tool is chosen, to fill the arguments). A tool without a
+    description is judged by its parameters even then, as there is nothing else to go on.
+
     This is what makes the demo model sensitive to descriptions, as real models are: a tool
-    described as "Weather." with no parameters in sight does not say it takes a city or a day.
+    described as "Weather." does not say it takes a city or a day.
     """
     kinds = _given_kinds(facts)
-    if not kinds or not (tool.description.strip() or tool.parameters.get("properties")):
+    described = bool(tool.description.strip())
+    if not kinds or not (described or tool.parameters.get("properties")):
         return ()
-    mentioned = definition_words(tool)
+    routed = among > 1 and described
+    mentioned = word_forms_of(words_of(tool.description)) if routed else definition_words(tool)
     if mentioned & _FREE_TEXT_WORDS or any(mentioned & word_forms_of(_KIND_WORDS[kind]) for kind in kinds):
         return ()
     return kinds

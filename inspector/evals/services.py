@@ -8,6 +8,8 @@ of this process), unless the caller drives it itself (the CLI: ``driver.run_exec
 
 from __future__ import annotations
 
+import difflib
+
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
@@ -22,9 +24,10 @@ from inspector.evals.execution import run_dispatch
 from inspector.evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
 from inspector.evals.selectors import run_results
 from inspector.evals.suites import SuiteDefinition, SuiteError, parse_suite, suite_from_document
-from servers.models import McpServer
+from servers.mcp_apps import model_visible
+from servers.models import McpServer, Operation
 from servers.selectors import server_get, server_spawn_refusal
-from servers.services import DEMO_SERVER_NAME, demo_server_ensure
+from servers.services import DEMO_SERVER_NAME, SpawnRefused, demo_server_ensure, operation_start
 
 # One run may not queue more conversations than this (cells × cases × repeats).
 MAX_CASE_RUNS = 5000
@@ -113,18 +116,23 @@ def run_start(
     concurrency: int | None = None,
     repeats: int | None = None,
     dispatch: bool = True,
+    source: str = Operation.Source.WEB,
 ) -> EvalRun:
     """Create a run of ``suite`` as ``user``: every cell and case run, pending. With
     ``dispatch`` it is driven in the background once this transaction commits
     (``run_dispatch``); without, the caller drives it (``run_execute``).
 
     ``concurrency`` (default ``EVAL_CONCURRENCY``) bounds the turns in flight; ``repeats``
-    (default: the suite's) runs each case that many times per cell.
+    (default: the suite's) runs each case that many times per cell. The tools of each server
+    a description variant rewords are listed first (a workbench operation of ``user`` from
+    ``source``, on the record like any listing), so that a variant naming a tool or parameter
+    the server does not have is refused rather than silently changing nothing.
 
     Raises:
         SuiteError: the stored definition is invalid, a model profile or server it names does
-            not exist or may not be used by ``user`` (the field names which), or the run would
-            be too big.
+            not exist or may not be used by ``user``, a variant names a tool or a parameter its
+            server does not offer, or a server's tools could not be listed to check that (the
+            field names which), or the run would be too big.
         ValueError: ``concurrency`` or ``repeats`` is below 1.
     """
     definition = suite_from_document(suite.definition)
@@ -134,6 +142,7 @@ def run_start(
         raise ValueError("concurrency and repeats must be at least 1")
     profiles = _profiles(definition)
     servers = _servers(definition, user)
+    _variants_check(definition, servers, user, source)
     total = len(definition.cells) * len(definition.cases) * repeats
     if total > MAX_CASE_RUNS:
         raise SuiteError(
@@ -198,6 +207,72 @@ def _servers(definition: SuiteDefinition, user: AbstractBaseUser) -> list[McpSer
             raise SuiteError(f"servers[{index}]", refusal)
         servers.append(server)
     return servers
+
+
+def _variants_check(
+    definition: SuiteDefinition, servers: list[McpServer], user: AbstractBaseUser, source: str
+) -> None:
+    """Every ``server/tool`` a variant rewords, and every parameter it names, is one the server
+    offers the model now.
+
+    Raises:
+        SuiteError: naming the variant's key (``variants.terse.demo/get_weather``) or parameter
+            (``variants.terse.demo/get_weather_forecast.parameters.town``), or the server
+            (``servers[0]``) whose tools could not be listed.
+    """
+    reworded = {key.partition("/")[0] for overrides in definition.variants.values() for key in overrides}
+    offered = {
+        server.name: _tools_offered(server, user, source, f"servers[{index}]")
+        for index, server in enumerate(servers)
+        if server.name in reworded
+    }
+    for variant, overrides in definition.variants.items():
+        for key, override in overrides.items():
+            where = f"variants.{variant}.{key}"
+            server_name, _, tool_name = key.partition("/")
+            tools = offered.get(server_name)
+            if tools is None:
+                raise SuiteError(where, f"server {server_name!r} is not among the suite's servers")
+            if tool_name not in tools:
+                raise SuiteError(where, _no_such_tool(server_name, tool_name, sorted(tools)))
+            parameters = tools[tool_name]
+            for parameter in override.parameters:
+                if parameter not in parameters:
+                    takes = ", ".join(parameters) or "no parameters"
+                    raise SuiteError(
+                        f"{where}.parameters.{parameter}", f"no such parameter of {key}; it takes {takes}"
+                    )
+
+
+def _tools_offered(
+    server: McpServer, user: AbstractBaseUser, source: str, where: str
+) -> dict[str, tuple[str, ...]]:
+    """The tools ``server`` offers the model now, by name, each with its parameters' names.
+
+    Raises:
+        SuiteError: at ``where``, when they could not be listed.
+    """
+    try:
+        listing = operation_start(server=server, user=user, kind=Operation.Kind.TOOLS_LIST, source=source)
+    except SpawnRefused as exc:
+        raise SuiteError(where, str(exc)) from None
+    if listing.status != Operation.Status.OK or not isinstance(listing.result, list):
+        problem = listing.error or f"the listing ended {listing.status}"
+        raise SuiteError(where, f"its tools could not be listed to check the suite's variants: {problem}")
+    offered: dict[str, tuple[str, ...]] = {}
+    for tool in listing.result:
+        if not isinstance(tool, dict) or not model_visible(tool):
+            continue
+        schema = tool.get("inputSchema")
+        properties = schema.get("properties") if isinstance(schema, dict) else None
+        offered[str(tool.get("name"))] = tuple(properties) if isinstance(properties, dict) else ()
+    return offered
+
+
+def _no_such_tool(server_name: str, tool_name: str, tools: list[str]) -> str:
+    closest = difflib.get_close_matches(tool_name, tools, n=1)
+    hint = f"; did you mean {server_name}/{closest[0]}?" if closest else ""
+    return f"no such tool{hint} ({server_name} offers {', '.join(tools) or 'no tools'})"
 
 
 def run_cancel(*, run: EvalRun, actor: AbstractBaseUser | None = None) -> EvalRun:

@@ -952,6 +952,59 @@ def test_intent_routing_sees_only_the_one_line_description_so_a_terse_one_routes
     assert label(terse) == "none"
 
 
+def _catalogue_with(weather: dict[str, Any]) -> list[dict[str, Any]]:
+    return [weather, CALCULATOR, CONVERTER, NOTES]
+
+
+TERSE_CATALOGUE = tool_defs(*_catalogue_with(_terse_weather(with_parameters=True)))
+UNEXPLAINED = "The tool demo__get_weather_forecast might fit, but its description does not say that it takes a place or a day"
+
+
+def test_among_several_tools_a_description_that_does_not_say_what_the_tool_takes_loses_the_question() -> None:
+    body = reply_of(ask(BEIJING, tools=_catalogue_with(_terse_weather(with_parameters=True))))
+
+    # Its parameters (city, day) would say it, but a catalogue is routed by its descriptions.
+    assert "tool_calls" not in message_of(body)
+    assert UNEXPLAINED in message_of(body)["content"]
+
+
+def test_among_several_tools_a_description_that_says_what_the_tool_takes_is_called() -> None:
+    described = json.loads(json.dumps(WEATHER))
+    described["function"]["description"] = "Weather for a city."
+
+    body = reply_of(ask(BEIJING, tools=_catalogue_with(described)))
+
+    assert calls_of(body) == [("demo__get_weather_forecast", {"city": "Beijing", "day": "tomorrow"})]
+
+
+@pytest.mark.parametrize(
+    "system",
+    [
+        prompt_xml.system_prompt(TERSE_CATALOGUE, ToolChoice("auto"), history=False),
+        prompt_json.system_prompt(TERSE_CATALOGUE, ToolChoice("auto"), history=False),
+    ],
+    ids=["prompt_xml", "prompt_json"],
+)
+def test_the_text_paradigms_route_a_catalogue_by_its_descriptions_too(system: str) -> None:
+    assert UNEXPLAINED in content_of(text_request(system, user(BEIJING)))
+
+
+def test_the_structured_paradigm_routes_a_catalogue_by_its_descriptions_too() -> None:
+    decision = json.loads(content_of(structured_request(BEIJING, tools=TERSE_CATALOGUE)))
+
+    assert decision["decision"]["action"] == "final_answer"
+    assert UNEXPLAINED in decision["decision"]["answer"]
+
+
+def test_a_catalogue_tool_without_a_description_is_judged_by_its_name_and_parameters() -> None:
+    undescribed = json.loads(json.dumps(WEATHER))
+    undescribed["function"]["description"] = ""
+
+    body = reply_of(ask(BEIJING, tools=_catalogue_with(undescribed)))
+
+    assert [name for name, _ in calls_of(body)] == ["demo__get_weather_forecast"]
+
+
 def test_a_note_taking_tool_takes_free_text_whatever_day_the_question_names() -> None:
     body = reply_of(ask("Remember to call mum on Monday", tools=[NOTES]))
 

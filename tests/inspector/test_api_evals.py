@@ -52,6 +52,23 @@ def bob() -> User:
     return user
 
 
+@pytest.mark.django_db
+def test_a_run_of_a_variant_naming_a_tool_the_server_does_not_have_is_refused_naming_the_field(
+    alice: User,
+) -> None:
+    suite = suite_save(
+        owner=alice,
+        text=SMALL.replace("demo/get_weather_forecast: {description", "demo/get_weather: {description"),
+    )
+
+    response = _post(_client(alice), "/api/evals/runs", {"suite": str(suite.public_id)})
+
+    assert response.status_code == 400
+    assert response.json()["field"] == "variants.terse.demo/get_weather"
+    assert response.json()["detail"].startswith("variants.terse.demo/get_weather: no such tool")
+    assert not EvalRun.objects.exists()
+
+
 def _client(user: User) -> Client:
     client = Client()
     client.force_login(user)
@@ -90,13 +107,13 @@ def test_a_suite_posted_and_run_through_the_api_reports_progress_and_every_cell(
         "status": "done",
         "total": 4,
         "finished": 4,
-        "passed": 3,
+        "passed": 2,
         "running": 0,
         "fraction": 1.0,
     }
     cells = {(cell["paradigm"], cell["variant"]): cell for cell in results["cells"]}
-    assert cells[("intent", "terse")]["no_call"] == 1
-    assert cells[("native", "terse")]["accuracy"] == 1.0
+    assert cells[("intent", "terse")]["no_call"] == cells[("native", "terse")]["no_call"] == 1
+    assert cells[("native", "plain")]["accuracy"] == cells[("intent", "plain")]["accuracy"] == 1.0
     listed = client.get("/api/evals/runs", {"suite": suite["id"]}).json()
     assert [item["run"] for item in listed] == [run["run"]]
 

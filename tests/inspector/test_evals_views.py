@@ -20,6 +20,7 @@ from inspector import evals_results
 from inspector.evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
 from inspector.evals.services import suite_save
 from inspector.evals_forms import EXAMPLE_SUITE
+from servers import gateway
 from tests.factories import ConversationFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -252,6 +253,24 @@ def test_a_suite_naming_a_model_that_does_not_exist_is_not_run_and_says_which(
     )
     assert response.status_code == 400
     assert "models[1]: no model profile named" in response.content.decode()
+    assert not EvalRun.objects.exists()
+
+
+def test_a_suite_whose_variant_names_a_parameter_the_tool_lacks_is_not_run_and_says_which(
+    alice_client: Client, alice: Any
+) -> None:
+    reworded = "variants: {terse: {demo/get_weather_forecast: {parameters: {town: Which town.}}}}\ncases:"
+    suite = _suite(alice, SMALL_SUITE.replace("cases:", reworded))
+    try:
+        response = alice_client.post(
+            reverse("inspector-eval-run-create", args=[suite.public_id]), {"concurrency": "2", "repeats": "1"}
+        )
+    finally:
+        gateway.close_all()
+    assert response.status_code == 400
+    assert "variants.terse.demo/get_weather_forecast.parameters.town: no such parameter" in (
+        response.content.decode()
+    )
     assert not EvalRun.objects.exists()
 
 

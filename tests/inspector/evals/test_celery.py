@@ -44,10 +44,11 @@ def test_the_example_suite_runs_on_a_celery_worker(celery_worker: subprocess.Pop
     results = run_results(run)
     cells = {(cell["paradigm"], cell["variant"]): cell for cell in results["cells"]}  # type: ignore[union-attr, index]
     assert len(cells) == 10
+    # Plain passes everywhere; "Weather." loses the weather case in every paradigm (docs/evals.md §8).
+    assert all(cell["accuracy"] == 1.0 for (_, variant), cell in cells.items() if variant == "plain")
     assert all(
-        cell["accuracy"] == 1.0
-        for (paradigm, variant), cell in cells.items()
-        if (paradigm, variant) != ("intent", "terse")
+        (cell["passed"], cell["no_call"]) == (2, 1)
+        for (_, variant), cell in cells.items()
+        if variant == "terse"
     )
-    assert (cells[("intent", "terse")]["passed"], cells[("intent", "terse")]["no_call"]) == (2, 1)
     assert sum(len(cell["conversations"]) for cell in cells.values()) == 30

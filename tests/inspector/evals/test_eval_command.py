@@ -23,6 +23,7 @@ from servers import gateway
 from tests.factories import UserFactory
 
 EXAMPLE = Path(__file__).parent / "example_suite.json"
+PARADIGMS = ("native", "prompt_xml", "prompt_json", "structured", "intent")
 FAILURE_KEYS = (
     "wrong_tool",
     "wrong_arguments",
@@ -65,7 +66,7 @@ def _eval(*args: str) -> tuple[str, str, int]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_example_suite_runs_every_cell_and_a_terse_description_changes_a_result(
+def test_the_example_suite_runs_every_cell_and_a_terse_description_changes_the_result_in_every_paradigm(
     admin: User, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     junit = tmp_path / "results.xml"
@@ -84,11 +85,14 @@ def test_the_example_suite_runs_every_cell_and_a_terse_description_changes_a_res
         assert len(cell["conversations"]) == 3
         assert cell["input_tokens"] > 0 and cell["latency_ms"] is not None
     assert all(cell["accuracy"] == 1.0 for (_, variant), cell in cells.items() if variant == "plain")
-    # The demo routes an intent classification by the one-line descriptions alone: "Weather."
-    # does not say the tool takes a city or a day, so it answers without a call.
-    terse = cells[("intent", "terse")]
-    assert (terse["passed"], terse["no_call"]) == (2, 1)
-    assert terse["failures"][0]["case"] == 0 and "no tool was called" in terse["failures"][0]["reason"]
+    # The demo routes among several tools by their descriptions, in every paradigm (docs/evals.md
+    # §8): "Weather." does not say the tool takes a city or a day, so it answers without a call.
+    for paradigm in PARADIGMS:
+        terse = cells[(paradigm, "terse")]
+        assert (terse["passed"], terse["no_call"]) == (2, 1), paradigm
+        assert terse["failures"][0]["case"] == 0, paradigm
+        assert "no tool was called" in terse["failures"][0]["reason"], paradigm
+    terse = cells[("native", "terse")]
     # A description variant is cheaper: its tool definitions weigh fewer tokens (counted apart
     # where the tools have a field of their own: native and structured).
     assert (
@@ -108,20 +112,21 @@ def test_the_example_suite_runs_every_cell_and_a_terse_description_changes_a_res
 
     # Below --min-accuracy: a distinct exit code, after the JSON and the JUnit file were written.
     assert code == EXIT_BELOW_MIN_ACCURACY
-    assert "demo · intent · terse" in err
+    assert "5 cell(s) below the minimum accuracy" in err and "demo · native · terse" in err
     document = ET.fromstring(junit.read_text(encoding="utf-8"))
-    assert (document.tag, document.get("tests"), document.get("failures")) == ("testsuites", "30", "1")
+    assert (document.tag, document.get("tests"), document.get("failures")) == ("testsuites", "30", "5")
     failure = document.find("testsuite/testcase/failure")
     assert failure is not None and failure.get("type") == "no_call"
     # The progress line went to stderr as the run went on.
-    assert "[30/30] 100% · 29 passed · 0 running · done" in capfd.readouterr().err
+    assert "[30/30] 100% · 25 passed · 0 running · done" in capfd.readouterr().err
 
     listed, _, _ = _eval("list")
-    assert results["run"] in listed and "29/30 passed" in listed
+    assert results["run"] in listed and "25/30 passed" in listed
     shown, _, _ = _eval("show", results["run"], "--json")
     assert json.loads(shown)["cells"] == results["cells"]
     table, _, _ = _eval("show", results["run"])
     assert "intent       terse    2/3     67%       no_call 1" in table
+    assert "native       terse    2/3     67%       no_call 1" in table
 
 
 @pytest.mark.django_db(transaction=True)
@@ -177,6 +182,24 @@ def test_a_suite_naming_an_unknown_server_or_profile_is_refused_naming_the_field
         "name: s\nmodels: [demo]\nparadigms: [native]\nservers: [nope]\ncases: [{question: q, expect: []}]\n"
     )
     assert "servers[0]: no MCP server named 'nope'" in _eval("run", str(suite))[1]
+
+
+@pytest.mark.django_db
+def test_a_variant_naming_a_tool_the_server_does_not_have_is_refused_naming_the_field(
+    admin: User, tmp_path: Path
+) -> None:
+    suite = tmp_path / "misspelt.json"
+    suite.write_text(
+        EXAMPLE.read_text().replace(
+            '"demo/get_weather_forecast": {"description"', '"demo/get_weather": {"description"'
+        )
+    )
+
+    _, err, code = _eval("run", str(suite))
+
+    assert code == 1
+    assert "variants.terse.demo/get_weather: no such tool" in err
+    assert not EvalRun.objects.exists()
 
 
 @pytest.mark.django_db

@@ -21,7 +21,7 @@ from django.utils import timezone
 from pytest_django.fixtures import Settings
 
 from conversations.lifecycle import runner_name, turns_reap_stale
-from conversations.models import Turn
+from conversations.models import Step, Turn
 from inspector.evals.driver import case_claim, run_advance
 from inspector.evals.execution import runs_resume_stale
 from inspector.evals.models import EvalCaseResult, EvalRun
@@ -78,7 +78,9 @@ def test_a_run_whose_driver_died_is_driven_on_keeping_its_graded_cases(alice: Us
     # The driver's process dies, and the turn in flight with it: the turns' check marks it.
     second = EvalCaseResult.objects.get(cell__run=run, case_index=1)
     interrupted = Turn.objects.get(conversation=second.conversation)
-    _wait(lambda: Turn.objects.filter(pk=interrupted.pk, status=Turn.Status.RUNNING).exists())
+    # Waiting on the model ([demo:slow=3]): its steps so far are written, so the check's error
+    # step comes after them rather than racing the runner for the first place.
+    _wait(lambda: Step.objects.filter(turn=interrupted, kind=Step.Kind.DECIDE).exists())
     assert turns_reap_stale(now=timezone.now() + timedelta(hours=1)) == [interrupted.pk]
 
     assert runs_resume_stale() == [run.pk]

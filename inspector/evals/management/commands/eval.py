@@ -3,15 +3,20 @@
 ``eval run SUITE [--json] [--junit FILE] [--min-accuracy X]`` stores the suite file (replacing the
 user's suite of the same name, so its runs stay one history) and runs it in this process: each
 case is an ordinary conversation handed to the turn dispatcher (the embedded thread pool, or
-Celery workers when ``REDIS_URL`` is set). A progress line goes to stderr; the results (a table,
-or with ``--json`` one JSON object) to stdout. The exit code is non-zero when the run did not
-finish or any cell's accuracy is below ``--min-accuracy``.
+Celery workers when ``REDIS_URL`` is set). A progress line goes to stderr, and nothing else
+until the run ends: the INFO log lines of the turns it runs (each turn sealed...) are held back
+while it runs, warnings still show. The results (a table, or with ``--json`` one JSON object) go
+to stdout. The exit code is non-zero when the run did not finish or any cell's accuracy is
+below ``--min-accuracy``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,7 @@ from inspector.evals.reports import junit_xml, progress_line, results_table
 from inspector.evals.selectors import Progress, run_get, run_list, run_results, suite_get_by_name
 from inspector.evals.services import run_start, suite_save_or_replace
 from inspector.evals.suites import MAX_SUITE_CHARS, SuiteError
+from servers.models import Operation
 
 # Exit codes a CI script can tell apart (CommandError's own is 1).
 EXIT_BELOW_MIN_ACCURACY = 2
@@ -80,19 +86,21 @@ class Command(BaseCommand):
         if minimum is not None and not 0.0 <= minimum <= 1.0:
             raise CommandError("--min-accuracy is a share from 0 to 1, e.g. 0.8")
         suite = _suite(user, options["suite"])
-        try:
-            run = run_start(
-                suite=suite,
-                user=user,
-                concurrency=options["concurrency"],
-                repeats=options["repeats"],
-                dispatch=False,
-            )
-        except SuiteError as exc:
-            raise CommandError(f"the suite cannot run: {exc}") from None
-        except ValueError as exc:
-            raise CommandError(str(exc)) from None
-        run = run_execute(run=run, on_progress=_ProgressPrinter())
+        with _warnings_only_logged():
+            try:
+                run = run_start(
+                    suite=suite,
+                    user=user,
+                    concurrency=options["concurrency"],
+                    repeats=options["repeats"],
+                    dispatch=False,
+                    source=Operation.Source.CLI,
+                )
+            except SuiteError as exc:
+                raise CommandError(f"the suite cannot run: {exc}") from None
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+            run = run_execute(run=run, on_progress=_ProgressPrinter())
         results = run_results(run)
         if options["junit"]:
             Path(options["junit"]).write_text(junit_xml(results), encoding="utf-8")
@@ -160,6 +168,20 @@ class Command(BaseCommand):
         except (EvalRun.DoesNotExist, ValidationError, ValueError):
             raise CommandError(f"no run {options['run_id']!r} of yours") from None
         self._print_results(run_results(run), as_json=options["json"])
+
+
+@contextmanager
+def _warnings_only_logged() -> Iterator[None]:
+    """Log nothing below WARNING while the block runs (the root logger's level, which every logger
+    without a level of its own follows): the turns the run starts log an INFO line each (a sealed
+    turn, ``conversations.integrity``), and on the terminal those would break up the progress line."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        root.setLevel(level)
 
 
 class _ProgressPrinter:
