@@ -155,6 +155,16 @@ def grant_ensure(*, server: McpServer, user: AbstractBaseUser) -> OAuthGrant:
     return grant_configure(server=server, user=user, grant="authorization_code", values=values)
 
 
+def grant_client_register(
+    *, server: McpServer, user: AbstractBaseUser, client_id: str, client_secret: str
+) -> OAuthGrant:
+    """``user``'s grant for ``server`` set to a client registered with the authorization server
+    beforehand: the authorization code grant with this client id and (sealed) secret, no tokens
+    yet. The next connect uses it instead of registering one (docs/oauth.md, "In the browser")."""
+    values = {"client_id": client_id, "client_secret": client_secret}
+    return grant_configure(server=server, user=user, grant="authorization_code", values=values)
+
+
 def _pending_set(grant_id: int, url: str) -> None:
     row = OAuthGrant.objects.get(pk=grant_id)
     state = parse_qs(urlsplit(url).query).get("state", [""])[0]

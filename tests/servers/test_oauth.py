@@ -4,6 +4,7 @@ resource parameter, refresh, step-up, client credentials, masking, and each fail
 
 from __future__ import annotations
 
+import json
 import time
 import warnings
 from collections.abc import Iterator
@@ -17,12 +18,13 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from conversations.models import Exchange
+from conversations.models import AuditEvent, Exchange
 from servers import gateway, selectors
 from servers.grants import grant_configure, grant_ensure
 from servers.management.commands.server import Command as ServerCommand
 from servers.models import McpServer, OAuthGrant, Operation
 from servers.services import operation_start
+from servers.vault import unseal
 from tests.fixtures.oauth_server import (
     IDP_CLIENT_ID,
     IDP_ID_TOKEN,
@@ -482,3 +484,108 @@ def test_the_oauth_debugger_shows_the_legacy_issuer_warning(
     assert "oauth: warning: issuer differs from the metadata URL" in page
     assert f"issuer {fake.base}/oauth differs from where the metadata was fetched" in page
     assert "accepted under the 2025-03-26 rules" in page
+
+
+# --- a pre-registered client, from the browser -------------------------------------------------
+
+SECRET_FREE_TABLES = (Exchange, AuditEvent, Operation)
+
+
+def everything_stored_in_plain() -> str:
+    """Every row of the tables that hold records, audit entries and operations, as text."""
+    rows = [
+        json.dumps(list(model.objects.values()), default=str, ensure_ascii=False)
+        for model in SECRET_FREE_TABLES
+    ]
+    rows.append(json.dumps(list(OAuthGrant.objects.values("settings", "scope")), ensure_ascii=False))
+    return "\n".join(rows)
+
+
+def test_connect_with_a_pre_registered_client_from_the_browser_seals_its_secret_and_never_shows_it(
+    fake: FakeAuthorization, alice: User, client: Client
+) -> None:
+    fake.knobs = Knobs(dcr=False)
+    add(fake)
+    client.force_login(alice)
+    form = client.get("/servers/guarded/").content.decode()
+    assert 'action="/servers/guarded/oauth/client"' in form
+
+    answer = client.post(
+        "/servers/guarded/oauth/client",
+        {"client_id": PRE_REGISTERED[0], "client_secret": PRE_REGISTERED[1]},
+    )
+
+    assert answer.status_code == 302
+    assert "/register" not in paths(fake)
+    token = next(entry for entry in fake.seen if entry["path"] == "/token")
+    assert token["form"]["grant_type"] == "authorization_code"
+    grant = OAuthGrant.objects.get(user=alice)
+    assert grant.has_token and grant.settings["client_id"] == PRE_REGISTERED[0]
+    assert grant.sealed_secrets.startswith("enc:v1:") and PRE_REGISTERED[1] not in grant.sealed_secrets
+    assert PRE_REGISTERED[1] in unseal(grant.sealed_secrets)
+    pages = "".join(
+        client.get(url).content.decode()
+        for url in (
+            "/servers/guarded/",
+            "/servers/guarded/oauth",
+            answer["Location"],
+            "/servers/guarded/transcript",
+        )
+    )
+    assert f"pre-registered client <code>{PRE_REGISTERED[0]}</code>" in pages
+    assert PRE_REGISTERED[1] not in pages
+    assert PRE_REGISTERED[1] not in everything_stored_in_plain()
+    assert not any(token in everything_stored_in_plain() for token in fake.tokens)
+
+
+def test_a_pre_registered_client_belongs_to_the_user_who_gave_it(
+    fake: FakeAuthorization, alice: User, bob: User, client: Client
+) -> None:
+    add(fake)
+    client.force_login(alice)
+    client.post(
+        "/servers/guarded/oauth/client", {"client_id": PRE_REGISTERED[0], "client_secret": PRE_REGISTERED[1]}
+    )
+
+    client.force_login(bob)
+    assert client.get("/servers/guarded/oauth").status_code == 404
+    assert PRE_REGISTERED[1] not in client.get("/servers/guarded/").content.decode()
+    fake.seen.clear()
+    client.post("/servers/guarded/connect")
+
+    # Bob's connect registers a client of its own: alice's is not his to use.
+    assert "/register" in paths(fake)
+    bobs = OAuthGrant.objects.get(user=bob)
+    assert bobs.has_token and "client_id" not in bobs.settings and bobs.sealed_secrets == ""
+    assert OAuthGrant.objects.get(user=alice).settings["client_id"] == PRE_REGISTERED[0]
+
+
+def test_a_pre_registered_client_for_a_server_the_user_cannot_see_is_a_404(
+    fake: FakeAuthorization, bob: User, client: Client
+) -> None:
+    server = add(fake)
+    server.enabled = False
+    server.save()
+    client.force_login(bob)
+
+    answer = client.post(
+        "/servers/guarded/oauth/client", {"client_id": PRE_REGISTERED[0], "client_secret": PRE_REGISTERED[1]}
+    )
+
+    assert answer.status_code == 404
+    assert not OAuthGrant.objects.exists() and fake.seen == []
+
+
+def test_a_pre_registered_client_needs_an_id_and_says_so(
+    fake: FakeAuthorization, alice: User, client: Client
+) -> None:
+    add(fake)
+    client.force_login(alice)
+
+    answer = client.post(
+        "/servers/guarded/oauth/client", {"client_id": " ", "client_secret": "s3cret-value"}, follow=True
+    )
+
+    assert "client id: This field is required." in answer.content.decode()
+    assert "s3cret-value" not in answer.content.decode()
+    assert not OAuthGrant.objects.exists() and fake.seen == []
