@@ -139,10 +139,11 @@ def decide(request: Request, question: Question) -> Turn:
 
 
 def repair(request: Request, question: Question, latest: _Round) -> Turn:
-    """Call again each tool whose result was an error, with freshly filled arguments; a call
-    to an unknown name goes to the offered tool with the closest name. When filling afresh gives
-    the very arguments that were rejected, the fields the error names are repaired instead
-    (``arguments.repaired_arguments``); an error that names none is retried as it was."""
+    """Call again each tool whose result was an error. The fields the error names are repaired
+    (``arguments.repaired_arguments``: a missing one filled, a rejected value replaced by one the
+    schema accepts) and the rest kept as sent; an error that names no field gets freshly filled
+    arguments, which for the same question are the same (a timeout is retried as it was). A
+    call to an unknown name goes to the offered tool with the closest name."""
     facts = read_facts(question.text)
     candidates = request.candidates()
     calls: list[Call] = []
@@ -154,9 +155,8 @@ def repair(request: Request, question: Question, latest: _Round) -> Turn:
         siblings = [call.id for call in latest.calls if call.name == result.call.name]
         arguments = argument_sets[min(siblings.index(result.call.id), len(argument_sets) - 1)]
         sent = json_or_none(result.call.arguments)
-        if tool.name == result.call.name and sent == arguments and isinstance(sent, dict):
-            # Filling afresh would repeat the rejected call: change the fields the error names.
-            arguments = repaired_arguments(tool, sent, result.text) or arguments
+        if tool.name == result.call.name and isinstance(sent, dict):
+            arguments = repaired_arguments(tool, sent, result.text, facts) or arguments
         calls.append(new_call(request, len(calls), tool.name, arguments))
         if not request.parallel:
             break
