@@ -120,6 +120,10 @@ SCENARIOS = listed_scenarios()
 CLIENT_AUTH = [name for name in SCENARIOS["client"] if name.startswith("auth/")]
 CLIENT_OTHER = [name for name in SCENARIOS["client"] if not name.startswith("auth/")]
 SERVER_APPLICABLE = [name for name in SCENARIOS["server"] if name not in NOT_APPLICABLE]
+# Tests that read a scenario's run without being parametrized by it.
+NEEDS_SCENARIOS = {
+    "test_each_cli_command_ends_its_http_session_with_a_delete": ("elicitation-sep1034-client-defaults",)
+}
 
 
 def checks_of(folder: Path) -> list[dict[str, Any]]:
@@ -171,6 +175,20 @@ def run_client_scenario(name: str, out_dir: Path, template: Path) -> tuple[list[
     return checks_of(out_dir), completed.stdout + completed.stderr + client_output
 
 
+def selected(request: pytest.FixtureRequest, names: list[str]) -> list[str]:
+    """The scenarios of ``names`` that a selected test of this module waits for (``-k`` runs
+    only what it asks for)."""
+    wanted: set[str] = set()
+    for item in request.session.items:
+        if getattr(item, "module", None) is not request.module:
+            continue
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "scenario" in callspec.params:
+            wanted.add(str(callspec.params["scenario"]))
+        wanted.update(NEEDS_SCENARIOS.get(getattr(item, "originalname", item.name), ()))
+    return [name for name in names if name in wanted]
+
+
 @pytest.fixture(scope="module")
 def pool() -> Iterator[ThreadPoolExecutor]:
     """One pool for every scenario of the run, the client's and the demo server's: they are
@@ -181,7 +199,7 @@ def pool() -> Iterator[ThreadPoolExecutor]:
 
 @pytest.fixture(scope="module")
 def client_runs(
-    pool: ThreadPoolExecutor, demo_server_run: DemoServerRun
+    request: pytest.FixtureRequest, pool: ThreadPoolExecutor, demo_server_run: DemoServerRun
 ) -> Iterator[dict[str, Future[tuple[list[dict[str, Any]], str]]]]:
     """Every client scenario, queued behind the demo server's (started first: they are few and
     short) against one migrated template database."""
@@ -197,7 +215,7 @@ def client_runs(
         )
         runs = {
             name: pool.submit(run_client_scenario, name, Path(work) / re.sub(r"\W", "_", name), template)
-            for name in CLIENT_OTHER + CLIENT_AUTH
+            for name in selected(request, CLIENT_OTHER + CLIENT_AUTH)
         }
         yield runs
         for future in runs.values():
@@ -304,7 +322,7 @@ class DemoServerRun:
 
 
 @pytest.fixture(scope="module")
-def demo_server_run(pool: ThreadPoolExecutor) -> Iterator[DemoServerRun]:
+def demo_server_run(request: pytest.FixtureRequest, pool: ThreadPoolExecutor) -> Iterator[DemoServerRun]:
     """The demo server started once; every scenario that applies runs against it side by side."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
@@ -321,7 +339,7 @@ def demo_server_run(pool: ThreadPoolExecutor) -> Iterator[DemoServerRun]:
             advertised = wait_for_initialize(url, process)
             runs = {
                 name: pool.submit(run_server_scenario, name, url, Path(work) / re.sub(r"\W", "_", name))
-                for name in SERVER_APPLICABLE
+                for name in selected(request, SERVER_APPLICABLE)
             }
             yield DemoServerRun(url, advertised, runs)
             for future in runs.values():
