@@ -270,3 +270,19 @@ class CompletionForm(forms.Form):
         if not isinstance(value, dict):
             raise forms.ValidationError("a JSON object")
         return {str(k): str(v) for k, v in value.items()}
+
+
+class OAuthClientForm(forms.Form):
+    """A client registered with the server's authorization server beforehand (RFC 6749 §2).
+
+    The secret is optional (a public client has none); it is never rendered back.
+    """
+
+    client_id = forms.CharField(label="client id", max_length=500)
+    client_secret = forms.CharField(
+        label="client secret",
+        max_length=4000,
+        required=False,
+        strip=False,
+        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}, render_value=False),
+    )

@@ -41,10 +41,11 @@ BROWSER_SIGN_IN_SECONDS = 600.0
 
 
 def grant_get(*, server: McpServer, user: AbstractBaseUser | None) -> OAuthGrant | None:
-    """``user``'s grant for ``server`` (None: the CLI's, which belongs to no user)."""
+    """``user``'s grant for ``server`` (None: the CLI's, which belongs to no user); there is at
+    most one (a database constraint)."""
     rows = OAuthGrant.objects.filter(server=server)
     rows = rows.filter(user__isnull=True) if user is None else rows.filter(user=user)  # type: ignore[misc]
-    return rows.order_by("-id").first()
+    return rows.first()
 
 
 def grant_configure(
@@ -55,7 +56,8 @@ def grant_configure(
     ``values`` holds the flags given (``PLAIN_SETTINGS`` and ``SECRET_SETTINGS``); secrets are
     sealed before they are stored.
     """
-    row = grant_get(server=server, user=user) or OAuthGrant(server=server, user=user)  # type: ignore[misc]
+    # get_or_create: two configures at once (a double-clicked Connect) end with the one row.
+    row, _ = OAuthGrant.objects.get_or_create(server=server, user=user)  # type: ignore[misc]
     row.grant = grant
     row.settings = {name: values[name] for name in PLAIN_SETTINGS if values.get(name)}
     secrets = {name: values[name] for name in SECRET_SETTINGS if values.get(name)}
@@ -150,6 +152,16 @@ def grant_ensure(*, server: McpServer, user: AbstractBaseUser) -> OAuthGrant:
         existing.save(update_fields=["settings", "sealed_callback", "updated_at"])
         return existing
     values = {"client_metadata_url": django_settings.OAUTH_CLIENT_METADATA_URL}
+    return grant_configure(server=server, user=user, grant="authorization_code", values=values)
+
+
+def grant_client_register(
+    *, server: McpServer, user: AbstractBaseUser, client_id: str, client_secret: str
+) -> OAuthGrant:
+    """``user``'s grant for ``server`` set to a client registered with the authorization server
+    beforehand: the authorization code grant with this client id and (sealed) secret, no tokens
+    yet. The next connect uses it instead of registering one (docs/oauth.md, "In the browser")."""
+    values = {"client_id": client_id, "client_secret": client_secret}
     return grant_configure(server=server, user=user, grant="authorization_code", values=values)
 
 

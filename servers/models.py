@@ -330,6 +330,20 @@ class OAuthGrant(models.Model):
 
     class Meta:
         ordering = ["server", "id"]
+        # One grant per server and user; NULL never equals NULL in a unique index, so the CLI's
+        # grant (no user) needs a constraint of its own.
+        constraints = [
+            models.UniqueConstraint(
+                fields=["server", "user"],
+                condition=models.Q(user__isnull=False),
+                name="oauth_grant_one_per_server_and_user",
+            ),
+            models.UniqueConstraint(
+                fields=["server"],
+                condition=models.Q(user__isnull=True),
+                name="oauth_grant_one_cli_grant_per_server",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.grant} for {self.server_id}"

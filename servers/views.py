@@ -17,6 +17,7 @@ from typing import Any
 from uuid import UUID
 
 import uritemplate
+from django.contrib import messages
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -31,6 +32,7 @@ from conversations.audit import audit_read
 from servers import grants, mcp_apps, selectors, services
 from servers.forms import (
     CompletionForm,
+    OAuthClientForm,
     ResourceReadForm,
     SaveCallForm,
     ServerForm,
@@ -38,7 +40,7 @@ from servers.forms import (
     schema_errors,
 )
 from servers.gateway.capabilities import unavailable
-from servers.models import LOG_LEVELS, McpServer, Operation, PendingInput, SavedCall
+from servers.models import LOG_LEVELS, McpServer, OAuthGrant, Operation, PendingInput, SavedCall
 
 TRANSCRIPT_PER_PAGE = 50
 # How long Connect (and the OAuth callback) wait for the flow to reach its next stop.
@@ -176,7 +178,7 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
         "log_levels": LOG_LEVELS,
         "unavailable": {
             capability: unavailable(server.name, capability, advertised)
-            for capability in ("resources", "prompts", "completions", "logging")
+            for capability in ("tools", "resources", "prompts", "completions", "logging")
         }
         | {"subscribe": unavailable(server.name, "resources.subscribe", advertised)},
         "subscriptions": selectors.server_subscriptions(server=server, user=user),
@@ -209,8 +211,32 @@ def server_connect(request: HttpRequest, name: str) -> HttpResponse:
         if isinstance(started, HttpResponse):
             return started
         return redirect(reverse("servers-detail", kwargs={"name": server.name}) + "#identity")
-    # An HTTP server may need authorization: the connect runs while the browser signs in.
-    grant = grants.grant_ensure(server=server, user=_user(request))
+    return _connect_authorizing(request, server, grants.grant_ensure(server=server, user=_user(request)))
+
+
+@require_POST
+def server_oauth_client(request: HttpRequest, name: str) -> HttpResponse:
+    """Connect with a client registered with the authorization server beforehand: the signed-in
+    user's grant keeps its id, and its secret sealed (never shown again)."""
+    server = _server(request, name)
+    if server.spawns_process:
+        raise Http404("OAuth is for HTTP servers.")
+    form = OAuthClientForm(request.POST)
+    if not form.is_valid():
+        for field, errors in form.errors.items():
+            messages.error(request, f"{form.fields[field].label}: {' '.join(str(error) for error in errors)}")
+        return redirect(reverse("servers-detail", kwargs={"name": server.name}) + "#identity")
+    grant = grants.grant_client_register(
+        server=server,
+        user=_user(request),
+        client_id=form.cleaned_data["client_id"],
+        client_secret=form.cleaned_data["client_secret"],
+    )
+    return _connect_authorizing(request, server, grant)
+
+
+def _connect_authorizing(request: HttpRequest, server: McpServer, grant: OAuthGrant) -> HttpResponse:
+    """Connect an HTTP server with ``grant``: the connect runs while the browser signs in."""
     started = _start(request, server, kind=Operation.Kind.CONNECT, background=True)
     if isinstance(started, HttpResponse):
         return started

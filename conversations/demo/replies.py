@@ -141,10 +141,12 @@ def decide(request: Request, question: Question) -> Turn:
 
 
 def repair(request: Request, question: Question, latest: _Round) -> Turn:
-    """Call again each tool whose result was an error, with freshly filled arguments; a call
-    to an unknown name goes to the offered tool with the closest name. When filling afresh gives
-    the very arguments that were rejected, the fields the error names are repaired instead
-    (``arguments.repaired_arguments``); an error that names none is retried as it was."""
+    """Call again each tool whose result was an error. The fields the error names are repaired
+    (``arguments.repaired_arguments``: a missing one filled, a rejected value replaced by one the
+    schema accepts), the rest kept as sent and what was left out filled afresh; an error that
+    names no field gets freshly filled
+    arguments, which for the same question are the same (a timeout is retried as it was). A
+    call to an unknown name goes to the offered tool with the closest name."""
     facts = read_facts(question.text)
     candidates = request.candidates()
     calls: list[Call] = []
@@ -156,9 +158,11 @@ def repair(request: Request, question: Question, latest: _Round) -> Turn:
         siblings = [call.id for call in latest.calls if call.name == result.call.name]
         arguments = argument_sets[min(siblings.index(result.call.id), len(argument_sets) - 1)]
         sent = json_or_none(result.call.arguments)
-        if tool.name == result.call.name and sent == arguments and isinstance(sent, dict):
-            # Filling afresh would repeat the rejected call: change the fields the error names.
-            arguments = repaired_arguments(tool, sent, result.text) or arguments
+        if tool.name == result.call.name and isinstance(sent, dict):
+            repaired = repaired_arguments(tool, sent, result.text, facts)
+            if repaired is not None:
+                # What was sent, with the named fields repaired and anything left out filled.
+                arguments = {**arguments, **repaired}
         calls.append(new_call(request, len(calls), tool.name, arguments))
         if not request.parallel:
             break

@@ -176,14 +176,19 @@ class Facts:
     quoted: tuple[str, ...]
 
 
+# Paths and URLs: their words name folders, not what the question asks for ("/tmp/list/a.txt").
+_PATHS_AND_URLS = re.compile(r"(?:\b[a-z][a-z0-9+.-]*://|(?<![\w/])~?/|\b[A-Za-z]:\\)\S*")
+
+
 def read_facts(text: str) -> Facts:
     undated = _ISO_DATE.sub(" ", text)
+    wordy = _PATHS_AND_URLS.sub(" ", text)
     expression = _find_expression(undated)
     conversion = _find_conversion(undated)
     intents = (("calculate",) if expression else ()) + (("convert",) if conversion else ())
     return Facts(
         text=text,
-        words=tuple(dict.fromkeys(word for word in words_of(text) if word not in _STOPWORDS)),
+        words=tuple(dict.fromkeys(word for word in words_of(wordy) if word not in _STOPWORDS)),
         intents=intents,
         places=_find_places(text),
         day=_find_day(text),

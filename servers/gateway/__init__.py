@@ -401,8 +401,9 @@ def gate(client: Client, method: str) -> None:
         raise CapabilityMissing(message)
 
 
-def op_list_tools(client: Client) -> Awaitable[list[Any]]:
-    return _all_pages(lambda cursor: client.list_tools(cursor=cursor, cache_mode="bypass"), "tools")
+async def op_list_tools(client: Client) -> list[Any]:
+    gate(client, "tools/list")
+    return await _all_pages(lambda cursor: client.list_tools(cursor=cursor, cache_mode="bypass"), "tools")
 
 
 async def op_list_resources(client: Client) -> list[Any]:
@@ -439,6 +440,7 @@ def op_call_tool(name: str, arguments: dict[str, Any], timeout: float, *, as_tas
     """Call a tool; ``as_task`` (a tool that requires it) runs it as a task on a 2025-11-25 session."""
 
     async def operation(client: Client) -> Any:
+        gate(client, "tools/call")
         if as_task and client.session.protocol_version == TASK_PROTOCOL_VERSION:
             return await _call_as_task(client, name, arguments, timeout)
         with _own_output_check(client, name):
@@ -645,6 +647,7 @@ def call_tool(
     outcome = CallOutcome()
 
     async def operation(client: Client) -> Any:
+        gate(client, "tools/call")
         # As in the workbench, the caller checks structuredContent itself (``toolhost``): the
         # SDK would send its own tools/list first on a session that never listed the tool.
         with _own_output_check(client, name):

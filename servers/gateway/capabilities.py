@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-# Request method -> the capability the server must have advertised. ``tools/*`` is left out on
-# purpose: the agent lists every enabled server's tools, and a server that forgets to declare
-# ``tools`` but answers is common; the answer (or the -32601) is recorded either way.
+# Request method -> the capability the server must have advertised. ``tools/*`` too: the spec
+# makes a server that offers tools declare ``tools``, and both sides use only what was negotiated
+# (docs/mcp-client.md §3); a turn's server without it is connected and offers no tools, and says why.
 REQUIRED: dict[str, str] = {
+    "tools/list": "tools",
+    "tools/call": "tools",
     "resources/list": "resources",
     "resources/templates/list": "resources",
     "resources/read": "resources",

@@ -6,8 +6,11 @@ The suite is ``@modelcontextprotocol/conformance``, pinned in tests/mcp_servers/
 and started on Node 20 through tests/conformance/node20/register.mjs. The scenarios are read
 from the installed suite, so a version bump that adds one shows up here as a new case. Each
 case asserts the suite's own per-check results: any FAILURE fails it and the message lists the
-failing checks. Scenarios run side by side in a small pool from the moment the module's first
-test asks; each test waits only for its own.
+failing checks. A server scenario that does not apply to the demo server is not run and not
+reported as passed: ``NOT_APPLICABLE`` names it with its reason, and one test holds each reason
+to the running server. Every scenario, client and server, runs side by side in one small pool
+from the moment the module's first test asks (the demo server and the template database are set
+up once); each test waits only for its own.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,40 +46,51 @@ WORKERS = 3
 SCENARIO_TIMEOUT_MS = 90_000
 pytestmark = pytest.mark.slow
 
-# Server scenarios that call a fixture of the suite's reference server by name (a tool, prompt
-# or resource the demo server does not have): they test that fixture, not a protocol feature.
+# The demo server's side of the suite: a scenario applies unless it is named here with why not.
+# Each reason is a fact about the demo server that ``test_each_scenario_that_does_not_apply_
+# has_its_reason`` checks against the running server, so the table cannot go stale silently.
+# Scenarios that call a fixture of the suite's reference server by name (a tool, prompt or
+# resource the demo server does not have): they test that fixture, not a protocol feature.
 NEEDS_SUITE_FIXTURE = {
-    "tools-call-simple-text": "the tool test_simple_text",
-    "tools-call-image": "the tool test_image_content",
-    "tools-call-audio": "the tool test_audio_content",
-    "tools-call-embedded-resource": "the tool test_embedded_resource",
-    "tools-call-mixed-content": "the tool test_multiple_content_types",
-    "tools-call-with-logging": "the tool test_tool_with_logging",
-    "tools-call-error": "the tool test_error_handling",
-    "tools-call-with-progress": "the tool test_tool_with_progress",
-    "tools-call-sampling": "the tool test_sampling",
-    "tools-call-elicitation": "the tool test_elicitation",
-    "json-schema-2020-12": "the tool json_schema_2020_12_tool",
-    "elicitation-sep1034-defaults": "the tool test_elicitation_sep1034_defaults",
-    "elicitation-sep1330-enums": "the tool test_elicitation_sep1330_enums",
-    "server-sse-polling": "the tool test_reconnection",
-    "resources-read-text": "the resource test://static-text",
-    "resources-read-binary": "the resource test://static-binary",
-    "resources-templates-read": "the resource template test://template/{id}/data",
-    "prompts-get-simple": "the prompt test_simple_prompt",
-    "prompts-get-with-args": "the prompt test_prompt_with_arguments",
-    "prompts-get-embedded-resource": "the prompt test_prompt_with_embedded_resource",
-    "prompts-get-with-image": "the prompt test_prompt_with_image",
+    "tools-call-simple-text": ("tool", "test_simple_text"),
+    "tools-call-image": ("tool", "test_image_content"),
+    "tools-call-audio": ("tool", "test_audio_content"),
+    "tools-call-embedded-resource": ("tool", "test_embedded_resource"),
+    "tools-call-mixed-content": ("tool", "test_multiple_content_types"),
+    "tools-call-with-logging": ("tool", "test_tool_with_logging"),
+    "tools-call-error": ("tool", "test_error_handling"),
+    "tools-call-with-progress": ("tool", "test_tool_with_progress"),
+    "tools-call-sampling": ("tool", "test_sampling"),
+    "tools-call-elicitation": ("tool", "test_elicitation"),
+    "json-schema-2020-12": ("tool", "json_schema_2020_12_tool"),
+    "elicitation-sep1034-defaults": ("tool", "test_elicitation_sep1034_defaults"),
+    "elicitation-sep1330-enums": ("tool", "test_elicitation_sep1330_enums"),
+    "server-sse-polling": ("tool", "test_reconnection"),
+    "resources-read-text": ("resource", "test://static-text"),
+    "resources-read-binary": ("resource", "test://static-binary"),
+    "resources-templates-read": ("resource template", "test://template/{id}/data"),
+    "prompts-get-simple": ("prompt", "test_simple_prompt"),
+    "prompts-get-with-args": ("prompt", "test_prompt_with_arguments"),
+    "prompts-get-embedded-resource": ("prompt", "test_prompt_with_embedded_resource"),
+    "prompts-get-with-image": ("prompt", "test_prompt_with_image"),
 }
-# Server scenarios of one optional capability: they apply when the demo server advertises it.
+# Scenarios of an optional capability the demo server does not advertise (a path into its
+# initialize result's capabilities).
 NEEDS_CAPABILITY = {
     "logging-set-level": ("logging",),
     "completion-complete": ("completions",),
-    "tools-list": ("tools",),
-    "resources-list": ("resources",),
-    "prompts-list": ("prompts",),
     "resources-subscribe": ("resources", "subscribe"),
     "resources-unsubscribe": ("resources", "subscribe"),
+}
+NOT_APPLICABLE = {
+    **{
+        name: f"calls the {kind} {fixture} of the suite's reference server"
+        for name, (kind, fixture) in NEEDS_SUITE_FIXTURE.items()
+    },
+    **{
+        name: f"the demo server does not advertise {'.'.join(path)}"
+        for name, path in NEEDS_CAPABILITY.items()
+    },
 }
 
 
@@ -104,6 +119,11 @@ def listed_scenarios() -> dict[str, list[str]]:
 SCENARIOS = listed_scenarios()
 CLIENT_AUTH = [name for name in SCENARIOS["client"] if name.startswith("auth/")]
 CLIENT_OTHER = [name for name in SCENARIOS["client"] if not name.startswith("auth/")]
+SERVER_APPLICABLE = [name for name in SCENARIOS["server"] if name not in NOT_APPLICABLE]
+# Tests that read a scenario's run without being parametrized by it.
+NEEDS_SCENARIOS = {
+    "test_each_cli_command_ends_its_http_session_with_a_delete": ("elicitation-sep1034-client-defaults",)
+}
 
 
 def checks_of(folder: Path) -> list[dict[str, Any]]:
@@ -155,9 +175,34 @@ def run_client_scenario(name: str, out_dir: Path, template: Path) -> tuple[list[
     return checks_of(out_dir), completed.stdout + completed.stderr + client_output
 
 
+def selected(request: pytest.FixtureRequest, names: list[str]) -> list[str]:
+    """The scenarios of ``names`` that a selected test of this module waits for (``-k`` runs
+    only what it asks for)."""
+    wanted: set[str] = set()
+    for item in request.session.items:
+        if getattr(item, "module", None) is not request.module:
+            continue
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "scenario" in callspec.params:
+            wanted.add(str(callspec.params["scenario"]))
+        wanted.update(NEEDS_SCENARIOS.get(getattr(item, "originalname", item.name), ()))
+    return [name for name in names if name in wanted]
+
+
 @pytest.fixture(scope="module")
-def client_runs() -> Iterator[dict[str, Future[tuple[list[dict[str, Any]], str]]]]:
-    """Every client scenario, started in the pool against one migrated template database."""
+def pool() -> Iterator[ThreadPoolExecutor]:
+    """One pool for every scenario of the run, the client's and the demo server's: they are
+    independent, so the two halves overlap instead of running one after the other."""
+    with ThreadPoolExecutor(max_workers=WORKERS) as executor:
+        yield executor
+
+
+@pytest.fixture(scope="module")
+def client_runs(
+    request: pytest.FixtureRequest, pool: ThreadPoolExecutor, demo_server_run: DemoServerRun
+) -> Iterator[dict[str, Future[tuple[list[dict[str, Any]], str]]]]:
+    """Every client scenario, queued behind the demo server's (started first: they are few and
+    short) against one migrated template database."""
     with tempfile.TemporaryDirectory(prefix="conformance-client-") as work:
         template = Path(work) / "template"
         env = {key: value for key, value in os.environ.items() if key not in {"DATABASE_URL", "REDIS_URL"}}
@@ -168,14 +213,15 @@ def client_runs() -> Iterator[dict[str, Future[tuple[list[dict[str, Any]], str]]
             check=True,
             timeout=120,
         )
-        with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-            runs = {
-                name: pool.submit(run_client_scenario, name, Path(work) / re.sub(r"\W", "_", name), template)
-                for name in CLIENT_OTHER + CLIENT_AUTH
-            }
-            yield runs
-            for future in runs.values():
-                future.cancel()
+        runs = {
+            name: pool.submit(run_client_scenario, name, Path(work) / re.sub(r"\W", "_", name), template)
+            for name in selected(request, CLIENT_OTHER + CLIENT_AUTH)
+        }
+        yield runs
+        for future in runs.values():
+            future.cancel()
+        # The scenarios still running use the folder: wait for them before it is removed.
+        wait(list(runs.values()))
 
 
 def test_the_pinned_suite_is_installed_and_offers_client_and_server_scenarios() -> None:
@@ -255,9 +301,29 @@ def initialize(url: str) -> dict[str, Any]:
     return result if isinstance(result, dict) else {}
 
 
+def run_server_scenario(name: str, url: str, out_dir: Path) -> tuple[list[dict[str, Any]], str]:
+    completed = subprocess.run(
+        conformance("server", "--url", url, "--scenario", name, "-o", str(out_dir)),
+        capture_output=True,
+        text=True,
+        timeout=SCENARIO_TIMEOUT_MS / 1000 + 30,
+        check=False,
+    )
+    return checks_of(out_dir), completed.stdout + completed.stderr
+
+
+@dataclass
+class DemoServerRun:
+    """The demo server over Streamable HTTP: what it advertised, and each applicable scenario's run."""
+
+    url: str
+    advertised: dict[str, Any]
+    runs: dict[str, Future[tuple[list[dict[str, Any]], str]]]
+
+
 @pytest.fixture(scope="module")
-def demo_server_run() -> Iterator[tuple[dict[str, Any], dict[str, list[dict[str, Any]]], str]]:
-    """The demo server over Streamable HTTP, every server scenario of the suite run against it once."""
+def demo_server_run(request: pytest.FixtureRequest, pool: ThreadPoolExecutor) -> Iterator[DemoServerRun]:
+    """The demo server started once; every scenario that applies runs against it side by side."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     with tempfile.TemporaryDirectory(prefix="conformance-server-") as work:
@@ -271,18 +337,14 @@ def demo_server_run() -> Iterator[tuple[dict[str, Any], dict[str, list[dict[str,
             )
         try:
             advertised = wait_for_initialize(url, process)
-            completed = subprocess.run(
-                conformance("server", "--url", url, "--suite", "all", "-o", work),
-                capture_output=True,
-                text=True,
-                timeout=300,
-                check=False,
-            )
-            results = {}
-            for name in SCENARIOS["server"]:
-                pattern = re.compile(rf"server-{re.escape(name)}-\d{{4}}-\d\d-\d\dT")
-                folder = next((p for p in Path(work).iterdir() if pattern.match(p.name)), None)
-                results[name] = checks_of(folder) if folder else []
+            runs = {
+                name: pool.submit(run_server_scenario, name, url, Path(work) / re.sub(r"\W", "_", name))
+                for name in selected(request, SERVER_APPLICABLE)
+            }
+            yield DemoServerRun(url, advertised, runs)
+            for future in runs.values():
+                future.cancel()
+            wait(list(runs.values()))
         finally:
             process.terminate()
             try:
@@ -291,7 +353,6 @@ def demo_server_run() -> Iterator[tuple[dict[str, Any], dict[str, list[dict[str,
                 # The suite leaves GET streams open, which a graceful shutdown would wait for.
                 process.kill()
                 process.wait(timeout=5)
-        yield advertised, results, completed.stdout + completed.stderr
 
 
 def wait_for_initialize(url: str, process: subprocess.Popen[bytes]) -> dict[str, Any]:
@@ -307,53 +368,48 @@ def wait_for_initialize(url: str, process: subprocess.Popen[bytes]) -> dict[str,
             time.sleep(0.1)
 
 
-def applies(scenario: str, advertised: dict[str, Any]) -> str:
-    """Why the scenario does not apply to the demo server ("" when it does)."""
-    if scenario in NEEDS_SUITE_FIXTURE:
-        return f"calls {NEEDS_SUITE_FIXTURE[scenario]} of the suite's reference server"
-    path = NEEDS_CAPABILITY.get(scenario, ())
-    value: Any = advertised
-    for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
-    if path and not value:
-        return f"the demo server does not advertise {'.'.join(path)}"
-    return ""
+@pytest.mark.parametrize("scenario", SERVER_APPLICABLE)
+def test_demo_server_scenario(scenario: str, demo_server_run: DemoServerRun) -> None:
+    checks, output = demo_server_run.runs[scenario].result(timeout=SCENARIO_TIMEOUT_MS / 1000 + 60)
+    verdict(scenario, checks, output)
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS["server"])
-def test_demo_server_scenario(
-    scenario: str, demo_server_run: tuple[dict[str, Any], dict[str, list[dict[str, Any]]], str]
-) -> None:
-    advertised, results, output = demo_server_run
-    reason = applies(scenario, advertised)
-    if reason:
-        # Not applicable, and why is a fact about the demo server, held here: the capability is
-        # not advertised (read from its initialize result above), or the fixture the scenario
-        # calls is not in its catalogue. A scenario that starts to apply runs instead.
-        assert not fixture_offered(scenario), (
-            f"{scenario} applies now: {NEEDS_SUITE_FIXTURE[scenario]} exists"
-        )
-        return
-    verdict(scenario, results[scenario], output)
-
-
-def fixture_offered(scenario: str) -> bool:
-    """Whether the demo server offers the reference-server fixture ``scenario`` calls."""
-    fixture = NEEDS_SUITE_FIXTURE.get(scenario, "")
-    if not fixture:
-        return False
-    kind, name = fixture.removeprefix("the ").split(" ", 1)
+def catalogue() -> dict[str, set[str]]:
+    """The names (URIs for resources) of what the demo server offers, by kind."""
     server = demo_server.build_server()
-    listed: list[Any] = asyncio.run(
-        server.list_tools()
-        if kind == "tool"
-        else server.list_prompts()
-        if kind == "prompt"
-        else server.list_resource_templates()
-        if kind == "resource template"
-        else server.list_resources()
-    )
-    names = {
-        str(getattr(item, "uriTemplate", None) or getattr(item, "uri", None) or item.name) for item in listed
-    }
-    return name.removeprefix("template ") in names
+
+    async def listed() -> dict[str, set[str]]:
+        return {
+            "tool": {tool.name for tool in await server.list_tools()},
+            "prompt": {prompt.name for prompt in await server.list_prompts()},
+            "resource": {str(resource.uri) for resource in await server.list_resources()},
+            "resource template": {
+                str(template.uri_template) for template in await server.list_resource_templates()
+            },
+        }
+
+    return asyncio.run(listed())
+
+
+def test_each_scenario_that_does_not_apply_has_its_reason(demo_server_run: DemoServerRun) -> None:
+    """Every server scenario either runs above or is named in ``NOT_APPLICABLE``, and each reason
+    there still holds: the capability really is absent from the running server's initialize
+    result, the fixture really is absent from its catalogue."""
+    offered = catalogue()
+    wrong: list[str] = []
+    for name in NOT_APPLICABLE:
+        if name not in SCENARIOS["server"]:
+            wrong.append(f"{name}: no such scenario in the installed suite any more")
+    for name, (kind, fixture) in NEEDS_SUITE_FIXTURE.items():
+        if fixture in offered[kind]:
+            wrong.append(f"{name}: the demo server now offers the {kind} {fixture}; run the scenario")
+    for name, path in NEEDS_CAPABILITY.items():
+        value: Any = demo_server_run.advertised
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value:
+            wrong.append(f"{name}: the demo server now advertises {'.'.join(path)}; run the scenario")
+
+    assert wrong == [], "\n".join(wrong)
+    assert set(SERVER_APPLICABLE) | set(NOT_APPLICABLE) == set(SCENARIOS["server"])
+    assert SERVER_APPLICABLE, "no server scenario applies to the demo server"

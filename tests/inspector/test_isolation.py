@@ -122,6 +122,8 @@ EXPECTED: dict[str, Expect] = {
     # OAuth: bob's own sign-in (alice's pending one is matched to her session) and his own debugger
     "servers-oauth-callback": Expect("GET", NO_LEAK),
     "servers-oauth": Expect("GET", NO_LEAK),
+    # bob's own pre-registered client, on his own grant (for a stdio server: 404)
+    "servers-oauth-client": Expect("POST", NO_LEAK),
     # accounts and the API
     "login": Expect("GET", PUBLIC),
     "logout": Expect("POST", PUBLIC),

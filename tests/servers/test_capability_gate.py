@@ -3,7 +3,9 @@ not sent, and the command line and the workbench say why the action is unavailab
 
 from __future__ import annotations
 
+import json
 import sys
+from io import StringIO
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,57 @@ def test_the_workbench_says_why_prompts_and_completion_are_unavailable_and_sends
     client.post("/servers/lopsided/list/resources")
     resources = Operation.objects.get(server=lopsided, kind="resources/list")
     assert resources.status == "ok" and resources.result[0]["uri"] == "memo://insights"
+
+
+def test_the_command_line_sends_no_tool_request_to_a_server_without_tools(
+    workbench: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    call_command("server", "add", "lopsided", "--", sys.executable, LOPSIDED)
+    with pytest.raises(
+        CommandError, match="lopsided does not advertise the tools capability: tools/list was not sent"
+    ):
+        call_command("server", "tools", "lopsided")
+    with pytest.raises(CommandError, match="anything ended with status error"):
+        call_command("server", "call", "lopsided", "anything")
+
+    assert (
+        "lopsided does not advertise the tools capability: tools/call was not sent" in capsys.readouterr().err
+    )
+
+    for kind in ("tools/list", "tools/call"):
+        operation = Operation.objects.get(server__name="lopsided", kind=kind)
+        assert "initialize" in sent(operation) and kind not in sent(operation)
+
+
+def test_the_workbench_says_why_tools_are_unavailable_and_lists_none(
+    client: Client, workbench: None, bob: User, lopsided: McpServer
+) -> None:
+    client.force_login(bob)
+    client.post("/servers/lopsided/connect")
+    page = client.get("/servers/lopsided/").content.decode()
+    client.post("/servers/lopsided/list/tools")
+
+    assert 'id="list-tools" disabled title="lopsided does not advertise the tools capability"' in page
+    assert "lopsided does not advertise the tools capability: its tools requests are not sent." in page
+    listing = Operation.objects.get(server=lopsided, kind="tools/list")
+    assert listing.status == "error" and "tools/list was not sent" in listing.error
+    assert "tools/list" not in sent(listing)
+
+
+def test_a_turn_connects_a_server_without_tools_and_says_why_it_offers_none(
+    workbench: None, lopsided: McpServer
+) -> None:
+    User.objects.create_user("admin", is_superuser=True, is_staff=True)
+    out = StringIO()
+    call_command("ask", "What is 2 + 2?", "--server", "lopsided", "--json", stdout=out)
+    transcript = json.loads(out.getvalue())
+
+    [turn] = transcript["turns"]
+    connect = next(step for step in turn["steps"] if step["kind"] == "connect")
+    assert any(
+        "lopsided does not advertise the tools capability: tools/list was not sent" in problem
+        for problem in connect["diagnostics"]
+    )
+    labels = [exchange["label"] for step in turn["steps"] for exchange in step["exchanges"]]
+    assert "initialize" in labels and "tools/list" not in labels
+    assert turn["status"] == "done"

@@ -4,7 +4,9 @@ resource parameter, refresh, step-up, client credentials, masking, and each fail
 
 from __future__ import annotations
 
+import json
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,12 +18,23 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from conversations.models import Exchange
+from conversations.models import AuditEvent, Exchange
 from servers import gateway, selectors
 from servers.grants import grant_configure, grant_ensure
+from servers.management.commands.server import Command as ServerCommand
 from servers.models import McpServer, OAuthGrant, Operation
 from servers.services import operation_start
-from tests.fixtures.oauth_server import PRE_REGISTERED, FakeAuthorization, Knobs, Served
+from servers.vault import unseal
+from tests.fixtures.oauth_server import (
+    IDP_CLIENT_ID,
+    IDP_ID_TOKEN,
+    JWT_BEARER,
+    PRE_REGISTERED,
+    TOKEN_EXCHANGE,
+    FakeAuthorization,
+    Knobs,
+    Served,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -239,6 +252,129 @@ def test_a_token_endpoint_refusal_is_named(fake: FakeAuthorization) -> None:
         )
 
 
+def test_client_credentials_with_issuer_sends_the_secret_only_to_that_authorization_server(
+    fake: FakeAuthorization,
+) -> None:
+    add(fake)
+    with warnings.catch_warnings():
+        # The MCP SDK deprecates leaving the issuer out; with it given, nothing is deprecated.
+        warnings.simplefilter("error")
+        call_command(
+            "server", "auth", "guarded", "--grant", "client_credentials", "--issuer", fake.base,
+            "--client-id", PRE_REGISTERED[0], "--client-secret", PRE_REGISTERED[1],
+        )  # fmt: skip
+        call_command("server", "call", "guarded", "whoami")
+
+    assert OAuthGrant.objects.get().settings["issuer"] == fake.base
+    assert paths(fake).count("/token") == 1
+
+
+def test_client_credentials_never_send_the_secret_to_an_authorization_server_other_than_issuer(
+    fake: FakeAuthorization,
+) -> None:
+    add(fake)
+    with pytest.raises(
+        CommandError,
+        match=r"the authorization flow failed: .*issuer mismatch: .* != https://as\.example\.com",
+    ):
+        call_command(
+            "server", "auth", "guarded", "--grant", "client_credentials", "--issuer", "https://as.example.com",
+            "--client-id", PRE_REGISTERED[0], "--client-secret", PRE_REGISTERED[1],
+        )  # fmt: skip
+
+    assert "/token" not in paths(fake)
+
+
+def test_client_credentials_without_issuer_says_who_decides_where_the_secret_goes(
+    fake: FakeAuthorization, capsys: pytest.CaptureFixture[str]
+) -> None:
+    add(fake)
+    call_command(
+        "server", "auth", "guarded", "--grant", "client_credentials",
+        "--client-id", PRE_REGISTERED[0], "--client-secret", PRE_REGISTERED[1],
+    )  # fmt: skip
+
+    out = capsys.readouterr().out
+    assert "no --issuer" in out and "protected resource metadata" in out
+
+
+def test_the_issuer_flag_is_documented_for_client_credentials_too(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        ServerCommand().run_from_argv(["manage.py", "server", "auth", "--help"])
+
+    usage = " ".join(capsys.readouterr().out.split())
+    issuer_help = usage.split("--issuer ISSUER ", 1)[1].split(" --", 1)[0]
+    assert "client credentials" in issuer_help and "cross-app" in issuer_help
+
+
+def test_cross_app_access_exchanges_the_id_token_for_an_id_jag_then_for_an_access_token(
+    fake: FakeAuthorization,
+) -> None:
+    add(fake)
+    call_command(
+        "server", "auth", "guarded", "--client-id", PRE_REGISTERED[0], "--client-secret", PRE_REGISTERED[1],
+        "--idp-client-id", IDP_CLIENT_ID, "--idp-id-token", IDP_ID_TOKEN, "--idp-issuer", f"{fake.base}/idp",
+        "--idp-token-endpoint", f"{fake.base}/idp/token",
+    )  # fmt: skip
+    call_command("server", "call", "guarded", "whoami")
+
+    exchange = next(entry for entry in fake.seen if entry["path"] == "/idp/token")
+    assert exchange["form"]["grant_type"] == TOKEN_EXCHANGE
+    assert exchange["form"]["subject_token"] == IDP_ID_TOKEN
+    assert exchange["form"]["audience"] == fake.base  # the MCP authorization server, from its metadata
+    assert exchange["form"]["resource"] == fake.mcp_url
+    token = next(entry for entry in fake.seen if entry["path"] == "/token")
+    assert token["form"]["grant_type"] == JWT_BEARER
+    assert token["form"]["assertion"].startswith("id-jag-")
+    assert paths(fake).index("/idp/token") < paths(fake).index("/token")
+    grant = OAuthGrant.objects.get()
+    assert grant.grant == "cross_app" and grant.has_token
+    call = Operation.objects.filter(kind=Operation.Kind.TOOLS_CALL).get()
+    assert "whoami: pre-client" in str(call.result)
+    recorded = everything_recorded()
+    assert IDP_ID_TOKEN not in recorded and token["form"]["assertion"] not in recorded
+    assert PRE_REGISTERED[1] not in recorded
+    assert any(
+        e.label == f"oauth: POST {fake.base}/idp/token" and "subject_token=••••••" in e.request_body
+        for e in Exchange.objects.all()
+    )
+
+
+def test_cross_app_access_names_the_identity_providers_refusal(fake: FakeAuthorization) -> None:
+    add(fake)
+    with pytest.raises(
+        CommandError,
+        match=r"the identity provider refused the token exchange \(HTTP 400\): .*unknown ID token",
+    ):
+        call_command(
+            "server", "auth", "guarded", "--client-id", PRE_REGISTERED[0], "--client-secret", PRE_REGISTERED[1],
+            "--idp-client-id", IDP_CLIENT_ID, "--idp-id-token", "someone-elses-id-token",
+            "--idp-issuer", f"{fake.base}/idp", "--idp-token-endpoint", f"{fake.base}/idp/token",
+        )  # fmt: skip
+
+    assert "/token" not in paths(fake)
+    assert not OAuthGrant.objects.get().has_token
+
+
+def test_a_refused_dynamic_registration_names_the_step_and_the_servers_error(fake: FakeAuthorization) -> None:
+    fake.knobs = Knobs(registration_error="invalid_redirect_uri")
+    add(fake)
+    started = time.monotonic()
+
+    with pytest.raises(
+        CommandError,
+        match=r"authorization of guarded failed: guarded: client registration failed: .*400.*invalid_redirect_uri",
+    ):
+        call_command("server", "auth", "guarded")
+
+    assert time.monotonic() - started < 10
+    assert paths(fake)[-1] == "/register" and "/authorize" not in paths(fake)
+    assert not OAuthGrant.objects.get().has_token
+    operation = Operation.objects.filter(kind="connect").get()
+    labels = [e.label for e in selectors.operation_exchanges(operation=operation)]
+    assert f"oauth: POST {fake.base}/register" in labels
+
+
 def test_client_credentials_needs_a_secret_or_a_key(fake: FakeAuthorization) -> None:
     add(fake)
     with pytest.raises(CommandError, match="needs --client-secret or --private-key-file"):
@@ -348,3 +484,108 @@ def test_the_oauth_debugger_shows_the_legacy_issuer_warning(
     assert "oauth: warning: issuer differs from the metadata URL" in page
     assert f"issuer {fake.base}/oauth differs from where the metadata was fetched" in page
     assert "accepted under the 2025-03-26 rules" in page
+
+
+# --- a pre-registered client, from the browser -------------------------------------------------
+
+SECRET_FREE_TABLES = (Exchange, AuditEvent, Operation)
+
+
+def everything_stored_in_plain() -> str:
+    """Every row of the tables that hold records, audit entries and operations, as text."""
+    rows = [
+        json.dumps(list(model.objects.values()), default=str, ensure_ascii=False)
+        for model in SECRET_FREE_TABLES
+    ]
+    rows.append(json.dumps(list(OAuthGrant.objects.values("settings", "scope")), ensure_ascii=False))
+    return "\n".join(rows)
+
+
+def test_connect_with_a_pre_registered_client_from_the_browser_seals_its_secret_and_never_shows_it(
+    fake: FakeAuthorization, alice: User, client: Client
+) -> None:
+    fake.knobs = Knobs(dcr=False)
+    add(fake)
+    client.force_login(alice)
+    form = client.get("/servers/guarded/").content.decode()
+    assert 'action="/servers/guarded/oauth/client"' in form
+
+    answer = client.post(
+        "/servers/guarded/oauth/client",
+        {"client_id": PRE_REGISTERED[0], "client_secret": PRE_REGISTERED[1]},
+    )
+
+    assert answer.status_code == 302
+    assert "/register" not in paths(fake)
+    token = next(entry for entry in fake.seen if entry["path"] == "/token")
+    assert token["form"]["grant_type"] == "authorization_code"
+    grant = OAuthGrant.objects.get(user=alice)
+    assert grant.has_token and grant.settings["client_id"] == PRE_REGISTERED[0]
+    assert grant.sealed_secrets.startswith("enc:v1:") and PRE_REGISTERED[1] not in grant.sealed_secrets
+    assert PRE_REGISTERED[1] in unseal(grant.sealed_secrets)
+    pages = "".join(
+        client.get(url).content.decode()
+        for url in (
+            "/servers/guarded/",
+            "/servers/guarded/oauth",
+            answer["Location"],
+            "/servers/guarded/transcript",
+        )
+    )
+    assert f"pre-registered client <code>{PRE_REGISTERED[0]}</code>" in pages
+    assert PRE_REGISTERED[1] not in pages
+    assert PRE_REGISTERED[1] not in everything_stored_in_plain()
+    assert not any(token in everything_stored_in_plain() for token in fake.tokens)
+
+
+def test_a_pre_registered_client_belongs_to_the_user_who_gave_it(
+    fake: FakeAuthorization, alice: User, bob: User, client: Client
+) -> None:
+    add(fake)
+    client.force_login(alice)
+    client.post(
+        "/servers/guarded/oauth/client", {"client_id": PRE_REGISTERED[0], "client_secret": PRE_REGISTERED[1]}
+    )
+
+    client.force_login(bob)
+    assert client.get("/servers/guarded/oauth").status_code == 404
+    assert PRE_REGISTERED[1] not in client.get("/servers/guarded/").content.decode()
+    fake.seen.clear()
+    client.post("/servers/guarded/connect")
+
+    # Bob's connect registers a client of its own: alice's is not his to use.
+    assert "/register" in paths(fake)
+    bobs = OAuthGrant.objects.get(user=bob)
+    assert bobs.has_token and "client_id" not in bobs.settings and bobs.sealed_secrets == ""
+    assert OAuthGrant.objects.get(user=alice).settings["client_id"] == PRE_REGISTERED[0]
+
+
+def test_a_pre_registered_client_for_a_server_the_user_cannot_see_is_a_404(
+    fake: FakeAuthorization, bob: User, client: Client
+) -> None:
+    server = add(fake)
+    server.enabled = False
+    server.save()
+    client.force_login(bob)
+
+    answer = client.post(
+        "/servers/guarded/oauth/client", {"client_id": PRE_REGISTERED[0], "client_secret": PRE_REGISTERED[1]}
+    )
+
+    assert answer.status_code == 404
+    assert not OAuthGrant.objects.exists() and fake.seen == []
+
+
+def test_a_pre_registered_client_needs_an_id_and_says_so(
+    fake: FakeAuthorization, alice: User, client: Client
+) -> None:
+    add(fake)
+    client.force_login(alice)
+
+    answer = client.post(
+        "/servers/guarded/oauth/client", {"client_id": " ", "client_secret": "s3cret-value"}, follow=True
+    )
+
+    assert "client id: This field is required." in answer.content.decode()
+    assert "s3cret-value" not in answer.content.decode()
+    assert not OAuthGrant.objects.exists() and fake.seen == []

@@ -144,7 +144,13 @@ class Command(BaseCommand):
         auth.add_argument("--private-key-file", default="", help="client_credentials with a private-key JWT")
         auth.add_argument("--signing-alg", default="RS256")
         auth.add_argument("--scope", default="", help="the scope to ask for (default: as the server says)")
-        auth.add_argument("--issuer", default="", help="cross-app access: the MCP authorization server")
+        auth.add_argument(
+            "--issuer",
+            default="",
+            help="the issuer URL of the MCP server's authorization server, for client credentials and "
+            "cross-app access: the client's credentials are sent only to it (client credentials "
+            "without it: the server's protected resource metadata decides, which the MCP SDK deprecates)",
+        )
         auth.add_argument("--idp-client-id", default="")
         auth.add_argument("--idp-id-token", default="")
         auth.add_argument("--idp-issuer", default="")
@@ -390,6 +396,12 @@ class Command(BaseCommand):
             values["client_id"] = values["idp_client_id"]
         if grant == "client_credentials" and not values["client_id"]:
             raise CommandError("--grant client_credentials needs --client-id")
+        if grant == "client_credentials" and not values["issuer"]:
+            self.stdout.write(
+                "note: no --issuer: the MCP server's protected resource metadata names the authorization "
+                "server the client's credentials are sent to (give --issuer to fix it; the MCP SDK "
+                "deprecates leaving it out)"
+            )
         row = grant_configure(server=server, user=None, grant=grant, values=values)
         operation = services.operation_start(
             server=server,
