@@ -36,8 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import OuterRef, Subquery
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from conversations.escaping import storable_json, storable_text
@@ -93,13 +92,16 @@ _REDACTED_TURN_FIELDS = ("question", "answer", "error", "tools", "transcript")
 def index_last_request_whole(turn_id: int) -> None:
     """Once a turn has ended, have full-text search index its last request indexed only in part
     whole (it holds the whole history the model saw), so that words spread over the history
-    still match one exchange. One ``UPDATE``; nothing to do where no request has a span."""
-    last = (
-        Exchange.objects.filter(turn_id=turn_id, search_start__isnull=False)
-        .order_by("-seq", "-id")
-        .values("pk")[:1]
-    )
-    Exchange.objects.filter(pk__in=Subquery(last)).update(search_start=None, search_length=None)
+    still match one exchange. One ``UPDATE`` (plain SQL: it runs at the end of every turn);
+    nothing to do where no request has a span."""
+    table = connection.ops.quote_name(Exchange._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET search_start = NULL, search_length = NULL WHERE id = ("
+            f"SELECT id FROM {table} WHERE turn_id = %s AND search_start IS NOT NULL"
+            " ORDER BY seq DESC, id DESC LIMIT 1)",
+            [turn_id],
+        )
 
 
 def turn_redacted(values: dict[str, Any], redact: Redactor) -> dict[str, Any]:
@@ -469,6 +471,30 @@ def _reserve_ids(model: type[Step], count: int) -> list[int]:
         return [int(row[0]) for row in cursor.fetchall()]
 
 
+def _starting_points(turn: Turn) -> tuple[int, int, str | None]:
+    """The turn's last step and exchange numbers and the hash of the conversation's latest
+    exchange (``integrity.chain_head_query``), in one query: every turn reads them."""
+    with connection.cursor() as cursor:
+        cursor.execute(_starting_points_sql(connection.alias), [turn.pk, turn.pk, turn.conversation_id])
+        row = cursor.fetchone()
+    return (row[0] or 0, row[1] or 0, row[2]) if row else (0, 0, None)
+
+
+@functools.cache
+def _starting_points_sql(alias: str) -> str:
+    """The statement of ``_starting_points``, made once per database (its parameters: the turn's
+    id twice, then its conversation's)."""
+    quote = connections[alias].ops.quote_name
+    steps, exchanges = quote(Step._meta.db_table), quote(Exchange._meta.db_table)
+    head, params = chain_head_query(0).query.sql_with_params()
+    if list(params) != [0]:
+        raise RuntimeError(f"the chain head query takes the conversation's id alone, not {params}")
+    return (
+        f"SELECT (SELECT seq FROM {steps} WHERE turn_id = %s ORDER BY seq DESC LIMIT 1),"
+        f" (SELECT seq FROM {exchanges} WHERE turn_id = %s ORDER BY seq DESC LIMIT 1), ({head})"
+    )
+
+
 class TurnRecorder:
     """Implements the agent's ``Recorder`` for one ``Turn``: write the rows, then publish their ids."""
 
@@ -478,16 +504,7 @@ class TurnRecorder:
         self.redact = redact or active_redactor()
         # Where the turn's steps and exchanges go on, and the conversation's hash chain: read in
         # one query.
-        start = (
-            Turn.objects.filter(pk=turn.pk)
-            .values_list(
-                Subquery(Step.objects.filter(turn=OuterRef("pk")).order_by("-seq").values("seq")[:1]),
-                Subquery(Exchange.objects.filter(turn=OuterRef("pk")).order_by("-seq").values("seq")[:1]),
-                Subquery(chain_head_query(turn.conversation_id)),
-            )
-            .first()
-        )
-        seq, exchange_seq, head = start or (0, 0, None)
+        seq, exchange_seq, head = _starting_points(turn)
         self._seq, self._exchange_seq = seq or 0, exchange_seq or 0
         self._parents: dict[int, int | None] = {}
         self._chain = head or GENESIS
