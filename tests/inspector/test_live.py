@@ -96,3 +96,8 @@ async def test_a_waiting_partial_is_replaced_by_the_newer_one_never_dropped_for_
         # Each step's snapshots arrive growing, and the last one sent is the newest.
         assert texts and texts[-1] == "x" * 50
         assert [len(text) for text in texts] == sorted(len(text) for text in texts)
+
+
+def test_the_scaled_layer_is_sent_to_a_batch_at_a_time_on_its_one_redis() -> None:
+    # The tests above then run the pipelined path (one round trip per batch), not the fallback.
+    assert isinstance(live._sender(get_channel_layer()), live._PipelinedPubSub)
