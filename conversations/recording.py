@@ -343,15 +343,22 @@ class _Writer:
         self.pid = os.getpid()
         self._pending: deque[_Batch] = deque()
         self._busy = False  # a write is under way
-        self._condition = threading.Condition()
+        # One lock, two conditions: the thread waits for work, ``wait_all`` for the queue to be
+        # empty. A turn waiting for its own batches waits on its recorder's ``_drained`` event,
+        # set when its last one is written: a batch handed over wakes the writer alone, and a
+        # write wakes only the turns it finished (hundreds may be waiting in one worker).
+        lock = threading.Lock()
+        self._work = threading.Condition(lock)
+        self._idle = threading.Condition(lock)
         self._thread = threading.Thread(target=self._run, name="record-writer", daemon=True)
         self._thread.start()
 
     def put(self, batch: _Batch) -> None:
-        with self._condition:
+        with self._work:
             batch.owner._outstanding += 1
+            batch.owner._drained.clear()
             self._pending.append(batch)
-            self._condition.notify_all()
+            self._work.notify()
 
     def wait(self, owner: TurnRecorder) -> None:
         """Block until every batch of ``owner`` handed over so far is written or dropped.
@@ -359,18 +366,17 @@ class _Writer:
         Raises:
             RuntimeError: the writer's thread is gone (its batches will never be written).
         """
-        with self._condition:
-            while not self._condition.wait_for(lambda: owner._outstanding == 0, timeout=1.0):
-                if not self._thread.is_alive():
-                    raise RuntimeError("the record writer stopped before writing this turn's steps")
+        while not owner._drained.wait(timeout=1.0):
+            if not self._thread.is_alive():
+                raise RuntimeError("the record writer stopped before writing this turn's steps")
 
     def wait_all(self, timeout: float) -> bool:
-        with self._condition:
-            return self._condition.wait_for(lambda: not self._pending and not self._busy, timeout)
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._pending and not self._busy, timeout)
 
     def _take(self) -> list[_Batch]:
-        with self._condition:
-            self._condition.wait_for(lambda: bool(self._pending))
+        with self._work:
+            self._work.wait_for(lambda: bool(self._pending))
             count = min(len(self._pending), self.MOST_PER_WRITE)
             self._busy = True
             return [self._pending.popleft() for _ in range(count)]
@@ -391,11 +397,14 @@ class _Writer:
                     batch.publish()
                 except Exception:  # the rows are stored; a lost doorbell is caught up on reconnect
                     logger.exception("could not ring the doorbells of a written batch")
-            with self._condition:
+            with self._work:
                 for batch in batches:
-                    batch.owner._outstanding -= 1
+                    owner = batch.owner
+                    owner._outstanding -= 1
+                    if owner._outstanding == 0:
+                        owner._drained.set()
                 self._busy = False
-                self._condition.notify_all()
+                self._idle.notify_all()
 
     @staticmethod
     def _commit(batches: list[_Batch]) -> list[_Batch]:
@@ -528,9 +537,12 @@ class TurnRecorder:
         self._reserves_ids = connection.vendor == "postgresql"
         self._ids: deque[int] = deque()
         self._id_block = _ID_BLOCK_FIRST
-        # Kept by the writer (under its lock): batches handed over and not yet written or dropped,
-        # and the error of the first write that failed, until the loop has been told of it.
+        # Kept by the writer (under its lock): batches handed over and not yet written or dropped
+        # (``_drained`` is set while there are none), and the error of the first write that
+        # failed, until the loop has been told of it.
         self._outstanding = 0
+        self._drained = threading.Event()
+        self._drained.set()
         self._write_error: BaseException | None = None
         # Ids of steps whose write failed or was dropped (the writer's thread only).
         self._lost: set[int] = set()
