@@ -7,7 +7,7 @@ doorbell still waiting to be sent is not queued twice: the consumer renders the 
 the event arrives, so one ring covers every change made before it.
 
 With the Redis pub/sub layer on one Redis (the scaled deployment) the thread publishes each batch
-of waiting events as one pipeline of ``PUBLISH`` commands, in the layer's own message format on
+of waiting events as ``PUBLISH`` commands written together, in the layer's own message format on
 the channel its ``group_send`` would use (``_PipelinedPubSub``): one round trip per batch, where
 the layer's coroutine costs one per event (a busy worker rings thousands a second). Any other
 layer gets ``group_send`` per event on the thread's own event loop (a new loop per send would open
@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 from collections import deque
-from typing import Any, Literal, Protocol, TypedDict
+from typing import Any, Literal, Protocol, TypedDict, cast
 from uuid import UUID
 
 import redis
@@ -110,17 +110,30 @@ class _GroupSends:
                 logger.exception("could not publish %s to %s", event["type"], group)
 
 
+class _RedisConnection(Protocol):
+    """What ``_PipelinedPubSub`` uses of a redis-py connection (its methods are untyped)."""
+
+    def pack_commands(self, commands: list[tuple[str, str, bytes]]) -> list[bytes]: ...
+    def send_packed_command(self, command: list[bytes]) -> None: ...
+    def read_response(self) -> object: ...
+    def disconnect(self) -> None: ...
+
+
 class _PipelinedPubSub:
-    """The Redis pub/sub layer's ``group_send`` for a whole batch at once: one pipeline of
-    ``PUBLISH`` commands on the group's channel, each message serialized by the layer itself
-    (tests/inspector/test_live.py holds a consumer of the layer receiving them)."""
+    """The Redis pub/sub layer's ``group_send`` for a whole batch at once: the ``PUBLISH``
+    commands of the batch written together on one connection kept by the publisher thread, each
+    message serialized by the layer itself on the channel its ``group_send`` uses
+    (tests/inspector/test_live.py holds a consumer of the layer receiving them). The connection
+    is used as it is, without a pool or a pipeline object per batch: their bookkeeping cost
+    several times the round trip."""
 
     def __init__(self, layer: RedisPubSubChannelLayer, host: dict[str, Any]) -> None:
         self.prefix = str(layer._kwargs.get("prefix", "asgi"))
         self.serialize = layer.serialize
         options = dict(host)
         address = options.pop("address", None)
-        self.redis = redis.Redis.from_url(address, **options) if address else redis.Redis(**options)
+        client = redis.Redis.from_url(address, **options) if address else redis.Redis(**options)
+        self.connection = cast(_RedisConnection, client.connection_pool.get_connection())
 
     @staticmethod
     def usable(layer: BaseChannelLayer) -> dict[str, Any] | None:
@@ -131,13 +144,19 @@ class _PipelinedPubSub:
         return dict(hosts[0]) if len(hosts) == 1 else None
 
     def send(self, batch: list[tuple[str, Event]]) -> None:
-        pipeline = self.redis.pipeline(transaction=False)
-        for group, event in batch:
-            pipeline.publish(f"{self.prefix}__group__{group}", self.serialize(dict(event)))
+        commands = [
+            ("PUBLISH", f"{self.prefix}__group__{group}", self.serialize(dict(event)))
+            for group, event in batch
+        ]
+        connection = self.connection
         try:
-            pipeline.execute()
+            connection.send_packed_command(connection.pack_commands(commands))
+            for _ in commands:
+                connection.read_response()
         except Exception:  # the record is stored; lost doorbells are caught up on reconnect
             logger.exception("could not publish %d event(s)", len(batch))
+            # The next batch connects afresh (the connection reconnects when it is used).
+            connection.disconnect()
 
 
 def _sender(layer: BaseChannelLayer) -> _Sender:
