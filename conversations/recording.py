@@ -405,6 +405,11 @@ class _Writer:
                         owner._drained.set()
                 self._busy = False
                 self._idle.notify_all()
+                idle = not self._pending
+            if idle:
+                # The connection goes back to the pool only when nothing waits to be written:
+                # a busy writer keeps it (each loan from the pool costs a health check).
+                release_connection(always=True)
 
     @staticmethod
     def _commit(batches: list[_Batch]) -> list[_Batch]:
@@ -426,7 +431,6 @@ class _Writer:
             logger.warning(
                 "a write of %d batches failed; writing them one by one", len(to_write), exc_info=True
             )
-        finally:
             release_connection(always=True)
         written: list[_Batch] = []
         for batch in live_batches:
