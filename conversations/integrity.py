@@ -46,7 +46,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from conversations.models import AuditEvent, Conversation, Exchange, Step, Turn
@@ -297,6 +297,19 @@ def _previous_seal(turn: Turn) -> str:
     return before or GENESIS
 
 
+def _sealed_turns(conversation_id: int) -> tuple[int, str]:
+    """How many turns of the conversation are sealed, and the newest one's seal: one query."""
+    table = connection.ops.quote_name(Turn._meta.db_table)
+    sealed = f"FROM {table} WHERE conversation_id = %s AND seal <> ''"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT count(*), (SELECT seal {sealed} ORDER BY seq DESC LIMIT 1) {sealed}",
+            [conversation_id, conversation_id],
+        )
+        row = cursor.fetchone()
+    return int(row[0]), str(row[1] or GENESIS)
+
+
 # --- sealing -------------------------------------------------------------------------------------
 
 
@@ -311,16 +324,16 @@ def turn_seal(*, turn: Turn, actor_name: str = "system") -> str:
     key = integrity_key()
     conversation = turn.conversation
     identity = str(conversation.public_id)
-    with transaction.atomic():
+    # Inside the caller's transaction when there is one (``recording.turn_end_save``): no savepoint,
+    # a failure here fails the whole end.
+    with transaction.atomic(savepoint=False):
         fresh = Turn.objects.select_for_update().get(pk=turn.pk)
         records = _turn_records(fresh)
         digests = _step_digests(key, identity, fresh, records, SEAL_RULE)
         seal = _turn_seal(key, identity, fresh, records, digests, _previous_seal(fresh), SEAL_RULE)
         Turn.objects.filter(pk=fresh.pk).update(seal=seal, seal_steps=digests, seal_rule=SEAL_RULE)
         turn.seal, turn.seal_steps, turn.seal_rule = seal, digests, SEAL_RULE
-        sealed = Turn.objects.filter(conversation_id=conversation.pk).exclude(seal="")
-        count = sealed.count()
-        head = sealed.order_by("-seq").values_list("seal", flat=True).first() or GENESIS
+        count, head = _sealed_turns(conversation.pk)
         anchor = _anchor(key, identity, count, head)
         Conversation.objects.filter(pk=conversation.pk).update(
             chain_turns=count, chain_head=head, chain_anchor=anchor

@@ -179,21 +179,14 @@ class _Watcher:
         if ids:
             if now >= self._last_beat + settings.TURN_HEARTBEAT_SECONDS:
                 self._last_beat = now
-                Turn.objects.filter(pk__in=ids, status=Turn.Status.RUNNING).update(
-                    heartbeat_at=timezone.now()
-                )
+                _beat(ids)
             self._poll(ids)
         if self.reaping and now >= self.last_reap + settings.TURN_REAP_SECONDS:
             self.last_reap = now
             _check_stale()
 
     def _poll(self, ids: list[int]) -> None:
-        changed = (
-            Turn.objects.filter(pk__in=ids)
-            .filter(Q(cancel_requested_at__isnull=False) | ~Q(status=Turn.Status.RUNNING))
-            .values_list("pk", "status", "cancel_requested_by")
-        )
-        for pk, status, by in changed:
+        for pk, status, by in _stopping(ids):
             signal = self.signal(pk)
             if signal is None:
                 continue
@@ -201,6 +194,41 @@ class _Watcher:
                 signal.stop(kind=CANCEL, by=by, reason=f"cancelled by {by or 'a user'}")
             else:
                 signal.stop(kind=LOST, reason=f"the turn was marked {status} by another process")
+
+
+# The two statements the lifecycle thread runs every pass, for all the turns this process runs
+# (a worker runs hundreds at once): plain SQL, so a pass costs the database round trip and not
+# a query's compilation, which grows with the number of ids. On PostgreSQL the ids are one array
+# parameter, so the statement's text is the same whatever their number (the driver keeps the
+# texts it has parsed, a few hundred at most: one per count of ids would crowd out the rest).
+def _ids_match(ids: list[int]) -> tuple[str, list[int | list[int]]]:
+    if connection.vendor == "postgresql":
+        return "id = ANY(%s)", [ids]
+    return f"id IN ({', '.join(['%s'] * len(ids))})", list(ids)
+
+
+def _beat(ids: list[int]) -> None:
+    """Write the heartbeat of these turns (those still running)."""
+    table = connection.ops.quote_name(Turn._meta.db_table)
+    match, params = _ids_match(ids)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET heartbeat_at = %s WHERE {match} AND status = %s",
+            [connection.ops.adapt_datetimefield_value(timezone.now()), *params, Turn.Status.RUNNING],
+        )
+
+
+def _stopping(ids: list[int]) -> list[tuple[int, str, str]]:
+    """``(id, status, cancel_requested_by)`` of those turns asked to stop or no longer running."""
+    table = connection.ops.quote_name(Turn._meta.db_table)
+    match, params = _ids_match(ids)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, status, cancel_requested_by FROM {table} WHERE {match}"
+            " AND (cancel_requested_at IS NOT NULL OR status <> %s)",
+            [*params, Turn.Status.RUNNING],
+        )
+        return [(int(pk), str(status), str(by)) for pk, status, by in cursor.fetchall()]
 
 
 _stale_checks: list[Callable[[], object]] = []

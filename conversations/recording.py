@@ -36,8 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import OuterRef, Subquery
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from conversations.escaping import storable_json, storable_text
@@ -93,13 +92,16 @@ _REDACTED_TURN_FIELDS = ("question", "answer", "error", "tools", "transcript")
 def index_last_request_whole(turn_id: int) -> None:
     """Once a turn has ended, have full-text search index its last request indexed only in part
     whole (it holds the whole history the model saw), so that words spread over the history
-    still match one exchange. One ``UPDATE``; nothing to do where no request has a span."""
-    last = (
-        Exchange.objects.filter(turn_id=turn_id, search_start__isnull=False)
-        .order_by("-seq", "-id")
-        .values("pk")[:1]
-    )
-    Exchange.objects.filter(pk__in=Subquery(last)).update(search_start=None, search_length=None)
+    still match one exchange. One ``UPDATE`` (plain SQL: it runs at the end of every turn);
+    nothing to do where no request has a span."""
+    table = connection.ops.quote_name(Exchange._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET search_start = NULL, search_length = NULL WHERE id = ("
+            f"SELECT id FROM {table} WHERE turn_id = %s AND search_start IS NOT NULL"
+            " ORDER BY seq DESC, id DESC LIMIT 1)",
+            [turn_id],
+        )
 
 
 def turn_redacted(values: dict[str, Any], redact: Redactor) -> dict[str, Any]:
@@ -341,15 +343,22 @@ class _Writer:
         self.pid = os.getpid()
         self._pending: deque[_Batch] = deque()
         self._busy = False  # a write is under way
-        self._condition = threading.Condition()
+        # One lock, two conditions: the thread waits for work, ``wait_all`` for the queue to be
+        # empty. A turn waiting for its own batches waits on its recorder's ``_drained`` event,
+        # set when its last one is written: a batch handed over wakes the writer alone, and a
+        # write wakes only the turns it finished (hundreds may be waiting in one worker).
+        lock = threading.Lock()
+        self._work = threading.Condition(lock)
+        self._idle = threading.Condition(lock)
         self._thread = threading.Thread(target=self._run, name="record-writer", daemon=True)
         self._thread.start()
 
     def put(self, batch: _Batch) -> None:
-        with self._condition:
+        with self._work:
             batch.owner._outstanding += 1
+            batch.owner._drained.clear()
             self._pending.append(batch)
-            self._condition.notify_all()
+            self._work.notify()
 
     def wait(self, owner: TurnRecorder) -> None:
         """Block until every batch of ``owner`` handed over so far is written or dropped.
@@ -357,18 +366,17 @@ class _Writer:
         Raises:
             RuntimeError: the writer's thread is gone (its batches will never be written).
         """
-        with self._condition:
-            while not self._condition.wait_for(lambda: owner._outstanding == 0, timeout=1.0):
-                if not self._thread.is_alive():
-                    raise RuntimeError("the record writer stopped before writing this turn's steps")
+        while not owner._drained.wait(timeout=1.0):
+            if not self._thread.is_alive():
+                raise RuntimeError("the record writer stopped before writing this turn's steps")
 
     def wait_all(self, timeout: float) -> bool:
-        with self._condition:
-            return self._condition.wait_for(lambda: not self._pending and not self._busy, timeout)
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._pending and not self._busy, timeout)
 
     def _take(self) -> list[_Batch]:
-        with self._condition:
-            self._condition.wait_for(lambda: bool(self._pending))
+        with self._work:
+            self._work.wait_for(lambda: bool(self._pending))
             count = min(len(self._pending), self.MOST_PER_WRITE)
             self._busy = True
             return [self._pending.popleft() for _ in range(count)]
@@ -389,11 +397,19 @@ class _Writer:
                     batch.publish()
                 except Exception:  # the rows are stored; a lost doorbell is caught up on reconnect
                     logger.exception("could not ring the doorbells of a written batch")
-            with self._condition:
+            with self._work:
                 for batch in batches:
-                    batch.owner._outstanding -= 1
+                    owner = batch.owner
+                    owner._outstanding -= 1
+                    if owner._outstanding == 0:
+                        owner._drained.set()
                 self._busy = False
-                self._condition.notify_all()
+                self._idle.notify_all()
+                idle = not self._pending
+            if idle:
+                # The connection goes back to the pool only when nothing waits to be written:
+                # a busy writer keeps it (each loan from the pool costs a health check).
+                release_connection(always=True)
 
     @staticmethod
     def _commit(batches: list[_Batch]) -> list[_Batch]:
@@ -415,7 +431,6 @@ class _Writer:
             logger.warning(
                 "a write of %d batches failed; writing them one by one", len(to_write), exc_info=True
             )
-        finally:
             release_connection(always=True)
         written: list[_Batch] = []
         for batch in live_batches:
@@ -469,6 +484,30 @@ def _reserve_ids(model: type[Step], count: int) -> list[int]:
         return [int(row[0]) for row in cursor.fetchall()]
 
 
+def _starting_points(turn: Turn) -> tuple[int, int, str | None]:
+    """The turn's last step and exchange numbers and the hash of the conversation's latest
+    exchange (``integrity.chain_head_query``), in one query: every turn reads them."""
+    with connection.cursor() as cursor:
+        cursor.execute(_starting_points_sql(connection.alias), [turn.pk, turn.pk, turn.conversation_id])
+        row = cursor.fetchone()
+    return (row[0] or 0, row[1] or 0, row[2]) if row else (0, 0, None)
+
+
+@functools.cache
+def _starting_points_sql(alias: str) -> str:
+    """The statement of ``_starting_points``, made once per database (its parameters: the turn's
+    id twice, then its conversation's)."""
+    quote = connections[alias].ops.quote_name
+    steps, exchanges = quote(Step._meta.db_table), quote(Exchange._meta.db_table)
+    head, params = chain_head_query(0).query.sql_with_params()
+    if list(params) != [0]:
+        raise RuntimeError(f"the chain head query takes the conversation's id alone, not {params}")
+    return (
+        f"SELECT (SELECT seq FROM {steps} WHERE turn_id = %s ORDER BY seq DESC LIMIT 1),"
+        f" (SELECT seq FROM {exchanges} WHERE turn_id = %s ORDER BY seq DESC LIMIT 1), ({head})"
+    )
+
+
 class TurnRecorder:
     """Implements the agent's ``Recorder`` for one ``Turn``: write the rows, then publish their ids."""
 
@@ -478,16 +517,7 @@ class TurnRecorder:
         self.redact = redact or active_redactor()
         # Where the turn's steps and exchanges go on, and the conversation's hash chain: read in
         # one query.
-        start = (
-            Turn.objects.filter(pk=turn.pk)
-            .values_list(
-                Subquery(Step.objects.filter(turn=OuterRef("pk")).order_by("-seq").values("seq")[:1]),
-                Subquery(Exchange.objects.filter(turn=OuterRef("pk")).order_by("-seq").values("seq")[:1]),
-                Subquery(chain_head_query(turn.conversation_id)),
-            )
-            .first()
-        )
-        seq, exchange_seq, head = start or (0, 0, None)
+        seq, exchange_seq, head = _starting_points(turn)
         self._seq, self._exchange_seq = seq or 0, exchange_seq or 0
         self._parents: dict[int, int | None] = {}
         self._chain = head or GENESIS
@@ -511,9 +541,12 @@ class TurnRecorder:
         self._reserves_ids = connection.vendor == "postgresql"
         self._ids: deque[int] = deque()
         self._id_block = _ID_BLOCK_FIRST
-        # Kept by the writer (under its lock): batches handed over and not yet written or dropped,
-        # and the error of the first write that failed, until the loop has been told of it.
+        # Kept by the writer (under its lock): batches handed over and not yet written or dropped
+        # (``_drained`` is set while there are none), and the error of the first write that
+        # failed, until the loop has been told of it.
         self._outstanding = 0
+        self._drained = threading.Event()
+        self._drained.set()
         self._write_error: BaseException | None = None
         # Ids of steps whose write failed or was dropped (the writer's thread only).
         self._lost: set[int] = set()

@@ -245,9 +245,10 @@ def _history(turn: Turn) -> list[Message]:
     return history
 
 
-def turn_run(*, turn_id: int) -> None:
+def turn_run(*, turn_id: int) -> str:
     """Run a queued turn to its end. Safe to call twice, at once or later: the turn is claimed
     by one atomic conditional UPDATE (``lifecycle.turn_claim``), so only one call runs it.
+    Returns how this call left the turn: its status once run, or ``not claimed``.
 
     A call that finds the turn already running (a task redelivered after its worker died) leaves
     a live turn alone; a stale one is marked interrupted, as any process's periodic check would.
@@ -259,16 +260,17 @@ def turn_run(*, turn_id: int) -> None:
     if not turn_claim(turn_id=turn_id):
         if Turn.objects.filter(pk=turn_id, status=Turn.Status.RUNNING).exists():
             turns_reap_stale()
-        return
+        return "not claimed"
     signal = turn_watch(turn_id=turn_id)
     try:
-        _run_claimed(turn_id, signal)
+        status = _run_claimed(turn_id, signal)
     finally:
         turn_unwatch(turn_id=turn_id)
     trace_delivery_queue(turn_id=turn_id)
+    return status
 
 
-def _run_claimed(turn_id: int, signal: TurnSignal) -> None:
+def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
     turn = Turn.objects.select_related("conversation__model_profile", "conversation__owner").get(pk=turn_id)
     # Browsers render the running turn while it connects.
     live.publish_turn_changed(conversation_id=turn.conversation.public_id, turn_id=turn.pk)
@@ -330,15 +332,17 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> None:
     # Every step is committed before the turn's end is written (a write that failed raises here).
     recorder.drain()
     index_last_request_whole(turn.pk)
-    if not _still_ours(turn):
+    ended = _still_ours(turn)
+    if ended is not None:
         # Another process has marked it finished meanwhile (its heartbeat was lost): that ending
         # stands; the seal is made again over what this runner recorded since.
         recorder.seal()
         recorder.turn_changed()
-        return
+        return ended
     # An ordinary (synchronous) commit: it makes the turn and every step before it durable.
     recorder.turn_end()
     recorder.turn_changed()
+    return str(turn.status)
 
 
 def _end_cancelled(turn: Turn, recorder: TurnRecorder, signal: TurnSignal) -> None:
@@ -352,21 +356,24 @@ def _end_cancelled(turn: Turn, recorder: TurnRecorder, signal: TurnSignal) -> No
     turn.mark_cancelled(text)
 
 
-def _still_ours(turn: Turn) -> bool:
-    """Whether the turn is still running in the database (nobody else ended it), with the
-    lifecycle fields it holds there now, so the end's save keeps them."""
+def _still_ours(turn: Turn) -> str | None:
+    """None while the turn is still running in the database (nobody else ended it), taking the
+    lifecycle fields it holds there now, so the end's save keeps them; else the status another
+    process ended it with (``missing`` for a turn deleted meanwhile)."""
     row = (
         Turn.objects.filter(pk=turn.pk)
         .values("status", "heartbeat_at", "cancel_requested_at", "cancel_requested_by", "runner")
         .first()
     )
-    if row is None or row["status"] != Turn.Status.RUNNING:
-        return False
+    if row is None:
+        return "missing"
+    if row["status"] != Turn.Status.RUNNING:
+        return str(row["status"])
     turn.heartbeat_at = row["heartbeat_at"]
     turn.cancel_requested_at = row["cancel_requested_at"]
     turn.cancel_requested_by = row["cancel_requested_by"]
     turn.runner = row["runner"]
-    return True
+    return None
 
 
 def turn_abandon(*, turn_id: int, reason: str) -> bool:

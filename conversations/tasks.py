@@ -45,8 +45,9 @@ class TurnTask(Task):  # type: ignore[type-arg]
     retry_jitter=False,
     max_retries=settings.TURN_DATABASE_RETRIES,
 )
-def run_turn(turn_id: int) -> None:
-    turn_run(turn_id=turn_id)
+def run_turn(turn_id: int) -> str:
+    """Run the turn (``runner.turn_run``); returns how it left it, for the worker's log line."""
+    return turn_run(turn_id=turn_id)
 
 
 @shared_task(

@@ -18,8 +18,6 @@ from typing import Any
 import redis
 from celery import Celery, Task
 from celery.signals import task_postrun, task_prerun
-from django.apps import apps
-from django.db import DatabaseError
 from kombu.transport import redis as kombu_redis
 
 from inspector.memory import keep_big_allocations_mapped
@@ -81,22 +79,16 @@ def _turn_task_ended(
     task: Task[Any, Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    retval: Any = None,
     state: str | None = None,
     **_: Any,
 ) -> None:
-    """One INFO line per turn task: ``turn <id> <status> in <seconds> s (task <state>)``."""
+    """One INFO line per turn task: ``turn <id> <status> in <seconds> s (task <state>)``; the
+    status is what the task returned (how it left the turn), or the exception it raised."""
     if task.name != TURN_TASK:
         return
     started = _started.pop(task_id, None)
     duration = time.monotonic() - started if started is not None else 0.0
     turn_id: int = args[0] if args else kwargs["turn_id"]
-    try:
-        status = (
-            apps.get_model("conversations", "Turn")
-            .objects.filter(pk=turn_id)
-            .values_list("status", flat=True)
-            .first()
-        )
-    except DatabaseError as exc:
-        status = f"unknown ({type(exc).__name__})"
-    logger.info("turn %s %s in %.3f s (task %s)", turn_id, status or "missing", duration, state or "?")
+    status = retval if isinstance(retval, str) else f"not finished ({type(retval).__name__})"
+    logger.info("turn %s %s in %.3f s (task %s)", turn_id, status, duration, state or "?")

@@ -2,10 +2,16 @@
 
 Events name a row that changed; consumers render it from the database. Callers publish only
 after the row is committed, and a publish never blocks them: events go to one long-lived
-publisher thread per process, which sends them in order on its own event loop over one
-persistent channel-layer connection (a new loop per send would open a new Redis connection
-each time). A doorbell still waiting to be sent is not queued twice: the consumer renders the
-row as it is when the event arrives, so one ring covers every change made before it.
+publisher thread per process, which sends them in order over one persistent connection. A
+doorbell still waiting to be sent is not queued twice: the consumer renders the row as it is when
+the event arrives, so one ring covers every change made before it.
+
+With the Redis pub/sub layer on one Redis (the scaled deployment) the thread publishes each batch
+of waiting events as ``PUBLISH`` commands written together, in the layer's own message format on
+the channel its ``group_send`` would use (``_PipelinedPubSub``): one round trip per batch, where
+the layer's coroutine costs one per event (a busy worker rings thousands a second). Any other
+layer gets ``group_send`` per event on the thread's own event loop (a new loop per send would open
+a new Redis connection each time).
 
 In the embedded default the in-memory layer is not thread-safe across event loops, so its sends
 are scheduled on the web server's own loop (bound by the first consumer that connects).
@@ -19,10 +25,13 @@ import logging
 import os
 import threading
 from collections import deque
-from typing import Literal, TypedDict
+from typing import Any, Literal, Protocol, TypedDict, cast
 from uuid import UUID
 
+import redis
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
+from channels_redis.pubsub import RedisPubSubChannelLayer  # type: ignore[import-untyped]
+from channels_redis.utils import decode_hosts  # type: ignore[import-untyped]
 
 from conversations.typealias import JSONDict
 
@@ -76,8 +85,87 @@ def _key(group: str, event: Event) -> _Key:
     return (group, event["type"], event["turn_id"], step_id)
 
 
+class _Sender(Protocol):
+    """How the publisher thread hands a batch of events to the channel layer, in order."""
+
+    def send(self, batch: list[tuple[str, Event]]) -> None: ...
+
+
+class _GroupSends:
+    """``group_send`` per event, on an event loop of the publisher thread's own."""
+
+    def __init__(self, layer: BaseChannelLayer) -> None:
+        self.layer = layer
+        self.loop = asyncio.new_event_loop()
+
+    def send(self, batch: list[tuple[str, Event]]) -> None:
+        self.loop.run_until_complete(self._send_all(batch))
+
+    async def _send_all(self, batch: list[tuple[str, Event]]) -> None:
+        """Send a batch in order, in one pass of the loop (not one ``run_until_complete`` each)."""
+        for group, event in batch:
+            try:
+                await self.layer.group_send(group, dict(event))
+            except Exception:  # the record is stored; a lost doorbell is caught up on reconnect
+                logger.exception("could not publish %s to %s", event["type"], group)
+
+
+class _RedisConnection(Protocol):
+    """What ``_PipelinedPubSub`` uses of a redis-py connection (its methods are untyped)."""
+
+    def pack_commands(self, commands: list[tuple[str, str, bytes]]) -> list[bytes]: ...
+    def send_packed_command(self, command: list[bytes]) -> None: ...
+    def read_response(self) -> object: ...
+    def disconnect(self) -> None: ...
+
+
+class _PipelinedPubSub:
+    """The Redis pub/sub layer's ``group_send`` for a whole batch at once: the ``PUBLISH``
+    commands of the batch written together on one connection kept by the publisher thread, each
+    message serialized by the layer itself on the channel its ``group_send`` uses
+    (tests/inspector/test_live.py holds a consumer of the layer receiving them). The connection
+    is used as it is, without a pool or a pipeline object per batch: their bookkeeping cost
+    several times the round trip."""
+
+    def __init__(self, layer: RedisPubSubChannelLayer, host: dict[str, Any]) -> None:
+        self.prefix = str(layer._kwargs.get("prefix", "asgi"))
+        self.serialize = layer.serialize
+        options = dict(host)
+        address = options.pop("address", None)
+        client = redis.Redis.from_url(address, **options) if address else redis.Redis(**options)
+        self.connection = cast(_RedisConnection, client.connection_pool.get_connection())
+
+    @staticmethod
+    def usable(layer: BaseChannelLayer) -> dict[str, Any] | None:
+        """The one Redis host of a pub/sub layer (None: another layer, or sharded over several)."""
+        if not isinstance(layer, RedisPubSubChannelLayer):
+            return None
+        hosts = decode_hosts(layer._kwargs.get("hosts", layer._args[0] if layer._args else None))
+        return dict(hosts[0]) if len(hosts) == 1 else None
+
+    def send(self, batch: list[tuple[str, Event]]) -> None:
+        commands = [
+            ("PUBLISH", f"{self.prefix}__group__{group}", self.serialize(dict(event)))
+            for group, event in batch
+        ]
+        connection = self.connection
+        try:
+            connection.send_packed_command(connection.pack_commands(commands))
+            for _ in commands:
+                connection.read_response()
+        except Exception:  # the record is stored; lost doorbells are caught up on reconnect
+            logger.exception("could not publish %d event(s)", len(batch))
+            # The next batch connects afresh (the connection reconnects when it is used).
+            connection.disconnect()
+
+
+def _sender(layer: BaseChannelLayer) -> _Sender:
+    host = _PipelinedPubSub.usable(layer)
+    return _PipelinedPubSub(layer, host) if host is not None else _GroupSends(layer)
+
+
 class _Publisher:
-    """A daemon thread with its own event loop that sends queued events in order."""
+    """A daemon thread that sends queued events in order, a batch at a time."""
 
     def __init__(self, layer: BaseChannelLayer) -> None:
         self.layer = layer
@@ -124,19 +212,14 @@ class _Publisher:
             self._condition.notify_all()
 
     def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
+        sender = _sender(self.layer)
         while True:
-            loop.run_until_complete(self._send_all(self._take()))
-            self._done()
-
-    async def _send_all(self, batch: list[tuple[str, Event]]) -> None:
-        """Send a batch in order, in one pass of the loop (not one ``run_until_complete`` each)."""
-        for group, event in batch:
+            batch = self._take()
             try:
-                await self.layer.group_send(group, dict(event))
-            except Exception:  # the record is stored; a lost doorbell is caught up on reconnect
-                logger.exception("could not publish %s to %s", event["type"], group)
+                sender.send(batch)
+            except Exception:  # the thread must outlive anything a send does
+                logger.exception("could not publish %d event(s)", len(batch))
+            self._done()
 
 
 _publisher: _Publisher | None = None

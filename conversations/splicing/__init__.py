@@ -179,8 +179,9 @@ def splice(
     if arguments_setting and template and template.strip() and not go and rendering.status != "illustrative":
         note = setting_note(arguments_setting, parses=parses_arguments(template, arguments_setting))
         rendering.source = f"{rendering.source} — {note}"
-    tool_pieces, result_pieces, how = tool_texts(tools), result_texts(messages), ""
+    result_pieces, how = result_texts(messages), ""
     pieces = len(tools) + len(result_pieces)
+    tool_pieces: dict[str, str] | None = None
     if rendering.render is not None and pieces > MAX_PIECES_BY_DIFFERENCE:
         how = f"{pieces} pieces: each tool and result counted as its own text, not by difference"
     elif rendering.render is not None:
@@ -190,6 +191,8 @@ def splice(
             tool_pieces = found_tools
         else:
             how = "each result: the text the prompt loses when rendered without it; each tool: its JSON"
+    if tool_pieces is None:
+        tool_pieces = tool_texts(tools)
     report = token_report(
         rendering.text,
         model=model,

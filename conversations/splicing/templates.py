@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
@@ -310,10 +310,13 @@ def _generic_call(call: JSONValue) -> str:
     return f'<tool_call>\n{{"name": {_tojson(function["name"])}, "arguments": {text}}}\n</tool_call>'
 
 
-def _generic_rendering(messages: Sequence[JSONDict], tools: Sequence[JSONDict]) -> str | None:
+def _generic_rendering(
+    messages: Sequence[JSONDict], tools: Sequence[JSONDict], tool_json: Callable[[JSONDict], str] = _tojson
+) -> str | None:
     """:data:`GENERIC_TEMPLATE` rendered in plain Python (with a generation prompt): the same
     text, in a fraction of Jinja's time (a step's prompt is rendered again at every step). None
-    for a message of a shape the template's edge cases decide (a test holds the two equal)."""
+    for a message of a shape the template's edge cases decide (a test holds the two equal).
+    ``tool_json`` writes a tool definition's JSON (:class:`_GenericRenderer` remembers them)."""
     prepared = template_messages(messages, parse=True)
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in prepared):
         return None
@@ -323,7 +326,7 @@ def _generic_rendering(messages: Sequence[JSONDict], tools: Sequence[JSONDict]) 
         if prepared and prepared[0]["role"] == "system":
             system.append(_generic_text(prepared[0].get("content")))
         if tools:
-            listed = "".join(_tojson(tool) + "\n" for tool in tools)
+            listed = "".join(tool_json(tool) + "\n" for tool in tools)
             system.append((_GENERIC_TOOLS_HEAD + listed + _GENERIC_TOOLS_TAIL).strip())
         if system:
             out.append("<|im_start|>system\n" + "\n\n".join(system) + "<|im_end|>\n")
@@ -693,19 +696,42 @@ def spliced_text(
         return Rendering(_plain_rendering(messages), "failed" if failed else "exact", source)
 
     # The generic template is ours and tested; a failure here is a bug and should surface.
-    text = _generic(messages, tools)
+    generic = _GenericRenderer()
+    text = generic(messages, tools)
     if problem is None:
-        return Rendering(text, "illustrative", GENERIC_SOURCE, render=_generic)
+        return Rendering(text, "illustrative", GENERIC_SOURCE, render=generic)
     if failed:
         source = f"{problem} — shown instead: the generic ChatML template (illustrative)"
-        return Rendering(text, "failed", source, render=_generic)
+        return Rendering(text, "failed", source, render=generic)
     source = f"generic ChatML template (illustrative) — {problem}"
-    return Rendering(text, "illustrative", source, render=_generic)
+    return Rendering(text, "illustrative", source, render=generic)
 
 
 def _generic(messages: list[JSONDict], tools: list[JSONDict]) -> str:
     """:data:`GENERIC_TEMPLATE` applied, by its plain-Python rendering when it decides the shapes."""
-    plain = _generic_rendering(messages, tools)
-    if plain is not None:
-        return plain
-    return render_chat_template(GENERIC_TEMPLATE, messages=messages, tools=tools)
+    return _GenericRenderer()(messages, tools)
+
+
+class _GenericRenderer:
+    """:func:`_generic` for the renderings of one prompt: the prompt, then the prompt without
+    each of its tools and results (``pieces.spliced_pieces``), which all list the same tool
+    definitions. Each definition's JSON is written once, not once per rendering: with a dozen
+    tools and a few results that was most of a model call's splicing."""
+
+    def __init__(self) -> None:
+        # By the tool's id, with the tool itself: an id is only reused once its object is gone.
+        self._lines: dict[int, tuple[JSONDict, str]] = {}
+
+    def tool_json(self, tool: JSONDict) -> str:
+        known = self._lines.get(id(tool))
+        if known is not None and known[0] is tool:
+            return known[1]
+        line = _tojson(tool)
+        self._lines[id(tool)] = (tool, line)
+        return line
+
+    def __call__(self, messages: list[JSONDict], tools: list[JSONDict]) -> str:
+        plain = _generic_rendering(messages, tools, self.tool_json)
+        if plain is not None:
+            return plain
+        return render_chat_template(GENERIC_TEMPLATE, messages=messages, tools=tools)

@@ -86,6 +86,7 @@ def _normalise_model(model: str) -> str:
     return name.rsplit("/", 1)[-1]
 
 
+@functools.lru_cache(maxsize=256)
 def encoding_for(model: str) -> str | None:
     """The quicktok encoding of ``model``, or None when none is known (then nothing is counted).
 

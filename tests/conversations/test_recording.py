@@ -244,7 +244,7 @@ def test_waiting_on_a_writer_whose_thread_is_gone_fails_instead_of_hanging() -> 
     dead.start()
     dead.join()
     writer._thread = dead
-    owner = SimpleNamespace(_outstanding=1)
+    owner = SimpleNamespace(_outstanding=1, _drained=threading.Event())  # one batch not written
 
     with pytest.raises(RuntimeError, match="record writer stopped"):
         writer.wait(owner)  # type: ignore[arg-type]

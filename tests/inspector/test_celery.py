@@ -4,13 +4,11 @@ connections, and logs how each turn ended."""
 from __future__ import annotations
 
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 from celery import Celery
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -22,55 +20,10 @@ from conversations.tasks import run_turn
 from servers import gateway
 from servers.services import demo_server_ensure
 from tests.conftest import running_celery_worker, worker_answers, worker_log_path
+from tests.services import PrivateRedis
 
 WEATHER = "What will the weather be like in Beijing tomorrow?"
-# Helper 3's private port range (7300-7399): never the shared Redis.
 PRIVATE_REDIS_PORT = 7301
-
-
-class PrivateRedis:
-    """A redis-server of the test's own, without persistence (a restart loses everything in it)."""
-
-    def __init__(self, port: int, log_dir: Path) -> None:
-        self.port = port
-        self.url = f"redis://127.0.0.1:{port}/0"
-        self.log_path = log_dir / f"private-redis-{port}.log"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-            stdout=self.log_path.open("ab"),
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                redis.Redis.from_url(self.url).ping()
-                return
-            except redis.ConnectionError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"the private redis-server did not start; see {self.log_path}")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(timeout=20)
-            self.process = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
 
 
 @pytest.fixture

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
+import redis
 from channels.layers import get_channel_layer
+from channels_redis.pubsub import RedisPubSubChannelLayer
 
 from inspector import live
+from tests.services import PrivateRedis
 
 pytestmark = [pytest.mark.celery, pytest.mark.usefixtures("redis_url")]
+# A redis-server of this module's own, restarted by a test (never the shared one).
+PRIVATE_REDIS_PORT = 7302
 
 
 async def _subscribe(conversation_id: uuid.UUID) -> str:
@@ -96,3 +102,35 @@ async def test_a_waiting_partial_is_replaced_by_the_newer_one_never_dropped_for_
         # Each step's snapshots arrive growing, and the last one sent is the newest.
         assert texts and texts[-1] == "x" * 50
         assert [len(text) for text in texts] == sorted(len(text) for text in texts)
+
+
+def test_the_scaled_layer_is_sent_to_a_batch_at_a_time_on_its_one_redis() -> None:
+    # The tests above then run the pipelined path (one round trip per batch), not the fallback.
+    assert isinstance(live._sender(get_channel_layer()), live._PipelinedPubSub)
+
+
+def test_doorbells_reach_subscribers_again_once_a_restarted_redis_is_back(tmp_path: Path) -> None:
+    server = PrivateRedis(PRIVATE_REDIS_PORT, tmp_path)
+    server.start()
+    try:
+        layer = RedisPubSubChannelLayer(hosts=[server.url])
+        sender = live._PipelinedPubSub(layer, {"address": server.url})
+        event = live.StepChanged(type="step.changed", turn_id=7, step_id=1)
+        group = live.conversation_group(uuid.uuid4())
+        listener = redis.Redis.from_url(server.url).pubsub()
+        listener.subscribe(f"asgi__group__{group}")
+        assert listener.get_message(timeout=5)["type"] == "subscribe"  # type: ignore[index]
+
+        sender.send([(group, event)])
+        assert layer.deserialize(listener.get_message(timeout=5)["data"]) == dict(event)  # type: ignore[index]
+
+        server.restart()
+        sender.send([(group, event)])  # the connection is gone: lost (and logged), not raised
+        listener = redis.Redis.from_url(server.url).pubsub()
+        listener.subscribe(f"asgi__group__{group}")
+        assert listener.get_message(timeout=5)["type"] == "subscribe"  # type: ignore[index]
+        sender.send([(group, event), (group, event)])
+        received = [listener.get_message(timeout=5) for _ in range(2)]
+        assert [layer.deserialize(message["data"]) for message in received] == [dict(event)] * 2  # type: ignore[index]
+    finally:
+        server.stop()
