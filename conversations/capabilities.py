@@ -15,13 +15,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from conversations.audit import audit_change
-from conversations.models import LearnedCapability, ModelProfile, Turn
+from conversations.models import AuditEvent, LearnedCapability, ModelProfile, Turn
 from conversations.redaction import Redactor
 
 CAPABILITY_FIELDS = ("native_tools", "structured_output", "parallel_calls")
-# The audit log's action for a reset (a value of its own, outside ``AuditEvent.Action``'s
-# choices, like integrity's "sealed").
-CAPABILITY_RESET_ACTION = "profile.capability_reset"
+# The audit log's action for a reset.
+CAPABILITY_RESET_ACTION = AuditEvent.Action.PROFILE_CAPABILITY_RESET
 
 
 def capability_downgrades_remember(

@@ -64,7 +64,7 @@ SEAL_RULE_FIELDS = 2
 SEAL_RULE_DOCUMENT = 3
 SEAL_RULE = SEAL_RULE_DOCUMENT
 # The audit log's action for a sealed turn (its detail anchors the chain's length and head).
-SEALED_ACTION = "sealed"
+SEALED_ACTION = AuditEvent.Action.SEALED
 
 
 # --- the key -------------------------------------------------------------------------------------

@@ -484,8 +484,9 @@ class Team(models.Model):
 
 
 class AuditEvent(models.Model):
-    """Who read, exported, imported or pruned which conversation, and who registered, changed,
-    enabled, disabled or deleted which MCP server, and when (visible to staff)."""
+    """Who read, exported, imported or pruned which conversation, who registered, changed,
+    enabled, disabled or deleted which MCP server, when a turn was sealed, and who set a profile's
+    prices or reset what it had learned, and when (visible to staff)."""
 
     class Action(models.TextChoices):
         OPENED = "opened"
@@ -497,6 +498,11 @@ class AuditEvent(models.Model):
         SERVER_ENABLED = "server.enabled"
         SERVER_DISABLED = "server.disabled"
         SERVER_DELETED = "server.deleted"
+        # A turn's record sealed (conversations.integrity), a profile's prices set
+        # (conversations.pricing), a learned capability reset (conversations.capabilities).
+        SEALED = "sealed"
+        PROFILE_PRICE_SET = "profile.price_set"
+        PROFILE_CAPABILITY_RESET = "profile.capability_reset"
 
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -13,14 +13,13 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
 from conversations.audit import audit_change
-from conversations.models import ModelPrice, ModelProfile, Step, Turn
+from conversations.models import AuditEvent, ModelPrice, ModelProfile, Step, Turn
 from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.typealias import JSONDict, JSONValue
 
 MILLION = Decimal(1_000_000)
-# The audit log's action for a profile's prices set (like integrity's "sealed", a value of its
-# own, outside ``AuditEvent.Action``'s choices: the log is read by staff in the admin).
-PRICE_SET_ACTION = "profile.price_set"
+# The audit log's action for a profile's prices set.
+PRICE_SET_ACTION = AuditEvent.Action.PROFILE_PRICE_SET
 
 
 @dataclass(frozen=True)
