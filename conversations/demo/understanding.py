@@ -387,7 +387,11 @@ _KIND_WORDS: dict[str, frozenset[str]] = {
         "city cities place places location locations town towns country countries region regions "
         "where address area areas timezone timezones latitude longitude".split()
     ),
-    "a day": frozenset("day days date dates today tomorrow when weekday weekdays week".split()),
+    # Scheduling words say a tool takes a day as plainly as "date" does: a meeting is on one.
+    "a day": frozenset(
+        "day days date dates today tomorrow when weekday weekdays week schedule meeting appointment "
+        "event calendar time start".split()
+    ),
     "an expression": frozenset(
         "expression expressions arithmetic math calculate calculation compute formula number numbers".split()
     ),
