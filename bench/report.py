@@ -122,8 +122,14 @@ def line(result: Result) -> str:
     at_least = "≥ " if result.details.get("capped") else ""
     return (
         f"{result.id} {result.name}: {result.statistic} {at_least}{_number(result.value, result.unit)} "
-        f"(target {result.target}) {STATUS_MARK[result.status]}  [{_spread(result)}]"
+        f"(target {result.target}) {STATUS_MARK[result.status]}{_missed(result)}  [{_spread(result)}]"
     )
+
+
+def _missed(result: Result) -> str:
+    """The target's other conditions that were missed, when the statistic itself was met."""
+    missed = result.details.get("missed")
+    return f" (missed: {'; '.join(missed)})" if missed else ""
 
 
 def markdown_table(results: list[Result]) -> str:
@@ -138,7 +144,7 @@ def markdown_table(results: list[Result]) -> str:
         note = result.reason or str(result.details.get("summary", ""))
         rows.append(
             f"| {result.id} {result.name} | {result.target} | {value} | {_spread(result)} | "
-            f"{STATUS_MARK[result.status]} | {note.replace('|', '/')} |"
+            f"{STATUS_MARK[result.status]}{_missed(result)} | {note.replace('|', '/')} |"
         )
     return "\n".join(rows)
 

@@ -88,5 +88,19 @@ def judged(
     )
 
 
+def also_within(result: Result, *, what: str, value: float, limit: float) -> Result:
+    """``result`` with a second condition of its target: ``value`` (named ``what``) at most
+    ``limit``. A miss turns a pass into a miss and is named in ``details["missed"]``; both
+    conditions are kept in ``details["conditions"]`` so the report shows each."""
+    ok = value <= limit
+    result.details.setdefault("conditions", []).append(
+        {"what": what, "value": round(value, 3), "limit": limit, "met": ok}
+    )
+    if not ok and result.status in {"pass", "fail"}:
+        result.status = "fail"
+        result.details.setdefault("missed", []).append(f"{what} {value:.3g} > {limit:g}")
+    return result
+
+
 def not_run(*, id: str, name: str, unit: str, target: str, reason: str) -> Result:
     return Result(id=id, name=name, unit=unit, target=target, status="not run", reason=reason)

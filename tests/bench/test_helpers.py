@@ -6,7 +6,8 @@ import pytest
 
 from bench.fake_model import reply_for
 from bench.profiling import summarise
-from bench.stats import judged, percentile, summary
+from bench.report import line, markdown_table
+from bench.stats import also_within, judged, percentile, summary
 
 TOOLS = [{"type": "function", "function": {"name": "demo__calculate", "parameters": {}}}]
 
@@ -23,6 +24,24 @@ def test_a_result_passes_only_when_its_statistic_is_within_the_limit() -> None:
         judged(id="P", name="", unit="ms", target="", limit=5, samples=[1, 9, 2], statistic="max").status
         == "fail"
     )
+
+
+def test_a_second_condition_of_a_target_turns_a_pass_into_a_named_miss() -> None:
+    met = judged(id="P2", name="first step", unit="ms", target="", limit=30, samples=[20, 25, 90])
+    assert met.status == "pass"
+
+    also_within(met, what="p95 ms", value=float(met.spread["p95"]), limit=50)
+
+    assert met.status == "fail" and met.details["missed"] == ["p95 ms 83.5 > 50"]
+    assert [c["met"] for c in met.details["conditions"]] == [False]
+    assert "(missed: p95 ms 83.5 > 50)" in line(met) and "(missed: p95 ms 83.5 > 50)" in markdown_table([met])
+    kept = also_within(
+        judged(id="P4", name="", unit="×", target="", limit=1.5, samples=[1.2]),
+        what="÷ bare",
+        value=1.1,
+        limit=1.15,
+    )
+    assert kept.status == "pass" and "missed" not in kept.details
 
 
 def test_percentile_of_nothing_is_an_error() -> None:
