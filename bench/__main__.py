@@ -25,6 +25,7 @@ MEASURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "P5": ("bench.p5_audit_scale", ("P5",)),
     "P6": ("bench.p6_big_conversation", ("P6",)),
     "P8": ("bench.p8_recording", ("P8",)),
+    "P9": ("bench.p9_scale_out", ("P9",)),
     "P10": ("bench.p10_big_payload", ("P10",)),
     "P11": ("bench.p11_streaming", ("P11",)),
 }
