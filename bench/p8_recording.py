@@ -25,7 +25,9 @@ Four legs, each writing ``BENCH_P8_EXCHANGES`` exchanges (2,000 by default) of f
 Every leg commits with ``synchronous_commit = off``, as the writer does. CPU is this process's
 (``time.process_time``: the loop, the writer and publisher threads, the client library), so
 "per core" is exchanges per second of the process's CPU; the database backends' CPU (read from
-``/proc`` for the bench database's connections) is reported beside it.
+``/proc`` for the bench database's connections) is reported beside it, and the product's CPU
+per thread (the loop, ``record-writer``, ``live-publisher``). On a miss one more product leg runs
+under py-spy (``bench/results/p8-recording-profile.txt``).
 
 Target: the product at least half the bare loop's throughput. The product does, per exchange,
 about twice the database work of the bare loop (the step row and its update go with it) and
@@ -38,8 +40,10 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +52,9 @@ from django.conf import settings
 from django.db import connection, models, transaction
 from psycopg.types.json import Jsonb
 
-from bench import fixtures
+from bench import fixtures, profiling
 from bench.context import Context
+from bench.environment import REPO_ROOT
 from bench.fake_model import FakeModel
 from bench.processes import cpu_seconds
 from bench.stats import Result, judged, not_run, summary
@@ -125,6 +130,15 @@ def turns_for(exchanges: int, per_turn: int) -> list[int]:
         raise ValueError("the tape has no exchanges")
     full, rest = divmod(exchanges, per_turn)
     return [per_turn] * full + ([rest] if rest else [])
+
+
+def _threads() -> dict[str, float]:
+    """CPU seconds of this process's threads so far, by name (the loop is ``MainThread``)."""
+    spent: dict[str, float] = {}
+    for thread in threading.enumerate():
+        if thread.native_id is not None:
+            spent[thread.name] = spent.get(thread.name, 0.0) + cpu_seconds(thread.native_id)
+    return spent
 
 
 def _backends() -> dict[int, float]:
@@ -220,8 +234,11 @@ def _replay(recorder: TurnRecorder, records: Sequence[WireExchange]) -> None:
     recorder.flush()
 
 
-def _product(owner: Any, tape: list[WireExchange], plan: list[int]) -> tuple[Leg, list[int]]:
-    """The product's recording path over ``plan``'s turns; returns the leg and the turns' ids."""
+def _product(
+    owner: Any, tape: list[WireExchange], plan: list[int]
+) -> tuple[Leg, list[int], dict[str, float]]:
+    """The product's recording path over ``plan``'s turns; returns the leg, the turns' ids and
+    the CPU seconds each thread spent (the loop, the record writer, the publisher)."""
     turns = _new_turns(owner, len(plan))
     recorders = [TurnRecorder(turn) for turn in turns]
     if not all(recorder.deferred for recorder in recorders):
@@ -235,13 +252,15 @@ def _product(owner: Any, tape: list[WireExchange], plan: list[int]) -> tuple[Leg
         if not live.flush(timeout=30):
             raise RuntimeError("the doorbells were not all sent within 30 s")
 
+    before = _threads()
     leg = _timed(write, sum(plan))
+    by_thread = {name: spent - before.get(name, 0.0) for name, spent in _threads().items()}
     ids = [turn.pk for turn in turns]
     _check(ids, sum(plan), "product")
     steps = Step.objects.filter(turn_id__in=ids).count()
     if steps != sum(plan):
         raise RuntimeError(f"the product stored {steps} steps for {sum(plan)} exchanges")
-    return leg, ids
+    return leg, ids, {name: spent for name, spent in by_thread.items() if spent > 0}
 
 
 def _check(turn_ids: list[int], expected: int, leg: str) -> None:
@@ -352,6 +371,21 @@ def _bare(rows: list[dict[str, Any]]) -> Leg:
         return _timed(write, len(values))
 
 
+def _profile(
+    ctx: Context, owner: Any, tape: list[WireExchange], plan: list[int], wall: float
+) -> dict[str, Any]:
+    """One more (unmeasured) product leg with py-spy sampling this process's threads for most of it."""
+    out = ctx.results_dir / "p8-recording-profile.txt"
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(profiling.record, os.getpid(), max(1, int(wall * 0.8)), out)
+        time.sleep(0.5)  # py-spy attaches
+        _product(owner, tape, plan)
+        found = future.result()
+    if "profile" in found and out.exists():
+        found["profile"] = str(out.relative_to(REPO_ROOT))
+    return found
+
+
 def _median(legs: list[Leg], value: Callable[[Leg], float]) -> float:
     return float(summary([value(leg) for leg in legs])["median"])
 
@@ -368,11 +402,12 @@ def run(ctx: Context) -> list[Result]:
     tape = _tape(owner)
     plan = turns_for(exchanges, len(tape))
     legs: dict[str, list[Leg]] = {name: [] for name in LEGS}
+    threads: dict[str, list[float]] = {}
     # One small unmeasured round first: code paths, caches and connections warm.
     for index in range(repeats + 1):
         warm = index == 0
         this_plan = turns_for(len(tape) * 2, len(tape)) if warm else plan
-        product, ids = _product(owner, tape, this_plan)
+        product, ids, by_thread = _product(owner, tape, this_plan)
         rows = _stored_rows(ids)
         measured = {"product": product}
         for name, write in (("fast path", _fast), ("ORM reference", _orm), ("bare", _bare)):
@@ -384,6 +419,8 @@ def run(ctx: Context) -> list[Result]:
             continue
         for name, leg in measured.items():
             legs[name].append(leg)
+        for name, spent in by_thread.items():
+            threads.setdefault(name, []).append(1000 * spent / product.exchanges)
         ctx.log(
             f"P8 {index}/{repeats}: "
             + ", ".join(
@@ -391,11 +428,12 @@ def run(ctx: Context) -> list[Result]:
                 for name, leg in measured.items()
             )
         )
-    ratios = [
-        compared(product, bare)["throughput"]
-        for product, bare in zip(legs["product"], legs["bare"], strict=True)
-    ]
     against_bare = [compared(p, b) for p, b in zip(legs["product"], legs["bare"], strict=True)]
+    ratios = [pair["throughput"] for pair in against_bare]
+    profile: dict[str, Any] = {}
+    if ctx.profile and ratios and min(ratios) < LIMIT:
+        profile = _profile(ctx, owner, tape, plan, min(leg.wall for leg in legs["product"]))
+        fixtures.purge(owner)
     fast_vs_orm = [compared(f, o) for f, o in zip(legs["fast path"], legs["ORM reference"], strict=True)]
     per_leg = {
         name: {
@@ -431,6 +469,10 @@ def run(ctx: Context) -> list[Result]:
                 "chunk_rows": CHUNK,
                 "bare_loop": f"psycopg executemany, one INSERT per row, {CHUNK} rows per transaction",
                 "legs": per_leg,
+                "product_cpu_ms_per_exchange_by_thread": {
+                    name: round(float(summary(values)["median"]), 3) for name, values in threads.items()
+                },
+                "product_profile": profile,
                 "product_over_bare": {
                     "throughput": ratios,
                     "cpu_per_exchange": [round(pair["cpu_per_exchange"], 2) for pair in against_bare],
