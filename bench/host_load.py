@@ -40,6 +40,7 @@ FINISHED = [Turn.Status.DONE, Turn.Status.FAILED, Turn.Status.INTERRUPTED, Turn.
 EXPECTED = {"llm": CALLS, "tools/call": CALLS - 1, "tools/list": 1}
 QUESTION = "Work out the running totals with the calculator, one call at a time."
 MB = 1024 * 1024
+WARM_TURNS_PER_PROCESS = 3
 
 
 def queue(count: int, owner: Any, profile: Any, server: Any) -> list[int]:
@@ -109,6 +110,9 @@ class HostLoad:
     server_pids: set[int] = field(default_factory=set)
     idle: int = 0
     profile: dict[str, Any] = field(default_factory=dict)
+    # Starting the worker processes and warming them up (unmeasured): seconds, warm-up rounds.
+    start_s: float = 0.0
+    warm_rounds: int = 0
 
 
 @dataclass
@@ -139,12 +143,14 @@ def tree_rss(pids: list[int]) -> int:
     return sum(rss_bytes(pid) + sum(rss_bytes(p) for p in demo_server_pids(pid)) for pid in pids)
 
 
-def _warm(host: Host, workers: list[CeleryWorker], owner: Any, profile: Any, server: Any) -> None:
-    """Turns until every worker process has run one (and so spawned its pooled stdio server)."""
-    for _ in range(20 * len(workers)):
+def _warm(host: Host, workers: list[CeleryWorker], owner: Any, profile: Any, server: Any) -> int:
+    """Turns until every worker process has run one (and so spawned its pooled stdio server);
+    returns the rounds it took. Each round offers a few turns per process, so a round seldom
+    leaves one out (which process takes a turn is the broker's choice)."""
+    for rounds in range(1, 20 * len(workers) + 1):
+        load(queue(WARM_TURNS_PER_PROCESS * len(workers), owner, profile, server), host.timeout)
         if all(demo_server_pids(worker.pid) for worker in workers):
-            return
-        load(queue(len(workers), owner, profile, server), host.timeout)
+            return rounds
     raise RuntimeError("not every worker process took a turn while warming up")
 
 
@@ -179,6 +185,7 @@ def measure(
     ``host.total_threads`` threads. ``profile_when`` names the profile file to take one more
     (unmeasured) load's worker profile into, given what was measured (None: no profile)."""
     measured = HostLoad()
+    starting = time.monotonic()
     with ExitStack() as stack:
         workers = [
             stack.enter_context(
@@ -191,7 +198,8 @@ def measure(
             for index in range(host.processes)
         ]
         pids = [worker.pid for worker in workers]
-        _warm(host, workers, owner, profile, server)
+        measured.warm_rounds = _warm(host, workers, owner, profile, server)
+        measured.start_s = time.monotonic() - starting
         time.sleep(1)
         measured.idle = tree_rss(pids)
         for index in range(repeats):
