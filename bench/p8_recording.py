@@ -474,7 +474,7 @@ def run(ctx: Context) -> list[Result]:
                 },
                 "product_profile": profile,
                 "product_over_bare": {
-                    "throughput": ratios,
+                    "throughput": [round(ratio, 2) for ratio in ratios],
                     "cpu_per_exchange": [round(pair["cpu_per_exchange"], 2) for pair in against_bare],
                     "db_cpu_per_exchange": [round(pair["db_cpu_per_exchange"], 2) for pair in against_bare],
                 },

@@ -183,7 +183,11 @@ def run(ctx: Context) -> list[Result]:
         for row in rows
     )
     cores = os.cpu_count() or 1
-    where = ", ".join(f"{turns} turns: {stop} processes" for turns, stop in stops.items())
+    most = max(row.configuration.processes for row in rows)
+    where = ", ".join(
+        f"{turns} turns: {stop} processes" if stop < most else f"{turns} turns: still paying at {most}"
+        for turns, stop in stops.items()
+    )
     return [
         Result(
             id=ID,
