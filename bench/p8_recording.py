@@ -137,7 +137,9 @@ def _threads() -> dict[str, float]:
     spent: dict[str, float] = {}
     for thread in threading.enumerate():
         if thread.native_id is not None:
-            spent[thread.name] = spent.get(thread.name, 0.0) + cpu_seconds(thread.native_id)
+            # The task's own entry: ``/proc/<tid>/stat`` counts the whole process.
+            task = f"{os.getpid()}/task/{thread.native_id}"
+            spent[thread.name] = spent.get(thread.name, 0.0) + cpu_seconds(task)
     return spent
 
 
