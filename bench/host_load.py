@@ -68,7 +68,7 @@ class Watch:
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
             self.max_connections = max(self.max_connections, int(cursor.fetchone()[0]))
-        return sum(n for status, n in counts.items() if status not in FINISHED) > 0
+        return any(n for status, n in counts.items() if status not in FINISHED)
 
 
 def load(ids: list[int], timeout: float, watch: Watch | None = None) -> tuple[datetime, bool]:

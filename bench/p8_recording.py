@@ -454,7 +454,7 @@ def run(ctx: Context) -> list[Result]:
     cpu_ratio = median_of(against_bare, "cpu_per_exchange")
     fast_throughput = median_of(fast_vs_orm, "throughput")
     fast_cpu = median_of(fast_vs_orm, "cpu_per_exchange")
-    product, bare = per_leg["product"], per_leg["bare"]
+    mine, floor = per_leg["product"], per_leg["bare"]
     return [
         judged(
             id=ID,
@@ -485,9 +485,9 @@ def run(ctx: Context) -> list[Result]:
                     "cpu_per_exchange": [round(pair["cpu_per_exchange"], 2) for pair in fast_vs_orm],
                 },
                 "summary": (
-                    f"product {product['exchanges_per_s']}/s, {product['cpu_ms_per_exchange']} ms CPU "
-                    f"per exchange ({product['exchanges_per_cpu_s']}/s per core); bare INSERT loop "
-                    f"{bare['exchanges_per_s']}/s, {bare['cpu_ms_per_exchange']} ms CPU; product CPU per "
+                    f"product {mine['exchanges_per_s']}/s, {mine['cpu_ms_per_exchange']} ms CPU "
+                    f"per exchange ({mine['exchanges_per_cpu_s']}/s per core); bare INSERT loop "
+                    f"{floor['exchanges_per_s']}/s, {floor['cpu_ms_per_exchange']} ms CPU; product CPU per "
                     f"exchange {cpu_ratio}× the bare loop's; fast path {fast_throughput}× the ORM "
                     f"reference's throughput at {fast_cpu}× its CPU per exchange"
                 ),
