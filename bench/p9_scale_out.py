@@ -170,7 +170,8 @@ def run(ctx: Context) -> list[Result]:
             ctx.log(
                 f"P9 {configuration.processes} workers × {configuration.turns} turns: "
                 f"{rows[-1].ideal_ratio:.2f}× of 3 s, {rows[-1].cpu_per_turn_s * 1000:.0f} ms worker CPU "
-                f"per turn, bare {rows[-1].bare_ratio or 0:.2f}× (warm-up {load.warm_rounds} round(s); "
+                f"per turn, bare {f'{rows[-1].bare_ratio:.2f}×' if rows[-1].bare_ratio else 'not run'} "
+                f"(warm-up {load.warm_rounds} round(s); "
                 f"{time.monotonic() - started:.0f} s in all)"
             )
             fixtures.purge(owner)
