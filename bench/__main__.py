@@ -24,15 +24,18 @@ MEASURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "P4": ("bench.p4_concurrency", ("P4", "P7")),
     "P5": ("bench.p5_audit_scale", ("P5",)),
     "P6": ("bench.p6_big_conversation", ("P6",)),
-    "P8": ("bench.p8_big_payload", ("P8",)),
-    "P9": ("bench.p9_streaming", ("P9",)),
+    "P8": ("bench.p8_recording", ("P8",)),
+    "P9": ("bench.p9_scale_out", ("P9",)),
+    "P10": ("bench.p10_big_payload", ("P10",)),
+    "P11": ("bench.p11_streaming", ("P11",)),
 }
 ALIASES = {"P7": "P4"}
 QUICK = ("P1", "P3")
+KNOWN = f"P1-P{max(int(key[1:]) for key in [*MEASURES, *ALIASES])}"
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench", description="Performance benchmarks (P1-P7).")
+    parser = argparse.ArgumentParser(prog="python -m bench", description=f"Performance benchmarks ({KNOWN}).")
     parser.add_argument("--quick", action="store_true", help="P1 and P3 only, fewer repeats (< 2 minutes)")
     parser.add_argument("--only", default="", help="comma-separated measure ids, e.g. P1,P3")
     parser.add_argument("--repeat", type=int, default=None, help="repeats per measure (overrides the mode)")
@@ -46,7 +49,7 @@ def _selected(args: argparse.Namespace) -> list[str]:
         wanted = [ALIASES.get(item.strip().upper(), item.strip().upper()) for item in args.only.split(",")]
         unknown = [item for item in wanted if item not in MEASURES]
         if unknown:
-            sys.exit(f"unknown measure(s): {', '.join(unknown)}; known: P1-P7")
+            sys.exit(f"unknown measure(s): {', '.join(unknown)}; known: {KNOWN}")
         return list(dict.fromkeys(wanted))
     return list(QUICK if args.quick else MEASURES)
 

@@ -58,8 +58,9 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far (0 if it is gone)."""
+def cpu_seconds(pid: int | str) -> float:
+    """User + system CPU time a process (or ``"<pid>/task/<tid>"``: one thread) has used so far
+    (0 if it is gone)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:

@@ -1,6 +1,6 @@
 """A streamed reply costs work in proportion to its length: each piece is handled once, and the
 live display's snapshots are bounded and built only when one is due. (Wall time is measured in
-``bench/p9_streaming.py``; these tests count the work instead.)"""
+``bench/p11_streaming.py``; these tests count the work instead.)"""
 
 from __future__ import annotations
 

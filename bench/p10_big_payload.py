@@ -1,4 +1,4 @@
-"""P8 big payload memory: resident memory a 10 MB tool result leaves behind, per paradigm.
+"""P10 big payload memory: resident memory a 10 MB tool result leaves behind, per paradigm.
 
 In this process (what a worker thread runs: ``turn_run``, the demo model served in-process, a
 pooled stdio server), per paradigm: a turn with an empty tool result first (so the session,
@@ -30,7 +30,7 @@ from servers import gateway
 from servers.models import McpServer
 
 ID, NAME, UNIT, TARGET, LIMIT = (
-    "P8",
+    "P10",
     "big payload memory",
     "MB",
     "≤ 50 MB left after a 10 MB tool result",
@@ -96,7 +96,7 @@ def run(ctx: Context) -> list[Result]:
         if ctx.quick
         else ["native", "prompt_xml", "prompt_json", "structured", "intent"]
     )
-    owner = fixtures.user("bench-p8")
+    owner = fixtures.user("bench-p10")
     fixtures.purge(owner)
     profile = fixtures.demo_profile()
     server = _server()
@@ -127,7 +127,7 @@ def run(ctx: Context) -> list[Result]:
             "status": status,
             "tools_call_stored_chars": stored,
         }
-        ctx.log(f"P8 {paradigm}: {rows[paradigm]}")
+        ctx.log(f"P10 {paradigm}: {rows[paradigm]}")
     gateway.close_server(server.pk)
     fixtures.purge(owner)
     return [

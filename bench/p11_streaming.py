@@ -1,4 +1,4 @@
-"""P9 streamed reply: a streamed reply processed by the product ÷ the same bytes read by a bare client.
+"""P11 streamed reply: a streamed reply processed by the product ÷ the same bytes read by a bare client.
 
 A local server (stdlib, 127.0.0.1) sends an OpenAI Chat Completions event stream: a text reply
 or one tool call whose arguments arrive in 16-character pieces (one event each, as models
@@ -33,7 +33,7 @@ from conversations.providers import Endpoint, ModelRequest
 from conversations.providers.openai_chat import OpenAIChatProvider
 from conversations.recording import TurnRecorder
 
-ID, NAME, UNIT, TARGET, LIMIT = "P9", "streamed reply", "×", "≤ 2× of a bare client at 1 MB", 2.0
+ID, NAME, UNIT, TARGET, LIMIT = "P11", "streamed reply", "×", "≤ 2× of a bare client at 1 MB", 2.0
 SIZES = (10_000, 100_000, 1_000_000)
 PIECE = 16
 KINDS = ("text", "call")
