@@ -10,8 +10,9 @@ body carries up to 10,000 messages): the remaining turns are copies of those, ma
 those of turns 1 to ``REAL_TURNS``, not larger.
 
 Server time: a logged-in GET of the page from daphne, until the whole body has arrived. The page
-renders the rows of its newest turns (``inspector.views.PAGE_ROWS``) and folds the older ones;
-``rows_in_dom`` says how many rows the browser got.
+renders the rows of its newest turns (``inspector.views.PAGE_ROWS``), lists the newest older
+turns folded (``inspector.views.FOLDED_TURNS``) and offers the turns before those on request;
+``rows_in_dom`` and ``turns_in_dom`` say how many rows and turn blocks the browser got.
 First paint: Chromium (Playwright) navigates to the page; ``first-contentful-paint`` is read from
 the Performance timeline (milliseconds from navigation start, so it includes the server time).
 The first paint is judged. Runs that exceed the bounds below are recorded at the bound and
@@ -285,6 +286,7 @@ def _paint_times(
         "dom_interactive_ms": [],
         "stylesheets_end_ms": [],
         "rows_in_dom": None,
+        "turns_in_dom": None,
         "capped": False,
     }
     spent = 0.0
@@ -309,6 +311,7 @@ def _paint_times(
                     extra["dom_interactive_ms"].append(float(timing["domInteractive"]))
                     extra["stylesheets_end_ms"].append(float(page.evaluate(STYLESHEETS_END_JS)))
                     extra["rows_in_dom"] = page.locator(".rows > [id^=step-]").count()
+                    extra["turns_in_dom"] = page.locator("#turns > section.turn").count()
                 except PlaywrightError:
                     paint = float(BROWSER_TIMEOUT_MS)
                     extra["capped"] = True
@@ -416,6 +419,7 @@ def run(ctx: Context) -> list[Result]:
             if browser.get(key)
         },
         "rows_in_dom": browser["rows_in_dom"],
+        "turns_in_dom": browser.get("turns_in_dom"),
         "row_rendering": diagnosis,
         "summary": (
             f"server ≥ {SERVER_TIMEOUT:.0f} s (bound hit; estimated {diagnosis.get('estimated_page_server_ms', 0) / 1000:.0f} s, "
@@ -423,8 +427,8 @@ def run(ctx: Context) -> list[Result]:
             if server_capped
             else (
                 f"server {summary(server_ms)['median']:.0f} ms, {size / 1e6:.1f} MB of HTML, "
-                f"{browser['rows_in_dom']} of {rows} rows rendered (older turns folded, loaded on demand)"
-                + _breakdown_note(browser)
+                f"{browser['rows_in_dom']} of {rows} rows rendered, {browser.get('turns_in_dom')} of {TURNS} turns listed "
+                "(older turns folded or listed on demand)" + _breakdown_note(browser)
             )
         ),
     }
