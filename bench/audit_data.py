@@ -1,11 +1,13 @@
-"""P5's data set: a million exchanges in PostgreSQL, generated once and kept across runs.
+"""P5's data set: up to ten million exchanges in PostgreSQL, grown in steps and kept across runs.
 
 One real turn is run through the product (the demo model and the demo server: "What will the
 weather be like in Beijing tomorrow?"), so its rows carry exactly what the recorder writes:
 spliced prompts, token counts, raw request and response bodies. That turn is then replicated in
-SQL (``INSERT … SELECT … generate_series``) into 125,000 conversations of 2 turns: every column is
-copied from the template row, except keys, sequence numbers and timestamps, and two variations
-that make filtering meaningful:
+SQL (``INSERT … SELECT … generate_series``) into conversations of 2 turns, appended to the ones
+already there until the set reaches the size asked for (``SIZES``: 100k, 1M, 10M exchanges):
+every column is copied from the template row, except keys, sequence numbers and timestamps, and
+two variations that make filtering meaningful (both depend only on a conversation's number, so a
+set grown in steps is the set generated at once):
 
 * the city (``Beijing`` in every text column) is one of 60 cities per conversation, so a common
   word matches ~1.7% of conversations; ``Reykjavik`` is rare (1 in 2,000);
@@ -24,12 +26,20 @@ import time
 from collections.abc import Callable
 
 from django.db import connection, transaction
+from django.db.backends.utils import CursorWrapper
 
 from bench import fixtures
 from conversations.models import Conversation, Exchange, Step, Turn
 from conversations.runner import turn_run
 
-EXCHANGES = 1_000_000
+# The curve P5 reports: the data set is grown to each size in turn (never shrunk).
+SIZES = (100_000, 1_000_000, 10_000_000)
+# Disk the growth must leave free, and the margin on the measured bytes per exchange (the
+# index rebuilds and WAL need room beyond the rows' own size while they run).
+KEEP_FREE_BYTES = 20 * 1024**3
+GROWTH_MARGIN = 1.5
+# Conversation c of the data set was created c × 30 seconds after this.
+EPOCH = "2025-01-01 00:00:00+00"
 TURNS_PER_CONVERSATION = 2
 OWNER = "bench-audit"
 QUESTION = "What will the weather be like in Beijing tomorrow?"
@@ -143,17 +153,69 @@ def _template(log: Callable[[str], None]) -> Turn:
     return turn
 
 
-def generate(log: Callable[[str], None]) -> dict[str, float]:
-    """Build the data set (replacing an incomplete one); returns counts and seconds taken."""
+def sizes_within(free_bytes: int, bytes_per_exchange: float, have: int) -> list[int]:
+    """The points of ``SIZES`` the disk can hold while keeping ``KEEP_FREE_BYTES`` free.
+
+    ``bytes_per_exchange`` is what one exchange costs on disk with its share of the other tables
+    and indexes (measured on the data set as it is); ``have`` exchanges are already stored.
+    """
+    room = free_bytes - KEEP_FREE_BYTES
+    return [
+        size for size in SIZES if size <= have or (size - have) * bytes_per_exchange * GROWTH_MARGIN <= room
+    ]
+
+
+def disk_bytes() -> int:
+    """Bytes the audit tables take now, with their indexes and TOAST."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(relname::regclass)), 0) FROM pg_stat_user_tables "
+            "WHERE relname = ANY(%s)",
+            [[*TABLES, "conversations_conversation_servers"]],
+        )
+        return int(cursor.fetchone()[0])
+
+
+def _template_turn() -> Turn | None:
+    """The real turn the data set is copied from: the owner's first conversation's turn."""
+    first = Conversation.objects.filter(owner_id=owner().pk).order_by("pk").first()
+    return None if first is None else Turn.objects.filter(conversation=first).order_by("seq").first()
+
+
+def _secondary_indexes(cursor: CursorWrapper) -> list[tuple[str, str]]:
+    """(name, definition) of the audit tables' indexes that back no constraint."""
+    cursor.execute(
+        "SELECT i.relname, pg_get_indexdef(x.indexrelid) FROM pg_index x "
+        "JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid "
+        "WHERE t.relname = ANY(%s) AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = x.indexrelid)",
+        [[*TABLES, "conversations_conversation_servers"]],
+    )
+    return [(name, definition) for name, definition in cursor.fetchall()]
+
+
+def grow(target: int, log: Callable[[str], None]) -> dict[str, float]:
+    """Grow the data set to at least ``target`` exchanges, adding conversations after the ones
+    there (a data set without its template turn is replaced); returns counts and seconds taken.
+
+    The new rows go in with set-based ``INSERT … SELECT``; when they outnumber the rows there,
+    the tables' secondary indexes are dropped first and built again after (in the same
+    transaction), which is much faster than maintaining them row by row.
+    """
     started = time.monotonic()
     account = owner()
-    Conversation.objects.filter(owner_id=account.pk).delete()
-    template = _template(log)
+    template = _template_turn()
+    if template is None or template.status != Turn.Status.DONE:
+        Conversation.objects.filter(owner_id=account.pk).delete()
+        template = _template(log)
     per_turn = Exchange.objects.filter(turn=template).count()
     steps_per_turn = Step.objects.filter(turn=template).count()
-    turns = -(-EXCHANGES // per_turn)
-    turns += turns % TURNS_PER_CONVERSATION
-    conversations = turns // TURNS_PER_CONVERSATION
+    # Conversation c (1-based, after the template) has turns 2c - 1 and 2c.
+    have = Conversation.objects.filter(owner_id=account.pk).count() - 1
+    wanted = -(-max(target - per_turn, 0) // (per_turn * TURNS_PER_CONVERSATION))
+    if wanted <= have:
+        return {"added_conversations": 0, "seconds": round(time.monotonic() - started, 1)}
+    added = wanted - have
+    turns = added * TURNS_PER_CONVERSATION
     cities = ", ".join(_literal(c) for c in CITIES)
     tool_case = (
         "CASE "
@@ -166,21 +228,27 @@ def generate(log: Callable[[str], None]) -> dict[str, float]:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL synchronous_commit TO off")
         cursor.execute("SET LOCAL work_mem TO '256MB'")
+        cursor.execute("SET LOCAL maintenance_work_mem TO '1GB'")
+        # The foreign keys hold by construction (every id is computed from the same base): their
+        # per-row triggers are skipped.
+        cursor.execute("SET LOCAL session_replication_role TO replica")
+        dropped: list[tuple[str, str]] = []
+        if added > have:
+            dropped = _secondary_indexes(cursor)
+            for name, _ in dropped:
+                cursor.execute(f'DROP INDEX "{name}"')
+        # c numbers conversations across the whole data set (city, tool and time depend on it,
+        # so a grown set is the set generated at that size); i numbers the ones added now.
         cursor.execute(
             f"""CREATE TEMP TABLE bench_gen ON COMMIT DROP AS
-            SELECT c,
+            SELECT c, c - {have} AS i,
                    CASE WHEN c % 2000 = 7 THEN {_literal(RARE_CITY)} ELSE (ARRAY[{cities}])[1 + c % {len(CITIES)}] END AS city,
                    {tool_case} AS tool,
-                   now() - ({conversations} - c) * interval '30 seconds' AS at
-            FROM generate_series(1, {conversations}) AS c"""
+                   timestamptz '{EPOCH}' + c * interval '30 seconds' AS at
+            FROM generate_series({have + 1}, {wanted}) AS c"""
         )
-        cursor.execute("CREATE UNIQUE INDEX ON bench_gen (c)")
-        for table in (
-            "conversations_conversation",
-            "conversations_turn",
-            "conversations_step",
-            "conversations_exchange",
-        ):
+        cursor.execute("CREATE UNIQUE INDEX ON bench_gen (i)")
+        for table in (*TABLES,):
             cursor.execute(f"SELECT coalesce(max(id), 0) FROM {table}")
             cursor.execute(
                 f"CREATE TEMP TABLE base_{table} ON COMMIT DROP AS SELECT {cursor.fetchone()[0]}::bigint AS id"
@@ -208,14 +276,16 @@ def generate(log: Callable[[str], None]) -> dict[str, float]:
         sb = "(SELECT id FROM base_conversations_step)"
         eb = "(SELECT id FROM base_conversations_exchange)"
         log(
-            f"P5 generating {conversations:,} conversations, {turns:,} turns, "
-            f"{turns * steps_per_turn:,} steps, {turns * per_turn:,} exchanges …"
+            f"P5 adding {added:,} conversations, {turns:,} turns, {turns * steps_per_turn:,} steps, "
+            f"{turns * per_turn:,} exchanges"
+            + (f" ({len(dropped)} indexes dropped, rebuilt after)" if dropped else "")
+            + " …"
         )
         _copy(
             "conversations_conversation",
             "tpl_conversation",
             {
-                "id": f"{cb} + g.c",
+                "id": f"{cb} + g.i",
                 "public_id": "gen_random_uuid()",
                 "owner_id": str(account.pk),
                 "created_at": "g.at",
@@ -225,14 +295,14 @@ def generate(log: Callable[[str], None]) -> dict[str, float]:
         )
         cursor.execute(
             "INSERT INTO conversations_conversation_servers (conversation_id, mcpserver_id) "
-            f"SELECT {cb} + g.c, s.mcpserver_id FROM bench_gen g CROSS JOIN conversations_conversation_servers s "
+            f"SELECT {cb} + g.i, s.mcpserver_id FROM bench_gen g CROSS JOIN conversations_conversation_servers s "
             "WHERE s.conversation_id = %s",
             [template.conversation_id],
         )
-        # turn n (1-based) belongs to conversation (n - 1) / 2 + 1 and is its turn (n - 1) % 2 + 1.
+        # Added turn n (1-based) belongs to added conversation (n - 1) / 2 + 1, as its turn (n - 1) % 2 + 1.
         turn_source = (
             f"(SELECT n, (n - 1) / {TURNS_PER_CONVERSATION} + 1 AS c, (n - 1) % {TURNS_PER_CONVERSATION} + 1 AS seq "
-            f"FROM generate_series(1, {turns}) AS n) AS x JOIN bench_gen g ON g.c = x.c CROSS JOIN tpl_turn t"
+            f"FROM generate_series(1, {turns}) AS n) AS x JOIN bench_gen g ON g.i = x.c CROSS JOIN tpl_turn t"
         )
         shift = "(g.at + (x.seq - 1) * interval '1 minute' - tt.created_at)"
         _copy(
@@ -251,7 +321,7 @@ def generate(log: Callable[[str], None]) -> dict[str, float]:
         )
         row_source = (
             "(SELECT n, (n - 1) / {per} + 1 AS turn_n, (n - 1) % {per} AS k FROM generate_series(1, {total}) AS n) AS x "
-            f"JOIN bench_gen g ON g.c = (x.turn_n - 1) / {TURNS_PER_CONVERSATION} + 1 "
+            f"JOIN bench_gen g ON g.i = (x.turn_n - 1) / {TURNS_PER_CONVERSATION} + 1 "
             "JOIN {tpl} t ON t.k = x.k CROSS JOIN tpl_turn tt"
         )
         step_shift = shift.replace("x.seq", f"((x.turn_n - 1) % {TURNS_PER_CONVERSATION} + 1)")
@@ -285,20 +355,21 @@ def generate(log: Callable[[str], None]) -> dict[str, float]:
             },
             row_source.format(per=per_turn, total=turns * per_turn, tpl="tpl_exchange"),
         )
-        for table in (
-            "conversations_conversation",
-            "conversations_turn",
-            "conversations_step",
-            "conversations_exchange",
-        ):
+        inserted = time.monotonic()
+        log(f"P5 rows added in {inserted - started:.0f} s")
+        for _name, definition in dropped:
+            cursor.execute(definition)
+        if dropped:
+            log(f"P5 indexes rebuilt in {time.monotonic() - inserted:.0f} s")
+        for table in TABLES:
             cursor.execute(
                 f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))"
             )
     vacuum()
     return {
-        "conversations": conversations + 1,
-        "turns": turns + 1,
-        "exchanges": (turns + 1) * per_turn,
+        "added_conversations": added,
+        "conversations": wanted + 1,
+        "exchanges": (wanted * TURNS_PER_CONVERSATION + 1) * per_turn,
         "seconds": round(time.monotonic() - started, 1),
     }
 

@@ -1,4 +1,9 @@
-"""P5 audit scale: the conversation list filtered by tool and by text, over 1,000,000 exchanges.
+"""P5 audit scale: the conversation list filtered by tool and by text, at 100k, 1M and 10M exchanges.
+
+One data set is grown between the points of the curve (``audit_data.SIZES``) and kept across runs;
+every point is reported (p95 per filter), the largest is judged. A point the disk cannot hold with
+``audit_data.KEEP_FREE_BYTES`` left is not generated: the run stops at the largest that fits and
+says so.
 
 The server time of one list page is what the list view asks of the database: the product's own
 ``selectors.conversation_search`` with ``ConversationFilters(tool=...)`` or ``(q=...)`` (PostgreSQL
@@ -16,6 +21,8 @@ unfiltered list is reported beside them.
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,7 +38,13 @@ from bench.stats import Result, judged, not_run, summary
 from conversations import selectors
 from conversations.selectors import ConversationFilters
 
-ID, NAME, UNIT, TARGET, LIMIT = "P5", "audit scale", "ms", "≤ 100 ms p95 (filtered list, 1M exchanges)", 100.0
+ID, NAME, UNIT, TARGET, LIMIT = (
+    "P5",
+    "audit scale",
+    "ms",
+    "≤ 100 ms p95 (filtered list, 10M exchanges)",
+    100.0,
+)
 PER_PAGE = 25
 BUDGET_SECONDS = 15.0
 # A query slower than this is not warmed up first, is repeated only twice, and gets a plain
@@ -106,6 +119,115 @@ def _staff() -> Any:
     return user
 
 
+# A point is measured only while the data set holds at most this much more than its size.
+GROWN_PAST = 1.05
+CURVE_FILE = "p5-curve.json"
+
+
+def _curve_read(ctx: Context) -> dict[str, Any]:
+    """The points measured by earlier runs (by size label), as they were reported."""
+    try:
+        return dict(json.loads((ctx.results_dir / CURVE_FILE).read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def _curve_write(ctx: Context, points: dict[str, Any]) -> None:
+    (ctx.results_dir / CURVE_FILE).write_text(json.dumps(points, indent=1) + "\n")
+
+
+def _free_bytes() -> int:
+    """Free bytes on the file system of PostgreSQL's data directory (the root's if unreadable)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW data_directory")
+        directory = cursor.fetchone()[0]
+    try:
+        return shutil.disk_usage(directory).free
+    except OSError:
+        return shutil.disk_usage("/").free
+
+
+def _cases(owner: Any, staff: Any) -> dict[str, Callable[[], object]]:
+    return {
+        "owner: unfiltered": lambda: list_page(owner, ConversationFilters()),
+        "staff: unfiltered": lambda: list_page(staff, ConversationFilters()),
+        "owner: tool = calculate (35%)": lambda: list_page(owner, ConversationFilters(tool="calculate")),
+        "owner: tool = list_notes (0.1%)": lambda: list_page(owner, ConversationFilters(tool="list_notes")),
+        "staff: tool = list_notes (0.1%)": lambda: list_page(staff, ConversationFilters(tool="list_notes")),
+        "owner: text 'Beijing' (1.7%)": lambda: list_page(owner, ConversationFilters(q="Beijing")),
+        f"owner: text '{audit_data.RARE_CITY}' (0.05%)": lambda: list_page(
+            owner, ConversationFilters(q=audit_data.RARE_CITY)
+        ),
+    }
+
+
+def size_label(exchanges: int) -> str:
+    """100k, 1M, 10M: the curve's points as the report names them."""
+    if exchanges >= 1_000_000:
+        return f"{exchanges / 1_000_000:g}M"
+    return f"{exchanges / 1_000:g}k"
+
+
+def _point(
+    ctx: Context, size: int, repeats: int
+) -> tuple[dict[str, list[float]], list[str], list[str], dict[str, Any]]:
+    """Grow the data set to ``size`` exchanges and time every case there.
+
+    Returns (samples per case, cases stopped at the timeout, EXPLAIN sections, data set facts).
+    """
+    conversations, exchanges = audit_data.present()
+    facts: dict[str, Any] = {}
+    if exchanges < size:
+        ctx.log(
+            f"P5 {size_label(size)}: the data set has {exchanges:,} exchanges; growing it (kept for later runs)"
+        )
+        facts["generated"] = audit_data.grow(size, ctx.log)
+        conversations, exchanges = audit_data.present()
+        ctx.log(f"P5 {size_label(size)}: grown in {facts['generated']['seconds']:.0f} s")
+    else:
+        ctx.log(
+            f"P5 {size_label(size)}: reusing the data set: {conversations:,} conversations, {exchanges:,} exchanges"
+        )
+    # The measures before this one (P1, P4) add and delete some 150,000 rows in these tables; the
+    # index-only scans would visit the heap for every page they left dirty. Autovacuum clears
+    # that within minutes; P5 starts from that state, not from the bench's own leftovers.
+    dead = 0 if facts else audit_data.dead_rows()
+    if dead:
+        ctx.log(f"P5 vacuuming {dead:,} dead rows")
+        audit_data.vacuum()
+    facts.update(
+        {
+            "conversations": conversations,
+            "exchanges": exchanges,
+            "disk_gb": round(audit_data.disk_bytes() / 1024**3, 2),
+            "dead_rows_vacuumed_first": dead,
+        }
+    )
+    timings: dict[str, list[float]] = {}
+    capped: list[str] = []
+    explains: list[str] = []
+    for label, case in _cases(audit_data.owner(), _staff()).items():
+        timings[label], statements = _timed(case, repeats)
+        ctx.log(
+            f"P5 {size_label(size)} {label}: p95 {summary(timings[label])['p95']:.0f} ms (n={len(timings[label])})"
+        )
+        explains.append(
+            _explain(
+                f"{size_label(size)} ({exchanges:,} exchanges): {label}",
+                statements,
+                analyze=max(timings[label]) < SLOW_SECONDS * 1000,
+            )
+        )
+        if max(timings[label]) >= TIMEOUT_SECONDS * 1000:
+            capped.append(label)
+    return timings, capped, explains, facts
+
+
+def _worst(timings: dict[str, list[float]]) -> str:
+    filtered = {label: t for label, t in timings.items() if "unfiltered" not in label}
+    return max(filtered, key=lambda label: summary(filtered[label])["p95"])
+
+
 def run(ctx: Context) -> list[Result]:
     if not ctx.services.postgres:
         return [
@@ -118,65 +240,76 @@ def run(ctx: Context) -> list[Result]:
             )
         ]
     repeats = ctx.repeats(full=20, quick=5)
-    conversations, exchanges = audit_data.present()
-    generated: dict[str, float] = {}
-    if exchanges < audit_data.EXCHANGES:
-        ctx.log(f"P5 data set incomplete ({exchanges:,} exchanges): generating (once; kept for later runs)")
-        generated = audit_data.generate(ctx.log)
-        conversations, exchanges = audit_data.present()
-        ctx.log(f"P5 generated in {generated['seconds']:.0f} s")
-    else:
-        ctx.log(f"P5 reusing the data set: {conversations:,} conversations, {exchanges:,} exchanges")
-    # The measures before this one (P1, P4) add and delete some 150,000 rows in these tables; the
-    # index-only scans would visit the heap for every page they left dirty. Autovacuum clears
-    # that within minutes; P5 starts from that state, not from the bench's own leftovers.
-    dead = audit_data.dead_rows()
-    if dead:
-        ctx.log(f"P5 vacuuming {dead:,} dead rows the earlier measures left")
-        audit_data.vacuum()
-    owner = audit_data.owner()
-    staff = _staff()
-    cases: dict[str, Callable[[], object]] = {
-        "owner: unfiltered": lambda: list_page(owner, ConversationFilters()),
-        "staff: unfiltered": lambda: list_page(staff, ConversationFilters()),
-        "owner: tool = calculate (35%)": lambda: list_page(owner, ConversationFilters(tool="calculate")),
-        "owner: tool = list_notes (0.1%)": lambda: list_page(owner, ConversationFilters(tool="list_notes")),
-        "staff: tool = list_notes (0.1%)": lambda: list_page(staff, ConversationFilters(tool="list_notes")),
-        "owner: text 'Beijing' (1.7%)": lambda: list_page(owner, ConversationFilters(q="Beijing")),
-        f"owner: text '{audit_data.RARE_CITY}' (0.05%)": lambda: list_page(
-            owner, ConversationFilters(q=audit_data.RARE_CITY)
-        ),
-    }
-    timings: dict[str, list[float]] = {}
-    capped: list[str] = []
+    points: dict[str, Any] = {}
     explains: list[str] = []
-    for label, case in cases.items():
-        timings[label], statements = _timed(case, repeats)
-        ctx.log(f"P5 {label}: p95 {summary(timings[label])['p95']:.0f} ms (n={len(timings[label])})")
-        explains.append(_explain(label, statements, analyze=max(timings[label]) < SLOW_SECONDS * 1000))
-        if max(timings[label]) >= TIMEOUT_SECONDS * 1000:
-            capped.append(label)
+    timings: dict[str, list[float]] = {}
+    skipped: list[str] = []
+    fit_note = ""
+    earlier = _curve_read(ctx)
+    measured: set[str] = set()
+    for size in audit_data.SIZES:
+        _, have = audit_data.present()
+        label = size_label(size)
+        if have > size * GROWN_PAST:
+            # The set has grown past this point (it is kept, never shrunk): report the point as
+            # it was measured when the set had that size, saying when.
+            if label in earlier:
+                points[label] = {**earlier[label], "from_an_earlier_run": True}
+            else:
+                points[label] = {"not_measured": f"the data set already has {have:,} exchanges"}
+            continue
+        per_exchange = audit_data.disk_bytes() / have if have else 0.0
+        if per_exchange and size not in audit_data.sizes_within(_free_bytes(), per_exchange, have):
+            skipped = [size_label(s) for s in audit_data.SIZES if s >= size]
+            needed = (size - have) * per_exchange
+            ctx.log(
+                f"P5 {label}: does not fit on disk with {audit_data.KEEP_FREE_BYTES / 1024**3:.0f} GB "
+                f"left (needs ~{needed / 1024**3:.0f} GB more: {per_exchange / 1024:.1f} kB per exchange; "
+                f"{_free_bytes() / 1024**3:.0f} GB free): stopping"
+            )
+            fit_note = (
+                f"{', '.join(skipped)} not measured: at {per_exchange / 1024:.1f} kB per exchange (rows, TOAST "
+                f"and indexes, measured) growing to {label} needs ~{needed / 1024**3:.0f} GB more, and "
+                f"{_free_bytes() / 1024**3:.0f} GB are free, of which "
+                f"{audit_data.KEEP_FREE_BYTES / 1024**3:.0f} GB must stay free"
+            )
+            break
+        timings, capped, sections, facts = _point(ctx, size, repeats)
+        explains += sections
+        measured.add(label)
+        worst = _worst(timings)
+        points[label] = {
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "data_set": facts,
+            "p95_ms": {case: round(summary(t)["p95"], 1) for case, t in timings.items()},
+            "worst": f"{worst}: p95 {summary(timings[worst])['p95']:.0f} ms",
+            **(
+                {"capped": f"stopped at the {TIMEOUT_SECONDS:.0f} s statement timeout: {', '.join(capped)}"}
+                if capped
+                else {}
+            ),
+        }
+        _curve_write(ctx, {**earlier, **{k: v for k, v in points.items() if k in measured}})
     explain_path = ctx.results_dir / "p5-explain.txt"
     explain_path.write_text("\n\n\n".join(explains) + "\n")
-    filtered = {label: t for label, t in timings.items() if "unfiltered" not in label}
-    worst = max(filtered, key=lambda label: summary(filtered[label])["p95"])
+    judged_point = [label for label in points if label in measured][-1]
+    worst = _worst(timings)
+    largest = audit_data.SIZES[-1]
     details: dict[str, Any] = {
-        "data_set": {
-            "conversations": conversations,
-            "exchanges": exchanges,
-            **({"generated": generated} if generated else {}),
-            "dead_rows_vacuumed_first": dead,
-        },
+        "curve": points,
         "queries_ms": {label: summary(t) for label, t in timings.items()},
-        "judged_on": f"the slowest filtered query's p95: {worst}",
+        "judged_on": f"the slowest filtered query's p95 at {judged_point}: {worst}",
         "explain": str(explain_path.relative_to(REPO_ROOT)),
         "note": "the product's own conversation_search (ConversationFilters tool= / q=), paginated as the view does",
         **(
-            {"capped": f"stopped at the {TIMEOUT_SECONDS:.0f} s statement timeout: {', '.join(capped)}"}
-            if capped
+            {"not_reached": f"{fit_note}; judged at {judged_point}, not {size_label(largest)}"}
+            if skipped
             else {}
         ),
-        "summary": f"worst: {worst}",
+        "summary": " · ".join(
+            f"{label}: {point['worst']}" for label, point in points.items() if "worst" in point
+        )
+        + (f" · {', '.join(skipped)}: does not fit on disk" if skipped else ""),
     }
     result = judged(
         id=ID,
@@ -184,7 +317,7 @@ def run(ctx: Context) -> list[Result]:
         unit=UNIT,
         target=TARGET,
         limit=LIMIT,
-        samples=filtered[worst],
+        samples=timings[worst],
         statistic="p95",
         details=details,
     )

@@ -345,6 +345,9 @@ class Step(models.Model):
                 include=["turn"],
                 name="step_tool_title_turn_idx",
             ),
+            # The page's catch-up mark (the newest change of a conversation's steps) reads one
+            # entry per turn from this index, not every step's row (10,000 on a long one).
+            models.Index(fields=["turn", "updated_at"], name="step_turn_updated_idx"),
         ]
 
     def __str__(self) -> str:

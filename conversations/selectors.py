@@ -160,25 +160,39 @@ def rows_changed_since(*, conversation: Conversation, since: datetime) -> list[S
     return list(_rows().filter(turn__conversation=conversation, updated_at__gte=since))
 
 
-def conversation_turns(*, conversation: Conversation, since: datetime | None = None) -> list[Turn]:
-    """The turns, in order, for the page (only those changed at or after ``since``, if given).
-    ``transcript`` (the whole message history, large on a long conversation, never shown) is
-    deferred: it loads if something reads it."""
-    turns = conversation.turns.defer("transcript").order_by("seq")
+def conversation_turns(
+    *,
+    conversation: Conversation,
+    since: datetime | None = None,
+    newest: int | None = None,
+    before_seq: int | None = None,
+) -> list[Turn]:
+    """The turns, in order, for the page (only those changed at or after ``since``, if given;
+    only those numbered below ``before_seq``, if given; only the last ``newest`` of those, if
+    given). ``transcript`` (the whole message history, large on a long conversation, never
+    shown) is deferred: it loads if something reads it."""
+    turns = conversation.turns.defer("transcript")
     if since is not None:
         turns = turns.filter(updated_at__gte=since)
-    return list(turns)
+    if before_seq is not None:
+        turns = turns.filter(seq__lt=before_seq)
+    if newest is not None:
+        return list(reversed(turns.order_by("-seq")[:newest]))
+    return list(turns.order_by("seq"))
 
 
-def turn_row_counts(*, conversation: Conversation) -> dict[int, int]:
-    """How many rows (top-level steps) each turn of ``conversation`` has, by turn id (one query)."""
-    counts = (
-        Step.objects.filter(turn__conversation=conversation, parent__isnull=True)
-        .order_by()
-        .values("turn_id")
-        .annotate(n=Count("pk"))
-        .values_list("turn_id", "n")
-    )
+def turn_count_before(*, conversation: Conversation, seq: int) -> int:
+    """How many turns of ``conversation`` are numbered below ``seq``."""
+    return conversation.turns.filter(seq__lt=seq).count()
+
+
+def turn_row_counts(*, conversation: Conversation, turns: list[Turn] | None = None) -> dict[int, int]:
+    """How many rows (top-level steps) each turn of ``conversation`` (or only each of ``turns``)
+    has, by turn id (one query)."""
+    steps = Step.objects.filter(turn__conversation=conversation, parent__isnull=True)
+    if turns is not None:
+        steps = steps.filter(turn_id__in=[turn.pk for turn in turns])
+    counts = steps.order_by().values("turn_id").annotate(n=Count("pk")).values_list("turn_id", "n")
     return dict(counts)
 
 

@@ -31,6 +31,7 @@ urlpatterns = [
         name="inspector-step-prompt-diff",
     ),
     path("c/<uuid:public_id>/chain", views.conversation_chain, name="inspector-conversation-chain"),
+    path("c/<uuid:public_id>/turns/earlier", views.turns_earlier, name="inspector-turns-earlier"),
     path("c/<uuid:public_id>/turns/<int:turn_id>/", views.turn_detail, name="inspector-turn"),
     path("c/<uuid:public_id>/turns/<int:turn_id>/steps", views.turn_steps, name="inspector-turn-steps"),
     path("c/<uuid:public_id>/turns/<int:turn_id>/replay", views.turn_replay, name="inspector-turn-replay"),

@@ -19,6 +19,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import content_disposition_header, url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
@@ -55,6 +56,11 @@ PAGE_ROWS = 30
 # paired P6 runs 5 rows painted ~50 ms sooner than 8). Folding fewer than a few is not worth it.
 TURN_ROWS = 5
 TURN_FOLD_MIN = 3
+# The page lists the headers of at most this many folded turns (the newest of them); the turns
+# before those are one control that lists them EARLIER_TURNS at a time, on request (a 500-turn
+# conversation's page was its 500 folded headers: work and HTML in proportion to its length).
+FOLDED_TURNS = 20
+EARLIER_TURNS = 50
 # Up to this many exchanges the page verifies the hash chain by itself once it has loaded;
 # beyond, on request (re-hashing a 1,000-step conversation takes seconds of server time).
 CHAIN_AUTO_EXCHANGES = 300
@@ -193,9 +199,13 @@ def _detail_page(
     status: int = 200,
     problem: str = "",
 ) -> HttpResponse:
-    turns = selectors.conversation_turns(conversation=conversation)
-    counts = selectors.turn_row_counts(conversation=conversation)
+    # The shown turns are the newest, within PAGE_ROWS rows (at least one row each, but for
+    # a turn without rows): these many newest turns hold them and the folded ones listed.
+    turns = selectors.conversation_turns(conversation=conversation, newest=PAGE_ROWS + 1 + FOLDED_TURNS)
+    counts = selectors.turn_row_counts(conversation=conversation, turns=turns)
     shown = _turns_shown(turns, counts)
+    turns = turns[max(0, len(turns) - len(shown) - FOLDED_TURNS) :]
+    earlier = selectors.turn_count_before(conversation=conversation, seq=turns[0].seq) if turns else 0
     # (turn, rows, row count, earlier rows not rendered): a turn before the shown ones has no rows
     # loaded (it is folded); a shown long turn renders its last TURN_ROWS rows.
     turn_rows = [_turn_rows(turn, counts.get(turn.pk, 0), shown=turn.pk in shown) for turn in turns]
@@ -204,7 +214,8 @@ def _detail_page(
     context = {
         "conversation": conversation,
         "turns": turn_rows,
-        "folded": len(turns) - len(shown),
+        "folded": earlier + len(turns) - len(shown),
+        "earlier_turns": _earlier_turns(conversation, turns[0].seq, earlier) if earlier else None,
         "servers": conversation.servers.order_by("name"),
         "form": form,
         "problem": problem,
@@ -225,6 +236,17 @@ def _turn_rows(turn: Turn, count: int, *, shown: bool) -> tuple[Turn, list[Step]
         return turn, selectors.turn_rows(turn=turn), count, 0
     rows = selectors.turn_rows(turn=turn, last=TURN_ROWS)
     return turn, rows, count, count - len(rows)
+
+
+def _earlier_turns(conversation: Conversation, before: int, count: int) -> dict[str, object]:
+    """The control that lists the ``count`` turns numbered below ``before``, a batch at a time."""
+    url = reverse("inspector-turns-earlier", args=[conversation.public_id])
+    return {
+        "before": before,
+        "count": count,
+        "batch": min(count, EARLIER_TURNS),
+        "url": f"{url}?before={before}",
+    }
 
 
 def _turns_shown(turns: list[Turn], counts: dict[int, int]) -> set[int]:
@@ -435,6 +457,31 @@ def turn_detail(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResp
         conversation=conversation, turn=turn, rows=rows, teaching=request_preferences(request).teaching
     )
     return render(request, fragments.TURN_TEMPLATE, context)
+
+
+@require_GET
+def turns_earlier(request: HttpRequest, public_id: UUID) -> HttpResponse:
+    """The folded headers of the ``EARLIER_TURNS`` turns before the one numbered ``before`` (the
+    turns a long conversation's page does not list until asked), in order, after the control
+    for the turns before them when there are more."""
+    conversation = _conversation(request, public_id)
+    raw = request.GET.get("before", "")
+    if not raw.isdigit():
+        return HttpResponse(
+            "'before' must be a turn number", status=STATUS_BAD_REQUEST, content_type="text/plain"
+        )
+    _read(
+        request, conversation, via="earlier turns", subject=f"turns before {raw}", detail={"before": int(raw)}
+    )
+    turns = selectors.conversation_turns(conversation=conversation, newest=EARLIER_TURNS, before_seq=int(raw))
+    counts = selectors.turn_row_counts(conversation=conversation, turns=turns)
+    earlier = selectors.turn_count_before(conversation=conversation, seq=turns[0].seq) if turns else 0
+    context = {
+        "conversation": conversation,
+        "turns": [_turn_rows(turn, counts.get(turn.pk, 0), shown=False) for turn in turns],
+        "earlier_turns": _earlier_turns(conversation, turns[0].seq, earlier) if earlier else None,
+    }
+    return render(request, "inspector/_turns_earlier.html", context)
 
 
 @require_GET

@@ -130,6 +130,10 @@
     var shell = fragment(message.html_shell);
     var turn = document.getElementById("turn-" + message.turn_id);
     if (!turn) {
+      var unlisted = turnsBox.querySelector(".earlier-turns");
+      if (shell && unlisted && Number(shell.dataset.seq) < Number(unlisted.dataset.beforeSeq)) {
+        return; // a turn the page does not list yet: listing it loads it fresh
+      }
       if (shell) {
         insertBySeq(turnsBox, shell);
       }
@@ -366,6 +370,33 @@
       });
   }
 
+  // A long conversation's page lists its newest turns; the ones before load a batch at a time,
+  // folded, in front of the control (which the batch replaces with its own when more remain).
+  function loadEarlierTurns(button) {
+    var earlier = button.closest(".earlier-turns");
+    var state = earlier.querySelector(".load-state");
+    if (earlier.dataset.loading) {
+      return;
+    }
+    earlier.dataset.loading = "1";
+    state.textContent = "loading…";
+    fetchHtml(earlier.dataset.url)
+      .then(function (html) {
+        var template = document.createElement("template");
+        template.innerHTML = html;
+        Array.prototype.slice.call(template.content.children).forEach(function (el) {
+          if (!el.id || !document.getElementById(el.id)) {
+            earlier.parentNode.insertBefore(el, earlier);
+          }
+        });
+        earlier.remove();
+      })
+      .catch(function (error) {
+        delete earlier.dataset.loading;
+        state.textContent = "could not load them: " + error.message;
+      });
+  }
+
   // The line diff of a spliced prompt against the previous one is computed when it is opened.
   function loadDiff(details) {
     var body = details.querySelector(".diff-body");
@@ -471,6 +502,11 @@
     var broken = event.target.closest("a.chain-broken");
     if (broken) {
       showBroken(broken, event);
+      return;
+    }
+    var earlierTurns = event.target.closest("button.load-earlier-turns");
+    if (earlierTurns) {
+      loadEarlierTurns(earlierTurns);
       return;
     }
     var earlierButton = event.target.closest("button.load-earlier");

@@ -95,6 +95,72 @@ def test_the_page_shows_the_newest_turns_rows_and_folds_the_older_ones(
     assert html.count("3 rows") == 3
 
 
+def earlier_turns_url(conversation: Conversation, before: object) -> str:
+    return reverse("inspector-turns-earlier", args=[conversation.public_id]) + f"?before={before}"
+
+
+def test_the_page_lists_only_the_newest_folded_turns_and_offers_the_earlier_ones(
+    alice: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(views, "PAGE_ROWS", 1)
+    monkeypatch.setattr(views, "FOLDED_TURNS", 2)
+    conversation = ConversationFactory(owner=alice)
+    turns = [turn_with_rows(conversation, 1, question=f"question {n}") for n in range(1, 7)]
+
+    html = client_for(alice).get(page_url(conversation)).content.decode()
+
+    unlisted, folded, newest = turns[:3], turns[3:5], turns[5]
+    assert all(f'id="step-{step.pk}"' in html for step in newest.steps.all())
+    for turn in folded:
+        assert f'<section class="turn turn-folded" id="turn-{turn.pk}"' in html
+    for turn in unlisted:
+        assert f'id="turn-{turn.pk}"' not in html
+    assert f'data-before-seq="{folded[0].seq}"' in html
+    assert f'data-url="{earlier_turns_url(conversation, folded[0].seq)}"' in html
+    assert "3 earlier turns are not listed" in html
+    assert "The 5 older turns are folded" in html
+    # The control comes before the turns it stands for, so the page keeps the turns in order.
+    assert html.index('class="earlier-turns"') < html.index(f'id="turn-{folded[0].pk}"')
+
+
+def test_the_earlier_turns_load_folded_in_order_a_batch_at_a_time(
+    alice: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(views, "EARLIER_TURNS", 2)
+    conversation = ConversationFactory(owner=alice)
+    turns = [turn_with_rows(conversation, 2, question=f"question {n} {HOSTILE}") for n in range(1, 6)]
+    client = client_for(alice)
+
+    html = client.get(earlier_turns_url(conversation, 4)).content.decode()
+
+    # Turns 2 and 3, folded as the page folds them, after the control for turn 1.
+    assert [f'id="turn-{turn.pk}"' in html for turn in turns] == [False, True, True, False, False]
+    assert html.index(f'id="turn-{turns[1].pk}"') < html.index(f'id="turn-{turns[2].pk}"')
+    assert html.count('class="turn turn-folded"') == 2 and html.count("2 rows") == 2
+    assert 'data-before-seq="2"' in html and "1 earlier turn is not listed" in html
+    assert html.index('class="earlier-turns"') < html.index(f'id="turn-{turns[1].pk}"')
+    assert not any(f'id="step-{step.pk}"' in html for step in turns[1].steps.all())
+    assert HOSTILE not in html
+
+    last = client.get(earlier_turns_url(conversation, 2)).content.decode()
+
+    assert f'id="turn-{turns[0].pk}"' in last and 'class="earlier-turns"' not in last
+
+
+def test_the_earlier_turns_are_only_for_those_who_may_see_the_conversation(alice: User, bob: User) -> None:
+    conversation = ConversationFactory(owner=alice)
+    turn_with_rows(conversation, 1)
+    turn_with_rows(conversation, 1)
+    staff = UserFactory(username="root", is_staff=True)
+
+    assert client_for(bob).get(earlier_turns_url(conversation, 2)).status_code == 404
+    assert Client().get(earlier_turns_url(conversation, 2)).status_code == 302  # to the login page
+    assert client_for(staff).get(earlier_turns_url(conversation, 2)).status_code == 200
+    assert client_for(alice).get(earlier_turns_url(conversation, "x")).status_code == 400
+    owner_read = client_for(alice).get(earlier_turns_url(conversation, 2))
+    assert owner_read.status_code == 200 and "Turn 1" in owner_read.content.decode()
+
+
 def test_the_newest_turn_is_shown_even_when_it_alone_is_over_the_page_budget(
     alice: User, monkeypatch: pytest.MonkeyPatch
 ) -> None:

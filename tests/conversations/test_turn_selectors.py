@@ -1,0 +1,39 @@
+"""The turns a long conversation's page asks for: the newest few, those before a turn, and the
+row counts of only those turns."""
+
+from __future__ import annotations
+
+import pytest
+
+from conversations import selectors
+from conversations.models import Turn
+from tests.factories import ConversationFactory, StepFactory, TurnFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_newest_turns_come_in_order_and_before_a_turn_means_numbered_below_it() -> None:
+    conversation = ConversationFactory()
+    turns = [TurnFactory(conversation=conversation) for _ in range(5)]
+    TurnFactory()  # another conversation's
+
+    assert selectors.conversation_turns(conversation=conversation) == turns
+    assert selectors.conversation_turns(conversation=conversation, newest=2) == turns[3:]
+    assert selectors.conversation_turns(conversation=conversation, newest=2, before_seq=4) == turns[1:3]
+    assert selectors.conversation_turns(conversation=conversation, newest=9, before_seq=3) == turns[:2]
+    assert selectors.conversation_turns(conversation=conversation, before_seq=1) == []
+    assert selectors.turn_count_before(conversation=conversation, seq=4) == 3
+    assert selectors.turn_count_before(conversation=conversation, seq=1) == 0
+
+
+def test_row_counts_can_be_asked_for_some_turns_only() -> None:
+    conversation = ConversationFactory()
+    first, second = TurnFactory(conversation=conversation), TurnFactory(conversation=conversation)
+    for turn, rows in ((first, 2), (second, 3)):
+        for _ in range(rows):
+            StepFactory(parent=StepFactory(turn=turn), kind="tool")  # a row and its tool call
+
+    assert selectors.turn_row_counts(conversation=conversation) == {first.pk: 2, second.pk: 3}
+    assert selectors.turn_row_counts(conversation=conversation, turns=[second]) == {second.pk: 3}
+    assert selectors.turn_row_counts(conversation=conversation, turns=[]) == {}
+    assert isinstance(selectors.conversation_turns(conversation=conversation)[0], Turn)
