@@ -273,3 +273,56 @@ def test_a_long_turn_shows_its_last_rows_and_the_earlier_ones_load_in_place(
     assert [next(word for word in text.split() if word.isdigit()) for text in texts] == [
         str(n) for n in range(1, 13)
     ]
+
+
+MANY_TURNS_SCRIPT = """
+from django.contrib.auth.models import User
+from tests.factories import ConversationFactory, ExchangeFactory, StepFactory, TurnFactory
+conversation = ConversationFactory(owner=User.objects.get(username="admin"), title="many turns")
+for n in range(74):
+    ExchangeFactory(step=StepFactory(turn=TurnFactory(conversation=conversation, question=f"question {n + 1}")))
+newest = TurnFactory(conversation=conversation, question="the newest")
+for n in range(31):
+    ExchangeFactory(step=StepFactory(turn=newest))
+print(conversation.public_id)
+"""
+
+
+def test_a_long_conversation_lists_its_newest_turns_and_the_earlier_ones_load_in_order(
+    inspector_server: InspectorServer, page: Page
+) -> None:
+    made = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", MANY_TURNS_SCRIPT],
+        cwd=REPO_ROOT,
+        env=inspector_server.env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    public_id = made.stdout.strip().splitlines()[-1]
+    page.goto(f"{inspector_server.base}/c/{public_id}/")
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit], input[type=submit]")
+    page.wait_for_url(f"**/c/{public_id}/")
+
+    # The newest turn holds more rows than the page renders, so it alone is shown; the folded
+    # turns before it are listed up to FOLDED_TURNS, and the rest wait behind one control.
+    turns = page.locator("#turns > section.turn")
+    expect(turns).to_have_count(1 + views.FOLDED_TURNS)
+    unlisted = 74 - views.FOLDED_TURNS
+    control = page.locator(".earlier-turns")
+    expect(control).to_contain_text(f"{unlisted} earlier turns are not listed")
+
+    control.get_by_role("button", name=f"Show the {views.EARLIER_TURNS} before these").click()
+
+    expect(turns).to_have_count(1 + views.FOLDED_TURNS + views.EARLIER_TURNS)
+    left = unlisted - views.EARLIER_TURNS
+    expect(control).to_contain_text(f"{left} earlier turns are not listed")
+    control.get_by_role("button", name="Show them").click()
+
+    expect(turns).to_have_count(75)
+    expect(control).to_have_count(0)
+    seqs = [int(seq) for seq in turns.evaluate_all("sections => sections.map(s => s.dataset.seq)")]
+    assert seqs == list(range(1, 76))
+    expect(page.locator("#turns > section.turn-folded")).to_have_count(74)
