@@ -47,9 +47,16 @@ def _conversation(*, turns: int = 1) -> Conversation:
         servers=[demo_server_ensure()],
         dispatch=False,
     )
+    ran = [turn]
     turn_run(turn_id=turn.pk)
     for _ in range(turns - 1):
-        turn_run(turn_id=turn_start(conversation=conversation, question="And in Paris?", dispatch=False).pk)
+        ran.append(turn_start(conversation=conversation, question="And in Paris?", dispatch=False))
+        turn_run(turn_id=ran[-1].pk)
+    # The tests read the record of finished turns: a turn that failed says why here, not as a
+    # missing step further on.
+    for each in ran:
+        each.refresh_from_db()
+        assert each.status == "done", f"turn {each.seq} {each.status}: {each.error}"
     return conversation
 
 
