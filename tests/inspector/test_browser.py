@@ -229,6 +229,25 @@ def test_a_turn_that_finished_live_is_replayed_and_the_replay_shows_no_differenc
     page.screenshot(path=str(inspector_server.var_dir / "browser-replay.png"), full_page=True)
 
 
+def _open_made_conversation(inspector_server: InspectorServer, page: Page, script: str) -> None:
+    """Make a conversation with ``script`` (run by ``manage.py shell``; it prints the public id)
+    and open its page in ``page``, logged in as the admin."""
+    made = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", script],
+        cwd=REPO_ROOT,
+        env=inspector_server.env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    public_id = made.stdout.strip().splitlines()[-1]
+    page.goto(f"{inspector_server.base}/c/{public_id}/")
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit], input[type=submit]")
+    page.wait_for_url(f"**/c/{public_id}/")
+
+
 LONG_TURN_SCRIPT = """
 from django.contrib.auth.models import User
 from tests.factories import ConversationFactory, ExchangeFactory, StepFactory, TurnFactory
@@ -243,20 +262,7 @@ print(conversation.public_id)
 def test_a_long_turn_shows_its_last_rows_and_the_earlier_ones_load_in_place(
     inspector_server: InspectorServer, page: Page
 ) -> None:
-    made = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", LONG_TURN_SCRIPT],
-        cwd=REPO_ROOT,
-        env=inspector_server.env,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    public_id = made.stdout.strip().splitlines()[-1]
-    page.goto(f"{inspector_server.base}/c/{public_id}/")
-    page.fill("input[name=username]", "admin")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit], input[type=submit]")
-    page.wait_for_url(f"**/c/{public_id}/")
+    _open_made_conversation(inspector_server, page, LONG_TURN_SCRIPT)
 
     shown = views.TURN_ROWS
     titles = page.locator(".rows > [id^=step-] .step-title")
@@ -291,20 +297,7 @@ print(conversation.public_id)
 def test_a_long_conversation_lists_its_newest_turns_and_the_earlier_ones_load_in_order(
     inspector_server: InspectorServer, page: Page
 ) -> None:
-    made = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", MANY_TURNS_SCRIPT],
-        cwd=REPO_ROOT,
-        env=inspector_server.env,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    public_id = made.stdout.strip().splitlines()[-1]
-    page.goto(f"{inspector_server.base}/c/{public_id}/")
-    page.fill("input[name=username]", "admin")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit], input[type=submit]")
-    page.wait_for_url(f"**/c/{public_id}/")
+    _open_made_conversation(inspector_server, page, MANY_TURNS_SCRIPT)
 
     # The newest turn holds more rows than the page renders, so it alone is shown; the folded
     # turns before it are listed up to FOLDED_TURNS, and the rest wait behind one control.
