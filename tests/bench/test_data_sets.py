@@ -27,6 +27,8 @@ def test_a_point_is_grown_to_only_when_the_disk_keeps_its_reserve_after_it() -> 
     assert audit_data.sizes_within(reserve - GB, 10 * 1024, 0) == []
 
 
+# The copy is PostgreSQL's SQL, as the bench's data sets are made only there.
+@pytest.mark.postgres
 @pytest.mark.django_db
 def test_copied_turns_repeat_the_real_ones_in_order_with_their_own_steps_and_exchanges() -> None:
     conversation = ConversationFactory()
