@@ -170,6 +170,7 @@ def _pages(client: Client, conversation: Conversation, operation: Operation) -> 
         reverse("inspector-conversation", args=[public_id]),
         reverse("inspector-conversation-rows", args=[public_id]) + "?since=2000-01-01T00:00:00Z",
         reverse("inspector-conversation-chain", args=[public_id]),
+        reverse("inspector-turns-earlier", args=[public_id]) + "?before=999",
         reverse("api-conversation", args=[public_id]),
         reverse("servers-operation", args=[operation.public_id]),
         reverse("servers-operation-state", args=[operation.public_id]),

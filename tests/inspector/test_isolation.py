@@ -67,6 +67,7 @@ EXPECTED: dict[str, Expect] = {
     "inspector-step-prompt": Expect("GET", NOT_FOUND),
     "inspector-step-prompt-diff": Expect("GET", NOT_FOUND),
     "inspector-conversation-chain": Expect("GET", NOT_FOUND),
+    "inspector-turns-earlier": Expect("GET", NOT_FOUND),
     "inspector-turn": Expect("GET", NOT_FOUND),
     "inspector-turn-steps": Expect("GET", NOT_FOUND),
     "inspector-turn-replay": Expect("POST", NOT_FOUND),
