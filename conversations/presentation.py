@@ -5,6 +5,7 @@ replay differs from the turn it replays."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Literal, TypeAlias
@@ -307,13 +308,29 @@ SentCall: TypeAlias = Literal["first", "last"] | int
 SENT_CALL_MAX = 999
 
 
+# The largest turn or step number (their ``seq`` is a PositiveIntegerField), and the largest
+# row id a request may name (ids are 64-bit).
+SEQ_MAX = 2**31 - 1
+ID_MAX = 2**63 - 1
+_PLAIN_NUMBER = re.compile(r"[0-9]{1,19}")
+
+
+def plain_number(raw: str, *, most: int) -> int | None:
+    """A request parameter as a number of ASCII digits from 0 to ``most``, else None.
+    (``str.isdigit`` also accepts "²" and other digits ``int`` refuses, at any length: a query
+    parameter is whatever the sender typed.)"""
+    if not _PLAIN_NUMBER.fullmatch(raw):
+        return None
+    number = int(raw)
+    return number if number <= most else None
+
+
 def sent_call(raw: str | None) -> SentCall:
     """The model call a request asks for (``?call=first|last|N``); anything else is the first."""
     if raw == "last":
         return "last"
-    if raw is not None and raw.isdigit() and 0 < len(raw) <= len(str(SENT_CALL_MAX)) and int(raw) > 0:
-        return int(raw)
-    return "first"
+    number = plain_number(raw or "", most=SENT_CALL_MAX)
+    return number if number is not None and number > 0 else "first"
 
 
 def _picked(count: int, call: SentCall) -> int:

@@ -465,15 +465,19 @@ def turns_earlier(request: HttpRequest, public_id: UUID) -> HttpResponse:
     turns a long conversation's page does not list until asked), in order, after the control
     for the turns before them when there are more."""
     conversation = _conversation(request, public_id)
-    raw = request.GET.get("before", "")
-    if not raw.isdigit():
+    before = presentation.plain_number(request.GET.get("before", ""), most=presentation.SEQ_MAX)
+    if before is None:
         return HttpResponse(
             "'before' must be a turn number", status=STATUS_BAD_REQUEST, content_type="text/plain"
         )
     _read(
-        request, conversation, via="earlier turns", subject=f"turns before {raw}", detail={"before": int(raw)}
+        request,
+        conversation,
+        via="earlier turns",
+        subject=f"turns before {before}",
+        detail={"before": before},
     )
-    turns = selectors.conversation_turns(conversation=conversation, newest=EARLIER_TURNS, before_seq=int(raw))
+    turns = selectors.conversation_turns(conversation=conversation, newest=EARLIER_TURNS, before_seq=before)
     counts = selectors.turn_row_counts(conversation=conversation, turns=turns)
     earlier = selectors.turn_count_before(conversation=conversation, seq=turns[0].seq) if turns else 0
     context = {
@@ -490,13 +494,13 @@ def turn_steps(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpRespo
     out until asked), rendered as the page renders every row."""
     conversation = _conversation(request, public_id)
     turn = _turn(conversation, turn_id)
-    raw = request.GET.get("before", "")
-    if not raw.isdigit():
+    before = presentation.plain_number(request.GET.get("before", ""), most=presentation.SEQ_MAX)
+    if before is None:
         return HttpResponse(
             "'before' must be a step number", status=STATUS_BAD_REQUEST, content_type="text/plain"
         )
     _read(request, conversation, via="turn steps", subject=f"turn {turn.seq}", detail={"turn": turn.pk})
-    rows = selectors.turn_rows(turn=turn, before_seq=int(raw))
+    rows = selectors.turn_rows(turn=turn, before_seq=before)
     return render(request, "inspector/_steps.html", {"conversation": conversation, "rows": rows})
 
 
@@ -568,10 +572,10 @@ def _turn_from(request: HttpRequest) -> Turn:
         public_id = UUID(request.GET.get("from", ""))
     except ValueError:
         raise Http404("No such turn.") from None
-    raw = request.GET.get("turn", "")
-    if not raw.isdigit() or len(raw) > 18:
+    turn_id = presentation.plain_number(request.GET.get("turn", ""), most=presentation.ID_MAX)
+    if turn_id is None:
         raise Http404("No such turn.")
-    _, turn = _turn_read(request, public_id, int(raw), via="compare providers")
+    _, turn = _turn_read(request, public_id, turn_id, via="compare providers")
     return turn
 
 
@@ -630,7 +634,8 @@ def comparison_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
 
 
 def _run_number(raw: str | None, default: int) -> int:
-    return int(raw) if raw is not None and raw.isdigit() and 0 < len(raw) < 4 else default
+    number = presentation.plain_number(raw or "", most=999)
+    return number if number is not None else default
 
 
 @require_GET
@@ -646,8 +651,8 @@ def turn_walk(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpRespon
     """One turn, one slide at a time (``?at=N``, from 1): the step-through for a projector."""
     conversation, turn = _turn_read(request, public_id, turn_id, via="step-through")
     slides = walkthrough.turn_slides(selectors.turn_rows(turn=turn))
-    raw = request.GET.get("at", "1")
-    at = min(max(int(raw), 1), max(len(slides), 1)) if raw.isdigit() else 1
+    asked = presentation.plain_number(request.GET.get("at", "1"), most=presentation.SEQ_MAX)
+    at = min(max(asked, 1), max(len(slides), 1)) if asked is not None else 1
     context = {
         "conversation": conversation,
         "turn": turn,
@@ -701,11 +706,8 @@ def profile_price(request: HttpRequest) -> HttpResponse:
     if not getattr(actor, "is_staff", False):
         raise Http404("No such page.")
     form = PriceForm(request.POST)
-    profile = (
-        profile_pickable(profile_id=int(request.POST["profile"]))
-        if request.POST.get("profile", "").isdigit()
-        else None
-    )
+    profile_id = presentation.plain_number(request.POST.get("profile", ""), most=presentation.ID_MAX)
+    profile = profile_pickable(profile_id=profile_id) if profile_id is not None else None
     if profile is None:
         raise Http404("No such model profile.")
     if not form.is_valid():
@@ -728,8 +730,8 @@ def profile_reset(request: HttpRequest) -> HttpResponse:
     """Forget a learned capability of a shared profile: it goes back to unknown, so ``auto`` tries
     it again (and learns it again if the provider still refuses). Any signed-in user may: it can
     only make the app try more, never less; each reset is audited."""
-    raw = request.POST.get("profile", "")
-    profile = profile_pickable(profile_id=int(raw)) if raw.isdigit() else None
+    profile_id = presentation.plain_number(request.POST.get("profile", ""), most=presentation.ID_MAX)
+    profile = profile_pickable(profile_id=profile_id) if profile_id is not None else None
     capability = request.POST.get("capability", "")
     if profile is None:
         raise Http404("No such model profile.")

@@ -458,3 +458,20 @@ def test_the_turn_count_is_still_every_turn(alice: User) -> None:
     counts = {c.pk: c.turn_count for c in selectors.conversation_list(user=alice)}
 
     assert counts == {conversation.pk: 2, empty.pk: 0}
+
+
+# Digits Python's str.isdigit accepts but int() refuses, a number past any turn or step and
+# past int()'s digit limit, a sign, a space: each is a clear 400, never a server error.
+HOSTILE_NUMBERS = ["²", "٣" * 19, "9" * 5000, "-1", " 1", "1.0", "", "9" * 19]
+
+
+@pytest.mark.parametrize("raw", HOSTILE_NUMBERS)
+def test_a_hostile_before_is_a_clear_400_on_both_on_demand_loads(alice: User, raw: str) -> None:
+    conversation = ConversationFactory(owner=alice)
+    turn = turn_with_rows(conversation, 2)
+    client = client_for(alice)
+
+    for url in (earlier_turns_url(conversation, raw), steps_url(conversation, turn, raw)):
+        response = client.get(url)
+        assert response.status_code == 400, (url, response.status_code)
+        assert "must be a" in response.content.decode()

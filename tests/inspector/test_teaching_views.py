@@ -14,6 +14,7 @@ from django.template.loader import render_to_string
 from django.test import Client
 from django.urls import reverse
 
+from conversations import presentation
 from conversations.capabilities import CAPABILITY_RESET_ACTION
 from conversations.models import AuditEvent, LearnedCapability, ModelProfile, Turn, UserPreference
 from conversations.paradigms import PARADIGMS
@@ -332,3 +333,18 @@ def test_the_workbench_names_the_roles_and_explains_the_json_rpc_fields() -> Non
     for field in ("jsonrpc", "method", "params", "arguments", "content", "structuredContent", "isError"):
         assert f"<dt><code>{field}</code></dt>" in text, field
     assert "(no note yet)" not in text
+
+
+@pytest.mark.parametrize("raw", ["²", "9" * 5000, "9" * 25, "-1"])
+def test_hostile_numbers_in_the_step_through_and_the_profile_forms_are_answered_not_crashed(raw: str) -> None:
+    alice = UserFactory(username="alice")
+    turn = _weather_turn(alice)
+    as_alice = _signed_in(alice)
+    url = reverse("inspector-turn-walk", args=[turn.conversation.public_id, turn.pk])
+
+    walk = as_alice.get(url, {"at": raw})
+
+    # An unreadable slide number starts at the first slide, as a missing one does.
+    assert walk.status_code == 200 and "slide 1 of" in walk.content.decode()
+    assert as_alice.post(reverse("inspector-profile-reset"), {"profile": raw}).status_code == 404
+    assert presentation.sent_call(raw) == "first"
