@@ -336,37 +336,53 @@
       });
   }
 
+  // A control's HTML (at its data-url) loads once, in front of it: each element of the answer
+  // goes to ``place(element)``; then the control is removed. Resolves true once placed, false
+  // when a load was already under way; on a failure the control says so and can be used again.
+  function loadInFront(control, place) {
+    var state = control.querySelector(".load-state");
+    if (control.dataset.loading) {
+      return Promise.resolve(false);
+    }
+    control.dataset.loading = "1";
+    state.textContent = "loading…";
+    return fetchHtml(control.dataset.url).then(
+      function (html) {
+        var template = document.createElement("template");
+        template.innerHTML = html;
+        Array.prototype.slice.call(template.content.children).forEach(place);
+        control.remove();
+        return true;
+      },
+      function (error) {
+        delete control.dataset.loading;
+        state.textContent = "could not load them: " + error.message;
+        throw error;
+      }
+    );
+  }
+
   // A long turn shows its last rows; the earlier ones load in place, as the page renders rows.
   function loadEarlier(button) {
     var earlier = button.closest(".earlier-steps");
-    var state = earlier.querySelector(".load-state");
     var turnId = earlier.closest(".turn").dataset.turnId;
-    if (earlier.dataset.loading) {
-      return;
-    }
-    earlier.dataset.loading = "1";
-    state.textContent = "loading…";
-    fetchHtml(earlier.dataset.url)
-      .then(function (html) {
-        var template = document.createElement("template");
-        template.innerHTML = html;
-        Array.prototype.slice.call(template.content.children).forEach(function (row) {
-          var existing = document.getElementById(row.id);
-          if (existing) {
-            replaceIfNewer(existing, row);
-          } else {
-            earlier.parentNode.insertBefore(row, earlier);
-          }
-        });
-        earlier.remove();
-        var waiting = pendingEarlier[turnId] || [];
-        delete pendingEarlier[turnId];
-        waiting.forEach(applyRow);
+    loadInFront(earlier, function (row) {
+      var existing = document.getElementById(row.id);
+      if (existing) {
+        replaceIfNewer(existing, row);
+      } else {
+        earlier.parentNode.insertBefore(row, earlier);
+      }
+    })
+      .then(function (placed) {
+        if (placed) {
+          var waiting = pendingEarlier[turnId] || [];
+          delete pendingEarlier[turnId];
+          waiting.forEach(applyRow);
+        }
       })
-      .catch(function (error) {
-        delete earlier.dataset.loading;
+      .catch(function () {
         delete pendingEarlier[turnId];
-        state.textContent = "could not load them: " + error.message;
       });
   }
 
@@ -374,27 +390,11 @@
   // folded, in front of the control (which the batch replaces with its own when more remain).
   function loadEarlierTurns(button) {
     var earlier = button.closest(".earlier-turns");
-    var state = earlier.querySelector(".load-state");
-    if (earlier.dataset.loading) {
-      return;
-    }
-    earlier.dataset.loading = "1";
-    state.textContent = "loading…";
-    fetchHtml(earlier.dataset.url)
-      .then(function (html) {
-        var template = document.createElement("template");
-        template.innerHTML = html;
-        Array.prototype.slice.call(template.content.children).forEach(function (el) {
-          if (!el.id || !document.getElementById(el.id)) {
-            earlier.parentNode.insertBefore(el, earlier);
-          }
-        });
-        earlier.remove();
-      })
-      .catch(function (error) {
-        delete earlier.dataset.loading;
-        state.textContent = "could not load them: " + error.message;
-      });
+    loadInFront(earlier, function (element) {
+      if (!element.id || !document.getElementById(element.id)) {
+        earlier.parentNode.insertBefore(element, earlier);
+      }
+    }).catch(function () {});
   }
 
   // The line diff of a spliced prompt against the previous one is computed when it is opened.
