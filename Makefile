@@ -8,6 +8,10 @@ PORT ?= 8000
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 CHROMIUM ?= /usr/bin/chromium
+# The suite runs in this many processes (pytest-xdist, whole files to each; tests/workers.py gives
+# each its own test database, Redis index and VAR_DIR). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 # Third-party MCP servers from npm that the workbench tests run (versions pinned by the lockfile).
 NODE_SERVERS := tests/mcp_servers/node_modules/.installed
 
@@ -64,13 +68,13 @@ $(NODE_SERVERS): tests/mcp_servers/package.json tests/mcp_servers/package-lock.j
 
 test-postgres: $(VENV)/.installed-dev $(NODE_SERVERS)
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) REQUIRE_SERVICES=1 \
-		$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+		$(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
 
 # The embedded default (SQLite, in-memory layer, in-process runner) on everything but the
 # groups that exist to exercise Postgres, Redis, Celery or the browser.
 test-sqlite: $(VENV)/.installed-dev
 	env -u DATABASE_URL -u REDIS_URL VAR_DIR=$(CURDIR)/var/test-sqlite \
-		$(PY) -m pytest -q -p no:cacheprovider -m "not celery and not browser and not slow and not postgres" $(PYTEST_ARGS)
+		$(PY) -m pytest -q -p no:cacheprovider $(XDIST) -m "not celery and not browser and not slow and not postgres" $(PYTEST_ARGS)
 
 ## make test-fast — a quick local subset: no worker, no browser, no third-party servers, SQLite
 test-fast: $(VENV)/.installed-dev
