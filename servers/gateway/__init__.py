@@ -38,6 +38,7 @@ from servers.gateway.pool import (
     GatewayLoop,
     PooledSession,
     SessionInfo,
+    SessionOptions,
     SessionPool,
     session_key,
     stderr_record,
@@ -96,12 +97,16 @@ _pool: SessionPool | None = None
 def _get_pool() -> SessionPool:
     global _pool
     if _pool is None or _pool.pid != os.getpid():
-        _pool = SessionPool(
-            stderr_dir=settings.MCP_STDERR_DIR,
-            body_limit=settings.EXCHANGE_BODY_LIMIT,
-            connect_timeout=settings.MCP_CONNECT_TIMEOUT_SECONDS,
-        )
+        _pool = SessionPool(_session_options)
     return _pool
+
+
+def _session_options() -> SessionOptions:
+    return SessionOptions(
+        stderr_dir=settings.MCP_STDERR_DIR,
+        body_limit=settings.EXCHANGE_BODY_LIMIT,
+        connect_timeout=settings.MCP_CONNECT_TIMEOUT_SECONDS,
+    )
 
 
 def _connection_lost(exc: BaseException) -> bool:

@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -358,6 +358,16 @@ def session_key(config: ServerConfig) -> SessionKey:
     return config.server_id, config.oauth.owner if config.oauth is not None else ""
 
 
+@dataclass(frozen=True)
+class SessionOptions:
+    """What a new session is opened with: where its server's stderr goes, how much of a message
+    body its records keep, and how long it may take to connect."""
+
+    stderr_dir: Path
+    body_limit: int
+    connect_timeout: float
+
+
 class SessionPool:
     """Sessions by server id and grant owner (``session_key``); a dead or reconfigured one is
     replaced on next use.
@@ -366,11 +376,10 @@ class SessionPool:
     gateway loop, so a forked child makes a pool of its own and never uses or closes these.
     """
 
-    def __init__(self, stderr_dir: Path, body_limit: int, connect_timeout: float) -> None:
+    def __init__(self, options: Callable[[], SessionOptions]) -> None:
         self.pid = os.getpid()
-        self.stderr_dir = stderr_dir
-        self.body_limit = body_limit
-        self.connect_timeout = connect_timeout
+        # Read when a session is opened: a pool lives as long as its process, settings may not.
+        self.options = options
         self.spawns: Counter[int] = Counter()
         self._sessions: dict[SessionKey, PooledSession] = {}
         self._locks: dict[SessionKey, asyncio.Lock] = {}
@@ -399,10 +408,13 @@ class SessionPool:
                 await session.close()
             generation = self.spawns[config.server_id] + 1
             self.spawns[config.server_id] = generation
-            fresh = PooledSession(config, generation, self.stderr_dir, self.body_limit, self.connect_timeout)
+            options = self.options()
+            fresh = PooledSession(
+                config, generation, options.stderr_dir, options.body_limit, options.connect_timeout
+            )
             token = current_capture.set(capture)
             try:
-                await fresh.open(self.connect_timeout)
+                await fresh.open(options.connect_timeout)
             except GatewayError as exc:
                 for record in fresh.take_unclaimed():
                     capture.add(record)

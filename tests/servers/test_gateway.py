@@ -117,6 +117,22 @@ def test_call_tool_returns_the_structured_weather_forecast() -> None:
     assert json.loads(call.response_body)["result"]["structuredContent"]["city"] == "Paris"
 
 
+def test_a_session_opened_after_a_settings_change_records_with_the_new_body_limit(settings: Any) -> None:
+    # The process's pool is made once; a session it opens later must follow the settings then,
+    # not those of the first session (a cut at an old, smaller limit would lose the body).
+    config = broken_config()
+    settings.EXCHANGE_BODY_LIMIT = 1000
+    small = gateway.call_tool(config, "echo", {"text": "x" * 5000})
+    gateway.close_all()
+    settings.EXCHANGE_BODY_LIMIT = 100_000
+
+    whole = gateway.call_tool(config, "echo", {"text": "x" * 5000})
+
+    assert "[cut: " in only(small.records, "tools/call").response_body
+    assert text_of(whole) == "x" * 5000
+    assert "[cut: " not in only(whole.records, "tools/call").response_body
+
+
 def test_the_session_is_reused_and_keeps_server_state_between_calls() -> None:
     config = demo_config()
 
