@@ -14,11 +14,15 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+from django.db import connection
 
 from bench import fixtures, profiling
 from bench.context import Context
 from bench.fake_model import MODEL_NAME, REPO_ROOT, FakeModel
+from bench.processes import cmdline, cpu_seconds, demo_server_pids
 from bench.stats import Result, judged, summary
 from conversations.models import Exchange, Step, Turn
 from conversations.runner import turn_run
@@ -57,9 +61,12 @@ class BareLoop:
         self.process.stdin.write(command + "\n")
         self.process.stdin.flush()
 
-    def turn(self) -> float:
+    def turn(self, cpu: CpuSplit | None = None) -> float:
+        before = cpu.reading("bare", self.process.pid) if cpu is not None else {}
         self._send("turn")
         reply = self._read()
+        if cpu is not None:
+            cpu.add("bare", before, cpu.reading("bare", self.process.pid))
         if reply["model_calls"] != STEPS or reply["tool_calls"] != STEPS - 1:
             raise RuntimeError(f"the bare loop ran {reply}, not {STEPS} model calls")
         return float(reply["seconds"])
@@ -80,12 +87,58 @@ class BareLoop:
             self.process.kill()
 
 
-def _product_turn(owner: Any, profile: Any, server: Any) -> float:
+class CpuSplit:
+    """CPU time per step, by process, of each side's turns: the loop's own process, its stdio
+    server, the fake model and (the product's side) the database's server processes for the
+    bench database. On two cores the loops are CPU-bound: where the CPU goes is the profile."""
+
+    def __init__(self, model_pid: int) -> None:
+        self.model_pid = model_pid
+        self.samples: dict[str, dict[str, list[float]]] = {"bare": {}, "product": {}}
+
+    def reading(self, side: str, loop_pid: int) -> dict[str, float]:
+        parts = {
+            "loop process": cpu_seconds(loop_pid),
+            "stdio server": sum(cpu_seconds(pid) for pid in demo_server_pids(loop_pid)),
+            "fake model": cpu_seconds(self.model_pid),
+        }
+        if side == "product" and connection.vendor == "postgresql":
+            database = str(connection.settings_dict["NAME"])
+            parts["postgres"] = sum(
+                cpu_seconds(pid) for pid in _postgres_backends() if f" {database} " in cmdline(pid)
+            )
+        return parts
+
+    def add(self, side: str, before: dict[str, float], after: dict[str, float]) -> None:
+        for name, value in after.items():
+            self.samples[side].setdefault(name, []).append((value - before[name]) * 1000 / STEPS)
+
+    def details(self) -> dict[str, dict[str, float]]:
+        """Median ms of CPU per step, by side and process, with each side's total."""
+        split: dict[str, dict[str, float]] = {}
+        for side, parts in self.samples.items():
+            medians = {name: round(summary(values)["median"], 2) for name, values in parts.items()}
+            split[side] = {**medians, "total": round(sum(medians.values()), 2)}
+        return split
+
+
+def _postgres_backends() -> list[int]:
+    return [
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and cmdline(int(p.name)).startswith("postgres: ")
+    ]
+
+
+def _product_turn(owner: Any, profile: Any, server: Any, cpu: CpuSplit | None = None) -> float:
     """One product turn, checked to be the same work as a bare turn; returns its wall time."""
     _, turn = fixtures.queued_turn(owner=owner, profile=profile, server=server, question=QUESTION)
+    before = cpu.reading("product", os.getpid()) if cpu is not None else {}
     started = time.perf_counter()
     turn_run(turn_id=turn.pk)
     seconds = time.perf_counter() - started
+    if cpu is not None:
+        cpu.add("product", before, cpu.reading("product", os.getpid()))
     turn.refresh_from_db()
     decisions = Step.objects.filter(turn=turn, kind__in=[Step.Kind.DECIDE, Step.Kind.ANSWER]).count()
     tools = Step.objects.filter(turn=turn, kind=Step.Kind.TOOL).count()
@@ -130,17 +183,19 @@ def run(ctx: Context) -> list[Result]:
     with FakeModel(steps=STEPS, latency=LATENCY) as model:
         profile = fixtures.fake_profile(model.base_url)
         bare = BareLoop(model.base_url)
+        assert model.process is not None
+        cpu = CpuSplit(model.process.pid)
         try:
             for _ in range(WARMUP):
                 bare.turn()
                 _product_turn(owner, profile, server)
             for index in range(repeats):
                 if index % 2:
-                    product_times.append(_product_turn(owner, profile, server))
-                    bare_times.append(bare.turn())
+                    product_times.append(_product_turn(owner, profile, server, cpu))
+                    bare_times.append(bare.turn(cpu))
                 else:
-                    bare_times.append(bare.turn())
-                    product_times.append(_product_turn(owner, profile, server))
+                    bare_times.append(bare.turn(cpu))
+                    product_times.append(_product_turn(owner, profile, server, cpu))
                 ctx.log(
                     f"P1 {index + 1}/{repeats}: bare {bare_times[-1] * 1000 / STEPS:.1f} ms/step, "
                     f"product {product_times[-1] * 1000 / STEPS:.1f} ms/step"
@@ -159,14 +214,24 @@ def run(ctx: Context) -> list[Result]:
                 [(p - b) * 1000 / STEPS for p, b in zip(product_times, bare_times, strict=True)]
             ),
             "exchanges_recorded_per_turn": exchanges.count() / (repeats + WARMUP),
+            "cpu_ms_per_step": cpu.details(),
             "database": "postgresql" if ctx.services.postgres else "sqlite",
             "publishing": "channels-redis"
             if ctx.services.redis
             else "in-memory layer (no consumer in this process: sends are skipped)",
         }
+        split = details["cpu_ms_per_step"]
         details["summary"] = (
             f"bare {details['bare_ms_per_step']['median']:.1f} ms/step, "
-            f"product {details['product_ms_per_step']['median']:.1f} ms/step"
+            f"product {details['product_ms_per_step']['median']:.1f} ms/step; CPU per step: "
+            f"bare {split['bare']['total']:.1f} ms ({split['bare']['loop process']:.1f} in its process), "
+            f"product {split['product']['total']:.1f} ms ({split['product']['loop process']:.1f} in its process"
+            + (
+                f", {split['product']['postgres']:.1f} in PostgreSQL"
+                if "postgres" in split["product"]
+                else ""
+            )
+            + ")"
         )
         result = judged(
             id=ID, name=NAME, unit=UNIT, target=TARGET, limit=LIMIT, samples=ratios, details=details

@@ -310,46 +310,60 @@ def _generic_call(call: JSONValue) -> str:
     return f'<tool_call>\n{{"name": {_tojson(function["name"])}, "arguments": {text}}}\n</tool_call>'
 
 
+def _generic_assistant(message: JSONDict) -> str:
+    """One assistant message as :data:`GENERIC_TEMPLATE` writes it, its calls' arguments parsed
+    first (``template_messages``) as the template is given them.
+
+    Raises:
+        _NotPlain: a shape the template's edge cases decide.
+    """
+    [prepared] = template_messages([message], parse=True)
+    content = prepared.get("content")
+    parts = [_generic_text(content)] if content else []
+    calls = prepared.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise _NotPlain
+    parts.extend(_generic_call(call) for call in calls)
+    return "<|im_start|>assistant\n" + "\n".join(parts) + "<|im_end|>\n"
+
+
 def _generic_rendering(
-    messages: Sequence[JSONDict], tools: Sequence[JSONDict], tool_json: Callable[[JSONDict], str] = _tojson
+    messages: Sequence[JSONDict],
+    tools: Sequence[JSONDict],
+    tool_json: Callable[[JSONDict], str] = _tojson,
+    assistant: Callable[[JSONDict], str] = _generic_assistant,
 ) -> str | None:
     """:data:`GENERIC_TEMPLATE` rendered in plain Python (with a generation prompt): the same
     text, in a fraction of Jinja's time (a step's prompt is rendered again at every step). None
     for a message of a shape the template's edge cases decide (a test holds the two equal).
-    ``tool_json`` writes a tool definition's JSON (:class:`_GenericRenderer` remembers them)."""
-    prepared = template_messages(messages, parse=True)
-    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in prepared):
+    ``tool_json`` writes a tool definition's JSON and ``assistant`` an assistant message
+    (:class:`_GenericRenderer` remembers both)."""
+    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
         return None
     try:
         out: list[str] = []
         system: list[str] = []
-        if prepared and prepared[0]["role"] == "system":
-            system.append(_generic_text(prepared[0].get("content")))
+        if messages and messages[0]["role"] == "system":
+            system.append(_generic_text(messages[0].get("content")))
         if tools:
             listed = "".join(tool_json(tool) + "\n" for tool in tools)
             system.append((_GENERIC_TOOLS_HEAD + listed + _GENERIC_TOOLS_TAIL).strip())
         if system:
             out.append("<|im_start|>system\n" + "\n\n".join(system) + "<|im_end|>\n")
-        last = len(prepared) - 1
-        for index, message in enumerate(prepared):
+        last = len(messages) - 1
+        for index, message in enumerate(messages):
             role = message["role"]
             if index == 0 and role == "system":
                 continue
             if role == "tool":
-                if index == 0 or prepared[index - 1]["role"] != "tool":
+                if index == 0 or messages[index - 1]["role"] != "tool":
                     out.append("<|im_start|>user\n")
-                end = "<|im_end|>" if index == last or prepared[index + 1]["role"] != "tool" else ""
+                end = "<|im_end|>" if index == last or messages[index + 1]["role"] != "tool" else ""
                 out.append(
                     f"<tool_response>\n{_generic_text(message.get('content'))}\n</tool_response>{end}\n"
                 )
             elif role == "assistant":
-                content = message.get("content")
-                parts = [_generic_text(content)] if content else []
-                calls = message.get("tool_calls") or []
-                if not isinstance(calls, list):
-                    return None
-                parts.extend(_generic_call(call) for call in calls)
-                out.append("<|im_start|>assistant\n" + "\n".join(parts) + "<|im_end|>\n")
+                out.append(assistant(message))
             else:
                 out.append(f"<|im_start|>{role}\n{_generic_text(message.get('content'))}<|im_end|>\n")
     except _NotPlain:
@@ -715,12 +729,15 @@ def _generic(messages: list[JSONDict], tools: list[JSONDict]) -> str:
 class _GenericRenderer:
     """:func:`_generic` for the renderings of one prompt: the prompt, then the prompt without
     each of its tools and results (``pieces.spliced_pieces``), which all list the same tool
-    definitions. Each definition's JSON is written once, not once per rendering: with a dozen
-    tools and a few results that was most of a model call's splicing."""
+    definitions and assistant messages. Each definition's JSON and each assistant message's text
+    is written once, not once per rendering: with a dozen tools, or twenty calls in a turn, that
+    was most of a model call's splicing (each call's arguments parsed and written again for
+    each of the step's twenty-odd renderings)."""
 
     def __init__(self) -> None:
-        # By the tool's id, with the tool itself: an id is only reused once its object is gone.
+        # By the object's id, with the object itself: an id is only reused once its object is gone.
         self._lines: dict[int, tuple[JSONDict, str]] = {}
+        self._assistants: dict[int, tuple[JSONDict, str]] = {}
 
     def tool_json(self, tool: JSONDict) -> str:
         known = self._lines.get(id(tool))
@@ -730,8 +747,16 @@ class _GenericRenderer:
         self._lines[id(tool)] = (tool, line)
         return line
 
+    def assistant(self, message: JSONDict) -> str:
+        known = self._assistants.get(id(message))
+        if known is not None and known[0] is message:
+            return known[1]
+        text = _generic_assistant(message)
+        self._assistants[id(message)] = (message, text)
+        return text
+
     def __call__(self, messages: list[JSONDict], tools: list[JSONDict]) -> str:
-        plain = _generic_rendering(messages, tools, self.tool_json)
+        plain = _generic_rendering(messages, tools, self.tool_json, self.assistant)
         if plain is not None:
             return plain
         return render_chat_template(GENERIC_TEMPLATE, messages=messages, tools=tools)

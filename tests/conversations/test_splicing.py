@@ -29,6 +29,7 @@ from conversations.splicing import (
     template_from_server,
     templates,
 )
+from conversations.splicing.pieces import spliced_pieces
 from conversations.typealias import JSONDict
 
 QWEN_LIKE = (
@@ -576,6 +577,23 @@ def test_the_plain_rendering_matches_jinja_on_any_well_formed_history(
 
     assert plain is not None
     assert plain == _sandboxed_generic(messages, tools)
+
+
+@settings(max_examples=150, deadline=None)
+@given(messages=st.lists(_MESSAGE, max_size=8), with_tools=st.booleans())
+def test_the_remembering_renderer_splices_each_piece_as_jinja_does(
+    messages: list[JSONDict], with_tools: bool
+) -> None:
+    # One renderer serves a prompt's every rendering (without each tool, without each result),
+    # remembering the text of each definition and assistant message it has written.
+    tools = TOOLS if with_tools else []
+    renderer = templates._GenericRenderer()
+    full = renderer(messages, tools)
+
+    remembered = spliced_pieces(renderer, full, messages, tools)
+
+    assert full == _sandboxed_generic(messages, tools)
+    assert remembered == spliced_pieces(_sandboxed_generic, full, messages, tools)
 
 
 @pytest.mark.parametrize(
