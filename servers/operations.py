@@ -9,6 +9,8 @@ the wire.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import threading
 import time
@@ -205,12 +207,22 @@ def output_check(result: Any, tool: dict[str, Any] | None) -> dict[str, Any]:
             "valid": False,
             "errors": ["the tool declares an outputSchema but sent no structuredContent"],
         }
-    validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     errors = [
         f"{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {error.message}"
-        for error in validator_class(schema).iter_errors(result["structuredContent"])
+        for error in _output_validator(json.dumps(schema, sort_keys=True)).iter_errors(
+            result["structuredContent"]
+        )
     ]
     return {"checked": True, "valid": not errors, "errors": errors}
+
+
+@functools.lru_cache(maxsize=512)
+def _output_validator(schema_text: str) -> jsonschema.protocols.Validator:
+    """A validator per distinct outputSchema: making one costs more than a small result's check,
+    and a tool is called with the same schema at every step."""
+    schema = json.loads(schema_text)
+    validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return validator_class(schema)
 
 
 class _Follower:
