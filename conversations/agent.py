@@ -81,13 +81,15 @@ class ToolHost(Protocol):
 class TurnCancelled(Exception):
     """The turn was told to stop while the loop waited on the outside world (a cancel).
 
-    ``partial`` is the model's reply as far as it had streamed in when its call was abandoned.
+    ``partial`` is the model's reply as far as it had streamed in when its call was abandoned,
+    and ``exchange`` the abandoned call's record (what was sent, and what had arrived), if any.
     """
 
-    def __init__(self, reason: str, *, partial: str = "") -> None:
+    def __init__(self, reason: str, *, partial: str = "", exchange: WireExchange | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.partial = partial
+        self.exchange = exchange
 
 
 class Completer(Protocol):
@@ -223,6 +225,7 @@ class _Asker:
                 title=f"{title}: abandoned",
                 text=exc.partial,
                 error=f"the model call was abandoned: {exc.reason}",
+                exchanges=[exc.exchange] if exc.exchange else [],
             )
             raise
         except ProviderError as exc:

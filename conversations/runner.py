@@ -28,8 +28,8 @@ from conversations.lifecycle import CANCEL, TurnSignal, turn_claim, turn_unwatch
 from conversations.llm import Message, ToolChoice, ToolDef
 from conversations.models import ModelProfile, Turn
 from conversations.paradigms import PARADIGMS
-from conversations.providers import PROVIDERS, Endpoint, ModelReply, ModelRequest, Provider
-from conversations.providers.http import call_abandoned
+from conversations.providers import PROVIDERS, Endpoint, ModelReply, ModelRequest, Provider, ProviderError
+from conversations.providers.http import call_abandoned, interruptible_call
 from conversations.providers.openai_chat import endpoint_transport, wire_message, wire_tool
 from conversations.providers.streaming import DeltaCallback, PartialReply
 from conversations.recording import TurnRecorder, index_last_request_whole, turn_end_save
@@ -108,16 +108,24 @@ def _on_own_thread(call: Callable[[], ModelReply], *, name: str) -> Future[Model
 
 @dataclass
 class AbandonableProvider:
-    """A provider whose calls run on a thread of their own, so a stopped turn need not wait.
+    """A provider whose call a stopped turn need not wait for.
 
-    The turn's thread waits for the call or for the signal, whichever comes first. On a stop it
-    raises ``TurnCancelled`` at once; the abandoned call ends on its thread (its reply, or the
-    model's deadline) and is dropped, its streamed deltas no longer shown. The in-process demo
-    model has no socket to close, so this is the one way to abandon every kind of call.
+    A call to a model over the network runs on the turn's own thread. When the turn's signal
+    fires meanwhile, the call is abandoned at once: the connection it waits on is shut down
+    (``interruptible_call``) and a reply still streaming in is not read further; the provider's
+    error, with whatever had arrived, becomes ``TurnCancelled``, which keeps that exchange for
+    the record. A reply that was complete before the stop is returned: the loop stops at its
+    next check.
+
+    A call to the app's own demo model (``in_process``) has no connection to shut down and runs
+    Django's request handling, whose end-of-request cleanup must not touch the turn's database
+    connection: it runs on a thread of its own, which the turn stops waiting for on a stop (the
+    demo model, seeing ``call_abandoned``, stops "thinking" too); its reply is dropped.
     """
 
     inner: Provider
     signal: TurnSignal
+    in_process: bool = False
 
     def complete(self, request: ModelRequest, *, on_delta: DeltaCallback | None = None) -> ModelReply:
         if self.signal.stopped:
@@ -130,14 +138,42 @@ class AbandonableProvider:
                 last[:] = [partial]
                 on_delta(partial)
 
+        call = functools.partial(
+            self.inner.complete, request, on_delta=relay if on_delta is not None else None
+        )
+        if self.in_process:
+            return self._on_own_thread(call, abandoned, last)
+        token = call_abandoned.set(abandoned)
+        try:
+            with interruptible_call() as interrupt:
+
+                def abandon() -> None:
+                    abandoned.set()
+                    interrupt()
+
+                forget = self.signal.on_stop(abandon)
+                try:
+                    return call()
+                except Exception as exc:
+                    if not abandoned.is_set():
+                        raise
+                    exchange = exc.exchange if isinstance(exc, ProviderError) else None
+                    raise TurnCancelled(
+                        self.signal.stopped, partial=last[0].text if last else "", exchange=exchange
+                    ) from exc
+                finally:
+                    forget()
+        finally:
+            call_abandoned.reset(token)
+
+    def _on_own_thread(
+        self, call: Callable[[], ModelReply], abandoned: threading.Event, last: list[PartialReply]
+    ) -> ModelReply:
         context = contextvars.copy_context()
         # A reply still streaming in when the call is abandoned is not read further.
         context.run(call_abandoned.set, abandoned)
         future = _on_own_thread(
-            functools.partial(
-                context.run, self.inner.complete, request, on_delta=relay if on_delta is not None else None
-            ),
-            name=f"model-call-turn-{self.signal.turn_id}",
+            functools.partial(context.run, call), name=f"model-call-turn-{self.signal.turn_id}"
         )
         wake = threading.Event()
         future.add_done_callback(lambda _: wake.set())
@@ -283,7 +319,8 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
         turn.tools = [tool.as_json() for tool in tools]
         recorder.turn_save("tools")
         profile = turn.conversation.model_profile
-        provider = PROVIDERS[profile.provider](endpoint_for(profile))
+        endpoint = endpoint_for(profile)
+        provider = PROVIDERS[profile.provider](endpoint)
         outcome = run_agent(
             AgentTurn(
                 question=turn.question,
@@ -294,7 +331,7 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
                 capabilities={name: getattr(profile, name) for name in CAPABILITY_FIELDS},
             ),
             paradigm=PARADIGMS[turn.paradigm](),
-            provider=AbandonableProvider(provider, signal),
+            provider=AbandonableProvider(provider, signal, in_process=endpoint.in_process),
             host=connected.host,
             recorder=recorder,
             render=prompt_renderer(profile),

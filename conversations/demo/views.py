@@ -34,10 +34,13 @@ from conversations.demo.gemini import GEMINI, gemini_error
 from conversations.demo.model import complete, openai_error_body, simulated_delay, stream_delay
 from conversations.demo.openai_chat import CHAT
 from conversations.demo.openai_responses import RESPONSES
+from conversations.providers.http import call_abandoned
 from conversations.typealias import JSONDict, JSONValue
 
 # Splits after each event's blank line, keeping it with the event.
 _EVENT_END = re.compile(r"(?<=\n\n)")
+# Answered (to nobody) when the caller abandoned the call while the demo model "thought".
+ABANDONED = "The caller abandoned this call before the demo model answered."
 
 MODEL_LIST: JSONDict = {
     "object": "list",
@@ -129,7 +132,8 @@ def _answer(
         chat = dialect.to_chat(payload, model)
     except (ValueError, FormatError) as error:
         return JsonResponse(dialect.error(400, str(error)), status=400)
-    _simulate_latency(chat)
+    if not _simulate_latency(chat):
+        return JsonResponse(dialect.error(499, ABANDONED), status=499)
     reply = complete(chat)
     if reply.status != 200:
         return JsonResponse(dialect.error_from_chat(reply.status, reply.body), status=reply.status)
@@ -157,8 +161,8 @@ def _dripped(events: str, delay: float) -> Iterator[bytes]:
     for index, event in enumerate(_EVENT_END.split(events)):
         if not event:
             continue
-        if index:
-            time.sleep(delay)
+        if index and not _pause(delay):
+            return  # the caller stopped reading
         yield event.encode()
 
 
@@ -254,8 +258,22 @@ def _json_object(body: bytes) -> JSONDict:
     return payload
 
 
-def _simulate_latency(payload: JSONDict) -> None:
-    """Sleep as long as ``DEMO_MODEL_LATENCY_SECONDS`` plus any ``[demo:slow=N]`` marker ask."""
+def _simulate_latency(payload: JSONDict) -> bool:
+    """Sleep as long as ``DEMO_MODEL_LATENCY_SECONDS`` plus any ``[demo:slow=N]`` marker ask;
+    False if the caller abandoned the call meanwhile (``_pause``)."""
     delay = max(0.0, float(settings.DEMO_MODEL_LATENCY_SECONDS)) + simulated_delay(payload)
-    if delay > 0:
-        time.sleep(delay)
+    return _pause(delay) if delay > 0 else True
+
+
+def _pause(seconds: float) -> bool:
+    """Wait ``seconds``, as a slow model would; False as soon as the caller abandons the call.
+
+    Served in process (a turn's call through the app itself) the view runs on the caller's
+    thread, in its context, so it sees ``call_abandoned``: a cancelled turn's call ends at once,
+    as a real endpoint's would when its connection is shut down. Served over HTTP it just waits.
+    """
+    abandoned = call_abandoned.get()
+    if abandoned is None:
+        time.sleep(seconds)
+        return True
+    return not abandoned.wait(seconds)

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
+import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
+from typing import Any
 
+import httpcore2
 import httpx2
 
 from conversations.escaping import storable_json, storable_text, undecodable_bytes
@@ -63,13 +68,133 @@ MODEL_CONNECTION_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_conn
 
 
 def new_http_client(endpoint: Endpoint) -> httpx2.Client:
-    """An HTTP client for ``endpoint`` (its in-process transport, if any); never follows redirects."""
-    return httpx2.Client(
+    """An HTTP client for ``endpoint`` (its in-process transport, if any); never follows redirects.
+
+    Its connections can be shut down from another thread while a call waits on them
+    (``interruptible_call``).
+    """
+    client = httpx2.Client(
         transport=endpoint_transport.get(endpoint),
         timeout=min(endpoint.timeout, endpoint.deadline),
         follow_redirects=False,
         limits=MODEL_CONNECTION_LIMITS,
     )
+    for transport in [client._transport, *client._mounts.values()]:
+        _make_interruptible(transport)
+    return client
+
+
+# --- interrupting a call from another thread ------------------------------------------------------
+
+
+class _ThreadStreams:
+    """The network stream each thread last read from or wrote to: where a blocking call waits."""
+
+    def __init__(self) -> None:
+        self._by_thread: dict[int, _TrackedStream] = {}
+
+    def using(self, stream: _TrackedStream) -> None:
+        self._by_thread[threading.get_ident()] = stream
+
+    def clear(self, thread: int) -> None:
+        self._by_thread.pop(thread, None)
+
+    def interrupt(self, thread: int) -> None:
+        stream = self._by_thread.get(thread)
+        if stream is not None:
+            stream.shut_down()
+
+
+_streams = _ThreadStreams()
+
+
+class _TrackedStream(httpcore2.NetworkStream):
+    """httpcore's blocking stream, noting before each read and write which thread uses it."""
+
+    def __init__(self, inner: httpcore2.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        _streams.using(self)
+        return self._inner.read(max_bytes, timeout)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        _streams.using(self)
+        self._inner.write(buffer, timeout)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore2.NetworkStream:
+        return _TrackedStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+    def shut_down(self) -> None:
+        """Shut the socket down (both ways) from any thread: a read or write blocked on it, TLS or
+        not, returns at once with an error; the connection is not used again."""
+        sock = self._inner.get_extra_info("socket")
+        if sock is None:
+            return
+        try:
+            # On a duplicate of the descriptor: shutting down acts on the connection, and the
+            # stream's own socket object (an SSL one, perhaps) is left to the thread using it.
+            with socket.socket(fileno=os.dup(sock.fileno())) as duplicate:
+                duplicate.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed or never connected: nothing waits on it
+
+
+class _TrackedBackend(httpcore2.NetworkBackend):
+    """httpcore's blocking network backend whose streams are :class:`_TrackedStream`."""
+
+    def __init__(self, inner: httpcore2.NetworkBackend) -> None:
+        self._inner = inner
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.NetworkStream:
+        return _TrackedStream(self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore2.NetworkStream:
+        return _TrackedStream(self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _make_interruptible(transport: httpx2.BaseTransport | None) -> None:
+    """Give a network transport's connection pool the tracked backend (an in-process transport,
+    or one already given it, is left as it is)."""
+    pool = getattr(transport, "_pool", None)
+    backend = getattr(pool, "_network_backend", None)
+    if isinstance(backend, httpcore2.NetworkBackend) and not isinstance(backend, _TrackedBackend):
+        pool._network_backend = _TrackedBackend(backend)  # type: ignore[union-attr]
+
+
+@contextmanager
+def interruptible_call() -> Iterator[Callable[[], None]]:
+    """For a blocking model call made on this thread: yields a function that any other thread
+    may call to make it fail at once, by shutting down the connection it is waiting on (its
+    provider then raises ``ProviderError`` with what arrived). Calling it before the call reached
+    the network, or after it ended, does nothing harmful (a pooled connection it shuts down is
+    seen to be closed and replaced)."""
+    thread = threading.get_ident()
+    _streams.clear(thread)
+    try:
+        yield lambda: _streams.interrupt(thread)
+    finally:
+        _streams.clear(thread)
 
 
 def http_client(endpoint: Endpoint) -> AbstractContextManager[httpx2.Client]:

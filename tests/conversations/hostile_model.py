@@ -106,6 +106,8 @@ BYTE_CASES: dict[str, Reply] = {
 # Streams that go wrong on the way (a whole reply is sent the same way, unframed).
 STREAM_CASES = ("truncated-stream", "endless-stream")
 CASES = (*CONTENT_CASES, *RAW_CASES, *BYTE_CASES, *STREAM_CASES)
+# Reads the request and never answers (not even a status line) until the server closes.
+SILENT = "silent"
 
 
 def _is_text(value: object) -> bool:
@@ -405,6 +407,10 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             case, stream = str(body.get("model")), bool(body.get("stream"))
         self.server.requests.append((wire, case, stream))
+        if case == SILENT:
+            self.server.closing.wait()
+            self.close_connection = True
+            return
         reply = answer(wire, case, stream, _continued(wire, body))
         self.send_response(reply.status)
         self.send_header("content-type", reply.content_type)
@@ -439,6 +445,7 @@ class _Server(ThreadingHTTPServer):
     # 50 calls connect at once: the default backlog (5) would have the kernel reset some.
     request_queue_size = 128
     requests: list[tuple[str, str, bool]]
+    closing: threading.Event
 
 
 class HostileModel:
@@ -450,6 +457,7 @@ class HostileModel:
     def __init__(self) -> None:
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.requests = []
+        self._server.closing = threading.Event()
         self._thread = threading.Thread(target=self._server.serve_forever, name="hostile-model", daemon=True)
         self._thread.start()
 
@@ -463,5 +471,6 @@ class HostileModel:
         return root if wire in ("anthropic", "gemini") else f"{root}/v1"
 
     def close(self) -> None:
+        self._server.closing.set()
         self._server.shutdown()
         self._server.server_close()

@@ -24,7 +24,7 @@ from pytest_django.fixtures import Settings
 from conversations.execution import turns_resume_queued
 from conversations.integrity import conversation_verify
 from conversations.lifecycle import turn_claim, turn_unwatch, turn_watch, turns_reap_stale
-from conversations.models import Conversation, Exchange, Step, Turn
+from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.recording import TurnRecorder
 from conversations.runner import turn_run
 from conversations.services import (
@@ -41,6 +41,7 @@ from conversations.services import (
 from servers import gateway
 from servers.models import McpServer
 from servers.services import demo_server_ensure
+from tests.conversations.hostile_model import SILENT, HostileModel
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WEATHER = "What will the weather be like in Beijing tomorrow?"
@@ -441,6 +442,53 @@ def test_a_reply_still_streaming_in_when_its_turn_is_cancelled_is_not_read_to_it
     # The abandoned call stops reading at the stream's next event and closes its connection.
     call_thread = f"model-call-turn-{turn.pk}"
     assert _wait_until(lambda: all(t.name != call_thread for t in threading.enumerate()), 8)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("case", "stream"), [(SILENT, False), ("endless-stream", True)])
+def test_a_turn_waiting_on_a_model_over_the_network_is_cancelled_at_once_keeping_what_was_sent(
+    alice: User, fast_lifecycle: Settings, case: str, stream: bool
+) -> None:
+    # The call runs on the turn's own thread (no thread of its own to leave behind); a cancel
+    # shuts its connection down, whether no byte of the answer came yet or it never ends.
+    hostile = HostileModel()
+    try:
+        profile = ModelProfile.objects.create(
+            name=f"hostile {case}",
+            provider="openai_chat",
+            model=case,
+            base_url=hostile.base_url("openai_chat"),
+            stream=stream,
+            deadline_seconds=300,
+        )
+        _, turn = conversation_start(
+            owner=alice, model_profile=profile, question=WEATHER, servers=[], dispatch=False
+        )
+        runner = _run_in_thread(turn)
+        assert _wait_until(lambda: hostile.requests, 10)
+        assert not [t for t in threading.enumerate() if t.name.startswith("model-call-turn-")]
+
+        started = time.monotonic()
+        turn_cancel(turn=Turn.objects.get(pk=turn.pk), actor=alice)
+        runner.join(STOP_BOUND_SECONDS)
+
+        assert not runner.is_alive(), "the turn did not stop within 10 s"
+        # Within the cancel poll and a little more, not the model's 300 s deadline.
+        assert time.monotonic() - started < fast_lifecycle.TURN_CANCEL_POLL_SECONDS + 5
+        turn.refresh_from_db()
+        assert turn.status == Turn.Status.CANCELLED
+        decide = Step.objects.get(turn=turn, kind="decide")
+        assert decide.status == "error" and "the model call was abandoned: cancelled by alice" in decide.error
+        # The abandoned call is in the record: what was sent, and what had arrived.
+        (sent,) = decide.exchanges.all()
+        assert json.loads(sent.request_body)["model"] == case
+        if stream:
+            assert sent.response_body.startswith(
+                'data: {"choices":[{"index":0,"delta":{"content":"This re"}}]}'
+            )
+        assert conversation_verify(conversation=turn.conversation).intact
+    finally:
+        hostile.close()
 
 
 @pytest.mark.django_db
