@@ -79,7 +79,8 @@ def new_http_client(endpoint: Endpoint) -> httpx2.Client:
         follow_redirects=False,
         limits=MODEL_CONNECTION_LIMITS,
     )
-    for transport in [client._transport, *client._mounts.values()]:
+    # httpx keeps its transports private: read defensively, so a change there costs only this.
+    for transport in [getattr(client, "_transport", None), *getattr(client, "_mounts", {}).values()]:
         _make_interruptible(transport)
     return client
 
@@ -88,13 +89,20 @@ def new_http_client(endpoint: Endpoint) -> httpx2.Client:
 
 
 class _ThreadStreams:
-    """The network stream each thread last read from or wrote to: where a blocking call waits."""
+    """The network stream each thread inside an ``interruptible_call`` last read from or wrote
+    to: where its blocking call waits. Other threads' reads are not noted (nothing is kept for
+    them)."""
 
     def __init__(self) -> None:
-        self._by_thread: dict[int, _TrackedStream] = {}
+        self._by_thread: dict[int, _TrackedStream | None] = {}
 
     def using(self, stream: _TrackedStream) -> None:
-        self._by_thread[threading.get_ident()] = stream
+        thread = threading.get_ident()
+        if thread in self._by_thread:
+            self._by_thread[thread] = stream
+
+    def start(self, thread: int) -> None:
+        self._by_thread[thread] = None
 
     def clear(self, thread: int) -> None:
         self._by_thread.pop(thread, None)
@@ -190,7 +198,7 @@ def interruptible_call() -> Iterator[Callable[[], None]]:
     the network, or after it ended, does nothing harmful (a pooled connection it shuts down is
     seen to be closed and replaced)."""
     thread = threading.get_ident()
-    _streams.clear(thread)
+    _streams.start(thread)
     try:
         yield lambda: _streams.interrupt(thread)
     finally:

@@ -721,6 +721,18 @@ def spliced_text(
     return Rendering(text, "illustrative", source, render=generic)
 
 
+def _remembered(
+    known: dict[int, tuple[JSONDict, str]], value: JSONDict, write: Callable[[JSONDict], str]
+) -> str:
+    """``write(value)``, from ``known`` when this very object was written before."""
+    seen = known.get(id(value))
+    if seen is not None and seen[0] is value:
+        return seen[1]
+    text = write(value)
+    known[id(value)] = (value, text)
+    return text
+
+
 def _generic(messages: list[JSONDict], tools: list[JSONDict]) -> str:
     """:data:`GENERIC_TEMPLATE` applied, by its plain-Python rendering when it decides the shapes."""
     return _GenericRenderer()(messages, tools)
@@ -740,20 +752,10 @@ class _GenericRenderer:
         self._assistants: dict[int, tuple[JSONDict, str]] = {}
 
     def tool_json(self, tool: JSONDict) -> str:
-        known = self._lines.get(id(tool))
-        if known is not None and known[0] is tool:
-            return known[1]
-        line = _tojson(tool)
-        self._lines[id(tool)] = (tool, line)
-        return line
+        return _remembered(self._lines, tool, _tojson)
 
     def assistant(self, message: JSONDict) -> str:
-        known = self._assistants.get(id(message))
-        if known is not None and known[0] is message:
-            return known[1]
-        text = _generic_assistant(message)
-        self._assistants[id(message)] = (message, text)
-        return text
+        return _remembered(self._assistants, message, _generic_assistant)
 
     def __call__(self, messages: list[JSONDict], tools: list[JSONDict]) -> str:
         plain = _generic_rendering(messages, tools, self.tool_json, self.assistant)
