@@ -207,12 +207,18 @@ def output_check(result: Any, tool: dict[str, Any] | None) -> dict[str, Any]:
             "valid": False,
             "errors": ["the tool declares an outputSchema but sent no structuredContent"],
         }
-    errors = [
-        f"{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {error.message}"
-        for error in _output_validator(json.dumps(schema, sort_keys=True)).iter_errors(
-            result["structuredContent"]
-        )
-    ]
+    try:
+        errors = [
+            f"{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {error.message}"
+            for error in _output_validator(json.dumps(schema, sort_keys=True)).iter_errors(
+                result["structuredContent"]
+            )
+        ]
+    except Exception as exc:  # noqa: BLE001 — an unusable schema (unknown type, bad $ref) is the server's bug
+        return {
+            "checked": False,
+            "reason": f"the tool's outputSchema cannot be used for validation: {exc}"[:500],
+        }
     return {"checked": True, "valid": not errors, "errors": errors}
 
 

@@ -3,10 +3,13 @@ connecting them over real stdio is held by tests/conversations/test_runner.py.""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from conversations import toolhost
 from conversations.toolhost import turn_servers
+from servers.operations import output_check
 from servers.toolhost import GatewayServers
 from tests.factories import ConversationFactory, McpServerFactory
 
@@ -37,3 +40,12 @@ def test_without_a_registered_source_the_runner_is_told_the_servers_app_is_missi
 
     with pytest.raises(RuntimeError, match="servers app"):
         turn_servers(ConversationFactory())
+
+
+@pytest.mark.parametrize("schema", [{"type": 5}, {"$ref": "#/nowhere"}, {"type": "object", "required": 7}])
+def test_an_output_schema_that_cannot_be_used_is_reported_not_raised(schema: dict[str, Any]) -> None:
+    # A server's schema is untrusted: one no validator can use must not fail the call's step.
+    check = output_check({"structuredContent": {"a": 1}}, {"outputSchema": schema})
+
+    assert check["checked"] is False
+    assert check["reason"].startswith("the tool's outputSchema cannot be used for validation")
