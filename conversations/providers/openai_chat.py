@@ -1,9 +1,12 @@
-"""OpenAI Chat Completions (``POST {base}/chat/completions``) through the official SDK.
+"""OpenAI Chat Completions (``POST {base}/chat/completions``) over plain HTTP.
 
-The SDK does the HTTP; the exact request bytes and the response body are taken from the
-httpx2 request/response objects the SDK exposes (``with_raw_response``), so what is recorded is
-what crossed the wire. The reply is parsed from the recorded body itself, not from the SDK's
-models, so the quirks of compatible servers survive (docs/wire-formats.md §6):
+The request is our own wire JSON, posted as the other providers post theirs
+(``http.post_json``: one shared client per endpoint, no retries, the bearer key only when the
+profile has one), so what is recorded is what crossed the wire. The official SDK is not used
+here: it added nothing a request needs (the body is ours, errors are mapped from the status), and
+a worker process that loads it carries its models (~40 MB) and pays its request building on
+every call; the tests still use it as a client of the demo model. The reply is parsed from the
+recorded body itself, so the quirks of compatible servers survive (docs/wire-formats.md §6):
 
 * ``arguments`` sent as a JSON object instead of a string (Ollama) is serialised compactly;
 * an empty or missing call ``id`` (Gemini's compatible endpoint) is synthesized;
@@ -20,17 +23,12 @@ non-streamed path gives.
 
 from __future__ import annotations
 
-import time
+import functools
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-import httpx2
-import openai
-
 from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
-from conversations.providers.base import Endpoint, ModelReply, ModelRequest, ProviderError
-from conversations.providers.clients import EndpointCache
+from conversations.providers.base import Endpoint, ModelReply, ModelRequest
 from conversations.providers.excerpts import WireExcerpts, dicts, first
 from conversations.providers.http import (
     compact_json,
@@ -38,16 +36,13 @@ from conversations.providers.http import (
     error_detail,
     json_object,
     list_or_empty,
-    new_exchange,
-    new_http_client,
     object_or_empty,
     parse_sse,
-    read_streamed,
+    post_json,
     reply_read,
     stream_error,
     string_or_none,
     synthesized_call_id,
-    with_response,
 )
 from conversations.providers.streaming import (
     DeltaCallback,
@@ -63,21 +58,6 @@ from conversations.typealias import JSONDict, JSONValue
 from conversations.wire import WireExchange
 
 __all__ = ["OpenAIChatProvider", "endpoint_transport", "request_body", "wire_message", "wire_tool"]
-
-# One SDK client (and connection pool) per endpoint, shared by all threads; bounded and keyed
-# without the API key (``clients.EndpointCache``), a dropped one closed after its last call.
-_clients: EndpointCache[openai.OpenAI] = EndpointCache(close=openai.OpenAI.close)
-
-
-def _new_client(endpoint: Endpoint) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=endpoint.base_url,
-        api_key=endpoint.api_key or "no-key",
-        # One attempt per exchange: a retry would be a second, unrecorded exchange.
-        max_retries=0,
-        timeout=min(endpoint.timeout, endpoint.deadline),
-        http_client=new_http_client(endpoint),
-    )
 
 
 def wire_tool(tool: ToolDef) -> JSONDict:
@@ -118,7 +98,7 @@ def wire_message(message: Message) -> JSONDict:
 
 
 def request_body(model: str, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
-    """The keyword arguments of ``chat.completions.create`` for this request."""
+    """The JSON body of this request (as ``chat.completions.create`` of the official SDK takes it)."""
     body: dict[str, Any] = {"model": model, "messages": [wire_message(m) for m in request.messages]}
     if request.tools:
         body["tools"] = [wire_tool(t) for t in request.tools]
@@ -381,50 +361,19 @@ class OpenAIChatProvider:
         self.endpoint = endpoint
 
     def complete(self, request: ModelRequest, *, on_delta: DeltaCallback | None = None) -> ModelReply:
-        with _clients.lease(self.endpoint, _new_client) as client:
-            return self._complete(client, request, on_delta)
-
-    def _complete(
-        self, client: openai.OpenAI, request: ModelRequest, on_delta: DeltaCallback | None
-    ) -> ModelReply:
-        started = datetime.now(UTC)
-        t0 = time.monotonic()
+        headers = {"authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
         stream = self.endpoint.stream
-        try:
-            # The SDK's own POST, not ``chat.completions.create``: our body is already the wire
-            # JSON, and ``create`` re-walks it against its TypedDicts (≈ 0.5 ms per message, so
-            # most of a long turn's time). Errors, auth and the client's settings are the same.
-            response = client.post(
-                "/chat/completions",
-                cast_to=httpx2.Response,
-                body=request_body(self.endpoint.model, request, stream=stream),
-                options={"security": {"bearer_auth": True}},
-                # Always streamed, so the deadline bounds reading the body too (``read_streamed``).
-                stream=True,
-            )
-        except openai.APIStatusError as exc:
-            exchange = with_response(new_exchange(exc.response.request, started, t0), exc.response)
-            detail = error_detail(exchange.response_body, str(exc))
-            exchange.error = detail
-            raise ProviderError(
-                f"the model endpoint answered {exc.status_code}: {detail}",
-                exchange=exchange,
-                status=exc.status_code,
-            ) from exc
-        except openai.APIConnectionError as exc:
-            exchange = new_exchange(exc.request, started, t0)
-            kind = "timed out" if isinstance(exc, openai.APITimeoutError) else "could not be reached"
-            exchange.status = "timeout" if isinstance(exc, openai.APITimeoutError) else "error"
-            exchange.error = f"{type(exc).__name__}: {exc.__cause__ or exc}"
-            raise ProviderError(f"the model endpoint {kind}: {exchange.error}", exchange=exchange) from exc
-        # A stream is read to its end: the recorded body is the whole event stream. Shown while
-        # it arrives, it is read as it arrives too (once, unless that reading fails).
+        # Shown while it arrives, a stream is read as it arrives (once, unless that reading fails).
         live = _ChunkAssembler(emitter=PartialEmitter(on_delta)) if stream and on_delta is not None else None
         listener = LivePass(live.take) if live is not None else None
-        content = read_streamed(response, listener, started, t0, self.endpoint.deadline)
-        exchange = with_response(new_exchange(response.request, started, t0), response, content)
-        body = exchange.response_body
+        exchange, body = post_json(
+            self.endpoint,
+            self.endpoint.base_url.rstrip("/") + "/chat/completions",
+            request_body(self.endpoint.model, request, stream=stream),
+            headers,
+            listener,
+        )
         if stream:
             read = live if listener is not None and listener.whole else None
-            return reply_read(exchange, lambda: _parse_stream(body, exchange, read))
-        return reply_read(exchange, lambda: _parse_completion(body, exchange))
+            return reply_read(exchange, functools.partial(_parse_stream, body, exchange, read))
+        return reply_read(exchange, functools.partial(_parse_completion, body, exchange))

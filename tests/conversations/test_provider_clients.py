@@ -8,7 +8,7 @@ import uuid
 import httpx2
 
 from conversations.llm import Message
-from conversations.providers import http, openai_chat
+from conversations.providers import http
 from conversations.providers.base import Endpoint, ModelRequest
 from conversations.providers.clients import EndpointCache
 from conversations.providers.openai_chat import OpenAIChatProvider
@@ -112,6 +112,6 @@ def test_the_provider_caches_keep_no_api_key_after_a_call() -> None:
     )
 
     assert reply.text == "hi"
-    assert target in openai_chat._clients and target in http._clients
-    for cache in (openai_chat._clients, http._clients, http.endpoint_transport._transports):
+    assert target in http._clients
+    for cache in (http._clients, http.endpoint_transport._transports):
         assert API_KEY not in repr(cache.keys())
