@@ -23,6 +23,14 @@ from kombu.transport import redis as kombu_redis
 from inspector.memory import keep_big_allocations_mapped
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "inspector.settings")
+# Celery's Django fixup runs Django's system checks when a worker starts, and the URL checks
+# import the URLconf: every view, form and API module (and the bundled demo server's code), which
+# a worker never serves, ~15 MB of its memory. The web process runs none either; ``make check``
+# and ``manage.py check --deploy`` are where they run. An operator may still ask for them (=0).
+if os.environ.get("CELERY_SKIP_CHECKS") == "0":
+    del os.environ["CELERY_SKIP_CHECKS"]
+else:
+    os.environ["CELERY_SKIP_CHECKS"] = "1"
 # Every process of the app (web, worker, management command) imports this module first
 # (``inspector/__init__``): the allocator is tuned before any payload arrives.
 keep_big_allocations_mapped()
