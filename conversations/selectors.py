@@ -111,8 +111,11 @@ def _rows() -> QuerySet[Step]:
     children = Step.objects.select_related("server").prefetch_related(_exchanges()).order_by("seq")
     return (
         Step.objects.filter(parent__isnull=True)
-        # The turn too: a model call's row shows the turn's tool_choice.
+        # The turn too: a model call's row shows the turn's tool_choice, a tool's its tools. Not
+        # what no row shows and a finished turn holds much of: its whole message history and the
+        # digests of its seal (decoded for every row read, they made most of a row's read).
         .select_related("server", "turn")
+        .defer("turn__transcript", "turn__seal_steps")
         .prefetch_related(_exchanges(), Prefetch("children", queryset=children))
         .order_by("seq")
     )

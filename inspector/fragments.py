@@ -91,14 +91,17 @@ def _row_message(conversation: Conversation, step: Step, teaching: bool) -> RowM
 
 def _turn_message(conversation: Conversation, turn: Turn, teaching: bool) -> TurnMessage:
     context = turn_context(conversation=conversation, turn=turn, rows=[], teaching=teaching)
+    status = render_to_string(TURN_STATUS_TEMPLATE, context)
     return {
         "type": "turn",
         "turn_id": turn.pk,
         "seq": turn.seq,
         "status": turn.status,
         "updated_at": timestamp_iso(turn.updated_at),
-        "html": render_to_string(TURN_STATUS_TEMPLATE, context),
-        "html_shell": render_to_string(TURN_TEMPLATE, context),
+        "html": status,
+        # The shell holds the same status fragment: rendered once (a finished turn's reads its
+        # steps for the waterfall and prices its tokens).
+        "html_shell": render_to_string(TURN_TEMPLATE, {**context, "status_html": status}),
     }
 
 

@@ -11,6 +11,7 @@ from django.template.loader import render_to_string
 from django.test import Client
 from django.utils import timezone
 
+from conversations import selectors
 from conversations.models import Conversation, Exchange, Step, Turn
 from inspector.fragments import render_catch_up, render_row, render_turn, timestamp_iso
 from tests.factories import (
@@ -493,6 +494,40 @@ def test_the_turn_message_carries_its_status_block_and_a_shell_for_a_page_withou
     assert '<div class="rows"></div>' in shell  # rows arrive as row messages
     assert f'id="turn-status-{turn.pk}"' in shell
     assert render_turn(conversation=ConversationFactory(), turn_id=turn.pk) is None
+
+
+def test_the_shell_carries_the_very_status_block_and_reads_the_turn_once(
+    django_assert_max_num_queries: Any,
+) -> None:
+    turn = make_turn(
+        answer="Sunny, 21 °C.", tools=[{"server": "demo", "name": "calc", "provider_name": "calc"}]
+    )
+    StepFactory(turn=turn)
+    with django_assert_max_num_queries(8) as context:
+        message = render_turn(conversation=turn.conversation, turn_id=turn.pk)
+    assert message is not None
+
+    assert message["html"] in message["html_shell"]
+    # The status block (its waterfall reads the turn's steps) is rendered once for both.
+    step_reads = [q for q in context.captured_queries if 'FROM "conversations_step"' in q["sql"]]
+    assert len(step_reads) == 1, step_reads
+
+
+def test_a_row_read_leaves_out_the_turns_history_and_seal_digests() -> None:
+    history = [{"role": "user", "content": "x" * 100_000}]
+    turn = make_turn(transcript=history, seal_steps=["d" * 64] * 50)
+    decide = decide_row(turn)
+
+    rows = [
+        selectors.step_row(conversation=turn.conversation, step_id=decide.pk),
+        *selectors.turn_rows(turn=turn),
+    ]
+
+    for row in rows:
+        assert row is not None
+        assert {"transcript", "seal_steps"} <= row.turn.get_deferred_fields()
+    message = render_row(conversation=turn.conversation, step_id=decide.pk)
+    assert message is not None and "x" * 1000 not in message["html"]
 
 
 def test_a_failed_turn_shows_its_error() -> None:
