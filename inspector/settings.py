@@ -99,6 +99,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Innermost: the chain above runs in one thread under ASGI (inspector.middleware).
+    "inspector.middleware.OneThreadChain",
 ]
 
 # The audit list's covering indexes carry extra columns (INCLUDE) on PostgreSQL, the scaled
