@@ -3,9 +3,9 @@
 The request is our own wire JSON, posted as the other providers post theirs
 (``http.post_json``: one shared client per endpoint, no retries, the bearer key only when the
 profile has one), so what is recorded is what crossed the wire. The official SDK is not used
-here: it added nothing a request needs (the body is ours, errors are mapped from the status), and
-a worker process that loads it carries its models (~40 MB) and pays its request building on
-every call; the tests still use it as a client of the demo model. The reply is parsed from the
+here: it added nothing a request needs (the body is ours, errors are mapped from the status), a
+worker process that loads it carries its models (13 MB more) and every call paid its request
+building; the tests still use it as a client of the demo model. The reply is parsed from the
 recorded body itself, so the quirks of compatible servers survive (docs/wire-formats.md §6):
 
 * ``arguments`` sent as a JSON object instead of a string (Ollama) is serialised compactly;
