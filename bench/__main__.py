@@ -72,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(services=services, quick=args.quick, repeat=args.repeat, profile=not args.no_profile)
     ctx.results_dir.mkdir(parents=True, exist_ok=True)
     print(report.environment_line(services), flush=True)
+    if services.postgres:
+        # The database as a serving one is kept: its planner statistics current (a server with
+        # autovacuum off, as this one may be, would plan the measures' reads on stale ones).
+        from bench import audit_data
+
+        audit_data.vacuum()
     results: list[Result] = []
     for key in selected:
         module_name, ids = MEASURES[key]

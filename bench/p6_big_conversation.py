@@ -29,7 +29,7 @@ from typing import Any
 import httpx2
 from django.db import connection, transaction
 
-from bench import fixtures
+from bench import audit_data, fixtures
 from bench.context import Context
 from bench.environment import REPO_ROOT
 from bench.fake_model import FakeModel
@@ -381,6 +381,8 @@ def _row_costs(ctx: Context, conversation: Conversation) -> dict[str, Any]:
 def run(ctx: Context) -> list[Result]:
     repeats = ctx.repeats(full=5, quick=2)
     conversation, made = _conversation(ctx)
+    if made.get("reused") is not True and ctx.services.postgres:
+        audit_data.vacuum()  # as autovacuum would, after the 10,000 new steps
     decisions = _decisions(conversation)
     rows = Step.objects.filter(turn__conversation=conversation, parent__isnull=True).count()
     path = f"/c/{conversation.public_id}/"
