@@ -475,6 +475,11 @@ def _post_json(
     return exchange, exchange.response_body
 
 
+def bearer_auth(api_key: str) -> dict[str, str]:
+    """The ``Authorization: Bearer`` header of a key (OpenAI's formats); none without a key."""
+    return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 def json_bytes(body: JSONDict) -> bytes:
     """``body`` as the JSON bytes of a request: UTF-8, with a lone surrogate (which UTF-8 cannot
     carry; a model may have sent one as ``\\ud800``) written as its JSON escape."""

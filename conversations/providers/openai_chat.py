@@ -31,6 +31,7 @@ from conversations.llm import Message, ToolCall, ToolChoice, ToolDef
 from conversations.providers.base import Endpoint, ModelReply, ModelRequest
 from conversations.providers.excerpts import WireExcerpts, dicts, first
 from conversations.providers.http import (
+    bearer_auth,
     compact_json,
     endpoint_transport,
     error_detail,
@@ -361,7 +362,7 @@ class OpenAIChatProvider:
         self.endpoint = endpoint
 
     def complete(self, request: ModelRequest, *, on_delta: DeltaCallback | None = None) -> ModelReply:
-        headers = {"authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
+        headers = bearer_auth(self.endpoint.api_key)
         stream = self.endpoint.stream
         # Shown while it arrives, a stream is read as it arrives (once, unless that reading fails).
         live = _ChunkAssembler(emitter=PartialEmitter(on_delta)) if stream and on_delta is not None else None

@@ -31,6 +31,7 @@ from conversations.providers.excerpts import (
     first,
 )
 from conversations.providers.http import (
+    bearer_auth,
     compact_json,
     json_object,
     list_or_empty,
@@ -316,7 +317,7 @@ class OpenAIResponsesProvider:
         self.endpoint = endpoint
 
     def complete(self, request: ModelRequest, *, on_delta: DeltaCallback | None = None) -> ModelReply:
-        headers = {"authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
+        headers = bearer_auth(self.endpoint.api_key)
         # Shown while it arrives, a stream is read as it arrives (once, unless that reading fails).
         live = _ItemAssembler(emitter=PartialEmitter(on_delta)) if self.endpoint.stream and on_delta else None
         listener = LivePass(functools.partial(_take, live)) if live is not None else None
