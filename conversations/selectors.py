@@ -8,11 +8,11 @@ printing) is ``conversations.presentation``; the transcript document is
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from functools import cached_property
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 from uuid import UUID
 
 from django.contrib.auth import get_user_model
@@ -161,6 +161,30 @@ def step_row(*, conversation: Conversation, step_id: int) -> Step | None:
 def rows_changed_since(*, conversation: Conversation, since: datetime) -> list[Step]:
     """Rows touched at or after ``since`` (inclusive: a re-sent row replaces itself)."""
     return list(_rows().filter(turn__conversation=conversation, updated_at__gte=since))
+
+
+class RowVersion(NamedTuple):
+    """Where a row is and which version of it is stored, without loading it."""
+
+    step_id: int
+    turn_id: int
+    turn_seq: int
+    seq: int
+    updated_at: datetime
+
+
+def row_versions_changed_since(*, conversation: Conversation, since: datetime) -> list[RowVersion]:
+    """The rows ``rows_changed_since`` would load, as versions only (one light query)."""
+    changed = Step.objects.filter(parent__isnull=True, turn__conversation=conversation, updated_at__gte=since)
+    return [
+        RowVersion(*values)
+        for values in changed.values_list("pk", "turn_id", "turn__seq", "seq", "updated_at")
+    ]
+
+
+def rows_by_id(*, conversation: Conversation, step_ids: Collection[int]) -> list[Step]:
+    """The rows of ``conversation`` among ``step_ids``, loaded for rendering (others are left out)."""
+    return list(_rows().filter(turn__conversation=conversation, pk__in=list(step_ids)))
 
 
 def conversation_turns(

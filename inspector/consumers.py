@@ -1,7 +1,7 @@
 """The conversation websocket: a thin pipe from doorbell events to rendered rows.
 
 On connect it checks the user and the conversation, then (if the browser says what it last
-saw) re-sends every row changed since; afterwards each ``step.changed`` / ``turn.changed``
+saw, and what it shows) re-sends what changed since that the page would show; afterwards each ``step.changed`` / ``turn.changed``
 event is rendered from the database with the same fragment templates the page uses, with the
 teaching layer when the user had teaching mode on when the socket connected (docs/teaching.md §1):
 switching it reloads the page, whose new socket follows the new setting. A
@@ -22,7 +22,7 @@ from conversations.audit import audit_read
 from conversations.models import Conversation
 from conversations.selectors import conversation_get
 from inspector import live
-from inspector.fragments import render_catch_up, render_row, render_turn
+from inspector.fragments import page_view_from_json, render_catch_up, render_row, render_turn
 from inspector.live import StepChanged, StepPartial, TurnChanged
 from inspector.preferences import preference_get
 
@@ -61,7 +61,9 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        """``{"type": "catch_up", "since": ISO-8601}``: re-send rows and turns changed since then."""
+        """``{"type": "catch_up", "since": ISO-8601, "view": {...}}``: re-send rows and turns
+        changed since then; with the page's ``view`` (``fragments.page_view_from_json``), only
+        those the page would apply."""
         if not isinstance(content, dict) or content.get("type") != "catch_up":
             return
         try:
@@ -69,8 +71,15 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         except ValueError:
             await self.send_json({"type": "error", "message": "catch_up needs an ISO-8601 'since'"})
             return
+        view = None
+        if content.get("view") is not None:
+            try:
+                view = page_view_from_json(content["view"])
+            except ValueError as exc:
+                await self.send_json({"type": "error", "message": f"catch_up: {exc}"})
+                return
         for message in await sync_to_async(render_catch_up)(
-            conversation=self.conversation, since=since, teaching=self.teaching
+            conversation=self.conversation, since=since, teaching=self.teaching, view=view
         ):
             await self.send_json(message)
 

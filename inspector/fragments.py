@@ -14,11 +14,17 @@ in ``seq`` order.
 ``turn`` — ``{"type": "turn", "turn_id", "seq", "status", "updated_at", "html", "html_shell"}``;
 ``html`` is ``_turn_status.html`` (``#turn-status-<turn_id>``), ``html_shell`` the whole
 ``_turn.html`` with an empty rows container, for a page that has not seen this turn yet.
+
+The page asks, when its socket opens, ``{"type": "catch_up", "since", "view"}``: the rows and
+turns changed at or after ``since`` (the newest change it shows, less an overlap for writes that
+commit late), and ``view`` says what it shows (:func:`page_view_from_json`), so the answer leaves
+out the rows it already holds at their stored version and the rows it would not show.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal, TypedDict
 
@@ -117,17 +123,106 @@ def render_turn(*, conversation: Conversation, turn_id: int, teaching: bool = Fa
     return None if turn is None else _turn_message(conversation, turn, teaching)
 
 
-def render_catch_up(*, conversation: Conversation, since: datetime, teaching: bool = False) -> list[Message]:
+@dataclass(frozen=True)
+class ShownTurn:
+    """A turn as a page shows it: its rows from ``from_seq`` on (None: folded, no rows shown),
+    and the version (``updated_at``, as :func:`timestamp_iso` writes it) of rows it holds."""
+
+    from_seq: int | None
+    held: dict[int, str]
+
+
+@dataclass(frozen=True)
+class PageView:
+    """What a conversation page shows, so a catch-up renders only what the page would apply:
+    ``turns`` the page lists (by id), ``newest_seq`` the newest turn's number (turns after it
+    are new to the page). The page drops the rest itself (``conversation_detail.js``)."""
+
+    turns: dict[int, ShownTurn]
+    newest_seq: int
+
+    def wants_turn(self, turn: Turn) -> bool:
+        return turn.pk in self.turns or turn.seq > self.newest_seq
+
+    def wants_row(self, row: selectors.RowVersion) -> bool:
+        shown = self.turns.get(row.turn_id)
+        if shown is None:
+            return row.turn_seq > self.newest_seq
+        if shown.from_seq is None or row.seq < shown.from_seq:
+            return False
+        return shown.held.get(row.step_id) != timestamp_iso(row.updated_at)
+
+
+# A page lists at most a few dozen turns and holds a few hundred rows; past these a view is refused.
+VIEW_MAX_TURNS = 2_000
+VIEW_MAX_HELD = 10_000
+_STAMP_CHARS = 40
+
+
+def _view_id(raw: object, what: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+        raise ValueError(f"{what} must be a number")
+    text = str(raw)
+    if not text.isascii() or not text.isdigit() or len(text) > 18:
+        raise ValueError(f"{what} must be a number")
+    return int(text)
+
+
+def page_view_from_json(raw: object) -> PageView:
+    """A catch-up's ``view`` (``{"turns": {"<turn id>": {"from_seq": n | null, "held":
+    {"<step id>": "<updated_at>"}}}, "newest_seq": n}``), checked and bounded.
+
+    Raises:
+        ValueError: it is not that shape, or names more than ``VIEW_MAX_TURNS`` turns or
+            ``VIEW_MAX_HELD`` rows; the message says what is wrong.
+    """
+    if not isinstance(raw, dict) or not isinstance(raw.get("turns"), dict):
+        raise ValueError("'view' must be an object with 'turns' and 'newest_seq'")
+    if len(raw["turns"]) > VIEW_MAX_TURNS:
+        raise ValueError(f"'view' names more than {VIEW_MAX_TURNS} turns")
+    turns: dict[int, ShownTurn] = {}
+    held_count = 0
+    for key, entry in raw["turns"].items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("held", {}), dict):
+            raise ValueError("each turn of 'view' must be an object with 'from_seq' and 'held'")
+        from_seq = entry.get("from_seq")
+        held_raw = entry.get("held", {})
+        held_count += len(held_raw)
+        if held_count > VIEW_MAX_HELD:
+            raise ValueError(f"'view' holds more than {VIEW_MAX_HELD} rows")
+        held: dict[int, str] = {}
+        for step_id, stamp in held_raw.items():
+            if not isinstance(stamp, str) or len(stamp) > _STAMP_CHARS:
+                raise ValueError("a held row's version must be a timestamp")
+            held[_view_id(step_id, "a held row's id")] = stamp
+        turns[_view_id(key, "a turn id")] = ShownTurn(
+            from_seq=None if from_seq is None else _view_id(from_seq, "'from_seq'"), held=held
+        )
+    return PageView(turns=turns, newest_seq=_view_id(raw.get("newest_seq"), "'newest_seq'"))
+
+
+def render_catch_up(
+    *, conversation: Conversation, since: datetime, teaching: bool = False, view: PageView | None = None
+) -> list[Message]:
     """Everything changed at or after ``since``: turn messages first (so containers exist), then rows.
+
+    With the page's ``view``, only what that page would apply: not the rows it holds at the
+    version stored, nor rows of turns it folds, leaves out or does not list (opening a page
+    otherwise re-rendered every row of its last seconds, held or not).
 
     A naive ``since`` is taken as UTC.
     """
     if timezone.is_naive(since):
         since = timezone.make_aware(since, UTC)
     turns = selectors.conversation_turns(conversation=conversation, since=since)
-    rows = sorted(
-        selectors.rows_changed_since(conversation=conversation, since=since), key=lambda s: (s.turn_id, s.seq)
-    )
+    if view is None:
+        loaded = selectors.rows_changed_since(conversation=conversation, since=since)
+    else:
+        turns = [turn for turn in turns if view.wants_turn(turn)]
+        versions = selectors.row_versions_changed_since(conversation=conversation, since=since)
+        wanted = [row.step_id for row in versions if view.wants_row(row)]
+        loaded = selectors.rows_by_id(conversation=conversation, step_ids=wanted) if wanted else []
+    rows = sorted(loaded, key=lambda s: (s.turn_id, s.seq))
     messages: list[Message] = [_turn_message(conversation, turn, teaching) for turn in turns]
     messages.extend(_row_message(conversation, step, teaching) for step in rows)
     return messages

@@ -202,6 +202,31 @@
     noteSeen(message.updated_at);
   }
 
+  // What the page shows, so the catch-up sends only what apply() would keep: per listed turn,
+  // the first row it shows (null: folded) and the version of each row it holds from `since`
+  // on (those are not sent again); turns newer than `newest_seq` are new to the page.
+  function pageView(since) {
+    var turns = {};
+    var newest = 0;
+    turnsBox.querySelectorAll(":scope > section.turn[data-turn-id]").forEach(function (turn) {
+      newest = Math.max(newest, Number(turn.dataset.seq) || 0);
+      if (turn.dataset.folded) {
+        turns[turn.dataset.turnId] = { from_seq: null, held: {} };
+        return;
+      }
+      var earlier = turn.querySelector(".earlier-steps");
+      var fromSeq = earlier && !earlier.dataset.loading ? Number(earlier.dataset.beforeSeq) || 0 : 0;
+      var held = {};
+      turn.querySelectorAll(".rows > [id^=step-]").forEach(function (row) {
+        if (row.dataset.updatedAt && row.dataset.updatedAt >= since) {
+          held[row.id.slice("step-".length)] = row.dataset.updatedAt;
+        }
+      });
+      turns[turn.dataset.turnId] = { from_seq: fromSeq, held: held };
+    });
+    return { turns: turns, newest_seq: newest };
+  }
+
   // Without a websocket (a proxy that refuses upgrades) the page still moves: each retry
   // also fetches what changed over plain HTTP.
   function catchUpOverHttp() {
@@ -247,7 +272,8 @@
     socket.addEventListener("open", function () {
       attempt = 0;
       setState("live", "live");
-      socket.send(JSON.stringify({ type: "catch_up", since: catchUpFrom() }));
+      var since = catchUpFrom();
+      socket.send(JSON.stringify({ type: "catch_up", since: since, view: pageView(since) }));
     });
     socket.addEventListener("message", function (event) {
       var message;

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -10,6 +11,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
@@ -279,6 +281,38 @@ def test_a_long_turn_shows_its_last_rows_and_the_earlier_ones_load_in_place(
     assert [next(word for word in text.split() if word.isdigit()) for text in texts] == [
         str(n) for n in range(1, 13)
     ]
+
+
+def test_opening_a_page_catches_up_without_resending_the_rows_it_already_shows(
+    inspector_server: InspectorServer, page: Page
+) -> None:
+    # Every row of the made conversation changed within the catch-up's overlap, so without the
+    # page's view the socket re-sent them all: the rows shown and those it leaves out.
+    sent: list[dict[str, Any]] = []
+    received: list[dict[str, Any]] = []
+    page.on(
+        "websocket",
+        lambda socket: (
+            socket.on("framesent", lambda frame: sent.append(json.loads(frame))),
+            socket.on("framereceived", lambda frame: received.append(json.loads(frame))),
+        ),
+    )
+
+    _open_made_conversation(inspector_server, page, LONG_TURN_SCRIPT)
+
+    expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
+    # The catch-up's answer: its turn message, and rows (none expected) right behind it.
+    deadline = time.monotonic() + 10
+    while not any(m.get("type") == "turn" for m in received) and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
+    page.wait_for_timeout(500)
+    catch_up = [m for m in sent if m.get("type") == "catch_up"]
+    assert len(catch_up) == 1
+    assert len(catch_up[0]["view"]["turns"]) == 1
+    (shown,) = catch_up[0]["view"]["turns"].values()
+    assert len(shown["held"]) == views.TURN_ROWS
+    assert [m["type"] for m in received] == ["turn"]
+    expect(page.locator(".rows > [id^=step-]")).to_have_count(views.TURN_ROWS)
 
 
 MANY_TURNS_SCRIPT = """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -16,6 +17,7 @@ from django.utils import timezone
 from conversations.models import Conversation, ModelProfile, Step, Turn
 from inspector import live
 from inspector.asgi import application
+from inspector.fragments import timestamp_iso
 from inspector.routing import websocket_urlpatterns
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("async_db_connections")]
@@ -46,6 +48,17 @@ async def _as(user: User, conversation: Conversation) -> WebsocketCommunicator:
     communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), _path(conversation))
     communicator.scope["user"] = user
     return communicator
+
+
+async def _caught_up_to(communicator: WebsocketCommunicator, last: Step) -> list[dict[str, Any]]:
+    """The messages of a catch-up whose last row is ``last``, and any that follow it. The first
+    render in a process compiles its templates: it waits for that row, not a fixed time."""
+    messages = [await communicator.receive_json_from(timeout=10)]
+    while messages[-1].get("step_id") != last.pk:
+        messages.append(await communicator.receive_json_from(timeout=10))
+    while not await communicator.receive_nothing(timeout=0.3):
+        messages.append(await communicator.receive_json_from())
+    return messages
 
 
 async def test_an_anonymous_socket_is_closed_before_accept() -> None:
@@ -141,12 +154,44 @@ async def test_a_reconnecting_browser_catches_up_from_the_last_change_it_saw() -
     assert (await communicator.connect())[0]
 
     await communicator.send_json_to({"type": "catch_up", "since": seen.isoformat()})
-    messages = []
-    while not await communicator.receive_nothing(timeout=0.5):
-        messages.append(await communicator.receive_json_from())
+    messages = await _caught_up_to(communicator, later)
 
     rows = [m["step_id"] for m in messages if m["type"] == "row"]
     assert rows == [later.pk]
+    await communicator.disconnect()
+
+
+async def test_a_page_catching_up_with_its_view_gets_only_what_it_does_not_hold() -> None:
+    alice = await User.objects.acreate(username="alice")
+    conversation, turn, step = await sync_to_async(_conversation)(alice)
+    later = await Step.objects.acreate(turn=turn, seq=2, kind="answer", title="final answer", text="Rain.")
+    await step.arefresh_from_db()
+    communicator = await _as(alice, conversation)
+    assert (await communicator.connect())[0]
+
+    held = {str(step.pk): timestamp_iso(step.updated_at)}
+    view = {"turns": {str(turn.pk): {"from_seq": 0, "held": held}}, "newest_seq": turn.seq}
+    since = (step.updated_at - timedelta(seconds=5)).isoformat()
+    await communicator.send_json_to({"type": "catch_up", "since": since, "view": view})
+    messages = await _caught_up_to(communicator, later)
+
+    assert [m["step_id"] for m in messages if m["type"] == "row"] == [later.pk]
+    await communicator.disconnect()
+
+
+async def test_a_catch_up_with_a_malformed_view_gets_an_error_message_and_no_rows() -> None:
+    alice = await User.objects.acreate(username="alice")
+    conversation, _, _ = await sync_to_async(_conversation)(alice)
+    communicator = await _as(alice, conversation)
+    assert (await communicator.connect())[0]
+
+    since = (timezone.now() - timedelta(hours=1)).isoformat()
+    await communicator.send_json_to({"type": "catch_up", "since": since, "view": {"turns": "all"}})
+    message = await communicator.receive_json_from()
+
+    assert message["type"] == "error"
+    assert "view" in message["message"]
+    assert await communicator.receive_nothing(timeout=0.3)
     await communicator.disconnect()
 
 

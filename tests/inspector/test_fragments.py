@@ -13,7 +13,15 @@ from django.utils import timezone
 
 from conversations import selectors
 from conversations.models import Conversation, Exchange, Step, Turn
-from inspector.fragments import render_catch_up, render_row, render_turn, timestamp_iso
+from inspector.fragments import (
+    VIEW_MAX_HELD,
+    VIEW_MAX_TURNS,
+    page_view_from_json,
+    render_catch_up,
+    render_row,
+    render_turn,
+    timestamp_iso,
+)
 from tests.factories import (
     ConversationFactory,
     ExchangeFactory,
@@ -605,6 +613,108 @@ def test_catch_up_includes_rows_stamped_exactly_at_since() -> None:
     messages = render_catch_up(conversation=turn.conversation, since=step.updated_at)
 
     assert ("row", step.pk) in [(m["type"], m.get("step_id")) for m in messages]
+
+
+def _stamp(step: Step) -> str:
+    step.refresh_from_db()
+    return timestamp_iso(step.updated_at)
+
+
+def _sent(messages: list[Any]) -> list[tuple[str, int]]:
+    return [(m["type"], m.get("step_id", m["turn_id"])) for m in messages]
+
+
+def test_a_catch_up_with_the_pages_view_leaves_out_the_rows_it_holds_at_their_version() -> None:
+    turn = make_turn()
+    held, changed, unseen = StepFactory(turn=turn), StepFactory(turn=turn), StepFactory(turn=turn)
+    old_version = "2000-01-01T00:00:00.000000+00:00"
+    view = page_view_from_json(
+        {
+            "turns": {
+                str(turn.pk): {
+                    "from_seq": 0,
+                    "held": {str(held.pk): _stamp(held), str(changed.pk): old_version},
+                }
+            },
+            "newest_seq": turn.seq,
+        }
+    )
+    since = timezone.now() - timedelta(minutes=1)
+
+    messages = render_catch_up(conversation=turn.conversation, since=since, view=view)
+
+    assert _sent(messages) == [("turn", turn.pk), ("row", changed.pk), ("row", unseen.pk)]
+    assert _sent(render_catch_up(conversation=turn.conversation, since=since)) == [
+        ("turn", turn.pk),
+        ("row", held.pk),
+        ("row", changed.pk),
+        ("row", unseen.pk),
+    ]
+
+
+def test_a_catch_up_with_the_pages_view_sends_no_row_the_page_would_drop() -> None:
+    conversation = ConversationFactory()
+    unlisted = make_turn(conversation=conversation)
+    folded = make_turn(conversation=conversation)
+    long_turn = make_turn(conversation=conversation)
+    new = make_turn(conversation=conversation, status=Turn.Status.RUNNING, answer="")
+    StepFactory(turn=unlisted), StepFactory(turn=folded)
+    left_out, shown = StepFactory(turn=long_turn), StepFactory(turn=long_turn)
+    fresh = StepFactory(turn=new)
+    view = page_view_from_json(
+        {
+            "turns": {
+                str(folded.pk): {"from_seq": None, "held": {}},
+                str(long_turn.pk): {"from_seq": shown.seq, "held": {}},
+            },
+            "newest_seq": long_turn.seq,
+        }
+    )
+
+    messages = render_catch_up(
+        conversation=conversation, since=timezone.now() - timedelta(minutes=1), view=view
+    )
+
+    # The unlisted turn is neither listed nor new; the folded one gets its status, no rows.
+    assert _sent(messages) == [
+        ("turn", folded.pk),
+        ("turn", long_turn.pk),
+        ("turn", new.pk),
+        ("row", shown.pk),
+        ("row", fresh.pk),
+    ]
+    assert left_out.pk not in [m.get("step_id") for m in messages]
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        None,
+        [],
+        "turns",
+        {"turns": []},
+        {"turns": {}},
+        {"turns": {}, "newest_seq": "7; drop table"},
+        {"turns": {}, "newest_seq": True},
+        {"turns": {}, "newest_seq": -1},
+        {"turns": {"x": {"from_seq": 1, "held": {}}}, "newest_seq": 1},
+        {"turns": {"1": {"from_seq": 1.5, "held": {}}}, "newest_seq": 1},
+        {"turns": {"1": {"from_seq": 1, "held": []}}, "newest_seq": 1},
+        {"turns": {"1": {"from_seq": 1, "held": {"2": 3}}}, "newest_seq": 1},
+        {"turns": {"1": {"from_seq": 1, "held": {"2": "x" * 41}}}, "newest_seq": 1},
+        {"turns": {"1": {"from_seq": 1, "held": {"٣": "2026-01-01"}}}, "newest_seq": 1},
+        {"turns": {"1": "folded"}, "newest_seq": 1},
+        {"turns": {"9" * 40: {"from_seq": 1, "held": {}}}, "newest_seq": 1},
+        {"turns": {str(n): {"from_seq": 1, "held": {}} for n in range(VIEW_MAX_TURNS + 1)}, "newest_seq": 1},
+        {
+            "turns": {"1": {"from_seq": 1, "held": {str(n): "s" for n in range(VIEW_MAX_HELD + 1)}}},
+            "newest_seq": 1,
+        },
+    ],
+)
+def test_a_malformed_or_oversized_view_is_refused_with_a_reason(view: Any) -> None:
+    with pytest.raises(ValueError, match=r"."):
+        page_view_from_json(view)
 
 
 def test_timestamps_sort_as_text() -> None:
