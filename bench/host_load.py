@@ -103,6 +103,7 @@ class HostLoad:
     cpu: list[float] = field(default_factory=list)
     peaks_tree: list[int] = field(default_factory=list)
     peaks_own: list[int] = field(default_factory=list)
+    peaks_tree_pss: list[int] = field(default_factory=list)
     seen: list[dict[str, int]] = field(default_factory=list)
     stored: list[dict[str, int]] = field(default_factory=list)
     statuses: Counter[str] = field(default_factory=Counter)
@@ -239,6 +240,9 @@ def measure(
             )
             measured.peaks_own.append(
                 max(map(sum, zip(*(sampler.own for sampler in samplers), strict=False)), default=0)
+            )
+            measured.peaks_tree_pss.append(
+                max(map(sum, zip(*(sampler.tree_pss for sampler in samplers), strict=False)), default=0)
             )
             for pid in pids:
                 measured.server_pids |= demo_server_pids(pid)

@@ -136,6 +136,7 @@ def run(ctx: Context) -> list[Result]:
     memory = p7_memory.result(
         peaks_tree=host.peaks_tree,
         peaks_own=host.peaks_own,
+        peaks_tree_pss=host.peaks_tree_pss,
         idle_tree=host.idle,
         concurrency=total_threads,
         processes=processes,

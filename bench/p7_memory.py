@@ -3,7 +3,8 @@
 Measured inside P4's run (``bench.p4_concurrency`` samples the workers every 100 ms); this module
 turns those samples into the result. The figure judged is the worker host's: every worker
 process's whole tree — the Celery process and the stdio MCP server it spawned — added up at each
-sample; the Celery processes alone are reported beside it.
+sample; the Celery processes alone are reported beside it, and the trees' PSS (pages shared
+between the processes, such as the interpreter's and the libraries', counted once), not judged.
 """
 
 from __future__ import annotations
@@ -15,9 +16,18 @@ MB = 1024 * 1024
 
 
 def result(
-    *, peaks_tree: list[int], peaks_own: list[int], idle_tree: int, concurrency: int, processes: int = 1
+    *,
+    peaks_tree: list[int],
+    peaks_own: list[int],
+    idle_tree: int,
+    concurrency: int,
+    processes: int = 1,
+    peaks_tree_pss: list[int] | None = None,
 ) -> Result:
-    """P7 from the per-repeat peak RSS of the worker host's process trees (bytes)."""
+    """P7 from the per-repeat peak RSS of the worker host's process trees (bytes); their peak
+    PSS beside it (``bench.processes.pss_bytes``: shared pages counted once), not judged."""
+    pss = [round(peak / MB, 1) for peak in peaks_tree_pss or []]
+    pss_note = f"; PSS (shared pages counted once) peak {max(pss):.0f} MB" if pss else ""
     return judged(
         id=ID,
         name=NAME,
@@ -30,9 +40,11 @@ def result(
             "judged_on": "peak RSS of the worker processes' trees (Celery + its stdio MCP server) together, worst repeat",
             "celery_process_peak_mb": [round(peak / MB, 1) for peak in peaks_own],
             "idle_tree_mb_before_load": round(idle_tree / MB, 1),
+            "peak_tree_pss_mb": pss,
             "worker_threads": concurrency,
             "worker_processes": processes,
-            "summary": f"{processes} worker process(es), {concurrency} threads in all, idle {idle_tree / MB:.0f} MB",
+            "summary": f"{processes} worker process(es), {concurrency} threads in all, "
+            f"idle {idle_tree / MB:.0f} MB{pss_note}",
         },
     )
 

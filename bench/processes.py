@@ -69,22 +69,43 @@ def cpu_seconds(pid: int | str) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class RssSampler:
-    """Samples a process's RSS (and its descendants') every ``interval`` s on a thread."""
+def pss_bytes(pid: int) -> int:
+    """Proportional set size of one process (0 if it is gone): its private pages, and each page
+    it shares with other processes divided by how many map it. Summed over processes it counts
+    a shared page once, where a sum of RSS counts it in every process that maps it."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
-    def __init__(self, pid: int, interval: float = 0.1) -> None:
+
+class RssSampler:
+    """Samples a process's RSS (and its descendants') every ``interval`` s on a thread, and
+    every ``pss_every``-th sample the tree's PSS too (reading it walks the page tables)."""
+
+    def __init__(self, pid: int, interval: float = 0.1, pss_every: int = 5) -> None:
         self.pid = pid
         self.interval = interval
+        self.pss_every = pss_every
         self.own: list[int] = []
         self.tree: list[int] = []
+        self.tree_pss: list[int] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
 
     def _run(self) -> None:
+        count = 0
         while not self._stop.is_set():
             own = rss_bytes(self.pid)
+            tree = [self.pid, *children(self.pid)]
             self.own.append(own)
-            self.tree.append(own + sum(rss_bytes(child) for child in children(self.pid)))
+            self.tree.append(own + sum(rss_bytes(child) for child in tree[1:]))
+            if count % self.pss_every == 0:
+                self.tree_pss.append(sum(pss_bytes(pid) for pid in tree))
+            count += 1
             self._stop.wait(self.interval)
 
     def __enter__(self) -> RssSampler:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+
 import pytest
 
+from bench import processes
 from bench.fake_model import reply_for
 from bench.profiling import summarise
 from bench.report import line, markdown_table
@@ -84,3 +90,25 @@ def test_a_profile_summary_puts_samples_in_areas_and_project_functions() -> None
     assert result["samples"] == 4
     assert result["by_area_pct"]["publishing (asgiref async_to_sync → channels-redis)"] == 75.0
     assert ["turn_run (conversations/runner.py)", 100.0] in result["top_project_inclusive_pct"]
+
+
+def test_pss_counts_pages_shared_between_processes_once_where_rss_counts_them_in_each() -> None:
+    # Two children of one interpreter share its pages: their PSS adds up to less than their RSS.
+    code = "import json, sys, time; data = b'x' * (8 << 20); sys.stdout.write('up\\n'); sys.stdout.flush(); time.sleep(30)"
+    kids = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) for _ in range(2)]
+    try:
+        for kid in kids:
+            assert kid.stdout is not None and kid.stdout.readline() == b"up\n"
+        rss = [processes.rss_bytes(kid.pid) for kid in kids]
+        pss = [processes.pss_bytes(kid.pid) for kid in kids]
+        assert all(p > 8 << 20 for p in pss)  # each holds its own 8 MB privately
+        assert sum(pss) < sum(rss)
+        with processes.RssSampler(os.getpid(), interval=0.01, pss_every=2) as sampler:
+            time.sleep(0.2)
+        assert sampler.tree_pss and len(sampler.tree_pss) <= len(sampler.tree) // 2 + 1
+        assert max(sampler.tree_pss) >= sum(pss) * 0.9  # the children are in the tree
+    finally:
+        for kid in kids:
+            kid.kill()
+            kid.wait()
+    assert processes.pss_bytes(kids[0].pid) == 0  # gone
