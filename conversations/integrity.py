@@ -99,7 +99,8 @@ def key_id() -> str:
 
 
 def _mac(key: bytes, text: str) -> str:
-    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+    # The one-shot form (OpenSSL's HMAC in C): no hmac object built per digest.
+    return hmac.digest(key, text.encode(), "sha256").hex()
 
 
 def _signing_key() -> Ed25519PrivateKey:
