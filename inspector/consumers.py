@@ -78,10 +78,13 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             except ValueError as exc:
                 await self.send_json({"type": "error", "message": f"catch_up: {exc}"})
                 return
-        for message in await sync_to_async(render_catch_up)(
+        messages = await sync_to_async(render_catch_up)(
             conversation=self.conversation, since=since, teaching=self.teaching, view=view
-        ):
+        )
+        for message in messages:
             await self.send_json(message)
+        rows = sum(1 for message in messages if message["type"] == "row")
+        await self.send_json({"type": "caught_up", "turns": len(messages) - rows, "rows": rows})
 
     async def step_changed(self, event: StepChanged) -> None:
         message = await sync_to_async(render_row)(

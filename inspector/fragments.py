@@ -18,7 +18,9 @@ in ``seq`` order.
 The page asks, when its socket opens, ``{"type": "catch_up", "since", "view"}``: the rows and
 turns changed at or after ``since`` (the newest change it shows, less an overlap for writes that
 commit late), and ``view`` says what it shows (:func:`page_view_from_json`), so the answer leaves
-out the rows it already holds at their stored version and the rows it would not show.
+out the rows it already holds at their stored version and the rows it would not show. The
+answer's messages end with ``{"type": "caught_up", "turns": n, "rows": n}`` (how many of each
+it sent): from then on the page is current.
 """
 
 from __future__ import annotations

@@ -196,6 +196,13 @@
     } else if (message.type === "error") {
       console.warn("inspector:", message.message);
       return;
+    } else if (message.type === "caught_up") {
+      // Everything the catch-up had for this page has arrived: what it shows is current.
+      if (indicator) {
+        indicator.dataset.caughtUp = "1";
+      }
+      root.dispatchEvent(new CustomEvent("inspector:caught-up", { detail: message }));
+      return;
     } else {
       return;
     }
@@ -286,6 +293,9 @@
     });
     socket.addEventListener("close", function (event) {
       socket = null;
+      if (indicator) {
+        delete indicator.dataset.caughtUp;
+      }
       if (event.code === 4401 || event.code === 4404) {
         setState("offline", event.code === 4401 ? "signed out — reload to sign in" : "conversation not found");
         return;

@@ -300,18 +300,15 @@ def test_opening_a_page_catches_up_without_resending_the_rows_it_already_shows(
 
     _open_made_conversation(inspector_server, page, LONG_TURN_SCRIPT)
 
-    expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
-    # The catch-up's answer: its turn message, and rows (none expected) right behind it.
-    deadline = time.monotonic() + 10
-    while not any(m.get("type") == "turn" for m in received) and time.monotonic() < deadline:
-        page.wait_for_timeout(50)
-    page.wait_for_timeout(500)
+    # The page marks the end of the catch-up's answer, which the server ends with caught_up.
+    expect(page.locator("#live-status")).to_have_attribute("data-caught-up", "1")
     catch_up = [m for m in sent if m.get("type") == "catch_up"]
     assert len(catch_up) == 1
     assert len(catch_up[0]["view"]["turns"]) == 1
     (shown,) = catch_up[0]["view"]["turns"].values()
     assert len(shown["held"]) == views.TURN_ROWS
-    assert [m["type"] for m in received] == ["turn"]
+    assert [m["type"] for m in received] == ["turn", "caught_up"]
+    assert received[-1] == {"type": "caught_up", "turns": 1, "rows": 0}
     expect(page.locator(".rows > [id^=step-]")).to_have_count(views.TURN_ROWS)
 
 

@@ -50,14 +50,17 @@ async def _as(user: User, conversation: Conversation) -> WebsocketCommunicator:
     return communicator
 
 
-async def _caught_up_to(communicator: WebsocketCommunicator, last: Step) -> list[dict[str, Any]]:
-    """The messages of a catch-up whose last row is ``last``, and any that follow it. The first
-    render in a process compiles its templates: it waits for that row, not a fixed time."""
+async def _caught_up(communicator: WebsocketCommunicator) -> list[dict[str, Any]]:
+    """A catch-up's messages, up to the ``caught_up`` that ends them (which says how many)."""
     messages = [await communicator.receive_json_from(timeout=10)]
-    while messages[-1].get("step_id") != last.pk:
+    while messages[-1]["type"] != "caught_up":
         messages.append(await communicator.receive_json_from(timeout=10))
-    while not await communicator.receive_nothing(timeout=0.3):
-        messages.append(await communicator.receive_json_from())
+    end = messages.pop()
+    assert end == {
+        "type": "caught_up",
+        "turns": sum(1 for m in messages if m["type"] == "turn"),
+        "rows": sum(1 for m in messages if m["type"] == "row"),
+    }
     return messages
 
 
@@ -154,7 +157,7 @@ async def test_a_reconnecting_browser_catches_up_from_the_last_change_it_saw() -
     assert (await communicator.connect())[0]
 
     await communicator.send_json_to({"type": "catch_up", "since": seen.isoformat()})
-    messages = await _caught_up_to(communicator, later)
+    messages = await _caught_up(communicator)
 
     rows = [m["step_id"] for m in messages if m["type"] == "row"]
     assert rows == [later.pk]
@@ -173,7 +176,7 @@ async def test_a_page_catching_up_with_its_view_gets_only_what_it_does_not_hold(
     view = {"turns": {str(turn.pk): {"from_seq": 0, "held": held}}, "newest_seq": turn.seq}
     since = (step.updated_at - timedelta(seconds=5)).isoformat()
     await communicator.send_json_to({"type": "catch_up", "since": since, "view": view})
-    messages = await _caught_up_to(communicator, later)
+    messages = await _caught_up(communicator)
 
     assert [m["step_id"] for m in messages if m["type"] == "row"] == [later.pk]
     await communicator.disconnect()
