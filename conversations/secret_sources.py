@@ -32,7 +32,8 @@ def configured_secrets() -> list[str]:
     the environment variable it names, or one the app provides), then every registered source's
     values. Values that cannot be resolved here are left out."""
     secrets: list[str] = []
-    for name in ModelProfile.objects.exclude(api_key_env="").values_list("api_key_env", flat=True).distinct():
+    names = ModelProfile.objects.exclude(api_key_env="").order_by().values_list("api_key_env", flat=True)
+    for name in names.distinct():
         value = os.environ.get(name) or settings.BUILTIN_API_KEYS.get(name, "")
         if value:
             secrets.append(value)

@@ -14,7 +14,7 @@ from django.conf import settings
 
 from conversations.models import Turn
 from conversations.redaction import LogRedactionFilter, redactor, remember
-from conversations.secret_sources import active_redactor
+from conversations.secret_sources import active_redactor, configured_secrets
 from conversations.services import conversation_start
 from servers.vault import seal
 from tests.factories import McpServerFactory, ModelProfileFactory, UserFactory
@@ -88,6 +88,16 @@ def test_the_active_redactor_knows_every_configured_secret_value(monkeypatch: py
     )
 
     assert redact.text(text) == " ".join(["[REDACTED:secret]"] * 4 + ["not-a-secret-0042"])
+
+
+@pytest.mark.django_db
+def test_a_key_many_profiles_name_is_one_secret_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The profiles' default ordering once crept into the DISTINCT: one value per profile.
+    monkeypatch.setenv("H4_SHARED_KEY", "shared-profile-key-0042")
+    for _ in range(3):
+        ModelProfileFactory(api_key_env="H4_SHARED_KEY")
+
+    assert configured_secrets().count("shared-profile-key-0042") == 1
 
 
 def test_the_log_filter_redacts_messages_arguments_and_tracebacks() -> None:
