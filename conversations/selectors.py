@@ -196,9 +196,9 @@ def conversation_turns(
 ) -> list[Turn]:
     """The turns, in order, for the page (only those changed at or after ``since``, if given;
     only those numbered below ``before_seq``, if given; only the last ``newest`` of those, if
-    given). ``transcript`` (the whole message history, large on a long conversation, never
-    shown) is deferred: it loads if something reads it."""
-    turns = conversation.turns.defer("transcript")
+    given). ``transcript`` (the whole message history, large on a long conversation) and
+    ``seal_steps`` (a digest per step), never shown, are deferred: they load if something reads them."""
+    turns = conversation.turns.defer("transcript", "seal_steps")
     if since is not None:
         turns = turns.filter(updated_at__gte=since)
     if before_seq is not None:

@@ -53,6 +53,20 @@ def _tokens(step: Step) -> str:
     return f" · {tokens_in or 0} in / {tokens_out or 0} out tokens"
 
 
+# What a bar is drawn from: a caller may load steps with only these fields.
+WATERFALL_FIELDS = (
+    "turn_id",
+    "parent_id",
+    "seq",
+    "kind",
+    "status",
+    "title",
+    "usage",
+    "started_at",
+    "finished_at",
+)
+
+
 def turn_waterfall(steps: Sequence[Step]) -> Waterfall | None:
     """The bars of ``steps`` (every step of one turn, children included) that have finished;
     None when there is nothing to draw."""

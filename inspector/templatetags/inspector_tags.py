@@ -38,7 +38,7 @@ from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.selectors import RunSummary
 from conversations.typealias import JSONValue
 from inspector.fragments import timestamp_iso
-from inspector.waterfall import Waterfall, turn_waterfall
+from inspector.waterfall import WATERFALL_FIELDS, Waterfall, turn_waterfall
 from servers.selectors import step_app_uri
 
 register = template.Library()
@@ -421,5 +421,7 @@ def dollars(value: Decimal) -> str:
 
 @register.filter
 def waterfall(turn: Turn) -> Waterfall | None:
-    """The turn's timeline (one query for all its steps)."""
-    return turn_waterfall(list(Step.objects.filter(turn=turn).order_by("started_at", "seq")))
+    """The turn's timeline (one query for all its steps, reading only what a bar shows: a
+    step's prompt, bodies and results are most of its row)."""
+    steps = Step.objects.filter(turn=turn).only(*WATERFALL_FIELDS).order_by("started_at", "seq")
+    return turn_waterfall(list(steps))

@@ -10,13 +10,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.template.loader import render_to_string
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from conversations import presentation
 from conversations.capabilities import CAPABILITY_RESET_ACTION
-from conversations.models import AuditEvent, LearnedCapability, ModelProfile, Turn, UserPreference
+from conversations.models import AuditEvent, LearnedCapability, ModelProfile, Step, Turn, UserPreference
 from conversations.paradigms import PARADIGMS
 from conversations.runner import turn_run
 from conversations.services import (
@@ -26,6 +28,8 @@ from conversations.services import (
     demo_profile_ensure,
 )
 from inspector.preferences import preference_set
+from inspector.templatetags.inspector_tags import waterfall
+from inspector.waterfall import turn_waterfall
 from servers import gateway
 from servers.models import Operation
 from servers.services import demo_server_ensure, operation_start
@@ -313,6 +317,19 @@ def test_a_finished_turn_draws_its_timeline_as_svg() -> None:
     assert re.search(r"\d+ ms · \d+ in / \d+ out tokens", chart.group(0))
     widths = [float(w) for w in re.findall(r'<rect x="[\d.]+" y="\d+" width="([\d.]+)"', chart.group(0))]
     assert all(2 <= width <= 700 for width in widths)
+
+
+def test_the_timeline_reads_only_what_it_draws_in_one_query_and_draws_the_same() -> None:
+    turn = _weather_turn(UserFactory(username="alice"))
+    full = turn_waterfall(list(Step.objects.filter(turn=turn).order_by("started_at", "seq")))
+
+    with CaptureQueriesContext(connection) as queries:
+        drawn = waterfall(turn)
+
+    # A field left out of WATERFALL_FIELDS but read by a bar would cost a query per step.
+    assert len(queries.captured_queries) == 1
+    assert '"prompt"' not in queries.captured_queries[0]["sql"]
+    assert drawn == full and drawn is not None and len(drawn.bars) == 4
 
 
 def test_the_workbench_names_the_roles_and_explains_the_json_rpc_fields() -> None:
