@@ -6,10 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
+import traceback
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -18,6 +22,8 @@ from asgiref.sync import sync_to_async
 from celery import Celery
 from django.conf import settings
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.signals import connection_created
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +57,51 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             problems.append(f"Redis is not reachable at {settings.REDIS_URL}: {exc}")
     if problems:
         pytest.exit("the test services are missing: " + "; ".join(problems), returncode=3)
+
+
+# Which thread, from where, last took each PostgreSQL session (by its backend pid): a session
+# still open when the run ends ("database is being accessed by other users" as the test
+# database is dropped) is then named by where it was taken, not guessed at.
+_TAKEN: dict[int, str] = {}
+
+
+def _note_taken(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
+    if connection.vendor != "postgresql" or connection.connection is None:
+        return
+    stack = "".join(traceback.format_stack(limit=14)[:-2])
+    _TAKEN[connection.connection.info.backend_pid] = f"thread {threading.current_thread().name!r}\n{stack}"
+
+
+connection_created.connect(_note_taken)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """pytest-django's, and before the test database is dropped: a warning for each session of
+    it still open in this process's other threads, naming where it was taken."""
+    yield
+    database = connections["default"]
+    if database.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock():
+        # As pytest-django's teardown does next: what is left is held by a thread.
+        database.close()
+        database.close_pool()
+        params = database.get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        with psycopg.connect(**params, connect_timeout=5) as check:
+            left_open = check.execute(
+                "SELECT pid, state, left(query, 300) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchall()
+    for pid, state, query in left_open:
+        warnings.warn(
+            f"a session of the test database is still open (backend {pid}, {state}, last query "
+            f"{query!r}); it was taken by {_TAKEN.get(pid, 'no thread of this process')}",
+            pytest.PytestWarning,
+            stacklevel=1,
+        )
 
 
 @pytest.fixture
