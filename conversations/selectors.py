@@ -158,9 +158,13 @@ def step_row(*, conversation: Conversation, step_id: int) -> Step | None:
     return _rows().filter(turn__conversation=conversation, pk=step_id).first()
 
 
+def _rows_changed(conversation: Conversation, since: datetime, steps: QuerySet[Step]) -> QuerySet[Step]:
+    return steps.filter(parent__isnull=True, turn__conversation=conversation, updated_at__gte=since)
+
+
 def rows_changed_since(*, conversation: Conversation, since: datetime) -> list[Step]:
     """Rows touched at or after ``since`` (inclusive: a re-sent row replaces itself)."""
-    return list(_rows().filter(turn__conversation=conversation, updated_at__gte=since))
+    return list(_rows_changed(conversation, since, _rows()))
 
 
 class RowVersion(NamedTuple):
@@ -174,8 +178,8 @@ class RowVersion(NamedTuple):
 
 
 def row_versions_changed_since(*, conversation: Conversation, since: datetime) -> list[RowVersion]:
-    """The rows ``rows_changed_since`` would load, as versions only (one light query)."""
-    changed = Step.objects.filter(parent__isnull=True, turn__conversation=conversation, updated_at__gte=since)
+    """The rows ``rows_changed_since`` would load, as versions only (one light query, unordered)."""
+    changed = _rows_changed(conversation, since, Step.objects.order_by())
     return [
         RowVersion(*values)
         for values in changed.values_list("pk", "turn_id", "turn__seq", "seq", "updated_at")

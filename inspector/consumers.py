@@ -28,6 +28,8 @@ from inspector.preferences import preference_get
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+# An ISO-8601 timestamp with microseconds and an offset is 32 characters.
+SINCE_MAX_CHARS = 64
 
 
 class ConversationConsumer(AsyncJsonWebsocketConsumer):
@@ -60,14 +62,33 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
+        """A frame that is not JSON text (binary, malformed, nested past the parser's depth) gets
+        an error message; the socket stays open."""
+        if text_data is None:
+            await self.send_json({"type": "error", "message": "frames must be JSON text"})
+            return
+        try:
+            content = await self.decode_json(text_data)
+        except (ValueError, RecursionError):
+            await self.send_json({"type": "error", "message": "a frame was not JSON"})
+            return
+        await self.receive_json(content, **kwargs)
+
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         """``{"type": "catch_up", "since": ISO-8601, "view": {...}}``: re-send rows and turns
         changed since then; with the page's ``view`` (``fragments.page_view_from_json``), only
-        those the page would apply."""
+        those the page would apply. A view that is refused gets an error message and the whole
+        catch-up: the view only saves work."""
         if not isinstance(content, dict) or content.get("type") != "catch_up":
             return
+        raw_since = content.get("since")
         try:
-            since = datetime.fromisoformat(str(content.get("since")))
+            if not isinstance(raw_since, str) or len(raw_since) > SINCE_MAX_CHARS:
+                raise ValueError(raw_since)
+            since = datetime.fromisoformat(raw_since)
         except ValueError:
             await self.send_json({"type": "error", "message": "catch_up needs an ISO-8601 'since'"})
             return
@@ -76,8 +97,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             try:
                 view = page_view_from_json(content["view"])
             except ValueError as exc:
-                await self.send_json({"type": "error", "message": f"catch_up: {exc}"})
-                return
+                await self.send_json({"type": "error", "message": f"catch_up: {exc}; sending everything"})
         messages = await sync_to_async(render_catch_up)(
             conversation=self.conversation, since=since, teaching=self.teaching, view=view
         )

@@ -127,11 +127,13 @@ def render_turn(*, conversation: Conversation, turn_id: int, teaching: bool = Fa
 
 @dataclass(frozen=True)
 class ShownTurn:
-    """A turn as a page shows it: its rows from ``from_seq`` on (None: folded, no rows shown),
-    and the version (``updated_at``, as :func:`timestamp_iso` writes it) of rows it holds."""
+    """A turn as a page shows it: its rows from ``from_seq`` on (None: folded, nothing of it
+    shown live), the version (``updated_at``, as :func:`timestamp_iso` writes it) of each row it
+    holds, and of its status (``status_at``; None: not known)."""
 
     from_seq: int | None
     held: dict[int, str]
+    status_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,10 @@ class PageView:
     newest_seq: int
 
     def wants_turn(self, turn: Turn) -> bool:
-        return turn.pk in self.turns or turn.seq > self.newest_seq
+        shown = self.turns.get(turn.pk)
+        if shown is None:
+            return turn.seq > self.newest_seq
+        return shown.from_seq is not None and shown.status_at != timestamp_iso(turn.updated_at)
 
     def wants_row(self, row: selectors.RowVersion) -> bool:
         shown = self.turns.get(row.turn_id)
@@ -172,7 +177,9 @@ def _view_id(raw: object, what: str) -> int:
 
 def page_view_from_json(raw: object) -> PageView:
     """A catch-up's ``view`` (``{"turns": {"<turn id>": {"from_seq": n | null, "held":
-    {"<step id>": "<updated_at>"}}}, "newest_seq": n}``), checked and bounded.
+    {"<step id>": "<updated_at>"}, "status_at": "<updated_at>"}}, "newest_seq": n}``), checked
+    and bounded. A turn the view leaves out that is not newer than ``newest_seq`` is one the
+    page does not show live (folded, or not listed): nothing of it is sent.
 
     Raises:
         ValueError: it is not that shape, or names more than ``VIEW_MAX_TURNS`` turns or
@@ -188,6 +195,9 @@ def page_view_from_json(raw: object) -> PageView:
         if not isinstance(entry, dict) or not isinstance(entry.get("held", {}), dict):
             raise ValueError("each turn of 'view' must be an object with 'from_seq' and 'held'")
         from_seq = entry.get("from_seq")
+        status_at = entry.get("status_at")
+        if status_at is not None and (not isinstance(status_at, str) or len(status_at) > _STAMP_CHARS):
+            raise ValueError("a turn's 'status_at' must be a timestamp")
         held_raw = entry.get("held", {})
         held_count += len(held_raw)
         if held_count > VIEW_MAX_HELD:
@@ -198,7 +208,9 @@ def page_view_from_json(raw: object) -> PageView:
                 raise ValueError("a held row's version must be a timestamp")
             held[_view_id(step_id, "a held row's id")] = stamp
         turns[_view_id(key, "a turn id")] = ShownTurn(
-            from_seq=None if from_seq is None else _view_id(from_seq, "'from_seq'"), held=held
+            from_seq=None if from_seq is None else _view_id(from_seq, "'from_seq'"),
+            held=held,
+            status_at=status_at,
         )
     return PageView(turns=turns, newest_seq=_view_id(raw.get("newest_seq"), "'newest_seq'"))
 

@@ -95,6 +95,11 @@
     container.appendChild(el);
   }
 
+  // The first row a long turn shows: the rows before it are left out until asked for.
+  function firstShownSeq(earlier) {
+    return Number(earlier.dataset.beforeSeq) || 0;
+  }
+
   function applyRow(message) {
     var el = fragment(message.html);
     if (!el) {
@@ -111,7 +116,7 @@
     }
     var container = turn && turn.querySelector(".rows");
     var earlier = container && container.querySelector(".earlier-steps");
-    if (earlier && Number(el.dataset.seq) < Number(earlier.dataset.beforeSeq)) {
+    if (earlier && Number(el.dataset.seq) < firstShownSeq(earlier)) {
       // A row the page leaves out until asked: showing them loads them fresh. A change that
       // arrives while they load may be newer than what the server rendered: applied after.
       if (earlier.dataset.loading) {
@@ -209,27 +214,34 @@
     noteSeen(message.updated_at);
   }
 
-  // What the page shows, so the catch-up sends only what apply() would keep: per listed turn,
-  // the first row it shows (null: folded) and the version of each row it holds from `since`
-  // on (those are not sent again); turns newer than `newest_seq` are new to the page.
+  // What the page shows, so the catch-up sends only what apply() would keep (the server's
+  // side is inspector.fragments.PageView): per turn shown live, the first row it shows and the
+  // version of its status and of each row it holds from `since` on (those are not sent again).
+  // Folded turns are left out: nothing of them is shown live. Turns newer than `newest_seq`
+  // are new to the page.
   function pageView(since) {
     var turns = {};
     var newest = 0;
     turnsBox.querySelectorAll(":scope > section.turn[data-turn-id]").forEach(function (turn) {
       newest = Math.max(newest, Number(turn.dataset.seq) || 0);
       if (turn.dataset.folded) {
-        turns[turn.dataset.turnId] = { from_seq: null, held: {} };
         return;
       }
       var earlier = turn.querySelector(".earlier-steps");
-      var fromSeq = earlier && !earlier.dataset.loading ? Number(earlier.dataset.beforeSeq) || 0 : 0;
+      // While the left-out rows load, changes to them are held for after (pendingEarlier).
+      var fromSeq = earlier && !earlier.dataset.loading ? firstShownSeq(earlier) : 0;
+      var status = document.getElementById("turn-status-" + turn.dataset.turnId);
       var held = {};
       turn.querySelectorAll(".rows > [id^=step-]").forEach(function (row) {
         if (row.dataset.updatedAt && row.dataset.updatedAt >= since) {
           held[row.id.slice("step-".length)] = row.dataset.updatedAt;
         }
       });
-      turns[turn.dataset.turnId] = { from_seq: fromSeq, held: held };
+      turns[turn.dataset.turnId] = {
+        from_seq: fromSeq,
+        held: held,
+        status_at: (status && status.dataset.updatedAt) || null,
+      };
     });
     return { turns: turns, newest_seq: newest };
   }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 from typing import Any
@@ -182,19 +183,54 @@ async def test_a_page_catching_up_with_its_view_gets_only_what_it_does_not_hold(
     await communicator.disconnect()
 
 
-async def test_a_catch_up_with_a_malformed_view_gets_an_error_message_and_no_rows() -> None:
+async def test_a_catch_up_with_a_malformed_view_gets_an_error_message_and_everything() -> None:
     alice = await User.objects.acreate(username="alice")
-    conversation, _, _ = await sync_to_async(_conversation)(alice)
+    conversation, turn, step = await sync_to_async(_conversation)(alice)
     communicator = await _as(alice, conversation)
     assert (await communicator.connect())[0]
 
     since = (timezone.now() - timedelta(hours=1)).isoformat()
     await communicator.send_json_to({"type": "catch_up", "since": since, "view": {"turns": "all"}})
-    message = await communicator.receive_json_from()
+    error = await communicator.receive_json_from(timeout=10)
+    messages = await _caught_up(communicator)
+
+    # The view only saves work: refused, the page still gets what changed.
+    assert error["type"] == "error" and "view" in error["message"]
+    assert [(m["type"], m.get("step_id", m["turn_id"])) for m in messages] == [
+        ("turn", turn.pk),
+        ("row", step.pk),
+    ]
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        {"text_data": "not json"},
+        {"text_data": "[" * 100_000 + "]" * 100_000},
+        {"bytes_data": b"\x00\xff"},
+        {"text_data": json.dumps({"type": "catch_up", "since": 1700000000})},
+        {"text_data": json.dumps({"type": "catch_up", "since": "2026-01-01" * 20})},
+        # Decodes; a "since" that is not text is refused before anything reads it (str() of a
+        # list nested near the recursion limit raised RecursionError there).
+        {"text_data": '{"type": "catch_up", "since": ' + "[" * 900 + "]" * 900 + "}"},
+    ],
+)
+async def test_a_hostile_frame_gets_an_error_message_and_the_socket_stays_usable(
+    frame: dict[str, Any],
+) -> None:
+    alice = await User.objects.acreate(username="alice")
+    conversation, _, _ = await sync_to_async(_conversation)(alice)
+    communicator = await _as(alice, conversation)
+    assert (await communicator.connect())[0]
+
+    await communicator.send_to(**frame)
+    message = await communicator.receive_json_from(timeout=10)
+    await communicator.send_json_to({"type": "catch_up", "since": timezone.now().isoformat()})
+    after = await _caught_up(communicator)
 
     assert message["type"] == "error"
-    assert "view" in message["message"]
-    assert await communicator.receive_nothing(timeout=0.3)
+    assert after == []
     await communicator.disconnect()
 
 

@@ -675,15 +675,35 @@ def test_a_catch_up_with_the_pages_view_sends_no_row_the_page_would_drop() -> No
         conversation=conversation, since=timezone.now() - timedelta(minutes=1), view=view
     )
 
-    # The unlisted turn is neither listed nor new; the folded one gets its status, no rows.
+    # The unlisted turn is neither listed nor new; nothing of the folded one is shown live.
     assert _sent(messages) == [
-        ("turn", folded.pk),
         ("turn", long_turn.pk),
         ("turn", new.pk),
         ("row", shown.pk),
         ("row", fresh.pk),
     ]
     assert left_out.pk not in [m.get("step_id") for m in messages]
+
+
+def test_a_catch_up_with_the_pages_view_leaves_out_a_turn_status_it_holds_at_its_version() -> None:
+    conversation = ConversationFactory()
+    held, changed = make_turn(conversation=conversation), make_turn(conversation=conversation)
+    held.refresh_from_db()
+    view = page_view_from_json(
+        {
+            "turns": {
+                str(held.pk): {"from_seq": 0, "held": {}, "status_at": timestamp_iso(held.updated_at)},
+                str(changed.pk): {"from_seq": 0, "held": {}, "status_at": "2000-01-01T00:00:00.000000+00:00"},
+            },
+            "newest_seq": changed.seq,
+        }
+    )
+
+    messages = render_catch_up(
+        conversation=conversation, since=timezone.now() - timedelta(minutes=1), view=view
+    )
+
+    assert _sent(messages) == [("turn", changed.pk)]
 
 
 @pytest.mark.parametrize(
@@ -704,6 +724,8 @@ def test_a_catch_up_with_the_pages_view_sends_no_row_the_page_would_drop() -> No
         {"turns": {"1": {"from_seq": 1, "held": {"2": "x" * 41}}}, "newest_seq": 1},
         {"turns": {"1": {"from_seq": 1, "held": {"٣": "2026-01-01"}}}, "newest_seq": 1},
         {"turns": {"1": "folded"}, "newest_seq": 1},
+        {"turns": {"1": {"from_seq": 1, "held": {}, "status_at": 5}}, "newest_seq": 1},
+        {"turns": {"1": {"from_seq": 1, "held": {}, "status_at": "x" * 41}}, "newest_seq": 1},
         {"turns": {"9" * 40: {"from_seq": 1, "held": {}}}, "newest_seq": 1},
         {"turns": {str(n): {"from_seq": 1, "held": {}} for n in range(VIEW_MAX_TURNS + 1)}, "newest_seq": 1},
         {
