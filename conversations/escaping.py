@@ -163,13 +163,14 @@ def _short(path: str) -> str:
 def _plainly_storable(value: JSONValue) -> bool:
     """Whether ``value`` needs no escaping, found at C speed (the common case)."""
     if isinstance(value, str):
-        return _REFUSED.search(value) is None
+        return refused_character(value) is None
     if value is None or isinstance(value, bool | int):
         return True
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, check_circular=False)
-        text.encode()
-    except (ValueError, TypeError, RecursionError, UnicodeEncodeError):
+    except (ValueError, TypeError, RecursionError):
+        return False
+    if _has_surrogate(text):
         return False
     # json writes NUL as \\u0000 (a false alarm, when the text itself holds that sequence, only
     # costs the careful walk).

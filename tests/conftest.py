@@ -68,7 +68,13 @@ _TAKEN: dict[int, str] = {}
 def _note_taken(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
     if connection.vendor != "postgresql" or connection.connection is None:
         return
-    stack = "".join(traceback.format_stack(limit=14)[:-2])
+    # The frames that took it, without Django's and asgiref's own below them.
+    frames = [
+        frame
+        for frame in traceback.extract_stack()[:-2]
+        if "/django/" not in frame.filename and "/asgiref/" not in frame.filename
+    ]
+    stack = "".join(traceback.format_list(frames[-10:]))
     _TAKEN[connection.connection.info.backend_pid] = f"thread {threading.current_thread().name!r}\n{stack}"
 
 
@@ -90,11 +96,16 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
         params = database.get_connection_params()
         params.pop("cursor_factory", None)
         params.pop("context", None)
-        with psycopg.connect(**params, connect_timeout=5) as check:
-            left_open = check.execute(
-                "SELECT pid, state, left(query, 300) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            ).fetchall()
+        params.setdefault("connect_timeout", 5)
+        try:
+            with psycopg.connect(**params) as check:
+                left_open = check.execute(
+                    "SELECT pid, state, left(query, 300) FROM pg_stat_activity WHERE datname ="
+                    " current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+                ).fetchall()
+        except psycopg.Error as exc:
+            warnings.warn(f"could not look for sessions left open: {exc}", pytest.PytestWarning, stacklevel=1)
+            return
     for pid, state, query in left_open:
         warnings.warn(
             f"a session of the test database is still open (backend {pid}, {state}, last query "
