@@ -104,6 +104,7 @@ class HostLoad:
     peaks_tree: list[int] = field(default_factory=list)
     peaks_own: list[int] = field(default_factory=list)
     peaks_tree_pss: list[int] = field(default_factory=list)
+    peaks_tree_at_pss: list[int] = field(default_factory=list)
     seen: list[dict[str, int]] = field(default_factory=list)
     stored: list[dict[str, int]] = field(default_factory=list)
     statuses: Counter[str] = field(default_factory=Counter)
@@ -243,6 +244,9 @@ def measure(
             )
             measured.peaks_tree_pss.append(
                 max(map(sum, zip(*(sampler.tree_pss for sampler in samplers), strict=False)), default=0)
+            )
+            measured.peaks_tree_at_pss.append(
+                max(map(sum, zip(*(sampler.tree_at_pss for sampler in samplers), strict=False)), default=0)
             )
             for pid in pids:
                 measured.server_pids |= demo_server_pids(pid)

@@ -137,6 +137,7 @@ def run(ctx: Context) -> list[Result]:
         peaks_tree=host.peaks_tree,
         peaks_own=host.peaks_own,
         peaks_tree_pss=host.peaks_tree_pss,
+        peaks_tree_at_pss=host.peaks_tree_at_pss,
         idle_tree=host.idle,
         concurrency=total_threads,
         processes=processes,

@@ -93,6 +93,8 @@ class RssSampler:
         self.own: list[int] = []
         self.tree: list[int] = []
         self.tree_pss: list[int] = []
+        # The tree's RSS at the samples PSS was read at, to compare the two sample for sample.
+        self.tree_at_pss: list[int] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
 
@@ -105,6 +107,7 @@ class RssSampler:
             self.tree.append(own + sum(rss_bytes(child) for child in tree[1:]))
             if count % self.pss_every == 0:
                 self.tree_pss.append(sum(pss_bytes(pid) for pid in tree))
+                self.tree_at_pss.append(self.tree[-1])
             count += 1
             self._stop.wait(self.interval)
 

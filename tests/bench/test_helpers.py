@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import time
@@ -98,7 +99,8 @@ def test_pss_counts_pages_shared_between_processes_once_where_rss_counts_them_in
     kids = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) for _ in range(2)]
     try:
         for kid in kids:
-            assert kid.stdout is not None and kid.stdout.readline() == b"up\n"
+            assert kid.stdout is not None and select.select([kid.stdout], [], [], 30)[0]
+            assert kid.stdout.readline() == b"up\n"
         rss = [processes.rss_bytes(kid.pid) for kid in kids]
         pss = [processes.pss_bytes(kid.pid) for kid in kids]
         assert all(p > 8 << 20 for p in pss)  # each holds its own 8 MB privately
@@ -106,9 +108,11 @@ def test_pss_counts_pages_shared_between_processes_once_where_rss_counts_them_in
         with processes.RssSampler(os.getpid(), interval=0.01, pss_every=2) as sampler:
             time.sleep(0.2)
         assert sampler.tree_pss and len(sampler.tree_pss) <= len(sampler.tree) // 2 + 1
+        assert len(sampler.tree_at_pss) == len(sampler.tree_pss)
+        assert all(pss <= rss for pss, rss in zip(sampler.tree_pss, sampler.tree_at_pss, strict=True))
         assert max(sampler.tree_pss) >= sum(pss) * 0.9  # the children are in the tree
     finally:
         for kid in kids:
             kid.kill()
             kid.wait()
-    assert processes.pss_bytes(kids[0].pid) == 0  # gone
+    assert processes.pss_bytes(2**22 + 1) == 0  # no such process (above the kernel's pid_max)
