@@ -47,15 +47,20 @@ def demo_server_pids(root: int) -> set[int]:
     return {pid for pid in children(root) if "servers.demo_server" in cmdline(pid)}
 
 
-def rss_bytes(pid: int) -> int:
-    """Resident set size of one process (0 if it is gone)."""
+def _proc_kib(pid: int, name: str, key: str) -> int:
+    """The ``key`` line (in kB) of ``/proc/<pid>/<name>``, in bytes (0 if the process is gone)."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+        for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+            if line.startswith(key):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
     return 0
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of one process (0 if it is gone)."""
+    return _proc_kib(pid, "status", "VmRSS:")
 
 
 def cpu_seconds(pid: int | str) -> float:
@@ -73,13 +78,7 @@ def pss_bytes(pid: int) -> int:
     """Proportional set size of one process (0 if it is gone): its private pages, and each page
     it shares with other processes divided by how many map it. Summed over processes it counts
     a shared page once, where a sum of RSS counts it in every process that maps it."""
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return _proc_kib(pid, "smaps_rollup", "Pss:")
 
 
 class RssSampler:

@@ -1,8 +1,8 @@
 """The conversation websocket: a thin pipe from doorbell events to rendered rows.
 
 On connect it checks the user and the conversation, then (if the browser says what it last
-saw, and what it shows) re-sends what changed since that the page would show; afterwards each ``step.changed`` / ``turn.changed``
-event is rendered from the database with the same fragment templates the page uses, with the
+saw, and what it shows) re-sends what changed since that the page would show; afterwards each
+``step.changed`` / ``turn.changed`` event is rendered from the database with the same fragment templates the page uses, with the
 teaching layer when the user had teaching mode on when the socket connected (docs/teaching.md §1):
 switching it reloads the page, whose new socket follows the new setting. A
 ``step.partial`` event (a streamed reply so far, never stored) is passed on as it came, as plain
