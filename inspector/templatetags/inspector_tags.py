@@ -8,6 +8,8 @@ through :func:`django.utils.html.escape` first.
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -52,6 +54,10 @@ HIGHLIGHT_LIMIT_CHARS = 200_000
 # with a button that loads the rest (a few such bodies would otherwise make the page crawl;
 # on a long conversation every model call has two: its request and its spliced prompt).
 PREVIEW_THRESHOLD_BYTES = 64 * 1024
+# Bodies shown whole are kept rendered, per process, up to this many characters in all (the
+# body and its markup): a live row is rendered again at every change of its step, and a
+# server's initialize and tools/list answers are the same in every turn.
+SHOWN_CACHE_CHARS = 8 * 1024 * 1024
 PREVIEW_CHARS = 4 * 1024
 OUTLINE_MAX_CHARS = 140
 OUTLINE_STRING_CHARS = 24
@@ -120,11 +126,77 @@ def app_uri(step: Step, parent: Step) -> str:
     return step_app_uri(step=step, tools=parent.turn.tools)
 
 
+@dataclass(frozen=True)
+class _Shown:
+    """A body as ``payload`` shows it, whatever row it is in: its markup and its measures."""
+
+    html: SafeString
+    is_json: bool
+    long: bool
+    outline: str
+    lines: int
+    size: int
+
+
+def _shown_now(value: JSONValue) -> _Shown:
+    text, is_json = _as_text(value)
+    long = is_long(text)
+    return _Shown(
+        html=_markup(text, is_json),
+        is_json=is_json,
+        long=long,
+        outline=outline(text) if long and is_json else "",
+        lines=text.count("\n") + 1,
+        size=len(text.encode("utf-8")),
+    )
+
+
+class _ShownCache:
+    """Rendered bodies by their exact text, least recently used dropped first, within
+    ``SHOWN_CACHE_CHARS``. What is shown depends on the text alone, so any row holding the same
+    text may take it; one thread at a time changes the order."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[str, _Shown] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> _Shown:
+        with self._lock:
+            shown = self._entries.get(text)
+            if shown is not None:
+                self._entries.move_to_end(text)
+                return shown
+        shown = _shown_now(text)
+        weight = len(text) + len(shown.html)
+        if weight > SHOWN_CACHE_CHARS // 8:
+            return shown
+        with self._lock:
+            if text not in self._entries:
+                self._entries[text] = shown
+                self._chars += weight
+            while self._chars > SHOWN_CACHE_CHARS:
+                dropped, old = self._entries.popitem(last=False)
+                self._chars -= len(dropped) + len(old.html)
+        return shown
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._chars = 0
+
+
+_shown_cache = _ShownCache()
+
+
+def _shown(value: JSONValue) -> _Shown:
+    return _shown_cache.get(value) if isinstance(value, str) else _shown_now(value)
+
+
 @register.filter
 def highlight_json(value: JSONValue) -> SafeString:
     """``value`` pretty-printed and syntax-highlighted if it is JSON, else escaped as it is."""
-    text, is_json = _as_text(value)
-    return _markup(text, is_json)
+    return _shown(value).html
 
 
 @register.inclusion_tag("inspector/_json.html")
@@ -139,16 +211,16 @@ def payload(
     """
     if value is None or value == "":
         return {"is_empty": True, "empty": empty}
-    text, is_json = _as_text(value)
-    collapsed = not expanded and is_long(text)
+    shown = _shown(value)
+    collapsed = not expanded and shown.long
     return {
         "is_empty": False,
-        "html": _markup(text, is_json),
-        "is_json": is_json,
+        "html": shown.html,
+        "is_json": shown.is_json,
         "collapsed": collapsed,
-        "outline": outline(text) if collapsed and is_json else "",
-        "lines": text.count("\n") + 1,
-        "size": filesizeformat(len(text.encode("utf-8"))),
+        "outline": shown.outline if collapsed else "",
+        "lines": shown.lines,
+        "size": filesizeformat(shown.size),
         "key": "-".join(str(part) for part in key_parts),
     }
 

@@ -22,6 +22,7 @@ from inspector.fragments import (
     render_turn,
     timestamp_iso,
 )
+from inspector.templatetags import inspector_tags
 from tests.factories import (
     ConversationFactory,
     ExchangeFactory,
@@ -359,6 +360,60 @@ def test_a_collapsed_json_body_shows_an_outline_of_its_top_level() -> None:
     html = html_of(turn.conversation, step)
 
     assert "{&quot;model&quot;: &quot;demo&quot;, &quot;messages&quot;: [1], &quot;tools&quot;: [30]}" in html
+
+
+def test_a_body_rendered_again_is_taken_from_the_cache_and_shown_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    inspector_tags._shown_cache.clear()
+    highlighted: list[str] = []
+    real = inspector_tags.highlight
+
+    def counting(text: str, lexer: Any, formatter: Any) -> str:
+        highlighted.append(text)
+        return str(real(text, lexer, formatter))
+
+    monkeypatch.setattr(inspector_tags, "highlight", counting)
+    turn = make_turn()
+    step = StepFactory(turn=turn)
+    ExchangeFactory(step=step, request_body=json.dumps({"tools": [HOSTILE_SCRIPT] * 60}), response_body="{}")
+
+    first = html_of(turn.conversation, step)
+    calls = len(highlighted)
+    second = html_of(turn.conversation, step)
+
+    # The exchange's body is highlighted once; what is highlighted again is the step's own
+    # decoded JSON fields (not text, so not kept).
+    assert sum("<script>" in text for text in highlighted[:calls]) == 1
+    assert not any("<script>" in text for text in highlighted[calls:])
+    assert second == first
+    assert HOSTILE_SCRIPT not in second and "&lt;script&gt;" in second
+
+
+def test_the_rendered_body_cache_keeps_to_its_budget_dropping_the_least_recent_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(inspector_tags, "SHOWN_CACHE_CHARS", 20_000)
+    cache = inspector_tags._ShownCache()
+    bodies = [json.dumps({"n": n, "pad": "x" * 1_000}) for n in range(30)]
+    for body in bodies:
+        cache.get(body)
+    cache.get(bodies[-10])  # used again: the newest now
+    cache.get(json.dumps({"n": "last", "pad": "x" * 1_000}))
+
+    assert cache._chars <= 20_000
+    assert sum(len(text) + len(shown.html) for text, shown in cache._entries.items()) == cache._chars
+    assert bodies[0] not in cache._entries and bodies[-10] in cache._entries
+    huge = json.dumps({"pad": "x" * 5_000})
+    assert "x" * 5_000 in cache.get(huge).html and huge not in cache._entries  # over an eighth: not kept
+
+
+def test_a_body_that_is_not_text_is_shown_without_the_cache() -> None:
+    inspector_tags._shown_cache.clear()
+    html = inspector_tags.payload({"a": HOSTILE_IMG})["html"]
+
+    assert "&lt;img" in html and HOSTILE_IMG not in html
+    assert not inspector_tags._shown_cache._entries
 
 
 def test_a_short_payload_is_shown_open() -> None:
