@@ -15,6 +15,11 @@ never ends before its steps are stored, and a failed write fails the turn. Where
 be written from another connection (SQLite's single writer, or a caller's open transaction that
 the writer could not see into), each batch is written inline instead, by the same code.
 
+While batches keep coming (the last write ended less than ``RECORD_WRITE_LINGER_SECONDS``
+ago) the writer waits that long for more before it writes, so a fast loop's batches go out a few
+at a time instead of one each; a batch after a quiet spell (a turn's first) goes at once, and so
+does everything as soon as a turn drains or the queue is long.
+
 Those transactions commit asynchronously on PostgreSQL (``synchronous_commit = off``): the rows
 are visible to every reader at once, but the wait for the disk is skipped. A crash of the
 database server (not of the worker) can lose the last fraction of a second of steps; the turn's
@@ -30,12 +35,14 @@ import functools
 import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
@@ -338,6 +345,8 @@ class _Writer:
 
     # At most this many batches in one transaction (a bigger backlog is written in several).
     MOST_PER_WRITE = 200
+    # A queue this long is written at once, lingering or not.
+    LINGER_MOST = 8
 
     def __init__(self) -> None:
         self.pid = os.getpid()
@@ -350,6 +359,9 @@ class _Writer:
         lock = threading.Lock()
         self._work = threading.Condition(lock)
         self._idle = threading.Condition(lock)
+        # Someone waits for the queue (``wait``, ``wait_all``): write what there is, now.
+        self._hurry = False
+        self._last_write = -float("inf")  # time.monotonic() when the last write ended
         self._thread = threading.Thread(target=self._run, name="record-writer", daemon=True)
         self._thread.start()
 
@@ -366,17 +378,28 @@ class _Writer:
         Raises:
             RuntimeError: the writer's thread is gone (its batches will never be written).
         """
+        self._hasten()
         while not owner._drained.wait(timeout=1.0):
             if not self._thread.is_alive():
                 raise RuntimeError("the record writer stopped before writing this turn's steps")
 
     def wait_all(self, timeout: float) -> bool:
+        self._hasten()
         with self._idle:
             return self._idle.wait_for(lambda: not self._pending and not self._busy, timeout)
+
+    def _hasten(self) -> None:
+        with self._work:
+            self._hurry = True
+            self._work.notify()
 
     def _take(self) -> list[_Batch]:
         with self._work:
             self._work.wait_for(lambda: bool(self._pending))
+            linger = float(settings.RECORD_WRITE_LINGER_SECONDS)
+            if time.monotonic() - self._last_write < linger:
+                self._work.wait_for(lambda: self._hurry or len(self._pending) >= self.LINGER_MOST, linger)
+            self._hurry = False
             count = min(len(self._pending), self.MOST_PER_WRITE)
             self._busy = True
             return [self._pending.popleft() for _ in range(count)]
@@ -404,6 +427,7 @@ class _Writer:
                     if owner._outstanding == 0:
                         owner._drained.set()
                 self._busy = False
+                self._last_write = time.monotonic()
                 self._idle.notify_all()
                 idle = not self._pending
             if idle:

@@ -200,6 +200,9 @@ TURN_HEARTBEAT_SECONDS = env_float("TURN_HEARTBEAT_SECONDS", 10.0)
 TURN_HEARTBEAT_WINDOW_SECONDS = env_float("TURN_HEARTBEAT_WINDOW_SECONDS", 60.0)
 TURN_REAP_SECONDS = env_float("TURN_REAP_SECONDS", 15.0)
 TURN_CANCEL_POLL_SECONDS = env_float("TURN_CANCEL_POLL_SECONDS", 0.5)
+# The record writer (conversations.recording): while batches keep coming it waits this long for
+# more before a write, so a fast loop's steps are committed a few at a time; 0 writes each at once.
+RECORD_WRITE_LINGER_SECONDS = env_float("RECORD_WRITE_LINGER_SECONDS", 0.002)
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None

@@ -5,7 +5,8 @@ record writer commits it while the loop goes on, and rings each row's doorbell o
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import SimpleNamespace
@@ -14,6 +15,7 @@ import psycopg
 import pytest
 from django.contrib.auth.models import User
 from django.db import DataError, connection, transaction
+from pytest_django.fixtures import Settings
 
 from conversations import recording
 from conversations.exchanges import exchange_rows, server_records_store
@@ -178,6 +180,96 @@ def test_ids_come_from_the_tables_sequence_so_other_writers_never_collide(turn: 
     assert opened == sorted(opened) and other.pk > max(opened)
     assert later not in {*opened, other.pk}
     assert Step.objects.filter(turn=turn).count() == 5
+
+
+# Long enough that a write made before it ends was made for another reason than its end.
+LONG_LINGER = 60.0
+
+
+def _until(condition: Callable[[], bool], seconds: float = 15.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@pytest.fixture
+def counted_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of batches in each write the process's writer makes from now on."""
+    writes: list[int] = []
+    real = recording._write
+
+    def counting(batches: list[recording._Batch]) -> None:
+        real(batches)
+        writes.append(len(batches))
+
+    monkeypatch.setattr(recording, "_write", counting)
+    return writes
+
+
+def _quiet_writer() -> None:
+    """The process's writer as after a quiet spell: its last write long ago."""
+    recording._writer_for_process()._last_write = -float("inf")
+
+
+@pytest.mark.postgres
+def test_while_batches_keep_coming_the_writer_waits_for_more_and_a_drain_ends_the_wait(
+    turn: Turn, settings: Settings, counted_writes: list[int]
+) -> None:
+    settings.RECORD_WRITE_LINGER_SECONDS = LONG_LINGER
+    _quiet_writer()
+    recorder = TurnRecorder(turn)
+    first = recorder.step_open(kind="decide", title="model call 1")
+    assert _until(lambda: Step.objects.filter(pk=first).exists())  # after a quiet spell: at once
+
+    # Right after that write, the next batches wait for more.
+    steps = [recorder.step_open(kind="decide", title=f"model call {n}") for n in range(2, 5)]
+    time.sleep(0.2)
+    assert not Step.objects.filter(pk__in=steps).exists()
+
+    started = time.monotonic()
+    recorder.drain()
+
+    assert time.monotonic() - started < LONG_LINGER / 4  # the drain did not wait the linger out
+    assert Step.objects.filter(pk__in=steps).count() == 3
+    assert counted_writes == [1, 3]
+
+
+@pytest.mark.postgres
+def test_a_long_queue_is_written_at_once_without_a_drain(
+    turn: Turn, settings: Settings, counted_writes: list[int]
+) -> None:
+    settings.RECORD_WRITE_LINGER_SECONDS = LONG_LINGER
+    _quiet_writer()
+    recorder = TurnRecorder(turn)
+    first = recorder.step_open(kind="decide", title="model call 1")
+    assert _until(lambda: Step.objects.filter(pk=first).exists())
+
+    steps = [
+        recorder.step_open(kind="decide", title=f"model call {n}")
+        for n in range(2, 2 + recording._Writer.LINGER_MOST)
+    ]
+
+    assert _until(lambda: Step.objects.filter(pk__in=steps).count() == len(steps), LONG_LINGER / 4)
+    recorder.drain()
+    assert counted_writes[0] == 1 and sum(counted_writes) == 1 + len(steps)
+
+
+@pytest.mark.postgres
+def test_with_no_linger_each_batch_is_written_as_it_comes(
+    turn: Turn, settings: Settings, counted_writes: list[int]
+) -> None:
+    settings.RECORD_WRITE_LINGER_SECONDS = 0
+    recorder = TurnRecorder(turn)
+    steps = []
+    for n in range(1, 4):
+        steps.append(recorder.step_open(kind="decide", title=f"model call {n}"))
+        assert _until(lambda: Step.objects.filter(pk__in=steps).count() == len(steps))
+    recorder.drain()
+
+    assert counted_writes == [1, 1, 1]
 
 
 @pytest.mark.postgres
