@@ -130,13 +130,23 @@ def _storable_value(value: Any) -> Any:
 
 
 def turn_end_save(
-    *, turn: Turn, redact: Redactor | None = None, update_fields: Sequence[str] | None = None
-) -> None:
-    """Write an ended turn (an ordinary, synchronous commit), its texts redacted, and seal it
-    (``integrity.turn_seal``) in the same transaction. Every step and exchange of the turn must
-    be committed before (``TurnRecorder.drain``): the seal covers what is stored.
+    *,
+    turn: Turn,
+    redact: Redactor | None = None,
+    update_fields: Sequence[str] | None = None,
+    if_running: bool = False,
+) -> str | None:
+    """Write an ended turn (an ordinary, synchronous commit), its texts redacted, have search
+    index its last request whole (``index_last_request_whole``) and seal it
+    (``integrity.turn_seal``), all in one transaction. Every step and exchange of the turn must be
+    committed before (``TurnRecorder.drain``): the seal covers what is stored.
 
-    ``update_fields``: only these fields are written (and redacted).
+    ``update_fields``: only these fields are written (and redacted). ``if_running`` (its runner):
+    only while the turn is still running in the database. Its row is locked and read first, and
+    the lifecycle fields other processes write (heartbeat, cancel request, runner) are taken from
+    it, so the save keeps them; if another process has ended the turn meanwhile (its heartbeat was
+    lost) nothing is written, and that ending's status is returned (``missing`` for a turn
+    deleted). Returns None once written.
     """
     redact = redact or active_redactor()
     names = (
@@ -147,8 +157,31 @@ def turn_end_save(
     for name, value in turn_redacted({name: getattr(turn, name) for name in names}, redact).items():
         setattr(turn, name, value)
     with transaction.atomic():
+        if if_running:
+            ended = _ended_elsewhere(turn)
+            if ended is not None:
+                return ended
+        index_last_request_whole(turn.pk)
         turn.save(update_fields=update_fields)
         turn_seal(turn=turn)
+    return None
+
+
+# What a runner's turn may have had written by other processes while it ran.
+_LIFECYCLE_FIELDS = ("heartbeat_at", "cancel_requested_at", "cancel_requested_by", "runner")
+
+
+def _ended_elsewhere(turn: Turn) -> str | None:
+    """Lock the running turn's row; the status another process ended it with, if it has (else
+    None, with the lifecycle fields it holds now copied onto ``turn``)."""
+    row = Turn.objects.select_for_update().filter(pk=turn.pk).values("status", *_LIFECYCLE_FIELDS).first()
+    if row is None:
+        return "missing"
+    if row["status"] != Turn.Status.RUNNING:
+        return str(row["status"])
+    for name in _LIFECYCLE_FIELDS:
+        setattr(turn, name, row[name])
+    return None
 
 
 # Step ids are reserved from the sequence this many at a time at first, doubling up to the most.
@@ -708,9 +741,11 @@ class TurnRecorder:
             self._writer.wait(self)
         self._raise_write_error()
 
-    def turn_end(self) -> None:
-        """Write the turn's end, redacted, and seal it (``turn_end_save``); after ``drain``."""
-        turn_end_save(turn=self.turn, redact=self.redact)
+    def turn_end(self) -> str | None:
+        """Write the turn's end, redacted, and seal it, if it is still running in the database
+        (``turn_end_save``); after ``drain``. Returns the status another process ended it with
+        instead, if one has."""
+        return turn_end_save(turn=self.turn, redact=self.redact, if_running=True)
 
     def seal(self) -> None:
         """Seal a turn whose end another writer stored (``integrity.turn_seal``); after ``drain``."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import httpx2
 from django.conf import settings
 from django.core.handlers.wsgi import WSGIHandler
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 
 from conversations.agent import AgentTurn, PromptRenderer, TurnCancelled, run_agent
 from conversations.capabilities import CAPABILITY_FIELDS, capability_downgrades_remember
@@ -368,16 +368,16 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
             turn.mark_failed(outcome.error)
     # Every step is committed before the turn's end is written (a write that failed raises here).
     recorder.drain()
-    index_last_request_whole(turn.pk)
-    ended = _still_ours(turn)
+    # An ordinary (synchronous) commit: it makes the turn and every step before it durable.
+    ended = recorder.turn_end()
     if ended is not None:
         # Another process has marked it finished meanwhile (its heartbeat was lost): that ending
         # stands; the seal is made again over what this runner recorded since.
-        recorder.seal()
+        with transaction.atomic():
+            index_last_request_whole(turn.pk)
+            recorder.seal()
         recorder.turn_changed()
         return ended
-    # An ordinary (synchronous) commit: it makes the turn and every step before it durable.
-    recorder.turn_end()
     recorder.turn_changed()
     return str(turn.status)
 
@@ -393,26 +393,6 @@ def _end_cancelled(turn: Turn, recorder: TurnRecorder, signal: TurnSignal) -> No
     turn.mark_cancelled(text)
 
 
-def _still_ours(turn: Turn) -> str | None:
-    """None while the turn is still running in the database (nobody else ended it), taking the
-    lifecycle fields it holds there now, so the end's save keeps them; else the status another
-    process ended it with (``missing`` for a turn deleted meanwhile)."""
-    row = (
-        Turn.objects.filter(pk=turn.pk)
-        .values("status", "heartbeat_at", "cancel_requested_at", "cancel_requested_by", "runner")
-        .first()
-    )
-    if row is None:
-        return "missing"
-    if row["status"] != Turn.Status.RUNNING:
-        return str(row["status"])
-    turn.heartbeat_at = row["heartbeat_at"]
-    turn.cancel_requested_at = row["cancel_requested_at"]
-    turn.cancel_requested_by = row["cancel_requested_by"]
-    turn.runner = row["runner"]
-    return None
-
-
 def turn_abandon(*, turn_id: int, reason: str) -> bool:
     """Mark a turn that could not be run failed, with the reason, if it has not finished.
 
@@ -423,6 +403,5 @@ def turn_abandon(*, turn_id: int, reason: str) -> bool:
         return False
     turn.mark_failed(reason)
     turn_end_save(turn=turn, update_fields=["status", "error", "finished_at", "updated_at"])
-    index_last_request_whole(turn.pk)
     live.publish_turn_changed(conversation_id=turn.conversation.public_id, turn_id=turn.pk)
     return True

@@ -330,6 +330,41 @@ def test_inside_a_callers_transaction_the_rows_are_written_inline(turn: Turn) ->
         assert Step.objects.filter(pk=step).exists()
 
 
+def _running(turn: Turn) -> Turn:
+    Turn.objects.filter(pk=turn.pk).update(status=Turn.Status.RUNNING, runner="this-process")
+    turn.refresh_from_db()
+    return turn
+
+
+def test_a_runners_end_keeps_what_other_processes_wrote_meanwhile_and_seals(turn: Turn) -> None:
+    mine = _running(turn)
+    later = datetime.now(UTC)
+    Turn.objects.filter(pk=turn.pk).update(heartbeat_at=later, cancel_requested_by="alice")
+    mine.mark_done("Sunny.")
+
+    assert TurnRecorder(mine).turn_end() is None
+
+    stored = Turn.objects.get(pk=turn.pk)
+    assert (stored.status, stored.answer) == (Turn.Status.DONE, "Sunny.")
+    assert (stored.heartbeat_at, stored.cancel_requested_by) == (later, "alice")
+    assert stored.seal and conversation_verify(conversation=turn.conversation).intact
+
+
+@pytest.mark.parametrize("ending", [Turn.Status.INTERRUPTED, "missing"])
+def test_a_runners_end_writes_nothing_over_a_turn_ended_elsewhere(turn: Turn, ending: str) -> None:
+    mine = _running(turn)
+    if ending == "missing":
+        Turn.objects.filter(pk=turn.pk).delete()
+    else:
+        Turn.objects.filter(pk=turn.pk).update(status=ending, error="the heartbeat was lost")
+    mine.mark_done("Sunny.")
+
+    assert TurnRecorder(mine).turn_end() == ending
+
+    stored = Turn.objects.filter(pk=turn.pk).values("status", "answer", "seal").first()
+    assert stored is None if ending == "missing" else stored == {"status": ending, "answer": "", "seal": ""}
+
+
 def test_waiting_on_a_writer_whose_thread_is_gone_fails_instead_of_hanging() -> None:
     writer = recording._Writer()
     dead = threading.Thread(target=lambda: None)
