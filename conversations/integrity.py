@@ -47,7 +47,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import QuerySet
 
 from conversations.models import AuditEvent, Conversation, Exchange, Step, Turn
 from conversations.transcripts.fields import ID_KEYS, step_doc, turn_doc
@@ -291,13 +291,16 @@ def _anchor(key: bytes, identity: str, turns: int, head: str) -> str:
     return _mac(key, "anchor\n" + _canonical({"conversation": identity, "turns": turns, "head": head}))
 
 
-def _previous_seal_query() -> QuerySet[Turn, str]:
-    """The seal of the turn before the outer query's turn, as a subquery (at most one value)."""
-    return (
-        Turn.objects.filter(conversation_id=OuterRef("conversation_id"), seq__lt=OuterRef("seq"))
+def _previous_seal(turn: Turn) -> str:
+    # Read after the turn's row is locked, not with it: a read that waits for a lock sees the
+    # locked row as it is now, but anything else it reads as it was when the read began.
+    before = (
+        Turn.objects.filter(conversation_id=turn.conversation_id, seq__lt=turn.seq)
         .order_by("-seq")
-        .values_list("seal", flat=True)[:1]
+        .values_list("seal", flat=True)
+        .first()
     )
+    return before or GENESIS
 
 
 def _sealed_turns(conversation_id: int) -> tuple[int, str]:
@@ -330,16 +333,10 @@ def turn_seal(*, turn: Turn, actor_name: str = "system") -> str:
     # Inside the caller's transaction when there is one (``recording.turn_end_save``): no savepoint,
     # a failure here fails the whole end.
     with transaction.atomic(savepoint=False):
-        # The turn as stored, and the seal it chains from, in one read.
-        fresh = (
-            Turn.objects.select_for_update()
-            .annotate(previous_seal=Subquery(_previous_seal_query()))
-            .get(pk=turn.pk)
-        )
+        fresh = Turn.objects.select_for_update().get(pk=turn.pk)
         records = _turn_records(fresh)
         digests = _step_digests(key, identity, fresh, records, SEAL_RULE)
-        previous = fresh.previous_seal or GENESIS
-        seal = _turn_seal(key, identity, fresh, records, digests, previous, SEAL_RULE)
+        seal = _turn_seal(key, identity, fresh, records, digests, _previous_seal(fresh), SEAL_RULE)
         Turn.objects.filter(pk=fresh.pk).update(seal=seal, seal_steps=digests, seal_rule=SEAL_RULE)
         turn.seal, turn.seal_steps, turn.seal_rule = seal, digests, SEAL_RULE
         count, head = _sealed_turns(conversation.pk)

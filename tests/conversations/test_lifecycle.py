@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
@@ -273,6 +274,45 @@ def test_a_conversation_whose_last_turn_has_not_ended_refuses_a_new_question(ali
         turn_start(conversation=first.conversation, question="And in Paris?", dispatch=False)
 
     assert first.conversation.turns.count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_questions_at_once_start_one_turn_and_refuse_the_other(alice: User) -> None:
+    first = _queued(alice)
+    Turn.objects.filter(pk=first.pk).update(status=Turn.Status.DONE)
+    conversation = first.conversation
+    outcomes: list[str] = []
+
+    def ask(question: str) -> None:
+        try:
+            turn = turn_start(conversation=conversation, question=question, dispatch=False)
+            outcomes.append(f"turn {turn.seq}")
+        except TurnInProgress:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    db = connection.settings_dict
+    with psycopg.connect(
+        host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, dbname=db["NAME"], user=db["USER"] or None
+    ) as other:
+        # Both wait on the conversation's row lock, then go one after the other.
+        other.execute("SELECT 1 FROM conversations_conversation WHERE id = %s FOR UPDATE", [conversation.pk])
+        threads = [threading.Thread(target=ask, args=(q,)) for q in ("And in Paris?", "And in Rome?")]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)
+        assert outcomes == []  # neither got past the lock
+        other.rollback()
+    for thread in threads:
+        thread.join(10)
+
+    assert sorted(outcomes) == ["refused", "turn 2"]
+    assert list(conversation.turns.order_by("seq").values_list("seq", "status")) == [
+        (1, Turn.Status.DONE),
+        (2, Turn.Status.QUEUED),
+    ]
 
 
 # --- cancel ------------------------------------------------------------------------------------
