@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
-import psycopg
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
@@ -43,6 +42,7 @@ from servers import gateway
 from servers.models import McpServer
 from servers.services import demo_server_ensure
 from tests.conversations.hostile_model import SILENT, HostileModel
+from tests.support import other_connection, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WEATHER = "What will the weather be like in Beijing tomorrow?"
@@ -99,15 +99,6 @@ def _running(owner: User, *, beat_seconds_ago: float | None, runner: str = "") -
     return turn
 
 
-def _wait_until(condition: object, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return False
-
-
 # --- claiming ---------------------------------------------------------------------------------
 
 
@@ -160,7 +151,7 @@ def test_a_watched_turn_heart_beats_while_it_runs(alice: User, fast_lifecycle: S
     before = turn.heartbeat_at
     turn_watch(turn_id=turn.pk)
     try:
-        assert _wait_until(lambda: Turn.objects.get(pk=turn.pk).heartbeat_at != before, 5)
+        assert wait_until(lambda: Turn.objects.get(pk=turn.pk).heartbeat_at != before, 5)
     finally:
         turn_unwatch(turn_id=turn.pk)
     assert Turn.objects.get(pk=turn.pk).heartbeat_at > before
@@ -293,10 +284,7 @@ def test_two_questions_at_once_start_one_turn_and_refuse_the_other(alice: User) 
         finally:
             connection.close()
 
-    db = connection.settings_dict
-    with psycopg.connect(
-        host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, dbname=db["NAME"], user=db["USER"] or None
-    ) as other:
+    with other_connection() as other:
         # Both wait on the conversation's row lock, then go one after the other.
         other.execute("SELECT 1 FROM conversations_conversation WHERE id = %s FOR UPDATE", [conversation.pk])
         threads = [threading.Thread(target=ask, args=(q,)) for q in ("And in Paris?", "And in Rome?")]
@@ -362,7 +350,7 @@ def test_a_turn_stuck_in_a_slow_model_call_is_cancelled_keeping_what_it_recorded
     bob = User.objects.create_user("bob", is_staff=True)
     turn = _queued(alice, question=f"{WEATHER} [demo:slow=15]")
     runner = _run_in_thread(turn)
-    assert _wait_until(lambda: Step.objects.filter(turn=turn, kind="decide").exists(), 10)
+    assert wait_until(lambda: Step.objects.filter(turn=turn, kind="decide").exists(), 10)
 
     turn_cancel(turn=Turn.objects.get(pk=turn.pk), actor=bob)
     runner.join(STOP_BOUND_SECONDS)
@@ -402,7 +390,7 @@ def test_a_turn_stuck_in_a_slow_tool_call_is_cancelled_and_the_server_told(
         alice, "Run the hang tool", [broken_server], tool_choice="named", tool_choice_name="broken/hang"
     )
     runner = _run_in_thread(turn)
-    assert _wait_until(lambda: Step.objects.filter(turn=turn, kind="tool").exists(), 20)
+    assert wait_until(lambda: Step.objects.filter(turn=turn, kind="tool").exists(), 20)
 
     turn_cancel(turn=Turn.objects.get(pk=turn.pk), actor=alice)
     runner.join(STOP_BOUND_SECONDS)
@@ -427,7 +415,7 @@ def test_a_turn_marked_interrupted_by_another_process_stops_and_keeps_that_endin
 ) -> None:
     turn = _queued(alice, question=f"{WEATHER} [demo:slow=15]")
     runner = _run_in_thread(turn)
-    assert _wait_until(lambda: Step.objects.filter(turn=turn, kind="decide").exists(), 10)
+    assert wait_until(lambda: Step.objects.filter(turn=turn, kind="decide").exists(), 10)
 
     # Seen from two minutes on: this process's heartbeat thread keeps beating meanwhile, and a
     # beat landing between an UPDATE of heartbeat_at and the check would make the turn look alive.
@@ -453,7 +441,7 @@ def test_queued_turns_left_by_an_embedded_server_run_when_the_next_one_starts_se
 
     assert turns_resume_queued() == [orphan.pk]
 
-    assert _wait_until(lambda: Turn.objects.get(pk=orphan.pk).is_finished, 30)
+    assert wait_until(lambda: Turn.objects.get(pk=orphan.pk).is_finished, 30)
     assert Turn.objects.get(pk=orphan.pk).status == Turn.Status.DONE
     assert Turn.objects.get(pk=running.pk).status == Turn.Status.RUNNING  # not the resumer's business
 
@@ -472,7 +460,7 @@ def test_a_reply_still_streaming_in_when_its_turn_is_cancelled_is_not_read_to_it
         dispatch=False,
     )
     runner = _run_in_thread(turn)
-    assert _wait_until(lambda: Step.objects.filter(turn=turn, kind="decide").exists(), 10)
+    assert wait_until(lambda: Step.objects.filter(turn=turn, kind="decide").exists(), 10)
 
     turn_cancel(turn=Turn.objects.get(pk=turn.pk), actor=alice)
     runner.join(STOP_BOUND_SECONDS)
@@ -481,7 +469,7 @@ def test_a_reply_still_streaming_in_when_its_turn_is_cancelled_is_not_read_to_it
     assert Turn.objects.get(pk=turn.pk).status == Turn.Status.CANCELLED
     # The abandoned call stops reading at the stream's next event and closes its connection.
     call_thread = f"model-call-turn-{turn.pk}"
-    assert _wait_until(lambda: all(t.name != call_thread for t in threading.enumerate()), 8)
+    assert wait_until(lambda: all(t.name != call_thread for t in threading.enumerate()), 8)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -505,7 +493,7 @@ def test_a_turn_waiting_on_a_model_over_the_network_is_cancelled_at_once_keeping
             owner=alice, model_profile=profile, question=WEATHER, servers=[], dispatch=False
         )
         runner = _run_in_thread(turn)
-        assert _wait_until(lambda: hostile.requests, 10)
+        assert wait_until(lambda: hostile.requests, 10)
         assert not [t for t in threading.enumerate() if t.name.startswith("model-call-turn-")]
 
         started = time.monotonic()

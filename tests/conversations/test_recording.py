@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
-import psycopg
 import pytest
 from django.contrib.auth.models import User
 from django.db import DataError, connection, transaction
@@ -25,6 +24,7 @@ from conversations.recording import TurnRecorder
 from conversations.secret_sources import active_redactor
 from conversations.wire import WireExchange
 from inspector import live
+from tests.support import other_connection, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -110,18 +110,10 @@ def test_between_writes_the_recorder_holds_no_pooled_connection(turn: Turn) -> N
     assert Step.objects.get(pk=step).status == "ok"
 
 
-def _other_connection() -> psycopg.Connection[tuple[object, ...]]:
-    """A connection of its own: it sees only what has been committed."""
-    db = connection.settings_dict
-    return psycopg.connect(
-        host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"] or None, dbname=db["NAME"]
-    )
-
-
 @contextmanager
 def _turn_row_locked(turn: Turn) -> Iterator[None]:
     """Hold the turn's row lock from another connection: a write that updates the turn waits."""
-    with _other_connection() as other:
+    with other_connection() as other:
         other.execute("SELECT 1 FROM conversations_turn WHERE id = %s FOR UPDATE", [turn.pk])
         yield
         other.rollback()
@@ -153,7 +145,7 @@ def test_a_doorbell_rings_only_after_its_row_is_committed(
 
     def ring(*, conversation_id: object, turn_id: int, step_id: int) -> None:
         # Read from a fresh connection: only committed rows are visible there.
-        with _other_connection() as other:
+        with other_connection() as other:
             row = other.execute("SELECT status FROM conversations_step WHERE id = %s", [step_id]).fetchone()
         seen.append((step_id, row[0] if row else None))
 
@@ -186,13 +178,8 @@ def test_ids_come_from_the_tables_sequence_so_other_writers_never_collide(turn: 
 LONG_LINGER = 60.0
 
 
-def _until(condition: Callable[[], bool], seconds: float = 15.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
+# How long a write that is due may take to show.
+DUE = 15.0
 
 
 @pytest.fixture
@@ -209,21 +196,22 @@ def counted_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return writes
 
 
-def _quiet_writer() -> None:
-    """The process's writer as after a quiet spell: its last write long ago."""
-    recording._writer_for_process()._last_write = -float("inf")
+def _right_after_a_write(turn: Turn, settings: Settings) -> TurnRecorder:
+    """A recorder of ``turn`` whose first step the writer (lingering ``LONG_LINGER``) has just
+    written: at once, since it came after a quiet spell."""
+    settings.RECORD_WRITE_LINGER_SECONDS = LONG_LINGER
+    recording._writer_for_process()._last_write = -float("inf")  # its last write long ago
+    recorder = TurnRecorder(turn)
+    first = recorder.step_open(kind="decide", title="model call 1")
+    assert wait_until(lambda: Step.objects.filter(pk=first).exists(), DUE)
+    return recorder
 
 
 @pytest.mark.postgres
 def test_while_batches_keep_coming_the_writer_waits_for_more_and_a_drain_ends_the_wait(
     turn: Turn, settings: Settings, counted_writes: list[int]
 ) -> None:
-    settings.RECORD_WRITE_LINGER_SECONDS = LONG_LINGER
-    _quiet_writer()
-    recorder = TurnRecorder(turn)
-    first = recorder.step_open(kind="decide", title="model call 1")
-    assert _until(lambda: Step.objects.filter(pk=first).exists())  # after a quiet spell: at once
-
+    recorder = _right_after_a_write(turn, settings)
     # Right after that write, the next batches wait for more.
     steps = [recorder.step_open(kind="decide", title=f"model call {n}") for n in range(2, 5)]
     time.sleep(0.2)
@@ -241,18 +229,13 @@ def test_while_batches_keep_coming_the_writer_waits_for_more_and_a_drain_ends_th
 def test_a_long_queue_is_written_at_once_without_a_drain(
     turn: Turn, settings: Settings, counted_writes: list[int]
 ) -> None:
-    settings.RECORD_WRITE_LINGER_SECONDS = LONG_LINGER
-    _quiet_writer()
-    recorder = TurnRecorder(turn)
-    first = recorder.step_open(kind="decide", title="model call 1")
-    assert _until(lambda: Step.objects.filter(pk=first).exists())
-
+    recorder = _right_after_a_write(turn, settings)
     steps = [
         recorder.step_open(kind="decide", title=f"model call {n}")
         for n in range(2, 2 + recording._Writer.LINGER_MOST)
     ]
 
-    assert _until(lambda: Step.objects.filter(pk__in=steps).count() == len(steps), LONG_LINGER / 4)
+    assert wait_until(lambda: Step.objects.filter(pk__in=steps).count() == len(steps), LONG_LINGER / 4)
     recorder.drain()
     assert counted_writes[0] == 1 and sum(counted_writes) == 1 + len(steps)
 
@@ -266,7 +249,7 @@ def test_with_no_linger_each_batch_is_written_as_it_comes(
     steps = []
     for n in range(1, 4):
         steps.append(recorder.step_open(kind="decide", title=f"model call {n}"))
-        assert _until(lambda: Step.objects.filter(pk__in=steps).count() == len(steps))
+        assert wait_until(lambda: Step.objects.filter(pk__in=steps).count() == len(steps), DUE)
     recorder.drain()
 
     assert counted_writes == [1, 1, 1]

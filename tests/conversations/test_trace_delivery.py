@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,6 +27,7 @@ from conversations.services import conversation_start, demo_profile_ensure
 from servers import gateway
 from servers.services import demo_server_ensure
 from tests.conftest import running_celery_worker, worker_log_path
+from tests.support import wait_until
 
 WEATHER = "What will the weather be like in Beijing tomorrow?"
 SECRET = "s3cret-collector-key"
@@ -95,15 +95,6 @@ def _close_sessions() -> Iterator[None]:
     gateway.close_all()
 
 
-def _until(check: Callable[[], bool], seconds: float = 30) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
-
-
 def _delivery(turn: Turn) -> TraceDelivery | None:
     return TraceDelivery.objects.filter(turn=turn).first()
 
@@ -151,7 +142,7 @@ def test_the_embedded_thread_sends_a_finished_turn_and_retries_while_the_collect
     with collector(statuses=[503]) as sink, _embedded(sink.url):
         turn = _run_turn(alice)
 
-        assert _until(lambda: _sent(turn)), _delivery(turn)
+        assert wait_until(lambda: _sent(turn), 30), _delivery(turn)
 
         delivery = _delivery(turn)
         assert delivery is not None and delivery.attempts == 2 and delivery.last_error == ""
@@ -177,13 +168,13 @@ def test_nothing_is_lost_while_the_collector_is_down_it_is_sent_when_it_comes_ba
     url = f"http://127.0.0.1:{port}/v1/traces"
     with _embedded(url):
         turn = _run_turn(alice)
-        assert _until(lambda: (d := _delivery(turn)) is not None and d.attempts >= 2)
+        assert wait_until(lambda: (d := _delivery(turn)) is not None and d.attempts >= 2, 30)
         delivery = _delivery(turn)
         assert delivery is not None and delivery.status == TraceDelivery.Status.PENDING
         assert delivery.last_error.startswith("the collector could not be reached")
 
         with collector(port=port) as sink:
-            assert _until(lambda: _sent(turn))
+            assert wait_until(lambda: _sent(turn), 30)
 
         assert len(sink.received) == 1
         _nowhere_has_the_secret(turn)
@@ -196,7 +187,9 @@ def test_a_collector_that_refuses_the_trace_marks_it_failed_and_says_why() -> No
     with collector(statuses=[400]) as sink, _embedded(sink.url):
         turn = _run_turn(alice)
 
-        assert _until(lambda: (d := _delivery(turn)) is not None and d.status == TraceDelivery.Status.FAILED)
+        assert wait_until(
+            lambda: (d := _delivery(turn)) is not None and d.status == TraceDelivery.Status.FAILED, 30
+        )
 
         delivery = _delivery(turn)
         assert delivery is not None
@@ -213,7 +206,7 @@ def test_a_new_embedded_process_sends_the_traces_an_earlier_one_left_pending() -
     with collector() as sink, _embedded(sink.url):
         embedded_resume()
 
-        assert _until(lambda: _sent(turn))
+        assert wait_until(lambda: _sent(turn), 30)
     assert len(sink.received) == 1
     _nowhere_has_the_secret(turn)
 
@@ -245,7 +238,7 @@ def test_a_celery_worker_sends_the_trace_of_the_turn_it_ran_retrying_while_unava
                 servers=[demo_server_ensure()],
             )
 
-            assert _until(lambda: _sent(turn), 60), _delivery(turn)
+            assert wait_until(lambda: _sent(turn), 60), _delivery(turn)
 
         delivery = _delivery(turn)
         assert delivery is not None and delivery.attempts == 3

@@ -13,8 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from conversations.transcripts.otel import otlp_request, trace_origin
 from servers import gateway
 from servers.services import demo_server_ensure
 from tests.conftest import REPO_ROOT
+from tests.support import wait_until
 
 # Pinned: the version docs/traces.md §7 names. A change of pin installs the new one.
 PHOENIX_VERSION = "20.26.1"
@@ -146,7 +146,7 @@ def phoenix() -> Iterator[Phoenix]:
         )
     server = Phoenix(port=port, process=process, log=log)
     try:
-        if not _until(lambda: _answers(server), START_SECONDS, step=0.5):
+        if not wait_until(lambda: _answers(server), START_SECONDS, step=0.5):
             pytest.fail(f"Phoenix did not start:\n{log.read_text()[-3000:]}")
         yield server
     finally:
@@ -166,15 +166,6 @@ def _answers(server: Phoenix) -> bool:
         return httpx.get(f"{server.url}/healthz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
-
-
-def _until(check: Callable[[], bool], seconds: float, step: float = 0.1) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(step)
-    return check()
 
 
 @pytest.fixture(autouse=True)
@@ -253,13 +244,17 @@ def test_phoenix_reads_the_messages_the_tool_call_the_model_and_the_usage_of_a_t
             dispatch=False,
         )
         turn_run(turn_id=turn.pk)
-        assert _until(lambda: _delivered(turn), 30), TraceDelivery.objects.filter(turn=turn).values().first()
+        assert wait_until(lambda: _delivered(turn), 30, step=0.1), (
+            TraceDelivery.objects.filter(turn=turn).values().first()
+        )
 
     sent = _sent_spans(conversation, turn)
     exported = {span["spanId"]: _sent_attrs(span) for span in sent}
     (trace_id,) = {span["traceId"] for span in sent}
     # Phoenix inserts what it receives in batches: wait until the whole trace is readable.
-    assert _until(lambda: len(phoenix.spans(trace_id)) == len(sent), 30, step=0.25), phoenix.spans(trace_id)
+    assert wait_until(lambda: len(phoenix.spans(trace_id)) == len(sent), 30, step=0.25), phoenix.spans(
+        trace_id
+    )
     spans = {span["context"]["span_id"]: span for span in phoenix.spans(trace_id)}
 
     # Every span arrived under its parent and of its kind: one agent, two model calls, one tool;
