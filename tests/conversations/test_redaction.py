@@ -1,13 +1,18 @@
 """The redactor: every built-in pattern, staff rules and run secrets, in short and long texts.
 
-A built-in pattern is skipped on a text that lacks every substring its matches must contain;
-these cases make sure that shortcut never lets a secret through."""
+A built-in pattern is skipped on a text that fails its screen (a test every text it matches
+passes: a prefix its matches must start with); these cases make sure that shortcut never lets a
+secret through, in ASCII texts and in texts with other characters."""
 
 from __future__ import annotations
 
 import io
 import json
 import logging
+import random
+import re
+import sys
+from dataclasses import replace
 
 import pytest
 from django.conf import settings
@@ -25,11 +30,15 @@ KEYS = [
     ("AKIAABCDEFGHIJKLMNOP", "api_key"),
     ("ghp_" + "a1" * 18, "api_key"),
     ("gho_" + "Z9" * 16, "api_key"),
+    ("ghu_" + "x" * 30, "api_key"),
+    ("ghs_" + "Q" * 30, "api_key"),
+    ("ghr_" + "7" * 30, "api_key"),
     ("xoxb-1234567890-abcdef", "api_key"),
     ("AIza" + "B" * 35, "api_key"),
     ("Bearer abc.def-ghi_jkl", "bearer_token"),
     ("BEARER ABCDEFGHIJKLMN", "bearer_token"),
     ("bearer    token1234567", "bearer_token"),
+    ("bEaReR mixed.case-token", "bearer_token"),
     ("ada.lovelace+inspector@example.co.uk", "email"),
 ]
 
@@ -43,10 +52,46 @@ def test_each_builtin_pattern_redacts_its_secrets_alone_and_inside_a_long_json_b
         {"messages": [{"role": "user", "content": "the running totals, one call at a time " * 200}]}
     )
     long_text = body[:4000] + f" {secret} " + body[4000:]
+    # A body with characters outside ASCII is screened another way (its UTF-8 bytes).
+    wide_text = long_text.replace("running", "rünning — 21 °C, İstanbul 😀")
 
     assert redact.text(secret) == f"[REDACTED:{kind}]"
-    assert secret not in redact.text(long_text) and f"[REDACTED:{kind}]" in redact.text(long_text)
+    for text in (long_text, wide_text):
+        assert secret not in redact.text(text) and f"[REDACTED:{kind}]" in redact.text(text)
     assert redact.json({"headers": [long_text]}) == {"headers": [redact.text(long_text)]}
+
+
+def test_no_character_outside_ascii_matches_a_letter_of_bearer_regardless_of_case() -> None:
+    """What the bearer screen relies on: lower-casing ASCII letters alone finds every text the
+    case-insensitive pattern can match."""
+    others = "".join(chr(code) for code in range(128, sys.maxunicode + 1) if not 0xD800 <= code <= 0xDFFF)
+
+    assert re.findall(r"(?i)[bear]", others) == []
+    assert re.findall(r"(?i)[bear]", "bEaRBEAR") == list("bEaRBEAR")  # the search itself works
+
+
+def test_the_screens_never_change_what_is_redacted() -> None:
+    """The redactor with its screens and the same redactor scanning every text with every
+    pattern give the same text, over secrets in many surroundings and near-misses of each."""
+    screened = redactor(secrets=["a-run-secret-value"])
+    unscreened = replace(screened, screens=())
+    pieces = [secret for secret, _ in KEYS] + [
+        "sk", "sk-", "AKI", "AIz", "gh_", "ghx_", "xo", "xox", "Bear", "bearer", "BEARER", "b e a r e r",
+        "@", "a@b", "ü", "—", "😀", "İ", "\ud800", '"', "\n", " ", "{", "tool_calls", "a-run-secret-value",
+    ]  # fmt: skip
+    chance = random.Random(21)
+    texts = [
+        "".join(
+            chance.choice(pieces) + chance.choice(["", " ", "-", "_", "é"])
+            for _ in range(chance.randint(1, 12))
+        )
+        for _ in range(3000)
+    ]
+    texts += [
+        json.dumps({"text": text}, ensure_ascii=ascii) for text in texts[:300] for ascii in (True, False)
+    ]
+
+    assert [screened.text(text) for text in texts] == [unscreened.text(text) for text in texts]
 
 
 def test_text_without_secrets_comes_back_unchanged() -> None:
