@@ -10,22 +10,67 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from conversations.typealias import JSONDict
 
-__all__ = ["Render", "removed_span", "spliced_pieces"]
+__all__ = ["Render", "Variants", "removed_span", "spliced_pieces"]
 
 # render(messages, tools) → the prompt text, with the same template and options as the prompt.
 Render = Callable[[list[JSONDict], list[JSONDict]], str]
 
 
+class Variants(Protocol):
+    """One prompt's renderings with one change each, as ``render`` would make them from the
+    changed lists. A ``render`` that can make them without rendering the whole prompt again
+    offers them as ``render.variants(messages, tools)`` (None: not for this prompt)."""
+
+    def without_tool(self, index: int) -> str: ...
+
+    def with_message(self, index: int, replacement: JSONDict | None) -> str: ...
+
+
+# Long enough that comparing a chunk costs far more than the Python around it, short enough that
+# the bisection inside the first differing chunk stays small.
+_CHUNK = 4096
+
+
 def _common_prefix(a: str, b: str) -> int:
-    """Length of the common prefix, by bisection over slice comparisons (done in C: prompts are
-    hundreds of kilobytes and a piece is looked for at every step)."""
-    low, high = 0, min(len(a), len(b))
+    """Length of the common prefix: chunk by chunk (each comparison done in C), then by
+    bisection inside the first chunk that differs. Prompts are hundreds of kilobytes and a piece
+    is looked for at every step, so no step compares more than the prefix and one chunk."""
+    end = min(len(a), len(b))
+    low = 0
+    while low < end and a[low : low + _CHUNK] == b[low : low + _CHUNK]:
+        low += _CHUNK
+    if low >= end:
+        return end
+    high = min(low + _CHUNK, end)
+    while low < high:  # a[:low] == b[:low]; they differ before ``high``… or ``high`` is the end
+        middle = (low + high + 1) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _common_suffix(a: str, b: str, most: int) -> int:
+    """Length of the common suffix, at most ``most``: as :func:`_common_prefix`, from the end."""
+    end = min(len(a), len(b), most)
+    low = 0
+    la, lb = len(a), len(b)
+    while low < end:
+        size = min(_CHUNK, end - low)
+        if a[la - low - size : la - low] != b[lb - low - size : lb - low]:
+            break
+        low += size
+    else:
+        return end
+    high = min(low + _CHUNK, end)
     while low < high:
         middle = (low + high + 1) // 2
-        if a[:middle] == b[:middle]:
+        if a[la - middle : la - low] == b[lb - middle : lb - low]:
             low = middle
         else:
             high = middle - 1
@@ -36,9 +81,8 @@ def removed_span(full: str, without: str) -> str:
     """The text of ``full`` that ``without`` lacks: what lies between their common prefix and
     their common suffix (the suffix never overlapping the prefix)."""
     prefix = _common_prefix(full, without)
-    rest_full, rest_without = full[prefix:], without[prefix:]
-    suffix = _common_prefix(rest_full[::-1], rest_without[::-1])
-    return rest_full[: len(rest_full) - suffix]
+    suffix = _common_suffix(full, without, min(len(full), len(without)) - prefix)
+    return full[prefix : len(full) - suffix]
 
 
 def _tool_name(tool: JSONDict) -> str:
@@ -59,10 +103,17 @@ def spliced_pieces(
     result's own text is counted.
     """
     messages, tools = list(messages), list(tools)
+    offered: Callable[[list[JSONDict], list[JSONDict]], Variants | None] | None = getattr(
+        render, "variants", None
+    )
+    variants = offered(messages, tools) if offered is not None else None
     tool_texts: dict[str, str] = {}
     for index, tool in enumerate(tools):
         try:
-            without = render(messages, tools[:index] + tools[index + 1 :])
+            if variants is not None:
+                without = variants.without_tool(index)
+            else:
+                without = render(messages, tools[:index] + tools[index + 1 :])
         except Exception:  # noqa: BLE001 — a template refusing the variant: count the definition
             tool_texts[_tool_name(tool)] = json.dumps(tool, ensure_ascii=False)
         else:
@@ -71,13 +122,13 @@ def spliced_pieces(
     for index, message in enumerate(messages):
         if message.get("role") != "tool":
             continue
-        variants = (
-            messages[:index] + messages[index + 1 :],
-            messages[:index] + [{**message, "content": ""}] + messages[index + 1 :],
-        )
-        for variant in variants:
+        for replacement in (None, {**message, "content": ""}):
             try:
-                without = render(variant, tools)
+                if variants is not None:
+                    without = variants.with_message(index, replacement)
+                else:
+                    kept = [replacement] if replacement is not None else []
+                    without = render(messages[:index] + kept + messages[index + 1 :], tools)
             except Exception:  # noqa: BLE001 — try the next, milder variant
                 continue
             result_texts.append(removed_span(full, without))

@@ -338,38 +338,62 @@ def _generic_rendering(
     for a message of a shape the template's edge cases decide (a test holds the two equal).
     ``tool_json`` writes a tool definition's JSON and ``assistant`` an assistant message
     (:class:`_GenericRenderer` remembers both)."""
+    blocks = _generic_blocks(messages, tools, tool_json, assistant)
+    return None if blocks is None else "".join(blocks)
+
+
+def _generic_blocks(
+    messages: Sequence[JSONDict],
+    tools: Sequence[JSONDict],
+    tool_json: Callable[[JSONDict], str],
+    assistant: Callable[[JSONDict], str],
+) -> list[str] | None:
+    """:func:`_generic_rendering`'s text in blocks: the system block (empty without one), one
+    block per message (empty for a leading system message, which the system block holds), the
+    generation prompt. A message's block depends on the message and its neighbours' roles alone
+    (:func:`_generic_block`)."""
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
         return None
     try:
-        out: list[str] = []
-        system: list[str] = []
-        if messages and messages[0]["role"] == "system":
-            system.append(_generic_text(messages[0].get("content")))
-        if tools:
-            listed = "".join(tool_json(tool) + "\n" for tool in tools)
-            system.append((_GENERIC_TOOLS_HEAD + listed + _GENERIC_TOOLS_TAIL).strip())
-        if system:
-            out.append("<|im_start|>system\n" + "\n\n".join(system) + "<|im_end|>\n")
-        last = len(messages) - 1
-        for index, message in enumerate(messages):
-            role = message["role"]
-            if index == 0 and role == "system":
-                continue
-            if role == "tool":
-                if index == 0 or messages[index - 1]["role"] != "tool":
-                    out.append("<|im_start|>user\n")
-                end = "<|im_end|>" if index == last or messages[index + 1]["role"] != "tool" else ""
-                out.append(
-                    f"<tool_response>\n{_generic_text(message.get('content'))}\n</tool_response>{end}\n"
-                )
-            elif role == "assistant":
-                out.append(assistant(message))
-            else:
-                out.append(f"<|im_start|>{role}\n{_generic_text(message.get('content'))}<|im_end|>\n")
+        return [
+            _generic_system(messages, tools, tool_json),
+            *(_generic_block(messages, index, assistant) for index in range(len(messages))),
+            "<|im_start|>assistant\n",
+        ]
     except _NotPlain:
         return None
-    out.append("<|im_start|>assistant\n")
-    return "".join(out)
+
+
+def _generic_system(
+    messages: Sequence[JSONDict], tools: Sequence[JSONDict], tool_json: Callable[[JSONDict], str]
+) -> str:
+    system: list[str] = []
+    if messages and messages[0]["role"] == "system":
+        system.append(_generic_text(messages[0].get("content")))
+    if tools:
+        listed = "".join(tool_json(tool) + "\n" for tool in tools)
+        system.append((_GENERIC_TOOLS_HEAD + listed + _GENERIC_TOOLS_TAIL).strip())
+    return "<|im_start|>system\n" + "\n\n".join(system) + "<|im_end|>\n" if system else ""
+
+
+def _generic_block(messages: Sequence[JSONDict], index: int, assistant: Callable[[JSONDict], str]) -> str:
+    """The text of ``messages[index]``: consecutive tool results share one user turn, so a
+    result's block opens it after a message of another role and closes it before one."""
+    message = messages[index]
+    role = message["role"]
+    if role == "tool":
+        opens = index == 0 or messages[index - 1]["role"] != "tool"
+        closes = index == len(messages) - 1 or messages[index + 1]["role"] != "tool"
+        return (
+            ("<|im_start|>user\n" if opens else "")
+            + f"<tool_response>\n{_generic_text(message.get('content'))}\n</tool_response>"
+            + ("<|im_end|>\n" if closes else "\n")
+        )
+    if role == "assistant":
+        return assistant(message)
+    if index == 0 and role == "system":
+        return ""
+    return f"<|im_start|>{role}\n{_generic_text(message.get('content'))}<|im_end|>\n"
 
 
 def _template_line(tb: TracebackType | None) -> int | None:
@@ -750,6 +774,7 @@ class _GenericRenderer:
         # By the object's id, with the object itself: an id is only reused once its object is gone.
         self._lines: dict[int, tuple[JSONDict, str]] = {}
         self._assistants: dict[int, tuple[JSONDict, str]] = {}
+        self._last: tuple[object, object, list[str] | None] | None = None
 
     def tool_json(self, tool: JSONDict) -> str:
         return _remembered(self._lines, tool, _tojson)
@@ -758,7 +783,62 @@ class _GenericRenderer:
         return _remembered(self._assistants, message, _generic_assistant)
 
     def __call__(self, messages: list[JSONDict], tools: list[JSONDict]) -> str:
-        plain = _generic_rendering(messages, tools, self.tool_json, self.assistant)
-        if plain is not None:
-            return plain
+        blocks = self._blocks(messages, tools)
+        if blocks is not None:
+            return "".join(blocks)
         return render_chat_template(GENERIC_TEMPLATE, messages=messages, tools=tools)
+
+    def variants(self, messages: list[JSONDict], tools: list[JSONDict]) -> _GenericVariants | None:
+        """This prompt's renderings with one change each (``pieces.Variants``), made from its
+        blocks; None for a prompt the plain rendering does not decide."""
+        blocks = self._blocks(messages, tools)
+        return None if blocks is None else _GenericVariants(self, list(messages), list(tools), blocks)
+
+    def _blocks(self, messages: list[JSONDict], tools: list[JSONDict]) -> list[str] | None:
+        """:func:`_generic_blocks`, kept for the last lists of these very objects (the prompt is
+        rendered, then its variants made from the same messages)."""
+        key = (tuple(map(id, messages)), tuple(map(id, tools)))
+        if self._last is not None and self._last[0] == key:
+            return self._last[2]
+        blocks = _generic_blocks(messages, tools, self.tool_json, self.assistant)
+        # The objects are held with their ids, so no id in the key is reused while it is kept.
+        self._last = (key, (list(messages), list(tools)), blocks)
+        return blocks
+
+
+class _GenericVariants:
+    """The renderings of one prompt with one tool left out, or one message left out or replaced,
+    each the same text as rendering the changed lists: the unchanged blocks are joined again and
+    only the blocks the change touches (the system block for a tool; the message and its two
+    neighbours for a message) are written. Rendering the whole prompt for each of a step's tools
+    and results made a turn's splicing grow with the cube of its length."""
+
+    def __init__(
+        self, renderer: _GenericRenderer, messages: list[JSONDict], tools: list[JSONDict], blocks: list[str]
+    ) -> None:
+        self._renderer, self._messages, self._tools, self._blocks = renderer, messages, tools, blocks
+
+    def without_tool(self, index: int) -> str:
+        tools = self._tools[:index] + self._tools[index + 1 :]
+        return "".join([_generic_system(self._messages, tools, self._renderer.tool_json), *self._blocks[1:]])
+
+    def with_message(self, index: int, replacement: JSONDict | None) -> str:
+        """The prompt with ``messages[index]`` left out (``replacement`` None) or replaced."""
+        messages = self._messages
+        changed = (
+            messages[:index] + ([replacement] if replacement is not None else []) + messages[index + 1 :]
+        )
+        if index == 0:  # the system block may change: the whole prompt
+            return self._renderer(changed, self._tools)
+        # Changed messages' blocks (new indices): from the one before ``index`` to the one that
+        # was after it (or to the replacement, when ``index`` was the last).
+        last_old = min(index + 1, len(messages) - 1)
+        last_new = last_old if replacement is not None else last_old - 1
+        try:
+            middle = [
+                _generic_block(changed, at, self._renderer.assistant) for at in range(index - 1, last_new + 1)
+            ]
+        except _NotPlain:
+            return self._renderer(changed, self._tools)
+        blocks = self._blocks
+        return "".join([*blocks[:index], *middle, *blocks[last_old + 2 :]])

@@ -596,6 +596,33 @@ def test_the_remembering_renderer_splices_each_piece_as_jinja_does(
     assert remembered == spliced_pieces(_sandboxed_generic, full, messages, tools)
 
 
+@settings(max_examples=200, deadline=None)
+@given(messages=st.lists(_MESSAGE, min_size=1, max_size=8), with_tools=st.booleans(), data=st.data())
+def test_each_variant_of_a_prompt_is_the_rendering_of_the_changed_lists(
+    messages: list[JSONDict], with_tools: bool, data: st.DataObject
+) -> None:
+    """A step's variants (one tool left out; one message left out or emptied) are made from the
+    prompt's blocks: each must be the text of rendering the changed lists whole."""
+    tools = TOOLS if with_tools else []
+    renderer = templates._GenericRenderer()
+    variants = renderer.variants(messages, tools)
+    index = data.draw(st.integers(0, len(messages) - 1))
+    replacement = data.draw(st.one_of(st.none(), st.just({**messages[index], "content": ""}), _MESSAGE))
+
+    assert variants is not None
+    kept = [replacement] if replacement is not None else []
+    changed = messages[:index] + kept + messages[index + 1 :]
+    assert variants.with_message(index, replacement) == _sandboxed_generic(changed, tools)
+    for at in range(len(tools)):
+        assert variants.without_tool(at) == _sandboxed_generic(messages, tools[:at] + tools[at + 1 :])
+
+
+def test_a_prompt_with_a_shape_left_to_jinja_offers_no_variants() -> None:
+    messages = [{"role": "user", "content": "hi"}, {"role": "user", "content": 42}]
+
+    assert templates._GenericRenderer().variants(messages, [ECHO]) is None
+
+
 @pytest.mark.parametrize(
     "message",
     [

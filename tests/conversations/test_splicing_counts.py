@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
+
+import pytest
 
 from conversations.splicing import count_tokens, render_chat_template, splice
 from conversations.splicing.pieces import removed_span
@@ -50,6 +53,39 @@ def test_removed_span_is_what_differs_between_two_renderings() -> None:
     assert removed_span("<a>XY<b>", "<a><b>") == "XY"
     assert removed_span("same", "same") == ""
     assert removed_span("aXa", "a") == "Xa"
+
+
+def _removed_span_by_characters(full: str, without: str) -> str:
+    """The same, one character at a time: what the chunked comparisons must agree with."""
+    prefix = 0
+    while prefix < min(len(full), len(without)) and full[prefix] == without[prefix]:
+        prefix += 1
+    suffix = 0
+    while (
+        suffix < min(len(full), len(without)) - prefix
+        and full[len(full) - 1 - suffix] == without[len(without) - 1 - suffix]
+    ):
+        suffix += 1
+    return full[prefix : len(full) - suffix]
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 8192, 20_000])
+def test_removed_span_over_long_texts_agrees_with_a_character_by_character_comparison(size: int) -> None:
+    """The prefix and suffix are compared in chunks of 4,096 characters: around and across their
+    edges, with the text removed or replaced at the start, the end and a chunk's edge, and
+    repeated."""
+    chance = random.Random(size)
+    base = "".join(chance.choice("ab—") for _ in range(size))
+    edges = (0, 1, size // 2, 4095, 4096, 4097, size - 4097, size - 4096, size - 4095, size - 1, size)
+    for at in sorted({min(max(at, 0), size) for at in edges}):
+        for piece in ("X", "<tool_response>\n7\n</tool_response>\n", base[at : at + 5000] or "Y"):
+            full = base[:at] + piece + base[at:]
+            emptied = base[:at] + "Q" + base[at:]  # the piece replaced, as a result emptied is
+
+            assert removed_span(full, base) == _removed_span_by_characters(full, base)
+            assert len(removed_span(full, base)) == len(piece)
+            assert removed_span(full, emptied) == _removed_span_by_characters(full, emptied)
+            assert removed_span(emptied, full) == _removed_span_by_characters(emptied, full)
 
 
 def test_llama_tool_counts_include_the_templates_own_wrapping() -> None:
