@@ -43,7 +43,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -237,10 +237,11 @@ def _replay(recorder: TurnRecorder, records: Sequence[WireExchange]) -> None:
 
 
 def _product(
-    owner: Any, tape: list[WireExchange], plan: list[int]
+    owner: Any, tape: list[WireExchange], plan: list[int], starting: Callable[[], None] | None = None
 ) -> tuple[Leg, list[int], dict[str, float]]:
     """The product's recording path over ``plan``'s turns; returns the leg, the turns' ids and
-    the CPU seconds each thread spent (the loop, the record writer, the publisher)."""
+    the CPU seconds each thread spent (the loop, the record writer, the publisher).
+    ``starting`` is called once the turns exist, right before the timed part."""
     turns = _new_turns(owner, len(plan))
     recorders = [TurnRecorder(turn) for turn in turns]
     if not all(recorder.deferred for recorder in recorders):
@@ -254,6 +255,8 @@ def _product(
         if not live.flush(timeout=30):
             raise RuntimeError("the doorbells were not all sent within 30 s")
 
+    if starting is not None:
+        starting()
     before = _threads()
     leg = _timed(write, sum(plan))
     by_thread = {name: spent - before.get(name, 0.0) for name, spent in _threads().items()}
@@ -376,13 +379,18 @@ def _bare(rows: list[dict[str, Any]]) -> Leg:
 def _profile(
     ctx: Context, owner: Any, tape: list[WireExchange], plan: list[int], wall: float
 ) -> dict[str, Any]:
-    """One more (unmeasured) product leg with py-spy sampling this process's threads for most of it."""
+    """One more (unmeasured) product leg with py-spy sampling this process's threads for most of
+    its timed part (not the turns' creation before it)."""
     out = ctx.results_dir / "p8-recording-profile.txt"
     with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(profiling.record, os.getpid(), max(1, int(wall * 0.8)), out)
-        time.sleep(0.5)  # py-spy attaches
-        _product(owner, tape, plan)
-        found = future.result()
+        started: list[Future[dict[str, Any]]] = []
+
+        def attach() -> None:
+            started.append(pool.submit(profiling.record, os.getpid(), max(1, int(wall * 0.8)), out))
+            time.sleep(0.5)  # py-spy attaches
+
+        _product(owner, tape, plan, starting=attach)
+        found = started[0].result()
     if "profile" in found and out.exists():
         found["profile"] = str(out.relative_to(REPO_ROOT))
     return found
