@@ -541,27 +541,40 @@ def _reserve_ids(model: type[Step], count: int) -> list[int]:
         return [int(row[0]) for row in cursor.fetchall()]
 
 
-def _starting_points(turn: Turn) -> tuple[int, int, str | None]:
-    """The turn's last step and exchange numbers and the hash of the conversation's latest
-    exchange (``integrity.chain_head_query``), in one query: every turn reads them."""
+def _starting_points(turn: Turn, ids: int = 0) -> tuple[int, int, str | None, list[int]]:
+    """The turn's last step and exchange numbers, the hash of the conversation's latest
+    exchange (``integrity.chain_head_query``) and ``ids`` fresh step ids (PostgreSQL: as
+    ``_reserve_ids`` gives them), in one query: every turn reads them, and the first steps it
+    opens need no round trip of their own for their ids."""
+    reserve = ids if connection.vendor == "postgresql" else 0
     with connection.cursor() as cursor:
-        cursor.execute(_starting_points_sql(connection.alias), [turn.pk, turn.pk, turn.conversation_id])
+        cursor.execute(
+            _starting_points_sql(connection.alias, with_ids=bool(reserve)),
+            [turn.pk, turn.pk, turn.conversation_id, *([reserve] if reserve else [])],
+        )
         row = cursor.fetchone()
-    return (row[0] or 0, row[1] or 0, row[2]) if row else (0, 0, None)
+    if not row:
+        return 0, 0, None, []
+    return row[0] or 0, row[1] or 0, row[2], [int(pk) for pk in row[3]] if reserve else []
 
 
 @functools.cache
-def _starting_points_sql(alias: str) -> str:
+def _starting_points_sql(alias: str, *, with_ids: bool) -> str:
     """The statement of ``_starting_points``, made once per database (its parameters: the turn's
-    id twice, then its conversation's)."""
-    quote = connections[alias].ops.quote_name
+    id twice, then its conversation's, then with ``with_ids`` how many step ids to reserve)."""
+    db = connections[alias]
+    quote = db.ops.quote_name
     steps, exchanges = quote(Step._meta.db_table), quote(Exchange._meta.db_table)
     head, params = chain_head_query(0).query.sql_with_params()
     if list(params) != [0]:
         raise RuntimeError(f"the chain head query takes the conversation's id alone, not {params}")
+    reserved = ""
+    if with_ids:
+        sequence = f"pg_get_serial_sequence('{quote(Step._meta.db_table)}', '{Step._meta.pk.column}')"
+        reserved = f", ARRAY(SELECT nextval({sequence}) FROM generate_series(1, %s))"
     return (
         f"SELECT (SELECT seq FROM {steps} WHERE turn_id = %s ORDER BY seq DESC LIMIT 1),"
-        f" (SELECT seq FROM {exchanges} WHERE turn_id = %s ORDER BY seq DESC LIMIT 1), ({head})"
+        f" (SELECT seq FROM {exchanges} WHERE turn_id = %s ORDER BY seq DESC LIMIT 1), ({head}){reserved}"
     )
 
 
@@ -574,8 +587,8 @@ class TurnRecorder:
         self.redact = redact or active_redactor()
         # Where the turn's steps and exchanges go on, and the conversation's hash chain: read in
         # one query.
-        seq, exchange_seq, head = _starting_points(turn)
-        self._seq, self._exchange_seq = seq or 0, exchange_seq or 0
+        seq, exchange_seq, head, ids = _starting_points(turn, _ID_BLOCK_FIRST)
+        self._seq, self._exchange_seq = seq, exchange_seq
         self._parents: dict[int, int | None] = {}
         self._chain = head or GENESIS
         self._key = integrity_key()
@@ -596,8 +609,8 @@ class TurnRecorder:
         self._last_request: str | None = None
         # On PostgreSQL a step's id is known before its row is written (see ``_next_id``).
         self._reserves_ids = connection.vendor == "postgresql"
-        self._ids: deque[int] = deque()
-        self._id_block = _ID_BLOCK_FIRST
+        self._ids: deque[int] = deque(ids)
+        self._id_block = 2 * _ID_BLOCK_FIRST if ids else _ID_BLOCK_FIRST
         # Kept by the writer (under its lock): batches handed over and not yet written or dropped
         # (``_drained`` is set while there are none), and the error of the first write that
         # failed, until the loop has been told of it.

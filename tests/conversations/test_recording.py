@@ -174,6 +174,26 @@ def test_ids_come_from_the_tables_sequence_so_other_writers_never_collide(turn: 
     assert Step.objects.filter(turn=turn).count() == 5
 
 
+@pytest.mark.postgres
+def test_a_turns_first_steps_take_ids_reserved_with_its_starting_points(
+    turn: Turn, django_assert_num_queries: object
+) -> None:
+    """The recorder's one starting query reserves the first block of step ids: the loop's
+    first steps open without a round trip of their own; the next block is reserved when it runs out."""
+    recorder = TurnRecorder(turn)
+    with django_assert_num_queries(0):  # type: ignore[operator]
+        first = [
+            recorder.step_open(kind="decide", title=f"model call {n}")
+            for n in range(recording._ID_BLOCK_FIRST)
+        ]
+    with django_assert_num_queries(1):  # type: ignore[operator]
+        more = recorder.step_open(kind="decide", title="one more")
+    recorder.drain()
+
+    assert first == sorted(first) and len(set(first)) == len(first) and more > max(first)
+    assert set(Step.objects.filter(turn=turn).values_list("pk", flat=True)) == {*first, more}
+
+
 # Long enough that a write made before it ends was made for another reason than its end.
 LONG_LINGER = 60.0
 
