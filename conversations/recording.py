@@ -57,6 +57,7 @@ from conversations.secret_sources import active_redactor
 from conversations.strings import changed_span
 from conversations.wire import WireExchange
 from inspector import live
+from inspector.memory import BIG_RECORD_CHARS, discard_connection
 
 logger = logging.getLogger(__name__)
 
@@ -230,6 +231,12 @@ class _Batch:
     step: Step | None = None
     exchanges: list[Exchange] = field(default_factory=list)
     prepared: bool = False
+
+    @property
+    def big(self) -> bool:
+        """Whether a record of the batch is big enough that the connection writing it is not
+        pooled again (``inspector.memory``)."""
+        return any(_big(record) for _, records, _ in self.records for record in records)
 
     def prepare(self) -> None:
         """Make the rows, redacted (once: a batch retried after a failed write keeps its rows)."""
@@ -453,6 +460,8 @@ class _Writer:
                     batch.publish()
                 except Exception:  # the rows are stored; a lost doorbell is caught up on reconnect
                     logger.exception("could not ring the doorbells of a written batch")
+            if any(batch.big for batch in batches):
+                discard_connection(connection)
             with self._work:
                 for batch in batches:
                     owner = batch.owner
@@ -527,6 +536,10 @@ def writes_flush(timeout: float = 10.0) -> bool:
 
 
 atexit.register(writes_flush, 10.0)
+
+
+def _big(record: WireExchange) -> bool:
+    return max(len(record.request_body), len(record.response_body)) >= BIG_RECORD_CHARS
 
 
 def _reserve_ids(model: type[Step], count: int) -> list[int]:
@@ -624,6 +637,9 @@ class TurnRecorder:
         # recorder had to escape in its values (``_storable_fields``).
         self._given_diagnostics: dict[int, list[Any]] = {}
         self._escapes: dict[int, list[str]] = {}
+        # Whether the turn has carried a record of ``inspector.memory.BIG_RECORD_CHARS`` or more
+        # (its end reads and writes it again: the runner's connection is not pooled after it).
+        self.carried_big = False
 
     @property
     def deferred(self) -> bool:
@@ -682,6 +698,8 @@ class TurnRecorder:
         if exchanges:
             self._records.append((step, list(exchanges), self._exchange_seq + 1))
             self._exchange_seq += len(exchanges)
+            if not self.carried_big:
+                self.carried_big = any(_big(record) for record in exchanges)
 
     def step_close(
         self, step: int, *, status: str, exchanges: Sequence[WireExchange] = (), **fields: Any

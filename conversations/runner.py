@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import httpx2
 from django.conf import settings
 from django.core.handlers.wsgi import WSGIHandler
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 
 from conversations.agent import AgentTurn, PromptRenderer, TurnCancelled, run_agent
 from conversations.capabilities import CAPABILITY_FIELDS, capability_downgrades_remember
@@ -39,6 +39,7 @@ from conversations.tool_overrides import Overrides, tool_overrides_for, tools_ov
 from conversations.toolhost import Connected, TurnServers, turn_servers
 from conversations.trace_delivery import trace_delivery_queue
 from inspector import live
+from inspector.memory import discard_connection
 
 logger = logging.getLogger(__name__)
 
@@ -376,10 +377,12 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
         with transaction.atomic():
             index_last_request_whole(turn.pk)
             recorder.seal()
-        recorder.turn_changed()
-        return ended
+    if recorder.carried_big:
+        # The end wrote the turn's history and the seal read its steps back: this connection's
+        # buffers are as big as the biggest of them (``inspector.memory``).
+        discard_connection(connection)
     recorder.turn_changed()
-    return str(turn.status)
+    return ended if ended is not None else str(turn.status)
 
 
 def _end_cancelled(turn: Turn, recorder: TurnRecorder, signal: TurnSignal) -> None:

@@ -358,10 +358,18 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     # Every record passes the one redactor (conversations.redaction) before it is written.
-    "filters": {"redact": {"()": "conversations.redaction.LogRedactionFilter"}},
+    "filters": {
+        "redact": {"()": "conversations.redaction.LogRedactionFilter"},
+        "discarded": {"()": "inspector.memory.DiscardedConnectionFilter"},
+    },
     "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"daphne": {"level": "WARNING"}, "httpx2": {"level": "WARNING"}, "mcp": {"level": "WARNING"}},
+    "loggers": {
+        "daphne": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},
+        "mcp": {"level": "WARNING"},
+        "psycopg.pool": {"filters": ["discarded"]},
+    },
 }
 
 # Retention: conversations older than this many days are deleted daily at 03:30 UTC by Celery

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
 from pytest_django.fixtures import Settings
 
@@ -40,6 +41,10 @@ def _post(client: Client, body: str) -> tuple[int, dict[str, object]]:
         COMPLETIONS, data=body, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {KEY}"
     )
     return response.status_code, json.loads(response.content)
+
+
+def _discarded_by_the_pool() -> int:
+    return int(connection.pool.get_stats().get("returns_bad", 0))  # type: ignore[attr-defined]
 
 
 def _request_with_text(size: int) -> str:
@@ -74,7 +79,9 @@ def test_a_request_past_the_demo_models_own_limit_gets_a_413_that_says_why(
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("paradigm", sorted(PARADIGMS))
-def test_a_ten_megabyte_tool_result_goes_through_the_paradigm_and_is_stored_whole(paradigm: str) -> None:
+def test_a_ten_megabyte_tool_result_goes_through_the_paradigm_and_is_stored_whole(
+    paradigm: str, caplog: pytest.LogCaptureFixture
+) -> None:
     alice = User.objects.create_user("alice")
     server = McpServer.objects.create(
         name="broken",
@@ -94,10 +101,18 @@ def test_a_ten_megabyte_tool_result_goes_through_the_paradigm_and_is_stored_whol
         dispatch=False,
     )
 
+    pooled = connection.vendor == "postgresql"
+    discarded_before = _discarded_by_the_pool() if pooled else 0
+
     turn_run(turn_id=turn.pk)
 
     turn.refresh_from_db()
     assert turn.status == Turn.Status.DONE, turn.error
+    if pooled:
+        # Neither the writer's connection nor the runner's goes back to the pool: each would
+        # keep buffers the size of the result for as long as it lives (``inspector.memory``).
+        assert _discarded_by_the_pool() >= discarded_before + 2
+        assert "discarding closed connection" not in caplog.text
     call = Exchange.objects.get(turn=turn, label="tools/call")
     result = json.loads(call.response_body)["result"]
     [text] = [block["text"] for block in result["content"] if block["type"] == "text"]

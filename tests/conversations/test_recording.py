@@ -24,6 +24,7 @@ from conversations.recording import TurnRecorder
 from conversations.secret_sources import active_redactor
 from conversations.wire import WireExchange
 from inspector import live
+from inspector.memory import BIG_RECORD_CHARS
 from tests.support import other_connection, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -192,6 +193,42 @@ def test_a_turns_first_steps_take_ids_reserved_with_its_starting_points(
 
     assert first == sorted(first) and len(set(first)) == len(first) and more > max(first)
     assert set(Step.objects.filter(turn=turn).values_list("pk", flat=True)) == {*first, more}
+
+
+def _discarded_by_the_pool() -> int:
+    """How many connections the pool has been given back closed (``inspector.memory``)."""
+    return int(connection.pool.get_stats().get("returns_bad", 0))  # type: ignore[attr-defined]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("chars", [BIG_RECORD_CHARS - 1, BIG_RECORD_CHARS])
+def test_the_writers_connection_is_not_pooled_again_after_carrying_a_big_record(
+    turn: Turn, chars: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """libpq keeps a connection's buffers at the biggest message it carried: the writer closes
+    a connection that wrote a big record instead of giving it back, and the pool says nothing
+    of it (it warns of other closed connections)."""
+    before = _discarded_by_the_pool()
+    recorder = TurnRecorder(turn)
+    step = recorder.step_open(kind="tool", title="a result")
+    big = WireExchange(
+        channel="mcp",
+        label="tools/call",
+        started_at=datetime.now(UTC),
+        request_body="{}",
+        response_body="x" * chars,
+    )
+    recorder.step_close(step, status="ok", exchanges=[big])
+    recorder.drain()
+
+    assert recorder.carried_big is (chars >= BIG_RECORD_CHARS)
+    assert Exchange.objects.get(turn=turn).response_body == "x" * chars
+    if chars >= BIG_RECORD_CHARS:
+        assert wait_until(lambda: _discarded_by_the_pool() > before, DUE)
+    else:
+        time.sleep(0.2)  # what the writer does after its write (it is given back at once)
+        assert _discarded_by_the_pool() == before
+    assert "discarding closed connection" not in caplog.text
 
 
 # Long enough that a write made before it ends was made for another reason than its end.
