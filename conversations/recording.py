@@ -446,36 +446,42 @@ class _Writer:
 
     def _run(self) -> None:
         while True:
-            batches = self._take()
+            self._write_next()
+
+    def _write_next(self) -> None:
+        """Take the next batches, write them and ring their doorbells. A method of its own so
+        that nothing of them is held while the thread waits for more (the rows of a batch hold
+        its bodies: a 10 MB tool result stayed alive until the next write)."""
+        batches = self._take()
+        try:
+            written = self._commit(batches)
+        except BaseException as exc:  # never lose the thread; the turns hear of it
+            logger.exception("the record writer failed")
+            for batch in batches:
+                batch.owner._write_error = batch.owner._write_error or exc
+                batch.lose()
+            written = []
+        for batch in written:
             try:
-                written = self._commit(batches)
-            except BaseException as exc:  # never lose the thread; the turns hear of it
-                logger.exception("the record writer failed")
-                for batch in batches:
-                    batch.owner._write_error = batch.owner._write_error or exc
-                    batch.lose()
-                written = []
-            for batch in written:
-                try:
-                    batch.publish()
-                except Exception:  # the rows are stored; a lost doorbell is caught up on reconnect
-                    logger.exception("could not ring the doorbells of a written batch")
-            if any(batch.big for batch in batches):
-                discard_connection(connection)
-            with self._work:
-                for batch in batches:
-                    owner = batch.owner
-                    owner._outstanding -= 1
-                    if owner._outstanding == 0:
-                        owner._drained.set()
-                self._busy = False
-                self._last_write = time.monotonic()
-                self._idle.notify_all()
-                idle = not self._pending
-            if idle:
-                # The connection goes back to the pool only when nothing waits to be written:
-                # a busy writer keeps it (each loan from the pool costs a health check).
-                release_connection(always=True)
+                batch.publish()
+            except Exception:  # the rows are stored; a lost doorbell is caught up on reconnect
+                logger.exception("could not ring the doorbells of a written batch")
+        if any(batch.big for batch in batches):
+            discard_connection(connection)
+        with self._work:
+            for batch in batches:
+                owner = batch.owner
+                owner._outstanding -= 1
+                if owner._outstanding == 0:
+                    owner._drained.set()
+            self._busy = False
+            self._last_write = time.monotonic()
+            self._idle.notify_all()
+            idle = not self._pending
+        if idle:
+            # The connection goes back to the pool only when nothing waits to be written:
+            # a busy writer keeps it (each loan from the pool costs a health check).
+            release_connection(always=True)
 
     @staticmethod
     def _commit(batches: list[_Batch]) -> list[_Batch]:

@@ -4,8 +4,10 @@ record writer commits it while the loop goes on, and rings each row's doorbell o
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -229,6 +231,21 @@ def test_the_writers_connection_is_not_pooled_again_after_carrying_a_big_record(
         time.sleep(0.2)  # what the writer does after its write (it is given back at once)
         assert _discarded_by_the_pool() == before
     assert "discarding closed connection" not in caplog.text
+
+
+@pytest.mark.postgres
+def test_once_written_nothing_of_a_batch_is_kept_while_the_writer_waits(turn: Turn) -> None:
+    """A batch holds its records' bodies (a 10 MB tool result): the writer must not keep the
+    last one it wrote alive until the next write comes."""
+    recorder = TurnRecorder(turn)
+    step = recorder.step_open(kind="tool", title="a result")
+    record = _exchange("tools/call")
+    kept = weakref.ref(record)
+    recorder.step_close(step, status="ok", exchanges=[record])
+    del record
+    recorder.drain()
+
+    assert wait_until(lambda: gc.collect() >= 0 and kept() is None, DUE)
 
 
 # Long enough that a write made before it ends was made for another reason than its end.
