@@ -581,8 +581,7 @@ def _starting_points(turn: Turn, ids: int = 0) -> tuple[int, int, str | None, li
 def _starting_points_sql(alias: str, *, with_ids: bool) -> str:
     """The statement of ``_starting_points``, made once per database (its parameters: the turn's
     id twice, then its conversation's, then with ``with_ids`` how many step ids to reserve)."""
-    db = connections[alias]
-    quote = db.ops.quote_name
+    quote = connections[alias].ops.quote_name
     steps, exchanges = quote(Step._meta.db_table), quote(Exchange._meta.db_table)
     head, params = chain_head_query(0).query.sql_with_params()
     if list(params) != [0]:
