@@ -46,6 +46,7 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from conversations.connections import BIG_RECORD_CHARS, discard_connection
 from conversations.escaping import storable_json, storable_text
 from conversations.exchanges import exchange_rows, release_connection
 from conversations.integrity import GENESIS, chain_head_query, exchange_digest, integrity_key, turn_seal
@@ -57,7 +58,6 @@ from conversations.secret_sources import active_redactor
 from conversations.strings import changed_span
 from conversations.wire import WireExchange
 from inspector import live
-from inspector.memory import BIG_RECORD_CHARS, discard_connection
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +185,8 @@ def _ended_elsewhere(turn: Turn) -> str | None:
     return None
 
 
-# Step ids are reserved from the sequence this many at a time at first, doubling up to the most.
+# Step ids are reserved from the sequence this many at a time at first (with the turn's starting
+# points), doubling up to the most.
 _ID_BLOCK_FIRST = 8
 _ID_BLOCK_MOST = 64
 # Where notes about a step go until its id is known (only a step written inline has none yet).
@@ -235,7 +236,7 @@ class _Batch:
     @property
     def big(self) -> bool:
         """Whether a record of the batch is big enough that the connection writing it is not
-        pooled again (``inspector.memory``)."""
+        pooled again (``conversations.connections``)."""
         return any(_big(record) for _, records, _ in self.records for record in records)
 
     def prepare(self) -> None:
@@ -642,7 +643,7 @@ class TurnRecorder:
         # recorder had to escape in its values (``_storable_fields``).
         self._given_diagnostics: dict[int, list[Any]] = {}
         self._escapes: dict[int, list[str]] = {}
-        # Whether the turn has carried a record of ``inspector.memory.BIG_RECORD_CHARS`` or more
+        # Whether the turn has carried a record of ``connections.BIG_RECORD_CHARS`` or more
         # (its end reads and writes it again: the runner's connection is not pooled after it).
         self.carried_big = False
 

@@ -23,6 +23,7 @@ from django.db import DatabaseError, connection, transaction
 
 from conversations.agent import AgentTurn, PromptRenderer, TurnCancelled, run_agent
 from conversations.capabilities import CAPABILITY_FIELDS, capability_downgrades_remember
+from conversations.connections import discard_connection
 from conversations.counting import definitions_counted, prompt_tools_counted, with_response_format
 from conversations.lifecycle import CANCEL, TurnSignal, turn_claim, turn_unwatch, turn_watch, turns_reap_stale
 from conversations.llm import Message, ToolChoice, ToolDef
@@ -39,7 +40,6 @@ from conversations.tool_overrides import Overrides, tool_overrides_for, tools_ov
 from conversations.toolhost import Connected, TurnServers, turn_servers
 from conversations.trace_delivery import trace_delivery_queue
 from inspector import live
-from inspector.memory import discard_connection
 
 logger = logging.getLogger(__name__)
 
@@ -379,7 +379,7 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
             recorder.seal()
     if recorder.carried_big:
         # The end wrote the turn's history and the seal read its steps back: this connection's
-        # buffers are as big as the biggest of them (``inspector.memory``).
+        # buffers are as big as the biggest of them (``conversations.connections``).
         discard_connection(connection)
     recorder.turn_changed()
     return ended if ended is not None else str(turn.status)

@@ -360,7 +360,7 @@ LOGGING = {
     # Every record passes the one redactor (conversations.redaction) before it is written.
     "filters": {
         "redact": {"()": "conversations.redaction.LogRedactionFilter"},
-        "discarded": {"()": "inspector.memory.DiscardedConnectionFilter"},
+        "discarded": {"()": "conversations.connections.DiscardedConnectionFilter"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},

@@ -19,6 +19,7 @@ from django.db import DataError, connection, transaction
 from pytest_django.fixtures import Settings
 
 from conversations import recording
+from conversations.connections import BIG_RECORD_CHARS
 from conversations.exchanges import exchange_rows, server_records_store
 from conversations.integrity import conversation_verify
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
@@ -26,7 +27,6 @@ from conversations.recording import TurnRecorder
 from conversations.secret_sources import active_redactor
 from conversations.wire import WireExchange
 from inspector import live
-from inspector.memory import BIG_RECORD_CHARS
 from tests.support import other_connection, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -198,7 +198,7 @@ def test_a_turns_first_steps_take_ids_reserved_with_its_starting_points(
 
 
 def _discarded_by_the_pool() -> int:
-    """How many connections the pool has been given back closed (``inspector.memory``)."""
+    """How many connections the pool has been given back closed (``conversations.connections``)."""
     return int(connection.pool.get_stats().get("returns_bad", 0))  # type: ignore[attr-defined]
 
 

@@ -2,72 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 import platform
 
-import pytest
-from django.db import connection, transaction
-
-from inspector import memory
-from inspector.memory import DiscardedConnectionFilter, discard_connection, keep_big_allocations_mapped
+from inspector.memory import keep_big_allocations_mapped
 
 
 def test_the_mmap_threshold_is_fixed_on_glibc() -> None:
     assert keep_big_allocations_mapped() is (platform.libc_ver()[0] == "glibc")
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_discarded_connection_is_closed_and_a_new_one_serves_the_next_query() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-    used = connection.connection
-
-    discard_connection(connection)
-
-    assert connection.connection is None
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 2")
-        assert cursor.fetchone() == (2,)
-    assert connection.connection is not used
-
-
-@pytest.mark.django_db(transaction=True)
-def test_inside_a_transaction_a_connection_is_never_discarded() -> None:
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        used = connection.connection
-
-        discard_connection(connection)
-
-        assert connection.connection is used
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 2")
-            assert cursor.fetchone() == (2,)
-
-
-def test_the_pools_warning_is_dropped_only_for_a_connection_discarded_on_purpose() -> None:
-    """psycopg_pool warns of every closed connection given back to it; only those this process
-    closed on purpose are not worth a warning."""
-
-    class Closed:
-        pass
-
-    ours, other = Closed(), Closed()
-    memory._discarded.add(ours)
-
-    def record(argument: object) -> logging.LogRecord:
-        return logging.LogRecord(
-            "psycopg.pool",
-            logging.WARNING,
-            __file__,
-            1,
-            "discarding closed connection: %s",
-            (argument,),
-            None,
-        )
-
-    keep = DiscardedConnectionFilter().filter
-    assert keep(record(ours)) is False
-    assert keep(record(other)) is True
-    assert keep(logging.LogRecord("psycopg.pool", logging.WARNING, __file__, 1, "other: %s", (ours,), None))

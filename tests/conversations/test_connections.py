@@ -1,0 +1,68 @@
+"""A connection that carried a big record is closed instead of pooled (``conversations.connections``)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from django.db import connection, transaction
+
+from conversations import connections
+from conversations.connections import DiscardedConnectionFilter, discard_connection
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_discarded_connection_is_closed_and_a_new_one_serves_the_next_query() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    used = connection.connection
+
+    discard_connection(connection)
+
+    assert connection.connection is None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 2")
+        assert cursor.fetchone() == (2,)
+    assert connection.connection is not used
+
+
+@pytest.mark.django_db(transaction=True)
+def test_inside_a_transaction_a_connection_is_never_discarded() -> None:
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        used = connection.connection
+
+        discard_connection(connection)
+
+        assert connection.connection is used
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 2")
+            assert cursor.fetchone() == (2,)
+
+
+def test_the_pools_warning_is_dropped_only_for_a_connection_discarded_on_purpose() -> None:
+    """psycopg_pool warns of every closed connection given back to it; only those this process
+    closed on purpose are not worth a warning."""
+
+    class Closed:
+        pass
+
+    ours, other = Closed(), Closed()
+    connections._discarded.add(ours)
+
+    def record(argument: object) -> logging.LogRecord:
+        return logging.LogRecord(
+            "psycopg.pool",
+            logging.WARNING,
+            __file__,
+            1,
+            "discarding closed connection: %s",
+            (argument,),
+            None,
+        )
+
+    keep = DiscardedConnectionFilter().filter
+    assert keep(record(ours)) is False
+    assert keep(record(other)) is True
+    assert keep(logging.LogRecord("psycopg.pool", logging.WARNING, __file__, 1, "other: %s", (ours,), None))
