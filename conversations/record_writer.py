@@ -103,7 +103,10 @@ def _update_sql(model: type[Turn] | type[Step], pk: int, values: dict[str, Any])
     """``UPDATE`` of one row's fields, with the values prepared by the fields as the ORM would."""
     sql, fields = _update_template(model, tuple(values), connection.alias)
     db = connections[connection.alias]
-    params = [_db_value(field, values[name], db) for name, field in zip(values, fields, strict=True)]
+    params = [
+        value if type(value) in plain else field.get_db_prep_save(value, db)
+        for value, (field, plain) in zip(values.values(), fields, strict=True)
+    ]
     params.append(pk)
     return sql, params
 
@@ -122,7 +125,10 @@ def _insert_sql(model: type[Step] | type[Exchange], rows: list[Any]) -> list[_St
     prefix, row_sql, fields = _insert_template(model, with_ids, connection.alias)
     # The connection itself, not the ``connection`` proxy: the fields look it up per value.
     db = connections[connection.alias]
-    params = [_row_value(field, row, db) for row in rows for field in fields]
+    # Each field's plain types looked up once per write, not once per value (a field's hash is
+    # computed in Python: that lookup cost more than the value's check).
+    kinds = [(field, _plain_types(field)) for field in fields]
+    params = [_row_value(field, plain, row, db) for row in rows for field, plain in kinds]
     for row in rows:
         row._state.adding = False
         row._state.db = connection.alias
@@ -132,18 +138,12 @@ def _insert_sql(model: type[Step] | type[Exchange], rows: list[Any]) -> list[_St
 _Fields = tuple["Field[Any, Any]", ...]
 
 
-def _db_value(field: Field[Any, Any], value: Any, db: BaseDatabaseWrapper) -> Any:
-    """``value`` as the field would send it to the database."""
-    return value if type(value) in _plain_types(field) else field.get_db_prep_save(value, db)
-
-
-def _row_value(field: Field[Any, Any], row: Model, db: BaseDatabaseWrapper) -> Any:
-    """The field's value of a new ``row`` as an insert sends it (``pre_save`` runs only for values
-    that are not plain: a field that sets its own value on save never has plain types)."""
+def _row_value(field: Field[Any, Any], plain: frozenset[type], row: Model, db: BaseDatabaseWrapper) -> Any:
+    """The field's value of a new ``row`` as an insert sends it (``plain``: the field's
+    ``_plain_types``; ``pre_save`` runs only for values that are not plain: a field that sets its
+    own value on save never has plain types)."""
     value = getattr(row, field.attname)
-    return (
-        value if type(value) in _plain_types(field) else field.get_db_prep_save(field.pre_save(row, True), db)
-    )
+    return value if type(value) in plain else field.get_db_prep_save(field.pre_save(row, True), db)
 
 
 @functools.cache
@@ -169,12 +169,17 @@ def _plain_types(field: Field[Any, Any]) -> frozenset[type]:
 
 
 @functools.lru_cache(maxsize=512)
-def _update_template(model: type[Model], names: tuple[str, ...], alias: str) -> tuple[str, _Fields]:
+def _update_template(
+    model: type[Model], names: tuple[str, ...], alias: str
+) -> tuple[str, tuple[tuple[Field[Any, Any], frozenset[type]], ...]]:
+    """The ``UPDATE`` of these fields, and each field with its ``_plain_types`` (a value of one
+    of those types is sent as it is; any other as the field prepares it)."""
     quote = connections[alias].ops.quote_name
     fields = tuple(cast("Field[Any, Any]", model._meta.get_field(name)) for name in names)
     assignments = ", ".join(f"{quote(str(field.column))} = %s" for field in fields)
     pk = quote(str(model._meta.pk.column))
-    return f"UPDATE {quote(model._meta.db_table)} SET {assignments} WHERE {pk} = %s", fields
+    sql = f"UPDATE {quote(model._meta.db_table)} SET {assignments} WHERE {pk} = %s"
+    return sql, tuple((field, _plain_types(field)) for field in fields)
 
 
 @functools.lru_cache(maxsize=16)
