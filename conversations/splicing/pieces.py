@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from conversations.strings import common_prefix_length, common_suffix_length
 from conversations.typealias import JSONDict
 
 __all__ = ["Render", "Variants", "removed_span", "spliced_pieces"]
@@ -30,58 +31,12 @@ class Variants(Protocol):
     def with_message(self, index: int, replacement: JSONDict | None) -> str: ...
 
 
-# Long enough that comparing a chunk costs far more than the Python around it, short enough that
-# the bisection inside the first differing chunk stays small.
-_CHUNK = 4096
-
-
-def _common_prefix(a: str, b: str) -> int:
-    """Length of the common prefix: chunk by chunk (each comparison done in C), then by
-    bisection inside the first chunk that differs. Prompts are hundreds of kilobytes and a piece
-    is looked for at every step, so no step compares more than the prefix and one chunk."""
-    end = min(len(a), len(b))
-    low = 0
-    while low < end and a[low : low + _CHUNK] == b[low : low + _CHUNK]:
-        low += _CHUNK
-    if low >= end:
-        return end
-    high = min(low + _CHUNK, end)
-    while low < high:  # a[:low] == b[:low]; they differ before ``high``… or ``high`` is the end
-        middle = (low + high + 1) // 2
-        if a[low:middle] == b[low:middle]:
-            low = middle
-        else:
-            high = middle - 1
-    return low
-
-
-def _common_suffix(a: str, b: str, most: int) -> int:
-    """Length of the common suffix, at most ``most``: as :func:`_common_prefix`, from the end."""
-    end = min(len(a), len(b), most)
-    low = 0
-    la, lb = len(a), len(b)
-    while low < end:
-        size = min(_CHUNK, end - low)
-        if a[la - low - size : la - low] != b[lb - low - size : lb - low]:
-            break
-        low += size
-    else:
-        return end
-    high = min(low + _CHUNK, end)
-    while low < high:
-        middle = (low + high + 1) // 2
-        if a[la - middle : la - low] == b[lb - middle : lb - low]:
-            low = middle
-        else:
-            high = middle - 1
-    return low
-
-
 def removed_span(full: str, without: str) -> str:
     """The text of ``full`` that ``without`` lacks: what lies between their common prefix and
     their common suffix (the suffix never overlapping the prefix)."""
-    prefix = _common_prefix(full, without)
-    suffix = _common_suffix(full, without, min(len(full), len(without)) - prefix)
+    limit = min(len(full), len(without))
+    prefix = common_prefix_length(full, without, limit)
+    suffix = common_suffix_length(full, without, limit - prefix)
     return full[prefix : len(full) - suffix]
 
 

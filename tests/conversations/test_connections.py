@@ -11,34 +11,35 @@ from conversations import connections
 from conversations.connections import DiscardedConnectionFilter, discard_connection
 
 
+def _answers(value: int) -> bool:
+    """Whether the connection (opened anew if need be) answers a query."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {value}")
+        return bool(cursor.fetchone() == (value,))
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_discarded_connection_is_closed_and_a_new_one_serves_the_next_query() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
+    assert _answers(1)
     used = connection.connection
 
     discard_connection(connection)
 
     assert connection.connection is None
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 2")
-        assert cursor.fetchone() == (2,)
+    assert _answers(2)
     assert connection.connection is not used
 
 
 @pytest.mark.django_db(transaction=True)
 def test_inside_a_transaction_a_connection_is_never_discarded() -> None:
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
+        assert _answers(1)
         used = connection.connection
 
         discard_connection(connection)
 
         assert connection.connection is used
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 2")
-            assert cursor.fetchone() == (2,)
+        assert _answers(2)
 
 
 def test_the_pools_warning_is_dropped_only_for_a_connection_discarded_on_purpose() -> None:

@@ -77,7 +77,7 @@ def test_the_screens_never_change_what_is_redacted() -> None:
     unscreened = replace(screened, screens=())
     pieces = [secret for secret, _ in KEYS] + [
         "sk", "sk-", "AKI", "AIz", "gh_", "ghx_", "xo", "xox", "Bear", "bearer", "BEARER", "b e a r e r",
-        "@", "a@b", "ü", "—", "😀", "İ", "\ud800", '"', "\n", " ", "{", "tool_calls", "a-run-secret-value",
+        "@", "a@b", "ü", "—", "😀", "İ", "\ud800", "\udc80", '"', "\n", " ", "{", "tool_calls", "a-run-secret-value",
     ]  # fmt: skip
     chance = random.Random(21)
     texts = [

@@ -56,7 +56,7 @@ def test_removed_span_is_what_differs_between_two_renderings() -> None:
 
 
 def _removed_span_by_characters(full: str, without: str) -> str:
-    """The same, one character at a time: what the chunked comparisons must agree with."""
+    """The same, one character at a time: what the bisections must agree with."""
     prefix = 0
     while prefix < min(len(full), len(without)) and full[prefix] == without[prefix]:
         prefix += 1
@@ -71,9 +71,8 @@ def _removed_span_by_characters(full: str, without: str) -> str:
 
 @pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 8192, 20_000])
 def test_removed_span_over_long_texts_agrees_with_a_character_by_character_comparison(size: int) -> None:
-    """The prefix and suffix are compared in chunks of 4,096 characters: around and across their
-    edges, with the text removed or replaced at the start, the end and a chunk's edge, and
-    repeated."""
+    """The prefix and suffix are found by bisection over slices: with the text removed or
+    replaced at the start, the end and around powers of two, and repeated."""
     chance = random.Random(size)
     base = "".join(chance.choice("ab—") for _ in range(size))
     edges = (0, 1, size // 2, 4095, 4096, 4097, size - 4097, size - 4096, size - 4095, size - 1, size)
