@@ -141,6 +141,75 @@ def test_the_loop_goes_on_while_the_writer_waits_for_the_database(turn: Turn) ->
 
 
 @pytest.mark.postgres
+def test_the_next_batches_are_prepared_while_the_database_works_on_a_write(
+    turn: Turn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prepared: list[int] = []
+    real = recording._Batch.prepare
+
+    def noting(batch: recording._Batch) -> None:
+        made = batch.prepared
+        real(batch)
+        if batch.step is not None and not made:
+            prepared.append(batch.step.pk)
+
+    monkeypatch.setattr(recording._Batch, "prepare", noting)
+    recorder = TurnRecorder(turn)
+    with _turn_row_locked(turn):
+        recorder.turn_save("status")
+        first = recorder.step_open(kind="decide", title="model call 1")
+        # The first write waits on the lock; the steps after it are made ready meanwhile.
+        assert wait_until(lambda: first in prepared, DUE)
+        second = recorder.step_open(kind="decide", title="model call 2")
+        recorder.step_save(second, exchanges=[_exchange("llm")])
+        third = recorder.step_open(kind="decide", title="model call 3")
+        assert wait_until(lambda: prepared == [first, second, third], DUE)
+        assert not Step.objects.filter(pk__in=[first, second, third]).exists()
+
+    recorder.drain()
+    assert Step.objects.filter(pk__in=[first, second, third]).count() == 3
+    assert Exchange.objects.get(turn=turn).step_id == second
+    assert conversation_verify(conversation=turn.conversation).intact
+
+
+@pytest.mark.postgres
+def test_a_batch_that_cannot_be_made_ready_fails_its_turn_alone_and_the_writer_goes_on(
+    turn: Turn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other_turn = Turn.objects.create(
+        conversation=turn.conversation, seq=2, question="And tomorrow?", paradigm="native", tool_choice="auto"
+    )
+    bad, good = TurnRecorder(turn), TurnRecorder(other_turn)
+    real = exchange_rows
+
+    def broken(records: list[WireExchange], **kwargs: object) -> list[Exchange]:
+        if any(record.label == "poison" for record in records):
+            raise ValueError("this record could not be made a row")
+        return real(records, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(recording, "exchange_rows", broken)
+    failed = bad.step_open(kind="decide", title="model call 1")
+    bad.step_save(failed, exchanges=[_exchange("poison")])
+    after = bad.step_open(kind="decide", title="model call 2")
+    kept = good.step_open(kind="decide", title="model call 1")
+    good.step_save(kept, exchanges=[_exchange("llm")])
+
+    with pytest.raises(ValueError, match="could not be made a row"):
+        bad.drain()
+    good.drain()
+    assert Exchange.objects.get(turn=other_turn).step_id == kept
+    # The first step's batch was written; the one that failed (the first step's update, its
+    # exchange and the step it opened) was not written half-way.
+    assert Step.objects.filter(pk=failed).exists()
+    assert not Step.objects.filter(pk=after).exists()
+    assert not Exchange.objects.filter(turn=turn).exists()
+    # Both threads live on: once the loop has heard of the error, its turn records again.
+    error_step = bad.step_open(kind="error", title="internal error")
+    bad.drain()
+    assert Step.objects.filter(pk=error_step).exists()
+
+
+@pytest.mark.postgres
 def test_a_doorbell_rings_only_after_its_row_is_committed(
     turn: Turn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -422,12 +491,13 @@ def test_a_runners_end_writes_nothing_over_a_turn_ended_elsewhere(turn: Turn, en
     assert stored is None if ending == "missing" else stored == {"status": ending, "answer": "", "seal": ""}
 
 
-def test_waiting_on_a_writer_whose_thread_is_gone_fails_instead_of_hanging() -> None:
+@pytest.mark.parametrize("thread", ["_thread", "_preparer"])
+def test_waiting_on_a_writer_whose_thread_is_gone_fails_instead_of_hanging(thread: str) -> None:
     writer = recording._Writer()
     dead = threading.Thread(target=lambda: None)
     dead.start()
     dead.join()
-    writer._thread = dead
+    setattr(writer, thread, dead)
     owner = SimpleNamespace(_outstanding=1, _drained=threading.Event())  # one batch not written
 
     with pytest.raises(RuntimeError, match="record writer stopped"):
