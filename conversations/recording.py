@@ -4,12 +4,12 @@ A step's updates (its reply, its parsed calls, its close) are kept until the rec
 a step — the loop opens one before every model or tool call — or is flushed, and then go out
 with that step as one batch: nothing the loop saw is held while it waits on the outside world.
 
-On PostgreSQL a batch is handed to the process's record writer: one thread makes its rows
-(redacted, linked into the hash chain) in the order the batches were made, another commits them
-in that order (several turns' batches in one transaction when they queue up) and rings each
-batch's doorbells only after its commit: persist, then publish. The next batches are made ready
-while the database works on a write. The loop does not wait for the database; it goes on to the
-model or the tool while its last step is written. A new
+On PostgreSQL a batch is handed to the process's record writer, a thread that makes its rows
+(redacted, linked into the hash chain) and commits batches in the order they were made (several
+turns' batches in one transaction when they queue up), and rings each batch's doorbells only
+after its commit: persist, then publish. While it waits on the database, a second thread makes
+the rows of the batches queued behind. The loop does not wait for the database; it goes on to
+the model or the tool while its last step is written. A new
 step's id comes from ids the recorder reserves from the table's sequence in blocks, so opening a
 step needs no round trip. ``drain`` waits for everything handed over to be committed, and raises
 the error of a write that failed; the runner drains before it writes the turn's end, so a turn
@@ -214,7 +214,7 @@ class _Opening:
 class _Batch:
     """What one write of a turn holds, taken off the recorder when it was made.
 
-    The loop hands over what it saw as it saw it; ``prepare`` (the writer's preparer thread) works out
+    The loop hands over what it saw as it saw it; ``prepare`` (on the writer's side, one batch at a time in order) works out
     the computed fields, redacts every text, cuts it to size and links the exchanges into the
     conversation's hash chain, in the order the batches were made.
     """
@@ -285,8 +285,8 @@ class _Batch:
             )
 
     def ready(self) -> None:
-        """``prepare``, keeping its error for the writer to hand to the turn's loop (the
-        preparer's thread: nothing a batch holds may stop it)."""
+        """``prepare``, keeping its error for the writer to hand to the turn's loop (nothing a
+        batch holds may stop the writer's threads)."""
         try:
             self.prepare()
         except BaseException as exc:
@@ -294,8 +294,8 @@ class _Batch:
             self.unprepared = exc
 
     def live(self) -> bool:
-        """Whether this batch is still to be written (the writer's thread only; the preparer
-        has made it ready).
+        """Whether this batch is still to be written (the writer's thread only, once the batch
+        is prepared).
 
         After a failed write of its turn it is dropped (the step it opens is lost too) until the
         loop has heard of the error; after that, it is kept from naming the steps that were lost.
@@ -393,11 +393,15 @@ def _write(batches: Sequence[_Batch]) -> None:
 
 
 class _Writer:
-    """The process's record writer: two daemon threads. The preparer makes each batch's rows
-    (``_Batch.prepare``: redaction, the hash chain, the search spans) in the order the batches
-    were handed over; the writer commits prepared batches in that order and then rings their
-    doorbells. Batches that queue up while it writes go out together, and the next ones are
-    prepared while the database works on the current write."""
+    """The process's record writer: a daemon thread that commits queued batches in order and
+    then rings their doorbells. Batches that queue up while it writes go out together.
+
+    A batch's rows are made (``_Batch.prepare``: redaction, the hash chain, the search spans)
+    strictly in the order the batches were handed over: by the writer thread for the batches it
+    takes, and, while it waits on the database, by a second thread, the preparer, for the
+    batches queued behind (so a busy writer finds them ready). The preparer works only then: a
+    lone batch is made and written by the writer alone, with no hand-over between threads on
+    its way to the page."""
 
     # At most this many batches in one transaction (a bigger backlog is written in several).
     MOST_PER_WRITE = 200
@@ -406,34 +410,39 @@ class _Writer:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self._incoming: deque[_Batch] = deque()  # handed over, not yet prepared
-        self._pending: deque[_Batch] = deque()  # prepared, not yet written
-        self._preparing = False  # a batch is being prepared
+        # Handed over and not yet taken for a write; the first ``_ready`` of them are prepared.
+        self._pending: deque[_Batch] = deque()
+        self._ready = 0
         self._busy = False  # a write is under way
-        # One lock, three conditions: the preparer waits for batches, the writer for prepared
-        # ones, ``wait_all`` for both queues to be empty. A turn waiting for its own batches
-        # waits on its recorder's ``_drained`` event, set when its last one is written: a batch
-        # handed over wakes the preparer alone, and a write wakes only the turns it finished
-        # (hundreds may be waiting in one worker).
+        self._in_database = False  # the writer thread waits on the database
+        # One lock, three conditions: the writer waits for work, the preparer for batches to
+        # prepare while the writer is in the database, ``wait_all`` for the queue to be empty.
+        # A turn waiting for its own batches waits on its recorder's ``_drained`` event, set
+        # when its last one is written: a write wakes only the turns it finished (hundreds may
+        # be waiting in one worker).
         lock = threading.Lock()
-        self._arrived = threading.Condition(lock)
         self._work = threading.Condition(lock)
+        self._behind = threading.Condition(lock)
         self._idle = threading.Condition(lock)
-        # How many wait for the queue (``wait``, ``wait_all``): while any does, the writer
-        # writes what is prepared at once.
-        self._waiting = 0
+        # Held while a batch is prepared, by either thread: batches are prepared one at a time,
+        # in order, and taken off the queue only with it held.
+        self._preparing = threading.Lock()
+        # Someone waits for the queue (``wait``, ``wait_all``): write what there is, now.
+        self._hurry = False
         self._last_write = -float("inf")  # time.monotonic() when the last write ended
-        self._preparer = threading.Thread(target=self._prepare_all, name="record-preparer", daemon=True)
+        self._preparer = threading.Thread(target=self._prepare_behind, name="record-preparer", daemon=True)
         self._thread = threading.Thread(target=self._run, name="record-writer", daemon=True)
         self._preparer.start()
         self._thread.start()
 
     def put(self, batch: _Batch) -> None:
-        with self._arrived:
+        with self._work:
             batch.owner._outstanding += 1
             batch.owner._drained.clear()
-            self._incoming.append(batch)
-            self._arrived.notify()
+            self._pending.append(batch)
+            self._work.notify()
+            if self._in_database:
+                self._behind.notify()
 
     def wait(self, owner: TurnRecorder) -> None:
         """Block until every batch of ``owner`` handed over so far is written or dropped.
@@ -441,61 +450,61 @@ class _Writer:
         Raises:
             RuntimeError: a thread of the writer is gone (its batches will never be written).
         """
-        self._hasten(1)
-        try:
-            while not owner._drained.wait(timeout=1.0):
-                if not (self._thread.is_alive() and self._preparer.is_alive()):
-                    raise RuntimeError("the record writer stopped before writing this turn's steps")
-        finally:
-            self._hasten(-1)
+        self._hasten()
+        while not owner._drained.wait(timeout=1.0):
+            if not (self._thread.is_alive() and self._preparer.is_alive()):
+                raise RuntimeError("the record writer stopped before writing this turn's steps")
 
     def wait_all(self, timeout: float) -> bool:
-        self._hasten(1)
-        try:
-            with self._idle:
-                return self._idle.wait_for(
-                    lambda: not (self._incoming or self._preparing or self._pending or self._busy), timeout
-                )
-        finally:
-            self._hasten(-1)
+        self._hasten()
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._pending and not self._busy, timeout)
 
-    def _hasten(self, waiting: int) -> None:
+    def _hasten(self) -> None:
         with self._work:
-            self._waiting += waiting
-            self._work.notify()
-
-    def _prepare_all(self) -> None:
-        while True:
-            self._prepare_next()
-
-    def _prepare_next(self) -> None:
-        """Prepare the batches handed over since the last round, in order, and hand them to the
-        writer together (under load they are what arrived while the last round was prepared,
-        and make one write). A method of its own, like ``_write_next``, so that nothing of them
-        is held while the thread waits for more."""
-        with self._arrived:
-            self._arrived.wait_for(lambda: bool(self._incoming))
-            batches = list(self._incoming)
-            self._incoming.clear()
-            self._preparing = True
-        for batch in batches:
-            batch.ready()
-        with self._work:
-            self._pending.extend(batches)
-            self._preparing = False
+            self._hurry = True
             self._work.notify()
 
     def _take(self) -> list[_Batch]:
+        """The next batches to write, every one of them prepared."""
         with self._work:
             self._work.wait_for(lambda: bool(self._pending))
             linger = float(settings.RECORD_WRITE_LINGER_SECONDS)
             if time.monotonic() - self._last_write < linger:
-                self._work.wait_for(
-                    lambda: self._waiting > 0 or len(self._pending) >= self.LINGER_MOST, linger
-                )
-            count = min(len(self._pending), self.MOST_PER_WRITE)
+                self._work.wait_for(lambda: self._hurry or len(self._pending) >= self.LINGER_MOST, linger)
+            self._hurry = False
             self._busy = True
-            return [self._pending.popleft() for _ in range(count)]
+        # The preparer may be at one of them: waiting for the lock waits for that batch.
+        with self._preparing:
+            with self._work:
+                count = min(len(self._pending), self.MOST_PER_WRITE)
+                batches = [self._pending.popleft() for _ in range(count)]
+                unready = batches[self._ready :]
+                self._ready = max(0, self._ready - count)
+            for batch in unready:
+                batch.ready()
+        return batches
+
+    def _prepare_behind(self) -> None:
+        while True:
+            self._prepare_next()
+
+    def _prepare_next(self) -> None:
+        """Prepare the first batch not prepared, once the writer is in the database (the
+        preparer's thread). A method of its own, like ``_write_next``."""
+        with self._behind:
+            self._behind.wait_for(self._may_prepare)
+        with self._preparing:
+            with self._work:
+                if not self._may_prepare():
+                    return
+                batch = self._pending[self._ready]
+            batch.ready()
+            with self._work:
+                self._ready += 1
+
+    def _may_prepare(self) -> bool:
+        return self._in_database and self._ready < len(self._pending)
 
     def _run(self) -> None:
         while True:
@@ -506,6 +515,9 @@ class _Writer:
         that nothing of them is held while the thread waits for more (the rows of a batch hold
         its bodies: a 10 MB tool result stayed alive until the next write)."""
         batches = self._take()
+        with self._work:
+            self._in_database = True
+            self._behind.notify()
         try:
             written = self._commit(batches)
         except BaseException as exc:  # never lose the thread; the turns hear of it
@@ -514,6 +526,9 @@ class _Writer:
                 batch.owner._write_error = batch.owner._write_error or exc
                 batch.lose()
             written = []
+        finally:
+            with self._work:
+                self._in_database = False
         for batch in written:
             try:
                 batch.publish()
@@ -530,7 +545,7 @@ class _Writer:
             self._busy = False
             self._last_write = time.monotonic()
             self._idle.notify_all()
-            idle = not (self._pending or self._incoming or self._preparing)
+            idle = not self._pending
         if idle:
             # The connection goes back to the pool only when nothing waits to be written:
             # a busy writer keeps it (each loan from the pool costs a health check).
@@ -691,7 +706,7 @@ class TurnRecorder:
         self._write_error: BaseException | None = None
         # Ids of steps whose write failed or was dropped (the writer's thread only).
         self._lost: set[int] = set()
-        # By step (the preparer's thread): the diagnostics the loop last gave it, and what the
+        # By step (the writer's side): the diagnostics the loop last gave it, and what the
         # recorder had to escape in its values (``_storable_fields``).
         self._given_diagnostics: dict[int, list[Any]] = {}
         self._escapes: dict[int, list[str]] = {}
@@ -841,7 +856,7 @@ class TurnRecorder:
         turn_seal(turn=self.turn)
 
     def _index_span(self, row: Exchange) -> None:
-        """Index only what this model request adds to the turn's previous one (the preparer's thread)."""
+        """Index only what this model request adds to the turn's previous one (the writer's side)."""
         previous, self._last_request = self._last_request, row.request_body
         if previous is None:
             return
@@ -912,7 +927,7 @@ class TurnRecorder:
     def _storable_fields(self, fields: dict[str, Any], *, step: int | None) -> dict[str, Any]:
         """``fields`` with every text and JSON value in a form every database stores
         (``conversations.escaping``); what had to be escaped is said in the step's diagnostics,
-        after the diagnostics the loop gave it (the preparer's thread: batches come in order)."""
+        after the diagnostics the loop gave it (the writer's side: batches are prepared in order)."""
         key = step if step is not None else _UNSAVED_STEP
         storable: dict[str, Any] = {}
         notes: list[str] = []

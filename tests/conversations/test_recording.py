@@ -145,6 +145,7 @@ def test_the_next_batches_are_prepared_while_the_database_works_on_a_write(
     turn: Turn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prepared: list[int] = []
+    threads: list[str] = []
     real = recording._Batch.prepare
 
     def noting(batch: recording._Batch) -> None:
@@ -152,6 +153,7 @@ def test_the_next_batches_are_prepared_while_the_database_works_on_a_write(
         real(batch)
         if batch.step is not None and not made:
             prepared.append(batch.step.pk)
+            threads.append(threading.current_thread().name)
 
     monkeypatch.setattr(recording._Batch, "prepare", noting)
     recorder = TurnRecorder(turn)
@@ -170,6 +172,9 @@ def test_the_next_batches_are_prepared_while_the_database_works_on_a_write(
     assert Step.objects.filter(pk__in=[first, second, third]).count() == 3
     assert Exchange.objects.get(turn=turn).step_id == second
     assert conversation_verify(conversation=turn.conversation).intact
+    # A batch that finds the writer idle is made by the writer itself (no hand-over between
+    # threads on its way to the page); those queued behind a write, by the preparer.
+    assert threads == ["record-writer", "record-preparer", "record-preparer"]
 
 
 @pytest.mark.postgres
