@@ -517,7 +517,8 @@ class _Writer:
         batches = self._take()
         with self._work:
             self._in_database = True
-            self._behind.notify()
+            if self._may_prepare():
+                self._behind.notify()
         try:
             written = self._commit(batches)
         except BaseException as exc:  # never lose the thread; the turns hear of it
