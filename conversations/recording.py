@@ -214,9 +214,9 @@ class _Opening:
 class _Batch:
     """What one write of a turn holds, taken off the recorder when it was made.
 
-    The loop hands over what it saw as it saw it; ``prepare`` (on the writer's side, one batch at a time in order) works out
-    the computed fields, redacts every text, cuts it to size and links the exchanges into the
-    conversation's hash chain, in the order the batches were made.
+    The loop hands over what it saw as it saw it; ``prepare`` (on the writer's side, one batch
+    at a time) works out the computed fields, redacts every text, cuts it to size and links the
+    exchanges into the conversation's hash chain, in the order the batches were made.
     """
 
     owner: TurnRecorder
