@@ -178,6 +178,64 @@ def test_the_next_batches_are_prepared_while_the_database_works_on_a_write(
 
 
 @pytest.mark.postgres
+def test_many_turns_recording_at_once_keep_every_record_and_every_chain_whole(
+    turn: Turn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    by_preparer: list[int] = []
+    real = recording._Batch.prepare
+
+    def noting(batch: recording._Batch) -> None:
+        if not batch.prepared and threading.current_thread().name == "record-preparer":
+            by_preparer.append(batch.owner.turn.pk)
+        real(batch)
+
+    monkeypatch.setattr(recording._Batch, "prepare", noting)
+    turns = [turn]
+    for n in range(1, 8):
+        conversation = Conversation.objects.create(
+            owner=turn.conversation.owner, title=f"c{n}", model_profile=turn.conversation.model_profile
+        )
+        turns.append(
+            Turn.objects.create(
+                conversation=conversation, seq=1, question="Weather?", paradigm="native", tool_choice="auto"
+            )
+        )
+    steps_per_turn = 25
+    errors: list[BaseException] = []
+
+    def run(this: Turn) -> None:
+        try:
+            recorder = TurnRecorder(this)
+            recorder.turn_save("question")
+            for n in range(steps_per_turn):
+                decide = recorder.step_open(kind="decide", title=f"model call {n}")
+                recorder.step_save(decide, text=f"call {n}", exchanges=[_exchange(f"llm {n}")])
+                tool = recorder.step_open(kind="tool", title="demo/calculate", parent=decide)
+                recorder.step_close(tool, status="ok", exchanges=[_exchange(f"tools/call {n}")])
+                recorder.step_close(decide, status="ok")
+            recorder.drain()
+        except BaseException as exc:  # noqa: BLE001 — reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(this,)) for this in turns]
+    # The first turn's first write waits on its row's lock while every turn hands batches over:
+    # the preparer makes them ready meanwhile, the rest is written as it comes.
+    with _turn_row_locked(turn):
+        for thread in threads:
+            thread.start()
+        assert wait_until(lambda: len(set(by_preparer)) > 1, DUE)
+    for thread in threads:
+        thread.join(60)
+
+    assert not errors
+    for this in turns:
+        labels = list(Exchange.objects.filter(turn=this).order_by("seq").values_list("label", flat=True))
+        assert labels == [label for n in range(steps_per_turn) for label in (f"llm {n}", f"tools/call {n}")]
+        assert Step.objects.filter(turn=this, status="ok").count() == 2 * steps_per_turn
+        assert conversation_verify(conversation=this.conversation).intact
+
+
+@pytest.mark.postgres
 def test_a_batch_that_cannot_be_made_ready_fails_its_turn_alone_and_the_writer_goes_on(
     turn: Turn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
