@@ -26,8 +26,8 @@ Every leg commits with ``synchronous_commit = off``, as the writer does. CPU is 
 (``time.process_time``: the loop, the writer and publisher threads, the client library), so
 "per core" is exchanges per second of the process's CPU; the database backends' CPU (read from
 ``/proc`` for the bench database's connections) is reported beside it, and the product's CPU
-per thread (the loop, ``record-preparer``, ``record-writer``, ``live-publisher``). On a miss one more product leg runs
-under py-spy (``bench/results/p8-recording-profile.txt``).
+per thread (the loop, ``record-preparer``, ``record-writer``, ``live-publisher``). On a miss one
+more product leg runs under py-spy (``bench/results/p8-recording-profile.txt``).
 
 Target: the product at least half the bare loop's throughput. The product does, per exchange,
 about twice the database work of the bare loop (the step row and its update go with it) and
