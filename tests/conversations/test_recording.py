@@ -216,6 +216,8 @@ def test_many_turns_recording_at_once_keep_every_record_and_every_chain_whole(
             recorder.drain()
         except BaseException as exc:  # noqa: BLE001 — reported below
             errors.append(exc)
+        finally:
+            connection.close()  # this thread's own
 
     threads = [threading.Thread(target=run, args=(this,)) for this in turns]
     # The first turn's first write waits on its row's lock while every turn hands batches over:
