@@ -140,32 +140,39 @@ def test_the_loop_goes_on_while_the_writer_waits_for_the_database(turn: Turn) ->
     assert Step.objects.get(pk=tool).parent_id == step
 
 
-@pytest.mark.postgres
-def test_the_next_batches_are_prepared_while_the_database_works_on_a_write(
-    turn: Turn, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    prepared: list[int] = []
-    threads: list[str] = []
+@pytest.fixture
+def preparations(monkeypatch: pytest.MonkeyPatch) -> list[tuple[recording._Batch, str]]:
+    """Each batch the writer prepares from now on, with the name of the thread that prepared it."""
+    made: list[tuple[recording._Batch, str]] = []
     real = recording._Batch.prepare
 
     def noting(batch: recording._Batch) -> None:
-        made = batch.prepared
+        first = not batch.prepared
         real(batch)
-        if batch.step is not None and not made:
-            prepared.append(batch.step.pk)
-            threads.append(threading.current_thread().name)
+        if first:
+            made.append((batch, threading.current_thread().name))
 
     monkeypatch.setattr(recording._Batch, "prepare", noting)
+    return made
+
+
+@pytest.mark.postgres
+def test_the_next_batches_are_prepared_while_the_database_works_on_a_write(
+    turn: Turn, preparations: list[tuple[recording._Batch, str]]
+) -> None:
+    def opened() -> list[int]:
+        return [batch.step.pk for batch, _ in preparations if batch.step is not None]
+
     recorder = TurnRecorder(turn)
     with _turn_row_locked(turn):
         recorder.turn_save("status")
         first = recorder.step_open(kind="decide", title="model call 1")
         # The first write waits on the lock; the steps after it are made ready meanwhile.
-        assert wait_until(lambda: first in prepared, DUE)
+        assert wait_until(lambda: first in opened(), DUE)
         second = recorder.step_open(kind="decide", title="model call 2")
         recorder.step_save(second, exchanges=[_exchange("llm")])
         third = recorder.step_open(kind="decide", title="model call 3")
-        assert wait_until(lambda: prepared == [first, second, third], DUE)
+        assert wait_until(lambda: opened() == [first, second, third], DUE)
         assert not Step.objects.filter(pk__in=[first, second, third]).exists()
 
     recorder.drain()
@@ -174,22 +181,17 @@ def test_the_next_batches_are_prepared_while_the_database_works_on_a_write(
     assert conversation_verify(conversation=turn.conversation).intact
     # A batch that finds the writer idle is made by the writer itself (no hand-over between
     # threads on its way to the page); those queued behind a write, by the preparer.
+    threads = [thread for batch, thread in preparations if batch.step is not None]
     assert threads == ["record-writer", "record-preparer", "record-preparer"]
 
 
 @pytest.mark.postgres
 def test_many_turns_recording_at_once_keep_every_record_and_every_chain_whole(
-    turn: Turn, monkeypatch: pytest.MonkeyPatch
+    turn: Turn, preparations: list[tuple[recording._Batch, str]]
 ) -> None:
-    by_preparer: list[int] = []
-    real = recording._Batch.prepare
+    def turns_prepared_by_the_preparer() -> set[int]:
+        return {batch.owner.turn.pk for batch, thread in preparations if thread == "record-preparer"}
 
-    def noting(batch: recording._Batch) -> None:
-        if not batch.prepared and threading.current_thread().name == "record-preparer":
-            by_preparer.append(batch.owner.turn.pk)
-        real(batch)
-
-    monkeypatch.setattr(recording._Batch, "prepare", noting)
     turns = [turn]
     for n in range(1, 8):
         conversation = Conversation.objects.create(
@@ -225,7 +227,7 @@ def test_many_turns_recording_at_once_keep_every_record_and_every_chain_whole(
     with _turn_row_locked(turn):
         for thread in threads:
             thread.start()
-        assert wait_until(lambda: len(set(by_preparer)) > 1, DUE)
+        assert wait_until(lambda: len(turns_prepared_by_the_preparer()) > 1, DUE)
     for thread in threads:
         thread.join(60)
 
