@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import json
 import logging
 import os
 import threading
@@ -35,10 +36,11 @@ from conversations.providers.openai_chat import endpoint_transport, wire_message
 from conversations.providers.streaming import DeltaCallback, PartialReply
 from conversations.recording import TurnRecorder, index_last_request_whole, turn_end_save
 from conversations.secret_sources import active_redactor
-from conversations.splicing import Spliced, splice
+from conversations.splicing import GenericRenderer, Spliced, splice
 from conversations.tool_overrides import Overrides, tool_overrides_for, tools_overridden
 from conversations.toolhost import Connected, TurnServers, turn_servers
 from conversations.trace_delivery import trace_delivery_queue
+from conversations.typealias import JSONDict
 from inspector import live
 
 logger = logging.getLogger(__name__)
@@ -196,28 +198,89 @@ def _abandoned_call_ended(future: Future[ModelReply]) -> None:
 
 
 def prompt_renderer(profile: ModelProfile) -> PromptRenderer:
-    """Splices each request the way the profile's model reads it (its chat template, if known)."""
+    """Splices each request the way the profile's model reads it (its chat template, if known).
+
+    One renderer serves one turn's requests, in order: what a request repeats of the one before
+    (the tools, the history) is made into its wire shape once (:class:`_Wired`) and written once
+    by the generic rendering (``splicing.GenericRenderer``), not again at every step."""
+    wired = _Wired()
+    generic = GenericRenderer()
+    # The recorder works the prompts out one batch at a time, but on either of its threads.
+    lock = threading.Lock()
 
     def render(request: ModelRequest) -> Spliced:
-        spliced = splice(
-            messages=[wire_message(m) for m in request.messages],
-            tools=[wire_tool(t) for t in request.tools],
-            model=profile.model,
-            template=profile.chat_template or None,
-            templates=profile.chat_templates or None,
-            template_source=profile.chat_template_source or "the profile's chat template",
-            special_tokens=profile.special_tokens or None,
-            tokenizer=profile.tokenizer,
-            added_tokens=profile.added_tokens or (),
-            arguments_setting=profile.template_arguments,
-            prompt_is_ours=not request.tools,
-        )
+        with lock:
+            tools = wired.tools(request.tools)
+            spliced = splice(
+                messages=wired.messages(request.messages),
+                tools=tools,
+                model=profile.model,
+                template=profile.chat_template or None,
+                templates=profile.chat_templates or None,
+                template_source=profile.chat_template_source or "the profile's chat template",
+                special_tokens=profile.special_tokens or None,
+                tokenizer=profile.tokenizer,
+                added_tokens=profile.added_tokens or (),
+                arguments_setting=profile.template_arguments,
+                prompt_is_ours=not request.tools,
+                generic=generic,
+            )
         # The schema a structured request sends is read by the model too (docs/teaching.md §6).
-        spliced = definitions_counted(spliced, [wire_tool(t) for t in request.tools])
+        spliced = definitions_counted(spliced, tools)
         spliced = prompt_tools_counted(spliced, request.tool_texts)
         return with_response_format(spliced, request.response_format)
 
     return render
+
+
+class _Wired:
+    """A turn's messages and tools in the shape splicing reads (the Chat Completions one), each
+    made once and given again as the same object while it is unchanged.
+
+    A message is known by its content (``Message`` is mutable: a message changed in place is
+    made anew), a tool by the object itself (``ToolDef`` is frozen). Only what the latest
+    request holds is kept."""
+
+    def __init__(self) -> None:
+        self._messages: dict[tuple[object, ...], JSONDict] = {}
+        self._tools: dict[int, tuple[ToolDef, JSONDict]] = {}
+
+    def messages(self, messages: list[Message]) -> list[JSONDict]:
+        made: dict[tuple[object, ...], JSONDict] = {}
+        wire = []
+        for message in messages:
+            key = _message_key(message)
+            if key in made:  # the same content twice: each its own object
+                wire.append(wire_message(message))
+                continue
+            made[key] = self._messages.get(key) or wire_message(message)
+            wire.append(made[key])
+        self._messages = made
+        return wire
+
+    def tools(self, tools: list[ToolDef]) -> list[JSONDict]:
+        made = {}
+        for tool in tools:
+            seen = self._tools.get(id(tool))
+            made[id(tool)] = seen if seen is not None and seen[0] is tool else (tool, wire_tool(tool))
+        self._tools = made
+        return [made[id(tool)][1] for tool in tools]
+
+
+def _message_key(message: Message) -> tuple[object, ...]:
+    """What ``wire_message`` reads of a message (and its other fields): equal keys, equal wire."""
+    calls = tuple((call.id, call.name, call.arguments_text) for call in message.tool_calls)
+    echo = None if message.echo is None else json.dumps(message.echo, sort_keys=True, default=str)
+    return (
+        message.role,
+        message.content,
+        message.tool_call_id,
+        message.name,
+        message.is_error,
+        message.format,
+        calls,
+        echo,
+    )
 
 
 def connect_servers(

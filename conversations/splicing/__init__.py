@@ -37,6 +37,7 @@ from conversations.splicing.templates import (
     GENERIC_TEMPLATE,
     OLLAMA_GO_TEMPLATE_SOURCE,
     PARADIGM_SOURCE,
+    GenericRenderer,
     Rendering,
     TemplateError,
     check_template,
@@ -63,6 +64,7 @@ __all__ = [
     "ENCODINGS",
     "GENERIC_SOURCE",
     "GENERIC_TEMPLATE",
+    "GenericRenderer",
     "LLAMA_CPP_SOURCE",
     "OLLAMA_GO_TEMPLATE_SOURCE",
     "PARADIGM_SOURCE",
@@ -125,6 +127,7 @@ def splice(
     tokenizer: str = "",
     added_tokens: Sequence[str] = (),
     arguments_setting: str = "",
+    generic: GenericRenderer | None = None,
 ) -> Spliced:
     """The spliced prompt of one model call (OpenAI-shaped ``messages`` and ``tools``).
 
@@ -150,6 +153,9 @@ def splice(
     ``arguments_setting`` is a profile's override of that (one of :data:`ARGUMENT_MODES`; empty:
     none): it wins over ``arguments`` and ``source`` names it.
 
+    ``generic`` renders the prompt when the generic template does: one kept for a turn's calls
+    writes once what each call repeats of the one before (see :class:`GenericRenderer`).
+
     Tokens: see :class:`TokenReport`; the encoding is ``tokenizer`` (a profile setting) when
     given, else chosen from the rendered template's family, its special tokens and ``model``
     (:func:`~conversations.splicing.tokens.choose_encoding`); ``added_tokens`` (a tokenizer
@@ -174,6 +180,7 @@ def splice(
         prompt_is_ours=prompt_is_ours,
         special_tokens=special_tokens,
         arguments=arguments,
+        generic=generic,
     )
     go = "go template" in template_source.lower()  # not rendered: no arguments were passed
     if arguments_setting and template and template.strip() and not go and rendering.status != "illustrative":

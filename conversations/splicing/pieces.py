@@ -15,20 +15,25 @@ from typing import Protocol
 from conversations.strings import common_prefix_length, common_suffix_length
 from conversations.typealias import JSONDict
 
-__all__ = ["Render", "Variants", "removed_span", "spliced_pieces"]
+__all__ = ["Render", "Variants", "removed_inside", "removed_span", "spliced_pieces"]
 
 # render(messages, tools) → the prompt text, with the same template and options as the prompt.
 Render = Callable[[list[JSONDict], list[JSONDict]], str]
 
 
 class Variants(Protocol):
-    """One prompt's renderings with one change each, as ``render`` would make them from the
-    changed lists. A ``render`` that can make them without rendering the whole prompt again
-    offers them as ``render.variants(messages, tools)`` (None: not for this prompt)."""
+    """What one prompt loses with one change, each the :func:`removed_span` of the prompt and its
+    rendering with the changed lists. A ``render`` that can find them without rendering the
+    whole prompt again offers them as ``render.variants(messages, tools)`` (None: not for this
+    prompt)."""
 
-    def without_tool(self, index: int) -> str: ...
+    def tool_piece(self, index: int) -> str:
+        """What the prompt loses without ``tools[index]``."""
+        ...
 
-    def with_message(self, index: int, replacement: JSONDict | None) -> str: ...
+    def message_piece(self, index: int, replacement: JSONDict | None) -> str:
+        """What it loses with ``messages[index]`` left out (``replacement`` None) or replaced."""
+        ...
 
 
 def removed_span(full: str, without: str) -> str:
@@ -38,6 +43,24 @@ def removed_span(full: str, without: str) -> str:
     prefix = common_prefix_length(full, without, limit)
     suffix = common_suffix_length(full, without, limit - prefix)
     return full[prefix : len(full) - suffix]
+
+
+def removed_inside(part: str, changed: str) -> str | None:
+    """:func:`removed_span` of any ``before + part + after`` and ``before + changed + after``,
+    found from ``part`` and ``changed`` alone — or None when that cannot be decided without the
+    rest: the shorter is how the longer begins, so where the whole texts first differ depends on
+    what follows.
+
+    When they first differ inside both, the whole texts' common prefix is ``before`` and the
+    prefix the two share. Their common suffix is ``after`` and the suffix the two share, limited
+    as :func:`removed_span` limits it (to what the prefix leaves of the shorter text): a suffix
+    that reaches into ``before`` is cut back to that limit all the same."""
+    limit = min(len(part), len(changed))
+    prefix = common_prefix_length(part, changed, limit)
+    if prefix == limit:
+        return None
+    suffix = common_suffix_length(part, changed, limit - prefix)
+    return part[prefix : len(part) - suffix]
 
 
 def _tool_name(tool: JSONDict) -> str:
@@ -66,13 +89,13 @@ def spliced_pieces(
     for index, tool in enumerate(tools):
         try:
             if variants is not None:
-                without = variants.without_tool(index)
+                piece = variants.tool_piece(index)
             else:
-                without = render(messages, tools[:index] + tools[index + 1 :])
+                piece = removed_span(full, render(messages, tools[:index] + tools[index + 1 :]))
         except Exception:  # noqa: BLE001 — a template refusing the variant: count the definition
             tool_texts[_tool_name(tool)] = json.dumps(tool, ensure_ascii=False)
         else:
-            tool_texts[_tool_name(tool)] = removed_span(full, without)
+            tool_texts[_tool_name(tool)] = piece
     result_texts: list[str] = []
     for index, message in enumerate(messages):
         if message.get("role") != "tool":
@@ -80,13 +103,13 @@ def spliced_pieces(
         for replacement in (None, {**message, "content": ""}):
             try:
                 if variants is not None:
-                    without = variants.with_message(index, replacement)
+                    piece = variants.message_piece(index, replacement)
                 else:
                     kept = [replacement] if replacement is not None else []
-                    without = render(messages[:index] + kept + messages[index + 1 :], tools)
+                    piece = removed_span(full, render(messages[:index] + kept + messages[index + 1 :], tools))
             except Exception:  # noqa: BLE001 — try the next, milder variant
                 continue
-            result_texts.append(removed_span(full, without))
+            result_texts.append(piece)
             break
         else:
             content = message.get("content")

@@ -44,7 +44,7 @@ from conversations.splicing.arguments import (
     rewritten_arguments,
     template_messages,
 )
-from conversations.splicing.pieces import Render
+from conversations.splicing.pieces import Render, removed_inside, removed_span
 from conversations.typealias import JSONDict, JSONValue
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "GENERIC_TEMPLATE",
     "OLLAMA_GO_TEMPLATE_SOURCE",
     "PARADIGM_SOURCE",
+    "GenericRenderer",
     "Rendering",
     "TemplateError",
     "check_template",
@@ -337,8 +338,10 @@ def _generic_rendering(
     text, in a fraction of Jinja's time (a step's prompt is rendered again at every step). None
     for a message of a shape the template's edge cases decide (a test holds the two equal).
     ``tool_json`` writes a tool definition's JSON and ``assistant`` an assistant message
-    (:class:`_GenericRenderer` remembers both)."""
-    blocks = _generic_blocks(messages, tools, tool_json, assistant)
+    (:class:`GenericRenderer` remembers both)."""
+    blocks = _generic_blocks(
+        messages, tools, tool_json, functools.partial(_generic_block, assistant=assistant)
+    )
     return None if blocks is None else "".join(blocks)
 
 
@@ -346,18 +349,18 @@ def _generic_blocks(
     messages: Sequence[JSONDict],
     tools: Sequence[JSONDict],
     tool_json: Callable[[JSONDict], str],
-    assistant: Callable[[JSONDict], str],
+    block: Callable[[Sequence[JSONDict], int], str],
 ) -> list[str] | None:
     """:func:`_generic_rendering`'s text in blocks: the system block (empty without one), one
     block per message (empty for a leading system message, which the system block holds), the
     generation prompt. A message's block depends on the message and its neighbours' roles alone
-    (:func:`_generic_block`)."""
+    (:func:`_generic_block`; ``block(messages, index)`` writes it)."""
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
         return None
     try:
         return [
             _generic_system(messages, tools, tool_json),
-            *(_generic_block(messages, index, assistant) for index in range(len(messages))),
+            *(block(messages, index) for index in range(len(messages))),
             "<|im_start|>assistant\n",
         ]
     except _NotPlain:
@@ -677,8 +680,10 @@ def spliced_text(
     prompt_is_ours: bool,
     special_tokens: Mapping[str, str] | None,
     arguments: str = "object",
+    generic: GenericRenderer | None = None,
 ) -> Rendering:
-    """The prompt of one call, by the rules of :func:`conversations.splicing.splice`."""
+    """The prompt of one call, by the rules of :func:`conversations.splicing.splice`; ``generic``
+    renders it when the generic template does (a new one when None)."""
     problem: str | None = None
     if template is not None and template.strip() and _is_go_template(template_source):
         problem = "the server's template is an Ollama Go template (not rendered)"
@@ -734,7 +739,7 @@ def spliced_text(
         return Rendering(_plain_rendering(messages), "failed" if failed else "exact", source)
 
     # The generic template is ours and tested; a failure here is a bug and should surface.
-    generic = _GenericRenderer()
+    generic = generic if generic is not None else GenericRenderer()
     text = generic(messages, tools)
     if problem is None:
         return Rendering(text, "illustrative", GENERIC_SOURCE, render=generic)
@@ -759,28 +764,73 @@ def _remembered(
 
 def _generic(messages: list[JSONDict], tools: list[JSONDict]) -> str:
     """:data:`GENERIC_TEMPLATE` applied, by its plain-Python rendering when it decides the shapes."""
-    return _GenericRenderer()(messages, tools)
+    return GenericRenderer()(messages, tools)
 
 
-class _GenericRenderer:
+class GenericRenderer:
     """:func:`_generic` for the renderings of one prompt: the prompt, then the prompt without
     each of its tools and results (``pieces.spliced_pieces``), which all list the same tool
-    definitions and assistant messages. Each definition's JSON and each assistant message's text
-    is written once, not once per rendering: with a dozen tools, or twenty calls in a turn, that
+    definitions and assistant messages. Each definition's JSON and each message's block is
+    written once, not once per rendering: with a dozen tools, or twenty calls in a turn, that
     was most of a model call's splicing (each call's arguments parsed and written again for
-    each of the step's twenty-odd renderings)."""
+    each of the step's twenty-odd renderings).
+
+    Kept for a turn's model calls (``splice(generic=…)``), it writes once per turn what each
+    call's prompt repeats of the one before: the tools and the history, given again as the very
+    same objects. So nothing it is given may be changed in place afterwards (a changed message
+    must be a new object). What a prompt no longer holds is forgotten when the next prompt
+    comes, so it holds one prompt's objects at most."""
 
     def __init__(self) -> None:
         # By the object's id, with the object itself: an id is only reused once its object is gone.
         self._lines: dict[int, tuple[JSONDict, str]] = {}
         self._assistants: dict[int, tuple[JSONDict, str]] = {}
+        # A message's block, with its neighbours' roles (which the block depends on too).
+        self._texts: dict[int, tuple[JSONDict, tuple[object, object], str]] = {}
         self._last: tuple[object, object, list[str] | None] | None = None
+        # What a change removes (``_GenericVariants``), this prompt's and the one before's.
+        self._pieces: dict[tuple[object, ...], tuple[tuple[object, ...], str]] = {}
+        self._pieces_before: dict[tuple[object, ...], tuple[tuple[object, ...], str]] = {}
 
     def tool_json(self, tool: JSONDict) -> str:
         return _remembered(self._lines, tool, _tojson)
 
     def assistant(self, message: JSONDict) -> str:
         return _remembered(self._assistants, message, _generic_assistant)
+
+    def block(self, messages: Sequence[JSONDict], index: int) -> str:
+        """:func:`_generic_block`, from what was written before for this very message with the
+        same neighbours' roles."""
+        message = messages[index]
+        if message["role"] == "assistant":
+            return self.assistant(message)
+        around = (
+            messages[index - 1]["role"] if index else None,
+            messages[index + 1]["role"] if index + 1 < len(messages) else None,
+        )
+        seen = self._texts.get(id(message))
+        if seen is not None and seen[0] is message and seen[1] == around:
+            return seen[2]
+        text = _generic_block(messages, index, self.assistant)
+        self._texts[id(message)] = (message, around, text)
+        return text
+
+    def piece(
+        self, change: tuple[object, ...], held: tuple[object, ...], find: Callable[[], str | None]
+    ) -> str | None:
+        """What ``change`` removes from the prompt, found by ``find`` from the blocks it touches
+        alone (None: it cannot be), or as found for the prompt before when the objects those
+        blocks are written from (``held``) are the very same."""
+        key = (*change, *map(id, held))
+        for pieces in (self._pieces, self._pieces_before):
+            seen = pieces.get(key)
+            if seen is not None and all(kept is given for kept, given in zip(seen[0], held, strict=True)):
+                self._pieces[key] = seen
+                return seen[1]
+        piece = find()
+        if piece is not None:
+            self._pieces[key] = (held, piece)
+        return piece
 
     def __call__(self, messages: list[JSONDict], tools: list[JSONDict]) -> str:
         blocks = self._blocks(messages, tools)
@@ -798,12 +848,22 @@ class _GenericRenderer:
         """:func:`_generic_blocks`, kept for the last lists of these very objects (the prompt is
         rendered, then its variants made from the same messages)."""
         key = (tuple(map(id, messages)), tuple(map(id, tools)))
-        if self._last is not None and self._last[0] == key:
-            return self._last[2]
-        blocks = _generic_blocks(messages, tools, self.tool_json, self.assistant)
+        if self._last is not None:
+            if self._last[0] == key:
+                return self._last[2]
+            self._forget_all_but(messages, tools)
+            self._pieces_before, self._pieces = self._pieces, {}
+        blocks = _generic_blocks(messages, tools, self.tool_json, self.block)
         # The objects are held with their ids, so no id in the key is reused while it is kept.
         self._last = (key, (list(messages), list(tools)), blocks)
         return blocks
+
+    def _forget_all_but(self, messages: list[JSONDict], tools: list[JSONDict]) -> None:
+        held = set(map(id, messages))
+        self._assistants = {at: seen for at, seen in self._assistants.items() if at in held}
+        self._texts = {at: seen for at, seen in self._texts.items() if at in held}
+        listed = set(map(id, tools))
+        self._lines = {at: seen for at, seen in self._lines.items() if at in listed}
 
 
 class _GenericVariants:
@@ -811,34 +871,86 @@ class _GenericVariants:
     each the same text as rendering the changed lists: the unchanged blocks are joined again and
     only the blocks the change touches (the system block for a tool; the message and its two
     neighbours for a message) are written. Rendering the whole prompt for each of a step's tools
-    and results made a turn's splicing grow with the cube of its length."""
+    and results made a turn's splicing grow with the cube of its length.
+
+    What each change removes (``pieces.Variants``) is found from the touched blocks alone,
+    before and after the change (``pieces.removed_inside``), unless their difference reaches
+    their edge; only then are the whole texts joined and compared."""
 
     def __init__(
-        self, renderer: _GenericRenderer, messages: list[JSONDict], tools: list[JSONDict], blocks: list[str]
+        self, renderer: GenericRenderer, messages: list[JSONDict], tools: list[JSONDict], blocks: list[str]
     ) -> None:
         self._renderer, self._messages, self._tools, self._blocks = renderer, messages, tools, blocks
+        self._full: str | None = None
+
+    @property
+    def full(self) -> str:
+        if self._full is None:
+            self._full = "".join(self._blocks)
+        return self._full
 
     def without_tool(self, index: int) -> str:
+        return "".join([self._system_without(index), *self._blocks[1:]])
+
+    def tool_piece(self, index: int) -> str:
+        # The system block is written from the tools and a leading system message.
+        messages = self._messages
+        held = (messages[0] if messages and messages[0]["role"] == "system" else None, *self._tools)
+        piece = self._renderer.piece(
+            ("tool", index), held, lambda: removed_inside(self._blocks[0], self._system_without(index))
+        )
+        if piece is None:
+            piece = removed_span(self.full, self.without_tool(index))
+        return piece
+
+    def _system_without(self, index: int) -> str:
         tools = self._tools[:index] + self._tools[index + 1 :]
-        return "".join([_generic_system(self._messages, tools, self._renderer.tool_json), *self._blocks[1:]])
+        return _generic_system(self._messages, tools, self._renderer.tool_json)
 
     def with_message(self, index: int, replacement: JSONDict | None) -> str:
         """The prompt with ``messages[index]`` left out (``replacement`` None) or replaced."""
+        changed = self._touched(index, replacement)
+        if isinstance(changed, str):
+            return changed
+        blocks, (start, end) = self._blocks, changed[1]
+        return "".join([*blocks[:start], *changed[0], *blocks[end:]])
+
+    def message_piece(self, index: int, replacement: JSONDict | None) -> str:
+        if replacement is None and index > 0:
+            # The touched blocks (the message's and its neighbours') are written from the
+            # messages two places around it, and their roles.
+            messages = self._messages
+            held = tuple(
+                messages[at] if 0 <= at < len(messages) else None for at in range(index - 2, index + 3)
+            )
+            piece = self._renderer.piece(("message",), held, lambda: self._inside(index, None))
+        else:
+            piece = self._inside(index, replacement)
+        return piece if piece is not None else removed_span(self.full, self.with_message(index, replacement))
+
+    def _inside(self, index: int, replacement: JSONDict | None) -> str | None:
+        changed = self._touched(index, replacement)
+        if isinstance(changed, str):
+            return None
+        blocks, (start, end) = self._blocks, changed[1]
+        return removed_inside("".join(blocks[start:end]), "".join(changed[0]))
+
+    def _touched(self, index: int, replacement: JSONDict | None) -> str | tuple[list[str], tuple[int, int]]:
+        """The changed prompt's blocks in place of ``blocks[start:end]``, with ``(start, end)``; or
+        the whole changed prompt, when its system block may change or a block is left to Jinja."""
         messages = self._messages
         changed = (
             messages[:index] + ([replacement] if replacement is not None else []) + messages[index + 1 :]
         )
-        if index == 0:  # the system block may change: the whole prompt
-            return self._renderer(changed, self._tools)
+        # The whole prompt, by a renderer of its own (the turn's keeps to the turn's prompts).
+        if index == 0:  # the system block may change
+            return _generic(changed, self._tools)
         # Changed messages' blocks (new indices): from the one before ``index`` to the one that
         # was after it (or to the replacement, when ``index`` was the last).
         last_old = min(index + 1, len(messages) - 1)
         last_new = last_old if replacement is not None else last_old - 1
         try:
-            middle = [
-                _generic_block(changed, at, self._renderer.assistant) for at in range(index - 1, last_new + 1)
-            ]
+            middle = [self._renderer.block(changed, at) for at in range(index - 1, last_new + 1)]
         except _NotPlain:
-            return self._renderer(changed, self._tools)
-        blocks = self._blocks
-        return "".join([*blocks[:index], *middle, *blocks[last_old + 2 :]])
+            return _generic(changed, self._tools)
+        return middle, (index, last_old + 2)

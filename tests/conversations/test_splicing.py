@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import gc
 import json
+import weakref
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -587,7 +589,7 @@ def test_the_remembering_renderer_splices_each_piece_as_jinja_does(
     # One renderer serves a prompt's every rendering (without each tool, without each result),
     # remembering the text of each definition and assistant message it has written.
     tools = TOOLS if with_tools else []
-    renderer = templates._GenericRenderer()
+    renderer = templates.GenericRenderer()
     full = renderer(messages, tools)
 
     remembered = spliced_pieces(renderer, full, messages, tools)
@@ -604,7 +606,7 @@ def test_each_variant_of_a_prompt_is_the_rendering_of_the_changed_lists(
     """A step's variants (one tool left out; one message left out or emptied) are made from the
     prompt's blocks: each must be the text of rendering the changed lists whole."""
     tools = TOOLS if with_tools else []
-    renderer = templates._GenericRenderer()
+    renderer = templates.GenericRenderer()
     variants = renderer.variants(messages, tools)
     index = data.draw(st.integers(0, len(messages) - 1))
     replacement = data.draw(st.one_of(st.none(), st.just({**messages[index], "content": ""}), _MESSAGE))
@@ -617,10 +619,57 @@ def test_each_variant_of_a_prompt_is_the_rendering_of_the_changed_lists(
         assert variants.without_tool(at) == _sandboxed_generic(messages, tools[:at] + tools[at + 1 :])
 
 
+@settings(max_examples=150, deadline=None)
+@given(pool=st.lists(_MESSAGE, min_size=1, max_size=6), data=st.data())
+def test_a_renderer_kept_across_a_turns_prompts_splices_each_as_a_new_one_would(
+    pool: list[JSONDict], data: st.DataObject
+) -> None:
+    """A turn's renderer is kept from one model call to the next (``splice(generic=…)``): what
+    it remembers of the prompts before (blocks, definitions, pieces, by the very objects) must
+    never show in a later prompt that holds other objects, or the same ones elsewhere — each
+    prompt and each of its pieces as Jinja makes them."""
+    renderer = templates.GenericRenderer()
+    tools_pool = [*TOOLS, copy.deepcopy(ECHO)]  # the same definition as another object too
+    for _ in range(data.draw(st.integers(1, 4))):
+        messages = [pool[at] for at in data.draw(st.lists(st.integers(0, len(pool) - 1), max_size=7))]
+        tools = [tools_pool[at] for at in data.draw(st.lists(st.integers(0, 2), max_size=3, unique=True))]
+
+        full = renderer(messages, tools)
+
+        assert full == _sandboxed_generic(messages, tools)
+        assert spliced_pieces(renderer, full, messages, tools) == spliced_pieces(
+            _sandboxed_generic, full, messages, tools
+        )
+
+
+class _Held(dict):  # type: ignore[type-arg]
+    """A message that can be watched for being let go (a plain dict cannot)."""
+
+
+def test_a_kept_renderer_forgets_what_the_prompts_no_longer_hold() -> None:
+    """Kept for a whole turn, the renderer holds the objects of the latest prompts only: the
+    history a turn no longer sends (a new conversation's, a long turn's steps) is let go."""
+    renderer = templates.GenericRenderer()
+    old = [
+        _Held(role="user", content="first"),
+        _Held(role="tool", content="7"),
+        _Held(role="user", content="q"),
+    ]
+    gone = [weakref.ref(message) for message in old]
+    for messages in (old, [_Held(role="user", content="second"), _Held(role="tool", content="8")]):
+        spliced_pieces(renderer, renderer(messages, TOOLS), messages, TOOLS)
+    for messages in ([_Held(role="user", content="third"), _Held(role="tool", content="9")],) * 2:
+        spliced_pieces(renderer, renderer(messages, TOOLS), messages, TOOLS)
+    del old, messages
+    gc.collect()
+
+    assert [ref() for ref in gone] == [None, None, None]
+
+
 def test_a_prompt_with_a_shape_left_to_jinja_offers_no_variants() -> None:
     messages = [{"role": "user", "content": "hi"}, {"role": "user", "content": 42}]
 
-    assert templates._GenericRenderer().variants(messages, [ECHO]) is None
+    assert templates.GenericRenderer().variants(messages, [ECHO]) is None
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,11 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conversations.splicing import count_tokens, render_chat_template, splice
-from conversations.splicing.pieces import removed_span
+from conversations.splicing.pieces import removed_inside, removed_span
 from conversations.typealias import JSONDict
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "chat_templates"
@@ -85,6 +87,32 @@ def test_removed_span_over_long_texts_agrees_with_a_character_by_character_compa
             assert len(removed_span(full, base)) == len(piece)
             assert removed_span(full, emptied) == _removed_span_by_characters(full, emptied)
             assert removed_span(emptied, full) == _removed_span_by_characters(emptied, full)
+
+
+# Few letters, so the parts share text with what is around them and with each other.
+_TEXT = st.text(alphabet="ab<", max_size=10)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(before=_TEXT, part=_TEXT, changed=_TEXT, after=_TEXT)
+def test_what_a_change_removes_is_found_from_the_changed_part_alone_when_it_can_be(
+    before: str, part: str, changed: str, after: str
+) -> None:
+    """A step's pieces are found from the blocks a change touches: that must be the span of the
+    whole texts whenever it is given, whatever text surrounds the blocks."""
+    inside = removed_inside(part, changed)
+
+    if inside is not None:
+        assert inside == removed_span(before + part + after, before + changed + after)
+
+
+def test_what_a_change_removes_is_left_to_the_whole_texts_when_the_shorter_begins_the_longer() -> None:
+    assert removed_inside("<b>XY", "<b>") is None  # what follows could begin with "XY"
+    assert removed_inside("<a>X<b>", "<a><b>") == "X"
+    assert removed_inside("<a>X<b>", "<a>Q<b>") == "X"
+    # The shared end reaches back over the shared start: cut to what the start leaves.
+    assert removed_inside("ab<ba", "aba") == removed_span("ab<ba", "aba") == "<b"
+    assert removed_inside("XY<b>", "<b>") == removed_span("aXY<b>", "a<b>") == "XY"
 
 
 def test_llama_tool_counts_include_the_templates_own_wrapping() -> None:

@@ -120,3 +120,38 @@ def test_an_unknown_arguments_setting_is_refused(admin_client: Client) -> None:
 
     assert response.status_code == 200
     assert not ModelProfile.objects.filter(name="local").exists()
+
+
+# Each message whole, as the renderer hands it to a template.
+EVERYTHING = "{% for message in messages %}{{ message | tojson }}\n{% endfor %}{{ tools | tojson }}"
+
+
+@pytest.mark.parametrize("template", ["", EVERYTHING], ids=["generic", "template"])
+def test_the_runners_renderer_kept_for_a_turn_splices_each_request_as_a_new_one_would(template: str) -> None:
+    """One renderer serves a turn's requests and carries what each repeats of the one before:
+    a message changed in place afterwards (its text, a call's arguments, what the provider must
+    get back) is spliced as it is now, never as it was remembered."""
+    profile = ModelProfile(name="hosted", model="gpt-4o", chat_template=template)
+    other = ToolDef(**{**TOOL.__dict__, "name": "echo", "provider_name": "echo", "description": "Echo"})
+    tools = [TOOL, other]
+    call = ToolCall(id="c1", name="get_time", arguments_text='{"tz": "UTC"}')
+    asked = Message(
+        role="assistant", content=None, tool_calls=[call], echo={"openai_chat": {"reasoning_content": "hm"}}
+    )
+    history = [Message(role="system", content="Be brief."), Message(role="user", content="Time?"), asked]
+    history.append(Message(role="tool", tool_call_id="c1", content="12:00"))
+    edits = [
+        lambda: None,
+        lambda: setattr(history[3], "content", "13:00"),
+        lambda: setattr(call, "arguments_text", '{"tz": "CET"}'),
+        lambda: asked.echo["openai_chat"].update(reasoning_content="changed"),  # type: ignore[index, union-attr]
+        lambda: history.insert(1, Message(role="user", content="Time?")),  # the same text twice
+        lambda: history.append(Message(role="assistant", content="It is one.")),
+        lambda: tools.pop(0),
+    ]
+    carried = prompt_renderer(profile)
+    for edit in edits:
+        edit()
+        request = ModelRequest(messages=list(history), tools=list(tools))
+
+        assert carried(request) == prompt_renderer(profile)(request)
