@@ -249,6 +249,47 @@ class _ChunkAssembler:
         self.add(chunk)
 
     def add(self, chunk: JSONDict) -> None:
+        # Nearly every chunk of a long reply is one choice whose delta holds one piece of text or
+        # of one call's arguments: those are read without the general path's checks (each key
+        # looked up, each shape tested, for one piece of a few characters); anything else, or
+        # anything more, goes the general way.
+        choices = chunk.get("choices")
+        if type(choices) is list and len(choices) == 1 and not chunk.get("usage"):
+            choice = choices[0]
+            if type(choice) is dict and choice.get("index", 0) == 0 and choice.get("finish_reason") is None:
+                delta = choice.get("delta")
+                if type(delta) is dict and len(delta) == 1 and self._add_piece(delta):
+                    self.emitter.offer(self.partial)
+                    return
+        self._add_any(chunk)
+
+    def _add_piece(self, delta: JSONDict) -> bool:
+        """Add a one-key delta that is a piece of text, or a piece of the arguments of a call
+        already begun (``{"index": n, "function": {"arguments": "…"}}``); False for any other."""
+        content = delta.get("content")
+        if type(content) is str:
+            self.content.append(content)
+            return True
+        fragments = delta.get("tool_calls")
+        if type(fragments) is not list or len(fragments) != 1:
+            return False
+        fragment = fragments[0]
+        if (
+            type(fragment) is not dict
+            or len(fragment) != 2
+            or type(index := fragment.get("index")) is not int
+        ):
+            return False
+        pending, function = self.calls.get(index), fragment.get("function")
+        if pending is None or type(function) is not dict or len(function) != 1:
+            return False
+        arguments = function.get("arguments")
+        if type(arguments) is not str:
+            return False
+        pending.arguments.append(arguments)
+        return True
+
+    def _add_any(self, chunk: JSONDict) -> None:
         if chunk.get("usage"):
             self.usage = object_or_empty(chunk["usage"])
         for choice in list_or_empty(chunk.get("choices")):

@@ -172,6 +172,28 @@ _BOUNDARY = re.compile(r"(?>\r\n|\r|\n)(?>\r\n|\r|\n)")
 _UNDECODABLE = re.compile("[\udc80-\udcff]")
 
 
+def _last_boundary_end(text: str, start: int) -> int:
+    """Where the last event boundary of ``text`` found from ``start`` on ends (0: none), as
+    ``_BOUNDARY.finditer`` pairs the line ends from the left.
+
+    Without a CR, the last boundary is in the last run of LFs: it ends after the run's last full
+    pair, counted from the run's first LF (or ``start``). Found from the end, not by a match for
+    each of the events a chunk of a long stream holds."""
+    if "\r" in text:
+        end = 0
+        for match in _BOUNDARY.finditer(text, start):
+            end = match.end()
+        return end
+    last = text.rfind("\n\n", start)
+    if last < 0:
+        return 0
+    first = last
+    while first > start and text[first - 1] == "\n":
+        first -= 1
+    run = last + 2 - first
+    return first + run - run % 2
+
+
 class SseReader:
     """Splits a ``text/event-stream`` into events as its bytes arrive (UTF-8 split anywhere).
 
@@ -210,10 +232,7 @@ class SseReader:
             return []
         buffer = "".join(self._pending) + text
         usable = buffer[:-1] if buffer.endswith("\r") else buffer
-        start = max(0, len(buffer) - len(seam))
-        end = 0
-        for match in _BOUNDARY.finditer(usable, start):
-            end = match.end()
+        end = _last_boundary_end(usable, max(0, len(buffer) - len(seam)))
         complete, rest = buffer[:end], buffer[end:]
         self._pending = [rest] if rest else []
         self._carry = rest[-self._SEAM :]

@@ -10,13 +10,17 @@ from collections.abc import Callable, Iterator
 
 import httpx2
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
+from conversations.providers import streaming
 from conversations.providers.anthropic import AnthropicProvider
 from conversations.providers.base import Endpoint, ModelReply, ModelRequest, Provider
 from conversations.providers.gemini import GeminiProvider
-from conversations.providers.openai_chat import OpenAIChatProvider
+from conversations.providers.openai_chat import OpenAIChatProvider, _ChunkAssembler
 from conversations.providers.openai_responses import OpenAIResponsesProvider
 from conversations.providers.streaming import (
+    PartialEmitter,
     PartialReply,
     SseEvent,
     SseReader,
@@ -340,6 +344,42 @@ def test_an_event_stream_cut_anywhere_gives_the_same_events_as_read_whole(size: 
     assert events[0] == SseEvent("a", '{"t": "Grüße ☀"}')
 
 
+def _last_boundary_by_matching(text: str, start: int) -> int:
+    end = 0
+    for match in streaming._BOUNDARY.finditer(text, start):
+        end = match.end()
+    return end
+
+
+@settings(max_examples=1000, deadline=None)
+@given(text=st.text(alphabet="d:\n\r", max_size=30), data=st.data())
+def test_the_last_event_boundary_is_found_from_the_end_where_every_match_would_find_it(
+    text: str, data: st.DataObject
+) -> None:
+    """Runs of line ends pair from the left: three LFs end an event after the second, four
+    after the fourth; found from the end, the same boundary must be found."""
+    start = data.draw(st.integers(0, len(text)))
+
+    assert streaming._last_boundary_end(text, start) == _last_boundary_by_matching(text, start)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.lists(st.sampled_from(["data: x", "data: é", "\n", "event: e", ": c"]), max_size=40).map("".join),
+    cuts=st.lists(st.integers(1, 9), min_size=1, max_size=8),
+)
+def test_a_stream_of_runs_of_line_ends_cut_anywhere_gives_the_events_read_whole(
+    text: str, cuts: list[int]
+) -> None:
+    reader, events, data, at = SseReader(), [], text.encode(), 0
+    for size in cuts * (len(data) // sum(cuts) + 1):
+        events += reader.feed(data[at : at + size])
+        at += size
+    events += reader.close()
+
+    assert events == parse_sse(text)
+
+
 def test_events_are_told_as_soon_as_their_blank_line_arrives() -> None:
     told: list[SseEvent] = []
     pieces = iter([b"data: 1\n", b"\ndata: 2", b"\n\n"])
@@ -379,3 +419,90 @@ def test_without_an_interval_every_snapshot_passes() -> None:
         eager(snapshot)
 
     assert passed == snapshots
+
+
+_PIECE = st.text(alphabet='ab"{', max_size=3)
+_FRAGMENT = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "index": st.sampled_from([0, 1, True, 1.0, "0"]),
+            "function": st.fixed_dictionaries({"arguments": _PIECE}),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "index": st.sampled_from([0, 1]),
+            "function": st.fixed_dictionaries({"name": st.just("h"), "arguments": _PIECE}),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "index": st.sampled_from([0, 1]),
+            "id": st.sampled_from(["", "c1"]),
+            "type": st.just("function"),
+            "function": st.fixed_dictionaries({"name": st.sampled_from(["f", "g"]), "arguments": _PIECE}),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "index": st.just(0),
+            "function": st.fixed_dictionaries({"arguments": st.sampled_from([None, 7, {"a": 1}])}),
+        }
+    ),
+)
+_DELTA = st.one_of(
+    st.fixed_dictionaries({"content": st.one_of(_PIECE, st.none())}),
+    st.fixed_dictionaries({"tool_calls": st.lists(_FRAGMENT, max_size=2)}),
+    st.fixed_dictionaries({"content": _PIECE, "reasoning_content": _PIECE}),
+    st.fixed_dictionaries({"refusal": _PIECE}),
+)
+_CHUNK = st.fixed_dictionaries(
+    {
+        "choices": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "index": st.sampled_from([0, 0, 1]),
+                    "delta": _DELTA,
+                    "finish_reason": st.sampled_from([None, None, "stop", 3]),
+                }
+            ),
+            max_size=2,
+        )
+    },
+    optional={"usage": st.sampled_from([{"total_tokens": 3}, {}, None])},
+)
+
+
+class _GeneralWayOnly(_ChunkAssembler):
+    def _add_piece(self, delta: JSONDict) -> bool:
+        return False
+
+
+def _call_chunk(fragment: JSONDict) -> JSONDict:
+    return {"choices": [{"index": 0, "delta": {"tool_calls": [fragment]}, "finish_reason": None}]}
+
+
+@settings(max_examples=500, deadline=None)
+@given(chunks=st.lists(_CHUNK, max_size=12))
+@example(  # a call begun without its name, then pieces whose index is not a plain integer
+    chunks=[
+        _call_chunk({"index": 0, "function": {"arguments": "{"}}),
+        _call_chunk({"index": 1, "id": "c2", "type": "function", "function": {"name": "g", "arguments": ""}}),
+        _call_chunk({"index": 1.0, "function": {"arguments": "a"}}),
+        _call_chunk({"index": True, "function": {"arguments": "b"}}),
+        _call_chunk({"index": 0, "function": {"name": "f", "arguments": "}"}}),
+    ]
+)
+def test_the_chat_chunks_short_way_reads_each_chunk_as_the_general_way_does(chunks: list[JSONDict]) -> None:
+    """Most chunks of a long reply are one piece of text or of a begun call's arguments, read a
+    short way; any chunk, of any shape, must leave the reply and every snapshot shown as the
+    general way leaves them."""
+
+    def read(kind: type[_ChunkAssembler]) -> tuple[object, ...]:
+        shown: list[PartialReply] = []
+        assembler = kind(emitter=PartialEmitter(shown.append))
+        for chunk in chunks:
+            assembler.add(json.loads(json.dumps(chunk)))
+        return assembler.message(), assembler.finish_reason, assembler.usage, shown
+
+    assert read(_ChunkAssembler) == read(_GeneralWayOnly)
