@@ -105,3 +105,29 @@ def test_0015_keeps_records_made_before_keyed_sealing_verifiable_under_their_old
     assert report.intact and report.legacy and report.checked == 2
     Exchange.objects.filter(turn_id=turn.pk, seq=2).update(label="tools/list")
     assert not integrity.conversation_verify(conversation=stored).intact
+
+
+@pytest.mark.postgres
+def test_0026_compresses_the_records_long_columns_with_lz4_and_reads_what_pglz_wrote() -> None:
+    """A long body written before the migration (pglz) reads back whole after it; one written
+    after it is compressed with LZ4 (this project's PostgreSQL has it: the migration checks)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT enumvals FROM pg_settings WHERE name = 'default_toast_compression'")
+        assert "lz4" in cursor.fetchone()[0]
+    old = _migrate([("conversations", "0025_step_turn_updated")]).loader.project_state(
+        [("conversations", "0025_step_turn_updated")]
+    )
+    body = "".join(f'data: {{"piece": {n}, "text": "lorem ipsum dolor"}}\n\n' for n in range(20_000))
+    Exchange = old.apps.get_model("conversations", "Exchange")
+    before = Exchange.objects.create(turn=None, channel="llm", label="before", response_body=body)
+
+    _migrate([("conversations", "0026_lz4_compression")])
+    after = Exchange.objects.create(turn=None, channel="llm", label="after", response_body=body)
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, pg_column_compression(response_body), response_body = %s FROM conversations_exchange "
+            "WHERE id IN (%s, %s) ORDER BY id",
+            [body, before.pk, after.pk],
+        )
+        assert cursor.fetchall() == [(before.pk, "pglz", True), (after.pk, "lz4", True)]
