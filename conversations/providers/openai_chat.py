@@ -240,10 +240,12 @@ class _ChunkAssembler:
         """
         if self.done:
             return
-        if event.data.strip() == "[DONE]":
+        data = event.data
+        # A chunk's JSON ends with its closing brace: only other data may be "[DONE]".
+        if not data.endswith("}") and data.strip() == "[DONE]":
             self.done = True
             return
-        chunk = json_object(event.data)
+        chunk = json_object(data)
         if chunk.get("error") is not None:
             raise StreamErrorEvent(event.data)
         self.add(chunk)

@@ -17,6 +17,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from conversations.typealias import JSONDict
 
@@ -116,9 +117,11 @@ class PartialEmitter:
             self.callback(partial)
 
 
-@dataclass(frozen=True)
-class SseEvent:
-    """One server-sent event: its ``event:`` name (``message`` when unnamed) and joined ``data:``."""
+class SseEvent(NamedTuple):
+    """One server-sent event: its ``event:`` name (``message`` when unnamed) and joined ``data:``.
+
+    A named tuple, not a frozen dataclass: a long stream is tens of thousands of events, and a
+    tuple is made in two thirds of the time."""
 
     event: str
     data: str
@@ -215,7 +218,8 @@ class SseReader:
 
     def _decode(self, data: bytes, *, final: bool = False) -> str:
         text = self._decoder.decode(data, final)
-        if _UNDECODABLE.search(text) is None:
+        # An ASCII text (known without a scan) holds no escaped byte: most streams are ASCII.
+        if text.isascii() or _UNDECODABLE.search(text) is None:
             return text
         self.replaced = True
         return _UNDECODABLE.sub("\ufffd", text)

@@ -380,6 +380,23 @@ def test_a_stream_of_runs_of_line_ends_cut_anywhere_gives_the_events_read_whole(
     assert events == parse_sse(text)
 
 
+@pytest.mark.parametrize(
+    "pieces",
+    [[b"data: a\xff", b"b\n\n"], [b"data: a\xe2\x82", b"b\n\n"], [b"data: a\xe2", b"\x82", b"b\n\n"]],
+    ids=["whole-byte", "cut-sequence", "cut-twice"],
+)
+def test_a_byte_that_is_not_utf8_is_shown_replaced_and_said_whichever_piece_completes_it(
+    pieces: list[bytes],
+) -> None:
+    """Most pieces of a stream are ASCII and are not scanned for bytes that are not UTF-8; a
+    piece that is ASCII itself may still complete such a byte left over from the one before."""
+    reader = SseReader()
+    events = [event for piece in pieces for event in reader.feed(piece)] + reader.close()
+
+    assert reader.replaced
+    assert [event.data for event in events] == ["a" + "\ufffd" * (len(b"".join(pieces)) - 10) + "b"]
+
+
 def test_events_are_told_as_soon_as_their_blank_line_arrives() -> None:
     told: list[SseEvent] = []
     pieces = iter([b"data: 1\n", b"\ndata: 2", b"\n\n"])
