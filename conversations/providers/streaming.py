@@ -86,15 +86,15 @@ class Throttled:
     def __init__(self, callback: DeltaCallback, *, interval: float) -> None:
         self.callback = callback
         self.interval = interval
-        self._last_sent = float("-inf")
+        self.last_sent = float("-inf")
 
     def due(self) -> bool:
-        return time.monotonic() - self._last_sent >= self.interval
+        return time.monotonic() - self.last_sent >= self.interval
 
     def __call__(self, partial: PartialReply) -> None:
         now = time.monotonic()
-        if now - self._last_sent >= self.interval:
-            self._last_sent = now
+        if now - self.last_sent >= self.interval:
+            self.last_sent = now
             self.callback(partial)
 
 
@@ -106,10 +106,15 @@ class PartialEmitter:
     callback: DeltaCallback | None
     last: PartialReply = field(default_factory=PartialReply)
 
+    def __post_init__(self) -> None:
+        # Asked once per event of a long stream: the throttle's state is read here directly.
+        self._throttle = self.callback if isinstance(self.callback, Throttled) else None
+
     def offer(self, snapshot: Callable[[], PartialReply]) -> None:
-        if self.callback is None:
+        throttle = self._throttle
+        if throttle is not None and time.monotonic() - throttle.last_sent < throttle.interval:
             return
-        if isinstance(self.callback, Throttled) and not self.callback.due():
+        if self.callback is None:
             return
         partial = snapshot()
         if partial != self.last and not partial.empty:
