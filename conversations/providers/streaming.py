@@ -79,17 +79,14 @@ class Throttled:
 
     Snapshots are cumulative, so one that comes too soon is dropped: the next one that is due
     carries everything it had. The last ones of a burst may never go — the stored step replaces
-    the display when the reply is complete. ``due`` lets a producer skip building a snapshot
-    that would be dropped.
+    the display when the reply is complete. A producer skips building a snapshot that would be
+    dropped by reading ``last_sent`` and ``interval`` (``PartialEmitter``).
     """
 
     def __init__(self, callback: DeltaCallback, *, interval: float) -> None:
         self.callback = callback
         self.interval = interval
         self.last_sent = float("-inf")
-
-    def due(self) -> bool:
-        return time.monotonic() - self.last_sent >= self.interval
 
     def __call__(self, partial: PartialReply) -> None:
         now = time.monotonic()

@@ -816,19 +816,19 @@ class GenericRenderer:
         return text
 
     def piece(
-        self, change: tuple[object, ...], held: tuple[object, ...], find: Callable[[], str | None]
-    ) -> str | None:
-        """What ``change`` removes from the prompt, found by ``find`` from the blocks it touches
-        alone (None: it cannot be), or as found for the prompt before when the objects those
-        blocks are written from (``held``) are the very same."""
+        self, change: tuple[object, ...], held: tuple[object, ...], find: Callable[[], tuple[str, bool]]
+    ) -> str:
+        """What ``change`` removes from the prompt: as found for the prompt before when the objects
+        the touched blocks are written from (``held``) are the very same, else by ``find`` (the
+        text, and whether it was found from those blocks alone: only then is it kept)."""
         key = (*change, *map(id, held))
         for pieces in (self._pieces, self._pieces_before):
             seen = pieces.get(key)
             if seen is not None and all(kept is given for kept, given in zip(seen[0], held, strict=True)):
                 self._pieces[key] = seen
                 return seen[1]
-        piece = find()
-        if piece is not None:
+        piece, alone = find()
+        if alone:
             self._pieces[key] = (held, piece)
         return piece
 
@@ -896,12 +896,14 @@ class _GenericVariants:
         # The system block is written from the tools and a leading system message.
         messages = self._messages
         held = (messages[0] if messages and messages[0]["role"] == "system" else None, *self._tools)
-        piece = self._renderer.piece(
-            ("tool", index), held, lambda: removed_inside(self._blocks[0], self._system_without(index))
-        )
-        if piece is None:
-            piece = removed_span(self.full, self.without_tool(index))
-        return piece
+        return self._renderer.piece(("tool", index), held, lambda: self._tool_piece(index))
+
+    def _tool_piece(self, index: int) -> tuple[str, bool]:
+        system = self._system_without(index)
+        piece = removed_inside(self._blocks[0], system)
+        if piece is not None:
+            return piece, True
+        return removed_span(self.full, "".join([system, *self._blocks[1:]])), False
 
     def _system_without(self, index: int) -> str:
         tools = self._tools[:index] + self._tools[index + 1 :]
@@ -923,17 +925,18 @@ class _GenericVariants:
             held = tuple(
                 messages[at] if 0 <= at < len(messages) else None for at in range(index - 2, index + 3)
             )
-            piece = self._renderer.piece(("message",), held, lambda: self._inside(index, None))
-        else:
-            piece = self._inside(index, replacement)
-        return piece if piece is not None else removed_span(self.full, self.with_message(index, replacement))
+            return self._renderer.piece(("message",), held, lambda: self._message_piece(index, None))
+        return self._message_piece(index, replacement)[0]
 
-    def _inside(self, index: int, replacement: JSONDict | None) -> str | None:
+    def _message_piece(self, index: int, replacement: JSONDict | None) -> tuple[str, bool]:
         changed = self._touched(index, replacement)
         if isinstance(changed, str):
-            return None
+            return removed_span(self.full, changed), False
         blocks, (start, end) = self._blocks, changed[1]
-        return removed_inside("".join(blocks[start:end]), "".join(changed[0]))
+        piece = removed_inside("".join(blocks[start:end]), "".join(changed[0]))
+        if piece is not None:
+            return piece, True
+        return removed_span(self.full, "".join([*blocks[:start], *changed[0], *blocks[end:]])), False
 
     def _touched(self, index: int, replacement: JSONDict | None) -> str | tuple[list[str], tuple[int, int]]:
         """The changed prompt's blocks in place of ``blocks[start:end]``, with ``(start, end)``; or

@@ -642,6 +642,25 @@ def test_a_renderer_kept_across_a_turns_prompts_splices_each_as_a_new_one_would(
         )
 
 
+def test_a_piece_found_from_the_whole_prompt_is_not_reused_for_another_prompt() -> None:
+    """Empty results in a row: what leaving one out removes cannot be told from its neighbours
+    alone (the text after them decides it), so it is found from the whole prompt and is not
+    kept for the next prompt, whose last result differs though the neighbours are the same."""
+    renderer = templates.GenericRenderer()
+    shared = [
+        {"role": "assistant", "content": "x<|im_end|>\n", "tool_calls": []},
+        {"role": "tool", "content": "<tool_response>"},
+        *({"role": "tool", "content": ""} for _ in range(3)),
+    ]
+    for last in ("a", ""):
+        messages = [*shared, {"role": "tool", "content": last}]
+        full = renderer(messages, [])
+
+        assert spliced_pieces(renderer, full, messages, []) == spliced_pieces(
+            _sandboxed_generic, full, messages, []
+        )
+
+
 class _Held(dict):  # type: ignore[type-arg]
     """A message that can be watched for being let go (a plain dict cannot)."""
 
