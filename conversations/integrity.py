@@ -50,6 +50,7 @@ from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from conversations.models import AuditEvent, Conversation, Exchange, Step, Turn
+from conversations.record_writer import rows_write
 from conversations.transcripts.fields import ID_KEYS, step_doc, turn_doc
 
 logger = logging.getLogger(__name__)
@@ -291,29 +292,40 @@ def _anchor(key: bytes, identity: str, turns: int, head: str) -> str:
     return _mac(key, "anchor\n" + _canonical({"conversation": identity, "turns": turns, "head": head}))
 
 
-def _previous_seal(turn: Turn) -> str:
-    # Read after the turn's row is locked, not with it: a read that waits for a lock sees the
-    # locked row as it is now, but anything else it reads as it was when the read began.
-    before = (
-        Turn.objects.filter(conversation_id=turn.conversation_id, seq__lt=turn.seq)
-        .order_by("-seq")
-        .values_list("seal", flat=True)
-        .first()
-    )
-    return before or GENESIS
+@dataclass(frozen=True)
+class _Neighbours:
+    """What a turn's seal and its conversation's anchor need of the conversation's other turns."""
+
+    # The seal of the turn before it ("" if that one is not sealed; None if there is none).
+    previous: str | None
+    # Its other sealed turns: how many, and the newest one's seq and seal.
+    sealed: int
+    newest_seq: int | None
+    newest_seal: str | None
+
+    def anchored(self, turn: Turn, seal: str) -> tuple[int, str]:
+        """The anchor's count and head once ``turn`` carries ``seal``: every sealed turn, and
+        the newest one's seal (a seal is never empty, so this turn counts)."""
+        if self.newest_seq is None or turn.seq > self.newest_seq:
+            return self.sealed + 1, seal
+        return self.sealed + 1, str(self.newest_seal)
 
 
-def _sealed_turns(conversation_id: int) -> tuple[int, str]:
-    """How many turns of the conversation are sealed, and the newest one's seal: one query."""
+def _neighbours(turn: Turn) -> _Neighbours:
+    """One read of the conversation's other turns, made after the turn's row is locked, not with
+    it: a read that waits for a lock sees the locked row as it is now, but anything else it reads
+    as it was when the read began."""
     table = connection.ops.quote_name(Turn._meta.db_table)
-    sealed = f"FROM {table} WHERE conversation_id = %s AND seal <> ''"
+    others = f"FROM {table} WHERE conversation_id = %s AND seal <> '' AND id <> %s"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT count(*), (SELECT seal {sealed} ORDER BY seq DESC LIMIT 1) {sealed}",
-            [conversation_id, conversation_id],
+            f"SELECT (SELECT seal FROM {table} WHERE conversation_id = %s AND seq < %s ORDER BY seq DESC LIMIT 1),"
+            f" count(*), max(seq), (SELECT seal {others} ORDER BY seq DESC LIMIT 1) {others}",
+            [turn.conversation_id, turn.seq, turn.conversation_id, turn.pk, turn.conversation_id, turn.pk],
         )
         row = cursor.fetchone()
-    return int(row[0]), str(row[1] or GENESIS)
+    previous, sealed, newest_seq, newest_seal = row
+    return _Neighbours(previous, int(sealed), newest_seq, newest_seal)
 
 
 # --- sealing -------------------------------------------------------------------------------------
@@ -336,21 +348,31 @@ def turn_seal(*, turn: Turn, actor_name: str = "system") -> str:
         fresh = Turn.objects.select_for_update().get(pk=turn.pk)
         records = _turn_records(fresh)
         digests = _step_digests(key, identity, fresh, records, SEAL_RULE)
-        seal = _turn_seal(key, identity, fresh, records, digests, _previous_seal(fresh), SEAL_RULE)
-        Turn.objects.filter(pk=fresh.pk).update(seal=seal, seal_steps=digests, seal_rule=SEAL_RULE)
-        turn.seal, turn.seal_steps, turn.seal_rule = seal, digests, SEAL_RULE
-        count, head = _sealed_turns(conversation.pk)
+        neighbours = _neighbours(fresh)
+        seal = _turn_seal(key, identity, fresh, records, digests, neighbours.previous or GENESIS, SEAL_RULE)
+        count, head = neighbours.anchored(fresh, seal)
         anchor = _anchor(key, identity, count, head)
-        Conversation.objects.filter(pk=conversation.pk).update(
-            chain_turns=count, chain_head=head, chain_anchor=anchor
+        # The seal, the anchor and the audit event in one write (one statement on PostgreSQL).
+        rows_write(
+            turn_values={fresh.pk: {"seal": seal, "seal_steps": digests, "seal_rule": SEAL_RULE}},
+            step_updates={},
+            steps=[],
+            unsaved_steps=[],
+            exchanges=[],
+            conversation_values={
+                conversation.pk: {"chain_turns": count, "chain_head": head, "chain_anchor": anchor}
+            },
+            events=[
+                AuditEvent(
+                    actor_name=actor_name,
+                    action=SEALED_ACTION,
+                    conversation_public_id=conversation.public_id,
+                    detail={"turn": fresh.seq, "seal": seal, "turns": count, "head": head},
+                )
+            ],
         )
+        turn.seal, turn.seal_steps, turn.seal_rule = seal, digests, SEAL_RULE
         conversation.chain_turns, conversation.chain_head, conversation.chain_anchor = count, head, anchor
-        AuditEvent.objects.create(
-            actor_name=actor_name,
-            action=SEALED_ACTION,
-            conversation_public_id=conversation.public_id,
-            detail={"turn": fresh.seq, "seal": seal, "turns": count, "head": head},
-        )
     logger.info("sealed turn %s of conversation %s: %s turns, head %s", fresh.seq, identity, count, head)
     return seal
 

@@ -1,7 +1,8 @@
 """The record's SQL writer: a batch of turn, step and exchange rows committed as raw SQL.
 
 ``rows_write`` is its one entry point (``conversations.recording`` calls it from its writer
-thread). On PostgreSQL a write is one data-modifying ``WITH`` statement with server-side binding:
+thread; ``conversations.integrity`` writes a turn's seal, its conversation's anchor and the
+audit event with it). On PostgreSQL a write is one data-modifying ``WITH`` statement with server-side binding:
 one round trip, no statement text parsed or values quoted in Python (see ``_execute_as_one``
 and ``_insert_sql`` for why). Values are prepared by the model fields as the ORM would, except
 the plain ones a field sends unchanged (``_plain_types``).
@@ -18,7 +19,7 @@ from django.db import connection, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model
 
-from conversations.models import Exchange, Step, Turn
+from conversations.models import AuditEvent, Conversation, Exchange, Step, Turn
 
 
 def rows_write(
@@ -28,9 +29,12 @@ def rows_write(
     steps: list[Step],
     unsaved_steps: list[Step],
     exchanges: list[Exchange],
+    conversation_values: dict[int, dict[str, Any]] | None = None,
+    events: Sequence[AuditEvent] = (),
 ) -> None:
     """Commit these rows in one transaction: each turn's and step's field values (by id), the new
-    steps with their ids, the new steps without (saved one by one, after the rest), the new exchanges.
+    steps with their ids, the new steps without (saved one by one, after the rest), the new
+    exchanges, each conversation's field values (by id) and new audit events.
 
     No two parts may touch the same row (the caller merges a step opened and updated in the same
     write into one insert). On PostgreSQL a write that fits is one statement (``_execute_as_one``);
@@ -41,8 +45,10 @@ def rows_write(
     statements = [
         *(_update_sql(Turn, pk, values) for pk, values in turn_values.items()),
         *(_update_sql(Step, pk, fields) for pk, fields in step_updates.items()),
+        *(_update_sql(Conversation, pk, values) for pk, values in (conversation_values or {}).items()),
         *_insert_sql(Step, steps),
         *_insert_sql(Exchange, exchanges),
+        *_insert_sql(AuditEvent, list(events)),
     ]
     if (
         connection.vendor == "postgresql"
@@ -99,7 +105,9 @@ def _execute_as_one(statements: list[_Statement]) -> None:
         cursor.execute(f"WITH {', '.join(parts)} {last}", params)
 
 
-def _update_sql(model: type[Turn] | type[Step], pk: int, values: dict[str, Any]) -> _Statement:
+def _update_sql(
+    model: type[Turn] | type[Step] | type[Conversation], pk: int, values: dict[str, Any]
+) -> _Statement:
     """``UPDATE`` of one row's fields, with the values prepared by the fields as the ORM would."""
     sql, fields = _update_template(model, tuple(values), connection.alias)
     db = connections[connection.alias]
@@ -111,7 +119,7 @@ def _update_sql(model: type[Turn] | type[Step], pk: int, values: dict[str, Any])
     return sql, params
 
 
-def _insert_sql(model: type[Step] | type[Exchange], rows: list[Any]) -> list[_Statement]:
+def _insert_sql(model: type[Step] | type[Exchange] | type[AuditEvent], rows: list[Any]) -> list[_Statement]:
     """One ``INSERT … VALUES`` of ``rows`` (all with their ids, or all without), if any.
 
     Not ``bulk_create``: it sends PostgreSQL a multi-row insert as ``UNNEST`` over one array per

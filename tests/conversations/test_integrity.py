@@ -256,6 +256,43 @@ def test_deleting_a_turn_in_the_middle_breaks_the_next_turn() -> None:
     assert not report.intact and report.turn_seq == 3 and report.broken_exchange_id is not None
 
 
+def test_sealing_an_earlier_turn_again_keeps_the_newest_seal_as_the_head() -> None:
+    # A runner whose turn was ended elsewhere seals it again over what it recorded since: the
+    # anchor still counts every sealed turn once and heads the chain with the newest seal.
+    conversation = _two_turns()
+    first = conversation.turns.get(seq=1)
+    head = conversation.turns.get(seq=2).seal
+
+    seal = integrity.turn_seal(turn=first)
+    conversation.refresh_from_db()
+
+    assert seal == first.seal  # nothing changed, so the same seal
+    assert (conversation.chain_turns, conversation.chain_head) == (2, head)
+    assert conversation_verify(conversation=conversation).intact
+    event = AuditEvent.objects.filter(
+        conversation_public_id=conversation.public_id, action=SEALED_ACTION
+    ).latest("id")
+    assert event.detail == {"turn": 1, "seal": seal, "turns": 2, "head": head}
+
+
+def test_a_turn_after_an_unsealed_one_chains_from_the_start_and_the_anchor_counts_sealed_turns() -> None:
+    conversation = _two_turns()
+    Turn.objects.filter(conversation=conversation, seq=2).update(seal="", seal_steps=[])
+    third = turn_start(conversation=conversation, question="And in Rome?", dispatch=False)
+    turn_run(turn_id=third.pk)
+
+    conversation.refresh_from_db()
+    third.refresh_from_db()
+    records = integrity._turn_records(third)
+    key, identity = integrity.integrity_key(), str(conversation.public_id)
+    digests = integrity._step_digests(key, identity, third, records, third.seal_rule)
+
+    assert third.seal == integrity._turn_seal(
+        key, identity, third, records, digests, integrity.GENESIS, third.seal_rule
+    )
+    assert (conversation.chain_turns, conversation.chain_head) == (2, third.seal)
+
+
 def test_a_seal_recomputed_without_the_key_does_not_verify() -> None:
     conversation = _conversation()
     turn = conversation.turns.get()
