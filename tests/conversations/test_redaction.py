@@ -16,6 +16,9 @@ from dataclasses import replace
 
 import pytest
 from django.conf import settings
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from conversations.models import Turn
 from conversations.redaction import LogRedactionFilter, redactor, remember
@@ -92,6 +95,42 @@ def test_the_screens_never_change_what_is_redacted() -> None:
     ]
 
     assert [screened.text(text) for text in texts] == [unscreened.text(text) for text in texts]
+
+
+# Secrets whose JSON form differs from them: a quote, a backslash, a control character.
+_JSON_ESCAPED_SECRETS = ['quote"d-secret', "back\\slash-secret", "new\nline-secret"]
+_PIECES = [secret for secret, _ in KEYS] + _JSON_ESCAPED_SECRETS + [
+    "a-run-secret-value", "sk", "sk-", "AKI", "xox", "gh_", "Bear", "bearer", "@", "ü", "😀", "\ud800",
+    '"', "\\", "\n", "\x00", " ", "plain words", "tool_calls",
+]  # fmt: skip
+_texts = st.lists(st.sampled_from(_PIECES), max_size=5).map("".join)
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _texts,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_texts, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@hypothesis_settings(max_examples=400, deadline=None)
+@given(value=_json_values)
+def test_a_json_value_is_redacted_as_each_of_its_strings_would_be(value: object) -> None:
+    """The whole-text screen (``Redactor._untouched``) never spares a string that a walk over
+    every string would change: keys, escapes and secrets whose JSON form differs included."""
+    redact = redactor(secrets=["a-run-secret-value", *_JSON_ESCAPED_SECRETS])
+
+    assert redact.json(value) == redact._walk(value)
+
+
+def test_a_json_value_with_nothing_to_redact_comes_back_as_it_is_unless_a_staff_rule_applies() -> None:
+    tools = [
+        {"name": "calculate", "description": "Adds, subtracts — 21 °C", "inputSchema": {"type": "object"}}
+    ]
+    # A staff rule has no screen and may anchor to a string's start: every string is scanned.
+    ruled = redactor(rules=[("ticket", r"^calc\w+$")])
+
+    assert redactor(secrets=["a-run-secret-value"]).json(tools) is tools
+    assert ruled.json(tools) == [{**tools[0], "name": "[REDACTED:ticket]"}]
+    assert redactor().json([tools, "ada@example.com"]) == [tools, "[REDACTED:email]"]
 
 
 def test_text_without_secrets_comes_back_unchanged() -> None:
