@@ -2,9 +2,9 @@
 
 ``rows_write`` is its one entry point (``conversations.recording`` calls it from its writer
 thread; ``conversations.integrity`` writes a turn's seal, its conversation's anchor and the
-audit event with it). On PostgreSQL a write is one data-modifying ``WITH`` statement with server-side binding:
-one round trip, no statement text parsed or values quoted in Python (see ``_execute_as_one``
-and ``_insert_sql`` for why). Values are prepared by the model fields as the ORM would, except
+audit event with it). On PostgreSQL a write is one data-modifying ``WITH`` statement with
+server-side binding: one round trip, no statement text parsed or values quoted in Python (see
+``_execute_as_one`` and ``_insert_sql`` for why). Values are prepared by the model fields as the ORM would, except
 the plain ones a field sends unchanged (``_plain_types``).
 """
 
