@@ -217,6 +217,10 @@ class _Batch:
     The loop hands over what it saw as it saw it; ``prepare`` (on the writer's side, one batch
     at a time) works out the computed fields, redacts every text, cuts it to size and links the
     exchanges into the conversation's hash chain, in the order the batches were made.
+
+    A value handed over is the loop's no longer: the batch keeps it until it is written (a JSON
+    value with nothing to redact or escape is written as the very object the loop gave), so the
+    loop never changes one in place afterwards; it makes a new one.
     """
 
     owner: TurnRecorder
