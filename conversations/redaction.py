@@ -128,14 +128,14 @@ class Redactor:
         JSON form is found, no string can change. A pattern without a screen (a staff rule: its
         regex may anchor to a string's start or end, which the text does not show) or a value
         that is not plain JSON always takes the walk over every string."""
-        screens = self.screens
-        if len(screens) < len(self.patterns) or None in screens:
+        screens = [screen for screen in self.screens if screen is not None]
+        if len(screens) < len(self.patterns):
             return False
         try:
             text = json.dumps(value, ensure_ascii=False, check_circular=False)
         except (TypeError, ValueError, RecursionError):
             return False
-        if any(screen(text) for screen in screens if screen is not None):
+        if any(screen(text) for screen in screens):
             return False
         return not any(secret in text for secret in self._json_secrets)
 
