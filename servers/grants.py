@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings as django_settings
@@ -20,6 +20,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.utils import timezone
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
+from conversations.exchanges import release_connection
 from servers.gateway.oauth import AuthorizationRequired, GrantStore, OAuthSettings
 from servers.models import McpServer, OAuthGrant
 from servers.vault import UnsealError, seal, unseal
@@ -165,6 +166,23 @@ def grant_client_register(
     return grant_configure(server=server, user=user, grant="authorization_code", values=values)
 
 
+_T = TypeVar("_T")
+
+
+def _released(read_or_write: Callable[..., _T]) -> Callable[..., _T]:
+    """``read_or_write`` run on a thread of the gateway loop's executor (``asyncio.to_thread``),
+    handing the thread's pooled connection back after it: those threads stay idle, and a
+    connection they kept would stay lent."""
+
+    def run(*args: Any) -> _T:
+        try:
+            return read_or_write(*args)
+        finally:
+            release_connection()
+
+    return run
+
+
 def _pending_set(grant_id: int, url: str) -> None:
     row = OAuthGrant.objects.get(pk=grant_id)
     state = parse_qs(urlsplit(url).query).get("state", [""])[0]
@@ -189,10 +207,10 @@ def browser_redirect(*, grant: OAuthGrant) -> Callable[[str], Awaitable[str]]:
     Connect view sends the browser there) and the callback page hands back where it led."""
 
     async def wait(url: str) -> str:
-        await asyncio.to_thread(_pending_set, grant.pk, url)
+        await asyncio.to_thread(_released(_pending_set), grant.pk, url)
         deadline = time.monotonic() + BROWSER_SIGN_IN_SECONDS
         while time.monotonic() < deadline:
-            landed = await asyncio.to_thread(_callback_take, grant.pk)
+            landed = await asyncio.to_thread(_released(_callback_take), grant.pk)
             if landed:
                 return landed
             await asyncio.sleep(0.3)

@@ -129,9 +129,8 @@ def test_of_many_tasks_claiming_one_queued_turn_at_once_exactly_one_gets_it(alic
 @pytest.mark.django_db(transaction=True)
 def test_a_duplicate_task_for_a_turn_runs_it_once(alice: User) -> None:
     turn = _queued(alice)
-    runs = [threading.Thread(target=turn_run, kwargs={"turn_id": turn.pk}) for _ in range(2)]
-    for run in runs:
-        run.start()
+    # Each on a thread that hands its pooled connection back when it ends (``_run_in_thread``).
+    runs = [_run_in_thread(turn) for _ in range(2)]
     for run in runs:
         run.join()
     turn_run(turn_id=turn.pk)  # and a redelivery after it ended

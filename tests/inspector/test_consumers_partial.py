@@ -15,6 +15,7 @@ from asgiref.sync import sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
+from django.db import connection
 
 from conversations.models import Conversation, ModelProfile
 from conversations.runner import turn_run
@@ -51,6 +52,15 @@ def _start(owner: User, provider: str) -> tuple[Conversation, int]:
     return conversation, turn.pk
 
 
+def _run_and_close(turn_id: int) -> None:
+    """The turn, on a thread of the loop's executor, which then hands its pooled connection back
+    (that thread outlives the test's loop, and a connection it kept would stay lent)."""
+    try:
+        turn_run(turn_id=turn_id)
+    finally:
+        connection.close()
+
+
 async def _watch(owner: User, conversation: Conversation, turn_id: int) -> list[dict[str, Any]]:
     """Every message the socket got while the turn ran, in order, until the turn was done."""
     communicator = WebsocketCommunicator(
@@ -58,7 +68,7 @@ async def _watch(owner: User, conversation: Conversation, turn_id: int) -> list[
     )
     communicator.scope["user"] = owner
     assert (await communicator.connect())[0]
-    running = asyncio.ensure_future(sync_to_async(turn_run, thread_sensitive=False)(turn_id=turn_id))
+    running = asyncio.ensure_future(sync_to_async(_run_and_close, thread_sensitive=False)(turn_id))
     messages: list[dict[str, Any]] = []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
