@@ -10,12 +10,13 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import psycopg_pool
 import pytest
 import redis
 from asgiref.sync import sync_to_async
@@ -79,6 +80,117 @@ def _note_taken(sender: object, connection: BaseDatabaseWrapper, **kwargs: objec
 
 
 connection_created.connect(_note_taken)
+
+
+# --- a pooled connection a test's thread took and never handed back ---------------------------
+# A thread that ends (or idles) holding a connection from the process's pool keeps it for good:
+# the pool counts it as lent. One xdist process runs over a thousand tests against a pool of
+# twenty, so a few such leaks end, much later, as a PoolTimeout in an unrelated test. Each test
+# is therefore checked when its teardown is over: more connections lent than before it, beyond
+# the one this thread holds, is that test's error, naming the threads that took them.
+
+_TAKEN_DURING: list[tuple[int, str]] = []
+_LENT_BEFORE = pytest.StashKey[int | None]()
+LEAK_GRACE_SECONDS = 3.0
+
+
+def _note_taken_during(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
+    if connection.vendor == "postgresql" and connection.connection is not None:
+        _TAKEN_DURING.append((connection.connection.info.backend_pid, threading.current_thread().name))
+
+
+connection_created.connect(_note_taken_during)
+
+
+def _pool() -> psycopg_pool.ConnectionPool | None:
+    """This process's pool, if PostgreSQL's backend has made it (asking for it would make it)."""
+    database = connections["default"]
+    made: dict[str, psycopg_pool.ConnectionPool] = getattr(type(database), "_connection_pools", {})
+    return made.get(database.alias)
+
+
+def _lent_by_others() -> int | None:
+    """Connections the pool has lent to threads other than this one; None without PostgreSQL."""
+    database = connections["default"]
+    if database.vendor != "postgresql":
+        return None
+    pool = _pool()
+    if pool is None:
+        return 0
+    stats = pool.get_stats()
+    mine = 1 if database.connection is not None else 0
+    return int(stats["pool_size"]) - int(stats["pool_available"]) - mine
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield
+    before = item.stash.get(_LENT_BEFORE, None)
+    after = _lent_by_others()
+    deadline = time.monotonic() + LEAK_GRACE_SECONDS
+    # A thread the test joined with a timeout may still be handing its connection back.
+    while after is not None and before is not None and after > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+        after = _lent_by_others()
+    if after is None or before is None or after <= before:
+        return
+    main = threading.current_thread().name
+    takers = sorted({f"{name} (backend {pid})" for pid, name in _TAKEN_DURING if name != main})
+    pytest.fail(
+        f"{after - before} pooled database connection(s) taken during this test were never handed"
+        f" back (the pool lends {after} to other threads, {before} before it); taken by: "
+        + (", ".join(takers) or "no thread of this test"),
+        pytrace=False,
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _TAKEN_DURING.clear()
+    item.stash[_LENT_BEFORE] = _lent_by_others()
+
+
+def _pool_timeout_in(error: BaseException | None) -> bool:
+    while error is not None:
+        if isinstance(error, psycopg_pool.PoolTimeout):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _why_no_connection() -> str:
+    """What a PoolTimeout alone does not say: whether this process's pool was used up (every
+    connection lent) or PostgreSQL refused new ones (the pool kept failing to connect)."""
+    database = connections["default"]
+    lines = []
+    pool = _pool()
+    if pool is not None:
+        lines.append(f"this process's pool: {pool.get_stats()}")
+    params = database.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    params["connect_timeout"] = 5
+    try:
+        with psycopg.connect(**params) as check:
+            limit = check.execute("SHOW max_connections").fetchone()
+            rows = check.execute(
+                "SELECT datname, state, count(*) FROM pg_stat_activity WHERE backend_type ="
+                " 'client backend' GROUP BY 1, 2 ORDER BY 3 DESC"
+            ).fetchall()
+        lines.append(f"PostgreSQL's max_connections {limit[0] if limit else '?'}; sessions: {rows}")
+    except psycopg.Error as exc:
+        lines.append(f"a new connection to PostgreSQL failed too: {exc}")
+    return "\n".join(lines)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if call.excinfo is not None and _pool_timeout_in(call.excinfo.value):
+        report.sections.append(("why no database connection", _why_no_connection()))
+    return report
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connections
 from django.test import Client
 
 from conversations.services import demo_profile_ensure
@@ -62,7 +63,16 @@ def wait_for(check: Callable[[], object], timeout: float = 20.0) -> object:
 
 
 def run_in_background(operation: Operation) -> threading.Thread:
-    worker = threading.Thread(target=operation_run, kwargs={"operation_id": operation.pk})
+    """The operation run on a thread of its own, as the workbench's pool runs it: the thread hands
+    its database connection back when the run ends."""
+
+    def run() -> None:
+        try:
+            operation_run(operation_id=operation.pk)
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=run, name=f"operation-{operation.pk}")
     worker.start()
     return worker
 
