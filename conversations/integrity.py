@@ -1,13 +1,20 @@
 """Tamper evidence: a keyed chain over everything a conversation's page, API and export show.
 
-Two rules, marked on each record so records made before the keyed rule still verify:
+Three chain versions, marked on each record (``Exchange.chain_version``) so records made under
+an earlier one still verify:
 
-- **Rule 1 (legacy, unkeyed).** Each exchange's ``hash`` is SHA-256 over its content and the
+- **Version 1 (legacy, unkeyed).** Each exchange's ``hash`` is SHA-256 over its content and the
   previous exchange's hash. Anyone with database access can recompute it; a conversation that
   only has such records verifies as "legacy".
-- **Rule 2 (keyed).** Each exchange's ``hash`` is an HMAC-SHA256 (``integrity_key()``) over its
-  content and the previous hash, in conversation order (turn, then the exchange's seq). When a
-  turn ends it is *sealed*: every step gets a digest over its shown fields (title, prompt, text,
+- **Version 2 (keyed).** Each exchange's ``hash`` is an HMAC-SHA256 (``integrity_key()``) over its
+  content and the previous hash, in conversation order (turn, then the exchange's seq).
+- **Version 3 (keyed, bodies by their digest; new records).** As version 2, but the content
+  holds each body's SHA-256 instead of the body: the MAC's input stays small whatever the body's
+  size, and a body is hashed as its bytes rather than first written out as an escaped JSON string
+  (a 1 MB streamed reply's 11 MB of raw events, or a long conversation's model requests). Any
+  change to a body changes its SHA-256, so it still changes the MAC.
+
+When a turn ends it is *sealed*: every step gets a digest over its shown fields (title, prompt, text,
   parsed calls, diagnostics, arguments, result, error, …) and the hashes of its exchanges; the
   turn's seal covers the turn's shown fields (question, answer, error, tools, transcript, …),
   its steps' digests, its step-less exchanges' hashes, the conversation's id and the previous
@@ -56,8 +63,12 @@ from conversations.transcripts.fields import ID_KEYS, step_doc, turn_doc
 logger = logging.getLogger(__name__)
 
 GENESIS = "0" * 64
+# The exchange chain's versions (``Exchange.chain_version``); new records use ``CHAIN_VERSION``.
 LEGACY = 1
 KEYED = 2
+KEYED_BODY_DIGESTS = 3
+CHAIN_VERSION = KEYED_BODY_DIGESTS
+CHAIN_VERSIONS = frozenset({LEGACY, KEYED, KEYED_BODY_DIGESTS})
 # The rules a turn's seal is made under (``Turn.seal_rule``): 2, over the turn and step fields
 # listed in ``_turn_content_rule2`` and ``_step_content_rule2`` (seals made before rule 3);
 # 3, over the transcript document's own fields (``sealed_content``). New seals use ``SEAL_RULE``.
@@ -135,7 +146,11 @@ def _iso(value: datetime | None) -> str | None:
 # --- what each record's digest covers ------------------------------------------------------------
 
 
-def _exchange_content(exchange: Exchange, turn_seq: int) -> dict[str, object]:
+def _exchange_content(exchange: Exchange, turn_seq: int, *, body_digests: bool = False) -> dict[str, object]:
+    """What an exchange's hash covers; with ``body_digests`` (chain version 3) each body as
+    ``_body_digest`` of it instead of the body itself."""
+    request_body: str = exchange.request_body
+    response_body: str = exchange.response_body
     return {
         "turn": turn_seq,
         "seq": exchange.seq,
@@ -144,9 +159,9 @@ def _exchange_content(exchange: Exchange, turn_seq: int) -> dict[str, object]:
         "label": exchange.label,
         "jsonrpc_id": exchange.jsonrpc_id,
         "request_headers": exchange.request_headers,
-        "request_body": exchange.request_body,
+        "request_body": _body_digest(request_body) if body_digests else request_body,
         "response_headers": exchange.response_headers,
-        "response_body": exchange.response_body,
+        "response_body": _body_digest(response_body) if body_digests else response_body,
         "status": exchange.status,
         "error": exchange.error,
         "started_at": exchange.started_at.isoformat(),
@@ -154,12 +169,28 @@ def _exchange_content(exchange: Exchange, turn_seq: int) -> dict[str, object]:
     }
 
 
+def _body_digest(body: str) -> str:
+    """A body as its content in chain version 3: "sha256:" and the SHA-256 of its UTF-8 bytes."""
+    return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
+
 def exchange_digest(exchange: Exchange, *, turn_seq: int, previous: str, key: bytes | None = None) -> str:
-    """The chain hash of one exchange given the hash before it, under its ``chain_version``."""
+    """The chain hash of one exchange given the hash before it, under its ``chain_version``.
+
+    Raises:
+        ValueError: a version this code does not know (verification reports it before asking).
+    """
+    version = exchange.chain_version
+    if version == KEYED_BODY_DIGESTS:
+        canonical = _canonical(_exchange_content(exchange, turn_seq, body_digests=True))
+        # Its own label: a version 3 content can never be taken for a version 2 one.
+        return _mac(key or integrity_key(), f"exchange/3\n{previous}\n{canonical}")
     canonical = _canonical(_exchange_content(exchange, turn_seq))
-    if exchange.chain_version == LEGACY:
+    if version == LEGACY:
         return hashlib.sha256(f"{previous}\n{canonical}".encode()).hexdigest()
-    return _mac(key or integrity_key(), f"exchange\n{previous}\n{canonical}")
+    if version == KEYED:
+        return _mac(key or integrity_key(), f"exchange\n{previous}\n{canonical}")
+    raise ValueError(f"unknown chain version {version}")
 
 
 def _turn_content_rule2(turn: Turn) -> dict[str, object]:
@@ -385,7 +416,7 @@ def conversation_rechain(*, conversation: Conversation, actor_name: str) -> None
     for turn in conversation.turns.order_by("seq"):
         rows = list(Exchange.objects.filter(turn=turn).order_by("seq", "id"))
         for row in rows:
-            row.chain_version = KEYED
+            row.chain_version = CHAIN_VERSION
             row.prev_hash = previous
             row.hash = previous = exchange_digest(row, turn_seq=turn.seq, previous=previous, key=key)
         Exchange.objects.bulk_update(rows, ["chain_version", "prev_hash", "hash"], batch_size=500)
@@ -642,7 +673,7 @@ class _Walk:
         where = _exchange_where(exchange, turn, steps)
         if exchange.chain_version == LEGACY and self.keyed_seen:
             raise _Broken("it claims the unkeyed legacy rule after keyed records", **where)
-        if exchange.chain_version not in {LEGACY, KEYED}:
+        if exchange.chain_version not in CHAIN_VERSIONS:
             raise _Broken(f"it claims an unknown chain version {exchange.chain_version}", **where)
         if exchange.prev_hash != self.previous:
             raise _Broken(
@@ -653,7 +684,7 @@ class _Walk:
             exchange.hash, exchange_digest(exchange, turn_seq=turn.seq, previous=self.previous, key=self.key)
         ):
             raise _Broken("its content does not match its hash", **where)
-        self.keyed_seen = self.keyed_seen or exchange.chain_version == KEYED
+        self.keyed_seen = self.keyed_seen or exchange.chain_version != LEGACY
         self.previous = exchange.hash
 
     def _turn(self, turn: Turn, steps: dict[int, Step], rows: list[Exchange]) -> None:

@@ -427,9 +427,10 @@ class Exchange(models.Model):
     # The conversation's hash chain (conversations.integrity); empty for server-only records.
     prev_hash = models.CharField(max_length=64, blank=True)
     hash = models.CharField(max_length=64, blank=True)
-    # The rule ``hash`` was made under: 1 unkeyed SHA-256 (records made before keyed sealing),
-    # 2 HMAC with the installation's integrity key.
-    chain_version = models.PositiveSmallIntegerField(default=2)
+    # The rule ``hash`` was made under (``conversations.integrity``): 1 unkeyed SHA-256 (records
+    # made before keyed sealing), 2 HMAC with the installation's integrity key over the content,
+    # 3 the same over the content with each body as its SHA-256 (new records).
+    chain_version = models.PositiveSmallIntegerField(default=3)
     # What full-text search indexes of ``request_body`` (PostgreSQL): all of it when these are
     # NULL, else ``search_length`` characters from offset ``search_start``. A model request
     # repeats the turn's history, so the writer indexes only what it adds to the turn's previous

@@ -126,7 +126,7 @@ class ExchangeDoc(TypedDict):
     request_body: str
     response_headers: JSONValue
     response_body: str
-    chain_version: NotRequired[Annotated[int, Limits(minimum=1, maximum=2)]]
+    chain_version: NotRequired[Annotated[int, Limits(minimum=1, maximum=3)]]
     prev_hash: Annotated[str, HASH]
     hash: Annotated[str, HASH]
 

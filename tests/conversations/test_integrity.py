@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -163,9 +165,11 @@ def test_a_fresh_conversation_is_keyed_and_every_turn_sealed_and_anchored() -> N
     conversation.refresh_from_db()
 
     assert report.intact and not report.legacy and report.sealed_turns == 2
-    assert set(
-        Exchange.objects.filter(turn__conversation=conversation).values_list("chain_version", flat=True)
-    ) == {2}
+    assert (
+        set(Exchange.objects.filter(turn__conversation=conversation).values_list("chain_version", flat=True))
+        == {integrity.CHAIN_VERSION}
+        == {integrity.KEYED_BODY_DIGESTS}
+    )
     assert all(len(turn.seal) == 64 and turn.seal_steps for turn in conversation.turns.all())
     assert conversation.chain_turns == 2 and conversation.chain_head == conversation.turns.get(seq=2).seal
     events = AuditEvent.objects.filter(conversation_public_id=conversation.public_id, action=SEALED_ACTION)
@@ -335,6 +339,105 @@ def test_a_new_turn_after_legacy_ones_is_keyed_and_a_legacy_record_after_it_is_r
     later = Exchange.objects.filter(turn__conversation=conversation, turn__seq=2).order_by("seq")
     Exchange.objects.filter(pk__in=[row.pk for row in later]).update(chain_version=1)
     assert not conversation_verify(conversation=conversation).intact
+
+
+def test_records_of_the_keyed_version_before_body_digests_still_verify_and_new_ones_follow_them() -> None:
+    conversation = _conversation()
+    _rechain_as_version_2(conversation)
+    turn_run(turn_id=turn_start(conversation=conversation, question="And in Paris?", dispatch=False).pk)
+
+    report = conversation_verify(conversation=conversation)
+    versions = Exchange.objects.filter(turn__conversation=conversation).values_list(
+        "turn__seq", "chain_version"
+    )
+    assert report.intact and not report.legacy and report.sealed_turns == 2
+    assert set(versions) == {(1, integrity.KEYED), (2, integrity.KEYED_BODY_DIGESTS)}
+
+    # A version 2 record is still checked against its whole body.
+    call = Exchange.objects.get(turn__conversation=conversation, turn__seq=1, label="tools/call")
+    Exchange.objects.filter(pk=call.pk).update(
+        response_body=call.response_body.replace("Beijing", "Shanghai")
+    )
+    assert conversation_verify(conversation=conversation).broken_exchange_id == call.pk
+
+
+def test_a_record_claiming_another_chain_version_than_its_hash_was_made_under_does_not_verify() -> None:
+    conversation = _conversation()
+    first = Exchange.objects.filter(turn__conversation=conversation).order_by("seq").first()
+    assert first is not None and first.chain_version == integrity.KEYED_BODY_DIGESTS
+
+    for claimed in (integrity.KEYED, 4):
+        Exchange.objects.filter(pk=first.pk).update(chain_version=claimed)
+        report = conversation_verify(conversation=conversation)
+        assert not report.intact and report.broken_exchange_id == first.pk
+    assert "unknown chain version 4" in report.reason
+
+
+def test_a_version_3_hash_covers_each_body_by_its_sha256_under_its_own_label() -> None:
+    # A known answer: the stored hashes of every record made since version 3 depend on exactly
+    # this construction, so a change to it must be a new version, never an edit of this one.
+    exchange = Exchange(
+        seq=4,
+        channel=Exchange.Channel.LLM,
+        direction=Exchange.Direction.CLIENT,
+        label="chat.completions",
+        jsonrpc_id="",
+        request_headers={"content-type": "application/json"},
+        request_body='{"messages": [{"role": "user", "content": "naïve «quotes» \\" \\n"}]}',
+        response_headers={},
+        response_body='data: {"choices": []}\n\ndata: [DONE]\n\n',
+        status="200",
+        error="",
+        started_at=datetime(2026, 12, 1, 12, 0, tzinfo=UTC),
+        duration_ms=12.5,
+        chain_version=integrity.KEYED_BODY_DIGESTS,
+    )
+    digest = integrity.exchange_digest(exchange, turn_seq=2, previous=integrity.GENESIS, key=b"k" * 32)
+
+    assert digest == "94d92b7c52ed8529a963504801d178fa6b75f1a3d16cf851d9b6627d45956d8d"
+    # The body itself is no part of the MAC's input, only its SHA-256: the same hash results
+    # from the content with the bodies' digests in their place.
+    content = integrity._exchange_content(exchange, 2)
+    for name in ("request_body", "response_body"):
+        content[name] = "sha256:" + hashlib.sha256(str(content[name]).encode()).hexdigest()
+    text = "exchange/3\n" + integrity.GENESIS + "\n" + integrity._canonical(content)
+    assert integrity._mac(b"k" * 32, text) == digest
+    # Under version 2 the same record hashes differently (its whole body, another label).
+    exchange.chain_version = integrity.KEYED
+    assert (
+        integrity.exchange_digest(exchange, turn_seq=2, previous=integrity.GENESIS, key=b"k" * 32) != digest
+    )
+
+
+def test_a_record_rewritten_under_the_unkeyed_rule_after_version_3_ones_is_refused_as_a_downgrade() -> None:
+    conversation = _conversation()
+    rows = list(Exchange.objects.filter(turn__conversation=conversation).order_by("seq"))
+    last = rows[-1]
+    # What someone with database access but not the key can do: forge the body and recompute
+    # the unkeyed hash, which anyone can.
+    last.response_body = "forged"
+    last.chain_version = integrity.LEGACY
+    last.hash = integrity.exchange_digest(last, turn_seq=1, previous=last.prev_hash)
+    last.save(update_fields=["response_body", "chain_version", "hash"])
+
+    report = conversation_verify(conversation=conversation)
+
+    assert not report.intact and report.broken_exchange_id == last.pk
+    assert report.reason == "it claims the unkeyed legacy rule after keyed records"
+
+
+def _rechain_as_version_2(conversation: Conversation) -> None:
+    """Rewrite the conversation as the release before body digests stored it, sealed again."""
+    previous = integrity.GENESIS
+    rows = Exchange.objects.filter(turn__conversation=conversation).select_related("turn")
+    for row in rows.order_by("turn__seq", "seq", "id"):
+        assert row.turn is not None
+        row.chain_version = integrity.KEYED
+        row.prev_hash = previous
+        row.hash = previous = integrity.exchange_digest(row, turn_seq=row.turn.seq, previous=previous)
+        row.save(update_fields=["chain_version", "prev_hash", "hash"])
+    for turn in conversation.turns.order_by("seq"):
+        integrity.turn_seal(turn=turn)
 
 
 def _make_legacy(conversation: Conversation) -> None:
