@@ -17,6 +17,7 @@ from conversations.escaping import storable_text
 from conversations.models import Exchange
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
+from conversations.selectors import FTS_BODY_CHARS
 from conversations.wire import WireExchange
 
 # A cut made before the recorder saw the text (the MCP capture cuts at the same limit): its marker
@@ -47,6 +48,15 @@ def storable_body(text: str) -> tuple[str, str | None]:
 def _storable_line(text: str, limit: int) -> str:
     """A short text (a label, an id) fit for every database and its column."""
     return storable_text(text)[0][:limit]
+
+
+def _searchable(text: str | None, redact: Redactor) -> str:
+    """``WireExchange.search_text`` as stored: redacted whole (a cut could split a secret the
+    redactor would then miss), made storable, then cut to what the search index reads; empty
+    (the body is searched) when there is none."""
+    if not text:
+        return ""
+    return storable_body(redact.text(text))[0][:FTS_BODY_CHARS]
 
 
 def exchange_rows(
@@ -96,6 +106,7 @@ def exchange_rows(
                 request_body=request_body,
                 response_headers=headers(record.response_headers),
                 response_body=response_body,
+                response_search=_searchable(record.search_text, redact),
                 status=_storable_line(record.status, 32),
                 error="\n".join([error, *escaped]).strip("\n") if escaped else error,
                 started_at=record.started_at,

@@ -437,6 +437,10 @@ class Exchange(models.Model):
     # request (``strings.changed_span``) and, once the turn has ended, its last one whole.
     search_start = models.PositiveIntegerField(null=True, blank=True, editable=False)
     search_length = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    # What full-text search indexes in place of ``response_body`` unless empty (PostgreSQL): a
+    # streamed reply as it assembled (its events cut words anywhere), redacted and cut to what
+    # the index reads (``selectors.FTS_BODY_CHARS``). Derived, not evidence: no hash covers it.
+    response_search = models.TextField(blank=True, default="", editable=False)
 
     objects = ExchangeQuerySet.as_manager()
 

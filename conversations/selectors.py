@@ -557,13 +557,18 @@ def turn_search_document() -> SearchVector:
 
 
 def exchange_search_document() -> SearchVector:
-    """The searchable text of an exchange on PostgreSQL (indexed as ``turn_search_document`` is)."""
+    """The searchable text of an exchange on PostgreSQL (indexed as ``turn_search_document`` is):
+    its request's span (``search_start``) and its response, or what stands for the response in
+    search (``response_search``: a streamed reply as it assembled)."""
     return SearchVector(
         Case(
             When(search_start__isnull=True, then=Left("request_body", FTS_BODY_CHARS)),
             default=Substr("request_body", F("search_start") + 1, Least("search_length", FTS_BODY_CHARS)),
         ),
-        Left("response_body", FTS_BODY_CHARS),
+        Case(
+            When(response_search="", then=Left("response_body", FTS_BODY_CHARS)),
+            default=Left("response_search", FTS_BODY_CHARS),
+        ),
         config=FTS_CONFIG,
     )
 
@@ -574,7 +579,9 @@ def _terms(text: str) -> list[str]:
 
 
 def text_match(text: str) -> Q:
-    """Conversations with ``text`` in a question, an answer or a raw exchange body.
+    """Conversations with ``text`` in a question, an answer or a raw exchange body (for a
+    streamed reply, the text it assembled to: ``Exchange.response_search``; SQLite's fallback
+    matches its raw events too).
 
     PostgreSQL: full-text search (``websearch_to_tsquery``: words are stemmed and all must occur
     in one turn or one exchange; "quoted phrases", ``or`` and ``-word`` work). Elsewhere (the
@@ -591,7 +598,10 @@ def text_match(text: str) -> Q:
         terms = _terms(text)
         turns = Turn.objects.filter(*[Q(question__icontains=t) | Q(answer__icontains=t) for t in terms])
         exchanges = Exchange.objects.filter(
-            *[Q(request_body__icontains=t) | Q(response_body__icontains=t) for t in terms]
+            *[
+                Q(request_body__icontains=t) | Q(response_body__icontains=t) | Q(response_search__icontains=t)
+                for t in terms
+            ]
         )
     # One IN over a UNION, not two INs joined by OR: PostgreSQL can only turn a lone IN into a
     # semi-join, and so start from the few matches of a rare word instead of testing every

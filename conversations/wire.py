@@ -43,6 +43,10 @@ class WireExchange:
     server_id: int | None = None
     # The server's name as it was when the record was captured (kept if the server row goes).
     server_name: str = ""
+    # What full-text search indexes in place of ``response_body`` (None: the body itself). A
+    # streamed reply's body is its events, which cut words wherever the model's pieces end, so
+    # the reply as it assembled is searched instead (``providers.ModelReply``).
+    search_text: str | None = None
 
 
 def safe_headers(headers: Iterable[tuple[str, str]] | Mapping[str, str]) -> dict[str, str]:

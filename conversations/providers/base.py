@@ -70,6 +70,24 @@ class ModelReply:
     # keeps the original): one line each, for the step's diagnostics.
     notes: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        # Whichever provider parsed it: a streamed reply is searched by what it assembled to.
+        if self.exchange.search_text is None and is_event_stream(self.exchange):
+            self.exchange.search_text = self.assembled_text()
+
+    def assembled_text(self) -> str:
+        """The reply's words as one text: its text, its refusal, and each call's name and
+        arguments (one per line)."""
+        parts = [self.text or "", self.refusal or ""]
+        parts.extend(f"{call.name} {call.arguments_text}" for call in self.tool_calls)
+        return "\n".join(part for part in parts if part)
+
+
+def is_event_stream(exchange: WireExchange) -> bool:
+    """Whether the response came as a ``text/event-stream`` (recorded header names are lower case)."""
+    media_type = exchange.response_headers.get("content-type", "").split(";", 1)[0]
+    return media_type.strip().lower() == "text/event-stream"
+
 
 class ProviderError(Exception):
     """The model endpoint failed: an HTTP error status, a timeout, a connection failure.

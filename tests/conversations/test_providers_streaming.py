@@ -290,6 +290,38 @@ def test_watching_changes_neither_the_reply_nor_the_recorded_body(provider_key: 
 
 
 @pytest.mark.parametrize("provider_key", list(STREAMS))
+def test_a_streamed_reply_is_searched_by_the_text_and_calls_it_assembled_to(provider_key: str) -> None:
+    reply, _ = _ask(provider_key, watch=False)
+
+    search_text = reply.exchange.search_text
+    assert search_text is not None
+    text, *calls = search_text.split("\n")
+    assert text == "Let me check."
+    # Each call whole, where the events cut its arguments into pieces.
+    named = [line.split(" ", 1) for line in calls]
+    assert [(name, json.loads(arguments)) for name, arguments in named] == [
+        (NAME, json.loads(ARGUMENTS)),
+        (NAME, json.loads(SECOND_ARGUMENTS)),
+    ]
+    assert reply.exchange.response_body == STREAMS[provider_key][1]
+
+
+def test_a_reply_sent_whole_is_searched_by_its_body() -> None:
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "Sunny."}, "finish_reason": "stop"}
+        ],
+    }
+    provider, _ = serve(OpenAIChatProvider, lambda request: httpx2.Response(200, json=body))
+
+    reply = provider.complete(ModelRequest(messages=QUESTION))
+
+    assert reply.text == "Sunny." and reply.exchange.search_text is None
+
+
+@pytest.mark.parametrize("provider_key", list(STREAMS))
 def test_a_callback_that_fails_stops_the_display_not_the_call(
     provider_key: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -10,14 +10,20 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx2
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 
+from conversations.exchanges import exchange_rows
 from conversations.models import Exchange
+from conversations.providers.base import ModelReply, ModelRequest
+from conversations.providers.openai_chat import OpenAIChatProvider
 from conversations.recording import TurnRecorder, index_last_request_whole
+from conversations.redaction import redactor
 from conversations.selectors import FTS_BODY_CHARS, ConversationFilters, conversation_search
 from conversations.wire import WireExchange
+from tests.conversations.provider_fakes import QUESTION, serve, sse
 from tests.factories import ConversationFactory, ExchangeFactory, StepFactory, TurnFactory, UserFactory
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
@@ -204,6 +210,72 @@ def test_each_model_request_is_indexed_for_what_it_adds_and_the_last_one_whole()
     assert (last.search_start, last.search_length) == (None, None)
     assert found(alice, "quetzal okapi") == ["spans"]
     assert found(alice, '"tool said okapi"') == ["spans"]
+
+
+# --- a streamed reply: migration 0028_exchange_response_search -------------------------------------
+
+SECRET = "sk-proj-" + "Zq9Xw8Vu7Ts6Rr5Qp4Oo3Nn2"
+
+
+def _streamed_reply(text: str, piece: int = 5) -> ModelReply:
+    """``text`` as an OpenAI model streams it, ``piece`` characters an event, read by the provider."""
+    chunks = [
+        {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": part}}]}
+        for part in (text[i : i + piece] for i in range(0, len(text), piece))
+    ]
+    stream = sse(
+        [
+            *chunks,
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            },
+        ],
+        done=True,
+    )
+    provider, _ = serve(
+        OpenAIChatProvider,
+        lambda request: httpx2.Response(
+            200, content=stream.encode(), headers={"content-type": "text/event-stream"}
+        ),
+        stream=True,
+    )
+    return provider.complete(ModelRequest(messages=QUESTION))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_streamed_reply_is_found_by_a_word_its_events_cut_and_what_it_assembled_to_is_redacted() -> None:
+    alice = UserFactory(username="alice")
+    turn = TurnFactory(
+        conversation=ConversationFactory(owner=alice, title="streamed"), question="Which city?"
+    )
+    reply = _streamed_reply(f"The capital was Tenochtitlan; the key is {SECRET}.")
+    recorder = TurnRecorder(turn)
+    step = recorder.step_open(kind="decide", title="model call")
+    recorder.step_close(step, status="ok", text=reply.text or "", exchanges=[reply.exchange])
+    recorder.drain()
+
+    row = Exchange.objects.get(turn=turn)
+    assert '" Teno"' in row.response_body and "Tenochtitlan" not in row.response_body  # cut by the events
+    assert found(alice, "tenochtitlan") == ["streamed"]
+    assert found(alice, '"capital was tenochtitlan"') == ["streamed"]
+    # Redacted before it was cut and stored, as the raw body is.
+    assert SECRET not in row.response_search and "[REDACTED:api_key]" in row.response_search
+    assert SECRET not in row.response_body
+    # The same events recorded without what they assembled to (as before this migration, or a
+    # stream the provider could not read): searched by the body, where the word is cut.
+    other = StepFactory(turn=TurnFactory(conversation=ConversationFactory(owner=alice, title="raw")))
+    ExchangeFactory(step=other, response_body=row.response_body)
+    assert found(alice, "tenochtitlan") == ["streamed"]
+    assert found(alice, "teno") == ["raw"]
+
+
+def test_what_stands_for_a_response_in_search_is_cut_where_the_index_reads() -> None:
+    long = _streamed_reply("word " * 50_000, piece=4_000)
+    rows = exchange_rows([long.exchange], turn_id=None, step_id=None, redact=redactor())
+
+    assert len(rows[0].response_search) == FTS_BODY_CHARS
 
 
 def test_the_exchange_search_uses_its_index(alice: User) -> None:

@@ -222,6 +222,15 @@ def test_text_is_found_in_questions_answers_and_raw_request_and_response_bodies(
     assert found(alice, q="Atlantis") == []
 
 
+def test_a_streamed_reply_is_found_by_what_it_assembled_to_where_its_events_cut_a_word(alice: User) -> None:
+    step = StepFactory(turn=TurnFactory(conversation=conversation(alice, "streamed")))
+    events = 'data: {"choices": [{"delta": {"content": "Ouaga"}}]}\n\ndata: {"choices": [{"delta": {"content": "dougou"}}]}\n\n'
+    ExchangeFactory(step=step, response_body=events, response_search="Ouagadougou")
+
+    assert found(alice, q="ouagadougou") == ["streamed"]
+    assert found(alice, q="dougou") == ["streamed"]  # the body is still searched too
+
+
 def test_every_word_must_occur_and_a_quoted_phrase_stays_together(alice: User) -> None:
     TurnFactory(conversation=conversation(alice, "paris rain"), question="Rain in Paris tomorrow?")
     TurnFactory(conversation=conversation(alice, "paris sun"), question="Sun in Paris tomorrow?")
