@@ -14,10 +14,9 @@ from django.conf import settings
 from django.db import connection
 
 from conversations.escaping import storable_text
-from conversations.models import Exchange
+from conversations.models import FTS_BODY_CHARS, Exchange
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
-from conversations.selectors import FTS_BODY_CHARS
 from conversations.wire import WireExchange
 
 # A cut made before the recorder saw the text (the MCP capture cuts at the same limit): its marker

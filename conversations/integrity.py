@@ -14,13 +14,13 @@ an earlier one still verify:
   (a 1 MB streamed reply's 11 MB of raw events, or a long conversation's model requests). Any
   change to a body changes its SHA-256, so it still changes the MAC.
 
-When a turn ends it is *sealed*: every step gets a digest over its shown fields (title, prompt, text,
-  parsed calls, diagnostics, arguments, result, error, …) and the hashes of its exchanges; the
-  turn's seal covers the turn's shown fields (question, answer, error, tools, transcript, …),
-  its steps' digests, its step-less exchanges' hashes, the conversation's id and the previous
-  turn's seal. The conversation is then *anchored*: it stores the number of sealed turns, the
-  last seal and a MAC over both, and an ``AuditEvent`` ("sealed") records the same, so deleting
-  a whole turn or the tail is detected.
+When a turn ends it is *sealed*: every step gets a digest over its shown fields (title, prompt,
+text, parsed calls, diagnostics, arguments, result, error, …) and the hashes of its exchanges;
+the turn's seal covers the turn's shown fields (question, answer, error, tools, transcript, …),
+its steps' digests, its step-less exchanges' hashes, the conversation's id and the previous
+turn's seal. The conversation is then *anchored*: it stores the number of sealed turns, the last
+seal and a MAC over both, and an ``AuditEvent`` ("sealed") records the same, so deleting a whole
+turn or the tail is detected.
 
 Which fields a seal covers is itself a rule, marked on each turn (``Turn.seal_rule``): rule 2,
 the field lists below (seals made before rule 3), or rule 3, the turn's and steps' fields in

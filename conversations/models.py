@@ -373,6 +373,12 @@ class ExchangeQuerySet(models.QuerySet["Exchange"]):
         return super().bulk_create(rows, *args, **kwargs)
 
 
+# How much of a body PostgreSQL's full-text search indexes (``selectors.exchange_search_document``).
+# A tsvector holds at most 1 MB; 200,000 characters of the most varied text stay well below it,
+# and a body is cut there (the SQLite fallback reads whole bodies).
+FTS_BODY_CHARS = 200_000
+
+
 class Exchange(models.Model):
     """One raw pair on the wire (or one unpaired message), exactly as sent and received.
 
@@ -439,7 +445,7 @@ class Exchange(models.Model):
     search_length = models.PositiveIntegerField(null=True, blank=True, editable=False)
     # What full-text search indexes in place of ``response_body`` unless empty (PostgreSQL): a
     # streamed reply as it assembled (its events cut words anywhere), redacted and cut to what
-    # the index reads (``selectors.FTS_BODY_CHARS``). Derived, not evidence: no hash covers it.
+    # the index reads (``FTS_BODY_CHARS``). Derived, not evidence: no hash covers it.
     response_search = models.TextField(blank=True, default="", editable=False)
 
     objects = ExchangeQuerySet.as_manager()

@@ -42,7 +42,7 @@ from django.db.models import (
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, Least, Left, Substr
 
-from conversations.models import Comparison, Conversation, Exchange, ModelProfile, Step, Turn
+from conversations.models import FTS_BODY_CHARS, Comparison, Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.typealias import JSONValue
 
@@ -540,11 +540,9 @@ class ConversationFilters:
     sort: str = DEFAULT_SORT
 
 
-# PostgreSQL full text: the text search configuration, and how much of each raw body is indexed.
-# A tsvector holds at most 1 MB; 200,000 characters of the most varied text stay well below it,
-# and a body is cut there (the SQLite fallback reads whole bodies).
+# PostgreSQL full text: the text search configuration (how much of each raw body is indexed:
+# ``models.FTS_BODY_CHARS``).
 FTS_CONFIG = "english"
-FTS_BODY_CHARS = 200_000
 
 
 def turn_search_document() -> SearchVector:

@@ -227,8 +227,9 @@ def test_a_streamed_reply_is_found_by_what_it_assembled_to_where_its_events_cut_
     events = 'data: {"choices": [{"delta": {"content": "Ouaga"}}]}\n\ndata: {"choices": [{"delta": {"content": "dougou"}}]}\n\n'
     ExchangeFactory(step=step, response_body=events, response_search="Ouagadougou")
 
+    # (The SQLite fallback also matches the raw events; PostgreSQL's index reads the assembled
+    # text in their place: tests/conversations/test_search_postgres.py.)
     assert found(alice, q="ouagadougou") == ["streamed"]
-    assert found(alice, q="dougou") == ["streamed"]  # the body is still searched too
 
 
 def test_every_word_must_occur_and_a_quoted_phrase_stays_together(alice: User) -> None:
