@@ -4,8 +4,8 @@
 thread; ``conversations.integrity`` writes a turn's seal, its conversation's anchor and the
 audit event with it). On PostgreSQL a write is one data-modifying ``WITH`` statement with
 server-side binding: one round trip, no statement text parsed or values quoted in Python (see
-``_execute_as_one`` and ``_insert_sql`` for why). Values are prepared by the model fields as the ORM would, except
-the plain ones a field sends unchanged (``_plain_types``).
+``_execute_as_one`` and ``_insert_sql`` for why). Values are prepared by the model fields as the
+ORM would, except the plain ones a field sends unchanged (``_plain_types``).
 """
 
 from __future__ import annotations

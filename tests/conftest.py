@@ -62,8 +62,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 # Which thread, from where, last took each PostgreSQL session (by its backend pid): a session
 # still open when the run ends ("database is being accessed by other users" as the test
-# database is dropped) is then named by where it was taken, not guessed at.
+# database is dropped) is then named by where it was taken, not guessed at. And which sessions
+# the running test's threads took (the leak check below).
 _TAKEN: dict[int, str] = {}
+_TAKEN_DURING: list[tuple[int, str]] = []
 
 
 def _note_taken(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
@@ -76,7 +78,9 @@ def _note_taken(sender: object, connection: BaseDatabaseWrapper, **kwargs: objec
         if "/django/" not in frame.filename and "/asgiref/" not in frame.filename
     ]
     stack = "".join(traceback.format_list(frames[-10:]))
-    _TAKEN[connection.connection.info.backend_pid] = f"thread {threading.current_thread().name!r}\n{stack}"
+    pid, thread = connection.connection.info.backend_pid, threading.current_thread().name
+    _TAKEN[pid] = f"thread {thread!r}\n{stack}"
+    _TAKEN_DURING.append((pid, thread))
 
 
 connection_created.connect(_note_taken)
@@ -89,17 +93,8 @@ connection_created.connect(_note_taken)
 # is therefore checked when its teardown is over: more connections lent than before it, beyond
 # the one this thread holds, is that test's error, naming the threads that took them.
 
-_TAKEN_DURING: list[tuple[int, str]] = []
 _LENT_BEFORE = pytest.StashKey[int | None]()
 LEAK_GRACE_SECONDS = 3.0
-
-
-def _note_taken_during(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
-    if connection.vendor == "postgresql" and connection.connection is not None:
-        _TAKEN_DURING.append((connection.connection.info.backend_pid, threading.current_thread().name))
-
-
-connection_created.connect(_note_taken_during)
 
 
 def _pool() -> psycopg_pool.ConnectionPool | None:

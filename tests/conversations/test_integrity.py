@@ -426,30 +426,28 @@ def test_a_record_rewritten_under_the_unkeyed_rule_after_version_3_ones_is_refus
     assert report.reason == "it claims the unkeyed legacy rule after keyed records"
 
 
-def _rechain_as_version_2(conversation: Conversation) -> None:
-    """Rewrite the conversation as the release before body digests stored it, sealed again."""
+def _rechain(conversation: Conversation, version: int) -> None:
+    """Rewrite every exchange's hash under chain ``version``, in conversation order."""
     previous = integrity.GENESIS
     rows = Exchange.objects.filter(turn__conversation=conversation).select_related("turn")
     for row in rows.order_by("turn__seq", "seq", "id"):
         assert row.turn is not None
-        row.chain_version = integrity.KEYED
+        row.chain_version = version
         row.prev_hash = previous
         row.hash = previous = integrity.exchange_digest(row, turn_seq=row.turn.seq, previous=previous)
         row.save(update_fields=["chain_version", "prev_hash", "hash"])
+
+
+def _rechain_as_version_2(conversation: Conversation) -> None:
+    """Rewrite the conversation as the release before body digests stored it, sealed again."""
+    _rechain(conversation, integrity.KEYED)
     for turn in conversation.turns.order_by("seq"):
         integrity.turn_seal(turn=turn)
 
 
 def _make_legacy(conversation: Conversation) -> None:
     """Rewrite the conversation as the previous version stored it: unkeyed SHA-256, no seals."""
-    previous = integrity.GENESIS
-    rows = Exchange.objects.filter(turn__conversation=conversation).select_related("turn")
-    for row in rows.order_by("turn__seq", "seq", "id"):
-        assert row.turn is not None
-        row.chain_version = integrity.LEGACY
-        row.prev_hash = previous
-        row.hash = previous = integrity.exchange_digest(row, turn_seq=row.turn.seq, previous=previous)
-        row.save(update_fields=["chain_version", "prev_hash", "hash"])
+    _rechain(conversation, integrity.LEGACY)
     Turn.objects.filter(conversation=conversation).update(seal="", seal_steps=[])
     Conversation.objects.filter(pk=conversation.pk).update(chain_turns=0, chain_head="", chain_anchor="")
     AuditEvent.objects.filter(conversation_public_id=conversation.public_id, action=SEALED_ACTION).delete()

@@ -306,15 +306,15 @@ def test_a_streamed_reply_is_searched_by_the_text_and_calls_it_assembled_to(prov
     assert reply.exchange.response_body == STREAMS[provider_key][1]
 
 
+WHOLE_COMPLETION = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Sunny."}, "finish_reason": "stop"}],
+}
+
+
 def test_a_reply_sent_whole_is_searched_by_its_body() -> None:
-    body = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": "Sunny."}, "finish_reason": "stop"}
-        ],
-    }
-    provider, _ = serve(OpenAIChatProvider, lambda request: httpx2.Response(200, json=body))
+    provider, _ = serve(OpenAIChatProvider, lambda request: httpx2.Response(200, json=WHOLE_COMPLETION))
 
     reply = provider.complete(ModelRequest(messages=QUESTION))
 
@@ -343,14 +343,7 @@ def test_a_callback_that_fails_stops_the_display_not_the_call(
 
 
 def test_a_reply_sent_whole_never_calls_the_callback() -> None:
-    completion = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": "Sunny."}, "finish_reason": "stop"}
-        ],
-    }
-    provider, _ = serve(OpenAIChatProvider, lambda request: httpx2.Response(200, json=completion))
+    provider, _ = serve(OpenAIChatProvider, lambda request: httpx2.Response(200, json=WHOLE_COMPLETION))
     seen: list[PartialReply] = []
 
     reply = provider.complete(ModelRequest(messages=QUESTION), on_delta=seen.append)
