@@ -3,6 +3,8 @@ stops the run with a clear message instead of letting tests skip."""
 
 from __future__ import annotations
 
+import collections
+import logging
 import os
 import subprocess
 import sys
@@ -13,7 +15,7 @@ import warnings
 from collections.abc import AsyncIterator, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 import psycopg_pool
@@ -31,6 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    # Once Django has configured logging (which would drop a handler added before).
+    logging.getLogger("psycopg.pool").addHandler(_POOL_WARNINGS)
     if os.environ.get("REQUIRE_SERVICES") != "1":
         return
     problems = []
@@ -66,6 +70,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 # the running test's threads took (the leak check below).
 _TAKEN: dict[int, str] = {}
 _TAKEN_DURING: list[tuple[int, str]] = []
+_RUNNING: list[str | None] = [None]
 
 
 def _note_taken(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
@@ -79,11 +84,52 @@ def _note_taken(sender: object, connection: BaseDatabaseWrapper, **kwargs: objec
     ]
     stack = "".join(traceback.format_list(frames[-10:]))
     pid, thread = connection.connection.info.backend_pid, threading.current_thread().name
-    _TAKEN[pid] = f"thread {thread!r}\n{stack}"
+    during = _RUNNING[0] or "no test"
+    _TAKEN[pid] = f"thread {thread!r} during {during}\n{stack}"
     _TAKEN_DURING.append((pid, thread))
+    lender = id(getattr(connection.connection, "_pool", None))
+    _LENT[id(connection.connection)] = _Lent(lender, pid, thread, during, stack)
 
 
 connection_created.connect(_note_taken)
+
+
+# The connections the pool has lent and not had back, as Django took them: a thread that ends
+# holding one lets it be closed by the garbage collector, so PostgreSQL no longer lists its
+# session while the pool still counts it as lent. Only the pool knows it was handed back.
+class _Lent(NamedTuple):
+    pool: int
+    pid: int
+    thread: str
+    during: str
+    stack: str
+
+
+_LENT: dict[int, _Lent] = {}
+_putconn = psycopg_pool.ConnectionPool.putconn
+
+
+def _putconn_noted(self: psycopg_pool.ConnectionPool, conn: Any) -> None:
+    _LENT.pop(id(conn), None)
+    _putconn(self, conn)
+
+
+psycopg_pool.ConnectionPool.putconn = _putconn_noted  # type: ignore[method-assign,assignment]
+
+
+class _PoolWarnings(logging.Handler):
+    """The pool's last warnings (a failed connection attempt, a connection discarded), kept to
+    say why it had none to lend."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last: collections.deque[str] = collections.deque(maxlen=5)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.last.append(f"{time.strftime('%H:%M:%S', time.localtime(record.created))} {record.getMessage()}")
+
+
+_POOL_WARNINGS = _PoolWarnings()
 
 
 # --- a pooled connection a test's thread took and never handed back ---------------------------
@@ -147,6 +193,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     _TAKEN_DURING.clear()
+    _RUNNING[0] = item.nodeid
     item.stash[_LENT_BEFORE] = _lent_by_others()
 
 
@@ -166,6 +213,7 @@ def _why_no_connection() -> str:
     pool = _pool()
     if pool is not None:
         lines.append(f"this process's pool: {pool.get_stats()}")
+    lent = [held for held in list(_LENT.values()) if pool is not None and held.pool == id(pool)]
     params = database.get_connection_params()
     params.pop("cursor_factory", None)
     params.pop("context", None)
@@ -177,9 +225,29 @@ def _why_no_connection() -> str:
                 "SELECT datname, state, count(*) FROM pg_stat_activity WHERE backend_type ="
                 " 'client backend' GROUP BY 1, 2 ORDER BY 3 DESC"
             ).fetchall()
+            open_sessions = {
+                pid: f"{state} since {since}, last query {query!r}"
+                for pid, state, since, query in check.execute(
+                    "SELECT pid, state, now() - state_change, left(query, 200) FROM pg_stat_activity"
+                    " WHERE pid = ANY(%s)",
+                    [[held.pid for held in lent]],
+                )
+            }
         lines.append(f"PostgreSQL's max_connections {limit[0] if limit else '?'}; sessions: {rows}")
     except psycopg.Error as exc:
         lines.append(f"a new connection to PostgreSQL failed too: {exc}")
+        open_sessions = {}
+    lines.append(f"the pool's last warnings: {list(_POOL_WARNINGS.last) or 'none'}")
+    # Grouped by the test and the code that took them: twenty turn threads are one cause.
+    lines.append(f"lent and not handed back: {len(lent)}")
+    by_cause: dict[tuple[str, str], list[_Lent]] = {}
+    for held in lent:
+        by_cause.setdefault((held.during, held.stack), []).append(held)
+    for (during, stack), group in by_cause.items():
+        lines.append(f"{len(group)} taken during {during}, by threads {sorted({h.thread for h in group})}:")
+        closed = "closed (its thread ended holding it?)"
+        lines.append("  " + "; ".join(f"backend {h.pid}: {open_sessions.get(h.pid, closed)}" for h in group))
+        lines.append(f"  taken at:\n{stack}")
     return "\n".join(lines)
 
 
@@ -189,8 +257,21 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if call.excinfo is not None and _pool_timeout_in(call.excinfo.value):
-        report.sections.append(("why no database connection", _why_no_connection()))
+        report.sections.append((_WHY_NO_CONNECTION, _why_no_connection()))
     return report
+
+
+_WHY_NO_CONNECTION = "why no database connection"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The PoolTimeouts' explanations again, last: a long run's log is often read from its end."""
+    for kind in ("failed", "error"):
+        for report in terminalreporter.stats.get(kind, []):
+            for title, text in getattr(report, "sections", []):
+                if title == _WHY_NO_CONNECTION:
+                    terminalreporter.write_sep("-", f"{_WHY_NO_CONNECTION}: {report.nodeid}")
+                    terminalreporter.write_line(text)
 
 
 @pytest.fixture(scope="session")
