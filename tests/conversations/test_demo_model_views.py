@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -104,7 +106,17 @@ def test_latency_setting_and_slow_marker_add_up(
     client: Client, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slept: list[float] = []
-    monkeypatch.setattr("conversations.demo.views.time.sleep", slept.append)
+    real_sleep, test_thread = time.sleep, threading.get_ident()
+
+    def sleep(seconds: float) -> None:
+        # time.sleep is the time module's, shared by the process's other threads (the turn
+        # lifecycle thread sleeps between its passes): only the view's sleep, in this thread.
+        if threading.get_ident() == test_thread:
+            slept.append(seconds)
+        else:
+            real_sleep(seconds)
+
+    monkeypatch.setattr("conversations.demo.views.time.sleep", sleep)
     settings.DEMO_MODEL_LATENCY_SECONDS = 0.5
     body = {**QUESTION, "messages": [{"role": "user", "content": "[demo:slow=99] weather in Oslo"}]}
 
