@@ -137,9 +137,10 @@ def _insert_sql(model: type[Step] | type[Exchange] | type[AuditEvent], rows: lis
     # computed in Python: that lookup cost more than the value's check).
     kinds = [(field, _plain_types(field)) for field in fields]
     params = [_row_value(field, plain, row, db) for row in rows for field, plain in kinds]
+    alias = db.alias  # once: each read of the ``connection`` proxy is a thread-local lookup
     for row in rows:
         row._state.adding = False
-        row._state.db = connection.alias
+        row._state.db = alias
     return [(prefix + ", ".join([row_sql] * len(rows)), params)]
 
 

@@ -66,10 +66,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 # Which thread, from where, last took each PostgreSQL session (by its backend pid): a session
 # still open when the run ends ("database is being accessed by other users" as the test
-# database is dropped) is then named by where it was taken, not guessed at. And which sessions
-# the running test's threads took (the leak check below).
+# database is dropped) is then named by where it was taken, not guessed at. ``_LENT`` below
+# keeps, of those, the ones the pool has lent and not had back (the leak check).
 _TAKEN: dict[int, str] = {}
-_TAKEN_DURING: list[tuple[int, str]] = []
 _RUNNING: list[str | None] = [None]
 
 
@@ -86,7 +85,6 @@ def _note_taken(sender: object, connection: BaseDatabaseWrapper, **kwargs: objec
     pid, thread = connection.connection.info.backend_pid, threading.current_thread().name
     during = _RUNNING[0] or "no test"
     _TAKEN[pid] = f"thread {thread!r} during {during}\n{stack}"
-    _TAKEN_DURING.append((pid, thread))
     lender = id(getattr(connection.connection, "_pool", None))
     _LENT[id(connection.connection)] = _Lent(lender, pid, thread, during, stack)
 
@@ -136,10 +134,10 @@ _POOL_WARNINGS = _PoolWarnings()
 # A thread that ends (or idles) holding a connection from the process's pool keeps it for good:
 # the pool counts it as lent. One xdist process runs over a thousand tests against a pool of
 # twenty, so a few such leaks end, much later, as a PoolTimeout in an unrelated test. Each test
-# is therefore checked when its teardown is over: more connections lent than before it, beyond
-# the one this thread holds, is that test's error, naming the threads that took them.
+# is therefore checked when its teardown is over: a connection that a thread other than this one
+# took during the test and has not handed back (``_LENT``) is that test's error, naming the
+# thread and where it took it.
 
-_LENT_BEFORE = pytest.StashKey[int | None]()
 LEAK_GRACE_SECONDS = 3.0
 
 
@@ -150,51 +148,42 @@ def _pool() -> psycopg_pool.ConnectionPool | None:
     return made.get(database.alias)
 
 
-def _lent_by_others() -> int | None:
-    """Connections the pool has lent to threads other than this one; None without PostgreSQL."""
-    database = connections["default"]
-    if database.vendor != "postgresql":
-        return None
+def _kept_from(test: str) -> list[_Lent]:
+    """The connections other threads took from this process's pool during ``test`` and still
+    hold (this thread's own is the test's, handed back by Django)."""
     pool = _pool()
     if pool is None:
-        return 0
-    stats = pool.get_stats()
-    mine = 1 if database.connection is not None else 0
-    return int(stats["pool_size"]) - int(stats["pool_available"]) - mine
+        return []
+    main = threading.current_thread().name
+    return [
+        held
+        for held in list(_LENT.values())
+        if held.during == test and held.pool == id(pool) and held.thread != main
+    ]
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     yield
-    before = item.stash.get(_LENT_BEFORE, None)
-    after = _lent_by_others()
+    kept = _kept_from(item.nodeid)
     deadline = time.monotonic() + LEAK_GRACE_SECONDS
     # A thread the test joined with a timeout may still be handing its connection back.
-    while after is not None and before is not None and after > before and time.monotonic() < deadline:
+    while kept and time.monotonic() < deadline:
         time.sleep(0.05)
-        after = _lent_by_others()
-    if after is None or before is None or after <= before:
-        return
-    main = threading.current_thread().name
-    takers = sorted({f"{name} (backend {pid})" for pid, name in _TAKEN_DURING if name != main})
-    if not takers:
-        # No other thread borrowed one during this test: what the pool counts as lent is a
-        # replacement it is still opening for a connection handed back closed (the record
-        # writer closes one that carried a big record), not a leak.
-        return
-    pytest.fail(
-        f"{after - before} pooled database connection(s) taken during this test were never handed"
-        f" back (the pool lends {after} to other threads, {before} before it); taken by: "
-        + ", ".join(takers),
-        pytrace=False,
-    )
+        kept = _kept_from(item.nodeid)
+    if kept:
+        pytest.fail(
+            f"{len(kept)} pooled database connection(s) taken during this test were never handed back:\n"
+            + "\n".join(
+                f"backend {held.pid}, by thread {held.thread!r}, taken at:\n{held.stack}" for held in kept
+            ),
+            pytrace=False,
+        )
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    _TAKEN_DURING.clear()
     _RUNNING[0] = item.nodeid
-    item.stash[_LENT_BEFORE] = _lent_by_others()
 
 
 def _pool_timeout_in(error: BaseException | None) -> bool:
