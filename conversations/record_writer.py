@@ -11,8 +11,8 @@ ORM would, except the plain ones a field sends unchanged (``_plain_types``).
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 import psycopg
 from django.db import connection, connections, models, transaction
@@ -62,6 +62,30 @@ def rows_write(
             cursor.execute(sql, params)
         for step in unsaved_steps:
             step.save(force_insert=True)
+
+
+_M = TypeVar("_M", bound=Model)
+
+
+def new_row(model: type[_M], values: dict[str, Any]) -> _M:
+    """An unsaved ``model`` row with these values (by attribute name: ``turn_id``, not ``turn``)
+    and every other field's default, made as Django makes a row it read (``Model.from_db``): the
+    values in field order, not by keyword. The keyword form looks each of the model's fields up
+    among the keywords one by one, which cost more than preparing the row's values for the insert.
+
+    Raises:
+        TypeError: a name that is not one of the model's fields' attribute names.
+    """
+    names = _construction(model)
+    if not values.keys() <= names.keys():
+        raise TypeError(f"{model.__name__} has no field {sorted(values.keys() - names.keys())}")
+    return model(*[values[name] if name in values else default() for name, default in names.items()])
+
+
+@functools.cache
+def _construction(model: type[Model]) -> dict[str, Callable[[], Any]]:
+    """Each concrete field's attribute name, in order, with the function giving its default."""
+    return {field.attname: field.get_default for field in model._meta.concrete_fields}
 
 
 _Statement = tuple[str, Sequence[Any]]

@@ -54,7 +54,7 @@ from conversations.exchanges import exchange_rows, release_connection
 from conversations.integrity import GENESIS, chain_head_query, exchange_digest, integrity_key, turn_seal
 from conversations.models import Exchange, Step, Turn
 from conversations.providers.streaming import SNAPSHOT_TAIL_CHARS, DeltaCallback, PartialReply, throttled
-from conversations.record_writer import rows_write
+from conversations.record_writer import new_row, rows_write
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
 from conversations.strings import changed_span
@@ -277,15 +277,18 @@ class _Batch:
             fields = dict(opening.fields)
             if opening.computed is not None:
                 fields.update(_computed(opening.computed))
-            self.step = Step(
-                pk=opening.pk,
-                turn=owner.turn,
-                parent_id=opening.parent,
-                seq=opening.seq,
-                kind=opening.kind,
-                started_at=opening.at,
-                updated_at=opening.at,
-                **owner._redacted({"title": opening.title, **fields}, step=opening.pk),
+            self.step = new_row(
+                Step,
+                {
+                    "id": opening.pk,
+                    "turn_id": owner.turn.pk,
+                    "parent_id": opening.parent,
+                    "seq": opening.seq,
+                    "kind": opening.kind,
+                    "started_at": opening.at,
+                    "updated_at": opening.at,
+                    **owner._redacted({"title": opening.title, **fields}, step=opening.pk),
+                },
             )
 
     def ready(self) -> None:

@@ -1,0 +1,67 @@
+"""The record's rows made by field position (``record_writer.new_row``) are the rows Django's
+keyword form makes: every field's value, the defaults of the fields not given, a fresh default
+for each row, and no name that is not a field accepted."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from conversations.models import Exchange, Step
+from conversations.record_writer import new_row
+
+AT = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+
+
+def _values(row: Exchange | Step) -> dict[str, object]:
+    return {field.attname: getattr(row, field.attname) for field in type(row)._meta.concrete_fields}
+
+
+def test_an_exchange_row_has_every_value_and_default_the_keyword_form_gives() -> None:
+    values = {
+        "turn_id": 7,
+        "conversation_id": 3,
+        "step_id": None,
+        "seq": 2,
+        "channel": Exchange.Channel.LLM,
+        "label": "POST /v1/chat/completions",
+        "request_headers": {"content-type": "application/json"},
+        "request_body": '{"model": "m"}',
+        "response_body": "{}",
+        "started_at": AT,
+        "duration_ms": 12.5,
+    }
+
+    made, reference = new_row(Exchange, values), Exchange(**values)
+
+    assert _values(made) == _values(reference)
+    assert made.pk is None and made._state.adding
+    assert made.chain_version == reference.chain_version and made.response_headers == {}
+
+
+def test_a_step_row_takes_ids_by_attribute_name_and_each_row_gets_its_own_default() -> None:
+    values = {
+        "id": 41,
+        "turn_id": 7,
+        "parent_id": 40,
+        "seq": 5,
+        "kind": "tool",
+        "title": "calc",
+        "started_at": AT,
+        "updated_at": AT,
+    }
+
+    first, second = new_row(Step, values), new_row(Step, values)
+
+    assert _values(first) == _values(Step(**values))
+    # A JSON field's default is made anew for each row: changing one row's leaves the other's.
+    first.calls.append({"name": "x"})
+    assert second.calls == [] and first.tokens is not second.tokens
+
+
+def test_a_name_that_is_not_a_fields_attribute_name_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"Step has no field \['turn'\]"):
+        new_row(Step, {"turn": 7, "seq": 1})
+    with pytest.raises(TypeError, match="nonsense"):
+        new_row(Exchange, {"nonsense": 1})
