@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import cast
 
 from django.conf import settings
 from django.db import connection
 
-from conversations.escaping import storable_text
+from conversations.escaping import refused_character, storable_text
 from conversations.models import FTS_BODY_CHARS, Exchange
 from conversations.record_writer import new_row
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
+from conversations.typealias import JSONDict
 from conversations.wire import WireExchange
 
 # A cut made before the recorder saw the text (the MCP capture cuts at the same limit): its marker
@@ -59,6 +61,20 @@ def _searchable(text: str | None, redact: Redactor) -> str:
     return storable_body(redact.text(text))[0][:FTS_BODY_CHARS]
 
 
+def _storable_headers(values: dict[str, str], redact: Redactor) -> dict[str, str]:
+    """Headers as stored: a new mapping, each value redacted (names kept), each name and value
+    storable. The mapping is redacted as one JSON value (screened whole, each value redacted
+    only when a screen passes: ``Redactor.json``) and searched for a character no database
+    stores in one pass over its names and values joined; only when it holds one is each name
+    and value made storable on its own (the same result: ``test_exchange_headers``)."""
+    if not values:
+        return {}
+    redacted = cast("dict[str, str]", redact.json(cast("JSONDict", values)))
+    if refused_character("".join([*redacted, *redacted.values()])) is None:
+        return dict(redacted)
+    return {storable_text(name)[0]: storable_text(value)[0] for name, value in redacted.items()}
+
+
 def exchange_rows(
     records: Sequence[WireExchange],
     *,
@@ -74,11 +90,6 @@ def exchange_rows(
     """
     if turn_id is not None and conversation_id is None:
         raise ValueError("an exchange of a turn needs the turn's conversation_id")
-
-    def headers(values: dict[str, str]) -> dict[str, str]:
-        return {
-            storable_text(name)[0]: storable_text(redact.text(value))[0] for name, value in values.items()
-        }
 
     rows: list[Exchange] = []
     for offset, record in enumerate(records):
@@ -104,9 +115,9 @@ def exchange_rows(
                     direction=record.direction,
                     label=_storable_line(record.label, 200),
                     jsonrpc_id=_storable_line(record.jsonrpc_id, 64),
-                    request_headers=headers(record.request_headers),
+                    request_headers=_storable_headers(record.request_headers, redact),
                     request_body=request_body,
-                    response_headers=headers(record.response_headers),
+                    response_headers=_storable_headers(record.response_headers, redact),
                     response_body=response_body,
                     response_search=_searchable(record.search_text, redact),
                     status=_storable_line(record.status, 32),
