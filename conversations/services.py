@@ -16,6 +16,7 @@ from conversations.execution import turn_dispatch
 from conversations.lifecycle import turn_signal_local, turn_step_record
 from conversations.models import AuditEvent, Comparison, Conversation, Exchange, ModelProfile, Turn
 from conversations.providers import PROVIDERS
+from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
 from conversations.splicing import LLAMA_CPP_SOURCE, probe_request, server_template
 from conversations.transcripts.export import ExportFormat, transcript_export_bytes
@@ -36,12 +37,15 @@ class TurnNotCancellable(ValueError):
     """The turn has already finished: there is nothing to cancel."""
 
 
-def turn_start(*, conversation: Conversation, question: str, dispatch: bool = True) -> Turn:
+def turn_start(
+    *, conversation: Conversation, question: str, dispatch: bool = True, redact: Redactor | None = None
+) -> Turn:
     """Queue a new turn; it is handed to the runner only once this transaction commits.
 
     A conversation whose last turn is done, failed, interrupted or cancelled takes the question;
     the check is made under the conversation's row lock, so two questions at once cannot both
-    pass it.
+    pass it. ``redact``: the redactor the caller built for this request (else one is built: it
+    reads the secrets and rules every time).
 
     Raises:
         ValueError: the conversation was imported and is read-only.
@@ -50,7 +54,7 @@ def turn_start(*, conversation: Conversation, question: str, dispatch: bool = Tr
     if conversation.read_only:
         raise ValueError("this conversation was imported from a transcript and is read-only")
     # Stored, shown and sent as redacted: a secret pasted into a question goes nowhere.
-    question = active_redactor().text(question)
+    question = (redact or active_redactor()).text(question)
     with transaction.atomic():
         Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
         previous = conversation.turns.order_by("-seq").values("seq", "status").first()
@@ -127,20 +131,23 @@ def conversation_start(
     tool_choice_name: str = "",
     comparison: Comparison | None = None,
     dispatch: bool = True,
+    redact: Redactor | None = None,
 ) -> tuple[Conversation, Turn]:
-    """Create a conversation and queue its first turn; ``servers`` are ``servers.McpServer`` rows."""
+    """Create a conversation and queue its first turn; ``servers`` are ``servers.McpServer`` rows.
+    ``redact``: as ``turn_start``'s (one redactor for the title and the question)."""
+    redact = redact or active_redactor()
     with transaction.atomic():
         conversation = Conversation.objects.create(
             comparison=comparison,
             owner_id=owner.pk,
-            title=_title(active_redactor().text(question)),
+            title=_title(redact.text(question)),
             model_profile=model_profile,
             paradigm=paradigm,
             tool_choice=tool_choice,
             tool_choice_name=tool_choice_name if tool_choice == "named" else "",
         )
         conversation.servers.set([server.pk for server in servers])
-        turn = turn_start(conversation=conversation, question=question, dispatch=dispatch)
+        turn = turn_start(conversation=conversation, question=question, dispatch=dispatch, redact=redact)
     return conversation, turn
 
 
@@ -165,8 +172,9 @@ def comparison_start(
     if len({(profile.pk, paradigm) for profile, paradigm in runs}) != len(runs):
         raise ValueError("each run must differ in model or paradigm")
     servers = list(servers)
+    redact = active_redactor()
     with transaction.atomic():
-        comparison = Comparison.objects.create(owner_id=owner.pk, question=active_redactor().text(question))
+        comparison = Comparison.objects.create(owner_id=owner.pk, question=redact.text(question))
         turns = [
             conversation_start(
                 owner=owner,
@@ -178,6 +186,7 @@ def comparison_start(
                 tool_choice_name=tool_choice_name,
                 comparison=comparison,
                 dispatch=dispatch,
+                redact=redact,
             )[1]
             for profile, paradigm in runs
         ]

@@ -225,3 +225,41 @@ def test_a_question_is_stored_redacted_and_so_is_the_conversation_title() -> Non
     stored = Turn.objects.get(pk=turn.pk)
     assert stored.question == "mail [REDACTED:email] the key [REDACTED:api_key]"
     assert "example.com" not in conversation.title and "[REDACTED:email]" in conversation.title
+
+
+@pytest.mark.django_db
+def test_a_new_conversation_and_a_comparison_read_the_secrets_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One redactor per request for the title, the question and every run of a comparison (each
+    build reads the profiles' keys, the servers' secrets and the staff rules), still redacting
+    all of them."""
+    from conversations import services
+
+    builds: list[object] = []
+
+    def counted() -> object:
+        built = active_redactor()
+        builds.append(built)
+        return built
+
+    monkeypatch.setattr(services, "active_redactor", counted)
+    question = "mail ops@example.com"
+    conversation, turn = conversation_start(
+        owner=UserFactory(),
+        model_profile=ModelProfileFactory(),
+        question=question,
+        servers=[],
+        dispatch=False,
+    )
+    comparison, turns = services.comparison_start(
+        owner=UserFactory(),
+        question=question,
+        runs=[(ModelProfileFactory(), "native"), (ModelProfileFactory(), "intent")],
+        servers=[],
+        dispatch=False,
+    )
+
+    assert len(builds) == 2
+    assert "[REDACTED:email]" in conversation.title and turn.question == "mail [REDACTED:email]"
+    assert comparison.question == "mail [REDACTED:email]"
+    assert [t.question for t in turns] == ["mail [REDACTED:email]"] * 2
+    assert all("example.com" not in t.conversation.title for t in turns)
