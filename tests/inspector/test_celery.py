@@ -117,17 +117,25 @@ def test_a_worker_keeps_serving_turns_when_its_redis_restarts_under_a_running_tu
     assert f"turn {before.pk} done in " in log
 
 
+WORKER_SESSIONS = "inspector-test-worker"
+
+
 @pytest.mark.celery
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_keeps_serving_turns_after_postgres_drops_its_connections(redis_url: str) -> None:
-    with running_celery_worker(redis_url) as worker:
+    # The worker's sessions carry a name of their own (libpq's PGAPPNAME): only they are dropped.
+    # Dropping every other session of the test database dropped this test process's own pooled
+    # connections too, and the next test in this process drew dead ones: psycopg's pool checks
+    # one, discards it and waits longer before each next try, and gave up after 30 s.
+    with running_celery_worker(redis_url, PGAPPNAME=WORKER_SESSIONS) as worker:
         first = _wait_status(_queue_turn(redis_url), {Turn.Status.DONE, Turn.Status.FAILED})
         with connection.cursor() as cursor:
             # What a Postgres restart does to the worker's pooled connections, on this test
             # database only: the shared server keeps running.
             cursor.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " WHERE datname = current_database() AND application_name = %s",
+                [WORKER_SESSIONS],
             )
             (terminated,) = cursor.fetchone()
 
