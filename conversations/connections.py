@@ -1,4 +1,5 @@
-"""A database connection that carried a big record is closed, not pooled again.
+"""The pool's connections: one that carried a big record is closed, not pooled again; one found
+dead makes the pool test and drop every idle one.
 
 libpq grows a connection's input and output buffers to the largest message it has carried and
 never shrinks them, so a pooled connection that wrote or read a 10 MB record would hold tens of
@@ -6,6 +7,14 @@ MB for as long as the pool keeps it. A connection that carried a record of ``BIG
 or more is closed instead of being given back (:func:`discard_connection`: the record writer
 after such a write, a turn's runner after the end of a turn that had one); the pool opens a fresh
 one in its place. (glibc's side of big payloads is ``inspector.memory``.)
+
+After a database restart every idle connection of the pool is dead. psycopg's pool tests the
+connection it is about to lend and, when that test fails, drops it and tries the next one after a
+backoff that doubles each time (0, 1, 2, 4, 8, 16 s): with six or more dead connections a request
+waited out the pool's whole timeout and failed. The pool's test is therefore
+:func:`check_pooled_connection`: when it finds one dead it has the pool test all its idle
+connections at once (``ConnectionPool.check``), dropping the dead ones and opening replacements,
+so the lender's next try finds a working connection or waits for a new one.
 
 This module imports no models: the log filter is named in ``settings.LOGGING``, which is
 configured before Django's apps are loaded.
@@ -37,6 +46,22 @@ def discard_connection(connection: Any) -> None:
         _discarded.add(raw)
         raw.close()  # returned closed: psycopg_pool drops it and opens a replacement
     connection.close()
+
+
+def check_pooled_connection(conn: Any) -> None:
+    """The pool's test of a connection before lending it (``settings.DATABASES``' pool ``check``):
+    psycopg_pool's own, and, when it fails, the same test of every idle connection of the pool,
+    which drops the dead ones (their database went away together) before the failure is raised
+    for the pool to drop this one and try again."""
+    from psycopg_pool import ConnectionPool
+
+    try:
+        ConnectionPool.check_connection(conn)
+    except Exception:
+        pool = getattr(conn, "_pool", None)  # set by the pool while it lends the connection
+        if isinstance(pool, ConnectionPool):
+            pool.check()
+        raise
 
 
 class DiscardedConnectionFilter(logging.Filter):

@@ -133,8 +133,11 @@ if DATABASE_URL:
     # from one bounded pool instead of opening one per thread: Postgres's max_connections is
     # shared by all of them. A thread that finds the pool empty waits up to the timeout.
     # Health checks: the pool tests a connection before lending it, so after a Postgres restart
-    # the dead ones are replaced instead of each failing one turn attempt.
+    # the dead ones are replaced instead of each failing one turn attempt; the first dead one
+    # found has all the idle ones tested at once (``conversations.connections``; the backend,
+    # ``inspector.postgresql``, is Django's with that test given to its pool).
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_health_checks=True)}
+    DATABASES["default"]["ENGINE"] = "inspector.postgresql"
     DATABASES["default"]["OPTIONS"] = {
         "pool": {
             "min_size": env_int("DATABASE_POOL_MIN_SIZE", 2),

@@ -38,7 +38,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if os.environ.get("REQUIRE_SERVICES") != "1":
         return
     problems = []
-    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    if settings.DATABASES["default"]["ENGINE"] != "inspector.postgresql":
         problems.append("DATABASE_URL must point at PostgreSQL")
     else:
         db = settings.DATABASES["default"]
@@ -321,7 +321,7 @@ async def async_db_connections() -> AsyncIterator[None]:
 
 def _database_url() -> str:
     db = settings.DATABASES["default"]
-    if db["ENGINE"] != "django.db.backends.postgresql":
+    if db["ENGINE"] != "inspector.postgresql":
         pytest.fail("a real Celery worker needs the PostgreSQL test database (run through `make test`)")
     user = db.get("USER") or ""
     password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""

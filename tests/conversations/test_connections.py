@@ -9,6 +9,7 @@ from django.db import connection, transaction
 
 from conversations import connections
 from conversations.connections import DiscardedConnectionFilter, discard_connection
+from tests.support import other_connection, wait_until
 
 
 def _answers(value: int) -> bool:
@@ -67,3 +68,34 @@ def test_the_pools_warning_is_dropped_only_for_a_connection_discarded_on_purpose
     assert keep(record(ours)) is False
     assert keep(record(other)) is True
     assert keep(logging.LogRecord("psycopg.pool", logging.WARNING, __file__, 1, "other: %s", (ours,), None))
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_once_the_database_dropped_the_pools_connections_a_working_one_is_lent_within_seconds() -> None:
+    """After a database restart every idle connection of the pool is dead. psycopg's pool tests
+    the one it is about to lend and, when that fails, tries the next after a backoff that doubles
+    (0, 1, 2, 4, 8, 16 s): with eight dead ones a request waited out the pool's whole timeout and
+    failed. The first failed test now drops every dead idle connection at once."""
+    pool = connection.pool  # type: ignore[attr-defined]
+    held = [pool.getconn() for _ in range(8)]
+    pids = [conn.info.backend_pid for conn in held]
+    for conn in held:
+        pool.putconn(conn)
+    with other_connection() as admin:
+        admin.autocommit = True
+        admin.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", [pids])
+        assert wait_until(
+            lambda: (
+                not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)", [pids]).fetchone()
+            ),
+            10,
+        )
+
+    lent = pool.getconn(timeout=5)  # before: PoolTimeout (0 + 1 + 2 + 2 s of backoff, still dead)
+    try:
+        assert lent.info.backend_pid not in pids
+        assert lent.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        pool.putconn(lent)
+    assert _answers(3)
