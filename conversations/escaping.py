@@ -45,7 +45,7 @@ def carriable(text: str) -> str:
     download, a terminal) can carry it. In a JSON text a surrogate can only sit inside a string,
     where the escape means exactly the same, so a JSON text stays valid and unchanged in meaning;
     on a page the escape is what is shown."""
-    if not _may_hold_surrogate(text):
+    if not may_hold_surrogate(text):
         return text
     return _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
@@ -86,7 +86,7 @@ def _carriable_json(value: Any) -> Any:
 
 def refused_character(text: str) -> str | None:
     """A short description of the first character of ``text`` no database stores, or None."""
-    if "\x00" not in text and not _may_hold_surrogate(text):
+    if "\x00" not in text and not may_hold_surrogate(text):
         # The common case, answered in C: every body a turn records passes here (a regex
         # search of each, up to a whole conversation's history, was a twentieth of recording).
         return None
@@ -103,7 +103,7 @@ def refused_character(text: str) -> str | None:
     return described
 
 
-def _may_hold_surrogate(text: str) -> bool:
+def may_hold_surrogate(text: str) -> bool:
     """False when ``text`` surely holds no surrogate, told in C: an ASCII text at once, any other
     by encoding it (an 11 MB body in ~9 ms, where a regex search of it took ~65)."""
     return not text.isascii() and _has_surrogate(text)
@@ -122,7 +122,7 @@ def undecodable_bytes(text: str) -> str | None:
     """For a text decoded from bytes with ``surrogateescape`` (``conversations.wire.decode_body``):
     how many of those bytes were not UTF-8 and the offset of the first, or None when all were.
     Every streamed reply's raw body is asked, so a body without surrogates is answered at once."""
-    if not _may_hold_surrogate(text):
+    if not may_hold_surrogate(text):
         return None
     found = _UNDECODABLE_BYTE.findall(text)
     if not found:

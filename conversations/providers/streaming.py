@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from conversations.escaping import may_hold_surrogate
 from conversations.typealias import JSONDict
 
 logger = logging.getLogger(__name__)
@@ -220,8 +221,8 @@ class SseReader:
 
     def _decode(self, data: bytes, *, final: bool = False) -> str:
         text = self._decoder.decode(data, final)
-        # An ASCII text (known without a scan) holds no escaped byte: most streams are ASCII.
-        if text.isascii() or _UNDECODABLE.search(text) is None:
+        # A text without surrogates holds no escaped byte (told in C: most streams are ASCII).
+        if not may_hold_surrogate(text) or _UNDECODABLE.search(text) is None:
             return text
         self.replaced = True
         return _UNDECODABLE.sub("\ufffd", text)
