@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import httpcore2
 import httpx2
@@ -490,12 +490,29 @@ def json_bytes(body: JSONDict) -> bytes:
         return json.dumps(body, ensure_ascii=True).encode()
 
 
+# The decoder ``json.loads`` uses (its defaults), for ``json_object``'s shortcut.
+_DECODER = json.JSONDecoder()
+
+
 def json_object(text: str) -> JSONDict:
     """``text`` parsed as a JSON object.
+
+    Every event of a streamed reply is read here (62,500 of them for a 1 MB reply), nearly all
+    one object with nothing around it: that text is decoded by ``raw_decode`` at once, without
+    ``json.loads``' searches for whitespace before and after it (half its time on a short
+    event). Any other text, or one that does not decode so, goes through ``json.loads``, which
+    reads it or gives its error.
 
     Raises:
         ValueError: it is not JSON, or not an object.
     """
+    if text[:1] == "{":
+        try:
+            found, end = _DECODER.raw_decode(text)
+        except ValueError:
+            end = -1
+        if end == len(text):
+            return cast("JSONDict", found)
     value: JSONValue = json.loads(text)
     if not isinstance(value, dict):
         raise ValueError(f"expected a JSON object, got {type(value).__name__}")

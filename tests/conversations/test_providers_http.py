@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from conversations.providers.http import SseEvent, error_detail, parse_sse, synthesized_call_id
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conversations.providers.http import SseEvent, error_detail, json_object, parse_sse, synthesized_call_id
 
 
 def test_events_are_split_on_blank_lines_with_their_names() -> None:
@@ -45,3 +51,50 @@ def test_synthesized_ids_are_stable_per_seed_and_position() -> None:
     assert synthesized_call_id("body", 0) != synthesized_call_id("body", 1)
     assert synthesized_call_id("body", 0) != synthesized_call_id("other", 0)
     assert synthesized_call_id("body", 0).startswith("synth_")
+
+
+# JSON values of every kind, and texts around them: whitespace, extra data, cut, not JSON.
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+_TEXTS = st.one_of(
+    _JSON.map(json.dumps),
+    st.tuples(_JSON.map(json.dumps), st.sampled_from(["", " ", "\n", " x", "}", "{}", "\ufeff"])).map(
+        "".join
+    ),
+    st.tuples(st.sampled_from(["", " ", "\t", "\ufeff"]), _JSON.map(json.dumps)).map("".join),
+    _JSON.map(json.dumps).map(lambda text: text[: len(text) // 2]),
+    st.text(max_size=20),
+)
+
+
+@given(_TEXTS)
+def test_an_events_json_object_is_read_as_json_loads_reads_it(text: str) -> None:
+    """Every event of a streamed reply is read by ``json_object`` (its own shortcut for a text
+    that is one object and nothing else): for any text it gives what ``json.loads`` gives, or
+    fails as it does."""
+    try:
+        expected: object = json.loads(text)
+    except ValueError as exc:
+        with pytest.raises(ValueError) as raised:
+            json_object(text)
+        assert str(raised.value) == str(exc)
+        return
+    if not isinstance(expected, dict):
+        with pytest.raises(ValueError, match="expected a JSON object"):
+            json_object(text)
+        return
+    assert json.dumps(json_object(text)) == json.dumps(expected)
+
+
+def test_a_json_object_nested_past_the_recursion_limit_fails_as_json_loads_does() -> None:
+    text = '{"a":' * 100_000 + "1" + "}" * 100_000
+
+    with pytest.raises(RecursionError):
+        json.loads(text)
+    with pytest.raises(RecursionError):
+        json_object(text)
