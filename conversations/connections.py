@@ -14,7 +14,9 @@ backoff that doubles each time (0, 1, 2, 4, 8, 16 s): with six or more dead conn
 waited out the pool's whole timeout and failed. The pool's test is therefore
 :func:`check_pooled_connection`: when it finds one dead it has the pool test all its idle
 connections at once (``ConnectionPool.check``), dropping the dead ones and opening replacements,
-so the lender's next try finds a working connection or waits for a new one.
+so the lender's next try finds a working connection or waits for a new one. A connection the
+server has sent nothing on since it was handed back (a quiet socket: a server that ends a
+session says so and closes it) is lent without the test's round trip.
 
 This module imports no models: the log filter is named in ``settings.LOGGING``, which is
 configured before Django's apps are loaded.
@@ -23,6 +25,7 @@ configured before Django's apps are loaded.
 from __future__ import annotations
 
 import logging
+import select
 import weakref
 from typing import Any
 
@@ -49,12 +52,17 @@ def discard_connection(connection: Any) -> None:
 
 
 def check_pooled_connection(conn: Any) -> None:
-    """The pool's test of a connection before lending it (``settings.DATABASES``' pool ``check``):
-    psycopg_pool's own, and, when it fails, the same test of every idle connection of the pool,
-    which drops the dead ones (their database went away together) before the failure is raised
-    for the pool to drop this one and try again."""
+    """The pool's test of a connection before lending it (``settings.DATABASES``' pool ``check``).
+
+    A connection that is open and idle, on whose socket the server has sent nothing since it
+    was handed back, is lent as it is (``_quiet``). Any other is tested by psycopg_pool's own
+    test, an empty query; when that fails, every idle connection of the pool is tested the same
+    way, which drops the dead ones (their database went away together), before the failure is
+    raised for the pool to drop this one and try again."""
     from psycopg_pool import ConnectionPool
 
+    if _quiet(conn):
+        return
     try:
         ConnectionPool.check_connection(conn)
     except Exception:
@@ -62,6 +70,30 @@ def check_pooled_connection(conn: Any) -> None:
         if isinstance(pool, ConnectionPool):
             pool.check()
         raise
+
+
+def _quiet(conn: Any) -> bool:
+    """Whether ``conn`` (a psycopg connection idle in the pool) is open, outside any transaction,
+    and has nothing waiting on its socket: nothing the server sent since its last answer.
+
+    A server that ends a session (a restart, ``pg_terminate_backend``, an idle timeout) sends
+    its reason and closes the connection, either of which makes the socket readable; so does
+    anything else it may send unasked (a notification, a changed setting). Such a connection, or
+    one whose socket cannot be asked, takes the full test. Asking the socket is one ``poll``
+    system call; the full test is a round trip, which each borrowing paid (every web request,
+    every write of a turn)."""
+    from psycopg import pq
+
+    if conn.closed or conn.pgconn.status != pq.ConnStatus.OK:
+        return False
+    if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN | select.POLLPRI)
+        return not poller.poll(0)
+    except (OSError, ValueError, AttributeError):  # no socket to ask (or no poll here)
+        return False
 
 
 class DiscardedConnectionFilter(logging.Filter):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+import psycopg_pool
 import pytest
 from django.db import connection, transaction
 
@@ -99,3 +101,75 @@ def test_once_the_database_dropped_the_pools_connections_a_working_one_is_lent_w
     finally:
         pool.putconn(lent)
     assert _answers(3)
+
+
+class _FullChecks:
+    """Counts psycopg_pool's own test of a connection (a round trip to the server)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        plain = psycopg_pool.ConnectionPool.check_connection
+
+        def counted(conn: Any) -> None:
+            self.count += 1
+            plain(conn)
+
+        monkeypatch.setattr(psycopg_pool.ConnectionPool, "check_connection", staticmethod(counted))
+
+
+def _idle_pooled(pool: Any, count: int) -> None:
+    """Have at least ``count`` connections idle in the pool."""
+    held = [pool.getconn() for _ in range(count)]
+    for conn in held:
+        pool.putconn(conn)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_connection_the_server_sent_nothing_on_is_lent_without_a_round_trip(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every borrowing of a connection (each web request, each write of a turn) was preceded
+    by an empty query to test it. A server that ends a session says so and closes it, which
+    makes the socket readable: a connection whose socket is quiet is lent as it is."""
+    pool = connection.pool  # type: ignore[attr-defined]
+    _idle_pooled(pool, 3)
+    checks = _FullChecks(monkeypatch)
+
+    lent = [pool.getconn(timeout=5) for _ in range(3)]
+    try:
+        assert all(conn.execute("SELECT 1").fetchone() == (1,) for conn in lent)
+    finally:
+        for conn in lent:
+            pool.putconn(conn)
+    assert checks.count == 0
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_the_server_sent_something_on_is_tested_before_it_is_lent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Anything waiting on an idle connection's socket (here a notification; after a restart,
+    the server's goodbye) has the pool test it first: a working one is lent all the same."""
+    pool = connection.pool  # type: ignore[attr-defined]
+    listener = pool.getconn()
+    listener.execute("LISTEN inspector_test_channel")
+    pid = listener.info.backend_pid
+    pool.putconn(listener)
+    with other_connection() as other:
+        other.autocommit = True
+        other.execute("NOTIFY inspector_test_channel, 'hello'")
+    checks = _FullChecks(monkeypatch)
+
+    taken: list[Any] = []
+    try:
+        while not taken or taken[-1].info.backend_pid != pid:
+            assert len(taken) < 30, "the listening connection was never lent"
+            taken.append(pool.getconn(timeout=5))
+        assert taken[-1].execute("SELECT 1").fetchone() == (1,)
+        taken[-1].execute("UNLISTEN *")
+    finally:
+        for conn in taken:
+            pool.putconn(conn)
+    assert checks.count == 1  # the listening one only
