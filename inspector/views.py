@@ -10,6 +10,7 @@ conversation's record (its page, a turn, rows, a body, a prompt) writes a read-a
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from uuid import UUID
 
@@ -516,18 +517,46 @@ def turn_replay(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResp
     return redirect("inspector-conversation", public_id=replay.public_id)
 
 
+# The longest ``view`` the plain-HTTP catch-up reads (a page's own is a few kB: the turns it
+# lists and the rows changed in the catch-up's window).
+VIEW_MAX_CHARS = 65_536
+
+
 @require_GET
 def conversation_rows(request: HttpRequest, public_id: UUID) -> JsonResponse:
-    """Plain-HTTP catch-up: the same messages the websocket sends for ``catch_up``."""
+    """Plain-HTTP catch-up: the same messages the websocket sends for ``catch_up``, with the
+    page's ``view`` (JSON, optional) taken as the socket takes it: only what the page would
+    apply is rendered."""
     conversation = _conversation(request, public_id)
     since = _since(request.GET.get("since"))
     if since is None:
         return JsonResponse({"error": "'since' must be an ISO-8601 timestamp"}, status=STATUS_BAD_REQUEST)
+    try:
+        view = _page_view(request.GET.get("view"))
+    except ValueError as exc:
+        return JsonResponse({"error": str(exc)}, status=STATUS_BAD_REQUEST)
     audit_read(actor=_user(request), conversation=conversation, via="rows")
     messages = fragments.render_catch_up(
-        conversation=conversation, since=since, teaching=request_preferences(request).teaching
+        conversation=conversation, since=since, teaching=request_preferences(request).teaching, view=view
     )
     return JsonResponse({"messages": messages})
+
+
+def _page_view(raw: str | None) -> fragments.PageView | None:
+    """The catch-up's ``view`` parameter read (``fragments.page_view_from_json``); None if absent.
+
+    Raises:
+        ValueError: too long, not JSON (or nested past what ``json`` reads), or not a view's shape.
+    """
+    if raw is None:
+        return None
+    if len(raw) > VIEW_MAX_CHARS:
+        raise ValueError(f"'view' is longer than {VIEW_MAX_CHARS} characters")
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise ValueError("'view' must be JSON") from None
+    return fragments.page_view_from_json(value)
 
 
 def _comparisons_page(

@@ -247,10 +247,24 @@
   }
 
   // Without a websocket (a proxy that refuses upgrades) the page still moves: each retry
-  // also fetches what changed over plain HTTP.
+  // also fetches what changed over plain HTTP, with the page's view as the socket's catch-up
+  // sends it (only what the page would apply comes back). A view too long for a URL is left
+  // out, and so is one the server refuses: then everything changed in the window comes.
+  var VIEW_URL_MAX = 6000;
+
+  function fetchRows(url) {
+    return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+  }
+
   function catchUpOverHttp() {
-    var url = rowsUrl + "?since=" + encodeURIComponent(catchUpFrom());
-    return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+    var since = catchUpFrom();
+    var plain = rowsUrl + "?since=" + encodeURIComponent(since);
+    var viewed = plain + "&view=" + encodeURIComponent(JSON.stringify(pageView(since)));
+    var url = viewed.length <= VIEW_URL_MAX ? viewed : plain;
+    return fetchRows(url)
+      .then(function (response) {
+        return response.status === 400 && url !== plain ? fetchRows(plain) : response;
+      })
       .then(function (response) {
         return response.ok ? response.json() : { messages: [] };
       })

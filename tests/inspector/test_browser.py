@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -309,6 +310,26 @@ def test_opening_a_page_catches_up_without_resending_the_rows_it_already_shows(
     assert len(shown["held"]) == views.TURN_ROWS and shown["status_at"]
     # The page holds the turn's status and its rows at their versions: nothing is sent again.
     assert received == [{"type": "caught_up", "turns": 0, "rows": 0}]
+    expect(page.locator(".rows > [id^=step-]")).to_have_count(views.TURN_ROWS)
+
+
+def test_a_page_whose_websocket_is_refused_catches_up_over_http_with_its_view(
+    inspector_server: InspectorServer, page: Page
+) -> None:
+    # A proxy that refuses websocket upgrades: every socket the page opens is closed at once,
+    # so the page catches up over plain HTTP between its retries. Every row of the made
+    # conversation changed within the catch-up's window; with the page's view nothing comes back.
+    page.route_web_socket("**/ws/**", lambda socket: socket.close())
+
+    with page.expect_response(lambda response: "/rows?" in response.url, timeout=30_000) as caught:
+        _open_made_conversation(inspector_server, page, LONG_TURN_SCRIPT)
+
+    request_url = caught.value.url
+    assert "view=" in request_url
+    view = json.loads(urllib.parse.parse_qs(urllib.parse.urlsplit(request_url).query)["view"][0])
+    (shown,) = view["turns"].values()
+    assert len(shown["held"]) == views.TURN_ROWS and shown["status_at"]
+    assert caught.value.json() == {"messages": []}
     expect(page.locator(".rows > [id^=step-]")).to_have_count(views.TURN_ROWS)
 
 

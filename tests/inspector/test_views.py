@@ -15,6 +15,7 @@ from django.utils.html import escape
 from conversations.models import Conversation, Step, Turn
 from conversations.paradigms import PARADIGMS
 from inspector.forms import paradigm_explanation
+from inspector.fragments import timestamp_iso
 from tests.factories import (
     ConversationFactory,
     DemoModelProfileFactory,
@@ -404,6 +405,74 @@ def test_rows_endpoint_refuses_a_junk_since(
 
 def test_rows_endpoint_needs_a_since(alice_client: Client, conversation: Conversation) -> None:
     assert alice_client.get(rows_url(conversation)).status_code == 400
+
+
+def test_rows_endpoint_with_the_pages_view_sends_only_what_the_page_does_not_hold(
+    alice_client: Client, conversation: Conversation
+) -> None:
+    """A page whose websocket cannot connect catches up over plain HTTP: with its view (as the
+    socket's catch-up takes it) the rows it holds at their versions are not rendered again."""
+    turn = conversation.turns.get()
+    held, changed = StepFactory(turn=turn, title="held step"), StepFactory(turn=turn, title="changed step")
+    held.refresh_from_db()
+    turn.refresh_from_db()
+    view = {
+        "turns": {
+            str(turn.pk): {
+                "from_seq": 0,
+                "held": {
+                    str(held.pk): timestamp_iso(held.updated_at),
+                    str(changed.pk): "2000-01-01T00:00:00+00:00",
+                },
+                "status_at": timestamp_iso(turn.updated_at),
+            }
+        },
+        "newest_seq": turn.seq,
+    }
+    since = (timezone.now() - timedelta(minutes=1)).isoformat()
+
+    with_view = alice_client.get(rows_url(conversation), {"since": since, "view": json.dumps(view)})
+    without = alice_client.get(rows_url(conversation), {"since": since})
+
+    assert with_view.status_code == 200
+    assert [(m["type"], m.get("step_id")) for m in with_view.json()["messages"]] == [("row", changed.pk)]
+    assert [(m["type"], m.get("step_id")) for m in without.json()["messages"]] == [
+        ("turn", None),
+        ("row", held.pk),
+        ("row", changed.pk),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("view", "said"),
+    [
+        ("not json", "'view' must be JSON"),
+        ('{"turns": "all"}', "'view' must be an object"),
+        ('{"turns": {}, "newest_seq": "x"}', "'newest_seq' must be a number"),
+        ("[" * 100_000 + "]" * 100_000, "'view' is longer than"),
+        (
+            '{"turns": {"1": {"held": {"2": "x"}}}, "newest_seq": ' + "[" * 5_000 + "]" * 5_000 + "}",
+            "'view' must be",
+        ),
+    ],
+)
+def test_rows_endpoint_refuses_a_malformed_view_with_the_reason(
+    alice_client: Client, conversation: Conversation, view: str, said: str
+) -> None:
+    response = alice_client.get(rows_url(conversation), {"since": "2000-01-01T00:00:00Z", "view": view})
+
+    assert response.status_code == 400
+    assert said in response.json()["error"]
+
+
+def test_rows_endpoint_with_a_view_shows_another_users_conversation_to_no_one(
+    bob_client: Client, conversation: Conversation
+) -> None:
+    view = json.dumps({"turns": {}, "newest_seq": 0})
+
+    response = bob_client.get(rows_url(conversation), {"since": "2000-01-01T00:00:00Z", "view": view})
+
+    assert response.status_code == 404
 
 
 # --- stdio servers only staff may start ------------------------------------------------------
