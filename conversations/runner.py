@@ -287,16 +287,19 @@ def connect_servers(
     servers: TurnServers,
     recorder: TurnRecorder,
     signal: TurnSignal | None = None,
-    overrides: Overrides | None = None,
+    overrides: Callable[[], Overrides | None] | None = None,
 ) -> Connected:
     """Connect the turn's servers (``toolhost.TurnServers.connect``) as its ``connect`` step; the
-    conversation's tool-definition ``overrides`` (``conversations.tool_overrides``) are spliced
-    into the tools offered, and the step's notes name each tool changed."""
+    conversation's tool-definition overrides (``conversations.tool_overrides``), read by
+    ``overrides`` once the step is open (its row is written meanwhile: it is the first a
+    watching page shows), are spliced into the tools offered, and the step's notes name each
+    tool changed."""
     count = servers.enabled
     step = recorder.step_open(kind="connect", title=f"connect {count} MCP server(s)")
     connected = servers.connect(redact=recorder.redact, signal=signal)
-    if overrides:
-        connected.tools, notes = tools_overridden(connected.tools, overrides)
+    changes = overrides() if overrides is not None else None
+    if changes:
+        connected.tools, notes = tools_overridden(connected.tools, changes)
         connected.notes.extend(notes)
     recorder.step_close(
         step,
@@ -378,7 +381,7 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
     servers = turn_servers(turn.conversation)
     recorder = TurnRecorder(turn, redact=active_redactor(secrets=_run_secrets(turn, servers)))
     try:
-        connected = connect_servers(servers, recorder, signal, tool_overrides_for(turn.conversation))
+        connected = connect_servers(servers, recorder, signal, lambda: tool_overrides_for(turn.conversation))
         tools = connected.tools
         turn.tools = [tool.as_json() for tool in tools]
         recorder.turn_save("tools")

@@ -8,12 +8,14 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
 
+from conversations import runner
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.runner import turn_run
 from conversations.services import conversation_start, demo_profile_ensure, turn_start
@@ -94,6 +96,33 @@ def test_the_weather_question_is_answered_from_a_real_tools_call(alice: User) ->
     assert [t["function"]["name"] for t in sent["tools"]] == [t["provider_name"] for t in turn.tools]
     labels = list(Exchange.objects.filter(turn=turn, channel="mcp").values_list("label", flat=True))
     assert "tools/list" in labels and "tools/call" in labels
+
+
+def test_the_connect_step_opens_before_the_tool_overrides_are_read_and_they_still_apply(
+    alice: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connect step's row is the first a watching page shows: the turn opens it before it
+    reads anything it can read later (the conversation's tool-definition overrides)."""
+    happened: list[str] = []
+    opened = runner.TurnRecorder.step_open
+
+    def step_open(recorder: runner.TurnRecorder, **fields: Any) -> int:
+        happened.append(f"open {fields['kind']}")
+        return opened(recorder, **fields)
+
+    def overrides(conversation: Conversation) -> dict[str, dict[str, Any]]:
+        happened.append("read overrides")
+        return {"demo/get_weather_forecast": {"description": "Overridden for this test."}}
+
+    monkeypatch.setattr(runner.TurnRecorder, "step_open", step_open)
+    monkeypatch.setattr(runner, "tool_overrides_for", overrides)
+
+    _, turn = _run(alice, WEATHER)
+
+    assert happened[:2] == ["open connect", "read overrides"]
+    assert turn.status == Turn.Status.DONE
+    (weather,) = [tool for tool in turn.tools if tool["name"] == "get_weather_forecast"]
+    assert weather["description"] == "Overridden for this test."
 
 
 def test_a_follow_up_turn_reuses_the_pooled_server_and_carries_the_history(alice: User) -> None:
