@@ -3,10 +3,13 @@ row counts of only those turns."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from django.contrib.auth.models import User
 
 from conversations import selectors
-from conversations.models import Turn
+from conversations.models import Conversation, Team, Turn
 from tests.factories import ConversationFactory, StepFactory, TurnFactory
 
 pytestmark = pytest.mark.django_db
@@ -37,3 +40,21 @@ def test_row_counts_can_be_asked_for_some_turns_only() -> None:
     assert selectors.turn_row_counts(conversation=conversation, turns=[second]) == {second.pk: 3}
     assert selectors.turn_row_counts(conversation=conversation, turns=[]) == {}
     assert isinstance(selectors.conversation_turns(conversation=conversation)[0], Turn)
+
+
+def test_one_conversation_is_read_with_its_profile_and_owner_in_two_queries_by_whoever_may_see_it(
+    django_assert_num_queries: Any,
+) -> None:
+    """Every page, API call and websocket of a conversation looks it up first: the access rule's
+    read of the user's team mates and the conversation itself, nothing a list carries besides
+    (its turn count)."""
+    owner, mate, stranger = (User.objects.create_user(name) for name in ("owner", "mate", "stranger"))
+    Team.objects.create(name="class").members.add(owner, mate)
+    conversation = ConversationFactory(owner=owner)
+
+    for user in (owner, mate):
+        with django_assert_num_queries(2):
+            found = selectors.conversation_get(user=user, public_id=conversation.public_id)
+            assert (found.model_profile.pk, found.owner.pk) == (conversation.model_profile_id, owner.pk)
+    with pytest.raises(Conversation.DoesNotExist):
+        selectors.conversation_get(user=stranger, public_id=conversation.public_id)
