@@ -205,8 +205,9 @@ def conversation_turns(
     """The turns, in order, for the page (only those changed at or after ``since``, if given;
     only those numbered below ``before_seq``, if given; only the last ``newest`` of those, if
     given). ``transcript`` (the whole message history, large on a long conversation) and
-    ``seal_steps`` (a digest per step), never shown, are deferred: they load if something reads them."""
-    turns = conversation.turns.defer("transcript", "seal_steps")
+    ``seal_steps`` (a digest per step), never shown, are deferred: they load if something reads them.
+    Each turn's trace delivery, which its status block shows, comes with it (one join)."""
+    turns = conversation.turns.defer("transcript", "seal_steps").select_related("trace_delivery")
     if since is not None:
         turns = turns.filter(updated_at__gte=since)
     if before_seq is not None:
@@ -250,8 +251,9 @@ def step_get(*, conversation: Conversation, step_id: int) -> Step | None:
 
 
 def turn_get(*, conversation: Conversation, turn_id: int) -> Turn | None:
-    """One turn of ``conversation`` (``transcript`` deferred, as in ``conversation_turns``)."""
-    return conversation.turns.defer("transcript").filter(pk=turn_id).first()
+    """One turn of ``conversation`` (read as ``conversation_turns`` reads them)."""
+    turns = conversation.turns.defer("transcript", "seal_steps").select_related("trace_delivery")
+    return turns.filter(pk=turn_id).first()
 
 
 def profiles_for_form() -> QuerySet[ModelProfile]:

@@ -7,12 +7,15 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.template.loader import render_to_string
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 from django.utils import timezone
 
 from conversations import selectors
-from conversations.models import Conversation, Exchange, Step, Turn
+from conversations.models import Conversation, Exchange, Step, TraceDelivery, Turn
 from inspector.fragments import (
     VIEW_MAX_HELD,
     VIEW_MAX_TURNS,
@@ -1062,3 +1065,27 @@ def test_an_intent_label_is_shown_in_the_parsed_column() -> None:
 
     parsed = html[html.index('class="area area-parsed"') : html.index('class="area area-rpc"')]
     assert "get_forecast" in parsed
+
+
+def test_no_turn_of_a_page_or_a_catch_up_reads_its_trace_delivery_on_its_own(client: Client) -> None:
+    """Each turn's status block says how its trace went to the collector: read with the turns
+    (one join), not one query per turn as the block is rendered."""
+    conversation = ConversationFactory()
+    turns = [make_turn(conversation=conversation) for _ in range(4)]
+    TraceDelivery.objects.create(turn=turns[1], status=TraceDelivery.Status.SENT, attempts=2)
+    client.force_login(conversation.owner)
+
+    with CaptureQueriesContext(connection) as page:
+        html = client.get(reverse("inspector-conversation", args=[conversation.public_id])).content.decode()
+    with CaptureQueriesContext(connection) as caught_up:
+        messages = render_catch_up(conversation=conversation, since=timezone.now() - timedelta(hours=1))
+    with CaptureQueriesContext(connection) as one:
+        message = render_turn(conversation=conversation, turn_id=turns[1].pk)
+
+    for queries in (page, caught_up, one):
+        assert not [q for q in queries.captured_queries if 'FROM "conversations_tracedelivery"' in q["sql"]]
+    assert f'id="trace-delivery-{turns[1].pk}" data-status="sent"' in html
+    assert (
+        sum(f'id="trace-delivery-{turns[1].pk}"' in m["html"] for m in messages if m["type"] == "turn") == 1
+    )
+    assert message is not None and 'data-status="sent"' in message["html"]
