@@ -136,6 +136,20 @@ def turn_rows(*, turn: Turn, last: int | None = None, before_seq: int | None = N
     return loaded
 
 
+def turns_rows(*, turns: Sequence[Turn]) -> dict[int, list[Step]]:
+    """Every top-level step of each of ``turns``, as ``turn_rows`` gives a whole turn's (children
+    and exchanges loaded, in order), by turn id, read together: a page of several short turns
+    reads its rows, their tool calls and all their exchanges once, not once per turn."""
+    if not turns:
+        return {}
+    rows: dict[int, list[Step]] = {turn.pk: [] for turn in turns}
+    for row in _rows().filter(turn__in=list(rows)).order_by("turn_id", "seq"):
+        rows[row.turn_id].append(row)
+    for loaded in rows.values():
+        _note_previous_prompts(loaded, from_first=True)
+    return rows
+
+
 # The attribute set on a loaded model-call row: the prompt of the turn's model call before it
 # ("" for none), when that was loaded with it (``presentation.step_prompt_change`` reads it).
 PREVIOUS_PROMPT = "_previous_prompt_loaded"

@@ -208,8 +208,15 @@ def _detail_page(
     turns = turns[max(0, len(turns) - len(shown) - FOLDED_TURNS) :]
     earlier = selectors.turn_count_before(conversation=conversation, seq=turns[0].seq) if turns else 0
     # (turn, rows, row count, earlier rows not rendered): a turn before the shown ones has no rows
-    # loaded (it is folded); a shown long turn renders its last TURN_ROWS rows.
-    turn_rows = [_turn_rows(turn, counts.get(turn.pk, 0), shown=turn.pk in shown) for turn in turns]
+    # loaded (it is folded); a shown long turn renders its last TURN_ROWS rows; the other shown
+    # turns' rows are read together.
+    whole = selectors.turns_rows(
+        turns=[turn for turn in turns if turn.pk in shown and not _long(counts.get(turn.pk, 0))]
+    )
+    turn_rows = [
+        _turn_rows(turn, counts.get(turn.pk, 0), shown=turn.pk in shown, rows=whole.get(turn.pk))
+        for turn in turns
+    ]
     changed = selectors.conversation_changed_at(conversation=conversation)
     exchanges = selectors.exchange_count(conversation=conversation)
     context = {
@@ -230,13 +237,21 @@ def _detail_page(
     return render(request, "inspector/conversation_detail.html", context, status=status)
 
 
-def _turn_rows(turn: Turn, count: int, *, shown: bool) -> tuple[Turn, list[Step] | None, int, int]:
+def _long(count: int) -> bool:
+    """Whether a turn of ``count`` rows renders only its last ``TURN_ROWS`` (the rest on demand)."""
+    return count >= TURN_ROWS + TURN_FOLD_MIN
+
+
+def _turn_rows(
+    turn: Turn, count: int, *, shown: bool, rows: list[Step] | None = None
+) -> tuple[Turn, list[Step] | None, int, int]:
+    """``rows``: the turn's whole rows when already read (``selectors.turns_rows``)."""
     if not shown:
         return turn, None, count, 0
-    if count < TURN_ROWS + TURN_FOLD_MIN:
-        return turn, selectors.turn_rows(turn=turn), count, 0
-    rows = selectors.turn_rows(turn=turn, last=TURN_ROWS)
-    return turn, rows, count, count - len(rows)
+    if not _long(count):
+        return turn, rows if rows is not None else selectors.turn_rows(turn=turn), count, 0
+    last = selectors.turn_rows(turn=turn, last=TURN_ROWS)
+    return turn, last, count, count - len(last)
 
 
 def _earlier_turns(conversation: Conversation, before: int, count: int) -> dict[str, object]:

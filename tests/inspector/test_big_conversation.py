@@ -8,7 +8,9 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -93,6 +95,36 @@ def test_the_page_shows_the_newest_turns_rows_and_folds_the_older_ones(
         assert not any(f'id="step-{step.pk}"' in html for step in turn.steps.all())
     assert "The 3 older turns are folded" in html
     assert html.count("3 rows") == 3
+
+
+def _exchange_reads(user: User, conversation: Conversation) -> tuple[int, str]:
+    with CaptureQueriesContext(connection) as queries:
+        html = client_for(user).get(page_url(conversation)).content.decode()
+    reads = [q for q in queries.captured_queries if 'FROM "conversations_exchange"' in q["sql"]]
+    return len(reads), html
+
+
+def test_the_rows_of_all_shown_turns_are_read_together(alice: User) -> None:
+    """The shown turns' rows, their tool calls and their exchanges are read once for the page,
+    not once per turn: five short turns cost the page what two cost it."""
+    conversation = ConversationFactory(owner=alice)
+    turns = [turn_with_rows(conversation, 2, question=f"question {n}") for n in range(2)]
+    for turn in turns:
+        StepFactory(turn=turn, kind=Step.Kind.TOOL, parent=turn.steps.order_by("seq").first())
+    two, _ = _exchange_reads(alice, conversation)
+    turns += [turn_with_rows(conversation, 2, question=f"question {n}") for n in range(2, 5)]
+
+    five, html = _exchange_reads(alice, conversation)
+
+    # The rows' exchanges, their tool calls' exchanges, and the page's count of them all.
+    assert two == five == 3
+    positions = [
+        html.index(f'id="step-{step.pk}"')
+        for turn in turns
+        for step in turn.steps.order_by("seq")
+        if step.parent_id is None
+    ]
+    assert positions == sorted(positions)  # every row, turn by turn, in order
 
 
 def earlier_turns_url(conversation: Conversation, before: object) -> str:
