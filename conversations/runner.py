@@ -335,6 +335,10 @@ def _run_secrets(turn: Turn, servers: TurnServers) -> list[str]:
 
 
 def _history(turn: Turn) -> list[Message]:
+    if turn.seq <= 1:
+        # A conversation's turns are numbered from 1 (asked, replayed or imported alike): the
+        # first has none before it, and a new conversation's first turn reads nothing here.
+        return []
     previous = Turn.objects.filter(conversation=turn.conversation, seq__lt=turn.seq).order_by("-seq").first()
     if previous is None:
         return []

@@ -22,6 +22,7 @@ from conversations.services import conversation_start, demo_profile_ensure, turn
 from servers import gateway
 from servers.models import McpServer
 from servers.services import demo_server_ensure
+from tests.factories import ConversationFactory, TurnFactory
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WEATHER = "What will the weather be like in Beijing tomorrow?"
@@ -123,6 +124,20 @@ def test_the_connect_step_opens_before_the_tool_overrides_are_read_and_they_stil
     assert turn.status == Turn.Status.DONE
     (weather,) = [tool for tool in turn.tools if tool["name"] == "get_weather_forecast"]
     assert weather["description"] == "Overridden for this test."
+
+
+def test_a_first_turn_reads_no_history_and_a_follow_up_reads_the_turn_before_it(
+    alice: User, django_assert_num_queries: Any
+) -> None:
+    conversation = ConversationFactory(owner=alice)
+    first = TurnFactory(conversation=conversation, seq=1, question="first?", answer="one")
+    second = TurnFactory(conversation=conversation, seq=2, question="second?", answer="two")
+
+    with django_assert_num_queries(0):
+        assert runner._history(first) == []
+    with django_assert_num_queries(1):
+        history = runner._history(second)
+    assert [(m.role, m.content) for m in history] == [("user", "first?"), ("assistant", "one")]
 
 
 def test_a_follow_up_turn_reuses_the_pooled_server_and_carries_the_history(alice: User) -> None:
