@@ -1,4 +1,5 @@
-"""A connection that carried a big record is closed instead of pooled (``conversations.connections``)."""
+"""The pool's connections (``conversations.connections``): one that carried a big record is closed
+instead of pooled; dead ones are found and dropped together; quiet ones are lent without a round trip."""
 
 from __future__ import annotations
 
@@ -72,6 +73,15 @@ def test_the_pools_warning_is_dropped_only_for_a_connection_discarded_on_purpose
     assert keep(logging.LogRecord("psycopg.pool", logging.WARNING, __file__, 1, "other: %s", (ours,), None))
 
 
+def _idle_pooled(pool: Any, count: int) -> list[int]:
+    """Have at least ``count`` connections idle in the pool; the backend pids of ``count`` of them."""
+    held = [pool.getconn() for _ in range(count)]
+    pids = [conn.info.backend_pid for conn in held]
+    for conn in held:
+        pool.putconn(conn)
+    return pids
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_once_the_database_dropped_the_pools_connections_a_working_one_is_lent_within_seconds() -> None:
@@ -80,10 +90,7 @@ def test_once_the_database_dropped_the_pools_connections_a_working_one_is_lent_w
     (0, 1, 2, 4, 8, 16 s): with eight dead ones a request waited out the pool's whole timeout and
     failed. The first failed test now drops every dead idle connection at once."""
     pool = connection.pool  # type: ignore[attr-defined]
-    held = [pool.getconn() for _ in range(8)]
-    pids = [conn.info.backend_pid for conn in held]
-    for conn in held:
-        pool.putconn(conn)
+    pids = _idle_pooled(pool, 8)
     with other_connection() as admin:
         admin.autocommit = True
         admin.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", [pids])
@@ -115,13 +122,6 @@ class _FullChecks:
             plain(conn)
 
         monkeypatch.setattr(psycopg_pool.ConnectionPool, "check_connection", staticmethod(counted))
-
-
-def _idle_pooled(pool: Any, count: int) -> None:
-    """Have at least ``count`` connections idle in the pool."""
-    held = [pool.getconn() for _ in range(count)]
-    for conn in held:
-        pool.putconn(conn)
 
 
 @pytest.mark.postgres
