@@ -7,13 +7,20 @@ teaching layer when the user had teaching mode on when the socket connected (doc
 switching it reloads the page, whose new socket follows the new setting. A
 ``step.partial`` event (a streamed reply so far, never stored) is passed on as it came, as plain
 data for the page to show as text.
+
+A class watching one conversation opens a socket each; every doorbell reaches all of them. The
+consumers of a process render what one doorbell names once between them (``SharedRenders``):
+thirty sockets no longer queue thirty renders of the same row in the server's one thread for
+synchronous work, where each page request waits behind them too.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine, Hashable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -22,14 +29,75 @@ from conversations.audit import audit_read
 from conversations.models import Conversation
 from conversations.selectors import conversation_get
 from inspector import live
-from inspector.fragments import page_view_from_json, render_catch_up, render_row, render_turn
+from inspector.fragments import (
+    RowMessage,
+    TurnMessage,
+    page_view_from_json,
+    render_catch_up,
+    render_row,
+    render_turn,
+)
 from inspector.live import StepChanged, StepPartial, TurnChanged
 from inspector.preferences import preference_get
+
+T = TypeVar("T")
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 # An ISO-8601 timestamp with microseconds and an offset is 32 characters.
 SINCE_MAX_CHARS = 64
+
+
+class SharedRenders:
+    """What one doorbell names, rendered once for every consumer of this process that hears it.
+
+    A doorbell's ring is heard by each socket of the conversation's group; the first consumer to
+    handle it starts the render, the others that heard the same ring wait for that render and
+    send its message. A render started once a ring has been heard reads the row at least as new
+    as the commit that rang it, so it answers everyone who heard that ring, however long each
+    waited in line; a later change rings again. The message depends on the conversation, the row
+    and the teaching layer alone (it is rendered without a request), all three in the key, and
+    every consumer was let in to its conversation when it connected.
+
+    A finished render is kept ``KEEP_SECONDS`` for consumers still in line, and at most ``MOST``
+    of them in all; a failed one is forgotten at once (each consumer waiting on it fails as its
+    own render would have, and one that hears the ring later tries again).
+    """
+
+    KEEP_SECONDS = 5.0
+    MOST = 256
+
+    def __init__(self) -> None:
+        self._renders: OrderedDict[Hashable, asyncio.Future[Any]] = OrderedDict()
+
+    async def get(self, key: Hashable, render: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        loop = asyncio.get_running_loop()
+        shared = self._renders.get(key)
+        if shared is None or shared.get_loop() is not loop:
+            shared = loop.create_task(render())
+            self._renders[key] = shared
+            shared.add_done_callback(lambda done: self._done(key, done))
+            while len(self._renders) > self.MOST:
+                self._renders.popitem(last=False)
+        # A consumer that goes away while it waits must not cancel the others' render.
+        result: T = await asyncio.shield(shared)
+        return result
+
+    def _done(self, key: Hashable, done: asyncio.Future[Any]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            self._forget(key, done)
+        else:
+            done.get_loop().call_later(self.KEEP_SECONDS, self._forget, key, done)
+
+    def _forget(self, key: Hashable, done: asyncio.Future[Any]) -> None:
+        if self._renders.get(key) is done:
+            del self._renders[key]
+
+    def __len__(self) -> int:
+        return len(self._renders)
+
+
+shared_renders = SharedRenders()
 
 
 class ConversationConsumer(AsyncJsonWebsocketConsumer):
@@ -107,18 +175,37 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "caught_up", "turns": len(messages) - rows, "rows": rows})
 
     async def step_changed(self, event: StepChanged) -> None:
-        message = await sync_to_async(render_row)(
-            conversation=self.conversation, step_id=event["step_id"], teaching=self.teaching
-        )
+        def render() -> Coroutine[Any, Any, RowMessage | None]:
+            return sync_to_async(render_row)(
+                conversation=self.conversation, step_id=event["step_id"], teaching=self.teaching
+            )
+
+        message = await self._shared(event, ("row", event["step_id"]), render)
         if message is not None:
             await self.send_json(message)
 
     async def turn_changed(self, event: TurnChanged) -> None:
-        message = await sync_to_async(render_turn)(
-            conversation=self.conversation, turn_id=event["turn_id"], teaching=self.teaching
-        )
+        def render() -> Coroutine[Any, Any, TurnMessage | None]:
+            return sync_to_async(render_turn)(
+                conversation=self.conversation, turn_id=event["turn_id"], teaching=self.teaching
+            )
+
+        message = await self._shared(event, ("turn", event["turn_id"]), render)
         if message is not None:
             await self.send_json(message)
+
+    async def _shared(
+        self,
+        event: StepChanged | TurnChanged,
+        what: tuple[str, int],
+        render: Callable[[], Coroutine[Any, Any, T]],
+    ) -> T:
+        """``render()``'s message, shared with this process's other consumers that heard the same
+        ring (a doorbell without one, from an older sender, is rendered for this consumer alone)."""
+        ring = event.get("ring")
+        if not isinstance(ring, str):
+            return await render()
+        return await shared_renders.get((ring, *what, self.conversation.pk, self.teaching), render)
 
     async def step_partial(self, event: StepPartial) -> None:
         await self.send_json(

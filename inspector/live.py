@@ -15,14 +15,21 @@ a new Redis connection each time).
 
 In the embedded default the in-memory layer is not thread-safe across event loops, so its sends
 are scheduled on the web server's own loop (bound by the first consumer that connects).
+
+Each doorbell sent carries a ``ring``: an id no other doorbell has (a token of the sending
+process, drawn when it first sends, and a count). Every consumer of a conversation's group hears
+the same ring, so the consumers of one web process render the row it names once between them
+(``consumers.SharedRenders``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import itertools
 import logging
 import os
+import secrets
 import threading
 from collections import deque
 from typing import Any, Literal, Protocol, TypedDict, cast
@@ -42,11 +49,13 @@ class StepChanged(TypedDict):
     type: Literal["step.changed"]
     turn_id: int
     step_id: int
+    ring: str
 
 
 class TurnChanged(TypedDict):
     type: Literal["turn.changed"]
     turn_id: int
+    ring: str
 
 
 class StepPartial(TypedDict):
@@ -64,6 +73,24 @@ Event = StepChanged | TurnChanged | StepPartial
 
 _server_loop: asyncio.AbstractEventLoop | None = None
 _lock = threading.Lock()
+
+
+class _Rings:
+    """The rings of this process's doorbells: its token (drawn anew in a forked child) and a count."""
+
+    def __init__(self) -> None:
+        self.pid = 0
+        self.token = ""
+        self.count = itertools.count()
+
+    def next(self) -> str:
+        # Two threads drawing a token at once leave rings unique all the same: the count is shared.
+        if os.getpid() != self.pid:
+            self.token, self.pid = secrets.token_hex(8), os.getpid()
+        return f"{self.token}.{next(self.count)}"
+
+
+_rings = _Rings()
 
 
 def conversation_group(public_id: UUID | str) -> str:
@@ -263,12 +290,15 @@ def _send(group: str, event: Event) -> None:
 def publish_step_changed(*, conversation_id: UUID, turn_id: int, step_id: int) -> None:
     _send(
         conversation_group(conversation_id),
-        StepChanged(type="step.changed", turn_id=turn_id, step_id=step_id),
+        StepChanged(type="step.changed", turn_id=turn_id, step_id=step_id, ring=_rings.next()),
     )
 
 
 def publish_turn_changed(*, conversation_id: UUID, turn_id: int) -> None:
-    _send(conversation_group(conversation_id), TurnChanged(type="turn.changed", turn_id=turn_id))
+    _send(
+        conversation_group(conversation_id),
+        TurnChanged(type="turn.changed", turn_id=turn_id, ring=_rings.next()),
+    )
 
 
 def publish_step_partial(

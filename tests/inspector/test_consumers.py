@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from datetime import timedelta
@@ -9,16 +10,18 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from conversations.models import Conversation, ModelProfile, Step, Turn
-from inspector import live
+from conversations.models import Conversation, ModelProfile, Step, Team, Turn
+from inspector import consumers, live
 from inspector.asgi import application
 from inspector.fragments import timestamp_iso
+from inspector.preferences import preference_set
 from inspector.routing import websocket_urlpatterns
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("async_db_connections")]
@@ -245,3 +248,175 @@ async def test_a_malformed_catch_up_gets_an_error_message_not_a_crash() -> None:
 
     assert message["type"] == "error"
     await communicator.disconnect()
+
+
+# --- a class watching: one render per doorbell for every socket of the process ---------------
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
+    """Count the consumer's renders of one kind (``render_row`` or ``render_turn``)."""
+    calls: list[int] = []
+    real = getattr(consumers, name)
+
+    def counted(**kwargs: Any) -> Any:
+        calls.append(kwargs.get("step_id", kwargs.get("turn_id")))
+        return real(**kwargs)
+
+    monkeypatch.setattr(consumers, name, counted)
+    return calls
+
+
+def _ring(target: Any, **kwargs: Any) -> None:
+    """Ring a doorbell from a plain thread, as runners do (the in-memory layer sends on our loop)."""
+    publisher = threading.Thread(target=target, kwargs=kwargs)
+    publisher.start()
+    publisher.join()
+
+
+async def _watchers(users: list[User], conversation: Conversation) -> list[WebsocketCommunicator]:
+    sockets = [await _as(user, conversation) for user in users]
+    for socket in sockets:
+        assert (await socket.connect())[0]
+    return sockets
+
+
+async def test_the_sockets_watching_a_conversation_share_one_render_of_each_doorbell(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    alice = await User.objects.acreate(username="alice")
+    bob = await User.objects.acreate(username="bob")
+    conversation, turn, step = await sync_to_async(_conversation)(alice)
+    await sync_to_async(lambda: Team.objects.create(name="class").members.add(alice, bob))()
+    rows, turns = _counting(monkeypatch, "render_row"), _counting(monkeypatch, "render_turn")
+    sockets = await _watchers([alice, alice, bob, bob, bob], conversation)
+
+    _ring(live.publish_turn_changed, conversation_id=conversation.public_id, turn_id=turn.pk)
+    _ring(live.publish_step_changed, conversation_id=conversation.public_id, turn_id=turn.pk, step_id=step.pk)
+    received = [
+        [await socket.receive_json_from(timeout=5), await socket.receive_json_from(timeout=5)]
+        for socket in sockets
+    ]
+
+    assert (rows, turns) == ([step.pk], [turn.pk])
+    for turn_message, row in received:
+        assert turn_message == received[0][0] and turn_message["type"] == "turn"
+        assert row == received[0][1] and row["type"] == "row" and "thinking about Beijing" in row["html"]
+    for socket in sockets:
+        await socket.disconnect()
+
+
+async def test_a_row_rung_again_after_a_change_is_rendered_anew_for_every_socket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    alice = await User.objects.acreate(username="alice")
+    conversation, turn, step = await sync_to_async(_conversation)(alice)
+    rows = _counting(monkeypatch, "render_row")
+    sockets = await _watchers([alice, alice, alice], conversation)
+    ring = {"conversation_id": conversation.public_id, "turn_id": turn.pk, "step_id": step.pk}
+
+    _ring(live.publish_step_changed, **ring)
+    first = [await socket.receive_json_from(timeout=5) for socket in sockets]
+    await Step.objects.filter(pk=step.pk).aupdate(text="It will rain in Beijing.")
+    _ring(live.publish_step_changed, **ring)
+    second = [await socket.receive_json_from(timeout=5) for socket in sockets]
+
+    assert rows == [step.pk, step.pk]
+    assert all("thinking about Beijing" in message["html"] for message in first)
+    assert all("It will rain in Beijing." in message["html"] for message in second)
+    for socket in sockets:
+        await socket.disconnect()
+
+
+async def test_teaching_and_plain_sockets_each_get_a_render_of_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    alice = await User.objects.acreate(username="alice")
+    conversation, turn, step = await sync_to_async(_conversation)(alice)
+    rows = _counting(monkeypatch, "render_row")
+    plain = await _watchers([alice, alice], conversation)
+    await sync_to_async(preference_set)(user=alice, teaching=True)
+    teaching = await _watchers([alice, alice], conversation)
+
+    _ring(live.publish_step_changed, conversation_id=conversation.public_id, turn_id=turn.pk, step_id=step.pk)
+    plain_html = [(await socket.receive_json_from(timeout=5))["html"] for socket in plain]
+    teaching_html = [(await socket.receive_json_from(timeout=5))["html"] for socket in teaching]
+
+    assert rows == [step.pk, step.pk]
+    assert all('class="teach teach-step"' not in html for html in plain_html)
+    assert all('class="teach teach-step"' in html for html in teaching_html)
+    for socket in [*plain, *teaching]:
+        await socket.disconnect()
+
+
+async def test_a_doorbell_without_a_ring_is_rendered_for_each_socket(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As a sender from before rings were sent would ring it: nothing to tell one doorbell from another.
+    alice = await User.objects.acreate(username="alice")
+    conversation, turn, step = await sync_to_async(_conversation)(alice)
+    rows = _counting(monkeypatch, "render_row")
+    sockets = await _watchers([alice, alice], conversation)
+
+    await get_channel_layer().group_send(
+        live.conversation_group(conversation.public_id),
+        {"type": "step.changed", "turn_id": turn.pk, "step_id": step.pk},
+    )
+    received = [await socket.receive_json_from(timeout=5) for socket in sockets]
+
+    assert rows == [step.pk, step.pk]
+    assert all(message["step_id"] == step.pk for message in received)
+    for socket in sockets:
+        await socket.disconnect()
+
+
+async def test_a_shared_render_outlives_a_waiter_that_goes_away() -> None:
+    renders = consumers.SharedRenders()
+    release = asyncio.Event()
+    made: list[str] = []
+
+    async def render() -> str:
+        await release.wait()
+        made.append("row")
+        return "row"
+
+    leaving = asyncio.ensure_future(renders.get("ring", render))
+    staying = asyncio.ensure_future(renders.get("ring", render))
+    await asyncio.sleep(0)
+    leaving.cancel()
+    release.set()
+
+    assert await staying == "row"
+    assert made == ["row"]
+    with pytest.raises(asyncio.CancelledError):
+        await leaving
+
+
+async def test_a_failed_render_is_forgotten_and_a_finished_one_after_a_while() -> None:
+    renders = consumers.SharedRenders()
+    renders.KEEP_SECONDS = 0.05
+    attempts: list[int] = []
+
+    async def flaky() -> int:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ConnectionError("the database went away")
+        return len(attempts)
+
+    with pytest.raises(ConnectionError):
+        await renders.get("ring", flaky)
+    assert len(renders) == 0
+    assert await renders.get("ring", flaky) == 2
+    assert await renders.get("ring", flaky) == 2  # kept for those still in line
+    await asyncio.sleep(0.2)
+    assert len(renders) == 0
+    assert await renders.get("ring", flaky) == 3
+
+
+async def test_shared_renders_are_bounded() -> None:
+    renders = consumers.SharedRenders()
+
+    async def render() -> str:
+        return "row"
+
+    for ring in range(renders.MOST + 50):
+        await renders.get(ring, render)
+
+    assert len(renders) == renders.MOST

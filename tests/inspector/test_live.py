@@ -44,7 +44,13 @@ async def test_doorbells_from_a_worker_thread_arrive_in_the_order_they_were_rung
     layer = get_channel_layer()
     received = [await layer.receive(channel) for _ in range(31)]
     assert [event.get("step_id") for event in received[:30]] == list(range(1, 31))
-    assert received[30] == {"type": "turn.changed", "turn_id": 7}
+    assert {key: value for key, value in received[30].items() if key != "ring"} == {
+        "type": "turn.changed",
+        "turn_id": 7,
+    }
+    # Each doorbell sent has a ring of its own: the consumers hearing it render it once between them.
+    rings = [event["ring"] for event in received]
+    assert len(set(rings)) == 31
 
 
 async def test_a_doorbell_rung_again_before_it_was_sent_is_not_sent_twice() -> None:
@@ -70,7 +76,24 @@ async def test_a_doorbell_rung_again_before_it_was_sent_is_not_sent_twice() -> N
             break
     steps = [event for event in received if event["type"] == "step.changed"]
     assert 1 <= len(steps) < 50
-    assert all(event == {"type": "step.changed", "turn_id": 7, "step_id": 1} for event in steps)
+    assert all(
+        {key: value for key, value in event.items() if key != "ring"}
+        == {"type": "step.changed", "turn_id": 7, "step_id": 1}
+        for event in steps
+    )
+    assert len({event["ring"] for event in steps}) == len(steps)
+
+
+def test_a_forked_process_rings_with_a_token_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    rings = live._Rings()
+    monkeypatch.setattr(live.os, "getpid", lambda: 100)
+    parent = [rings.next(), rings.next()]
+    monkeypatch.setattr(live.os, "getpid", lambda: 101)
+    child = rings.next()
+
+    tokens = {ring.split(".")[0] for ring in parent}
+    assert len(tokens) == 1 and len(set(parent)) == 2
+    assert child.split(".")[0] not in tokens
 
 
 async def test_a_waiting_partial_is_replaced_by_the_newer_one_never_dropped_for_an_older_one() -> None:
