@@ -30,8 +30,7 @@ from conversations.models import Conversation
 from conversations.selectors import conversation_get
 from inspector import live
 from inspector.fragments import (
-    RowMessage,
-    TurnMessage,
+    Message,
     page_view_from_json,
     render_catch_up,
     render_row,
@@ -49,11 +48,12 @@ SINCE_MAX_CHARS = 64
 
 
 class SharedRenders:
-    """What one doorbell names, rendered once for every consumer of this process that hears it.
+    """What one doorbell names, rendered (and made into the JSON text sent) once for every
+    consumer of this process that hears it.
 
     A doorbell's ring is heard by each socket of the conversation's group; the first consumer to
     handle it starts the render, the others that heard the same ring wait for that render and
-    send its message. A render started once a ring has been heard reads the row at least as new
+    send the same text. A render started once a ring has been heard reads the row at least as new
     as the commit that rang it, so it answers everyone who heard that ring, however long each
     waited in line; a later change rings again. The message depends on the conversation, the row
     and the teaching layer alone (it is rendered without a request), all three in the key, and
@@ -175,37 +175,39 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "caught_up", "turns": len(messages) - rows, "rows": rows})
 
     async def step_changed(self, event: StepChanged) -> None:
-        def render() -> Coroutine[Any, Any, RowMessage | None]:
-            return sync_to_async(render_row)(
-                conversation=self.conversation, step_id=event["step_id"], teaching=self.teaching
-            )
-
-        message = await self._shared(event, ("row", event["step_id"]), render)
-        if message is not None:
-            await self.send_json(message)
+        step_id = event["step_id"]
+        await self._send_rendered(
+            event,
+            ("row", step_id),
+            lambda: render_row(conversation=self.conversation, step_id=step_id, teaching=self.teaching),
+        )
 
     async def turn_changed(self, event: TurnChanged) -> None:
-        def render() -> Coroutine[Any, Any, TurnMessage | None]:
-            return sync_to_async(render_turn)(
-                conversation=self.conversation, turn_id=event["turn_id"], teaching=self.teaching
-            )
+        turn_id = event["turn_id"]
+        await self._send_rendered(
+            event,
+            ("turn", turn_id),
+            lambda: render_turn(conversation=self.conversation, turn_id=turn_id, teaching=self.teaching),
+        )
 
-        message = await self._shared(event, ("turn", event["turn_id"]), render)
-        if message is not None:
-            await self.send_json(message)
+    async def _send_rendered(
+        self, event: StepChanged | TurnChanged, what: tuple[str, int], render: Callable[[], Message | None]
+    ) -> None:
+        """Send the message ``render`` makes from the database (nothing for None), as JSON text
+        made once for every consumer of this process that heard the same ring; a doorbell without
+        a ring (from an older sender) is rendered for this consumer alone."""
 
-    async def _shared(
-        self,
-        event: StepChanged | TurnChanged,
-        what: tuple[str, int],
-        render: Callable[[], Coroutine[Any, Any, T]],
-    ) -> T:
-        """``render()``'s message, shared with this process's other consumers that heard the same
-        ring (a doorbell without one, from an older sender, is rendered for this consumer alone)."""
+        async def text() -> str | None:
+            message = await sync_to_async(render)()
+            return None if message is None else str(await self.encode_json(message))
+
         ring = event.get("ring")
-        if not isinstance(ring, str):
-            return await render()
-        return await shared_renders.get((ring, *what, self.conversation.pk, self.teaching), render)
+        if isinstance(ring, str):
+            made = await shared_renders.get((ring, *what, self.conversation.pk, self.teaching), text)
+        else:
+            made = await text()
+        if made is not None:
+            await self.send(text_data=made)
 
     async def step_partial(self, event: StepPartial) -> None:
         await self.send_json(
