@@ -28,6 +28,7 @@ MEASURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "P9": ("bench.p9_scale_out", ("P9",)),
     "P10": ("bench.p10_big_payload", ("P10",)),
     "P11": ("bench.p11_streaming", ("P11",)),
+    "P12": ("bench.p12_class", ("P12",)),
 }
 ALIASES = {"P7": "P4"}
 QUICK = ("P1", "P3")

@@ -21,7 +21,7 @@ from bench.context import RESULTS_DIR
 from bench.environment import REPO_ROOT, Services
 from bench.stats import Result
 
-ORDER = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11"]
+ORDER = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12"]
 LIBRARIES = ("django", "channels", "channels-redis", "celery", "daphne", "openai", "mcp", "psycopg")
 
 

@@ -1,0 +1,139 @@
+"""P12 a class watching: a turn's first row reaching the last of 30 sockets watching its
+conversation ÷ reaching a lone socket, in the same run.
+
+A lecturer asks; the class follows the same conversation, each student's page with a socket of
+its own (here one user's 30 sockets: what the server does for each is the same). The product
+runs as in P2 (daphne, and with Postgres and Redis a Celery worker and channels-redis). Each
+repeat submits twice, in alternating order: once watched by one socket, once by ``WATCHERS``.
+The clock runs from just before the POST to the new turn's first ``row`` message at the socket
+that gets it last; beside it, the time until every socket has heard the turn finish.
+
+Every doorbell reaches every socket; what the server must not do is the same work once per
+socket in its one thread for synchronous work (``consumers.SharedRenders``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import ExitStack
+from typing import Any
+
+import httpx2
+from websockets.sync.client import ClientConnection, connect
+
+from bench import fixtures
+from bench.context import Context
+from bench.p2_first_step import FINISHED, QUESTION, TURN_TIMEOUT, _conversation, _login
+from bench.processes import CeleryWorker, WebServer
+from bench.stats import Result, judged, summary
+
+ID, NAME, UNIT, TARGET, LIMIT = (
+    "P12",
+    "a class watching",
+    "×",
+    "≤ 1.5× of a lone socket's time to the first row, 30 sockets",
+    1.5,
+)
+WATCHERS = 30
+WARMUP = 1
+
+
+def _next(ws: ClientConnection, deadline: float) -> dict[str, Any]:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError("no websocket message in time")
+    return dict(json.loads(ws.recv(timeout=remaining)))
+
+
+def _watched(
+    base: str, http: httpx2.Client, owner: Any, profile: Any, server: Any, sockets: int
+) -> dict[str, float]:
+    """One question watched by ``sockets`` sockets: ms to the first row at the first and the
+    last socket, and to the turn's end heard at every socket."""
+    conversation = _conversation(owner, profile, server)
+    url = base.replace("http://", "ws://") + f"/ws/conversations/{conversation.public_id}/"
+    cookies = "; ".join(f"{name}={value}" for name, value in http.cookies.items())
+    with ExitStack() as stack:
+        watchers = [
+            stack.enter_context(
+                connect(url, additional_headers={"Cookie": cookies}, origin=base, open_timeout=10)  # type: ignore[arg-type]
+            )
+            for _ in range(sockets)
+        ]
+        started = time.perf_counter()
+        response = http.post(
+            f"/c/{conversation.public_id}/ask",
+            data={"question": QUESTION, "csrfmiddlewaretoken": http.cookies["csrftoken"]},
+            headers={"Referer": f"{base}/c/{conversation.public_id}/"},
+        )
+        if response.status_code != 302:
+            raise RuntimeError(f"the question was refused (HTTP {response.status_code})")
+        deadline = time.monotonic() + TURN_TIMEOUT
+        first_rows = []
+        for ws in watchers:  # a message already here is read at once: the last read is the last arrival
+            while _next(ws, deadline).get("type") != "row":
+                pass
+            first_rows.append((time.perf_counter() - started) * 1000)
+        for ws in watchers:
+            while True:
+                message = _next(ws, deadline)
+                if (
+                    message.get("type") == "turn"
+                    and message.get("seq") == 2
+                    and message.get("status") in FINISHED
+                ):
+                    break
+        ended = (time.perf_counter() - started) * 1000
+    return {"first_row_ms": first_rows[0], "last_first_row_ms": max(first_rows), "ended_ms": ended}
+
+
+def run(ctx: Context) -> list[Result]:
+    repeats = ctx.repeats(full=10, quick=3)
+    owner = fixtures.user("bench-p12")
+    fixtures.purge(owner)
+    profile = fixtures.demo_profile()
+    server = fixtures.demo_server()
+    lone: list[dict[str, float]] = []
+    class_: list[dict[str, float]] = []
+    with ExitStack() as stack:
+        web = stack.enter_context(WebServer(name="bench-p12-web"))
+        if ctx.services.scaled:
+            stack.enter_context(CeleryWorker(concurrency=8, name="bench-p12"))
+        http = _login(web.base, owner.get_username())
+        for index in range(WARMUP + repeats):
+            order = (1, WATCHERS) if index % 2 else (WATCHERS, 1)
+            times = {count: _watched(web.base, http, owner, profile, server, count) for count in order}
+            if index >= WARMUP:
+                lone.append(times[1])
+                class_.append(times[WATCHERS])
+                ctx.log(
+                    f"P12 {index - WARMUP + 1}/{repeats}: first row alone {times[1]['first_row_ms']:.0f} ms, "
+                    f"at the last of {WATCHERS} {times[WATCHERS]['last_first_row_ms']:.0f} ms"
+                )
+    ratios = [c["last_first_row_ms"] / a["first_row_ms"] for c, a in zip(class_, lone, strict=True)]
+    medians = {
+        "lone_first_row_ms": summary([a["first_row_ms"] for a in lone])["median"],
+        "class_first_row_ms": summary([c["first_row_ms"] for c in class_])["median"],
+        "class_last_first_row_ms": summary([c["last_first_row_ms"] for c in class_])["median"],
+        "lone_ended_ms": summary([a["ended_ms"] for a in lone])["median"],
+        "class_ended_ms": summary([c["ended_ms"] for c in class_])["median"],
+    }
+    result = judged(
+        id=ID,
+        name=NAME,
+        unit=UNIT,
+        target=TARGET,
+        limit=LIMIT,
+        samples=ratios,
+        details={
+            "watchers": WATCHERS,
+            **{key: round(value, 1) for key, value in medians.items()},
+            "summary": f"first row: a lone socket {medians['lone_first_row_ms']:.0f} ms, the last of "
+            f"{WATCHERS} {medians['class_last_first_row_ms']:.0f} ms (the first of them "
+            f"{medians['class_first_row_ms']:.0f}); the turn's end heard by every socket "
+            f"{medians['class_ended_ms']:.0f} ms (alone {medians['lone_ended_ms']:.0f})",
+        },
+    )
+    fixtures.purge(owner)
+    return [result]
