@@ -9,9 +9,10 @@ switching it reloads the page, whose new socket follows the new setting. A
 data for the page to show as text.
 
 A class watching one conversation opens a socket each; every doorbell reaches all of them. The
-consumers of a process render what one doorbell names once between them (``SharedRenders``):
-thirty sockets no longer queue thirty renders of the same row in the server's one thread for
-synchronous work, where each page request waits behind them too.
+consumers of a process render what one doorbell names once between them (``SharedRenders``),
+in a thread of their own (``LIVE_RENDERS``): not in the server's one thread for synchronous work,
+where every page of every user is rendered, so a class opening a long conversation's page at
+once does not hold back the rows its sockets wait for, nor the rows the pages.
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Hashable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from conversations.audit import audit_read
+from conversations.exchanges import release_connection
 from conversations.models import Conversation
 from conversations.selectors import conversation_get
 from inspector import live
@@ -99,11 +103,47 @@ class SharedRenders:
 
 shared_renders = SharedRenders()
 
+# The thread the doorbells' renders run in (one: renders of a process are shared, and one at a
+# time they stay in the order they were heard). It borrows a pooled connection for each render.
+LIVE_RENDERS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-render")
+
+
+def _released(work: Callable[[], T]) -> T:
+    """``work()``, then this thread's pooled connection handed back: a socket holds none while
+    it waits for doorbells (channels would give it back only before the next message)."""
+    try:
+        return work()
+    finally:
+        release_connection()
+
+
+def _admitted(user: Any, public_id: str) -> tuple[Conversation, bool] | None:
+    """The conversation ``user`` may watch and their teaching preference; None: not theirs.
+    The socket streams every row of the conversation, so its opening is a read, as a page's is."""
+    try:
+        conversation = conversation_get(user=user, public_id=public_id)
+    except Conversation.DoesNotExist:
+        return None
+    audit_read(actor=user, conversation=conversation, via="websocket")
+    return conversation, preference_get(user=user).teaching
+
 
 class ConversationConsumer(AsyncJsonWebsocketConsumer):
     conversation: Conversation
     group: str
     teaching: bool = False
+
+    # Doorbells need nothing of the server's thread for synchronous work: they are rendered in
+    # ``LIVE_RENDERS``, which hands its connection back after each render. Channels first tidies
+    # that thread's database connections before every message a consumer handles, a hop there
+    # per message and socket that waits behind every page being rendered; these skip it.
+    DOORBELLS = frozenset({"step.changed", "turn.changed", "step.partial"})
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        if message.get("type") in self.DOORBELLS:
+            await getattr(self, get_handler_name(message))(message)
+            return
+        await super().dispatch(message)
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -111,16 +151,13 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         public_id = self.scope["url_route"]["kwargs"]["public_id"]
-        try:
-            self.conversation = await sync_to_async(conversation_get)(user=user, public_id=public_id)
-        except Conversation.DoesNotExist:
+        admitted = await sync_to_async(_released)(lambda: _admitted(user, public_id))
+        if admitted is None:
             await self.close(code=CLOSE_NOT_FOUND)
             return
-        # The socket streams every row of the conversation: a read, like the page's.
-        await sync_to_async(audit_read)(actor=user, conversation=self.conversation, via="websocket")
-        # Read once: the rows this socket sends are for the page that opened it, rendered with
-        # the preference that page was rendered with.
-        self.teaching = (await sync_to_async(preference_get)(user=user)).teaching
+        # Teaching is read once: the rows this socket sends are for the page that opened it,
+        # rendered with the preference that page was rendered with.
+        self.conversation, self.teaching = admitted
         live.bind_server_loop(asyncio.get_running_loop())
         self.group = live.conversation_group(self.conversation.public_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
@@ -166,8 +203,9 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
                 view = page_view_from_json(content["view"])
             except ValueError as exc:
                 await self.send_json({"type": "error", "message": f"catch_up: {exc}; sending everything"})
-        messages = await sync_to_async(render_catch_up)(
-            conversation=self.conversation, since=since, teaching=self.teaching, view=view
+        conversation, teaching = self.conversation, self.teaching
+        messages = await sync_to_async(_released)(
+            lambda: render_catch_up(conversation=conversation, since=since, teaching=teaching, view=view)
         )
         for message in messages:
             await self.send_json(message)
@@ -198,7 +236,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         a ring (from an older sender) is rendered for this consumer alone."""
 
         async def text() -> str | None:
-            message = await sync_to_async(render)()
+            message = await sync_to_async(_released, thread_sensitive=False, executor=LIVE_RENDERS)(render)
             return None if message is None else str(await self.encode_json(message))
 
         ring = event.get("ring")

@@ -420,3 +420,32 @@ async def test_shared_renders_are_bounded() -> None:
         await renders.get(ring, render)
 
     assert len(renders) == renders.MOST
+
+
+async def test_a_page_holding_the_servers_synchronous_thread_does_not_hold_back_a_live_row() -> None:
+    alice = await User.objects.acreate(username="alice")
+    conversation, turn, step = await sync_to_async(_conversation)(alice)
+    socket = (await _watchers([alice], conversation))[0]
+    page_started, page_may_end = threading.Event(), threading.Event()
+
+    def slow_page() -> None:  # a long conversation's page, rendered where every view is
+        page_started.set()
+        page_may_end.wait(timeout=30)
+
+    page = asyncio.ensure_future(sync_to_async(slow_page)())
+    await sync_to_async(page_started.wait, thread_sensitive=False)(10)
+    try:
+        _ring(
+            live.publish_step_changed,
+            conversation_id=conversation.public_id,
+            turn_id=turn.pk,
+            step_id=step.pk,
+        )
+        row = await socket.receive_json_from(timeout=5)
+        assert not page.done()
+    finally:
+        page_may_end.set()
+        await page
+
+    assert row["step_id"] == step.pk and "thinking about Beijing" in row["html"]
+    await socket.disconnect()
