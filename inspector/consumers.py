@@ -63,42 +63,65 @@ class SharedRenders:
     and the teaching layer alone (it is rendered without a request), all three in the key, and
     every consumer was let in to its conversation when it connected.
 
-    A finished render is kept ``KEEP_SECONDS`` for consumers still in line, and at most ``MOST``
-    of them in all; a failed one is forgotten at once (each consumer waiting on it fails as its
-    own render would have, and one that hears the ring later tries again).
+    A finished render is kept ``KEEP_SECONDS`` for consumers still in line, at most ``MOST`` of
+    them and ``MOST_CHARS`` of their text in all (the oldest go first: one who hears its ring
+    later renders it again); a failed one is forgotten at once (each consumer waiting on it fails
+    as its own render would have, and one that hears the ring later tries again).
     """
 
     KEEP_SECONDS = 5.0
     MOST = 256
+    MOST_CHARS = 32 * 1024 * 1024
 
     def __init__(self) -> None:
         self._renders: OrderedDict[Hashable, asyncio.Future[Any]] = OrderedDict()
+        self._sizes: dict[Hashable, int] = {}
+        self._chars = 0
 
     async def get(self, key: Hashable, render: Callable[[], Coroutine[Any, Any, T]]) -> T:
         loop = asyncio.get_running_loop()
         shared = self._renders.get(key)
         if shared is None or shared.get_loop() is not loop:
+            self._drop(key)
             shared = loop.create_task(render())
             self._renders[key] = shared
             shared.add_done_callback(lambda done: self._done(key, done))
-            while len(self._renders) > self.MOST:
-                self._renders.popitem(last=False)
+            self._bound()
         # A consumer that goes away while it waits must not cancel the others' render.
         result: T = await asyncio.shield(shared)
         return result
 
     def _done(self, key: Hashable, done: asyncio.Future[Any]) -> None:
+        if self._renders.get(key) is not done:
+            return  # dropped meanwhile: those waiting have it, nobody else will
         if done.cancelled() or done.exception() is not None:
-            self._forget(key, done)
-        else:
-            done.get_loop().call_later(self.KEEP_SECONDS, self._forget, key, done)
+            self._drop(key)
+            return
+        result = done.result()
+        self._sizes[key] = len(result) if isinstance(result, str) else 0
+        self._chars += self._sizes[key]
+        self._bound()
+        done.get_loop().call_later(self.KEEP_SECONDS, self._forget, key, done)
+
+    def _bound(self) -> None:
+        while len(self._renders) > self.MOST or self._chars > self.MOST_CHARS:
+            self._drop(next(iter(self._renders)))
 
     def _forget(self, key: Hashable, done: asyncio.Future[Any]) -> None:
         if self._renders.get(key) is done:
-            del self._renders[key]
+            self._drop(key)
+
+    def _drop(self, key: Hashable) -> None:
+        self._renders.pop(key, None)
+        self._chars -= self._sizes.pop(key, 0)
 
     def __len__(self) -> int:
         return len(self._renders)
+
+    @property
+    def chars(self) -> int:
+        """The characters of the finished renders kept."""
+        return self._chars
 
 
 shared_renders = SharedRenders()

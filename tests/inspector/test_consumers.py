@@ -410,7 +410,7 @@ async def test_a_failed_render_is_forgotten_and_a_finished_one_after_a_while() -
     assert await renders.get("ring", flaky) == 3
 
 
-async def test_shared_renders_are_bounded() -> None:
+async def test_shared_renders_are_bounded_in_number_and_in_characters() -> None:
     renders = consumers.SharedRenders()
 
     async def render() -> str:
@@ -418,8 +418,25 @@ async def test_shared_renders_are_bounded() -> None:
 
     for ring in range(renders.MOST + 50):
         await renders.get(ring, render)
-
     assert len(renders) == renders.MOST
+    assert renders.chars == 3 * renders.MOST
+
+    renders = consumers.SharedRenders()
+    renders.MOST_CHARS = 25
+
+    async def big() -> str:
+        return "x" * 10
+
+    for ring in range(10):
+        assert await renders.get(ring, big) == "x" * 10
+    assert (len(renders), renders.chars) == (2, 20)
+
+    async def huge() -> str:
+        return "x" * 100
+
+    # Bigger than the budget alone: those waiting get it, nothing is kept.
+    assert await renders.get("huge", huge) == "x" * 100
+    assert (len(renders), renders.chars) == (0, 0)
 
 
 async def test_a_page_holding_the_servers_synchronous_thread_does_not_hold_back_a_live_row() -> None:
