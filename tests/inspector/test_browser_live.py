@@ -1,6 +1,7 @@
 """A real browser while a reply streams in: "waiting for the model…" and the streaming display
 never show together, and the display stays inside its column however long a word the model
-streams (the server as `make run` starts it; the demo model streaming slowly, on a phone)."""
+streams (the server as `make run` starts it; the demo model streaming slowly, on a phone); and a
+class following one conversation live, each on their own page."""
 
 from __future__ import annotations
 
@@ -87,4 +88,67 @@ def test_while_streaming_waiting_and_streaming_never_show_together_and_nothing_o
         assert page.evaluate("window.__seen") > 0
         assert page.evaluate("window.__both") == 0
         assert page.evaluate("window.__overflow") == 0
+        page.context.close()
+
+
+CLASS = (
+    "from django.contrib.auth.models import User; "
+    "from conversations.models import Team, UserPreference; "
+    "team = Team.objects.create(name='class'); "
+    "team.members.add(User.objects.get(username='admin')); "
+    "[team.members.add(User.objects.create_user(name, password={password!r})) for name in ('bob', 'carol')]; "
+    "UserPreference.objects.create(user=User.objects.get(username='carol'), teaching=True)"
+)
+# Rows the page was given after it loaded: what the socket brought.
+ROWS_ADDED = """
+window.__added = 0;
+new MutationObserver(function (changes) {
+  changes.forEach(function (change) {
+    change.addedNodes.forEach(function (node) {
+      if (node.nodeType === 1 && node.matches("section.step")) { window.__added += 1; }
+    });
+  });
+}).observe(document, { subtree: true, childList: true });
+"""
+
+
+def _as(browser: Browser, server: InspectorServer, username: str) -> Page:
+    page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
+    page.add_init_script(ROWS_ADDED)
+    page.goto(f"{server.base}/accounts/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("form.stacked-form button[type=submit]")
+    page.wait_for_url(f"{server.base}/")
+    return page
+
+
+def test_a_class_follows_the_lecturers_turn_live_each_page_with_its_own_teaching_setting(
+    browser: Browser, streaming_server: InspectorServer
+) -> None:
+    # The lecturer asks; two team mates watch from their own pages, one with teaching on. The
+    # server renders each row once for the pages with the same setting (consumers.SharedRenders).
+    _manage(streaming_server, "shell", "-c", CLASS.format(password=PASSWORD))
+    lecturer = _as(browser, streaming_server, "admin")
+    lecturer.select_option(
+        "form#new-conversation select[name=model_profile]", label=f"{PROFILE} · demo (demo)"
+    )
+    lecturer.fill("textarea[name=question]", QUESTION)
+    lecturer.locator("form#new-conversation [type=submit]").click()
+    lecturer.wait_for_url("**/c/*/")
+    bob = _as(browser, streaming_server, "bob")
+    carol = _as(browser, streaming_server, "carol")
+    for student in (bob, carol):
+        student.goto(lecturer.url)
+
+    pages = (lecturer, bob, carol)
+    for page in pages:
+        expect(page.locator("[id^=turn-status-]")).to_have_attribute("data-status", "done", timeout=90_000)
+    rows = [page.locator("section.step").evaluate_all("nodes => nodes.map(n => n.id)") for page in pages]
+    assert rows[0] and rows[1] == rows[0] and rows[2] == rows[0]
+    for student in (bob, carol):
+        assert student.evaluate("window.__added") > 0  # rows came over the socket, not only with the page
+    assert bob.locator(".teach-step").count() == 0
+    assert carol.locator(".teach-step").count() == len(rows[0])
+    for page in pages:
         page.context.close()
