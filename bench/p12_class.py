@@ -6,7 +6,8 @@ its own (here one user's 30 sockets: what the server does for each is the same).
 runs as in P2 (daphne, and with Postgres and Redis a Celery worker and channels-redis). Each
 repeat submits twice, in alternating order: once watched by one socket, once by ``WATCHERS``.
 The clock runs from just before the POST to the new turn's first ``row`` message at the socket
-that gets it last; beside it, the time until every socket has heard the turn finish.
+that gets it last; beside it, the time until every socket has heard the turn finish, and (a few
+more questions, reported) the last first row with 10 and 100 sockets: how it grows.
 
 Every doorbell reaches every socket; what the server must not do is the same work once per
 socket in its one thread for synchronous work (``consumers.SharedRenders``).
@@ -36,6 +37,9 @@ ID, NAME, UNIT, TARGET, LIMIT = (
     1.5,
 )
 WATCHERS = 30
+# How the cost grows with the class: a few more questions watched by this many (reported).
+CURVE = (10, 100)
+CURVE_REPEATS = 3
 WARMUP = 1
 
 
@@ -111,9 +115,22 @@ def run(ctx: Context) -> list[Result]:
                     f"P12 {index - WARMUP + 1}/{repeats}: first row alone {times[1]['first_row_ms']:.0f} ms, "
                     f"at the last of {WATCHERS} {times[WATCHERS]['last_first_row_ms']:.0f} ms"
                 )
+        curve = {
+            count: [
+                _watched(web.base, http, owner, profile, server, count)["last_first_row_ms"]
+                for _ in range(CURVE_REPEATS)
+            ]
+            for count in CURVE
+        }
     ratios = [c["last_first_row_ms"] / a["first_row_ms"] for c, a in zip(class_, lone, strict=True)]
+    lone_median = summary([a["first_row_ms"] for a in lone])["median"]
+    by_count = {
+        1: lone_median,
+        WATCHERS: summary([c["last_first_row_ms"] for c in class_])["median"],
+        **{count: summary(samples)["median"] for count, samples in curve.items()},
+    }
     medians = {
-        "lone_first_row_ms": summary([a["first_row_ms"] for a in lone])["median"],
+        "lone_first_row_ms": lone_median,
         "class_first_row_ms": summary([c["first_row_ms"] for c in class_])["median"],
         "class_last_first_row_ms": summary([c["last_first_row_ms"] for c in class_])["median"],
         "lone_ended_ms": summary([a["ended_ms"] for a in lone])["median"],
@@ -129,10 +146,14 @@ def run(ctx: Context) -> list[Result]:
         details={
             "watchers": WATCHERS,
             **{key: round(value, 1) for key, value in medians.items()},
+            "last_first_row_ms_by_sockets": {
+                str(count): round(by_count[count], 1) for count in sorted(by_count)
+            },
             "summary": f"first row: a lone socket {medians['lone_first_row_ms']:.0f} ms, the last of "
             f"{WATCHERS} {medians['class_last_first_row_ms']:.0f} ms (the first of them "
             f"{medians['class_first_row_ms']:.0f}); the turn's end heard by every socket "
-            f"{medians['class_ended_ms']:.0f} ms (alone {medians['lone_ended_ms']:.0f})",
+            f"{medians['class_ended_ms']:.0f} ms (alone {medians['lone_ended_ms']:.0f}); the last first row by "
+            "sockets: " + ", ".join(f"{count}: {by_count[count]:.0f} ms" for count in sorted(by_count)),
         },
     )
     fixtures.purge(owner)
