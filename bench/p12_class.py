@@ -15,18 +15,16 @@ socket in its one thread for synchronous work (``consumers.SharedRenders``).
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import ExitStack
 from typing import Any
 
 import httpx2
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import connect
 
 from bench import fixtures
 from bench.context import Context
-from bench.p2_first_step import FINISHED, QUESTION, TURN_TIMEOUT, _conversation, _login
-from bench.processes import CeleryWorker, WebServer
+from bench.p2_first_step import TURN_TIMEOUT, _ask, _conversation, _receive, _until_finished, deployed
 from bench.stats import Result, judged, summary
 
 ID, NAME, UNIT, TARGET, LIMIT = (
@@ -41,13 +39,6 @@ WATCHERS = 30
 CURVE = (10, 100)
 CURVE_REPEATS = 3
 WARMUP = 1
-
-
-def _next(ws: ClientConnection, deadline: float) -> dict[str, Any]:
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise TimeoutError("no websocket message in time")
-    return dict(json.loads(ws.recv(timeout=remaining)))
 
 
 def _watched(
@@ -66,28 +57,15 @@ def _watched(
             for _ in range(sockets)
         ]
         started = time.perf_counter()
-        response = http.post(
-            f"/c/{conversation.public_id}/ask",
-            data={"question": QUESTION, "csrfmiddlewaretoken": http.cookies["csrftoken"]},
-            headers={"Referer": f"{base}/c/{conversation.public_id}/"},
-        )
-        if response.status_code != 302:
-            raise RuntimeError(f"the question was refused (HTTP {response.status_code})")
+        _ask(base, http, conversation)
         deadline = time.monotonic() + TURN_TIMEOUT
         first_rows = []
         for ws in watchers:  # a message already here is read at once: the last read is the last arrival
-            while _next(ws, deadline).get("type") != "row":
+            while _receive(ws, deadline).get("type") != "row":
                 pass
             first_rows.append((time.perf_counter() - started) * 1000)
         for ws in watchers:
-            while True:
-                message = _next(ws, deadline)
-                if (
-                    message.get("type") == "turn"
-                    and message.get("seq") == 2
-                    and message.get("status") in FINISHED
-                ):
-                    break
+            _until_finished(ws, deadline)
         ended = (time.perf_counter() - started) * 1000
     return {"first_row_ms": first_rows[0], "last_first_row_ms": max(first_rows), "ended_ms": ended}
 
@@ -100,14 +78,10 @@ def run(ctx: Context) -> list[Result]:
     server = fixtures.demo_server()
     lone: list[dict[str, float]] = []
     class_: list[dict[str, float]] = []
-    with ExitStack() as stack:
-        web = stack.enter_context(WebServer(name="bench-p12-web"))
-        if ctx.services.scaled:
-            stack.enter_context(CeleryWorker(concurrency=8, name="bench-p12"))
-        http = _login(web.base, owner.get_username())
+    with deployed(ctx, "bench-p12", owner) as (base, http):
         for index in range(WARMUP + repeats):
             order = (1, WATCHERS) if index % 2 else (WATCHERS, 1)
-            times = {count: _watched(web.base, http, owner, profile, server, count) for count in order}
+            times = {count: _watched(base, http, owner, profile, server, count) for count in order}
             if index >= WARMUP:
                 lone.append(times[1])
                 class_.append(times[WATCHERS])
@@ -117,7 +91,7 @@ def run(ctx: Context) -> list[Result]:
                 )
         curve = {
             count: [
-                _watched(web.base, http, owner, profile, server, count)["last_first_row_ms"]
+                _watched(base, http, owner, profile, server, count)["last_first_row_ms"]
                 for _ in range(CURVE_REPEATS)
             ]
             for count in CURVE

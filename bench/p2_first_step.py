@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import httpx2
@@ -65,6 +66,25 @@ def _receive(ws: ClientConnection, deadline: float) -> dict[str, Any]:
     return dict(json.loads(ws.recv(timeout=remaining)))
 
 
+def _ask(base: str, http: httpx2.Client, conversation: Conversation) -> None:
+    """The page's form POST of ``QUESTION`` in ``conversation``, as a follow-up."""
+    response = http.post(
+        f"/c/{conversation.public_id}/ask",
+        data={"question": QUESTION, "csrfmiddlewaretoken": http.cookies["csrftoken"]},
+        headers={"Referer": f"{base}/c/{conversation.public_id}/"},
+    )
+    if response.status_code != 302:
+        raise RuntimeError(f"the follow-up was refused (HTTP {response.status_code})")
+
+
+def _until_finished(ws: ClientConnection, deadline: float) -> None:
+    """Read until the follow-up turn has finished, so the next sample starts from an idle server."""
+    while True:
+        message = _receive(ws, deadline)
+        if message.get("type") == "turn" and message.get("seq") == 2 and message.get("status") in FINISHED:
+            return
+
+
 def _sample(base: str, http: httpx2.Client, conversation: Conversation) -> dict[str, float]:
     """One submission; returns the milliseconds to the POST's answer, the first turn and row events."""
     url = base.replace("http://", "ws://") + f"/ws/conversations/{conversation.public_id}/"
@@ -72,14 +92,8 @@ def _sample(base: str, http: httpx2.Client, conversation: Conversation) -> dict[
     with connect(url, additional_headers={"Cookie": cookies}, origin=base, open_timeout=10) as ws:  # type: ignore[arg-type]
         started = time.perf_counter()
         wall = time.time()
-        response = http.post(
-            f"/c/{conversation.public_id}/ask",
-            data={"question": QUESTION, "csrfmiddlewaretoken": http.cookies["csrftoken"]},
-            headers={"Referer": f"{base}/c/{conversation.public_id}/"},
-        )
+        _ask(base, http, conversation)
         posted = time.perf_counter()
-        if response.status_code != 302:
-            raise RuntimeError(f"the follow-up was refused (HTTP {response.status_code})")
         deadline = time.monotonic() + TURN_TIMEOUT
         times: dict[str, float] = {"post_ms": (posted - started) * 1000}
         while "first_row_ms" not in times:
@@ -90,14 +104,7 @@ def _sample(base: str, http: httpx2.Client, conversation: Conversation) -> dict[
             if message.get("type") == "row":
                 times["first_row_ms"] = elapsed
                 times.update(_stages(conversation, wall, elapsed))
-        while True:  # let the turn finish, so the next sample starts from an idle server
-            message = _receive(ws, deadline)
-            if (
-                message.get("type") == "turn"
-                and message.get("seq") == 2
-                and message.get("status") in FINISHED
-            ):
-                break
+        _until_finished(ws, deadline)
     return times
 
 
@@ -118,6 +125,17 @@ def _stages(conversation: Conversation, wall: float, first_row_ms: float) -> dic
     }
 
 
+@contextmanager
+def deployed(ctx: Context, name: str, owner: Any) -> Iterator[tuple[str, httpx2.Client]]:
+    """The product as deployed: daphne and, with the services, a Celery worker (``-P threads
+    -c 8``); yields the web server's base URL and a client logged in as ``owner``."""
+    with ExitStack() as stack:
+        web = stack.enter_context(WebServer(name=f"{name}-web"))
+        if ctx.services.scaled:
+            stack.enter_context(CeleryWorker(concurrency=8, name=name))
+        yield web.base, _login(web.base, owner.get_username())
+
+
 def run(ctx: Context) -> list[Result]:
     repeats = ctx.repeats(full=20, quick=5)
     owner = fixtures.user("bench-p2")
@@ -128,13 +146,9 @@ def run(ctx: Context) -> list[Result]:
     if not ctx.services.scaled:
         mode = "embedded: daphne with the in-process runner, in-memory layer, SQLite"
     samples: list[dict[str, float]] = []
-    with ExitStack() as stack:
-        web = stack.enter_context(WebServer(name="bench-p2-web"))
-        if ctx.services.scaled:
-            stack.enter_context(CeleryWorker(concurrency=8, name="bench-p2"))
-        http = _login(web.base, owner.get_username())
+    with deployed(ctx, "bench-p2", owner) as (base, http):
         for index in range(WARMUP + repeats):
-            times = _sample(web.base, http, _conversation(owner, profile, server))
+            times = _sample(base, http, _conversation(owner, profile, server))
             if index >= WARMUP:
                 samples.append(times)
                 ctx.log(f"P2 {index - WARMUP + 1}/{repeats}: first row after {times['first_row_ms']:.1f} ms")

@@ -58,11 +58,19 @@ def streaming_server(tmp_path: Path) -> Iterator[InspectorServer]:
         server.stop()
 
 
-def _signed_in(browser: Browser, server: InspectorServer, width: int, height: int) -> Page:
+def _signed_in(
+    browser: Browser,
+    server: InspectorServer,
+    width: int,
+    height: int,
+    *,
+    username: str = "admin",
+    script: str = WATCH,
+) -> Page:
     page = browser.new_context(viewport={"width": width, "height": height}).new_page()
-    page.add_init_script(WATCH)
+    page.add_init_script(script)
     page.goto(f"{server.base}/accounts/login/")
-    page.fill("input[name=username]", "admin")
+    page.fill("input[name=username]", username)
     page.fill("input[name=password]", PASSWORD)
     page.click("form.stacked-form button[type=submit]")
     page.wait_for_url(f"{server.base}/")
@@ -113,14 +121,7 @@ new MutationObserver(function (changes) {
 
 
 def _as(browser: Browser, server: InspectorServer, username: str) -> Page:
-    page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
-    page.add_init_script(ROWS_ADDED)
-    page.goto(f"{server.base}/accounts/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", PASSWORD)
-    page.click("form.stacked-form button[type=submit]")
-    page.wait_for_url(f"{server.base}/")
-    return page
+    return _signed_in(browser, server, 1280, 800, username=username, script=ROWS_ADDED)
 
 
 def test_a_class_follows_the_lecturers_turn_live_each_page_with_its_own_teaching_setting(
