@@ -79,14 +79,17 @@ class _Rings:
     """The rings of this process's doorbells: its token (drawn anew in a forked child) and a count."""
 
     def __init__(self) -> None:
-        self.pid = 0
-        self.token = ""
+        self.token = secrets.token_hex(8)
+        self.pid = os.getpid()
         self.count = itertools.count()
 
     def next(self) -> str:
-        # Two threads drawing a token at once leave rings unique all the same: the count is shared.
-        if os.getpid() != self.pid:
-            self.token, self.pid = secrets.token_hex(8), os.getpid()
+        pid = os.getpid()
+        if pid != self.pid:
+            with _lock:  # the token before the pid: whoever sees the child's pid sees its token
+                if pid != self.pid:
+                    self.token = secrets.token_hex(8)
+                    self.pid = pid
         return f"{self.token}.{next(self.count)}"
 
 
