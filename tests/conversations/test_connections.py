@@ -4,6 +4,7 @@ instead of pooled; dead ones are found and dropped together; quiet ones are lent
 from __future__ import annotations
 
 import logging
+import select
 from typing import Any
 
 import psycopg_pool
@@ -160,6 +161,11 @@ def test_a_connection_the_server_sent_something_on_is_tested_before_it_is_lent(
     with other_connection() as other:
         other.autocommit = True
         other.execute("NOTIFY inspector_test_channel, 'hello'")
+    # The listening session sends the notification when the server gets round to it (on a busy
+    # machine, after the pool was asked): wait until it is on the socket, as a goodbye would be.
+    waiting = select.poll()
+    waiting.register(listener.fileno(), select.POLLIN | select.POLLPRI)
+    assert waiting.poll(10_000), "the notification never reached the listening connection"
     checks = _FullChecks(monkeypatch)
 
     taken: list[Any] = []
