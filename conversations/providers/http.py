@@ -238,6 +238,10 @@ class _DeadlinePassed(Exception):
     """The whole call took longer than its endpoint's deadline."""
 
 
+class _Abandoned(Exception):
+    """The caller gave the call up (``call_abandoned``) while the reply streamed in."""
+
+
 def read_streamed(
     response: httpx2.Response, on_event: EventListener | None, started: datetime, t0: float, deadline: float
 ) -> bytes:
@@ -252,7 +256,8 @@ def read_streamed(
         ProviderError: the connection broke or timed out mid-stream, or the call passed its
             deadline; its exchange holds the status, the headers and every byte that arrived
             (status ``timeout`` and the deadline named in its error, for a deadline). Also when
-            the caller abandoned the call (``call_abandoned``): nobody reads that one.
+            the caller abandoned the call (``call_abandoned``), with what had arrived: a
+            cancelled turn's record keeps it.
     """
     end = t0 + deadline
     body = bytearray()
@@ -267,7 +272,7 @@ def read_streamed(
                 break
             body += chunk
             if abandoned is not None and abandoned.is_set():
-                raise ProviderError("the call was abandoned by its caller while the reply streamed in")
+                raise _Abandoned
             if reader is not None and on_event is not None:
                 for event in reader.feed(chunk):
                     on_event(event)
@@ -281,8 +286,16 @@ def read_streamed(
                 # stand for the record's, which is read again (and escapes them).
                 on_event.whole = False
         return bytes(body)
-    except (httpx2.HTTPError, _DeadlinePassed) as exc:
+    except (httpx2.HTTPError, _DeadlinePassed, _Abandoned) as exc:
         exchange = with_response(new_exchange(response.request, started, t0), response, bytes(body))
+        if isinstance(exc, _Abandoned):
+            # Seen here before the shut connection made a read fail (a busy machine's order):
+            # the record keeps what was sent and what had arrived all the same.
+            exchange.status = "error"
+            exchange.error = f"abandoned by its caller while the reply streamed in; the {len(body)} bytes received so far are kept"
+            raise ProviderError(
+                "the call was abandoned by its caller while the reply streamed in", exchange=exchange
+            ) from exc
         if isinstance(exc, _DeadlinePassed) or time.monotonic() >= end:
             exchange.status = "timeout"
             exchange.error = f"cut at the call's deadline of {deadline:g} s; the {len(body)} bytes received so far are kept"

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
+from datetime import UTC, datetime
 
+import httpx2
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conversations.providers.http import SseEvent, error_detail, json_object, parse_sse, synthesized_call_id
+from conversations.providers.base import ProviderError
+from conversations.providers.http import (
+    SseEvent,
+    call_abandoned,
+    error_detail,
+    json_object,
+    parse_sse,
+    read_streamed,
+    synthesized_call_id,
+)
 
 
 def test_events_are_split_on_blank_lines_with_their_names() -> None:
@@ -98,3 +111,32 @@ def test_a_json_object_nested_past_the_recursion_limit_fails_as_json_loads_does(
         json.loads(text)
     with pytest.raises(RecursionError):
         json_object(text)
+
+
+def test_a_reply_abandoned_while_it_streams_in_is_kept_with_what_had_arrived() -> None:
+    # A cancelled turn keeps the abandoned call's record. On a busy machine the turn's cancel is
+    # seen here, after a chunk arrived, before the shut connection makes a read fail.
+    chunks = [b'data: {"choices":[{"index":0,"delta":{"content":"This re"}}]}\n\n', b"data: more\n\n"]
+
+    def endless(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=iter(chunks))
+
+    abandoned = threading.Event()
+    abandoned.set()
+    token = call_abandoned.set(abandoned)
+    try:
+        with httpx2.Client(transport=httpx2.MockTransport(endless)) as client:
+            request = client.build_request(
+                "POST", "http://model.test/v1/chat/completions", json={"model": "m"}
+            )
+            response = client.send(request, stream=True)
+            with pytest.raises(ProviderError, match="abandoned by its caller") as raised:
+                read_streamed(response, None, datetime.now(UTC), time.monotonic(), 30.0)
+    finally:
+        call_abandoned.reset(token)
+
+    exchange = raised.value.exchange
+    assert exchange is not None
+    assert json.loads(exchange.request_body) == {"model": "m"}
+    assert exchange.response_body == chunks[0].decode()
+    assert exchange.status == "error" and "abandoned by its caller" in exchange.error
