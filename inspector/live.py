@@ -17,9 +17,9 @@ In the embedded default the in-memory layer is not thread-safe across event loop
 are scheduled on the web server's own loop (bound by the first consumer that connects).
 
 Each doorbell sent carries a ``ring``: an id no other doorbell has (a token of the sending
-process, drawn when it first sends, and a count). Every consumer of a conversation's group hears
-the same ring, so the consumers of one web process render the row it names once between them
-(``consumers.SharedRenders``).
+process, drawn when the module loads and again in a forked child, and a count). Every consumer
+of a conversation's group hears the same ring, so the consumers of one web process render the
+row it names once between them (``consumers.SharedRenders``).
 """
 
 from __future__ import annotations
