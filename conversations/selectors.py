@@ -107,8 +107,13 @@ def conversation_get(*, user: AbstractBaseUser | AnonymousUser, public_id: UUID 
     return visible.select_related("model_profile", "owner").get(public_id=public_id)
 
 
+def _step_exchanges() -> QuerySet[Exchange]:
+    """A row's exchanges as it shows them: in the order they happened, each with its server."""
+    return Exchange.objects.select_related("server").order_by("seq", "id")
+
+
 def _exchanges() -> Prefetch[str, QuerySet[Exchange], str]:
-    return Prefetch("exchanges", queryset=Exchange.objects.select_related("server").order_by("seq", "id"))
+    return Prefetch("exchanges", queryset=_step_exchanges())
 
 
 def _rows() -> QuerySet[Step]:
@@ -172,8 +177,45 @@ def _note_previous_prompts(rows: list[Step], *, from_first: bool) -> None:
 
 
 def step_row(*, conversation: Conversation, step_id: int) -> Step | None:
-    """One row of a conversation, loaded for rendering; None if it is not this conversation's."""
-    return _rows().filter(turn__conversation=conversation, pk=step_id).first()
+    """One row of a conversation, loaded for rendering as ``_rows`` loads a page's; None if it is
+    not this conversation's.
+
+    Every doorbell of a turn is one of these reads in the web server, so it is made in two
+    queries, not the three to five of ``_rows``' prefetches (their building was most of a row's
+    read): the row and its tool calls together, then the exchanges of all of them.
+    """
+    loaded = list(
+        Step.objects.filter(
+            Q(pk=step_id, parent__isnull=True) | Q(parent_id=step_id), turn__conversation=conversation
+        )
+        .select_related("server", "turn")
+        .defer("turn__transcript", "turn__seal_steps")
+        .order_by("seq")
+    )
+    row = next((step for step in loaded if step.pk == step_id), None)
+    if row is None:
+        return None
+    exchanges: dict[int | None, list[Exchange]] = {step.pk: [] for step in loaded}
+    for exchange in _step_exchanges().filter(step_id__in=list(exchanges)):
+        exchanges[exchange.step_id].append(exchange)
+    children = [step for step in loaded if step is not row]
+    _prefetched(row, "children", children)
+    for step in loaded:
+        _prefetched(step, "exchanges", exchanges[step.pk])
+        if step is not row:
+            Step.parent.field.set_cached_value(step, row)
+    return row
+
+
+def _prefetched(instance: Model, name: str, related: Sequence[Model]) -> None:
+    """Hold ``related`` as ``instance``'s reverse relation ``name`` (its ``.all()`` then reads no
+    more), where ``prefetch_related`` keeps what it fetched (Django 5.2): for rows read together
+    in one query that the prefetch would read again one relation at a time. The tests compare
+    such a row's rendering with a prefetched one's."""
+    loaded = getattr(instance, name).all()
+    loaded._result_cache = list(related)
+    loaded._prefetch_done = True
+    instance.__dict__.setdefault("_prefetched_objects_cache", {})[name] = loaded
 
 
 def _rows_changed(conversation: Conversation, since: datetime, steps: QuerySet[Step]) -> QuerySet[Step]:

@@ -579,6 +579,37 @@ def test_the_shell_carries_the_very_status_block_and_reads_the_turn_once(
     assert len(step_reads) == 1, step_reads
 
 
+def test_a_row_is_read_in_two_queries_with_its_tool_calls_and_every_exchange(
+    django_assert_num_queries: Any,
+) -> None:
+    # Every doorbell is a row read in the web server (a connect row before any model call is
+    # the first thing a new turn shows): the row with its tool calls, then all of their exchanges.
+    turn = make_turn()
+    decide = decide_row(turn)
+    StepFactory(turn=turn, kind=Step.Kind.ANSWER, seq=decide.seq + 10)  # not the row's
+
+    with django_assert_num_queries(2):
+        row = selectors.step_row(conversation=turn.conversation, step_id=decide.pk)
+        assert row is not None
+        children = list(row.children.all())
+        loaded = {step.pk: [exchange.pk for exchange in step.exchanges.all()] for step in [row, *children]}
+        servers = [exchange.server for step in [row, *children] for exchange in step.exchanges.all()]
+        turns = [step.turn.seq for step in [row, *children]]
+
+    assert [child.title for child in children] == ["demo/get_forecast", "launch_rockets"]
+    assert all(child.parent is row for child in children)
+    assert loaded == {
+        step.pk: list(step.exchanges.order_by("seq", "id").values_list("pk", flat=True))
+        for step in Step.objects.filter(pk__in=loaded)
+    }
+    assert any(server is not None for server in servers) and turns == [turn.seq] * 3
+    # As the page reads it (``turn_rows``), so a row looks the same live and on a reload.
+    (paged,) = [step for step in selectors.turn_rows(turn=turn) if step.pk == decide.pk]
+    assert render_to_string("inspector/_step.html", {"conversation": turn.conversation, "step": row}) == (
+        render_to_string("inspector/_step.html", {"conversation": turn.conversation, "step": paged})
+    )
+
+
 def test_a_row_read_leaves_out_the_turns_history_and_seal_digests() -> None:
     history = [{"role": "user", "content": "x" * 100_000}]
     turn = make_turn(transcript=history, seal_steps=["d" * 64] * 50)
