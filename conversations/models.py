@@ -484,6 +484,20 @@ class RedactionRule(models.Model):
             raise ValidationError({"pattern": f"not a valid regular expression: {exc}"}) from exc
 
 
+class SecretsChange(models.Model):
+    """One change to what the redactor must know: a staff rule, a model profile's key variable,
+    a server's env or headers (``secret_sources``). Written only by the database's own triggers
+    (``secret_sources.watch_sql``), so no way of changing those rows (a form, the admin, a bulk
+    update, SQL) goes unseen; read only as the version of the configured secrets, by which each
+    process knows whether the ones it read last still hold. A random token per change, so a
+    change rolled back and another made after it are never taken for one another."""
+
+    token = models.CharField(max_length=36)
+
+    def __str__(self) -> str:
+        return f"secrets change {self.pk}"
+
+
 class Team(models.Model):
     """People who see each other's conversations."""
 

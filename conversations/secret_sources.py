@@ -3,16 +3,27 @@
 This app knows its own secrets (each model profile's key); an app that keeps others registers a
 source of them here when Django starts (``servers`` does, for its servers' sealed and ``${VAR}``
 env and header values: ``servers.apps``), so that nothing here imports it.
+
+Every question asked and every turn started builds the redactor, and reading the rules and the
+secrets took three queries and 2 ms. They are read again only when they may have changed: the
+tables that hold them are watched by the database's own triggers (``watch_sql``, installed by
+the migrations of the app that owns each table), which log every change in ``SecretsChange``.
+A process keeps what it read with the version it read first (that log's count, newest row and
+its token; its own environment, built-in keys, sealing key and sources), and one query for the
+version tells it whether that still holds: a change committed anywhere, by any route, is seen
+by the next build.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 from django.conf import settings
+from django.db import connection
 
-from conversations.models import ModelProfile, RedactionRule
+from conversations.models import ModelProfile, RedactionRule, SecretsChange
 from conversations.redaction import Redactor, redactor, remember
 
 # A source gives every secret value it holds that can be resolved here (unresolvable ones left out).
@@ -22,7 +33,9 @@ _sources: list[SecretSource] = []
 
 
 def secret_source_register(source: SecretSource) -> None:
-    """Have ``configured_secrets`` ask ``source`` too (once, however often it is registered)."""
+    """Have ``configured_secrets`` ask ``source`` too (once, however often it is registered).
+    The tables ``source`` reads must be watched (``watch_sql``, in their app's migrations), or a
+    change to them is not seen until something watched changes."""
     if source not in _sources:
         _sources.append(source)
 
@@ -45,8 +58,99 @@ def configured_secrets() -> list[str]:
 def active_redactor(*, secrets: Sequence[str] = ()) -> Redactor:
     """The one redactor for what is written: the built-in patterns, the enabled staff rules,
     every configured secret value (``configured_secrets``) and ``secrets`` (values of this run).
-    It also becomes the process's ``redaction.current()`` one, which the log filter applies."""
-    rules = RedactionRule.objects.filter(enabled=True).values_list("name", "pattern")
-    built = redactor(rules=list(rules), secrets=[*configured_secrets(), *secrets])
+    It also becomes the process's ``redaction.current()`` one, which the log filter applies.
+    The rules and configured secrets are read again only when their version has changed."""
+    configured = _configured_now()
+    built = (
+        configured.redactor
+        if not secrets
+        else redactor(rules=configured.rules, secrets=[*configured.secrets, *secrets])
+    )
     remember(built)
     return built
+
+
+class _Configured(NamedTuple):
+    version: tuple[object, ...]
+    rules: list[tuple[str, str]]
+    secrets: list[str]
+    redactor: Redactor
+
+
+# What this process read last, with the version it was read at.
+_configured: _Configured | None = None
+
+
+def _version() -> tuple[object, ...]:
+    """The version of what the redactor is built from: the database's log of changes to the
+    watched tables (how many, the newest and its token: a log emptied and begun again is not
+    taken for the old one), and what this process reads the values with (its environment, the
+    built-in keys, the key sealed values open with, the sources registered), as hashes."""
+    table = connection.ops.quote_name(SecretsChange._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT count(*), max(id), (SELECT token FROM {table} ORDER BY id DESC LIMIT 1) FROM {table}"
+        )
+        logged = cursor.fetchone()
+    return (
+        tuple(logged),
+        hash(frozenset(os.environ.items())),
+        hash(frozenset(settings.BUILTIN_API_KEYS.items())),
+        hash(settings.SECRET_KEY),
+        tuple(_sources),
+    )
+
+
+def _configured_now() -> _Configured:
+    """The rules and configured secrets as they are now: those read last if their version still
+    holds, else read again. The version is read first: what is read after it is at least as new,
+    so a change committed meanwhile is kept under the older version and read again next time.
+    Two threads reading at once may both read; either result is whole."""
+    global _configured
+    version = _version()
+    found = _configured
+    if found is not None and found.version == version:
+        return found
+    rules = list(RedactionRule.objects.filter(enabled=True).values_list("name", "pattern"))
+    secrets = configured_secrets()
+    found = _configured = _Configured(version, rules, secrets, redactor(rules=rules, secrets=secrets))
+    return found
+
+
+# --- the watch on the tables secrets are read from (for migrations) -------------------------------
+
+_LOGGED = "INSERT INTO {log} (token) VALUES ({token})"
+_TOKEN = {"postgresql": "gen_random_uuid()::text", "sqlite": "lower(hex(randomblob(16)))"}
+_FUNCTION = "conversations_secrets_changed"
+
+
+def watch_sql(vendor: str, table: str, columns: Sequence[str]) -> list[str]:
+    """The SQL that has the database log a change to ``table`` in ``SecretsChange``: every row
+    inserted or deleted, and every update of one of ``columns`` (the ones secrets are read from;
+    an update that leaves them alone logs nothing). Only PostgreSQL and SQLite are supported.
+    Used by migrations, so what it writes must stay as it is; a new form gets a new function."""
+    log = SecretsChange._meta.db_table
+    logged = _LOGGED.format(log=log, token=_TOKEN[vendor])
+    if vendor == "postgresql":
+        changed = " OR ".join(f"OLD.{column} IS DISTINCT FROM NEW.{column}" for column in columns)
+        return [
+            f"CREATE OR REPLACE FUNCTION {_FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            f"BEGIN {logged}; RETURN NULL; END $$",
+            f"CREATE TRIGGER {table}_secrets_written AFTER INSERT OR DELETE OR TRUNCATE ON {table} "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION {_FUNCTION}()",
+            f"CREATE TRIGGER {table}_secrets_updated AFTER UPDATE ON {table} FOR EACH ROW "
+            f"WHEN ({changed}) EXECUTE FUNCTION {_FUNCTION}()",
+        ]
+    changed = " OR ".join(f"OLD.{column} IS NOT NEW.{column}" for column in columns)
+    return [
+        f"CREATE TRIGGER {table}_secrets_inserted AFTER INSERT ON {table} BEGIN {logged}; END",
+        f"CREATE TRIGGER {table}_secrets_deleted AFTER DELETE ON {table} BEGIN {logged}; END",
+        f"CREATE TRIGGER {table}_secrets_updated AFTER UPDATE ON {table} WHEN {changed} BEGIN {logged}; END",
+    ]
+
+
+def unwatch_sql(vendor: str, table: str) -> list[str]:
+    """The SQL that removes ``watch_sql``'s triggers from ``table`` (not the shared function)."""
+    names = ("written", "updated") if vendor == "postgresql" else ("inserted", "deleted", "updated")
+    on = f" ON {table}" if vendor == "postgresql" else ""
+    return [f"DROP TRIGGER IF EXISTS {table}_secrets_{name}{on}" for name in names]

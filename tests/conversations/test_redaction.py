@@ -263,3 +263,133 @@ def test_a_new_conversation_and_a_comparison_read_the_secrets_once(monkeypatch: 
     assert comparison.question == "mail [REDACTED:email]"
     assert [t.question for t in turns] == ["mail [REDACTED:email]"] * 2
     assert all("example.com" not in t.conversation.title for t in turns)
+
+
+# --- the configured secrets are read again only when they change ----------------------------------
+
+
+SECRET_TEXT = "watched-secret-0042"
+
+
+def _masks(text: str) -> bool:
+    return active_redactor().text(text) == "[REDACTED:secret]"
+
+
+@pytest.mark.django_db
+def test_a_redactor_built_again_with_nothing_changed_reads_only_the_version(
+    django_assert_num_queries: object,
+) -> None:
+    # Every question asked and every turn started builds one: its three reads were 2 ms a time.
+    McpServerFactory(env={"A": seal(SECRET_TEXT)})
+    assert _masks(SECRET_TEXT)
+
+    with django_assert_num_queries(1):  # type: ignore[operator]
+        assert _masks(SECRET_TEXT)
+    with django_assert_num_queries(1):  # type: ignore[operator]
+        assert active_redactor(secrets=["run-secret-0042"]).text("run-secret-0042") == "[REDACTED:secret]"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "change",
+    [
+        "server created",
+        "server env saved",
+        "server headers updated in bulk",
+        "server env set in SQL",
+        "rule created",
+        "rule enabled in bulk",
+        "profile key variable updated in bulk",
+        "profile key variable set in SQL",
+    ],
+)
+def test_a_secret_configured_any_way_is_masked_at_once(change: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.db import connection
+
+    from conversations.models import ModelProfile, RedactionRule
+    from servers.models import McpServer
+
+    monkeypatch.setenv("H4_WATCHED_KEY", SECRET_TEXT)
+    server = McpServerFactory(env={"PLAIN": "x"})
+    profile = ModelProfileFactory(api_key_env="H4_NOT_SET_0042")
+    rule = RedactionRule.objects.create(name="watched", pattern=SECRET_TEXT, enabled=False)
+    assert not _masks(SECRET_TEXT)  # built once, before the change
+
+    if change == "server created":
+        McpServerFactory(env={"A": seal(SECRET_TEXT)})
+    elif change == "server env saved":
+        server.env = {"A": "${H4_WATCHED_KEY}"}
+        server.save()
+    elif change == "server headers updated in bulk":
+        McpServer.objects.filter(pk=server.pk).update(headers={"X-Key": seal(SECRET_TEXT)})
+    elif change == "server env set in SQL":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {McpServer._meta.db_table} SET env = %s WHERE id = %s",
+                [json.dumps({"A": seal(SECRET_TEXT)}), server.pk],
+            )
+    elif change == "rule created":
+        RedactionRule.objects.create(name="watched-too", pattern="watched-secret-[0-9]+")
+    elif change == "rule enabled in bulk":
+        RedactionRule.objects.filter(pk=rule.pk).update(enabled=True)
+    elif change == "profile key variable updated in bulk":
+        ModelProfile.objects.filter(pk=profile.pk).update(api_key_env="H4_WATCHED_KEY")
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {ModelProfile._meta.db_table} SET api_key_env = %s WHERE id = %s",
+                ["H4_WATCHED_KEY", profile.pk],
+            )
+
+    masked = active_redactor().text(SECRET_TEXT)
+    assert masked.startswith("[REDACTED:") and SECRET_TEXT not in masked
+
+
+@pytest.mark.django_db
+def test_a_key_variable_set_in_the_environment_later_is_masked_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    ModelProfileFactory(api_key_env="H4_LATE_KEY")
+    assert not _masks(SECRET_TEXT)
+
+    monkeypatch.setenv("H4_LATE_KEY", SECRET_TEXT)
+
+    assert _masks(SECRET_TEXT)
+
+
+@pytest.mark.django_db
+def test_a_change_that_leaves_the_secrets_alone_does_not_make_them_read_again(
+    django_assert_num_queries: object,
+) -> None:
+    # A profile's capabilities are saved by a turn that learned one is missing: no secret moved.
+    from conversations.models import ModelProfile
+    from servers.models import McpServer
+
+    profile = ModelProfileFactory(api_key_env="H4_KEY_0042")
+    server = McpServerFactory(env={"A": seal(SECRET_TEXT)})
+    assert _masks(SECRET_TEXT)
+
+    ModelProfile.objects.filter(pk=profile.pk).update(native_tools=False)
+    McpServer.objects.filter(pk=server.pk).update(description="renamed")
+
+    with django_assert_num_queries(1):  # type: ignore[operator]
+        assert _masks(SECRET_TEXT)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_secret_another_process_commits_is_masked_here_at_once() -> None:
+    import threading
+
+    from django.db import connection
+
+    assert not _masks(SECRET_TEXT)
+
+    def elsewhere() -> None:  # its own connection, committing as another process would
+        try:
+            McpServerFactory(env={"A": seal(SECRET_TEXT)})
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join()
+
+    assert _masks(SECRET_TEXT)
