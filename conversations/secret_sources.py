@@ -128,7 +128,9 @@ def watch_sql(vendor: str, table: str, columns: Sequence[str]) -> list[str]:
     """The SQL that has the database log a change to ``table`` in ``SecretsChange``: every row
     inserted or deleted, and every update of one of ``columns`` (the ones secrets are read from;
     an update that leaves them alone logs nothing). Only PostgreSQL and SQLite are supported.
-    Used by migrations, so what it writes must stay as it is; a new form gets a new function."""
+    Used by migrations, so what it writes must stay as it is; a new form gets a new function.
+    SQLite drops a table's triggers when a migration rebuilds the table (many schema changes
+    do): such a migration must watch it again (a test checks every watched table's triggers)."""
     log = SecretsChange._meta.db_table
     logged = _LOGGED.format(log=log, token=_TOKEN[vendor])
     if vendor == "postgresql":
