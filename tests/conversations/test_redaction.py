@@ -346,7 +346,9 @@ def test_a_secret_configured_any_way_is_masked_at_once(change: str, monkeypatch:
 
 
 @pytest.mark.django_db
-def test_a_key_variable_set_in_the_environment_later_is_masked_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_key_variable_set_in_the_environment_later_is_masked_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     ModelProfileFactory(api_key_env="H4_LATE_KEY")
     assert not _masks(SECRET_TEXT)
 
@@ -410,7 +412,9 @@ def test_every_table_secrets_are_read_from_is_watched_after_all_migrations() -> 
         else:
             cursor.execute("SELECT tbl_name, name FROM sqlite_master WHERE type = 'trigger'")
         triggers = {(table.strip('"'), name) for table, name in cursor.fetchall()}
-    kinds = ("written", "updated") if connection.vendor == "postgresql" else ("inserted", "deleted", "updated")
+    kinds = (
+        ("written", "updated") if connection.vendor == "postgresql" else ("inserted", "deleted", "updated")
+    )
 
     for model in (RedactionRule, ModelProfile, McpServer):
         table = model._meta.db_table
