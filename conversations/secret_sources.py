@@ -5,7 +5,7 @@ source of them here when Django starts (``servers`` does, for its servers' seale
 env and header values: ``servers.apps``), so that nothing here imports it.
 
 Every question asked and every turn started builds the redactor, and reading the rules and the
-secrets took three queries and 2 ms. They are read again only when they may have changed: the
+secrets took three queries and about 1.5 ms. They are read again only when they may have changed: the
 tables that hold them are watched by the database's own triggers (``watch_sql``, installed by
 the migrations of the app that owns each table), which log every change in ``SecretsChange``.
 A process keeps what it read with the version it read first (that log's count, newest row and

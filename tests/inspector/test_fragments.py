@@ -603,6 +603,8 @@ def test_a_row_is_read_in_two_queries_with_its_tool_calls_and_every_exchange(
         for step in Step.objects.filter(pk__in=loaded)
     }
     assert any(server is not None for server in servers) and turns == [turn.seq] * 3
+    with django_assert_num_queries(2):  # the row's whole render reads nothing more
+        assert render_row(conversation=turn.conversation, step_id=decide.pk) is not None
     # As the page reads it (``turn_rows``), so a row looks the same live and on a reload.
     (paged,) = [step for step in selectors.turn_rows(turn=turn) if step.pk == decide.pk]
     assert render_to_string("inspector/_step.html", {"conversation": turn.conversation, "step": row}) == (
