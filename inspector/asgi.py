@@ -6,15 +6,19 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "inspector.settings")
 # Django must be set up before consumers (and through them, models) are imported.
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.sessions import CookieMiddleware, SessionMiddleware  # noqa: E402
 
+from inspector.consumers import SocketAuthMiddleware  # noqa: E402
 from inspector.routing import websocket_urlpatterns  # noqa: E402
 from inspector.security import WebsocketOriginValidator  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": WebsocketOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # Channels' ``AuthMiddlewareStack``, its user read outside the thread pages are rendered in.
+        "websocket": WebsocketOriginValidator(
+            CookieMiddleware(SessionMiddleware(SocketAuthMiddleware(URLRouter(websocket_urlpatterns))))
+        ),
     }
 )

@@ -12,7 +12,10 @@ A class watching one conversation opens a socket each; every doorbell reaches al
 consumers of a process render what one doorbell names once between them (``SharedRenders``),
 in a thread of their own (``LIVE_RENDERS``): not in the server's one thread for synchronous work,
 where every page of every user is rendered, so a class opening a long conversation's page at
-once does not hold back the rows its sockets wait for, nor the rows the pages.
+once does not hold back the rows its sockets wait for, nor the rows the pages. A socket's
+opening (its user, access, audit and preference reads) and its catch-up are read in threads of
+their own too (``SOCKET_READS``, several: a class reconnecting at once waits on the database side
+by side), so a class whose sockets reconnect while its pages load is not queued behind them.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from asgiref.sync import sync_to_async
+from channels.auth import AuthMiddleware, UserLazyObject
+from channels.auth import get_user as session_user
 from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
@@ -42,6 +47,9 @@ from inspector.fragments import (
 )
 from inspector.live import StepChanged, StepPartial, TurnChanged
 from inspector.preferences import preference_get
+
+if TYPE_CHECKING:
+    from channels.consumer import _ChannelScope
 
 T = TypeVar("T")
 
@@ -131,6 +139,13 @@ shared_renders = SharedRenders()
 LIVE_RENDERS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-render")
 
 
+# A socket's opening and catch-up: in a few threads of their own, not the server's one thread
+# for synchronous work (where pages are rendered and would hold them back), several so that a
+# class reconnecting at once waits on the database side by side. Each hands its pooled
+# connection back after every read.
+SOCKET_READS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="socket-reads")
+
+
 def _released(work: Callable[[], T]) -> T:
     """``work()``, then this thread's pooled connection handed back: a socket holds none while
     it waits for doorbells (channels would give it back only before the next message)."""
@@ -138,6 +153,23 @@ def _released(work: Callable[[], T]) -> T:
         return work()
     finally:
         release_connection()
+
+
+async def _socket_read(work: Callable[[], T]) -> T:
+    """``work()`` in ``SOCKET_READS``, its connection handed back."""
+    return await sync_to_async(_released, thread_sensitive=False, executor=SOCKET_READS)(work)
+
+
+class SocketAuthMiddleware(AuthMiddleware):
+    """Channels' ``AuthMiddleware`` (the user of the session cookie, as its ``get_user`` finds
+    them), reading in ``SOCKET_READS`` rather than in the server's thread for pages."""
+
+    async def resolve_scope(self, scope: _ChannelScope) -> None:
+        # Channels' ``get_user`` is asgiref's ``database_sync_to_async`` around ``func``, which
+        # would run it in that thread.
+        read = session_user.func  # type: ignore[attr-defined]
+        user = cast(UserLazyObject, scope["user"])  # ``populate_scope`` has put it there
+        user._wrapped = await _socket_read(lambda: read(scope))
 
 
 def _admitted(user: Any, public_id: str) -> tuple[Conversation, bool] | None:
@@ -156,17 +188,16 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
     group: str
     teaching: bool = False
 
-    # Doorbells need nothing of the server's thread for synchronous work: they are rendered in
-    # ``LIVE_RENDERS``, which hands its connection back after each render. Channels first tidies
-    # that thread's database connections before every message a consumer handles, a hop there
-    # per message and socket that waits behind every page being rendered; these skip it.
-    DOORBELLS = frozenset({"step.changed", "turn.changed", "step.partial"})
-
     async def dispatch(self, message: dict[str, Any]) -> None:
-        if message.get("type") in self.DOORBELLS:
-            await getattr(self, get_handler_name(message))(message)
-            return
-        await super().dispatch(message)
+        """Channels first tidies the database connections of the server's thread for synchronous
+        work before every message a consumer handles: a hop there per message and socket, behind
+        every page being rendered. This consumer reads nothing in that thread (doorbells are
+        rendered in ``LIVE_RENDERS``, openings and catch-ups read in ``SOCKET_READS``, each
+        handing its connection back), so it skips the hop."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"no handler for message type {message['type']}")
+        await handler(message)
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -174,7 +205,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         public_id = self.scope["url_route"]["kwargs"]["public_id"]
-        admitted = await sync_to_async(_released)(lambda: _admitted(user, public_id))
+        admitted = await _socket_read(lambda: _admitted(user, public_id))
         if admitted is None:
             await self.close(code=CLOSE_NOT_FOUND)
             return
@@ -227,7 +258,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             except ValueError as exc:
                 await self.send_json({"type": "error", "message": f"catch_up: {exc}; sending everything"})
         conversation, teaching = self.conversation, self.teaching
-        messages = await sync_to_async(_released)(
+        messages = await _socket_read(
             lambda: render_catch_up(conversation=conversation, since=since, teaching=teaching, view=view)
         )
         for message in messages:

@@ -17,7 +17,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from conversations.models import Conversation, ModelProfile, Step, Team, Turn
+from conversations.models import AuditEvent, Conversation, ModelProfile, Step, Team, Turn
 from inspector import consumers, live
 from inspector.asgi import application
 from inspector.fragments import timestamp_iso
@@ -466,3 +466,45 @@ async def test_a_page_holding_the_servers_synchronous_thread_does_not_hold_back_
 
     assert row["step_id"] == step.pk and "thinking about Beijing" in row["html"]
     await socket.disconnect()
+
+
+async def test_a_socket_opens_and_catches_up_while_a_page_holds_the_servers_synchronous_thread() -> None:
+    # A class reconnecting while its pages load: the socket's user, access, audit and catch-up
+    # are read beside the pages, not queued behind them.
+    alice = await User.objects.acreate(username="alice")
+    conversation, turn, step = await sync_to_async(_conversation)(alice)
+    client = Client()
+    await sync_to_async(client.force_login)(alice)
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    page_started, page_may_end = threading.Event(), threading.Event()
+
+    def slow_page() -> None:  # a long conversation's page, rendered where every view is
+        page_started.set()
+        page_may_end.wait(timeout=30)
+
+    page = asyncio.ensure_future(sync_to_async(slow_page)())
+    await sync_to_async(page_started.wait, thread_sensitive=False)(10)
+    try:
+        communicator = WebsocketCommunicator(
+            application,
+            _path(conversation),
+            headers=[(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"), (b"cookie", cookie)],
+        )
+        connected, _ = await communicator.connect(timeout=5)
+        assert connected
+        await communicator.send_json_to({"type": "catch_up", "since": "2000-01-01T00:00:00+00:00"})
+        messages = await _caught_up(communicator)
+        assert not page.done()
+    finally:
+        page_may_end.set()
+        await page
+
+    assert [(m["type"], m.get("step_id", m["turn_id"])) for m in messages] == [
+        ("turn", turn.pk),
+        ("row", step.pk),
+    ]
+    opened = await AuditEvent.objects.filter(
+        conversation_public_id=conversation.public_id, via="websocket"
+    ).acount()
+    assert opened == 1
+    await communicator.disconnect()
