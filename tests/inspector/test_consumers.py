@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -48,6 +50,39 @@ def _path(conversation: Conversation) -> str:
     return f"/ws/conversations/{conversation.public_id}/"
 
 
+async def _signed_in(
+    user: User, conversation: Conversation, origin: bytes = b"http://127.0.0.1"
+) -> WebsocketCommunicator:
+    """A socket on ``conversation`` through the whole ASGI stack, with ``user``'s session cookie."""
+    client = Client()
+    await sync_to_async(client.force_login)(user)
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    return WebsocketCommunicator(
+        application,
+        _path(conversation),
+        headers=[(b"origin", origin), (b"host", b"127.0.0.1"), (b"cookie", cookie)],
+    )
+
+
+@asynccontextmanager
+async def _page_holding_the_synchronous_thread() -> AsyncIterator[asyncio.Future[None]]:
+    """A long conversation's page being rendered in the server's one thread for synchronous
+    work (where every view is) until the block ends; yields it, to check it still is."""
+    page_started, page_may_end = threading.Event(), threading.Event()
+
+    def slow_page() -> None:
+        page_started.set()
+        page_may_end.wait(timeout=30)
+
+    page = asyncio.ensure_future(sync_to_async(slow_page)())
+    await sync_to_async(page_started.wait, thread_sensitive=False)(10)
+    try:
+        yield page
+    finally:
+        page_may_end.set()
+        await page
+
+
 async def _as(user: User, conversation: Conversation) -> WebsocketCommunicator:
     communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), _path(conversation))
     communicator.scope["user"] = user
@@ -84,14 +119,7 @@ async def test_an_anonymous_socket_is_closed_before_accept() -> None:
 async def test_a_foreign_origin_is_refused_even_with_a_valid_session() -> None:
     alice = await User.objects.acreate(username="alice")
     conversation, _, _ = await sync_to_async(_conversation)(alice)
-    client = Client()
-    await sync_to_async(client.force_login)(alice)
-    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
-    communicator = WebsocketCommunicator(
-        application,
-        _path(conversation),
-        headers=[(b"origin", b"http://evil.example"), (b"host", b"127.0.0.1"), (b"cookie", cookie)],
-    )
+    communicator = await _signed_in(alice, conversation, origin=b"http://evil.example")
 
     connected, _ = await communicator.connect()
 
@@ -101,19 +129,26 @@ async def test_a_foreign_origin_is_refused_even_with_a_valid_session() -> None:
 async def test_the_owner_connects_through_the_real_auth_stack() -> None:
     alice = await User.objects.acreate(username="alice")
     conversation, _, _ = await sync_to_async(_conversation)(alice)
-    client = Client()
-    await sync_to_async(client.force_login)(alice)
-    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
-    communicator = WebsocketCommunicator(
-        application,
-        _path(conversation),
-        headers=[(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"), (b"cookie", cookie)],
-    )
+    communicator = await _signed_in(alice, conversation)
 
     connected, _ = await communicator.connect()
 
     assert connected
     await communicator.disconnect()
+
+
+async def test_another_user_through_the_real_auth_stack_answers_not_found() -> None:
+    # The session's user is read in the sockets' own threads: each socket gets its own user.
+    alice = await User.objects.acreate(username="alice")
+    bob = await User.objects.acreate(username="bob")
+    conversation, _, _ = await sync_to_async(_conversation)(alice)
+    owner, stranger = await _signed_in(alice, conversation), await _signed_in(bob, conversation)
+
+    (owner_in, _), (stranger_in, code) = await asyncio.gather(owner.connect(), stranger.connect())
+
+    assert owner_in and not stranger_in
+    assert code == consumers.CLOSE_NOT_FOUND
+    await owner.disconnect()
 
 
 async def test_another_users_conversation_answers_not_found() -> None:
@@ -443,15 +478,7 @@ async def test_a_page_holding_the_servers_synchronous_thread_does_not_hold_back_
     alice = await User.objects.acreate(username="alice")
     conversation, turn, step = await sync_to_async(_conversation)(alice)
     socket = (await _watchers([alice], conversation))[0]
-    page_started, page_may_end = threading.Event(), threading.Event()
-
-    def slow_page() -> None:  # a long conversation's page, rendered where every view is
-        page_started.set()
-        page_may_end.wait(timeout=30)
-
-    page = asyncio.ensure_future(sync_to_async(slow_page)())
-    await sync_to_async(page_started.wait, thread_sensitive=False)(10)
-    try:
+    async with _page_holding_the_synchronous_thread() as page:
         _ring(
             live.publish_step_changed,
             conversation_id=conversation.public_id,
@@ -460,9 +487,6 @@ async def test_a_page_holding_the_servers_synchronous_thread_does_not_hold_back_
         )
         row = await socket.receive_json_from(timeout=5)
         assert not page.done()
-    finally:
-        page_may_end.set()
-        await page
 
     assert row["step_id"] == step.pk and "thinking about Beijing" in row["html"]
     await socket.disconnect()
@@ -473,31 +497,13 @@ async def test_a_socket_opens_and_catches_up_while_a_page_holds_the_servers_sync
     # are read beside the pages, not queued behind them.
     alice = await User.objects.acreate(username="alice")
     conversation, turn, step = await sync_to_async(_conversation)(alice)
-    client = Client()
-    await sync_to_async(client.force_login)(alice)
-    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
-    page_started, page_may_end = threading.Event(), threading.Event()
-
-    def slow_page() -> None:  # a long conversation's page, rendered where every view is
-        page_started.set()
-        page_may_end.wait(timeout=30)
-
-    page = asyncio.ensure_future(sync_to_async(slow_page)())
-    await sync_to_async(page_started.wait, thread_sensitive=False)(10)
-    try:
-        communicator = WebsocketCommunicator(
-            application,
-            _path(conversation),
-            headers=[(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"), (b"cookie", cookie)],
-        )
+    communicator = await _signed_in(alice, conversation)
+    async with _page_holding_the_synchronous_thread() as page:
         connected, _ = await communicator.connect(timeout=5)
         assert connected
         await communicator.send_json_to({"type": "catch_up", "since": "2000-01-01T00:00:00+00:00"})
         messages = await _caught_up(communicator)
         assert not page.done()
-    finally:
-        page_may_end.set()
-        await page
 
     assert [(m["type"], m.get("step_id", m["turn_id"])) for m in messages] == [
         ("turn", turn.pk),
