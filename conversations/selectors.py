@@ -42,6 +42,7 @@ from django.db.models import (
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, Least, Left, Substr
 
+from conversations.compiled_reads import CompiledRead
 from conversations.models import FTS_BODY_CHARS, Comparison, Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.typealias import JSONValue
@@ -184,19 +185,12 @@ def step_row(*, conversation: Conversation, step_id: int) -> Step | None:
     queries, not the three to five of ``_rows``' prefetches (their building was most of a row's
     read): the row and its tool calls together, then the exchanges of all of them.
     """
-    loaded = list(
-        Step.objects.filter(
-            Q(pk=step_id, parent__isnull=True) | Q(parent_id=step_id), turn__conversation=conversation
-        )
-        .select_related("server", "turn")
-        .defer("turn__transcript", "turn__seal_steps")
-        .order_by("seq")
-    )
+    loaded = _row_and_tool_calls(step_id=step_id, conversation_id=conversation.pk)
     row = next((step for step in loaded if step.pk == step_id), None)
     if row is None:
         return None
     exchanges: dict[int | None, list[Exchange]] = {step.pk: [] for step in loaded}
-    for exchange in _step_exchanges().filter(step_id__in=list(exchanges)):
+    for exchange in _exchanges_of_steps(step_ids=[step.pk for step in loaded]):
         exchanges[exchange.step_id].append(exchange)
     children = [step for step in loaded if step is not row]
     _prefetched(row, "children", children)
@@ -205,6 +199,20 @@ def step_row(*, conversation: Conversation, step_id: int) -> Step | None:
         if step is not row:
             Step.parent.field.set_cached_value(step, row)
     return row
+
+
+# ``step_row``'s two reads, compiled once (``conversations.compiled_reads``): every doorbell runs them.
+_row_and_tool_calls = CompiledRead(
+    lambda step_id, conversation_id: (
+        Step.objects.filter(
+            Q(pk=step_id, parent__isnull=True) | Q(parent_id=step_id), turn__conversation_id=conversation_id
+        )
+        .select_related("server", "turn")
+        .defer("turn__transcript", "turn__seal_steps")
+        .order_by("seq")
+    )
+)
+_exchanges_of_steps = CompiledRead(lambda step_ids: _step_exchanges().filter(step_id__in=step_ids))
 
 
 def _prefetched(instance: Model, name: str, related: Sequence[Model]) -> None:
@@ -308,8 +316,20 @@ def step_get(*, conversation: Conversation, step_id: int) -> Step | None:
 
 def turn_get(*, conversation: Conversation, turn_id: int) -> Turn | None:
     """One turn of ``conversation`` (read as ``conversation_turns`` reads them)."""
-    turns = conversation.turns.defer("transcript", "seal_steps").select_related("trace_delivery")
-    return turns.filter(pk=turn_id).first()
+    for turn in _conversations_turn(turn_id=turn_id, conversation_id=conversation.pk):
+        Turn.conversation.field.set_cached_value(turn, conversation)
+        return turn
+    return None
+
+
+# Every doorbell about a turn runs this in the web server (``conversations.compiled_reads``).
+_conversations_turn = CompiledRead(
+    lambda turn_id, conversation_id: (
+        Turn.objects.filter(pk=turn_id, conversation_id=conversation_id)
+        .defer("transcript", "seal_steps")
+        .select_related("trace_delivery")
+    )
+)
 
 
 def profiles_for_form() -> QuerySet[ModelProfile]:
