@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -39,6 +40,10 @@ Ids = int | Sequence[int]
 # Stand-ins for the ids while a read is compiled: positive and inside a 32-bit integer column's
 # range, as Django answers a lookup whose value its column could not hold with no rows at all.
 _FIRST_STAND_IN = 2_147_000_000
+# A list of more ids than this is read as the plain queryset (each length is a shape of its own);
+# a read keeps at most this many shapes.
+MOST_LISTED_IDS = 64
+MOST_SHAPES = 128
 
 
 class _Compiler:
@@ -102,13 +107,21 @@ class CompiledRead(Generic[Row]):
     def __init__(self, build: Callable[..., QuerySet[Any, Row]]) -> None:
         self._build = build
         self._shapes: dict[tuple[Any, ...], _Compiled] = {}
+        self._compiling = threading.Lock()
 
     def __call__(self, **ids: Ids) -> list[Row]:
         """The rows the built queryset would give for these ids, in its order."""
         shape = tuple((name, _length(name, value)) for name, value in sorted(ids.items()))
         compiled = self._shapes.get(shape)
         if compiled is None:
-            compiled = self._shapes[shape] = self._compile(ids)
+            if any(length is not None and length > MOST_LISTED_IDS for _, length in shape):
+                # A long list is rare and its shapes many: built as any queryset is.
+                return list(self._build(**ids))
+            with self._compiling:
+                compiled = self._compile(ids)
+                if len(self._shapes) >= MOST_SHAPES:  # the oldest shape makes room
+                    del self._shapes[next(iter(self._shapes))]
+                self._shapes[shape] = compiled
         return compiled.run(ids)
 
     def _compile(self, ids: dict[str, Ids]) -> _Compiled:

@@ -8,7 +8,7 @@ printing) is ``conversations.presentation``; the transcript document is
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from functools import cached_property
@@ -113,12 +113,9 @@ def _step_exchanges() -> QuerySet[Exchange]:
     return Exchange.objects.select_related("server").order_by("seq", "id")
 
 
-def _exchanges() -> Prefetch[str, QuerySet[Exchange], str]:
-    return Prefetch("exchanges", queryset=_step_exchanges())
-
-
 def _rows() -> QuerySet[Step]:
-    children = Step.objects.select_related("server").prefetch_related(_exchanges()).order_by("seq")
+    """A page's rows (top-level steps), in order, each with its server and turn: ``_loaded``
+    gives them their tool calls and exchanges."""
     return (
         Step.objects.filter(parent__isnull=True)
         # The turn too: a model call's row shows the turn's tool_choice, a tool's its tools. Not
@@ -126,9 +123,34 @@ def _rows() -> QuerySet[Step]:
         # digests of its seal (decoded for every row read, they made most of a row's read).
         .select_related("server", "turn")
         .defer("turn__transcript", "turn__seal_steps")
-        .prefetch_related(_exchanges(), Prefetch("children", queryset=children))
         .order_by("seq")
     )
+
+
+def _loaded(rows: Iterable[Step]) -> list[Step]:
+    """``rows`` with their tool calls (in order, each with its server) and every one's exchanges
+    (``_step_exchanges``), held as ``prefetch_related`` holds them: two more queries in all,
+    compiled once (``conversations.compiled_reads``), however many turns the rows are of."""
+    rows = list(rows)
+    if not rows:
+        return rows
+    children = _tool_calls_of_rows(row_ids=[row.pk for row in rows])
+    by_row: dict[int, list[Step]] = {row.pk: [] for row in rows}
+    for child in children:
+        by_row[child.parent_id].append(child)  # type: ignore[index]
+    steps = [*rows, *children]
+    exchanges: dict[int, list[Exchange]] = {step.pk: [] for step in steps}
+    for exchange in _exchanges_of_steps(step_ids=list(exchanges)):
+        exchanges[exchange.step_id].append(exchange)  # type: ignore[index]
+    for row in rows:
+        _prefetched(row, "children", by_row[row.pk])
+        for child in by_row[row.pk]:
+            Step.parent.field.set_cached_value(child, row)
+    for step in steps:
+        _prefetched(step, "exchanges", exchanges[step.pk])
+        for exchange in exchanges[step.pk]:
+            Exchange.step.field.set_cached_value(exchange, step)
+    return rows
 
 
 def turn_rows(*, turn: Turn, last: int | None = None, before_seq: int | None = None) -> list[Step]:
@@ -137,7 +159,7 @@ def turn_rows(*, turn: Turn, last: int | None = None, before_seq: int | None = N
     rows = _rows().filter(turn=turn)
     if before_seq is not None:
         rows = rows.filter(seq__lt=before_seq)
-    loaded = list(rows) if last is None else list(reversed(rows.order_by("-seq")[:last]))
+    loaded = _loaded(rows if last is None else reversed(rows.order_by("-seq")[:last]))
     _note_previous_prompts(loaded, from_first=last is None or len(loaded) < last)
     return loaded
 
@@ -149,7 +171,7 @@ def turns_rows(*, turns: Sequence[Turn]) -> dict[int, list[Step]]:
     if not turns:
         return {}
     rows: dict[int, list[Step]] = {turn.pk: [] for turn in turns}
-    for row in _rows().filter(turn__in=list(rows)).order_by("turn_id", "seq"):
+    for row in _loaded(_rows().filter(turn__in=list(rows)).order_by("turn_id", "seq")):
         rows[row.turn_id].append(row)
     for loaded in rows.values():
         _note_previous_prompts(loaded, from_first=True)
@@ -213,6 +235,9 @@ _row_and_tool_calls = CompiledRead(
     )
 )
 _exchanges_of_steps = CompiledRead(lambda step_ids: _step_exchanges().filter(step_id__in=step_ids))
+_tool_calls_of_rows = CompiledRead(
+    lambda row_ids: Step.objects.filter(parent_id__in=row_ids).select_related("server").order_by("seq")
+)
 
 
 def _prefetched(instance: Model, name: str, related: Sequence[Model]) -> None:
@@ -232,7 +257,7 @@ def _rows_changed(conversation: Conversation, since: datetime, steps: QuerySet[S
 
 def rows_changed_since(*, conversation: Conversation, since: datetime) -> list[Step]:
     """Rows touched at or after ``since`` (inclusive: a re-sent row replaces itself)."""
-    return list(_rows_changed(conversation, since, _rows()))
+    return _loaded(_rows_changed(conversation, since, _rows()))
 
 
 class RowVersion(NamedTuple):
@@ -256,7 +281,7 @@ def row_versions_changed_since(*, conversation: Conversation, since: datetime) -
 
 def rows_by_id(*, conversation: Conversation, step_ids: Collection[int]) -> list[Step]:
     """The rows of ``conversation`` among ``step_ids``, loaded for rendering (others are left out)."""
-    return list(_rows().filter(turn__conversation=conversation, pk__in=list(step_ids)))
+    return _loaded(_rows().filter(turn__conversation=conversation, pk__in=list(step_ids)))
 
 
 def conversation_turns(

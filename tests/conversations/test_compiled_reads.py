@@ -14,6 +14,7 @@ from django.db.models import Count, Q, QuerySet
 from django.db.models.sql.compiler import SQLCompiler
 from django.utils import timezone
 
+from conversations import compiled_reads
 from conversations.compiled_reads import CompiledRead
 from conversations.models import Exchange, Step
 from tests.factories import ExchangeFactory, McpServerFactory, StepFactory, TurnFactory
@@ -122,6 +123,22 @@ def test_the_sql_is_built_once_per_shape(monkeypatch: pytest.MonkeyPatch) -> Non
         read(step_ids=[decide.pk, tool.pk])
 
     assert len(built) == 4  # each shape built twice when first compiled (the same query both times)
+
+
+def test_long_lists_are_read_uncompiled_and_the_shapes_kept_are_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    decide, tool, other = _turn_with_a_tool_call()
+    read = CompiledRead(_exchanges)
+    monkeypatch.setattr(compiled_reads, "MOST_SHAPES", 3)
+
+    long = [decide.pk, tool.pk, *range(10**9, 10**9 + compiled_reads.MOST_LISTED_IDS)]
+    assert _state(read(step_ids=long)) == _state(list(_exchanges(long)))
+    assert read._shapes == {}
+    for count in range(1, 6):
+        ids = [other.pk] * count
+        assert _state(read(step_ids=ids)) == _state(list(_exchanges(ids)))
+    assert list(read._shapes) == [(("step_ids", 3),), (("step_ids", 4),), (("step_ids", 5),)]
 
 
 def test_each_thread_reads_on_its_own_connection() -> None:

@@ -116,8 +116,8 @@ def test_the_rows_of_all_shown_turns_are_read_together(alice: User) -> None:
 
     five, html = _exchange_reads(alice, conversation)
 
-    # The rows' exchanges, their tool calls' exchanges, and the page's count of them all.
-    assert two == five == 3
+    # The exchanges of the rows and their tool calls together, and the page's count of them all.
+    assert two == five == 2
     positions = [
         html.index(f'id="step-{step.pk}"')
         for turn in turns
