@@ -204,8 +204,8 @@ def step_row(*, conversation: Conversation, step_id: int) -> Step | None:
     not this conversation's.
 
     Every doorbell of a turn is one of these reads in the web server, so it is made in two
-    queries, not the three to five of ``_rows``' prefetches (their building was most of a row's
-    read): the row and its tool calls together, then the exchanges of all of them.
+    compiled queries (``conversations.compiled_reads``): the row and its tool calls together,
+    then the exchanges of all of them.
     """
     loaded = _row_and_tool_calls(step_id=step_id, conversation_id=conversation.pk)
     row = next((step for step in loaded if step.pk == step_id), None)
