@@ -5,11 +5,12 @@ and ``defer`` clones the query, and the compiler resolves every column, join and
 text again. For a read run on every doorbell of a turn (the live row, a few hundred times a
 turn on every watching page) that building took a third of the read's CPU. A
 :class:`CompiledRead` takes a function that builds the queryset from ids, builds and compiles it
-once per shape (the database, and how many ids each list holds) with stand-in ids, and then runs
-that SQL with the real ids in their places. The rows go through Django's own code: its model
-iterable makes the instances, fills ``select_related`` relations and defers fields exactly as the
-queryset would; a ``values_list`` read's rows are converted by the compiler as Django converts
-them. The queryset stays the readable definition; the tests compare the two.
+once per shape (how many ids each list holds), with stand-in ids, for the database the queryset
+is routed to, and then runs that SQL with the real ids in their places. The rows go through
+Django's own code: its model iterable makes the instances, fills ``select_related`` relations
+and defers fields exactly as the queryset would; a ``values_list`` read's rows are converted by
+the compiler as Django converts them. The queryset stays the readable definition; the tests
+compare the two.
 
 Only ids are bound (ints, or lists of ints for ``__in``): a value the fields would prepare
 (a date, JSON, a model) could be sent differently from how the compiled queryset would send it.
