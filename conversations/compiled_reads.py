@@ -119,10 +119,12 @@ class CompiledRead(Generic[Row]):
                 # A long list is rare and its shapes many: built as any queryset is.
                 return list(self._build(**ids))
             with self._compiling:
-                compiled = self._compile(ids)
-                if len(self._shapes) >= MOST_SHAPES:  # the oldest shape makes room
-                    del self._shapes[next(iter(self._shapes))]
-                self._shapes[shape] = compiled
+                compiled = self._shapes.get(shape)  # compiled by another thread meanwhile?
+                if compiled is None:
+                    compiled = self._compile(ids)
+                    if len(self._shapes) >= MOST_SHAPES:  # the oldest shape makes room
+                        del self._shapes[next(iter(self._shapes))]
+                    self._shapes[shape] = compiled
         return compiled.run(ids)
 
     def _compile(self, ids: dict[str, Ids]) -> _Compiled:

@@ -132,9 +132,14 @@ def _loaded(rows: Iterable[Step]) -> list[Step]:
     (``_step_exchanges``), held as ``prefetch_related`` holds them: two more queries in all,
     compiled once (``conversations.compiled_reads``), however many turns the rows are of."""
     rows = list(rows)
-    if not rows:
-        return rows
-    children = _tool_calls_of_rows(row_ids=[row.pk for row in rows])
+    if rows:
+        _attach(rows, _tool_calls_of_rows(row_ids=[row.pk for row in rows]))
+    return rows
+
+
+def _attach(rows: list[Step], children: list[Step]) -> None:
+    """Hold each of ``rows``' tool calls (``children``, in order) and every one's exchanges, read
+    here in one query, as ``prefetch_related`` holds them (``_prefetched``)."""
     by_row: dict[int, list[Step]] = {row.pk: [] for row in rows}
     for child in children:
         by_row[child.parent_id].append(child)  # type: ignore[index]
@@ -150,7 +155,6 @@ def _loaded(rows: Iterable[Step]) -> list[Step]:
         _prefetched(step, "exchanges", exchanges[step.pk])
         for exchange in exchanges[step.pk]:
             Exchange.step.field.set_cached_value(exchange, step)
-    return rows
 
 
 def turn_rows(*, turn: Turn, last: int | None = None, before_seq: int | None = None) -> list[Step]:
@@ -211,15 +215,7 @@ def step_row(*, conversation: Conversation, step_id: int) -> Step | None:
     row = next((step for step in loaded if step.pk == step_id), None)
     if row is None:
         return None
-    exchanges: dict[int | None, list[Exchange]] = {step.pk: [] for step in loaded}
-    for exchange in _exchanges_of_steps(step_ids=[step.pk for step in loaded]):
-        exchanges[exchange.step_id].append(exchange)
-    children = [step for step in loaded if step is not row]
-    _prefetched(row, "children", children)
-    for step in loaded:
-        _prefetched(step, "exchanges", exchanges[step.pk])
-        if step is not row:
-            Step.parent.field.set_cached_value(step, row)
+    _attach([row], [step for step in loaded if step is not row])
     return row
 
 

@@ -5,7 +5,7 @@ faithfully is refused when it is compiled."""
 
 from __future__ import annotations
 
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -146,24 +146,17 @@ def test_each_thread_reads_on_its_own_connection() -> None:
     read = CompiledRead(_row_with_tool_calls)
     conversation_id = decide.turn.conversation_id
     read(step_id=decide.pk, conversation_id=conversation_id)  # compiled on this thread
-    found: list[list[int]] = []
-    failures: list[BaseException] = []
 
-    def other_thread() -> None:
+    def other_thread() -> list[int]:
         try:
-            found.append([row.pk for row in read(step_id=decide.pk, conversation_id=conversation_id)])
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            failures.append(exc)
+            return [row.pk for row in read(step_id=decide.pk, conversation_id=conversation_id)]
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=other_thread) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        found = [done.result() for done in [pool.submit(other_thread) for _ in range(4)]]
 
-    assert not failures and found == [[decide.pk, tool.pk]] * 4
+    assert found == [[decide.pk, tool.pk]] * 4
 
 
 def test_only_int_ids_are_bound() -> None:
