@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, cast
+from datetime import datetime
+from typing import Any, NamedTuple, TypeVar, cast
 
 import psycopg
+from django.conf import settings
 from django.db import connection, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model
+from django.db.models.base import ModelState
+from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
+from django.db.models.query_utils import DeferredAttribute
+from django.db.models.signals import post_init, pre_init
 
 from conversations.models import AuditEvent, Conversation, Exchange, Step, Turn
 
@@ -69,9 +75,13 @@ _M = TypeVar("_M", bound=Model)
 
 def new_row(model: type[_M], values: dict[str, Any]) -> _M:
     """An unsaved ``model`` row with these values (by attribute name: ``turn_id``, not ``turn``)
-    and every other field's default, made as Django makes a row it read (``Model.from_db``): the
-    values in field order, not by keyword. The keyword form looks each of the model's fields up
-    among the keywords one by one, which cost more than preparing the row's values for the insert.
+    and every other field's default: the row Django's constructor makes, made without it.
+
+    The constructor sets each field through its descriptor, one call each, and sends its
+    ``pre_init`` and ``post_init`` signals; for the record's rows, two or three a record, that was
+    a third of preparing it. Where every field's descriptor only stores the value (``_direct``)
+    and nothing listens to either signal, the values go into the row's ``__dict__`` as the
+    descriptors would put them; otherwise the constructor makes the row, by field position.
 
     Raises:
         TypeError: a name that is not one of the model's fields' attribute names.
@@ -79,13 +89,31 @@ def new_row(model: type[_M], values: dict[str, Any]) -> _M:
     names = _construction(model)
     if not values.keys() <= names.keys():
         raise TypeError(f"{model.__name__} has no field {sorted(values.keys() - names.keys())}")
-    return model(*[values[name] if name in values else default() for name, default in names.items()])
+    if pre_init.receivers or post_init.receivers or not _direct(model):
+        return model(*[values[name] if name in values else default() for name, default in names.items()])
+    row = model.__new__(model)
+    row.__dict__.update(
+        {name: values[name] if name in values else default() for name, default in names.items()}
+    )
+    row._state = ModelState()
+    return row
 
 
 @functools.cache
 def _construction(model: type[Model]) -> dict[str, Callable[[], Any]]:
     """Each concrete field's attribute name, in order, with the function giving its default."""
     return {field.attname: field.get_default for field in model._meta.concrete_fields}
+
+
+@functools.cache
+def _direct(model: type[Model]) -> bool:
+    """Whether setting each concrete field of a new ``model`` row stores the value in the row's
+    ``__dict__`` and nothing else: its descriptor is Django's plain one, with no ``__set__``, or a
+    foreign key's, whose ``__set__`` also forgets a related row cached on it (a new row has none)."""
+    return all(
+        type(model.__dict__.get(field.attname)) in (DeferredAttribute, ForeignKeyDeferredAttribute)
+        for field in model._meta.concrete_fields
+    )
 
 
 _Statement = tuple[str, Sequence[Any]]
@@ -136,8 +164,8 @@ def _update_sql(
     sql, fields = _update_template(model, tuple(values), connection.alias)
     db = connections[connection.alias]
     params = [
-        value if type(value) in plain else field.get_db_prep_save(value, db)
-        for value, (field, plain) in zip(values.values(), fields, strict=True)
+        _value(field, preparing, value, db)
+        for value, (field, preparing) in zip(values.values(), fields, strict=True)
     ]
     params.append(pk)
     return sql, params
@@ -157,10 +185,10 @@ def _insert_sql(model: type[Step] | type[Exchange] | type[AuditEvent], rows: lis
     prefix, row_sql, fields = _insert_template(model, with_ids, connection.alias)
     # The connection itself, not the ``connection`` proxy: the fields look it up per value.
     db = connections[connection.alias]
-    # Each field's plain types looked up once per write, not once per value (a field's hash is
+    # Each field's preparation looked up once per write, not once per value (a field's hash is
     # computed in Python: that lookup cost more than the value's check).
-    kinds = [(field, _plain_types(field)) for field in fields]
-    params = [_row_value(field, plain, row, db) for row in rows for field, plain in kinds]
+    kinds = [(field, _preparing(field, db.alias)) for field in fields]
+    params = [_row_value(field, preparing, row, db) for row in rows for field, preparing in kinds]
     alias = db.alias  # once: each read of the ``connection`` proxy is a thread-local lookup
     for row in rows:
         row._state.adding = False
@@ -171,48 +199,96 @@ def _insert_sql(model: type[Step] | type[Exchange] | type[AuditEvent], rows: lis
 _Fields = tuple["Field[Any, Any]", ...]
 
 
-def _row_value(field: Field[Any, Any], plain: frozenset[type], row: Model, db: BaseDatabaseWrapper) -> Any:
-    """The field's value of a new ``row`` as an insert sends it (``plain``: the field's
-    ``_plain_types``; ``pre_save`` runs only for values that are not plain: a field that sets its
-    own value on save never has plain types)."""
+class _Preparing(NamedTuple):
+    """How a field's values are prepared for the database, short of calling the field: ``plain``,
+    the value types it sends as they are; ``quick``, for other value types, a function giving
+    what the field would give. Any other type goes through the field."""
+
+    plain: frozenset[type]
+    quick: dict[type, Callable[[Any], Any]]
+
+
+def _row_value(field: Field[Any, Any], preparing: _Preparing, row: Model, db: BaseDatabaseWrapper) -> Any:
+    """The field's value of a new ``row`` as an insert sends it. ``pre_save`` runs only for
+    values the field prepares itself: a field that sets its own value on save has no shorter
+    preparation (``_preparing``)."""
     value = getattr(row, field.attname)
-    return value if type(value) in plain else field.get_db_prep_save(field.pre_save(row, True), db)
+    kind = type(value)
+    if kind in preparing.plain:
+        return value
+    quick = preparing.quick.get(kind)
+    if quick is not None:
+        return quick(value)
+    return field.get_db_prep_save(field.pre_save(row, True), db)
+
+
+def _value(field: Field[Any, Any], preparing: _Preparing, value: Any, db: BaseDatabaseWrapper) -> Any:
+    """``value`` of ``field`` as an update sends it."""
+    kind = type(value)
+    if kind in preparing.plain:
+        return value
+    quick = preparing.quick.get(kind)
+    return quick(value) if quick is not None else field.get_db_prep_save(value, db)
 
 
 @functools.cache
-def _plain_types(field: Field[Any, Any]) -> frozenset[type]:
-    """The value types the field sends as they are: for these its preparation is the identity
-    (a str for a text column, an int for an integer or a key, a bool, a None where the column
-    allows NULL), and calling it for every value of every row cost more than the write. Anything
-    else — an enum member, a JSON value, a date, a field that sets its own value on save — goes
+def _preparing(field: Field[Any, Any], alias: str) -> _Preparing:
+    """The shorter ways ``field`` prepares a value for the database ``alias``, where calling it
+    for every value of every row cost more than the write.
+
+    Sent as they are (the field's preparation is the identity): a str for a text column, an int
+    for an integer or a key, a float for a float column, a bool, a None where the column allows
+    NULL. On PostgreSQL also, by a function doing what the field's chain of calls ends in: an
+    aware datetime for a date and time column (sent as it is; a naive one goes through the
+    field, which warns and makes it aware), a dict or a list for a JSON column (the same JSON
+    wrapper with the same encoder as the field makes, found by preparing an empty dict once).
+    Anything else — an enum member, a date, a field that sets its own value on save — goes
     through the field."""
     if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
-        return frozenset()
+        return _Preparing(frozenset(), {})
     base = field.target_field if field.is_relation else field  # type: ignore[attr-defined]
-    types: frozenset[type] = frozenset()
+    plain: frozenset[type] = frozenset()
     if isinstance(base, models.CharField | models.TextField):
-        types = frozenset({str})
+        plain = frozenset({str})
     elif isinstance(base, models.BooleanField):
-        types = frozenset({bool})
+        plain = frozenset({bool})
     elif isinstance(base, models.IntegerField):
-        types = frozenset({int})
-    if types and field.null:
-        types |= {type(None)}
-    return types
+        plain = frozenset({int})
+    elif isinstance(base, models.FloatField):
+        plain = frozenset({float})
+    if plain and field.null:
+        plain |= {type(None)}
+    db = connections[alias]
+    quick: dict[type, Callable[[Any], Any]] = {}
+    if db.vendor == "postgresql":
+        if isinstance(field, models.DateTimeField) and settings.USE_TZ:
+            quick[datetime] = functools.partial(_aware, field, db)
+        elif isinstance(field, models.JSONField):
+            sample: dict[str, Any] = {}
+            wrapped: object = field.get_db_prep_save(sample, db)
+            dumps = getattr(wrapped, "dumps", None)
+            if getattr(wrapped, "obj", None) is sample and callable(dumps):
+                wrap = cast("Callable[..., Any]", type(wrapped))
+                quick[dict] = quick[list] = functools.partial(wrap, dumps=dumps)
+    return _Preparing(plain, quick)
+
+
+def _aware(field: Field[Any, Any], db: BaseDatabaseWrapper, value: datetime) -> Any:
+    # What PostgreSQL's preparation of an aware datetime gives: the value itself.
+    return value if value.utcoffset() is not None else field.get_db_prep_save(value, db)
 
 
 @functools.lru_cache(maxsize=512)
 def _update_template(
     model: type[Model], names: tuple[str, ...], alias: str
-) -> tuple[str, tuple[tuple[Field[Any, Any], frozenset[type]], ...]]:
-    """The ``UPDATE`` of these fields, and each field with its ``_plain_types`` (a value of one
-    of those types is sent as it is; any other as the field prepares it)."""
+) -> tuple[str, tuple[tuple[Field[Any, Any], _Preparing], ...]]:
+    """The ``UPDATE`` of these fields, and each field with its ``_preparing``."""
     quote = connections[alias].ops.quote_name
     fields = tuple(cast("Field[Any, Any]", model._meta.get_field(name)) for name in names)
     assignments = ", ".join(f"{quote(str(field.column))} = %s" for field in fields)
     pk = quote(str(model._meta.pk.column))
     sql = f"UPDATE {quote(model._meta.db_table)} SET {assignments} WHERE {pk} = %s"
-    return sql, tuple((field, _plain_types(field)) for field in fields)
+    return sql, tuple((field, _preparing(field, alias)) for field in fields)
 
 
 @functools.lru_cache(maxsize=16)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from django.db.models import Model
+from django.db.models.signals import post_init
 
 from conversations.models import Exchange, Step
 from conversations.record_writer import new_row
@@ -65,3 +67,20 @@ def test_a_name_that_is_not_a_fields_attribute_name_is_refused() -> None:
         new_row(Step, {"turn": 7, "seq": 1})
     with pytest.raises(TypeError, match="nonsense"):
         new_row(Exchange, {"nonsense": 1})
+
+
+def test_a_row_is_made_by_the_constructor_while_something_listens_to_its_signals() -> None:
+    """A receiver of ``post_init`` sees the row made, as it would of one Django made."""
+    seen: list[Model] = []
+
+    def receiver(sender: type[Model], instance: Model, **kwargs: object) -> None:
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=Step)
+    try:
+        made = new_row(Step, {"turn_id": 7, "seq": 1, "started_at": AT})
+    finally:
+        post_init.disconnect(receiver, sender=Step)
+
+    assert seen == [made] and made.seq == 1 and made._state.adding
+    assert _values(made) == _values(Step(turn_id=7, seq=1, started_at=AT, updated_at=made.updated_at))
