@@ -12,8 +12,10 @@ and defers fields exactly as the queryset would; a ``values_list`` read's rows a
 the compiler as Django converts them. The queryset stays the readable definition; the tests
 compare the two.
 
-Only ids are bound (ints, or lists of ints for ``__in``): a value the fields would prepare
-(a date, JSON, a model) could be sent differently from how the compiled queryset would send it.
+Only ids are bound: ints, lists of ints for ``__in``, and UUIDs (a public id), which a
+database takes in a form of its own (PostgreSQL the UUID, SQLite its 32 hex digits): each is
+bound in the form the compiled query gave its stand-in. Any other value the fields would
+prepare (a date, JSON, a model) could be sent differently from how the queryset would send it.
 The build must depend on its ids alone. A stand-in id that the built SQL does not carry as one of
 its parameters, or carries changed, and a build that gives another query when made again (one
 that read the clock, say), are errors when the read is first compiled, not wrong answers.
@@ -24,9 +26,10 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from django.core.exceptions import EmptyResultSet
 from django.db import connections
@@ -36,7 +39,7 @@ from django.db.models.sql.compiler import SQLCompiler
 from django.db.models.sql.constants import MULTI
 
 Row = TypeVar("Row")
-Ids = int | Sequence[int]
+Ids = int | uuid.UUID | Sequence[int]
 
 # Stand-ins for the ids while a read is compiled: positive and inside a 32-bit integer column's
 # range, as Django answers a lookup whose value its column could not hold with no rows at all.
@@ -62,7 +65,8 @@ class _Compiler:
 @dataclass(frozen=True)
 class _Compiled:
     """One shape of a read: the compiler set up by compiling it, its SQL and parameters, and
-    where each id goes (parameter index, the id's name, its index in a list or None)."""
+    where each id goes (parameter index, the id's name, its index in a list or None, and for a
+    UUID whether the database takes its hex digits)."""
 
     model: type[Model]
     alias: str
@@ -70,14 +74,15 @@ class _Compiled:
     compiler: SQLCompiler | None  # None: the read is empty for this shape (an empty ``__in``)
     sql: str
     params: tuple[Any, ...]
-    places: tuple[tuple[int, str, int | None], ...]
+    places: tuple[tuple[int, str, int | None, bool], ...]
 
     def run(self, ids: dict[str, Ids]) -> list[Any]:
         if self.compiler is None:
             return []
         params = list(self.params)
-        for index, name, item in self.places:
-            params[index] = ids[name] if item is None else ids[name][item]  # type: ignore[index]
+        for index, name, item, hexadecimal in self.places:
+            value = ids[name] if item is None else ids[name][item]  # type: ignore[index]
+            params[index] = cast("uuid.UUID", value).hex if hexadecimal else value
         # A copy per run: the compiled one's state (its select, the related rows' layout) is only
         # read; the connection is the running thread's own.
         compiler = copy.copy(self.compiler)
@@ -93,11 +98,11 @@ class _Compiled:
 
 def _length(name: str, value: object) -> int | None:
     """None for one id, the count for a list of them."""
-    if type(value) is int:
+    if type(value) is int or type(value) is uuid.UUID:
         return None
     if isinstance(value, list | tuple) and all(type(item) is int for item in value):
         return len(value)
-    raise TypeError(f"{name} must be an int id or a list of them, not {type(value).__name__}")
+    raise TypeError(f"{name} must be an int id, a list of them or a UUID, not {type(value).__name__}")
 
 
 class CompiledRead(Generic[Row]):
@@ -131,8 +136,14 @@ class CompiledRead(Generic[Row]):
         numbers = itertools.count(_FIRST_STAND_IN)
         stand_ins: dict[str, Ids] = {}
         where: dict[int, tuple[str, int | None]] = {}
+        # A UUID's stand-in, as the database may take it: the UUID itself or its hex digits.
+        uuids: dict[uuid.UUID | str, tuple[str, bool]] = {}
         for name, value in ids.items():
-            if isinstance(value, int):
+            if isinstance(value, uuid.UUID):
+                stand_ins[name] = stand_in = uuid.UUID(int=next(numbers))
+                uuids[stand_in] = (name, False)
+                uuids[stand_in.hex] = (name, True)
+            elif isinstance(value, int):
                 stand_ins[name] = number = next(numbers)
                 where[number] = (name, None)
             else:
@@ -158,7 +169,7 @@ class CompiledRead(Generic[Row]):
         try:
             sql, params = compiler.as_sql()
         except EmptyResultSet:
-            if any(not isinstance(value, int) and not value for value in ids.values()):
+            if any(isinstance(value, list | tuple) and not value for value in ids.values()):
                 return _Compiled(queryset.model, alias, kind, None, "", (), ())  # an empty ``__in``
             raise ValueError(
                 "the built query reads nothing for the stand-in ids: it cannot be compiled"
@@ -167,14 +178,17 @@ class CompiledRead(Generic[Row]):
         # its ids would be frozen at its first build.
         if self._build(**stand_ins).query.get_compiler(using=alias).as_sql() != (sql, params):
             raise ValueError("the built query depends on more than its ids: it cannot be compiled")
-        places = tuple(
-            (index, *where[param])
-            for index, param in enumerate(params)
-            if type(param) is int and param in where
-        )
-        missing = set(where) - {params[index] for index, _, _ in places}
+        places: list[tuple[int, str, int | None, bool]] = []
+        for index, param in enumerate(params):
+            if type(param) is int and param in where:
+                places.append((index, *where[param], False))
+            elif type(param) in (uuid.UUID, str) and param in uuids:
+                name, hexadecimal = uuids[param]
+                places.append((index, name, None, hexadecimal))
+        bound = {(name, item) for _, name, item, _ in places}
+        missing = {where[number][0] for number in where if where[number] not in bound} | {
+            name for name, _ in uuids.values() if (name, None) not in bound
+        }
         if missing:
-            raise ValueError(
-                f"the built query does not bind {sorted(where[number][0] for number in missing)} as given"
-            )
-        return _Compiled(queryset.model, alias, kind, compiler, sql, tuple(params), places)
+            raise ValueError(f"the built query does not bind {sorted(missing)} as given")
+        return _Compiled(queryset.model, alias, kind, compiler, sql, tuple(params), tuple(places))

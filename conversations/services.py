@@ -12,6 +12,7 @@ from django.db.models import Model
 from django.utils import timezone
 
 from conversations.audit import audit_record
+from conversations.compiled_reads import CompiledRead
 from conversations.execution import turn_dispatch
 from conversations.lifecycle import turn_signal_local, turn_step_record
 from conversations.models import AuditEvent, Comparison, Conversation, Exchange, ModelProfile, Turn
@@ -56,13 +57,13 @@ def turn_start(
     # Stored, shown and sent as redacted: a secret pasted into a question goes nowhere.
     question = (redact or active_redactor()).text(question)
     with transaction.atomic():
-        Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
-        previous = conversation.turns.order_by("-seq").values("seq", "status").first()
-        if previous is not None and previous["status"] not in Turn.FINISHED:
+        _conversation_lock(conversation_id=conversation.pk)
+        previous = _last_turn(conversation_id=conversation.pk)
+        if previous and previous[0][1] not in Turn.FINISHED:
             raise TurnInProgress(
-                f"the previous turn is still {previous['status']}: ask again when it has finished, or cancel it"
+                f"the previous turn is still {previous[0][1]}: ask again when it has finished, or cancel it"
             )
-        last = previous["seq"] if previous is not None else 0
+        last = previous[0][0] if previous else 0
         turn = Turn.objects.create(
             conversation=conversation,
             seq=last + 1,
@@ -75,6 +76,20 @@ def turn_start(
         if dispatch:
             transaction.on_commit(lambda: turn_dispatch(turn.pk))
     return turn
+
+
+# Every question asked takes the conversation's row lock and reads its last turn: both compiled
+# once (``CompiledRead``), not built anew for each question.
+_conversation_lock = CompiledRead(
+    lambda conversation_id: (
+        Conversation.objects.select_for_update().filter(pk=conversation_id).values_list("pk", flat=True)
+    )
+)
+_last_turn = CompiledRead(
+    lambda conversation_id: (
+        Turn.objects.filter(conversation_id=conversation_id).order_by("-seq").values_list("seq", "status")[:1]
+    )
+)
 
 
 def _title(question: str) -> str:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AnonymousUser, User
 from django.test import Client
 
 from conversations.models import AuditEvent, Conversation, Team
-from conversations.selectors import ConversationFilters, conversation_list, conversation_search
+from conversations.selectors import (
+    ConversationFilters,
+    conversation_get,
+    conversation_list,
+    conversation_search,
+)
 from tests.factories import ConversationFactory, StepFactory, TurnFactory
 
 pytestmark = pytest.mark.django_db
@@ -63,6 +68,45 @@ def test_the_filtered_list_keeps_the_rule_for_every_persona(people: dict[str, Us
         "carol": ["carol's"],
         "dave": ["alice's", "carol's"],
     }
+
+
+def _opens(user: User | AnonymousUser, conversation: Conversation, public_id: object = None) -> bool:
+    try:
+        found = conversation_get(user=user, public_id=public_id or conversation.public_id)  # type: ignore[arg-type]
+    except Conversation.DoesNotExist:
+        return False
+    assert found == conversation and found.owner_id == conversation.owner_id
+    return True
+
+
+def test_one_conversation_opens_for_exactly_whom_the_list_shows_it(people: dict[str, User]) -> None:
+    """The lookup every page, API call and socket starts from (one compiled query with the team
+    mates in it) agrees with the list's rule for every persona and every owner: the user's own,
+    a team mate's and an outsider's, by its UUID or as text."""
+    conversations = [ConversationFactory(owner=people[name]) for name in ("alice", "bob", "carol")]
+    viewers: dict[str, User | AnonymousUser] = {**people, "anonymous": AnonymousUser()}
+    for name, user in viewers.items():
+        for conversation in conversations:
+            listed = conversation_list(user=user).filter(pk=conversation.pk).exists()
+            assert _opens(user, conversation) == listed, (name, conversation.owner_id)
+            assert _opens(user, conversation, str(conversation.public_id)) == listed, (name, "as text")
+
+    assert [_opens(people["bob"], c) for c in conversations] == [True, True, False]
+    assert [_opens(people["carol"], c) for c in conversations] == [False, False, True]
+    assert [_opens(people["dave"], c) for c in conversations] == [True, True, True]
+
+
+def test_a_team_joined_or_left_is_seen_by_the_next_lookup(
+    people: dict[str, User], alices: Conversation
+) -> None:
+    assert not _opens(people["carol"], alices)
+
+    Team.objects.get(name="platform").members.add(people["carol"])
+    assert _opens(people["carol"], alices)
+
+    Team.objects.get(name="platform").members.remove(people["carol"], people["bob"])
+    assert not _opens(people["carol"], alices) and not _opens(people["bob"], alices)
+    assert _opens(people["alice"], alices)
 
 
 def test_a_user_who_leaves_the_team_no_longer_sees_its_conversations(

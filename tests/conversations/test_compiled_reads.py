@@ -5,6 +5,7 @@ faithfully is refused when it is compiled."""
 
 from __future__ import annotations
 
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -16,8 +17,8 @@ from django.utils import timezone
 
 from conversations import compiled_reads
 from conversations.compiled_reads import CompiledRead
-from conversations.models import Exchange, Step
-from tests.factories import ExchangeFactory, McpServerFactory, StepFactory, TurnFactory
+from conversations.models import Conversation, Exchange, Step
+from tests.factories import ConversationFactory, ExchangeFactory, McpServerFactory, StepFactory, TurnFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -159,13 +160,37 @@ def test_each_thread_reads_on_its_own_connection() -> None:
     assert found == [[decide.pk, tool.pk]] * 4
 
 
-def test_only_int_ids_are_bound() -> None:
+def test_only_ids_are_bound() -> None:
     decide, _, _ = _turn_with_a_tool_call()
     read = CompiledRead(_row_with_tool_calls)
 
-    for wrong in [str(decide.pk), True, float(decide.pk), [str(decide.pk)], None]:
-        with pytest.raises(TypeError, match="step_id must be an int id or a list of them"):
+    for wrong in [str(decide.pk), True, float(decide.pk), [str(decide.pk)], None, [uuid.uuid4()]]:
+        with pytest.raises(TypeError, match="step_id must be an int id, a list of them or a UUID"):
             read(step_id=wrong, conversation_id=decide.turn.conversation_id)  # type: ignore[arg-type]
+
+
+def _by_public_id(public_id: uuid.UUID, owner_id: int) -> QuerySet[Conversation]:
+    return (
+        Conversation.objects.filter(Q(public_id=public_id) | Q(public_id=public_id, owner_id=owner_id))
+        .filter(owner_id=owner_id)
+        .select_related("model_profile", "owner")
+    )
+
+
+def test_a_uuid_is_bound_in_the_form_the_database_takes_it() -> None:
+    """PostgreSQL takes a UUID as it is, SQLite as its hex digits: either way, bound twice beside
+    an int id, the compiled read finds what the queryset finds, and nothing for a UUID or an
+    owner that does not match."""
+    conversations = [ConversationFactory() for _ in range(3)]
+    read = CompiledRead(_by_public_id)
+
+    for conversation in conversations:
+        found = read(public_id=conversation.public_id, owner_id=conversation.owner_id)
+        assert found == list(_by_public_id(conversation.public_id, conversation.owner_id))
+        assert found == [conversation] and found[0].owner == conversation.owner
+        assert read(public_id=conversation.public_id, owner_id=conversation.owner_id + 1000) == []
+    assert read(public_id=uuid.uuid4(), owner_id=conversations[0].owner_id) == []
+    assert len(read._shapes) == 1
 
 
 def test_a_read_that_does_not_bind_an_id_as_given_is_refused_when_compiled() -> None:
@@ -174,6 +199,11 @@ def test_a_read_that_does_not_bind_an_id_as_given_is_refused_when_compiled() -> 
     unused = CompiledRead(lambda step_id: Step.objects.all())
     # A stand-in no column of this kind could hold (Django answers it with no rows, unasked).
     refused = CompiledRead(lambda step_id: Step.objects.filter(seq=-step_id))
+    # A UUID the built query changes, or does not use.
+    changed = CompiledRead(
+        lambda public_id: Conversation.objects.filter(public_id=uuid.UUID(int=public_id.int + 1))
+    )
+    ignored = CompiledRead(lambda public_id: Conversation.objects.all())
 
     with pytest.raises(ValueError, match="does not bind"):
         shifted(step_id=3)
@@ -181,6 +211,9 @@ def test_a_read_that_does_not_bind_an_id_as_given_is_refused_when_compiled() -> 
         unused(step_id=3)
     with pytest.raises(ValueError, match="reads nothing for the stand-in ids"):
         refused(step_id=3)
+    for read in (changed, ignored):
+        with pytest.raises(ValueError, match=r"does not bind \['public_id'\]"):
+            read(public_id=uuid.uuid4())
 
 
 def test_a_read_that_depends_on_more_than_its_ids_is_refused_when_compiled() -> None:

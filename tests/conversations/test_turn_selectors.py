@@ -42,18 +42,18 @@ def test_row_counts_can_be_asked_for_some_turns_only() -> None:
     assert isinstance(selectors.conversation_turns(conversation=conversation)[0], Turn)
 
 
-def test_one_conversation_is_read_with_its_profile_and_owner_in_two_queries_by_whoever_may_see_it(
+def test_one_conversation_is_read_with_its_profile_and_owner_in_one_query_by_whoever_may_see_it(
     django_assert_num_queries: Any,
 ) -> None:
-    """Every page, API call and websocket of a conversation looks it up first: the access rule's
-    read of the user's team mates and the conversation itself, nothing a list carries besides
-    (its turn count)."""
+    """Every page, API call and websocket of a conversation looks it up first: the conversation
+    with the access rule's team mates in the same query, nothing a list carries besides (its turn
+    count)."""
     owner, mate, stranger = (User.objects.create_user(name) for name in ("owner", "mate", "stranger"))
     Team.objects.create(name="class").members.add(owner, mate)
     conversation = ConversationFactory(owner=owner)
 
     for user in (owner, mate):
-        with django_assert_num_queries(2):
+        with django_assert_num_queries(1):
             found = selectors.conversation_get(user=user, public_id=conversation.public_id)
             assert (found.model_profile.pk, found.owner.pk) == (conversation.model_profile_id, owner.pk)
     with pytest.raises(Conversation.DoesNotExist):
