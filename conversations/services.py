@@ -59,11 +59,11 @@ def turn_start(
     with transaction.atomic():
         _conversation_lock(conversation_id=conversation.pk)
         previous = _last_turn(conversation_id=conversation.pk)
-        if previous and previous[0][1] not in Turn.FINISHED:
+        last, status = previous[0] if previous else (0, None)
+        if status is not None and status not in Turn.FINISHED:
             raise TurnInProgress(
-                f"the previous turn is still {previous[0][1]}: ask again when it has finished, or cancel it"
+                f"the previous turn is still {status}: ask again when it has finished, or cancel it"
             )
-        last = previous[0][0] if previous else 0
         turn = Turn.objects.create(
             conversation=conversation,
             seq=last + 1,
