@@ -48,6 +48,7 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from conversations.compiled_reads import CompiledRead
 from conversations.connections import BIG_RECORD_CHARS, discard_connection
 from conversations.escaping import storable_json, storable_text
 from conversations.exchanges import exchange_rows, release_connection
@@ -177,14 +178,23 @@ _LIFECYCLE_FIELDS = ("heartbeat_at", "cancel_requested_at", "cancel_requested_by
 def _ended_elsewhere(turn: Turn) -> str | None:
     """Lock the running turn's row; the status another process ended it with, if it has (else
     None, with the lifecycle fields it holds now copied onto ``turn``)."""
-    row = Turn.objects.select_for_update().filter(pk=turn.pk).values("status", *_LIFECYCLE_FIELDS).first()
-    if row is None:
+    found = _turn_lifecycle(turn_id=turn.pk)
+    if not found:
         return "missing"
-    if row["status"] != Turn.Status.RUNNING:
-        return str(row["status"])
-    for name in _LIFECYCLE_FIELDS:
-        setattr(turn, name, row[name])
+    status, *lifecycle = found[0]
+    if status != Turn.Status.RUNNING:
+        return str(status)
+    for name, value in zip(_LIFECYCLE_FIELDS, lifecycle, strict=True):
+        setattr(turn, name, value)
     return None
+
+
+# Read under the row's lock at every turn's end: compiled once.
+_turn_lifecycle = CompiledRead(
+    lambda turn_id: (
+        Turn.objects.select_for_update().filter(pk=turn_id).values_list("status", *_LIFECYCLE_FIELDS)
+    )
+)
 
 
 # Step ids are reserved from the sequence this many at a time at first (with the turn's starting

@@ -12,11 +12,12 @@ from django.contrib.auth.models import User
 
 from inspector.evals.driver import run_advance
 from inspector.evals.models import EvalCaseResult, EvalCell
+from inspector.evals.selectors import conversation_overrides
 from inspector.evals.services import run_start, suite_delete, suite_save
 from inspector.evals.suites import SuiteError
 from servers import gateway
 from servers.models import Operation
-from tests.factories import McpServerFactory, UserFactory
+from tests.factories import ConversationFactory, McpServerFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -159,3 +160,20 @@ def test_a_variant_of_a_server_whose_tools_cannot_be_listed_is_refused_naming_th
     assert refused.value.field == "servers[0]"
     assert "its tools could not be listed to check the suite's variants" in str(refused.value)
     assert not EvalCell.objects.exists()
+
+
+def test_a_conversation_running_a_case_gets_its_cells_overrides_and_any_other_none(alice: User) -> None:
+    """What every turn asks (``tool_overrides_for``, through a compiled read): the overrides of
+    the cell the conversation runs a case of; an ordinary conversation has none."""
+    run = run_start(
+        suite=suite_save(owner=alice, text=SUITE), user=alice, repeats=1, concurrency=2, dispatch=False
+    )
+    terse, plain, ordinary = (ConversationFactory(owner=alice) for _ in range(3))
+    for conversation, variant in ((terse, "terse"), (plain, "plain")):
+        result = EvalCaseResult.objects.filter(cell__run=run, cell__variant=variant).order_by("pk").first()
+        assert result is not None
+        result.conversation = conversation
+        result.save(update_fields=["conversation"])
+
+    assert conversation_overrides(terse) == {"demo/calculate": {"description": "Math."}}
+    assert conversation_overrides(plain) == {} and conversation_overrides(ordinary) == {}
