@@ -38,6 +38,8 @@ from django.db.models.query import FlatValuesListIterable, ModelIterable, Values
 from django.db.models.sql.compiler import SQLCompiler
 from django.db.models.sql.constants import MULTI
 
+from conversations.connections import prepared_cursor
+
 Row = TypeVar("Row")
 Ids = int | uuid.UUID | Sequence[int]
 
@@ -89,11 +91,24 @@ class _Compiled:
         compiler.connection = connections[self.alias]
         sql, bound = self.sql, tuple(params)
         compiler.as_sql = lambda *args, **kwargs: (sql, bound)  # type: ignore[method-assign]
+        compiler.execute_sql = lambda *args, **kwargs: _fetched(compiler, sql, bound)  # type: ignore[method-assign,assignment]
         if self.kind is ModelIterable:
             rows: QuerySet[Any] = QuerySet(model=self.model, query=_Compiler(compiler), using=self.alias)  # type: ignore[arg-type]
             return list(rows)
         values = compiler.results_iter(compiler.execute_sql(MULTI), tuple_expected=True)
         return [row[0] for row in values] if self.kind is FlatValuesListIterable else list(values)
+
+
+def _fetched(compiler: SQLCompiler, sql: str, params: tuple[Any, ...]) -> list[list[tuple[Any, ...]]]:
+    """The rows of a compiled read, as Django's ``execute_sql`` gives a read's rows (one list of
+    them, each cut to the selected columns), read with a prepared statement where the database
+    has them (``connections.prepared_cursor``): its text is the same on every run."""
+    with prepared_cursor(compiler.connection) as cursor:
+        cursor.execute(sql, params)
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+    if compiler.has_extra_select:
+        rows = [row[: compiler.col_count] for row in rows]
+    return [rows]
 
 
 def _length(name: str, value: object) -> int | None:

@@ -51,6 +51,15 @@ def discard_connection(connection: Any) -> None:
     connection.close()
 
 
+def prepared_cursor(db: Any) -> Any:
+    """A cursor of ``db`` (a Django connection) whose statements the database prepares the first
+    time each runs on the connection (``inspector.postgresql``'s ``prepared_cursor``), or its
+    plain cursor where the backend has none (SQLite) or has them turned off. For statements of a
+    fixed text, their values bound as parameters."""
+    make = getattr(db, "prepared_cursor", None)
+    return db.cursor() if make is None else make()
+
+
 def check_pooled_connection(conn: Any) -> None:
     """The pool's test of a connection before lending it (``settings.DATABASES``' pool ``check``).
 

@@ -49,7 +49,7 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from conversations.compiled_reads import CompiledRead
-from conversations.connections import BIG_RECORD_CHARS, discard_connection
+from conversations.connections import BIG_RECORD_CHARS, discard_connection, prepared_cursor
 from conversations.escaping import storable_json, storable_text
 from conversations.exchanges import exchange_rows, release_connection
 from conversations.integrity import GENESIS, chain_head_query, exchange_digest, integrity_key, turn_seal
@@ -652,7 +652,7 @@ def _starting_points(turn: Turn, ids: int = 0) -> tuple[int, int, str | None, li
     ``_reserve_ids`` gives them), in one query: every turn reads them, and the first steps it
     opens need no round trip of their own for their ids."""
     reserve = ids if connection.vendor == "postgresql" else 0
-    with connection.cursor() as cursor:
+    with prepared_cursor(connection) as cursor:
         cursor.execute(
             _starting_points_sql(connection.alias, with_ids=bool(reserve)),
             [turn.pk, turn.pk, turn.conversation_id, *([reserve] if reserve else [])],

@@ -143,7 +143,11 @@ if DATABASE_URL:
             "min_size": env_int("DATABASE_POOL_MIN_SIZE", 2),
             "max_size": env_int("DATABASE_POOL_MAX_SIZE", 20),
             "timeout": env_float("DATABASE_POOL_TIMEOUT_SECONDS", 30.0),
-        }
+        },
+        # The reads run on every turn and live row are prepared once per connection
+        # (``inspector.postgresql``); off for a pooler in front of PostgreSQL that cannot carry
+        # prepared statements (PgBouncer before 1.21 in transaction mode).
+        "prepared_statements": env_bool("DATABASE_PREPARED_STATEMENTS", True),
     }
 else:
     DATABASES = {
