@@ -233,6 +233,10 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 LOGIN_URL = "login"
+# Django's sessions and sign-in, their reads on every request prepared once (``inspector.sessions``).
+# ModelBackend stays listed for sessions signed in before: a session names its user's backend.
+SESSION_ENGINE = "inspector.sessions"
+AUTHENTICATION_BACKENDS = ["inspector.sessions.UserBackend", "django.contrib.auth.backends.ModelBackend"]
 LOGIN_REDIRECT_URL = "inspector-conversations"
 LOGOUT_REDIRECT_URL = "login"
 
