@@ -17,6 +17,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.sessions.backends import db as db_sessions
 from django.contrib.sessions.models import Session
+from django.core.exceptions import PermissionDenied
 from django.db import connections, router
 from django.db.models import Field
 from django.utils import timezone
@@ -61,7 +62,18 @@ _user = CompiledRead(lambda user_id: get_user_model()._default_manager.filter(pk
 class UserBackend(ModelBackend):
     """Django's ``ModelBackend``, the session's user read by a compiled read. First in
     ``AUTHENTICATION_BACKENDS``; ``ModelBackend`` stays after it for sessions signed in before
-    (a session names the backend that let its user in)."""
+    (a session names the backend that let its user in).
+
+    Credentials it refuses are refused for good (``PermissionDenied`` ends Django's round of the
+    backends): ``ModelBackend`` would give the same answer after hashing the password again."""
+
+    def authenticate(
+        self, request: Any, username: str | None = None, password: str | None = None, **kwargs: Any
+    ) -> Any:
+        user = super().authenticate(request, username=username, password=password, **kwargs)
+        if user is None:
+            raise PermissionDenied
+        return user
 
     def get_user(self, user_id: Any) -> Any:
         if type(user_id) is not int:

@@ -7,8 +7,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, base_user
 from django.contrib.auth.models import User
+from django.contrib.auth.signals import user_login_failed
 from django.contrib.sessions.models import Session
 from django.db import connection
 from django.test import Client
@@ -61,6 +62,34 @@ def test_signing_in_through_the_form_is_remembered_by_the_session() -> None:
     assert response.status_code == 302
     assert client.session[BACKEND_SESSION_KEY] == "inspector.sessions.UserBackend"
     assert client.get("/").status_code == 200
+
+
+@pytest.mark.parametrize("username", ["alice", "nobody"])
+def test_a_refused_sign_in_hashes_the_password_once_and_is_refused(
+    username: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not once per backend listed: the second, Django's own, would answer the same."""
+    User.objects.create_user("alice", password="not-secret-at-all")
+    hashed: list[str] = []
+    for name in ("check_password", "make_password"):
+        plain = getattr(base_user, name)
+        monkeypatch.setattr(
+            base_user,
+            name,
+            lambda *args, _plain=plain, _name=name, **kw: (hashed.append(_name), _plain(*args, **kw))[1],
+        )
+    failed: list[str] = []
+    user_login_failed.connect(
+        lambda **kwargs: failed.append(kwargs["credentials"]["username"]), weak=False, dispatch_uid="t"
+    )
+    try:
+        client = Client(HTTP_HOST="127.0.0.1")
+        response = client.post("/accounts/login/", {"username": username, "password": "wrong-password"})
+    finally:
+        user_login_failed.disconnect(dispatch_uid="t")
+    assert response.status_code == 200 and SESSION_KEY not in client.session
+    assert len(hashed) == 1, hashed
+    assert failed == [username]
 
 
 def test_an_inactive_deleted_or_repassworded_user_is_signed_out() -> None:
