@@ -281,12 +281,20 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
         params.pop("cursor_factory", None)
         params.pop("context", None)
         params.setdefault("connect_timeout", 5)
+        params["autocommit"] = True  # each look its own snapshot of pg_stat_activity
         try:
             with psycopg.connect(**params) as check:
-                left_open = check.execute(
-                    "SELECT pid, state, left(query, 300) FROM pg_stat_activity WHERE datname ="
-                    " current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
-                ).fetchall()
+                # A session whose connection was just closed ends on the server a moment later
+                # (on a busy host, after the first look): look again before calling it left open.
+                deadline = time.monotonic() + 3.0
+                while True:
+                    left_open = check.execute(
+                        "SELECT pid, state, left(query, 300) FROM pg_stat_activity WHERE datname ="
+                        " current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+                    ).fetchall()
+                    if not left_open or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.1)
         except psycopg.Error as exc:
             warnings.warn(f"could not look for sessions left open: {exc}", pytest.PytestWarning, stacklevel=1)
             return
