@@ -32,7 +32,6 @@ Between writes connections go back to the pool, so a turn waiting on a model hol
 from __future__ import annotations
 
 import atexit
-import copy
 import functools
 import logging
 import os
@@ -55,7 +54,7 @@ from conversations.exchanges import exchange_rows, release_connection
 from conversations.integrity import GENESIS, chain_head_query, exchange_digest, integrity_key, turn_seal
 from conversations.models import Exchange, Step, Turn
 from conversations.providers.streaming import SNAPSHOT_TAIL_CHARS, DeltaCallback, PartialReply, throttled
-from conversations.record_writer import new_row, rows_write
+from conversations.record_writer import new_row, row_copy, rows_write
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
 from conversations.strings import changed_span
@@ -389,7 +388,7 @@ def _write(batches: Sequence[_Batch]) -> None:
             if step is not None:
                 if step is batches_steps.get(pk):
                     # A copy: should this write fail, the batch is retried alone, as it was made.
-                    step = opened[pk] = copy.copy(step)
+                    step = opened[pk] = row_copy(step)
                 for name, value in fields.items():
                     setattr(step, name, value)
             else:

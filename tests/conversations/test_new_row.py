@@ -4,19 +4,20 @@ for each row, and no name that is not a field accepted."""
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime
 
 import pytest
 from django.db.models import Model
 from django.db.models.signals import post_init
 
-from conversations.models import Exchange, Step
-from conversations.record_writer import new_row
+from conversations.models import AuditEvent, Exchange, Step, Turn
+from conversations.record_writer import new_row, row_copy
 
 AT = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 
 
-def _values(row: Exchange | Step) -> dict[str, object]:
+def _values(row: Model) -> dict[str, object]:
     return {field.attname: getattr(row, field.attname) for field in type(row)._meta.concrete_fields}
 
 
@@ -84,3 +85,35 @@ def test_a_row_is_made_by_the_constructor_while_something_listens_to_its_signals
 
     assert seen == [made] and made.seq == 1 and made._state.adding
     assert _values(made) == _values(Step(turn_id=7, seq=1, started_at=AT, updated_at=made.updated_at))
+
+
+def test_a_copy_has_the_rows_values_and_a_state_of_its_own() -> None:
+    turn = Turn(pk=5)
+    row = new_row(Step, {"id": 9, "turn_id": 5, "seq": 3, "kind": "decide", "title": "t", "started_at": AT})
+    row.turn = turn  # a related row cached on the original
+    row._state.adding, row._state.db = True, "default"
+
+    clone, reference = row_copy(row), copy.copy(row)
+
+    assert type(clone) is Step
+    assert _values(clone) == _values(reference) == _values(row)
+    assert (clone._state.adding, clone._state.db) == (reference._state.adding, reference._state.db)
+    assert clone._state is not row._state
+    assert clone._state.fields_cache == row._state.fields_cache
+    assert clone._state.fields_cache is not row._state.fields_cache
+    clone.title, clone._state.adding = "changed", False
+    assert (row.title, row._state.adding) == ("t", True)
+
+
+@pytest.mark.parametrize("model", [Exchange, Step, Turn, AuditEvent], ids=lambda model: model.__name__)
+def test_a_row_given_nothing_has_every_default_the_constructor_gives(model: type[Model]) -> None:
+    first, second, reference = new_row(model, {}), new_row(model, {}), model()
+
+    for field in model._meta.concrete_fields:
+        value, expected = getattr(first, field.attname), getattr(reference, field.attname)
+        if callable(field.default):  # made afresh for each row (``dict``, ``timezone.now``)
+            assert type(value) is type(expected), field
+            if isinstance(value, dict | list):
+                assert value == expected and getattr(second, field.attname) is not value, field
+        else:
+            assert (type(value), value) == (type(expected), expected), field

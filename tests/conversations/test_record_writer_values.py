@@ -5,6 +5,7 @@ through the field (which makes it aware and warns)."""
 
 from __future__ import annotations
 
+import threading
 import warnings
 from datetime import UTC, datetime
 from typing import Any
@@ -14,8 +15,9 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Field, Model
 
+from conversations import record_writer
 from conversations.models import AuditEvent, Conversation, Exchange, Step, Turn
-from conversations.record_writer import _preparing, _row_value, _value
+from conversations.record_writer import _preparing, _row_values, _value
 
 AT = datetime(2026, 12, 3, 14, 0, 0, 123456, tzinfo=UTC)
 SAMPLES: list[Any] = [
@@ -71,7 +73,7 @@ def test_every_field_of_the_record_sends_each_value_as_the_field_prepares_it(val
         row = field.model()
         setattr(row, field.attname, value)
         if not (getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False)):
-            assert _comparable(_row_value(field, preparing, row, connection)) == _comparable(expected), field
+            assert _comparable(_row_values([row], (field,), connection)[0]) == _comparable(expected), field
         compared += 1
     assert compared
 
@@ -103,3 +105,31 @@ def test_on_postgresql_json_and_datetime_values_take_the_short_way() -> None:
     assert set(body.quick) == {dict, list}
     assert set(started.quick) == {datetime}
     assert not saved.plain and not saved.quick
+
+
+def test_placeholders_are_numbered_in_order_whichever_threads_ask_for_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The numbered placeholders a write binds (``$1``, ``$2``, …) are made once and shared by
+    the threads that write; however they ask at once, each number is at its place."""
+    monkeypatch.setattr(record_writer, "_MARKS", [])
+    start = threading.Barrier(8)
+    wrong: list[tuple[int, str]] = []
+
+    def ask(seed: int) -> None:
+        start.wait()
+        for count in range(seed, 20_000, 997 + seed):
+            mark = record_writer._marks(count)[count - 1]
+            if mark != f"${count}":
+                wrong.append((count, mark))
+
+    threads = [threading.Thread(target=ask, args=(seed,)) for seed in range(1, 9)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    marks = record_writer._MARKS
+    assert not wrong
+    assert marks == [f"${number}" for number in range(1, len(marks) + 1)]
+    assert len(marks) >= 19_000
