@@ -59,6 +59,7 @@ from django.db.models import QuerySet
 from conversations.compiled_reads import CompiledRead
 from conversations.models import AuditEvent, Conversation, Exchange, Step, Turn
 from conversations.record_writer import rows_write
+from conversations.summaries import turn_summary
 from conversations.transcripts.fields import ID_KEYS, step_doc, turn_doc
 
 logger = logging.getLogger(__name__)
@@ -391,9 +392,19 @@ def turn_seal(*, turn: Turn, actor_name: str = "system") -> str:
         seal = _turn_seal(key, identity, fresh, records, digests, neighbours.previous or GENESIS, SEAL_RULE)
         count, head = neighbours.anchored(fresh, seal)
         anchor = _anchor(key, identity, count, head)
-        # The seal, the anchor and the audit event in one write (one statement on PostgreSQL).
+        summary = turn_summary(records.steps)
+        # The seal, the anchor and the audit event in one write (one statement on PostgreSQL),
+        # with what the conversation list shows of the turn (``conversations.summaries``).
         rows_write(
-            turn_values={fresh.pk: {"seal": seal, "seal_steps": digests, "seal_rule": SEAL_RULE}},
+            turn_values={
+                fresh.pk: {
+                    "seal": seal,
+                    "seal_steps": digests,
+                    "seal_rule": SEAL_RULE,
+                    "usage_total": summary.usage_total,
+                    "tools_called": summary.tools_called,
+                }
+            },
             step_updates={},
             steps=[],
             unsaved_steps=[],
@@ -411,6 +422,7 @@ def turn_seal(*, turn: Turn, actor_name: str = "system") -> str:
             ],
         )
         turn.seal, turn.seal_steps, turn.seal_rule = seal, digests, SEAL_RULE
+        turn.usage_total, turn.tools_called = summary
         conversation.chain_turns, conversation.chain_head, conversation.chain_anchor = count, head, anchor
     logger.info("sealed turn %s of conversation %s: %s turns, head %s", fresh.seq, identity, count, head)
     return seal

@@ -220,6 +220,14 @@ class Turn(models.Model):
     seal_steps = models.JSONField(default=list, blank=True)
     # The rule the seal was made under (integrity.SEAL_RULE_*): 2 for seals made before rule 3.
     seal_rule = models.PositiveSmallIntegerField(default=2)
+    # What the conversation list shows of the ended turn, worked out from its steps when it is
+    # sealed (``integrity.turn_summary``), so the list reads a turn, not each of its steps:
+    # the provider-reported tokens of its model calls (NULL: none reported) and the tools it
+    # called, ``[server id, server name, tool name]`` each, distinct, in the order first called.
+    # ``tools_called`` NULL: not summarized (running, or ended before summaries) — the list then
+    # reads the turn's steps.
+    usage_total = models.BigIntegerField(null=True, blank=True)
+    tools_called = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["conversation", "seq"]

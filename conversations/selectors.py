@@ -767,8 +767,9 @@ def _usage_count(key: str) -> Case:
     )
 
 
-def _step_tokens() -> Coalesce:
-    """The tokens a model call used, as the provider reported them (OpenAI, Gemini, Anthropic names)."""
+def step_tokens_sql() -> Coalesce:
+    """The tokens a model call used, as the provider reported them (OpenAI, Gemini, Anthropic
+    names); ``summaries.step_tokens`` is its Python twin."""
     return Coalesce(
         _usage_count("total_tokens"),
         _usage_count("totalTokenCount"),
@@ -790,11 +791,25 @@ def _measured(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
         .annotate(total=Sum(run_time))
         .values("total")
     )
-    tokens = (
-        Step.objects.filter(turn__conversation=OuterRef("pk"))
+    # A turn's tokens: as its seal summarized them, or, for a turn without a summary (running,
+    # or ended before summaries were kept), summed from its steps (``conversations.summaries``).
+    from_steps = (
+        Step.objects.filter(turn=OuterRef("pk"))
         .order_by()
-        .values("turn__conversation")
-        .annotate(total=Sum(_step_tokens()))
+        .values("turn")
+        .annotate(total=Sum(step_tokens_sql()))
+        .values("total")
+    )
+    turn_tokens = Case(
+        When(tools_called__isnull=True, then=Subquery(from_steps, output_field=BigIntegerField())),
+        default=F("usage_total"),
+        output_field=BigIntegerField(),
+    )
+    tokens = (
+        Turn.objects.filter(conversation=OuterRef("pk"))
+        .order_by()
+        .values("conversation")
+        .annotate(total=Sum(turn_tokens))
         .values("total")
     )
     return conversations.annotate(
@@ -943,17 +958,45 @@ def tool_label(server: str, tool: str) -> str:
 
 def conversation_rows(*, conversations: Sequence[Conversation]) -> list[ConversationRow]:
     """The list page's rows for a page of ``conversation_search`` results, with the tools each
-    called (distinct ``server/tool`` names, in the order first called; one query for the page)."""
+    called (distinct ``server/tool`` names, in the order first called, a server by its current
+    name). An ended turn's tools come from its summary (``conversations.summaries``); only turns
+    without one have their steps read (one query for the page's turns, at most one each for
+    their servers' names and for those steps)."""
     tools: dict[int, list[str]] = {conversation.pk: [] for conversation in conversations}
-    calls = (
-        Step.objects.filter(kind=Step.Kind.TOOL, turn__conversation__in=list(tools))
-        .order_by("turn__conversation_id", "turn__seq", "seq")
-        .values_list("turn__conversation_id", "server__name", "server_name", "tool_name")
+    turns = list(
+        Turn.objects.filter(conversation__in=list(tools))
+        .order_by("conversation_id", "seq")
+        .values_list("conversation_id", "pk", "tools_called")
     )
-    for conversation_id, server, server_name, tool in calls:
-        label = tool_label(server or server_name, tool)
-        if label and label not in tools[conversation_id]:
-            tools[conversation_id].append(label)
+    unsummarized = [pk for _, pk, called in turns if not isinstance(called, list)]
+    from_steps: dict[int, list[tuple[str, str]]] = {}
+    if unsummarized:
+        calls = (
+            Step.objects.filter(kind=Step.Kind.TOOL, turn__in=unsummarized)
+            .order_by("turn_id", "seq")
+            .values_list("turn_id", "server__name", "server_name", "tool_name")
+        )
+        for turn_id, server, server_name, tool in calls:
+            from_steps.setdefault(turn_id, []).append((server or server_name or "", tool))
+    names = _server_names(
+        {
+            entry[0]
+            for _, _, called in turns
+            if isinstance(called, list)
+            for entry in called
+            if isinstance(entry, list) and entry and isinstance(entry[0], int)
+        }
+    )
+    for conversation_id, turn_id, called in turns:
+        if isinstance(called, list):
+            pairs = [_summarized_call(entry, names) for entry in called]
+        else:
+            pairs = from_steps.get(turn_id, [])
+        labels = tools[conversation_id]
+        for server, tool in pairs:
+            label = tool_label(server, tool)
+            if label and label not in labels:
+                labels.append(label)
     rows = []
     for conversation in conversations:
         duration: timedelta | None = getattr(conversation, "duration", None)
@@ -968,6 +1011,25 @@ def conversation_rows(*, conversations: Sequence[Conversation]) -> list[Conversa
             )
         )
     return rows
+
+
+def _server_names(ids: Collection[int]) -> dict[int, str]:
+    """The current names of these servers (a server deleted since has none)."""
+    if not ids:
+        return {}
+    servers = Step._meta.get_field("server").related_model  # not imported: it imports the gateway
+    return dict(servers._default_manager.filter(pk__in=ids).values_list("pk", "name"))
+
+
+def _summarized_call(entry: object, names: dict[int, str]) -> tuple[str, str]:
+    """A summary's ``[server id, server name, tool name]`` as (server, tool): the server by its
+    current name, by the name it had when the turn ran once it is gone. An entry of another
+    shape (a summary edited by hand) names nothing."""
+    if not isinstance(entry, list) or len(entry) != 3 or not isinstance(entry[2], str):
+        return "", ""
+    server_id, server_name, tool = entry
+    server = names.get(server_id, "") if isinstance(server_id, int) else ""
+    return server or (server_name if isinstance(server_name, str) else ""), tool
 
 
 def exchange_get(*, conversation: Conversation, exchange_id: int) -> Exchange | None:

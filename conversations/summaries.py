@@ -1,0 +1,113 @@
+"""What the conversation list shows of an ended turn, worked out once from its steps.
+
+The list shows each conversation's tokens and the tools it called; read from the steps, that is
+every step of every listed conversation on every page (a 10,000-step conversation on the page:
+its whole step table, 17,400 pages of it, for one number and a few names). An ended turn's
+steps no longer change, so its seal (``integrity.turn_seal``), which reads them back anyway,
+stores the two on the turn (``Turn.usage_total``, ``Turn.tools_called``); the list reads steps
+only for turns without them (running, or ended before summaries were kept:
+``selectors.conversation_search``, ``selectors.conversation_rows``).
+
+``step_tokens`` is the Python twin of ``selectors.step_tokens_sql``: both give the same count
+for every ``usage`` value (a test holds them to it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from django.db import transaction
+
+from conversations.models import Step, Turn
+
+# What PostgreSQL's ``bigint`` holds: a larger count is no count (the SQL's cast would fail).
+_BIGINT_MOST = 2**63 - 1
+_DIGITS = re.compile(r"[0-9]+")
+
+
+class TurnSummary(NamedTuple):
+    usage_total: int | None
+    tools_called: list[list[Any]]
+
+
+def _usage_count(usage: object, key: str) -> int | None:
+    """``usage[key]`` as the SQL reads it: a JSON whole number or a string of ASCII digits, no
+    sign, point or exponent (its text must match ``^[0-9]+$``); anything else is no count."""
+    if not isinstance(usage, dict):
+        return None
+    value = usage.get(key)
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        count = value if value >= 0 else None
+    elif isinstance(value, str) and _DIGITS.fullmatch(value):
+        count = int(value)
+    else:
+        return None
+    return count if count is not None and count <= _BIGINT_MOST else None
+
+
+def step_tokens(usage: object) -> int | None:
+    """The tokens one model call used, as its provider reported them: OpenAI's ``total_tokens``,
+    else Gemini's ``totalTokenCount``, else Anthropic's ``input_tokens`` + ``output_tokens``."""
+    for key in ("total_tokens", "totalTokenCount"):
+        count = _usage_count(usage, key)
+        if count is not None:
+            return count
+    given, made = _usage_count(usage, "input_tokens"), _usage_count(usage, "output_tokens")
+    return given + made if given is not None and made is not None else None
+
+
+def turn_summary(steps: Iterable[Step]) -> TurnSummary:
+    """The tokens of ``steps`` (NULL when none reported any) and the tools they called, each
+    ``[server id, server name, tool name]`` once, in the order of ``steps``."""
+    total: int | None = None
+    tools: list[list[Any]] = []
+    seen: set[tuple[Any, ...]] = set()
+    for step in steps:
+        count = step_tokens(step.usage)
+        if count is not None:
+            total = count if total is None else total + count
+        if step.kind == Step.Kind.TOOL:
+            called = (step.server_id, step.server_name, step.tool_name)
+            if called not in seen:
+                seen.add(called)
+                tools.append(list(called))
+    if total is not None and total > _BIGINT_MOST:
+        total = None  # past what the column holds: no count rather than a failed seal
+    return TurnSummary(total, tools)
+
+
+def turns_summarize(*, batch: int = 500) -> int:
+    """Summarize every ended turn that has no summary (ended before summaries were kept), ``batch``
+    turns at a time, each batch in its own transaction; returns how many were summarized.
+
+    An ended turn's steps are committed before it is marked ended and do not change after, so
+    what is summarized here is what its seal would have summarized. Safe to run while turns run
+    and to run again (a turn summarized meanwhile is left as it is)."""
+    done = 0
+    last = 0
+    while True:
+        ids = list(
+            Turn.objects.filter(pk__gt=last, status__in=Turn.FINISHED, tools_called__isnull=True)
+            .order_by("pk")
+            .values_list("pk", flat=True)[:batch]
+        )
+        if not ids:
+            return done
+        steps: dict[int, list[Step]] = {pk: [] for pk in ids}
+        for step in (
+            Step.objects.filter(turn_id__in=ids)
+            .only("turn_id", "seq", "kind", "usage", "server_id", "server_name", "tool_name")
+            .order_by("turn_id", "seq", "id")
+        ):
+            steps[step.turn_id].append(step)
+        with transaction.atomic():
+            for pk, made in steps.items():
+                usage_total, tools_called = turn_summary(made)
+                done += Turn.objects.filter(pk=pk, tools_called__isnull=True).update(
+                    usage_total=usage_total, tools_called=tools_called
+                )
+        last = ids[-1]
