@@ -742,6 +742,18 @@ class _Walk:
                 "changed, its exchanges changed, or a turn before it was removed)",
                 **where,
             )
+        # What the conversation list shows of the turn is not sealed itself: it is made from the
+        # sealed steps, so it must be what they give (``summaries``; a turn without one is read
+        # from its steps).
+        if turn.tools_called is not None and tuple(turn_summary(records.steps)) != (
+            turn.usage_total,
+            turn.tools_called,
+        ):
+            raise _Broken(
+                "the turn's summary in the conversation list (its tokens or the tools it called) "
+                "does not match its sealed steps",
+                **where,
+            )
         self.sealed += 1
         self.previous_seal = turn.seal
 

@@ -14,7 +14,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from conversations import selectors
-from conversations.integrity import turn_seal
+from conversations.integrity import conversation_verify, turn_seal
 from conversations.models import Conversation, Step, Turn
 from conversations.selectors import ConversationFilters, conversation_rows, conversation_search, tool_label
 from conversations.summaries import step_tokens, turn_summary
@@ -251,3 +251,33 @@ def test_summarize_keeps_what_the_seal_would_for_ended_turns_that_have_none() ->
         assert stored.tools_called == [[weather.pk, "weather", "forecast"], [None, "gone", "orphan"]]
     assert Turn.objects.get(pk=running.pk).tools_called is None
     assert Turn.objects.get(pk=sealed.pk).usage_total == 50
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [{"usage_total": 1000}, {"tools_called": [[None, "other", "tool"]]}, {"tools_called": []}],
+    ids=["tokens", "tools", "no tools"],
+)
+def test_a_summary_edited_in_the_database_breaks_verification(edit: dict[str, Any]) -> None:
+    """The summary is made from the sealed steps: verification recomputes it, so an edit of the
+    list's tokens or tools is found as an edit of the sealed record would be."""
+    conversation = ConversationFactory()
+    turn = _turn_with_calls(conversation, [(McpServerFactory(), "forecast")], [{"total_tokens": 7}])
+    turn_seal(turn=turn)
+    assert conversation_verify(conversation=conversation).intact
+
+    Turn.objects.filter(pk=turn.pk).update(**edit)
+    report = conversation_verify(conversation=conversation)
+
+    assert not report.intact
+    assert "summary in the conversation list" in report.reason
+    assert (report.turn_seq, report.turn_id) == (turn.seq, turn.pk)
+
+
+def test_a_sealed_turn_without_a_summary_still_verifies() -> None:
+    conversation = ConversationFactory()
+    turn = _turn_with_calls(conversation, [(McpServerFactory(), "forecast")], [{"total_tokens": 7}])
+    turn_seal(turn=turn)
+    Turn.objects.filter(pk=turn.pk).update(usage_total=None, tools_called=None)  # sealed before summaries
+
+    assert conversation_verify(conversation=conversation).intact
