@@ -59,7 +59,7 @@ from django.db.models import QuerySet
 from conversations.compiled_reads import CompiledRead
 from conversations.models import AuditEvent, Conversation, Exchange, Step, Turn
 from conversations.record_writer import rows_write
-from conversations.summaries import turn_summary
+from conversations.summaries import summary_matches, turn_summary
 from conversations.transcripts.fields import ID_KEYS, step_doc, turn_doc
 
 logger = logging.getLogger(__name__)
@@ -745,9 +745,8 @@ class _Walk:
         # What the conversation list shows of the turn is not sealed itself: it is made from the
         # sealed steps, so it must be what they give (``summaries``; a turn without one is read
         # from its steps).
-        if turn.tools_called is not None and tuple(turn_summary(records.steps)) != (
-            turn.usage_total,
-            turn.tools_called,
+        if turn.tools_called is not None and not summary_matches(
+            turn.usage_total, turn.tools_called, records.steps
         ):
             raise _Broken(
                 "the turn's summary in the conversation list (its tokens or the tools it called) "

@@ -227,7 +227,7 @@ class Turn(models.Model):
     # ``tools_called`` NULL: not summarized (running, or ended before summaries) — the list then
     # reads the turn's steps.
     usage_total = models.BigIntegerField(null=True, blank=True)
-    tools_called = models.JSONField(null=True, blank=True)
+    tools_called = models.JSONField(null=True, blank=True, decoder=CarriableDecoder)
 
     class Meta:
         ordering = ["conversation", "seq"]

@@ -125,7 +125,7 @@ class _Construction(NamedTuple):
 
     # Each concrete field's attribute name, in order, with the function giving its default.
     defaults: dict[str, Callable[[], Any]]
-    # The defaults every row shares, by attribute name: a value that is not callable, which
+    # The defaults every row shares, by attribute name: a default that is not callable, which
     # Django's field hands out as the same object each time, or its None or empty string.
     constants: dict[str, Any]
     # The fields whose default is made afresh for each row (a callable: ``dict``, a function).
@@ -137,12 +137,12 @@ def _construction(model: type[Model]) -> _Construction:
     constants: dict[str, Any] = {}
     made: list[tuple[str, Callable[[], Any]]] = []
     for field in model._meta.concrete_fields:
-        if field.has_default() and not callable(field.default):
-            constants[field.attname] = field.default
-        elif field.has_default() or field.has_db_default():
+        if (field.has_default() and callable(field.default)) or field.has_db_default():
             made.append((field.attname, field.get_default))
         else:
-            constants[field.attname] = field.get_default()  # None or "" (``Field._get_default``)
+            # The same object each time (as the field hands it out), its None or "" without a
+            # default; asked of the field, which may convert it (a foreign key's row to its id).
+            constants[field.attname] = field.get_default()
     defaults = {field.attname: field.get_default for field in model._meta.concrete_fields}
     return _Construction(defaults=defaults, constants=constants, made=tuple(made))
 

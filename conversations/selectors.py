@@ -759,7 +759,9 @@ def _usage_count(key: str) -> Case:
     """One whole-number key of a step's ``usage``, NULL when absent or not a whole number."""
     return Case(
         When(
-            **{f"usage__{key}__regex": r"^[0-9]+$"},
+            # ``\Z``, not ``$``: SQLite's REGEXP is Python's, whose ``$`` also matches before a
+            # final newline (PostgreSQL's does not).
+            **{f"usage__{key}__regex": r"^[0-9]+\Z"},
             then=Cast(KeyTextTransform(key, "usage"), BigIntegerField()),
         ),
         default=Value(None),
@@ -776,6 +778,12 @@ def step_tokens_sql() -> Coalesce:
         _usage_count("input_tokens") + _usage_count("output_tokens"),
         output_field=BigIntegerField(),
     )
+
+
+# A turn without a summary (``conversations.summaries``): SQL NULL, or a JSON null put there by
+# hand, which reads as None in Python too. Any other value is a summary (one that is not a list
+# names no tool).
+UNSUMMARIZED = Q(tools_called__isnull=True) | Q(tools_called=None)
 
 
 def _measured(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
@@ -801,7 +809,7 @@ def _measured(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
         .values("total")
     )
     turn_tokens = Case(
-        When(tools_called__isnull=True, then=Subquery(from_steps, output_field=BigIntegerField())),
+        When(UNSUMMARIZED, then=Subquery(from_steps, output_field=BigIntegerField())),
         default=F("usage_total"),
         output_field=BigIntegerField(),
     )
@@ -968,12 +976,12 @@ def conversation_rows(*, conversations: Sequence[Conversation]) -> list[Conversa
         .order_by("conversation_id", "seq")
         .values_list("conversation_id", "pk", "tools_called")
     )
-    unsummarized = [pk for _, pk, called in turns if not isinstance(called, list)]
+    unsummarized = [pk for _, pk, called in turns if called is None]
     from_steps: dict[int, list[tuple[str, str]]] = {}
     if unsummarized:
         calls = (
             Step.objects.filter(kind=Step.Kind.TOOL, turn__in=unsummarized)
-            .order_by("turn_id", "seq")
+            .order_by("turn_id", "seq", "id")
             .values_list("turn_id", "server__name", "server_name", "tool_name")
         )
         for turn_id, server, server_name, tool in calls:
@@ -984,14 +992,14 @@ def conversation_rows(*, conversations: Sequence[Conversation]) -> list[Conversa
             for _, _, called in turns
             if isinstance(called, list)
             for entry in called
-            if isinstance(entry, list) and entry and isinstance(entry[0], int)
+            if isinstance(entry, list) and entry and _is_id(entry[0])
         }
     )
     for conversation_id, turn_id, called in turns:
-        if isinstance(called, list):
-            pairs = [_summarized_call(entry, names) for entry in called]
-        else:
+        if called is None:
             pairs = from_steps.get(turn_id, [])
+        else:
+            pairs = [_summarized_call(entry, names) for entry in called] if isinstance(called, list) else []
         labels = tools[conversation_id]
         for server, tool in pairs:
             label = tool_label(server, tool)
@@ -1021,6 +1029,11 @@ def _server_names(ids: Collection[int]) -> dict[int, str]:
     return dict(servers._default_manager.filter(pk__in=ids).values_list("pk", "name"))
 
 
+def _is_id(value: object) -> bool:
+    """Whether ``value`` can be a row's id (a summary edited by hand may hold anything)."""
+    return type(value) is int and 0 < value < 2**63
+
+
 def _summarized_call(entry: object, names: dict[int, str]) -> tuple[str, str]:
     """A summary's ``[server id, server name, tool name]`` as (server, tool): the server by its
     current name, by the name it had when the turn ran once it is gone. An entry of another
@@ -1028,7 +1041,7 @@ def _summarized_call(entry: object, names: dict[int, str]) -> tuple[str, str]:
     if not isinstance(entry, list) or len(entry) != 3 or not isinstance(entry[2], str):
         return "", ""
     server_id, server_name, tool = entry
-    server = names.get(server_id, "") if isinstance(server_id, int) else ""
+    server = names.get(server_id, "") if _is_id(server_id) else ""
     return server or (server_name if isinstance(server_name, str) else ""), tool
 
 

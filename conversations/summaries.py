@@ -14,11 +14,13 @@ for every ``usage`` value (a test holds them to it).
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from django.db import transaction
+from django.db.models import Q
 
 from conversations.models import Step, Turn
 
@@ -80,34 +82,71 @@ def turn_summary(steps: Iterable[Step]) -> TurnSummary:
     return TurnSummary(total, tools)
 
 
+def summary_matches(usage_total: object, tools_called: object, steps: Iterable[Step]) -> bool:
+    """Whether a stored summary is what ``steps`` give (verification: the steps were just checked
+    against their seal). A tool's server id is a link to a live row, not part of the record (the
+    seal leaves a step's server out too): a deleted server unlinks the steps that called it, so
+    where a step no longer names a server, any id the summary kept for it is accepted."""
+    total, tools = turn_summary(steps)
+    if usage_total != total or not isinstance(tools_called, list):
+        return False
+    ids: dict[tuple[Any, Any], set[Any]] = {}
+    for server_id, name, tool in tools:
+        ids.setdefault((name, tool), set()).add(server_id)
+    kept: list[tuple[Any, Any]] = []
+    for entry in tools_called:
+        if not isinstance(entry, list) or len(entry) != 3:
+            return False
+        server_id, name, tool = entry
+        pair = (name, tool) if isinstance(name, str | None) and isinstance(tool, str) else None
+        made = ids.get(pair) if pair is not None else None
+        if pair is None or made is None or (server_id not in made and None not in made):
+            return False
+        if pair not in kept:
+            kept.append(pair)
+    return kept == list(ids)
+
+
 def turns_summarize(*, batch: int = 500) -> int:
     """Summarize every ended turn that has no summary (ended before summaries were kept), ``batch``
     turns at a time, each batch in its own transaction; returns how many were summarized.
 
     An ended turn's steps are committed before it is marked ended and do not change after, so
     what is summarized here is what its seal would have summarized. Safe to run while turns run
-    and to run again (a turn summarized meanwhile is left as it is)."""
+    and to run again (a turn summarized meanwhile is left as it is). The steps are read as a
+    stream, one turn's at a time in memory."""
     done = 0
     last = 0
     while True:
         ids = list(
-            Turn.objects.filter(pk__gt=last, status__in=Turn.FINISHED, tools_called__isnull=True)
+            Turn.objects.filter(pk__gt=last, status__in=Turn.FINISHED)
+            .filter(Q(tools_called__isnull=True) | Q(tools_called=None))
             .order_by("pk")
             .values_list("pk", flat=True)[:batch]
         )
         if not ids:
             return done
-        steps: dict[int, list[Step]] = {pk: [] for pk in ids}
-        for step in (
+        steps = (
             Step.objects.filter(turn_id__in=ids)
             .only("turn_id", "seq", "kind", "usage", "server_id", "server_name", "tool_name")
             .order_by("turn_id", "seq", "id")
-        ):
-            steps[step.turn_id].append(step)
+        )
         with transaction.atomic():
-            for pk, made in steps.items():
-                usage_total, tools_called = turn_summary(made)
-                done += Turn.objects.filter(pk=pk, tools_called__isnull=True).update(
-                    usage_total=usage_total, tools_called=tools_called
-                )
+            for pk, made in itertools.groupby(steps.iterator(chunk_size=2000), key=lambda step: step.turn_id):
+                done += _summarize(pk, made)
+            # Turns without a step at all: an empty summary.
+            done += (
+                Turn.objects.filter(pk__in=ids, steps__isnull=True)
+                .filter(Q(tools_called__isnull=True) | Q(tools_called=None))
+                .update(usage_total=None, tools_called=[])
+            )
         last = ids[-1]
+
+
+def _summarize(turn_id: int, steps: Iterable[Step]) -> int:
+    usage_total, tools_called = turn_summary(steps)
+    return (
+        Turn.objects.filter(pk=turn_id)
+        .filter(Q(tools_called__isnull=True) | Q(tools_called=None))
+        .update(usage_total=usage_total, tools_called=tools_called)
+    )

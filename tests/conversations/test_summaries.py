@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.db.models import JSONField, Value
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
 from conversations import selectors
 from conversations.integrity import conversation_verify, turn_seal
@@ -33,6 +36,7 @@ USAGES: list[Any] = [
     {"total_tokens": None},
     {"total_tokens": {"n": 1}},
     {"total_tokens": 2**62},
+    {"total_tokens": "12\n"},
     {"totalTokenCount": 7},
     {"total_tokens": "x", "totalTokenCount": 7},
     {"input_tokens": 3, "output_tokens": 4},
@@ -43,16 +47,16 @@ USAGES: list[Any] = [
     "text",
     None,
 ]
-# Where SQLite's JSON and REGEXP read a value otherwise than PostgreSQL (a bool is 1 there, and
-# Python's ``$`` matches before a final newline); the Python twin follows PostgreSQL.
-POSTGRES_ONLY: list[Any] = [{"total_tokens": True}, {"total_tokens": "12\n"}]
+# Where SQLite's JSON reads a value otherwise than PostgreSQL (a bool is the integer 1 there);
+# the Python twin follows PostgreSQL.
+POSTGRES_ONLY: list[Any] = [{"total_tokens": True}]
 
 
 def test_a_models_usage_counts_as_the_providers_report_it() -> None:
     assert [step_tokens(usage) for usage in USAGES] == [
-        12, 12, None, None, None, None, None, None, None, 2**62, 7, 7, 7, None, 7, None, None, None, None,
+        12, 12, None, None, None, None, None, None, None, 2**62, None, 7, 7, 7, None, 7, None, None, None, None,
     ]  # fmt: skip
-    assert [step_tokens(usage) for usage in POSTGRES_ONLY] == [None, None]
+    assert [step_tokens(usage) for usage in POSTGRES_ONLY] == [None]
     assert step_tokens({"total_tokens": 2**63}) is None  # past what the column holds
 
 
@@ -157,6 +161,8 @@ def test_a_summarized_turn_names_its_servers_as_they_are_called_now() -> None:
     assert renamed == (1, ["forecasts/forecast"]) == renamed_from_steps
     # A deleted server: the name the step kept (as the list shows it from the steps).
     assert deleted == (1, ["weather/forecast"]) == _from_steps(conversation)
+    # Its steps no longer link to it; the summary keeps the old id, and the record is intact.
+    assert conversation_verify(conversation=conversation).intact
 
 
 def test_a_turns_summary_is_written_with_its_seal() -> None:
@@ -231,6 +237,7 @@ def test_summarize_keeps_what_the_seal_would_for_ended_turns_that_have_none() ->
         _turn_with_calls(conversation, [(weather, "forecast"), (None, "orphan")], [{"total_tokens": n}])
         for n in (1, 2, 3)
     ]
+    empty = TurnFactory(conversation=conversation)  # ended without a step
     running = TurnFactory(conversation=conversation, status=Turn.Status.RUNNING)
     StepFactory(turn=running, usage={"total_tokens": 9})
     sealed = _turn_with_calls(conversation, [(weather, "forecast")], [{"total_tokens": 5}])
@@ -242,13 +249,18 @@ def test_summarize_keeps_what_the_seal_would_for_ended_turns_that_have_none() ->
     again = StringIO()
     call_command("summarize", stdout=again)
 
-    assert out.getvalue().strip() == "summarized 3 turn(s)"
+    assert out.getvalue().strip() == "summarized 4 turn(s)"
     assert again.getvalue().strip() == "summarized 0 turn(s)"
+    assert [Turn.objects.get(pk=turn.pk).usage_total for turn in ended] == [1, 2, 3]
     for turn in ended:
         stored = Turn.objects.get(pk=turn.pk)
         steps = Step.objects.filter(turn=turn).order_by("seq", "id")
         assert (stored.usage_total, stored.tools_called) == tuple(turn_summary(steps))
         assert stored.tools_called == [[weather.pk, "weather", "forecast"], [None, "gone", "orphan"]]
+    assert (Turn.objects.get(pk=empty.pk).usage_total, Turn.objects.get(pk=empty.pk).tools_called) == (
+        None,
+        [],
+    )
     assert Turn.objects.get(pk=running.pk).tools_called is None
     assert Turn.objects.get(pk=sealed.pk).usage_total == 50
 
@@ -281,3 +293,50 @@ def test_a_sealed_turn_without_a_summary_still_verifies() -> None:
     Turn.objects.filter(pk=turn.pk).update(usage_total=None, tools_called=None)  # sealed before summaries
 
     assert conversation_verify(conversation=conversation).intact
+
+
+def test_a_json_null_where_a_summary_goes_reads_the_steps_everywhere() -> None:
+    """A JSON null put in by hand is no summary: the token total and the tools both come from the
+    steps (the stored total is not shown), and the record verifies."""
+    owner = UserFactory()
+    conversation = ConversationFactory(owner=owner)
+    turn = _turn_with_calls(
+        conversation, [(McpServerFactory(name="weather"), "forecast")], [{"total_tokens": 7}]
+    )
+    turn_seal(turn=turn)
+    Turn.objects.filter(pk=turn.pk).update(tools_called=Value(None, JSONField()), usage_total=999_999)
+
+    assert _listed(owner)[conversation.pk] == (7, ["weather/forecast"]) == _from_steps(conversation)
+    assert conversation_verify(conversation=conversation).intact
+
+
+def test_ids_no_row_can_have_are_read_as_no_server() -> None:
+    owner = UserFactory()
+    conversation = ConversationFactory(owner=owner)
+    TurnFactory(
+        conversation=conversation, tools_called=[[2**63, "big", "a"], [True, "flag", "b"], [-1, "neg", "c"]]
+    )
+
+    assert _listed(owner)[conversation.pk] == (None, ["big/a", "flag/b", "neg/c"])
+
+
+def test_the_list_page_shows_a_summary_with_a_lone_surrogate(client: Client) -> None:
+    """SQLite stores a JSON text PostgreSQL refuses (a lone surrogate escape): the page still
+    renders, the character made carriable as every shown JSON value is."""
+    owner = UserFactory()
+    conversation = ConversationFactory(owner=owner, title="odd")
+    turn = TurnFactory(conversation=conversation)
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE conversations_turn SET tools_called = %s WHERE id = %s",
+                ['[[null, "x", "\\ud800"]]', turn.pk],
+            )
+    else:
+        Turn.objects.filter(pk=turn.pk).update(tools_called=[[None, "x", "tool"]])
+    client.force_login(owner)
+
+    response = client.get(reverse("inspector-conversations"), HTTP_HOST="127.0.0.1")
+
+    assert response.status_code == 200
+    assert "x/" in response.content.decode()
