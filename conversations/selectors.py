@@ -45,6 +45,7 @@ from django.db.models.functions import Cast, Coalesce, Least, Left, Substr
 from conversations.compiled_reads import CompiledRead
 from conversations.models import FTS_BODY_CHARS, Comparison, Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
+from conversations.summaries import UNSUMMARIZED
 from conversations.typealias import JSONValue
 
 _Owned = TypeVar("_Owned", bound=Model)
@@ -778,12 +779,6 @@ def step_tokens_sql() -> Coalesce:
         _usage_count("input_tokens") + _usage_count("output_tokens"),
         output_field=BigIntegerField(),
     )
-
-
-# A turn without a summary (``conversations.summaries``): SQL NULL, or a JSON null put there by
-# hand, which reads as None in Python too. Any other value is a summary (one that is not a list
-# names no tool).
-UNSUMMARIZED = Q(tools_called__isnull=True) | Q(tools_called=None)
 
 
 def _measured(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:

@@ -29,6 +29,12 @@ _BIGINT_MOST = 2**63 - 1
 _DIGITS = re.compile(r"[0-9]+")
 
 
+# A turn without a summary: SQL NULL, or a JSON null put there by hand, which reads as None in
+# Python too (the list reads such a turn's steps). Any other value is a summary (one that is not
+# a list names no tool).
+UNSUMMARIZED = Q(tools_called__isnull=True) | Q(tools_called=None)
+
+
 class TurnSummary(NamedTuple):
     usage_total: int | None
     tools_called: list[list[Any]]
@@ -120,7 +126,7 @@ def turns_summarize(*, batch: int = 500) -> int:
     while True:
         ids = list(
             Turn.objects.filter(pk__gt=last, status__in=Turn.FINISHED)
-            .filter(Q(tools_called__isnull=True) | Q(tools_called=None))
+            .filter(UNSUMMARIZED)
             .order_by("pk")
             .values_list("pk", flat=True)[:batch]
         )
@@ -137,7 +143,7 @@ def turns_summarize(*, batch: int = 500) -> int:
             # Turns without a step at all: an empty summary.
             done += (
                 Turn.objects.filter(pk__in=ids, steps__isnull=True)
-                .filter(Q(tools_called__isnull=True) | Q(tools_called=None))
+                .filter(UNSUMMARIZED)
                 .update(usage_total=None, tools_called=[])
             )
         last = ids[-1]
@@ -147,6 +153,6 @@ def _summarize(turn_id: int, steps: Iterable[Step]) -> int:
     usage_total, tools_called = turn_summary(steps)
     return (
         Turn.objects.filter(pk=turn_id)
-        .filter(Q(tools_called__isnull=True) | Q(tools_called=None))
+        .filter(UNSUMMARIZED)
         .update(usage_total=usage_total, tools_called=tools_called)
     )
