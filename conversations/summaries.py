@@ -104,6 +104,8 @@ def summary_matches(usage_total: object, tools_called: object, steps: Iterable[S
         if not isinstance(entry, list) or len(entry) != 3:
             return False
         server_id, name, tool = entry
+        if server_id is not None and type(server_id) is not int:  # a hand-made one: no id at all
+            return False
         pair = (name, tool) if isinstance(name, str | None) and isinstance(tool, str) else None
         made = ids.get(pair) if pair is not None else None
         if pair is None or made is None or (server_id not in made and None not in made):

@@ -340,3 +340,27 @@ def test_the_list_page_shows_a_summary_with_a_lone_surrogate(client: Client) -> 
 
     assert response.status_code == 200
     assert "x/" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    "kept",
+    [
+        [[[1], "weather", "forecast"]],
+        [[{"id": 1}, "weather", "forecast"]],
+        [["x", ["weather"], "forecast"]],
+        "x",
+    ],
+    ids=["list id", "object id", "list name", "not a list"],
+)
+def test_a_summary_of_another_shape_is_reported_broken_not_raised(kept: Any) -> None:
+    conversation = ConversationFactory()
+    turn = _turn_with_calls(
+        conversation, [(McpServerFactory(name="weather"), "forecast")], [{"total_tokens": 7}]
+    )
+    turn_seal(turn=turn)
+    Turn.objects.filter(pk=turn.pk).update(tools_called=kept)
+
+    report = conversation_verify(conversation=conversation)
+
+    assert not report.intact
+    assert "summary in the conversation list" in report.reason
