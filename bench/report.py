@@ -2,7 +2,8 @@
 
 A full run writes ``latest.*``; ``--quick`` writes ``quick.*`` (so it never replaces the full
 numbers); ``--only`` updates its measures inside ``latest.*`` and leaves the others as they were
-(each result says when, and at which commit, it was measured).
+(each result says when, and at which commit, it was measured). A full or ``--only`` run also
+rewrites the latest table in ``docs/performance.md``, between its two marker comments.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from bench.context import RESULTS_DIR
 from bench.environment import REPO_ROOT, Services
 from bench.stats import Result
 
+PERFORMANCE_DOC = REPO_ROOT / "docs" / "performance.md"
+# The table docs/performance.md shows lies between these two lines; the rest is prose.
+TABLE_BEGIN = "<!-- bench:latest:begin (written by `make bench`: bench/report.py) -->"
+TABLE_END = "<!-- bench:latest:end -->"
 ORDER = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12"]
 LIBRARIES = ("django", "channels", "channels-redis", "celery", "daphne", "openai", "mcp", "psycopg")
 
@@ -159,9 +164,16 @@ def _machine_markdown(info: dict[str, Any]) -> str:
 
 
 def write(
-    results: list[Result], *, services: Services, quick: bool, elapsed: float, argv: list[str]
+    results: list[Result],
+    *,
+    services: Services,
+    quick: bool,
+    elapsed: float,
+    argv: list[str],
+    performance_doc: Path = PERFORMANCE_DOC,
 ) -> list[Path]:
-    """Write the JSON and the markdown; returns the paths written."""
+    """Write the JSON and the markdown (and, but for ``--quick``, the table in
+    ``performance_doc``); returns the paths written."""
     now = datetime.now(UTC).isoformat(timespec="seconds")
     info = machine(services)
     stem = "quick" if quick else "latest"
@@ -190,12 +202,36 @@ def write(
     after = ""
     if partial and md_path.exists():
         heading, table, after = _kept_from(md_path.read_text(), table, {r["id"] for r in merged}, now)
-    md_path.write_text(
-        f"{heading}\n\n{table}\n\n"
-        f"Medians unless stated; spread is min · interquartile range · max over the repeats. "
-        f"Details, samples and profiles: `bench/results/{stem}.json`.\n{after}"
+    legend = (
+        "Medians unless stated; spread is min · interquartile range · max over the repeats. "
+        f"Details, samples and profiles: `bench/results/{stem}.json`."
     )
-    return [json_path.relative_to(REPO_ROOT), md_path.relative_to(REPO_ROOT)]
+    md_path.write_text(f"{heading}\n\n{table}\n\n{legend}\n{after}")
+    written = [_shown(json_path), _shown(md_path)]
+    if not quick and performance_doc.exists():
+        run_line = heading.removeprefix("# Benchmarks ").strip()
+        performance_table_write(performance_doc, f"Latest {run_line}\n\n{table}\n\n{legend}")
+        written.append(_shown(performance_doc))
+    return written
+
+
+def _shown(path: Path) -> Path:
+    try:
+        return path.relative_to(REPO_ROOT)
+    except ValueError:
+        return path
+
+
+def performance_table_write(path: Path, table: str) -> None:
+    """Replace what lies between the two marker lines of ``path`` with ``table``; the rest of the
+    document is left as it is. A document without both markers, in order, is an error (a
+    silently skipped table would go stale)."""
+    text = path.read_text(encoding="utf-8")
+    begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
+    if begin < 0 or end < begin:
+        raise ValueError(f"{path} has no {TABLE_BEGIN!r} ... {TABLE_END!r} pair to write the table between")
+    start = begin + len(TABLE_BEGIN)
+    path.write_text(f"{text[:start]}\n{table.strip()}\n{text[end:]}", encoding="utf-8")
 
 
 def _kept_from(old: str, table: str, measured: set[str], now: str) -> tuple[str, str, str]:

@@ -184,3 +184,82 @@ def test_the_architecture_names_every_module() -> None:
         and f"`{path.stem}`" not in architecture
     ]
     assert unnamed == []
+
+
+# Any relative link of a markdown document: ``[text](path)``, ``![alt](path)``, a fragment cut.
+ANY_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+INDEX_HEADING = "## Where to go next"
+
+
+def link_targets(path: Path, text: str | None = None) -> set[Path]:
+    """The files a markdown document links to by a relative link, resolved from its folder."""
+    text = path.read_text(encoding="utf-8") if text is None else text
+    return {
+        (path.parent / target).resolve()
+        for target in ANY_LINK.findall(text)
+        if not target.startswith(("http://", "https://", "mailto:"))
+    }
+
+
+def readme_index(readme: Path) -> str:
+    """The README's docs index: its "Where to go next" section."""
+    text = readme.read_text(encoding="utf-8")
+    start = text.find(INDEX_HEADING)
+    assert start >= 0, f"the README has no {INDEX_HEADING!r} section"
+    end = text.find("\n## ", start + len(INDEX_HEADING))
+    return text[start : end if end >= 0 else len(text)]
+
+
+def reachable_from_index(readme: Path, docs: Path) -> set[Path]:
+    """Every file under ``docs`` reached from the README's index, following the links of each
+    document under ``docs`` it reaches (and of the README itself for files that are not
+    documents, such as its screenshot)."""
+    seen: set[Path] = set()
+    queue = sorted(link_targets(readme, readme_index(readme)))
+    while queue:
+        target = queue.pop()
+        if target in seen or not target.is_file():
+            continue
+        seen.add(target)
+        if target.suffix == ".md" and docs.resolve() in target.parents:
+            queue.extend(sorted(link_targets(target) - seen))
+    assets = {t for t in link_targets(readme) if t.suffix != ".md"}
+    return {path for path in seen | assets if docs.resolve() in path.parents}
+
+
+def test_a_document_reached_only_outside_the_index_or_not_at_all_is_not_reachable(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    (docs / "decisions").mkdir(parents=True)
+    (docs / "a.md").write_text("see [the decisions](decisions/README.md)\n", encoding="utf-8")
+    (docs / "decisions" / "README.md").write_text("| [0001](0001-x.md) |\n", encoding="utf-8")
+    (docs / "decisions" / "0001-x.md").write_text("# 0001\n", encoding="utf-8")
+    (docs / "b.md").write_text("# linked above the index only\n", encoding="utf-8")
+    (docs / "c.md").write_text("# linked nowhere\n", encoding="utf-8")
+    (docs / "shot.png").write_bytes(b"png")
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "# X\n\n![shot](docs/shot.png) and [b](docs/b.md)\n\n## Where to go next\n\n- [a](docs/a.md)\n"
+        "\n## After\n\n[c](docs/c.md)\n",
+        encoding="utf-8",
+    )
+
+    reached = {path.relative_to(docs.resolve()).as_posix() for path in reachable_from_index(readme, docs)}
+
+    assert reached == {"a.md", "decisions/README.md", "decisions/0001-x.md", "shot.png"}
+
+
+def test_every_file_under_docs_is_reachable_from_the_readme_index() -> None:
+    every = {
+        path.resolve()
+        for path in DOCS.rglob("*")
+        if path.is_file() and not SKIPPED_PARTS & set(path.parts) and not path.name.startswith(".")
+    }
+    unreached = every - reachable_from_index(ROOT / "README.md", DOCS)
+    assert not unreached, sorted(str(path.relative_to(ROOT)) for path in unreached)
+
+
+def test_every_relative_link_of_the_front_documents_resolves() -> None:
+    for front in ("README.md", "CONTRIBUTING.md", "CHANGELOG.md", "docs/decisions/README.md"):
+        path = ROOT / front
+        missing = [str(t) for t in link_targets(path) if not t.exists()]
+        assert not missing, f"{front} links to {missing}"
