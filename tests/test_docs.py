@@ -1,6 +1,7 @@
 """The repository's documents hold what the code and the other documents point to: every
 ``docs/<file>.md §N`` mentioned in the source, the tests or the docs is a numbered heading of that
-file, and every ``docs/`` file README.md or docs/ARCHITECTURE.md links to exists."""
+file, every ``docs/`` file README.md or docs/ARCHITECTURE.md links to exists, every file under
+``docs/`` is reachable from the README's docs index, and the decision records keep their form."""
 
 from __future__ import annotations
 
@@ -263,3 +264,28 @@ def test_every_relative_link_of_the_front_documents_resolves() -> None:
         path = ROOT / front
         missing = [str(t) for t in link_targets(path) if not t.exists()]
         assert not missing, f"{front} links to {missing}"
+
+
+IMAGE_MAX_BYTES = 300_000
+DECISION_NAME = re.compile(r"^\d{4}-[a-z0-9-]+\.md$")
+
+
+def test_the_images_under_docs_stay_small() -> None:
+    large = [
+        f"{path.relative_to(ROOT)}: {path.stat().st_size} bytes"
+        for path in (DOCS / "images").rglob("*")
+        if path.is_file() and path.stat().st_size > IMAGE_MAX_BYTES
+    ]
+    assert not large
+
+
+def test_every_decision_record_is_named_dated_and_has_its_three_parts() -> None:
+    records = sorted(p for p in (DOCS / "decisions").glob("*.md") if p.name != "README.md")
+    assert records
+    for path in records:
+        text = path.read_text(encoding="utf-8")
+        assert DECISION_NAME.match(path.name), path.name
+        assert text.startswith(f"# {path.name[:4]}. "), path.name
+        assert re.search(r"^Date: \d{4}-\d{2}-\d{2}$", text, re.MULTILINE), path.name
+        headings = re.findall(r"^## (.+)$", text, re.MULTILINE)
+        assert headings == ["Context", "Decision", "Consequences"], (path.name, headings)
