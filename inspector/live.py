@@ -43,9 +43,11 @@ from typing import Any, Literal, Protocol, TypedDict, cast
 from uuid import UUID
 
 import redis
+from channels import DEFAULT_CHANNEL_LAYER
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 from channels_redis.pubsub import RedisPubSubChannelLayer  # type: ignore[import-untyped]
 from channels_redis.utils import decode_hosts  # type: ignore[import-untyped]
+from django.conf import settings
 
 from conversations import events
 from conversations.typealias import JSONDict
@@ -165,8 +167,8 @@ class _PipelinedPubSub:
     is used as it is, without a pool or a pipeline object per batch: their bookkeeping cost
     several times the round trip."""
 
-    def __init__(self, layer: RedisPubSubChannelLayer, host: dict[str, Any]) -> None:
-        self.prefix = str(layer._kwargs.get("prefix", "asgi"))
+    def __init__(self, layer: RedisPubSubChannelLayer, host: dict[str, Any], *, prefix: str = "asgi") -> None:
+        self.prefix = prefix
         self.serialize = layer.serialize
         options = dict(host)
         address = options.pop("address", None)
@@ -178,11 +180,12 @@ class _PipelinedPubSub:
         self.connection = cast(_RedisConnection, pool.make_connection())
 
     @staticmethod
-    def usable(layer: BaseChannelLayer) -> dict[str, Any] | None:
-        """The one Redis host of a pub/sub layer (None: another layer, or sharded over several)."""
+    def usable(layer: BaseChannelLayer, config: dict[str, Any]) -> dict[str, Any] | None:
+        """The one Redis host of a pub/sub layer built from ``config`` (None: another layer, or
+        sharded over several)."""
         if not isinstance(layer, RedisPubSubChannelLayer):
             return None
-        hosts = decode_hosts(layer._kwargs.get("hosts", layer._args[0] if layer._args else None))
+        hosts = decode_hosts(config.get("hosts"))
         return dict(hosts[0]) if len(hosts) == 1 else None
 
     def send(self, batch: list[tuple[str, Event]]) -> None:
@@ -202,8 +205,14 @@ class _PipelinedPubSub:
 
 
 def _sender(layer: BaseChannelLayer) -> _Sender:
-    host = _PipelinedPubSub.usable(layer)
-    return _PipelinedPubSub(layer, host) if host is not None else _GroupSends(layer)
+    """The sender for the default layer (the one ``_send`` publishes to). Its hosts and prefix are
+    read from the settings it was built from: the layer keeps them under private names only."""
+    layers: dict[str, dict[str, Any]] = settings.CHANNEL_LAYERS
+    config: dict[str, Any] = dict(layers.get(DEFAULT_CHANNEL_LAYER, {}).get("CONFIG", {}))
+    host = _PipelinedPubSub.usable(layer, config)
+    if host is None:
+        return _GroupSends(layer)
+    return _PipelinedPubSub(layer, host, prefix=str(config.get("prefix", "asgi")))
 
 
 class _Publisher:

@@ -220,3 +220,31 @@ async def test_a_process_whose_first_doorbells_find_redis_down_rings_again_once_
             server.stop()
 
     assert [event["step_id"] for event in received] == [5, 6, 7, 8]
+
+
+async def test_a_layer_configured_with_a_prefix_of_its_own_hears_the_doorbells(redis_url: str) -> None:
+    conversation_id = uuid.uuid4()
+    prefixed = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [redis_url], "prefix": "inspector-test"},
+        }
+    }
+    with override_settings(CHANNEL_LAYERS=prefixed):
+        layer = get_channel_layer()
+        try:
+            channel = await _subscribe(conversation_id)
+
+            def ring() -> bool:
+                events.emit(events.TurnChanged(conversation_id=conversation_id, turn_id=7))
+                return live.flush(timeout=10)
+
+            assert await asyncio.to_thread(ring)
+            received = await asyncio.wait_for(layer.receive(channel), timeout=10)
+        finally:
+            await layer.flush()
+
+    assert {key: value for key, value in received.items() if key != "ring"} == {
+        "type": "turn.changed",
+        "turn_id": 7,
+    }
