@@ -15,10 +15,11 @@ XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 # Third-party MCP servers from npm that the workbench tests run (versions pinned by the lockfile).
 NODE_SERVERS := tests/mcp_servers/node_modules/.installed
 
-.PHONY: run test test-postgres test-sqlite test-fast setup worker beat check lint typecheck clean
+.PHONY: run test test-postgres test-sqlite test-fast test-templates test-min-deps setup worker beat check lint typecheck clean
 
-# Two stamps: `make run` (and worker, beat) needs the runtime dependencies only; the test, lint,
-# type and bench targets add the dev extras on top. Each is remade when pyproject.toml changes.
+# Stamps: `make run` (and worker, beat) needs the runtime dependencies only; the test, lint,
+# type and bench targets add the dev extras on top, and the whole suite the templates-check extra
+# (transformers, for the chat-template corpus only). Each is remade when pyproject.toml changes.
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -29,6 +30,10 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
 	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+$(VENV)/.installed-templates: pyproject.toml $(VENV)/.installed-dev
+	$(PY) -m pip install --quiet -e ".[dev,templates-check]"
 	touch $@
 
 setup: $(VENV)/.installed
@@ -57,29 +62,71 @@ $(TOOLS):
 		echo "The tests need Debian's 'chromium' and 'docker-compose' packages: install them"; exit 1; \
 	fi
 
-## make test — the whole suite: PostgreSQL + Redis + a real Celery worker + Chromium, then the SQLite default
-test: $(VENV)/.installed-dev $(TOOLS)
+## make test — the whole suite: PostgreSQL + Redis + a real Celery worker + Chromium, then the SQLite
+## default, then a subset on the oldest releases the runtime dependencies allow
+test: $(VENV)/.installed-templates $(TOOLS)
 	$(MAKE) --no-print-directory test-postgres
 	$(MAKE) --no-print-directory test-sqlite
+	$(MAKE) --no-print-directory test-min-deps
 
 $(NODE_SERVERS): tests/mcp_servers/package.json tests/mcp_servers/package-lock.json
 	npm ci --prefix tests/mcp_servers --no-audit --no-fund --loglevel=error
 	touch $@
 
-test-postgres: $(VENV)/.installed-dev $(NODE_SERVERS)
+test-postgres: $(VENV)/.installed-templates $(NODE_SERVERS)
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) REQUIRE_SERVICES=1 \
 		$(PY) -m pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
 
 # The embedded default (SQLite, in-memory layer, in-process runner) on everything but the
 # groups that exist to exercise Postgres, Redis, Celery or the browser.
-test-sqlite: $(VENV)/.installed-dev
+test-sqlite: $(VENV)/.installed-templates
 	env -u DATABASE_URL -u REDIS_URL VAR_DIR=$(CURDIR)/var/test-sqlite \
 		$(PY) -m pytest -q -p no:cacheprovider $(XDIST) -m "not celery and not browser and not slow and not postgres" $(PYTEST_ARGS)
 
-## make test-fast — a quick local subset: no worker, no browser, no third-party servers, SQLite
+## make test-fast — a quick local subset: no worker, no browser, no third-party servers, no
+## transformers, SQLite
 test-fast: $(VENV)/.installed-dev
 	env -u DATABASE_URL -u REDIS_URL VAR_DIR=$(CURDIR)/var/test-sqlite \
-		$(PY) -m pytest -q -x -m "not celery and not browser and not slow and not postgres" $(PYTEST_ARGS)
+		$(PY) -m pytest -q -x -m "not celery and not browser and not slow and not postgres and not templates_check" $(PYTEST_ARGS)
+
+## make test-templates — the chat-template corpus against transformers' own rendering (installs
+## the templates-check extra; `make test` runs these too)
+test-templates: $(VENV)/.installed-templates
+	env -u DATABASE_URL -u REDIS_URL VAR_DIR=$(CURDIR)/var/test-sqlite \
+		$(PY) -m pytest -q -p no:cacheprovider -m templates_check $(PYTEST_ARGS)
+
+# The oldest release of every runtime dependency that pyproject.toml allows, in a venv of its own:
+# each `>=X` pinned to `==X` (.ci/min_requirements.py), the test runner installed under those pins
+# as constraints, the project without its dependencies. Wheels only: an sdist of a pinned release
+# would be built on this Python, which is not what its users install.
+MIN_VENV := .venv-min
+MIN_TOOLS := pytest pytest-django pytest-asyncio pytest-timeout factory-boy
+# The layers, the recorder's events, a demo turn end to end over the real stdio server, the
+# websocket consumer (in-memory layer) on SQLite; then the live publisher on Redis.
+MIN_TESTS := tests/test_layers.py tests/conversations/test_events.py tests/inspector/test_apps.py \
+	tests/inspector/test_consumers.py \
+	tests/conversations/test_runner.py::test_the_weather_question_is_answered_from_a_real_tools_call
+MIN_REDIS_TESTS := tests/inspector/test_live.py
+
+$(MIN_VENV)/.installed: pyproject.toml .ci/min_requirements.py
+	rm -rf $(MIN_VENV)
+	$(PYTHON) -m venv $(MIN_VENV)
+	$(PYTHON) .ci/min_requirements.py > $(MIN_VENV)/requirements.txt
+	$(PYTHON) .ci/min_requirements.py --constraints > $(MIN_VENV)/constraints.txt
+	$(PYTHON) .ci/min_requirements.py --tools $(MIN_TOOLS) > $(MIN_VENV)/tools.txt
+	$(MIN_VENV)/bin/python -m pip install --quiet --only-binary :all: -r $(MIN_VENV)/requirements.txt
+	$(MIN_VENV)/bin/python -m pip install --quiet --only-binary :all: -c $(MIN_VENV)/constraints.txt -r $(MIN_VENV)/tools.txt
+	$(MIN_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	$(MIN_VENV)/bin/python -m pip check
+	touch $@
+
+## make test-min-deps — a representative subset on the oldest releases the runtime dependencies
+## allow (.venv-min; `make test` runs it once)
+test-min-deps: $(MIN_VENV)/.installed
+	env -u DATABASE_URL -u REDIS_URL VAR_DIR=$(CURDIR)/var/test-min-deps \
+		$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(MIN_TESTS) $(PYTEST_ARGS)
+	env -u DATABASE_URL REDIS_URL=$(TEST_REDIS_URL) VAR_DIR=$(CURDIR)/var/test-min-deps \
+		$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(MIN_REDIS_TESTS) $(PYTEST_ARGS)
 
 ## make lint — ruff's rules and its formatter (the tree is kept formatted: `ruff format .` fixes it)
 lint: $(VENV)/.installed-dev
@@ -93,7 +140,7 @@ typecheck: $(VENV)/.installed-dev
 check: lint typecheck
 
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) $(MIN_VENV) var
 
 # --- Performance benchmarks (bench/): the product against a bare agent loop, on this machine ---
 .PHONY: bench bench-quick

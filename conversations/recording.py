@@ -47,6 +47,7 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from conversations import events
 from conversations.compiled_reads import CompiledRead
 from conversations.connections import BIG_RECORD_CHARS, discard_connection, prepared_cursor
 from conversations.escaping import storable_json, storable_text
@@ -59,7 +60,6 @@ from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
 from conversations.strings import changed_span
 from conversations.wire import WireExchange
-from inspector import live
 
 logger = logging.getLogger(__name__)
 
@@ -352,8 +352,8 @@ class _Batch:
         if self.step is not None:
             rows = [*rows, self.step.parent_id or self.step.pk]
         for row in dict.fromkeys(rows):
-            live.publish_step_changed(
-                conversation_id=owner.conversation_id, turn_id=owner.turn.pk, step_id=row
+            events.emit(
+                events.StepChanged(conversation_id=owner.conversation_id, turn_id=owner.turn.pk, step_id=row)
             )
         if self.after is not None:
             self.after()
@@ -802,8 +802,7 @@ class TurnRecorder:
         page has the row to show it in."""
 
         def publish(partial: PartialReply) -> None:
-            send = functools.partial(
-                live.publish_step_partial,
+            event = events.StepPartial(
                 conversation_id=self.conversation_id,
                 turn_id=self.turn.pk,
                 step_id=step,
@@ -818,6 +817,7 @@ class TurnRecorder:
                     for call in partial.calls
                 ],
             )
+            send = functools.partial(events.emit, event)
             if self._writer is None:
                 send()
             else:
@@ -882,7 +882,7 @@ class TurnRecorder:
             row.search_start, row.search_length = start, length
 
     def turn_changed(self) -> None:
-        live.publish_turn_changed(conversation_id=self.conversation_id, turn_id=self.turn.pk)
+        events.emit(events.TurnChanged(conversation_id=self.conversation_id, turn_id=self.turn.pk))
 
     def _touch(self, parent: int, now: Any) -> None:
         """A child changed: move the parent's ``updated_at`` so a reconnecting browser re-reads it."""

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import DatabaseError, connection, transaction
 
+from conversations import events
 from conversations.agent import AgentTurn, PromptRenderer, TurnCancelled, run_agent
 from conversations.capabilities import CAPABILITY_FIELDS, capability_downgrades_remember
 from conversations.compiled_reads import CompiledRead
@@ -42,7 +43,6 @@ from conversations.tool_overrides import Overrides, tool_overrides_for, tools_ov
 from conversations.toolhost import Connected, TurnServers, turn_servers
 from conversations.trace_delivery import trace_delivery_queue
 from conversations.typealias import JSONDict
-from inspector import live
 
 logger = logging.getLogger(__name__)
 
@@ -391,7 +391,7 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
     if turn is None:  # deleted, with its conversation, since it was claimed
         raise Turn.DoesNotExist(f"turn {turn_id} no longer exists")
     # Browsers render the running turn while it connects.
-    live.publish_turn_changed(conversation_id=turn.conversation.public_id, turn_id=turn.pk)
+    events.emit(events.TurnChanged(conversation_id=turn.conversation.public_id, turn_id=turn.pk))
     # The conversation's servers, read once (by name: the order their tools are offered in).
     servers = turn_servers(turn.conversation)
     recorder = TurnRecorder(turn, redact=active_redactor(secrets=_run_secrets(turn, servers)))
@@ -487,5 +487,5 @@ def turn_abandon(*, turn_id: int, reason: str) -> bool:
         return False
     turn.mark_failed(reason)
     turn_end_save(turn=turn, update_fields=["status", "error", "finished_at", "updated_at"])
-    live.publish_turn_changed(conversation_id=turn.conversation.public_id, turn_id=turn.pk)
+    events.emit(events.TurnChanged(conversation_id=turn.conversation.public_id, turn_id=turn.pk))
     return True

@@ -11,6 +11,7 @@ from django.db import transaction
 from django.db.models import Model
 from django.utils import timezone
 
+from conversations import events
 from conversations.audit import audit_record
 from conversations.compiled_reads import CompiledRead
 from conversations.execution import turn_dispatch
@@ -24,7 +25,6 @@ from conversations.transcripts.export import ExportFormat, transcript_export_byt
 from conversations.transcripts.importing import IMPORTED_PROFILE_PREFIX
 from conversations.transcripts.otel_import import conversation_file_import
 from conversations.typealias import JSONDict, JSONValue
-from inspector import live
 
 DEMO_PROFILE_NAME = "demo"
 
@@ -128,7 +128,7 @@ def turn_cancel(*, turn: Turn, actor: AbstractBaseUser | None) -> Turn:
     ).update(cancel_requested_at=now, cancel_requested_by=who, updated_at=now)
     if requested:
         turn_signal_local(turn_id=turn.pk, by=who)
-        live.publish_turn_changed(conversation_id=turn.conversation.public_id, turn_id=turn.pk)
+        events.emit(events.TurnChanged(conversation_id=turn.conversation.public_id, turn_id=turn.pk))
     turn.refresh_from_db()
     if turn.status != Turn.Status.RUNNING and turn.cancel_requested_at is None:
         raise TurnNotCancellable(f"this turn has already finished ({turn.status})")

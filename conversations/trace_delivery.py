@@ -30,12 +30,12 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone
 
+from conversations import events
 from conversations.models import TraceDelivery, Turn
 from conversations.secret_sources import active_redactor
 from conversations.transcripts.document import transcript_document
 from conversations.transcripts.otel import otlp_request, trace_origin
 from conversations.transcripts.otel_proto import MEDIA_TYPE, otlp_protobuf
-from inspector import live
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def trace_deliver(*, turn_id: int) -> TraceDelivery | None:
     delivery.save(update_fields=["status", "attempts", "last_error", "next_attempt_at", "sent_at"])
     # The turn's row shows the delivery: its page re-renders it.
     Turn.objects.filter(pk=turn_id).update(updated_at=timezone.now())
-    live.publish_turn_changed(conversation_id=delivery.turn.conversation.public_id, turn_id=turn_id)
+    events.emit(events.TurnChanged(conversation_id=delivery.turn.conversation.public_id, turn_id=turn_id))
     return delivery
 
 

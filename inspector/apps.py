@@ -2,6 +2,9 @@ from django.apps import AppConfig
 from django.core.handlers.asgi import ASGIHandler
 from django.core.signals import request_started
 
+from conversations import events
+from inspector import live
+
 
 class InspectorConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
@@ -14,3 +17,5 @@ class InspectorConfig(AppConfig):
         # Only requests served over ASGI (daphne: the web process) start it; the test client's
         # and the in-process demo model's (WSGI) do not.
         request_started.connect(serving_start, sender=ASGIHandler, dispatch_uid="inspector-serving-start")
+        # The recorder's events ring the live view's doorbells (conversations knows no UI).
+        events.subscribe(live.on_event)

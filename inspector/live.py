@@ -1,10 +1,12 @@
 """The only module that talks to the channel layer: it rings the doorbell, never carries data.
 
-Events name a row that changed; consumers render it from the database. Callers publish only
-after the row is committed, and a publish never blocks them: events go to one long-lived
-publisher thread per process, which sends them in order over one persistent connection. A
-doorbell still waiting to be sent is not queued twice: the consumer renders the row as it is when
-the event arrives, so one ring covers every change made before it.
+It hears the recorder's events (``conversations.events``; ``on_event`` is subscribed when the app
+is ready), so the recorder knows nothing of the UI. Events name a row that changed; consumers
+render it from the database. The recorder emits only after the row is committed, and a publish
+never blocks it: events go to one long-lived publisher thread per process, which sends them in
+order over one persistent connection. A doorbell still waiting to be sent is not queued twice:
+the consumer renders the row as it is when the event arrives, so one ring covers every change
+made before it.
 
 With the Redis pub/sub layer on one Redis (the scaled deployment) the thread publishes each batch
 of waiting events as ``PUBLISH`` commands written together, in the layer's own message format on
@@ -12,6 +14,11 @@ the channel its ``group_send`` would use (``_PipelinedPubSub``): one round trip 
 the layer's coroutine costs one per event (a busy worker rings thousands a second). Any other
 layer gets ``group_send`` per event on the thread's own event loop (a new loop per send would open
 a new Redis connection each time).
+
+The thread builds its sender inside its loop, and builds it again after a failure, so a Redis
+that is down when a process first rings, or goes away later, costs the doorbells of that while
+and no more: they are logged and dropped (the record is stored; a reconnecting browser catches
+up from it), and ``flush`` still returns once they are.
 
 In the embedded default the in-memory layer is not thread-safe across event loops, so its sends
 are scheduled on the web server's own loop (bound by the first consumer that connects).
@@ -36,10 +43,13 @@ from typing import Any, Literal, Protocol, TypedDict, cast
 from uuid import UUID
 
 import redis
+from channels import DEFAULT_CHANNEL_LAYER
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 from channels_redis.pubsub import RedisPubSubChannelLayer  # type: ignore[import-untyped]
 from channels_redis.utils import decode_hosts  # type: ignore[import-untyped]
+from django.conf import settings
 
+from conversations import events
 from conversations.typealias import JSONDict
 
 logger = logging.getLogger(__name__)
@@ -157,20 +167,25 @@ class _PipelinedPubSub:
     is used as it is, without a pool or a pipeline object per batch: their bookkeeping cost
     several times the round trip."""
 
-    def __init__(self, layer: RedisPubSubChannelLayer, host: dict[str, Any]) -> None:
-        self.prefix = str(layer._kwargs.get("prefix", "asgi"))
+    def __init__(self, layer: RedisPubSubChannelLayer, host: dict[str, Any], *, prefix: str = "asgi") -> None:
+        self.prefix = prefix
         self.serialize = layer.serialize
         options = dict(host)
         address = options.pop("address", None)
-        client = redis.Redis.from_url(address, **options) if address else redis.Redis(**options)
-        self.connection = cast(_RedisConnection, client.connection_pool.get_connection())
+        pool = (
+            redis.ConnectionPool.from_url(address, **options) if address else redis.ConnectionPool(**options)
+        )
+        # A connection of its own, not lent by the pool: it connects when first written to (so
+        # building the sender needs no Redis), and again after ``disconnect``.
+        self.connection = cast(_RedisConnection, pool.make_connection())
 
     @staticmethod
-    def usable(layer: BaseChannelLayer) -> dict[str, Any] | None:
-        """The one Redis host of a pub/sub layer (None: another layer, or sharded over several)."""
+    def usable(layer: BaseChannelLayer, config: dict[str, Any]) -> dict[str, Any] | None:
+        """The one Redis host of a pub/sub layer built from ``config`` (None: another layer, or
+        sharded over several)."""
         if not isinstance(layer, RedisPubSubChannelLayer):
             return None
-        hosts = decode_hosts(layer._kwargs.get("hosts", layer._args[0] if layer._args else None))
+        hosts = decode_hosts(config.get("hosts"))
         return dict(hosts[0]) if len(hosts) == 1 else None
 
     def send(self, batch: list[tuple[str, Event]]) -> None:
@@ -190,8 +205,14 @@ class _PipelinedPubSub:
 
 
 def _sender(layer: BaseChannelLayer) -> _Sender:
-    host = _PipelinedPubSub.usable(layer)
-    return _PipelinedPubSub(layer, host) if host is not None else _GroupSends(layer)
+    """The sender for the default layer (the one ``_send`` publishes to). Its hosts and prefix are
+    read from the settings it was built from: the layer keeps them under private names only."""
+    layers: dict[str, dict[str, Any]] = settings.CHANNEL_LAYERS
+    config: dict[str, Any] = dict(layers.get(DEFAULT_CHANNEL_LAYER, {}).get("CONFIG", {}))
+    host = _PipelinedPubSub.usable(layer, config)
+    if host is None:
+        return _GroupSends(layer)
+    return _PipelinedPubSub(layer, host, prefix=str(config.get("prefix", "asgi")))
 
 
 class _Publisher:
@@ -242,13 +263,16 @@ class _Publisher:
             self._condition.notify_all()
 
     def _run(self) -> None:
-        sender = _sender(self.layer)
+        sender: _Sender | None = None
         while True:
             batch = self._take()
             try:
+                if sender is None:
+                    sender = _sender(self.layer)
                 sender.send(batch)
-            except Exception:  # the thread must outlive anything a send does
+            except Exception:  # the thread must outlive anything a send (or building one) does
                 logger.exception("could not publish %d event(s)", len(batch))
+                sender = None  # built afresh for the next batch
             self._done()
 
 
@@ -288,6 +312,24 @@ def _send(group: str, event: Event) -> None:
             logger.exception("could not publish %s to %s", event["type"], group)
         return
     _publisher_for(layer).put(group, event)
+
+
+def on_event(event: events.Event) -> None:
+    """The recorder's events as doorbells (subscribed to ``conversations.events`` by the app)."""
+    if isinstance(event, events.StepChanged):
+        publish_step_changed(
+            conversation_id=event.conversation_id, turn_id=event.turn_id, step_id=event.step_id
+        )
+    elif isinstance(event, events.TurnChanged):
+        publish_turn_changed(conversation_id=event.conversation_id, turn_id=event.turn_id)
+    else:
+        publish_step_partial(
+            conversation_id=event.conversation_id,
+            turn_id=event.turn_id,
+            step_id=event.step_id,
+            text=event.text,
+            calls=event.calls,
+        )
 
 
 def publish_step_changed(*, conversation_id: UUID, turn_id: int, step_id: int) -> None:

@@ -1,8 +1,11 @@
 """The lean run: ``make run`` installs the runtime dependencies only, and the app needs no more;
-the test, lint, type and bench targets add the dev extras."""
+the test, lint, type and bench targets add the dev extras; transformers (the templates-check
+extra) only for the whole suite; and the oldest release of every runtime dependency is tested
+once (``make test-min-deps``)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -10,6 +13,7 @@ import sys
 import tomllib
 from importlib import metadata
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -25,10 +29,12 @@ def _requirement_name(requirement: str) -> str:
 
 
 def _dev_only_modules() -> set[str]:
-    """Top-level modules installed by a distribution the dev extras name and the runtime does not."""
+    """Top-level modules installed by a distribution the extras name and the runtime does not."""
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     runtime = {_requirement_name(r) for r in project["dependencies"]}
-    dev = {_requirement_name(r) for r in project["optional-dependencies"]["dev"]} - runtime
+    dev = {
+        _requirement_name(r) for extra in project["optional-dependencies"].values() for r in extra
+    } - runtime
     return {
         module
         for module, distributions in metadata.packages_distributions().items()
@@ -65,7 +71,7 @@ print(count)
 
 def test_the_app_imports_nothing_that_only_the_dev_extras_install(tmp_path: Path) -> None:
     blocked = _dev_only_modules()
-    assert {"pytest", "playwright", "mypy", "hypothesis"} <= blocked
+    assert {"pytest", "playwright", "mypy", "hypothesis", "transformers"} <= blocked
 
     result = subprocess.run(
         [sys.executable, "-c", IMPORT_EVERYTHING, json.dumps(sorted(blocked)), json.dumps(APP_PACKAGES)],
@@ -85,6 +91,7 @@ def _planned_commands(target: str, tmp_path: Path) -> str:
     for name in (
         "Makefile",
         "pyproject.toml",
+        ".ci/min_requirements.py",
         "tests/mcp_servers/package.json",
         "tests/mcp_servers/package-lock.json",
     ):
@@ -119,3 +126,65 @@ def test_the_test_lint_type_and_bench_targets_add_the_dev_extras(target: str, tm
     assert "pip install --quiet -e .\n" in commands
     assert 'pip install --quiet -e ".[dev]"' in commands
     assert "touch .venv/.installed-dev" in commands
+
+
+def test_only_the_whole_suite_and_its_template_target_install_transformers(tmp_path: Path) -> None:
+    for target in ("test", "test-sqlite", "test-postgres", "test-templates"):
+        assert 'pip install --quiet -e ".[dev,templates-check]"' in _planned_commands(target, tmp_path)
+    for target in ("test-fast", "check", "lint", "typecheck", "bench", "run"):
+        assert "templates-check" not in _planned_commands(target, tmp_path), target
+
+
+def test_the_quick_run_leaves_out_the_tests_that_need_transformers(tmp_path: Path) -> None:
+    assert "not templates_check" in _planned_commands("test-fast", tmp_path)
+    assert "-m templates_check" in _planned_commands("test-templates", tmp_path)
+
+
+def _min_requirements() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "min_requirements", REPO_ROOT / ".ci" / "min_requirements.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_runtime_dependency_is_pinned_to_its_lower_bound() -> None:
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / ".ci" / "min_requirements.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+    pins = result.stdout.splitlines()
+    assert [_requirement_name(pin) for pin in pins] == [_requirement_name(r) for r in project["dependencies"]]
+    assert all("==" in pin and ">" not in pin and "<" not in pin for pin in pins)
+    assert "celery[redis]==5.7" in pins
+
+
+def test_a_lower_bound_becomes_a_pin_and_a_missing_one_is_refused() -> None:
+    module = _min_requirements()
+
+    assert module.pinned("psycopg[binary,pool]>=3.2.1,<4") == "psycopg[binary,pool]==3.2.1"
+    assert module.pinned("psycopg[binary,pool]>=3.2.1", extras=False) == "psycopg==3.2.1"
+    with pytest.raises(ValueError, match="no lower bound"):
+        module.pinned("redis<9")
+    with pytest.raises(ValueError, match="no lower bound"):
+        module.pinned("types-PyYAML")
+
+
+def test_the_oldest_releases_are_tested_in_a_venv_of_their_own_once_by_the_whole_suite(
+    tmp_path: Path,
+) -> None:
+    commands = _planned_commands("test-min-deps", tmp_path)
+
+    assert "python3.11 -m venv .venv-min" in commands
+    assert "python3.11 .ci/min_requirements.py > .venv-min/requirements.txt" in commands
+    assert "-c .venv-min/constraints.txt -r .venv-min/tools.txt" in commands
+    assert ".venv-min/bin/python -m pip install --quiet --no-deps -e ." in commands
+    assert ".venv-min/bin/python -m pytest" in commands
+    assert ".[dev" not in commands
+    assert _planned_commands("test", tmp_path).count(".venv-min/bin/python -m pytest") == 2

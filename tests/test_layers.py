@@ -1,7 +1,7 @@
 """The layers the architecture promises (docs/ARCHITECTURE.md), held by tests: the agent loop and
 the vocabulary it shares with the gateway load no framework, nothing below the UI imports the
-UI package except ``inspector.live`` (the one module that talks to the channel layer),
-between ``conversations`` and ``servers`` imports run one way, servers → conversations, and
+UI package (the recorder announces through ``conversations.events``; ``inspector.live``, the one
+module that talks to the channel layer, subscribes), between ``conversations`` and ``servers`` imports run one way, servers → conversations, and
 ``inspector.evals`` (the evals app, inside the UI package) sits above both: it imports them, neither
 imports it, and it imports nothing else of the UI package but ``inspector.live``."""
 
@@ -31,6 +31,8 @@ FRAMEWORK_FREE = (
     "conversations.toolhost",
     # The seam a conversation's tool-definition overrides come through (filled by ``evals``).
     "conversations.tool_overrides",
+    # The recorder's announcements (heard by ``inspector.live``).
+    "conversations.events",
 )
 
 
@@ -63,11 +65,20 @@ def _imports(path: Path, package: str) -> list[tuple[int, str]]:
     return found
 
 
-def test_nothing_below_the_ui_imports_the_ui_package_but_its_channel_layer_module() -> None:
+def test_nothing_in_conversations_or_servers_imports_the_ui_package() -> None:
     offenders = [
         f"{path.relative_to(REPO_ROOT)}:{line} imports {module}"
-        for package in ("conversations", "servers", "inspector/evals")
+        for package in ("conversations", "servers")
         for path in sorted((REPO_ROOT / package).rglob("*.py"))
+        for line, module in _imports(path, "inspector")
+    ]
+    assert offenders == []
+
+
+def test_evals_imports_nothing_of_the_ui_package_but_its_channel_layer_module() -> None:
+    offenders = [
+        f"{path.relative_to(REPO_ROOT)}:{line} imports {module}"
+        for path in sorted((REPO_ROOT / "inspector" / "evals").rglob("*.py"))
         for line, module in _imports(path, "inspector")
         if module != "inspector.live" and not module.startswith("inspector.evals")
     ]

@@ -5,11 +5,12 @@ a case transformers cannot render is never labelled exact (issue 20, Tests)."""
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 from pathlib import Path
+from types import ModuleType
 
 import pytest
-from transformers.utils import chat_template_utils  # the reference (a dev dependency: never skipped)
 
 from conversations.splicing import render_chat_template, splice
 from conversations.typealias import JSONDict
@@ -103,10 +104,21 @@ CASES: dict[str, tuple[list[JSONDict], list[JSONDict] | None]] = {
 }
 
 
+def transformers_reference() -> ModuleType:
+    """transformers' own chat-template rendering, the reference. It comes with the templates-check
+    extra only, so it is imported by the one test that compares with it (marked templates_check):
+    the others of this file run without it, and that one fails loudly without it, never skips."""
+    return importlib.import_module("transformers.utils.chat_template_utils")
+
+
 def transformers_rendering(
-    template: str, messages: list[JSONDict], tools: list[JSONDict] | None, tokens: dict[str, str]
+    reference: ModuleType,
+    template: str,
+    messages: list[JSONDict],
+    tools: list[JSONDict] | None,
+    tokens: dict[str, str],
 ) -> str:
-    rendered, _ = chat_template_utils.render_jinja_template(
+    rendered, _ = reference.render_jinja_template(
         conversations=[copy.deepcopy(messages)],
         tools=copy.deepcopy(tools),
         chat_template=template,
@@ -127,16 +139,18 @@ def with_object_arguments(messages: list[JSONDict]) -> list[JSONDict]:
     return out
 
 
+@pytest.mark.templates_check
 @pytest.mark.parametrize("arguments", ["object", "string"])
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("name", sorted(TOKENS))
 def test_every_exact_rendering_is_transformers_byte_for_byte(name: str, case: str, arguments: str) -> None:
+    reference = transformers_reference()  # before the try: a missing extra is no case it cannot render
     template = (CORPUS / f"{name}.jinja").read_text()
     messages, tools = CASES[case]
     tokens = TOKENS[name]
     given = with_object_arguments(messages) if arguments == "object" else messages
     try:
-        expected: str | None = transformers_rendering(template, given, tools, tokens)
+        expected: str | None = transformers_rendering(reference, template, given, tools, tokens)
     except Exception:  # noqa: BLE001 — transformers cannot render this case
         expected = None
 

@@ -1,8 +1,10 @@
 """Doorbells through the real Redis channel layer: sent in order from one publisher thread,
-without blocking the caller."""
+without blocking the caller, and again once a Redis that was away is back."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import threading
 import uuid
 from pathlib import Path
@@ -11,13 +13,20 @@ import pytest
 import redis
 from channels.layers import get_channel_layer
 from channels_redis.pubsub import RedisPubSubChannelLayer
+from django.test import override_settings
 
+from conversations import events
 from inspector import live
 from tests.services import PrivateRedis
 
 pytestmark = [pytest.mark.celery, pytest.mark.usefixtures("redis_url")]
-# A redis-server of this module's own, restarted by a test (never the shared one).
-PRIVATE_REDIS_PORT = 7302
+
+
+def _free_port() -> int:
+    """A port nothing listens on, for a redis-server of the test's own (never the shared one)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 async def _subscribe(conversation_id: uuid.UUID) -> str:
@@ -133,7 +142,7 @@ def test_the_scaled_layer_is_sent_to_a_batch_at_a_time_on_its_one_redis() -> Non
 
 
 def test_doorbells_reach_subscribers_again_once_a_restarted_redis_is_back(tmp_path: Path) -> None:
-    server = PrivateRedis(PRIVATE_REDIS_PORT, tmp_path)
+    server = PrivateRedis(_free_port(), tmp_path)
     server.start()
     try:
         layer = RedisPubSubChannelLayer(hosts=[server.url])
@@ -157,3 +166,85 @@ def test_doorbells_reach_subscribers_again_once_a_restarted_redis_is_back(tmp_pa
         assert [layer.deserialize(message["data"]) for message in received] == [dict(event)] * 2  # type: ignore[index]
     finally:
         server.stop()
+
+
+async def test_the_recorders_events_arrive_as_doorbells_through_the_layer() -> None:
+    conversation_id = uuid.uuid4()
+    channel = await _subscribe(conversation_id)
+
+    def emit() -> bool:
+        events.emit(events.StepChanged(conversation_id=conversation_id, turn_id=7, step_id=3))
+        events.emit(events.TurnChanged(conversation_id=conversation_id, turn_id=7))
+        return live.flush(timeout=10)
+
+    assert await asyncio.to_thread(emit)
+
+    layer = get_channel_layer()
+    received = [await asyncio.wait_for(layer.receive(channel), timeout=10) for _ in range(2)]
+    assert [{key: value for key, value in event.items() if key != "ring"} for event in received] == [
+        {"type": "step.changed", "turn_id": 7, "step_id": 3},
+        {"type": "turn.changed", "turn_id": 7},
+    ]
+
+
+async def test_a_process_whose_first_doorbells_find_redis_down_rings_again_once_it_is_up(
+    tmp_path: Path,
+) -> None:
+    server = PrivateRedis(_free_port(), tmp_path)  # not started: nothing listens on its port yet
+    conversation_id = uuid.uuid4()
+
+    def ring(steps: range) -> bool:
+        for step_id in steps:
+            events.emit(events.StepChanged(conversation_id=conversation_id, turn_id=7, step_id=step_id))
+        return live.flush(timeout=30)
+
+    scaled = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [server.url]},
+        }
+    }
+    with override_settings(CHANNEL_LAYERS=scaled):
+        # Nobody can hear these (nobody can subscribe to a Redis that is down): they are dropped
+        # and logged, and the publisher thread lives on.
+        assert await asyncio.to_thread(ring, range(1, 5))
+
+        server.start()
+        layer = get_channel_layer()
+        try:
+            channel = await _subscribe(conversation_id)
+            assert await asyncio.to_thread(ring, range(5, 9))
+            received = [await asyncio.wait_for(layer.receive(channel), timeout=30) for _ in range(4)]
+        finally:
+            await layer.flush()
+            server.stop()
+
+    assert [event["step_id"] for event in received] == [5, 6, 7, 8]
+
+
+async def test_a_layer_configured_with_a_prefix_of_its_own_hears_the_doorbells(redis_url: str) -> None:
+    conversation_id = uuid.uuid4()
+    prefixed = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [redis_url], "prefix": "inspector-test"},
+        }
+    }
+    with override_settings(CHANNEL_LAYERS=prefixed):
+        layer = get_channel_layer()
+        try:
+            channel = await _subscribe(conversation_id)
+
+            def ring() -> bool:
+                events.emit(events.TurnChanged(conversation_id=conversation_id, turn_id=7))
+                return live.flush(timeout=10)
+
+            assert await asyncio.to_thread(ring)
+            received = await asyncio.wait_for(layer.receive(channel), timeout=10)
+        finally:
+            await layer.flush()
+
+    assert {key: value for key, value in received.items() if key != "ring"} == {
+        "type": "turn.changed",
+        "turn_id": 7,
+    }
