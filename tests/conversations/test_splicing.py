@@ -23,9 +23,11 @@ from conversations.splicing import (
     TemplateError,
     count_tokens,
     encoding_for,
+    generic,
     probe_request,
     prompt_diff,
     render_chat_template,
+    rendering,
     server_template,
     splice,
     template_from_server,
@@ -486,24 +488,24 @@ def test_generic_template_full_small_case() -> None:
 def test_the_generic_template_renders_outside_the_sandbox_exactly_as_inside(
     messages: list[JSONDict], tools: list[JSONDict]
 ) -> None:
-    sandboxed = templates._compile(GENERIC_TEMPLATE).render(
-        messages=templates.template_messages(messages, parse=True),
+    sandboxed = rendering._compile(GENERIC_TEMPLATE).render(
+        messages=rendering.template_messages(messages, parse=True),
         tools=tools or None,
         add_generation_prompt=True,
         documents=None,
-        **dict.fromkeys(templates._SPECIAL_TOKEN_NAMES, ""),
+        **dict.fromkeys(rendering._SPECIAL_TOKEN_NAMES, ""),
     )
 
     assert render_chat_template(GENERIC_TEMPLATE, messages=messages, tools=tools) == sandboxed
 
 
 def _sandboxed_generic(messages: list[JSONDict], tools: list[JSONDict]) -> str:
-    return templates._compile(GENERIC_TEMPLATE).render(
-        messages=templates.template_messages(messages, parse=True),
+    return rendering._compile(GENERIC_TEMPLATE).render(
+        messages=rendering.template_messages(messages, parse=True),
         tools=tools or None,
         add_generation_prompt=True,
         documents=None,
-        **dict.fromkeys(templates._SPECIAL_TOKEN_NAMES, ""),
+        **dict.fromkeys(rendering._SPECIAL_TOKEN_NAMES, ""),
     )
 
 
@@ -537,7 +539,7 @@ def _sandboxed_generic(messages: list[JSONDict], tools: list[JSONDict]) -> str:
 def test_the_generic_template_in_plain_python_renders_exactly_what_jinja_renders(
     messages: list[JSONDict], tools: list[JSONDict]
 ) -> None:
-    plain = templates._generic_rendering(messages, tools)
+    plain = generic._generic_rendering(messages, tools)
 
     assert plain is not None
     assert plain == _sandboxed_generic(messages, tools)
@@ -575,7 +577,7 @@ def test_the_plain_rendering_matches_jinja_on_any_well_formed_history(
     messages: list[JSONDict], with_tools: bool
 ) -> None:
     tools = TOOLS if with_tools else []
-    plain = templates._generic_rendering(messages, tools)
+    plain = generic._generic_rendering(messages, tools)
 
     assert plain is not None
     assert plain == _sandboxed_generic(messages, tools)
@@ -704,7 +706,7 @@ def test_a_prompt_with_a_shape_left_to_jinja_offers_no_variants() -> None:
 def test_shapes_the_plain_rendering_does_not_decide_are_rendered_by_jinja(message: JSONDict) -> None:
     messages = [{"role": "user", "content": "hi"}, message]
 
-    assert templates._generic_rendering(messages, [ECHO]) is None
+    assert generic._generic_rendering(messages, [ECHO]) is None
     try:
         expected = _sandboxed_generic(messages, [ECHO])
     except Exception:  # noqa: BLE001 — where the template fails, splicing must fail too

@@ -1,0 +1,58 @@
+"""Teaching mode's lines about rows: the parties, who sends each recorded exchange to whom,
+what each kind of step and each layer of a step is, and a turn's tool_choice in words. The texts
+are data (``notes/rows.yaml``, read by :mod:`inspector.teaching.loading`); the choice of text
+for a row is here.
+
+Pure Python: no Django.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from inspector.teaching.loading import Note, notes
+
+_ROWS = notes()
+
+ROLES: Mapping[str, str] = _ROWS.roles
+# What each kind of row (step) is, for the row's teaching line.
+STEP_NOTES: Mapping[str, str] = _ROWS.steps
+# The columns of a row, as layers.
+LAYERS: Mapping[str, str] = _ROWS.layers
+SELECT_NOTE: Note = _ROWS.calls["select"]
+EXECUTE_NOTE: Note = _ROWS.calls["execute"]
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Who sends a row's message to whom, and what that means, in one line."""
+
+    sender: str
+    receiver: str
+    text: str
+    spec: str = ""
+
+
+def _roles(sender: str, receiver: str, key: str, *, label: str, server: str) -> Roles:
+    note = _ROWS.exchanges[key]
+    return Roles(sender, receiver, note.text.format(label=label, server=server), note.spec)
+
+
+def exchange_roles(*, channel: str, direction: str, label: str, server: str) -> Roles:
+    """The parties of one recorded exchange (``direction`` as ``Exchange.Direction``)."""
+    if channel == "llm":
+        return _roles("Host", "Model", "model", label=label, server=server)
+    server = server or "the server"
+    if label == "stderr":
+        return _roles("Server", "Host", "stderr", label=label, server=server)
+    if direction == "server":
+        return _roles("Server", "Client", "from_server", label=label, server=server)
+    if label == "tools/call":
+        return _roles("Client", "Server", "tools_call", label=label, server=server)
+    return _roles("Client", "Server", "to_server", label=label, server=server)
+
+
+def turn_tool_choice(mode: str, name: str = "") -> str:
+    """A turn's tool_choice as the pages write it: the mode, and the named tool."""
+    return f"{mode} → {name}" if mode == "named" and name else mode
