@@ -1,10 +1,10 @@
 """PostgreSQL's record store: psycopg's own bulk paths instead of statement text per write.
 
-New rows with their ids go in with ``COPY … FROM STDIN`` (``Cursor.copy``): no statement text
-grows with the rows and no value is quoted into one; psycopg sends each value through its
-dumper. New rows without ids (they need theirs back) and changed rows go through
-``executemany``, which psycopg runs in pipeline mode: one round trip for the lot, the statement
-text the same for every row. Statements are composed with ``psycopg.sql`` (identifiers quoted
+New rows go in with ``COPY … FROM STDIN`` (``Cursor.copy``): no statement text grows with the
+rows and no value is quoted into one; psycopg sends each value through its dumper. A row without
+its id is given one from the table's sequence first (one query for the lot). Changed rows go
+through ``executemany``, which psycopg runs in pipeline mode: one round trip for the lot, the
+statement text the same for every row. Statements are composed with ``psycopg.sql`` (identifiers quoted
 by psycopg), once per table and column set.
 
 Values are what the ORM would send: each field's ``pre_save`` for a new row, then its
@@ -66,7 +66,7 @@ def _runs(operations: Sequence[Operation]) -> list[list[Operation]]:
             isinstance(operation, Update)
             and isinstance(last, Update)
             and last.model is operation.model
-            and last.values.keys() == operation.values.keys()
+            and tuple(last.values) == tuple(operation.values)
         ):
             runs[-1].append(operation)
         else:
@@ -78,62 +78,46 @@ _Fields = tuple["Field[Any, Any]", ...]
 
 
 def _insert(cursor: Cursor[Any], db: BaseDatabaseWrapper, rows: Sequence[Model]) -> None:
+    """``COPY`` the rows in; rows without ids are given theirs from the table's own sequence
+    first (one query), as the database would have given them."""
     model = type(rows[0])
-    with_ids = rows[0].pk is not None
-    statement, fields = _insert_statement(model, with_ids=with_ids)
-    values = [[field.get_db_prep_save(field.pre_save(row, True), db) for field in fields] for row in rows]
-    if with_ids:
-        with cursor.copy(statement) as copy:
-            for row_values in values:
-                copy.write_row(row_values)
-    else:
-        cursor.executemany(statement, values, returning=True)
+    if rows[0].pk is None:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+            [db.ops.quote_name(model._meta.db_table), model._meta.pk.column, len(rows)],
+        )
+        for row, (pk,) in zip(rows, cursor.fetchall(), strict=True):
+            row.pk = pk
+    statement, fields = _copy_statement(model)
+    with cursor.copy(statement) as copy:
         for row in rows:
-            found = cursor.fetchone()
-            if found is None:
-                raise RuntimeError(f"an insert into {model._meta.db_table} returned no id")
-            row.pk = found[0]
-            cursor.nextset()
+            copy.write_row([field.get_db_prep_save(field.pre_save(row, True), db) for field in fields])
     for row in rows:
         row._state.adding = False
         row._state.db = db.alias
 
 
-@functools.lru_cache(maxsize=32)
-def _insert_statement(model: type[Model], *, with_ids: bool) -> tuple[sql.Composed, _Fields]:
-    """``COPY`` into the model's table (rows with ids), or an ``INSERT … RETURNING`` its id."""
-    fields = tuple(field for field in model._meta.concrete_fields if with_ids or not field.primary_key)
-    table = sql.Identifier(model._meta.db_table)
+@functools.cache
+def _copy_statement(model: type[Model]) -> tuple[sql.Composed, _Fields]:
+    """``COPY`` into the model's table, every concrete column, and its fields in that order."""
+    fields = tuple(model._meta.concrete_fields)
     columns = sql.SQL(", ").join(sql.Identifier(str(field.column)) for field in fields)
-    if with_ids:
-        return sql.SQL("COPY {} ({}) FROM STDIN").format(table, columns), fields
-    statement = sql.SQL("INSERT INTO {} ({}) VALUES ({}) RETURNING {}").format(
-        table,
-        columns,
-        sql.SQL(", ").join(sql.Placeholder() * len(fields)),
-        sql.Identifier(str(model._meta.pk.column)),
-    )
-    return statement, fields
+    return sql.SQL("COPY {} ({}) FROM STDIN").format(sql.Identifier(model._meta.db_table), columns), fields
 
 
 def _update(cursor: Cursor[Any], db: BaseDatabaseWrapper, updates: Sequence[Update]) -> None:
     """Updates of one model's same fields, one ``executemany``."""
     model = updates[0].model
-    statement, fields = _update_statement(model, tuple(updates[0].values))
+    names = tuple(updates[0].values)
+    statement, fields = _update_statement(model, names)
     pk = model._meta.pk
-    cursor.executemany(
-        statement,
-        [
-            [
-                *(
-                    field.get_db_prep_save(value, db)
-                    for field, value in zip(fields, update.values.values(), strict=True)
-                ),
-                pk.get_db_prep_save(update.pk, db),
-            ]
-            for update in updates
-        ],
-    )
+    params = []
+    for update in updates:
+        values = update.values
+        row = [field.get_db_prep_save(values[name], db) for name, field in zip(names, fields, strict=True)]
+        row.append(pk.get_db_prep_save(update.pk, db))
+        params.append(row)
+    cursor.executemany(statement, params)
 
 
 @functools.lru_cache(maxsize=256)

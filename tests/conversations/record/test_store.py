@@ -87,6 +87,21 @@ def test_new_and_changed_rows_are_written_in_order(store: RecordStore, turn: Tur
     assert not first._state.adding and first._state.db == "default"
 
 
+def test_changes_of_the_same_fields_named_in_another_order_each_go_to_their_own_field(
+    store: RecordStore, turn: Turn
+) -> None:
+    first, second = StepFactory(turn=turn, seq=1), StepFactory(turn=turn, seq=2)
+    batch = Batch()
+    batch.update(Step, first.pk, {"text": "first", "status": Step.Status.OK})
+    batch.update(Step, second.pk, {"status": Step.Status.ERROR, "text": "second"})
+
+    store.write(batch)
+
+    stored = dict(Step.objects.filter(turn=turn).values_list("pk", "text"))
+    assert stored == {first.pk: "first", second.pk: "second"}
+    assert Step.objects.get(pk=second.pk).status == Step.Status.ERROR
+
+
 def test_new_rows_without_ids_are_given_theirs(store: RecordStore, turn: Turn) -> None:
     events = [
         AuditEvent(actor_name="system", action=AuditEvent.Action.SEALED, detail={"n": n}) for n in range(3)
