@@ -7,7 +7,7 @@ transaction, in order, or nothing of it. Two implementations hold the same contr
 
 - ``conversations.record.orm.OrmStore`` — the readable reference: ``bulk_create`` and
   ``QuerySet.update`` in ``transaction.atomic``. SQLite uses it.
-- ``conversations.record.postgres.PostgresStore`` — PostgreSQL's fast path: psycopg's ``COPY``
+- ``conversations.record.postgres.PostgresStore`` — PostgreSQL's fast path: psycopg's pipeline mode
   for new rows and ``executemany`` (pipeline mode) for changed ones, every value still prepared
   by its model field as the ORM prepares it.
 

@@ -16,7 +16,7 @@ from pytest_django.fixtures import Settings
 from conversations.escaping import storable_text
 from conversations.models import AuditEvent, Exchange, Step, Turn
 from conversations.record.orm import OrmStore
-from conversations.record.postgres import PostgresStore
+from conversations.record.postgres import COPY_FROM_ROWS, PostgresStore
 from conversations.record.store import Batch, Insert, RecordStore, record_store
 from tests.factories import StepFactory, TurnFactory
 
@@ -175,6 +175,33 @@ def test_json_datetimes_and_big_text_come_back_as_they_were_given(store: RecordS
     assert stored.duration_ms == 0.125
     step = Step.objects.get(pk=step_id)
     assert (step.calls, step.finished_at) == ([{"name": "x", "arguments": {"a": [1, "b"]}}], started)
+
+
+def test_many_new_rows_at_once_are_written_whole_with_their_ids(store: RecordStore, turn: Turn) -> None:
+    """Enough rows that PostgreSQL's store takes ``COPY``: its own markers in the values too."""
+    count = COPY_FROM_ROWS + 3
+    texts = [f"row {n}\\N\t\\.\r\n{{}}" for n in range(count)]
+    rows = [
+        _exchange(turn, None, n, response_body=text, request_headers={"n": [n, None]})
+        for n, text in enumerate(texts)
+    ]
+    (step_id,) = _next_step_ids(1)
+    batch = Batch()
+    batch.insert([_step(turn, step_id, 1)])
+    batch.insert(rows)
+    batch.update(Step, step_id, {"text": "after the rows"})
+
+    store.write(batch)
+
+    stored = list(
+        Exchange.objects.filter(turn=turn)
+        .order_by("seq")
+        .values_list("pk", "response_body", "request_headers")
+    )
+    assert stored == [
+        (row.pk, text, {"n": [n, None]}) for n, (row, text) in enumerate(zip(rows, texts, strict=True))
+    ]
+    assert Step.objects.get(pk=step_id).text == "after the rows"
 
 
 def test_texts_the_record_made_storable_from_nul_and_lone_surrogates_are_stored_as_given(
