@@ -16,6 +16,7 @@ from django.db import connection
 
 from conversations.escaping import refused_character, storable_text
 from conversations.models import FTS_BODY_CHARS, Exchange
+from conversations.record.store import Batch, record_store
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
 from conversations.typealias import JSONDict
@@ -129,8 +130,9 @@ def exchange_rows(
 def server_records_store(records: Sequence[WireExchange], *, redact: Redactor | None = None) -> None:
     """Messages that belong to a server but to no call (late replies, log notifications)."""
     if records:
-        rows = exchange_rows(records, turn_id=None, step_id=None, redact=redact or active_redactor())
-        Exchange.objects.bulk_create(rows)
+        batch = Batch()
+        batch.insert(exchange_rows(records, turn_id=None, step_id=None, redact=redact or active_redactor()))
+        record_store().write(batch)
         release_connection()
 
 
