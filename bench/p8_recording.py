@@ -6,7 +6,7 @@ product (``turn_run``, the fake model, the bundled stdio server) before anything
 model calls and ``tools/call`` exchanges, read back, are the records every leg writes (the model
 requests grow with the turn's history, as they do).
 
-Four legs, each writing ``BENCH_P8_EXCHANGES`` exchanges (2,000 by default) of fresh turns:
+Five legs, each writing ``BENCH_P8_EXCHANGES`` exchanges (2,000 by default) of fresh turns:
 
 - **product** — the recording path as a turn drives it: a ``TurnRecorder`` per turn, and for each
   taped exchange the steps a turn makes (a ``decide`` step with the model call's exchange, a
@@ -15,10 +15,13 @@ Four legs, each writing ``BENCH_P8_EXCHANGES`` exchanges (2,000 by default) of f
   batches, then rings the doorbells on Redis (``inspector.live``). Timed from the first step to
   every recorder drained and every doorbell sent. The product writes a step row per exchange too:
   that is part of what recording an exchange costs it.
-- **fast path** — the record writer's SQL alone (``record_writer.rows_write``) on the rows the
-  product stored, ``CHUNK`` rows per write (the writer's most batches per write).
-- **ORM reference** — ``Exchange.objects.bulk_create`` of the same rows, ``CHUNK`` per
-  transaction: the readable way to write them, and what the fast path is measured against.
+- **product, ORM store** — the same, with the record store forced to the ORM reference
+  (``RECORD_STORE = "orm"``): what the product's path costs without PostgreSQL's fast path.
+- **fast path** — PostgreSQL's record store alone (``record.postgres.PostgresStore``: ``COPY``)
+  on the rows the product stored, ``CHUNK`` rows per write (the writer's most batches per write).
+- **ORM reference** — the ORM record store (``record.orm.OrmStore``: ``bulk_create``) on the
+  same rows, ``CHUNK`` per transaction: the readable way to write them, and what the fast path
+  is measured against.
 - **bare** — plain psycopg on its own connection: ``executemany`` of one ``INSERT`` per row,
   ``CHUNK`` rows per transaction, nothing else.
 
@@ -50,6 +53,7 @@ from typing import Any
 import psycopg
 from django.conf import settings
 from django.db import connection, models, transaction
+from django.test import override_settings
 from psycopg.types.json import Jsonb
 
 from bench import fixtures, profiling
@@ -59,7 +63,9 @@ from bench.fake_model import FakeModel
 from bench.processes import cpu_seconds
 from bench.stats import Result, judged, not_run, summary
 from conversations.models import Exchange, Step, Turn
-from conversations.record_writer import rows_write
+from conversations.record.orm import OrmStore
+from conversations.record.postgres import PostgresStore
+from conversations.record.store import Batch
 from conversations.recording import TurnRecorder
 from conversations.runner import turn_run
 from conversations.wire import WireExchange
@@ -75,7 +81,7 @@ ID, NAME, UNIT, TARGET, LIMIT = (
 TAPE_STEPS = 10
 EXCHANGES = int(os.environ.get("BENCH_P8_EXCHANGES", "2000"))
 CHUNK = 200
-LEGS = ("product", "fast path", "ORM reference", "bare")
+LEGS = ("product", "product, ORM store", "fast path", "ORM reference", "bare")
 QUESTION = "Work out the running totals with the calculator, one call at a time."
 # Columns a copied row takes from its new turn, or leaves to the database.
 _OWN_COLUMNS = {"id", "turn_id", "conversation_id", "step_id"}
@@ -326,8 +332,11 @@ def _fast(rows: list[dict[str, Any]]) -> Leg:
     objects = _models(rows)
 
     def write() -> None:
+        store = PostgresStore()
         for chunk in _chunks(objects):
-            rows_write(turn_values={}, step_updates={}, steps=[], unsaved_steps=[], exchanges=list(chunk))
+            batch = Batch(relaxed=True)
+            batch.insert(list(chunk))
+            store.write(batch)
         connection.close()  # back to the pool, as the writer hands it back when idle
 
     return _timed(write, len(objects))
@@ -337,11 +346,14 @@ def _orm(rows: list[dict[str, Any]]) -> Leg:
     objects = _models(rows)
 
     def write() -> None:
+        store = OrmStore()
         for chunk in _chunks(objects):
-            with transaction.atomic():
+            batch = Batch()
+            batch.insert(list(chunk))
+            with transaction.atomic():  # committed asynchronously, as the other legs are
                 with connection.cursor() as cursor:
                     cursor.execute("SET LOCAL synchronous_commit = off")
-                Exchange.objects.bulk_create(chunk)
+                store.write(batch)
         connection.close()
 
     return _timed(write, len(objects))
@@ -420,6 +432,8 @@ def run(ctx: Context) -> list[Result]:
         product, ids, by_thread = _product(owner, tape, this_plan)
         rows = _stored_rows(ids)
         measured = {"product": product}
+        with override_settings(RECORD_STORE="orm"):
+            measured["product, ORM store"] = _product(owner, tape, this_plan)[0]
         for name, write in (("fast path", _fast), ("ORM reference", _orm), ("bare", _bare)):
             turns = _new_turns(owner, len(this_plan))
             measured[name] = write(_moved(rows, turns))
@@ -445,6 +459,9 @@ def run(ctx: Context) -> list[Result]:
         profile = _profile(ctx, owner, tape, plan, min(leg.wall for leg in legs["product"]))
         fixtures.purge(owner)
     fast_vs_orm = [compared(f, o) for f, o in zip(legs["fast path"], legs["ORM reference"], strict=True)]
+    orm_product_over_bare = [
+        compared(p, b)["throughput"] for p, b in zip(legs["product, ORM store"], legs["bare"], strict=True)
+    ]
     per_leg = {
         name: {
             "exchanges_per_s": round(_median(values, lambda leg: leg.per_second)),
@@ -487,6 +504,9 @@ def run(ctx: Context) -> list[Result]:
                     "throughput": [round(ratio, 2) for ratio in ratios],
                     "cpu_per_exchange": [round(pair["cpu_per_exchange"], 2) for pair in against_bare],
                     "db_cpu_per_exchange": [round(pair["db_cpu_per_exchange"], 2) for pair in against_bare],
+                },
+                "product_orm_store_over_bare": {
+                    "throughput": [round(ratio, 2) for ratio in orm_product_over_bare],
                 },
                 "fast_path_over_orm": {
                     "throughput": [round(pair["throughput"], 2) for pair in fast_vs_orm],

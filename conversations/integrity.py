@@ -58,7 +58,7 @@ from django.db.models import QuerySet
 
 from conversations.compiled_reads import CompiledRead
 from conversations.models import AuditEvent, Conversation, Exchange, Step, Turn
-from conversations.record_writer import rows_write
+from conversations.record.store import Batch, record_store
 from conversations.summaries import summary_matches, turn_summary
 from conversations.transcripts.fields import ID_KEYS, step_doc, turn_doc
 
@@ -393,34 +393,34 @@ def turn_seal(*, turn: Turn, actor_name: str = "system") -> str:
         count, head = neighbours.anchored(fresh, seal)
         anchor = _anchor(key, identity, count, head)
         summary = turn_summary(records.steps)
-        # The seal, the anchor and the audit event in one write (one statement on PostgreSQL),
+        # The seal, the anchor and the audit event in one write (one transaction: the record store),
         # with what the conversation list shows of the turn (``conversations.summaries``).
-        rows_write(
-            turn_values={
-                fresh.pk: {
-                    "seal": seal,
-                    "seal_steps": digests,
-                    "seal_rule": SEAL_RULE,
-                    "usage_total": summary.usage_total,
-                    "tools_called": summary.tools_called,
-                }
+        seal_write = Batch()
+        seal_write.update(
+            Turn,
+            fresh.pk,
+            {
+                "seal": seal,
+                "seal_steps": digests,
+                "seal_rule": SEAL_RULE,
+                "usage_total": summary.usage_total,
+                "tools_called": summary.tools_called,
             },
-            step_updates={},
-            steps=[],
-            unsaved_steps=[],
-            exchanges=[],
-            conversation_values={
-                conversation.pk: {"chain_turns": count, "chain_head": head, "chain_anchor": anchor}
-            },
-            events=[
+        )
+        seal_write.update(
+            Conversation, conversation.pk, {"chain_turns": count, "chain_head": head, "chain_anchor": anchor}
+        )
+        seal_write.insert(
+            [
                 AuditEvent(
                     actor_name=actor_name,
                     action=SEALED_ACTION,
                     conversation_public_id=conversation.public_id,
                     detail={"turn": fresh.seq, "seal": seal, "turns": count, "head": head},
                 )
-            ],
+            ]
         )
+        record_store().write(seal_write)
         turn.seal, turn.seal_steps, turn.seal_rule = seal, digests, SEAL_RULE
         turn.usage_total, turn.tools_called = summary
         conversation.chain_turns, conversation.chain_head, conversation.chain_anchor = count, head, anchor

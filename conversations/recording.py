@@ -4,10 +4,11 @@ A step's updates (its reply, its parsed calls, its close) are kept until the rec
 a step — the loop opens one before every model or tool call — or is flushed, and then go out
 with that step as one batch: nothing the loop saw is held while it waits on the outside world.
 
-On PostgreSQL a batch is handed to the process's record writer, a thread that makes its rows
-(redacted, linked into the hash chain) and commits batches in the order they were made (several
-turns' batches in one transaction when they queue up), and rings each batch's doorbells only
-after its commit: persist, then publish. While it waits on the database, a second thread makes
+On PostgreSQL a batch is handed to the process's record writer (``conversations.record.writer``),
+a thread that makes its rows (redacted, linked into the hash chain) and commits batches in the
+order they were made (several turns' batches in one transaction when they queue up) through the
+record store (``conversations.record.store``), and rings each batch's doorbells only after its
+commit: persist, then publish. While it waits on the database, a second thread makes
 the rows of the batches queued behind. The loop does not wait for the database; it goes on to
 the model or the tool while its last step is written. A new
 step's id comes from ids the recorder reserves from the table's sequence in blocks, so opening a
@@ -31,31 +32,29 @@ Between writes connections go back to the pool, so a turn waiting on a model hol
 
 from __future__ import annotations
 
-import atexit
+import copy
 import functools
 import logging
-import os
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from conversations import events
 from conversations.compiled_reads import CompiledRead
-from conversations.connections import BIG_RECORD_CHARS, discard_connection, prepared_cursor
+from conversations.connections import BIG_RECORD_CHARS, prepared_cursor
 from conversations.escaping import storable_json, storable_text
 from conversations.exchanges import exchange_rows, release_connection
 from conversations.integrity import GENESIS, chain_head_query, exchange_digest, integrity_key, turn_seal
 from conversations.models import Exchange, Step, Turn
 from conversations.providers.streaming import SNAPSHOT_TAIL_CHARS, DeltaCallback, PartialReply, throttled
-from conversations.record_writer import new_row, row_copy, rows_write
+from conversations.record.store import Batch, record_store
+from conversations.record.writer import process_writer
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
 from conversations.strings import changed_span
@@ -286,18 +285,15 @@ class _Batch:
             fields = dict(opening.fields)
             if opening.computed is not None:
                 fields.update(_computed(opening.computed))
-            self.step = new_row(
-                Step,
-                {
-                    "id": opening.pk,
-                    "turn_id": owner.turn.pk,
-                    "parent_id": opening.parent,
-                    "seq": opening.seq,
-                    "kind": opening.kind,
-                    "started_at": opening.at,
-                    "updated_at": opening.at,
-                    **owner._redacted({"title": opening.title, **fields}, step=opening.pk),
-                },
+            self.step = Step(
+                id=opening.pk,
+                turn_id=owner.turn.pk,
+                parent_id=opening.parent,
+                seq=opening.seq,
+                kind=opening.kind,
+                started_at=opening.at,
+                updated_at=opening.at,
+                **owner._redacted({"title": opening.title, **fields}, step=opening.pk),
             )
 
     def ready(self) -> None:
@@ -388,7 +384,7 @@ def _write(batches: Sequence[_Batch]) -> None:
             if step is not None:
                 if step is batches_steps.get(pk):
                     # A copy: should this write fail, the batch is retried alone, as it was made.
-                    step = opened[pk] = row_copy(step)
+                    step = opened[pk] = copy.copy(step)
                 for name, value in fields.items():
                     setattr(step, name, value)
             else:
@@ -399,234 +395,16 @@ def _write(batches: Sequence[_Batch]) -> None:
                 unsaved.append(batch.step)
             else:
                 opened[batch.step.pk] = batch.step
-    rows_write(
-        turn_values=turn_values,
-        step_updates=updates,
-        steps=list(opened.values()),
-        unsaved_steps=unsaved,
-        exchanges=exchanges,
-    )
-
-
-class _Writer:
-    """The process's record writer: a daemon thread that commits queued batches in order and
-    then rings their doorbells. Batches that queue up while it writes go out together.
-
-    A batch's rows are made (``_Batch.prepare``: redaction, the hash chain, the search spans)
-    strictly in the order the batches were handed over: by the writer thread for the batches it
-    takes, and, while it waits on the database, by a second thread, the preparer, for the
-    batches queued behind (so a busy writer finds them ready). The preparer works only then: a
-    lone batch is made and written by the writer alone, with no hand-over between threads on
-    its way to the page."""
-
-    # At most this many batches in one transaction (a bigger backlog is written in several).
-    MOST_PER_WRITE = 200
-    # A queue this long is written at once, lingering or not.
-    LINGER_MOST = 8
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        # Handed over and not yet taken for a write; the first ``_ready`` of them are prepared.
-        self._pending: deque[_Batch] = deque()
-        self._ready = 0
-        self._busy = False  # a write is under way
-        self._in_database = False  # the writer thread waits on the database
-        # One lock, three conditions: the writer waits for work, the preparer for batches to
-        # prepare while the writer is in the database, ``wait_all`` for the queue to be empty.
-        # A turn waiting for its own batches waits on its recorder's ``_drained`` event, set
-        # when its last one is written: a write wakes only the turns it finished (hundreds may
-        # be waiting in one worker).
-        lock = threading.Lock()
-        self._work = threading.Condition(lock)
-        self._behind = threading.Condition(lock)
-        self._idle = threading.Condition(lock)
-        # Held while a batch is prepared, by either thread: batches are prepared one at a time,
-        # in order, and taken off the queue only with it held.
-        self._preparing = threading.Lock()
-        # Someone waits for the queue (``wait``, ``wait_all``): write what there is, now.
-        self._hurry = False
-        self._last_write = -float("inf")  # time.monotonic() when the last write ended
-        self._preparer = threading.Thread(target=self._prepare_behind, name="record-preparer", daemon=True)
-        self._thread = threading.Thread(target=self._run, name="record-writer", daemon=True)
-        self._preparer.start()
-        self._thread.start()
-
-    def put(self, batch: _Batch) -> None:
-        with self._work:
-            batch.owner._outstanding += 1
-            batch.owner._drained.clear()
-            self._pending.append(batch)
-            self._work.notify()
-            if self._in_database:
-                self._behind.notify()
-
-    def wait(self, owner: TurnRecorder) -> None:
-        """Block until every batch of ``owner`` handed over so far is written or dropped.
-
-        Raises:
-            RuntimeError: a thread of the writer is gone (its batches will never be written).
-        """
-        self._hasten()
-        while not owner._drained.wait(timeout=1.0):
-            if not (self._thread.is_alive() and self._preparer.is_alive()):
-                raise RuntimeError("the record writer stopped before writing this turn's steps")
-
-    def wait_all(self, timeout: float) -> bool:
-        self._hasten()
-        with self._idle:
-            return self._idle.wait_for(lambda: not self._pending and not self._busy, timeout)
-
-    def _hasten(self) -> None:
-        with self._work:
-            self._hurry = True
-            self._work.notify()
-
-    def _take(self) -> list[_Batch]:
-        """The next batches to write, every one of them prepared."""
-        with self._work:
-            self._work.wait_for(lambda: bool(self._pending))
-            linger = float(settings.RECORD_WRITE_LINGER_SECONDS)
-            if time.monotonic() - self._last_write < linger:
-                self._work.wait_for(lambda: self._hurry or len(self._pending) >= self.LINGER_MOST, linger)
-            self._hurry = False
-            self._busy = True
-        # The preparer may be at one of them: waiting for the lock waits for that batch.
-        with self._preparing:
-            with self._work:
-                count = min(len(self._pending), self.MOST_PER_WRITE)
-                batches = [self._pending.popleft() for _ in range(count)]
-                unready = batches[self._ready :]
-                self._ready = max(0, self._ready - count)
-            for batch in unready:
-                batch.ready()
-        return batches
-
-    def _prepare_behind(self) -> None:
-        while True:
-            self._prepare_next()
-
-    def _prepare_next(self) -> None:
-        """Prepare the first batch not prepared, once the writer is in the database (the
-        preparer's thread). A method of its own, like ``_write_next``."""
-        with self._behind:
-            self._behind.wait_for(self._may_prepare)
-        with self._preparing:
-            with self._work:
-                if not self._may_prepare():
-                    return
-                batch = self._pending[self._ready]
-            batch.ready()
-            with self._work:
-                self._ready += 1
-
-    def _may_prepare(self) -> bool:
-        return self._in_database and self._ready < len(self._pending)
-
-    def _run(self) -> None:
-        while True:
-            self._write_next()
-
-    def _write_next(self) -> None:
-        """Take the next batches, write them and ring their doorbells. A method of its own so
-        that nothing of them is held while the thread waits for more (the rows of a batch hold
-        its bodies: a 10 MB tool result stayed alive until the next write)."""
-        batches = self._take()
-        with self._work:
-            self._in_database = True
-            if self._may_prepare():
-                self._behind.notify()
-        try:
-            written = self._commit(batches)
-        except BaseException as exc:  # never lose the thread; the turns hear of it
-            logger.exception("the record writer failed")
-            for batch in batches:
-                batch.owner._write_error = batch.owner._write_error or exc
-                batch.lose()
-            written = []
-        finally:
-            with self._work:
-                self._in_database = False
-        for batch in written:
-            try:
-                batch.publish()
-            except Exception:  # the rows are stored; a lost doorbell is caught up on reconnect
-                logger.exception("could not ring the doorbells of a written batch")
-        if any(batch.big for batch in batches):
-            discard_connection(connection)
-        with self._work:
-            for batch in batches:
-                owner = batch.owner
-                owner._outstanding -= 1
-                if owner._outstanding == 0:
-                    owner._drained.set()
-            self._busy = False
-            self._last_write = time.monotonic()
-            self._idle.notify_all()
-            idle = not self._pending
-        if idle:
-            # The connection goes back to the pool only when nothing waits to be written:
-            # a busy writer keeps it (each loan from the pool costs a health check).
-            release_connection(always=True)
-
-    @staticmethod
-    def _commit(batches: list[_Batch]) -> list[_Batch]:
-        """Write the batches, together if they can be; returns those that were written.
-
-        When the shared transaction fails, each batch is tried alone, in order, so one turn's bad
-        row does not cost the others theirs (and a lone batch gets a second try on a fresh
-        connection). A turn whose batch failed has its later batches dropped until its loop has
-        heard of the error; what comes after that no longer names the steps that were lost.
-        """
-        live_batches = [batch for batch in batches if batch.live()]
-        to_write = [batch for batch in live_batches if batch.writes]
-        if not to_write:
-            return live_batches
-        try:
-            _write(to_write)
-            return live_batches
-        except Exception:  # retried batch by batch below
-            logger.warning(
-                "a write of %d batches failed; writing them one by one", len(to_write), exc_info=True
-            )
-            release_connection(always=True)
-        written: list[_Batch] = []
-        for batch in live_batches:
-            if not batch.live():
-                continue
-            if batch.writes:
-                try:
-                    _write([batch])
-                except Exception as exc:  # noqa: BLE001 — handed to the turn's loop
-                    batch.owner._write_error = exc
-                    batch.lose()
-                    continue
-                finally:
-                    release_connection(always=True)
-            written.append(batch)
-        return written
-
-
-_writer: _Writer | None = None
-_writer_lock = threading.Lock()
-
-
-def _writer_for_process() -> _Writer:
-    global _writer
-    with _writer_lock:
-        if _writer is None or _writer.pid != os.getpid():
-            _writer = _Writer()
-        return _writer
-
-
-def writes_flush(timeout: float = 10.0) -> bool:
-    """Wait until every batch handed to this process's writer is written; False on timeout."""
-    writer = _writer
-    if writer is None or writer.pid != os.getpid():
-        return True
-    return writer.wait_all(timeout)
-
-
-atexit.register(writes_flush, 10.0)
+    # Asynchronous commit (see the module's docstring); the steps before the exchanges that name them.
+    write = Batch(relaxed=True)
+    write.insert(list(opened.values()))
+    write.insert(unsaved)
+    write.insert(exchanges)
+    for pk, values in turn_values.items():
+        write.update(Turn, pk, values)
+    for pk, fields in updates.items():
+        write.update(Step, pk, fields)
+    record_store().write(write)
 
 
 def _big(record: WireExchange) -> bool:
@@ -701,7 +479,7 @@ class TurnRecorder:
         self._turn_fields: list[str] = []
         # The writer thread, when the rows may be written from another connection (see above).
         self._writer = (
-            _writer_for_process()
+            process_writer(_write)
             if connection.vendor == "postgresql" and not connection.in_atomic_block
             else None
         )

@@ -18,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from conversations.compiled_reads import CompiledRead
 from conversations.connections import prepared_cursor
 from conversations.models import Step, Turn
-from conversations.record_writer import rows_write
+from conversations.record.store import Batch, record_store
 from conversations.recording import TurnRecorder
 from conversations.secret_sources import active_redactor
 from tests.factories import StepFactory, TurnFactory
@@ -76,11 +76,10 @@ def test_a_compiled_read_is_prepared_once_and_then_runs_prepared_with_new_ids() 
 
 
 @pytest.mark.postgres
-def test_what_django_and_the_record_writer_send_is_never_prepared() -> None:
+def test_what_django_and_the_record_store_send_is_never_prepared() -> None:
     """Django's statements carry their values in their text: preparing them would keep one
-    plan per value. The record writer's are bound on the server, their text made for what each
-    write holds; preparing those that come back was measured slower (P8, see the README): none
-    is prepared, however often its text comes back."""
+    plan per value. The record store's updates go out pipelined (``executemany``), their text
+    the same for every row; none is prepared, however often its text comes back."""
     _forget_prepared()
     turn = TurnFactory()
     step = StepFactory(turn=turn, seq=1)
@@ -88,13 +87,9 @@ def test_what_django_and_the_record_writer_send_is_never_prepared() -> None:
         assert Turn.objects.filter(pk=turn.pk).exists()
     # What a turn's writer sends (here on this thread's connection, where it can be seen).
     for index in range(8):
-        rows_write(
-            turn_values={},
-            step_updates={step.pk: {"text": f"so far {index}"}},
-            steps=[],
-            unsaved_steps=[],
-            exchanges=[],
-        )
+        write = Batch()
+        write.update(Step, step.pk, {"text": f"so far {index}"})
+        record_store().write(write)
     step.refresh_from_db()
     assert step.text == "so far 7"
 

@@ -8,7 +8,7 @@ import gc
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import SimpleNamespace
@@ -23,6 +23,7 @@ from conversations.connections import BIG_RECORD_CHARS
 from conversations.exchanges import exchange_rows, server_records_store
 from conversations.integrity import conversation_verify
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
+from conversations.record.writer import RecordWriter, process_writer
 from conversations.recording import TurnRecorder
 from conversations.secret_sources import active_redactor
 from conversations.wire import WireExchange
@@ -396,13 +397,14 @@ DUE = 15.0
 def counted_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The number of batches in each write the process's writer makes from now on."""
     writes: list[int] = []
-    real = recording._write
+    writer = process_writer(recording._write)
+    real = writer._write
 
-    def counting(batches: list[recording._Batch]) -> None:
+    def counting(batches: Sequence[recording._Batch]) -> None:
         real(batches)
         writes.append(len(batches))
 
-    monkeypatch.setattr(recording, "_write", counting)
+    monkeypatch.setattr(writer, "_write", counting)
     return writes
 
 
@@ -410,7 +412,7 @@ def _right_after_a_write(turn: Turn, settings: Settings) -> TurnRecorder:
     """A recorder of ``turn`` whose first step the writer (lingering ``LONG_LINGER``) has just
     written: at once, since it came after a quiet spell."""
     settings.RECORD_WRITE_LINGER_SECONDS = LONG_LINGER
-    recording._writer_for_process()._last_write = -float("inf")  # its last write long ago
+    process_writer(recording._write)._last_write = -float("inf")  # its last write long ago
     recorder = TurnRecorder(turn)
     first = recorder.step_open(kind="decide", title="model call 1")
     assert wait_until(lambda: Step.objects.filter(pk=first).exists(), DUE)
@@ -442,7 +444,7 @@ def test_a_long_queue_is_written_at_once_without_a_drain(
     recorder = _right_after_a_write(turn, settings)
     steps = [
         recorder.step_open(kind="decide", title=f"model call {n}")
-        for n in range(2, 2 + recording._Writer.LINGER_MOST)
+        for n in range(2, 2 + RecordWriter.LINGER_MOST)
     ]
 
     assert wait_until(lambda: Step.objects.filter(pk__in=steps).count() == len(steps), LONG_LINGER / 4)
@@ -560,7 +562,7 @@ def test_a_runners_end_writes_nothing_over_a_turn_ended_elsewhere(turn: Turn, en
 
 @pytest.mark.parametrize("thread", ["_thread", "_preparer"])
 def test_waiting_on_a_writer_whose_thread_is_gone_fails_instead_of_hanging(thread: str) -> None:
-    writer = recording._Writer()
+    writer = RecordWriter(recording._write)
     dead = threading.Thread(target=lambda: None)
     dead.start()
     dead.join()

@@ -1,0 +1,188 @@
+"""PostgreSQL's record store: psycopg's pipeline mode instead of statement text per write.
+
+A write is one pipeline: the transaction's ``BEGIN``, each run of new rows of one model or
+changes of one model's same fields as one ``executemany`` (the statement's text the same for
+every row, each row's values bound on the server), and the ``COMMIT``, sent together and
+synchronised once — one round trip, or two when new rows need their ids back (``RETURNING``,
+read before the commit). Many new rows of one model (``COPY_FROM_ROWS``) go by ``COPY`` instead:
+their ids taken from the table's sequence first, the values streamed with no statement per row.
+``COPY`` cannot run in a pipeline, so such a batch takes a round trip per operation; the
+recorder's usual writes are small and stay pipelined. Statements are composed with
+``psycopg.sql`` (identifiers quoted by psycopg), once per table and column set.
+
+Values are what the ORM would send: each field's ``pre_save`` for a new row, then its
+``get_db_prep_save`` (a custom field's preparation is applied, as ``bulk_create`` applies it).
+The raw connection is Django's own (``connection.connection`` after ``ensure_connection``), its
+errors mapped to Django's (``wrap_database_errors``). Outside a caller's transaction the
+transaction is psycopg's (``Connection.transaction``, inside the pipeline); inside one it is a
+savepoint of Django's (``transaction.atomic``), whose commit decides.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, cast
+
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Field, Model
+from psycopg import Connection, Cursor, sql
+
+from conversations.record.store import Batch, Insert, Operation, Update
+
+
+class PostgresStore:
+    """Every operation an ``executemany`` in one pipeline, in order, in one transaction;
+    committed asynchronously when the batch is ``relaxed`` (outside a caller's transaction)."""
+
+    def __init__(self, using: str = DEFAULT_DB_ALIAS) -> None:
+        self.using = using
+
+    def write(self, batch: Batch) -> None:
+        db = connections[self.using]
+        if db.vendor != "postgresql":
+            raise RuntimeError(f"the PostgreSQL record store on a {db.vendor} database")
+        if db.in_atomic_block:
+            with transaction.atomic(using=self.using), db.wrap_database_errors:
+                raw = db.connection
+                with _pipeline(raw, batch), raw.cursor() as cursor:
+                    _operations(cursor, db, batch.operations)
+            for callback in batch.on_commit:
+                transaction.on_commit(callback, using=self.using)
+            return
+        db.ensure_connection()
+        raw = db.connection
+        with db.wrap_database_errors, _pipeline(raw, batch), raw.transaction(), raw.cursor() as cursor:
+            if batch.relaxed:
+                # Until this transaction's commit (the ``true``: local to it).
+                cursor.execute("SELECT set_config('synchronous_commit', 'off', true)")
+            _operations(cursor, db, batch.operations)
+        for callback in batch.on_commit:
+            callback()
+
+
+# New rows of one model from this many on go in by ``COPY`` (the values sent as one stream, no
+# statement per row), outside a pipeline: the batch then takes a round trip per operation.
+COPY_FROM_ROWS = 64
+
+
+def _copied(insert: Operation) -> bool:
+    return isinstance(insert, Insert) and len(insert.rows) >= COPY_FROM_ROWS
+
+
+def _pipeline(raw: Connection[Any], batch: Batch) -> AbstractContextManager[Any]:
+    """The batch's pipeline, unless one of its inserts goes by ``COPY`` (which none can run in)."""
+    return nullcontext() if any(_copied(operation) for operation in batch.operations) else raw.pipeline()
+
+
+def _operations(cursor: Cursor[Any], db: BaseDatabaseWrapper, operations: Sequence[Operation]) -> None:
+    for run in _runs(operations):
+        if isinstance(run[0], Insert):
+            _insert(cursor, db, run[0].rows)
+        else:
+            _update(cursor, db, run)  # type: ignore[arg-type]
+
+
+def _runs(operations: Sequence[Operation]) -> list[list[Operation]]:
+    """The operations in runs that go out together, in order: each insert alone; consecutive
+    updates of the same model and fields (named in the same order) together."""
+    runs: list[list[Operation]] = []
+    for operation in operations:
+        last = runs[-1][-1] if runs else None
+        if (
+            isinstance(operation, Update)
+            and isinstance(last, Update)
+            and last.model is operation.model
+            and tuple(last.values) == tuple(operation.values)
+        ):
+            runs[-1].append(operation)
+        else:
+            runs.append([operation])
+    return runs
+
+
+_Fields = tuple["Field[Any, Any]", ...]
+
+
+def _insert(cursor: Cursor[Any], db: BaseDatabaseWrapper, rows: Sequence[Model]) -> None:
+    """An ``INSERT`` per row, pipelined, rows without ids getting theirs back (``RETURNING``);
+    or, for many rows, ids from the table's sequence (one query) and a ``COPY``."""
+    model = type(rows[0])
+    copied = _copied(Insert(rows))
+    if copied and rows[0].pk is None:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+            [db.ops.quote_name(model._meta.db_table), model._meta.pk.column, len(rows)],
+        )
+        for row, (pk,) in zip(rows, cursor.fetchall(), strict=True):
+            row.pk = pk
+    with_ids = rows[0].pk is not None
+    statement, fields = _insert_statement(model, with_ids=with_ids, copy=copied)
+    values = [[field.get_db_prep_save(field.pre_save(row, True), db) for field in fields] for row in rows]
+    if copied:
+        with cursor.copy(statement) as copy:
+            for row_values in values:
+                copy.write_row(row_values)
+    elif with_ids:
+        cursor.executemany(statement, values)
+    else:
+        # A cursor of its own: in a pipeline, a cursor's results include those of the statements
+        # it sent before, not yet read.
+        with cursor.connection.cursor() as returning:
+            returning.executemany(statement, values, returning=True)
+            for row in rows:
+                found = returning.fetchone()
+                if found is None:
+                    raise RuntimeError(f"an insert into {model._meta.db_table} returned no id")
+                row.pk = found[0]
+                returning.nextset()
+    for row in rows:
+        row._state.adding = False
+        row._state.db = db.alias
+
+
+@functools.lru_cache(maxsize=32)
+def _insert_statement(model: type[Model], *, with_ids: bool, copy: bool) -> tuple[sql.Composed, _Fields]:
+    """The ``COPY`` of the model's rows, or the ``INSERT`` of one (with its id, or returning the
+    id it is given)."""
+    fields = tuple(field for field in model._meta.concrete_fields if with_ids or not field.primary_key)
+    table = sql.Identifier(model._meta.db_table)
+    columns = sql.SQL(", ").join(sql.Identifier(str(field.column)) for field in fields)
+    if copy:
+        return sql.SQL("COPY {} ({}) FROM STDIN").format(table, columns), fields
+    statement = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+        table, columns, sql.SQL(", ").join(sql.Placeholder() * len(fields))
+    )
+    if not with_ids:
+        statement += sql.SQL(" RETURNING {}").format(sql.Identifier(str(model._meta.pk.column)))
+    return statement, fields
+
+
+def _update(cursor: Cursor[Any], db: BaseDatabaseWrapper, updates: Sequence[Update]) -> None:
+    """Updates of one model's same fields, one ``executemany``."""
+    model = updates[0].model
+    names = tuple(updates[0].values)
+    statement, fields = _update_statement(model, names)
+    pk = model._meta.pk
+    params = []
+    for update in updates:
+        values = update.values
+        row = [field.get_db_prep_save(values[name], db) for name, field in zip(names, fields, strict=True)]
+        row.append(pk.get_db_prep_save(update.pk, db))
+        params.append(row)
+    cursor.executemany(statement, params)
+
+
+@functools.lru_cache(maxsize=256)
+def _update_statement(model: type[Model], names: tuple[str, ...]) -> tuple[sql.Composed, _Fields]:
+    fields = tuple(cast("Field[Any, Any]", model._meta.get_field(name)) for name in names)
+    parts: list[sql.Composable] = [
+        sql.SQL("{} = %s").format(sql.Identifier(str(field.column))) for field in fields
+    ]
+    assignments = sql.SQL(", ").join(parts)
+    statement = sql.SQL("UPDATE {} SET {} WHERE {} = %s").format(
+        sql.Identifier(model._meta.db_table), assignments, sql.Identifier(str(model._meta.pk.column))
+    )
+    return statement, fields

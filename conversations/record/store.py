@@ -1,0 +1,102 @@
+"""One record store: the interface every write of the record's rows goes through.
+
+A ``Batch`` is an ordered list of operations on the record's tables: new rows (``Insert``) and
+changed fields of existing rows (``Update``). A ``RecordStore`` writes a whole batch in one
+transaction, in order, or nothing of it. Two implementations hold the same contract
+(``tests/conversations/record/test_store.py``):
+
+- ``conversations.record.orm.OrmStore`` — the readable reference: ``bulk_create`` and
+  ``QuerySet.update`` in ``transaction.atomic``. SQLite uses it.
+- ``conversations.record.postgres.PostgresStore`` — PostgreSQL's fast path: psycopg's pipeline mode
+  for new rows and ``executemany`` (pipeline mode) for changed ones, every value still prepared
+  by its model field as the ORM prepares it.
+
+``record_store()`` picks one by the database's vendor; ``settings.RECORD_STORE = "orm"`` forces
+the reference on PostgreSQL too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import Model
+
+
+@dataclass(frozen=True)
+class Insert:
+    """New rows of one model, all with their primary key set or all without (a row without one
+    has it set once written)."""
+
+    rows: Sequence[Model]
+
+    def __post_init__(self) -> None:
+        if len({type(row) for row in self.rows}) > 1:
+            raise TypeError("an Insert holds rows of one model")
+        if len({row.pk is None for row in self.rows}) > 1:
+            raise TypeError("an Insert holds rows all with their ids or all without")
+
+
+@dataclass(frozen=True)
+class Update:
+    """New values (by attribute name: ``turn_id``, not ``turn``) of one existing row's fields.
+    A row that does not exist is not an error: nothing is changed."""
+
+    model: type[Model]
+    pk: Any
+    values: Mapping[str, Any]
+
+
+Operation = Insert | Update
+
+
+@dataclass
+class Batch:
+    """What one write commits, in this order.
+
+    ``relaxed``: the commit need not wait for the disk (PostgreSQL's asynchronous commit, for
+    the recorder's steps; the turn's final, ordinary commit makes them durable). Ignored inside
+    a caller's transaction, whose commit decides. ``on_commit``: called once the batch is
+    committed — after the caller's transaction, when there is one — and never when it is not.
+    """
+
+    operations: list[Operation] = field(default_factory=list)
+    relaxed: bool = False
+    on_commit: list[Callable[[], None]] = field(default_factory=list)
+
+    def insert(self, rows: Sequence[Model]) -> None:
+        if rows:
+            self.operations.append(Insert(rows))
+
+    def update(self, model: type[Model], pk: Any, values: Mapping[str, Any]) -> None:
+        if values:
+            self.operations.append(Update(model, pk, values))
+
+    def __bool__(self) -> bool:
+        return bool(self.operations)
+
+
+class RecordStore(Protocol):
+    """Writes batches of the record's rows."""
+
+    def write(self, batch: Batch) -> None:
+        """Commit ``batch`` in one transaction (a savepoint inside a caller's), in order.
+
+        New rows are marked saved and given their ids; each value is prepared by its model
+        field (``get_db_prep_save``) as the ORM prepares it. On any error nothing of the batch
+        is written and the error is raised; ``batch.on_commit`` is called only after a commit.
+        """
+
+
+def record_store(using: str = DEFAULT_DB_ALIAS) -> RecordStore:
+    """The store for the database ``using``: PostgreSQL's fast path there, unless
+    ``settings.RECORD_STORE`` is ``"orm"``; the ORM store everywhere else."""
+    from conversations.record.orm import OrmStore
+    from conversations.record.postgres import PostgresStore
+
+    if connections[using].vendor == "postgresql" and getattr(settings, "RECORD_STORE", "auto") != "orm":
+        return PostgresStore(using)
+    return OrmStore(using)

@@ -1,0 +1,298 @@
+"""The record store's contract, held by both stores (``conversations.record``): the ORM
+reference on every database, PostgreSQL's fast path (COPY, pipelined executemany) on PostgreSQL.
+A batch is written whole and in order or not at all, each value as its model field prepares it,
+and its commit callbacks run only once it is committed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from django.db import IntegrityError, connection, models, transaction
+from pytest_django.fixtures import Settings
+
+from conversations.escaping import storable_text
+from conversations.models import AuditEvent, Exchange, Step, Turn
+from conversations.record.orm import OrmStore
+from conversations.record.postgres import COPY_FROM_ROWS, PostgresStore
+from conversations.record.store import Batch, Insert, RecordStore, record_store
+from tests.factories import StepFactory, TurnFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+STORES = [
+    pytest.param(OrmStore, id="orm"),
+    pytest.param(PostgresStore, id="postgres", marks=pytest.mark.postgres),
+]
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest) -> RecordStore:
+    made: RecordStore = request.param()
+    return made
+
+
+@pytest.fixture
+def turn() -> Turn:
+    return TurnFactory(status=Turn.Status.RUNNING, answer="")
+
+
+def _next_step_ids(count: int) -> list[int]:
+    """Ids no step has (a step with its id is how the recorder hands new steps over)."""
+    top = Step.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+    return [top + 1000 + n for n in range(count)]
+
+
+def _step(turn: Turn, pk: int | None, seq: int, **values: Any) -> Step:
+    return Step(pk=pk, turn_id=turn.pk, seq=seq, kind=Step.Kind.DECIDE, title=f"step {seq}", **values)
+
+
+def _exchange(turn: Turn, step: Step | None, seq: int, **values: Any) -> Exchange:
+    return Exchange(
+        turn_id=turn.pk,
+        conversation_id=turn.conversation_id,
+        step_id=step.pk if step is not None else None,
+        seq=seq,
+        **{
+            "channel": Exchange.Channel.LLM,
+            "label": "POST /chat/completions",
+            "started_at": datetime.now(UTC),
+            **values,
+        },
+    )
+
+
+def test_new_and_changed_rows_are_written_in_order(store: RecordStore, turn: Turn) -> None:
+    first_id, second_id = _next_step_ids(2)
+    first, second = _step(turn, first_id, 1), _step(turn, second_id, 2, parent_id=first_id)
+    batch = Batch()
+    batch.insert([first, second])
+    batch.insert([_exchange(turn, first, 1), _exchange(turn, second, 2)])
+    batch.update(Step, first_id, {"text": "so far"})
+    batch.update(Step, second_id, {"text": "second"})
+    batch.update(Step, first_id, {"text": "at last", "status": Step.Status.OK})
+    batch.update(Turn, turn.pk, {"answer": "done"})
+
+    store.write(batch)
+
+    steps = {step.pk: step for step in Step.objects.filter(turn=turn)}
+    assert (steps[first_id].text, steps[first_id].status) == ("at last", Step.Status.OK)
+    assert (steps[second_id].text, steps[second_id].parent_id) == ("second", first_id)
+    exchanges = list(Exchange.objects.filter(turn=turn).order_by("seq").values_list("step_id", flat=True))
+    assert exchanges == [first_id, second_id]
+    turn.refresh_from_db()
+    assert turn.answer == "done"
+    assert not first._state.adding and first._state.db == "default"
+
+
+def test_changes_of_the_same_fields_named_in_another_order_each_go_to_their_own_field(
+    store: RecordStore, turn: Turn
+) -> None:
+    first, second = StepFactory(turn=turn, seq=1), StepFactory(turn=turn, seq=2)
+    batch = Batch()
+    batch.update(Step, first.pk, {"text": "first", "status": Step.Status.OK})
+    batch.update(Step, second.pk, {"status": Step.Status.ERROR, "text": "second"})
+
+    store.write(batch)
+
+    stored = dict(Step.objects.filter(turn=turn).values_list("pk", "text"))
+    assert stored == {first.pk: "first", second.pk: "second"}
+    assert Step.objects.get(pk=second.pk).status == Step.Status.ERROR
+
+
+def test_new_rows_without_ids_are_given_theirs(store: RecordStore, turn: Turn) -> None:
+    events = [
+        AuditEvent(actor_name="system", action=AuditEvent.Action.SEALED, detail={"n": n}) for n in range(3)
+    ]
+    batch = Batch()
+    batch.insert(events)
+
+    store.write(batch)
+
+    assert all(event.pk is not None and not event._state.adding for event in events)
+    stored = dict(
+        AuditEvent.objects.filter(pk__in=[event.pk for event in events]).values_list("pk", "detail")
+    )
+    assert stored == {event.pk: event.detail for event in events}
+
+
+class _Lowered(models.CharField):  # type: ignore[type-arg]
+    """A custom field whose preparation changes the value (what the ORM stores is lowered)."""
+
+    def get_prep_value(self, value: Any) -> Any:
+        value = super().get_prep_value(value)
+        return value.lower() if isinstance(value, str) else value
+
+
+@pytest.fixture
+def lowered_label(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """``Exchange.label`` as a ``_Lowered`` field for the test (the column is the same)."""
+    monkeypatch.setattr(Exchange._meta.get_field("label"), "__class__", _Lowered)
+    monkeypatch.setattr(Step._meta.get_field("title"), "__class__", _Lowered)
+    yield
+
+
+@pytest.mark.usefixtures("lowered_label")
+def test_a_custom_fields_preparation_is_applied_as_the_orm_applies_it(store: RecordStore, turn: Turn) -> None:
+    by_orm = _exchange(turn, None, 1, label="MiXeD")
+    by_orm.save()
+    (step_id,) = _next_step_ids(1)
+    by_store = _exchange(turn, None, 2, label="MiXeD")
+    batch = Batch()
+    batch.insert([by_store])
+    batch.insert([_step(turn, step_id, 1)])
+    batch.update(Step, step_id, {"title": "ChAnGeD"})
+
+    store.write(batch)
+
+    labels = dict(Exchange.objects.filter(turn=turn).values_list("seq", "label"))
+    assert labels == {1: "mixed", 2: "mixed"}
+    assert Step.objects.get(pk=step_id).title == "changed"
+
+
+def test_json_datetimes_and_big_text_come_back_as_they_were_given(store: RecordStore, turn: Turn) -> None:
+    headers = {"x-list": ["é", 1, 2.5, None, True, {"deep": {"er": []}}], "quote": "\"'\\\n\t"}
+    started = datetime(2026, 12, 5, 9, 30, 1, 123456, tzinfo=timezone(timedelta(hours=5, minutes=30)))
+    body = "δ" * 3_000_000 + "\\N\t\r\n end"  # COPY's own markers among the characters
+    row = _exchange(turn, None, 1, request_headers=headers, request_body=body, duration_ms=0.125)
+    row.started_at = started
+    (step_id,) = _next_step_ids(1)
+    batch = Batch()
+    batch.insert([row])
+    batch.insert([_step(turn, step_id, 1)])
+    batch.update(
+        Step, step_id, {"calls": [{"name": "x", "arguments": {"a": [1, "b"]}}], "finished_at": started}
+    )
+
+    store.write(batch)
+
+    stored = Exchange.objects.get(pk=row.pk) if row.pk else Exchange.objects.get(turn=turn)
+    assert stored.request_headers == headers
+    assert stored.started_at == started
+    assert stored.request_body == body
+    assert stored.duration_ms == 0.125
+    step = Step.objects.get(pk=step_id)
+    assert (step.calls, step.finished_at) == ([{"name": "x", "arguments": {"a": [1, "b"]}}], started)
+
+
+def test_many_new_rows_at_once_are_written_whole_with_their_ids(store: RecordStore, turn: Turn) -> None:
+    """Enough rows that PostgreSQL's store takes ``COPY``: its own markers in the values too."""
+    count = COPY_FROM_ROWS + 3
+    texts = [f"row {n}\\N\t\\.\r\n{{}}" for n in range(count)]
+    rows = [
+        _exchange(turn, None, n, response_body=text, request_headers={"n": [n, None]})
+        for n, text in enumerate(texts)
+    ]
+    (step_id,) = _next_step_ids(1)
+    batch = Batch()
+    batch.insert([_step(turn, step_id, 1)])
+    batch.insert(rows)
+    batch.update(Step, step_id, {"text": "after the rows"})
+
+    store.write(batch)
+
+    stored = list(
+        Exchange.objects.filter(turn=turn)
+        .order_by("seq")
+        .values_list("pk", "response_body", "request_headers")
+    )
+    assert stored == [
+        (row.pk, text, {"n": [n, None]}) for n, (row, text) in enumerate(zip(rows, texts, strict=True))
+    ]
+    assert Step.objects.get(pk=step_id).text == "after the rows"
+
+
+def test_texts_the_record_made_storable_from_nul_and_lone_surrogates_are_stored_as_given(
+    store: RecordStore, turn: Turn
+) -> None:
+    made = [storable_text(text)[0] for text in ("a\x00b", "lone \udc80 half", "bidi \u202e and zero\u200b")]
+    rows = [_exchange(turn, None, n, response_body=text) for n, text in enumerate(made)]
+    batch = Batch()
+    batch.insert(rows)
+
+    store.write(batch)
+
+    assert (
+        list(Exchange.objects.filter(turn=turn).order_by("seq").values_list("response_body", flat=True))
+        == made
+    )
+
+
+def test_a_failed_batch_is_raised_and_nothing_of_it_is_written(store: RecordStore, turn: Turn) -> None:
+    existing = StepFactory(turn=turn, seq=1, text="before")
+    called: list[str] = []
+    batch = Batch(on_commit=[lambda: called.append("committed")])
+    batch.update(Step, existing.pk, {"text": "changed"})
+    batch.insert([_exchange(turn, None, 1)])
+    batch.insert([_step(turn, existing.pk, 2)])  # its id is taken
+
+    with pytest.raises(IntegrityError):
+        store.write(batch)
+
+    assert Step.objects.get(pk=existing.pk).text == "before"
+    assert not Exchange.objects.filter(turn=turn).exists()
+    assert called == []
+    # The connection is usable after it.
+    assert Step.objects.filter(turn=turn).count() == 1
+
+
+@pytest.mark.parametrize("outer_commits", [True, False], ids=["committed", "rolled-back"])
+def test_commit_is_reported_only_after_the_callers_transaction_commits(
+    store: RecordStore, turn: Turn, outer_commits: bool
+) -> None:
+    called: list[str] = []
+    batch = Batch(relaxed=True, on_commit=[lambda: called.append("committed")])
+    batch.update(Turn, turn.pk, {"answer": "written"})
+
+    class Rollback(Exception):
+        pass
+
+    try:
+        with transaction.atomic():
+            store.write(batch)
+            assert called == []
+            if not outer_commits:
+                raise Rollback
+    except Rollback:
+        pass
+
+    turn.refresh_from_db()
+    assert called == (["committed"] if outer_commits else [])
+    assert turn.answer == ("written" if outer_commits else "")
+
+
+def test_a_batch_on_its_own_reports_its_commit_as_it_returns(store: RecordStore, turn: Turn) -> None:
+    seen: list[str] = []
+
+    def note() -> None:
+        seen.append(Turn.objects.get(pk=turn.pk).answer)
+
+    batch = Batch(relaxed=True, on_commit=[note])
+    batch.update(Turn, turn.pk, {"answer": "written"})
+
+    store.write(batch)
+
+    assert seen == ["written"]
+
+
+def test_an_insert_holds_rows_of_one_model_all_with_ids_or_all_without(turn: Turn) -> None:
+    with pytest.raises(TypeError):
+        Insert([_step(turn, 1, 1), _step(turn, None, 2)])
+    with pytest.raises(TypeError):
+        Insert([_step(turn, 1, 1), _exchange(turn, None, 1)])
+
+
+def test_postgresql_takes_the_fast_path_unless_the_orm_is_asked_for(settings: Settings) -> None:
+    fast = connection.vendor == "postgresql"
+    assert isinstance(record_store(), PostgresStore if fast else OrmStore)
+    settings.RECORD_STORE = "orm"
+    assert isinstance(record_store(), OrmStore)
+
+
+@pytest.mark.postgres
+def test_the_fast_path_refuses_a_database_that_is_not_postgresql(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connection, "vendor", "sqlite")
+    with pytest.raises(RuntimeError):
+        PostgresStore().write(Batch())
