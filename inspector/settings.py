@@ -13,6 +13,7 @@ import dj_database_url
 import django_stubs_ext
 from celery.schedules import crontab
 
+from inspector.filemodes import var_dir_private
 from inspector.keyfile import key_file_read_or_create
 
 # Lets annotations such as ModelAdmin[McpServer] work at run time.
@@ -67,8 +68,8 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
-VAR_DIR = env_path("VAR_DIR", BASE_DIR / "var")
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+# Private from here on: the umask for this process, and var/ narrowed (inspector.filemodes).
+VAR_DIR = var_dir_private(env_path("VAR_DIR", BASE_DIR / "var"))
 
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY")
