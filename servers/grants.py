@@ -8,6 +8,7 @@ its owner runs; what the flow obtained (tokens, a registration) is sealed back a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,7 @@ from django.utils import timezone
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from conversations.exchanges import release_connection
+from conversations.redaction import Redactor
 from servers.gateway.oauth import AuthorizationRequired, GrantStore, OAuthSettings
 from servers.models import McpServer, OAuthGrant
 from servers.vault import UnsealError, seal, unseal
@@ -47,6 +49,39 @@ def grant_get(*, server: McpServer, user: AbstractBaseUser | None) -> OAuthGrant
     rows = OAuthGrant.objects.filter(server=server)
     rows = rows.filter(user__isnull=True) if user is None else rows.filter(user=user)  # type: ignore[misc]
     return rows.first()
+
+
+def run_secrets(*, server: McpServer, oauth: OAuthSettings | None) -> list[str]:
+    """The secret values a run on ``server`` carries: the one list every redactor of a turn, a
+    workbench operation and their sampling, elicitation and app rounds is given (with
+    ``conversations.secret_sources.active_redactor``'s patterns, rules and configured values).
+
+    The server's sealed and ``${VAR}`` env and header values, and the credentials of the grant
+    it is reached with (``oauth``: access and refresh tokens, client secret, private key, ID
+    token). A grant's credentials are no configured secret of the installation: they mask only
+    the records of the runs that grant serves, so a redacted marker in another user's record
+    never confirms a guess of them (docs/deployment-security.md, "The redactor").
+    """
+    return [*server.secret_values(), *(oauth.secrets() if oauth is not None else ())]
+
+
+def user_run_secrets(*, server: McpServer, user: AbstractBaseUser | None) -> list[str]:
+    """``run_secrets`` for a run of ``user``'s on ``server`` (their grant, if they have one)."""
+    grant = None if server.spawns_process else grant_get(server=server, user=user)
+    return run_secrets(server=server, oauth=grant_settings(grant=grant) if grant is not None else None)
+
+
+def redactor_guarded(redact: Redactor, oauth: OAuthSettings | None) -> Redactor:
+    """``redact``, knowing too the credentials ``oauth``'s flow obtained after it was built (a
+    token refreshed or first issued during the run), so a server repeating them stores a marker."""
+    if oauth is None:
+        return redact
+    fresh = [value for value in oauth.secrets() if value not in redact.secrets]
+    if not fresh:
+        return redact
+    return dataclasses.replace(
+        redact, secrets=tuple(sorted({*redact.secrets, *fresh}, key=len, reverse=True))
+    )
 
 
 def grant_configure(

@@ -12,7 +12,7 @@ that it needs authorization; nobody else's grant is ever used.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from conversations.agent import ToolRun
@@ -25,9 +25,9 @@ from conversations.toolhost import Connected, StopSignal
 from conversations.typealias import JSONDict
 from conversations.wire import WireExchange
 from servers import gateway
-from servers.gateway.config import ConfigError, ServerConfig, resolve_references
+from servers.gateway.config import ServerConfig
 from servers.gateway.oauth import OAuthSettings
-from servers.grants import grant_get, grant_keep, grant_settings
+from servers.grants import grant_get, grant_keep, grant_settings, redactor_guarded, run_secrets
 from servers.mcp_apps import model_visible
 from servers.models import McpServer, OAuthGrant
 from servers.operations import output_check
@@ -52,15 +52,13 @@ class GatewayToolHost:
         config = self.configs[tool.server_id]
         outcome = gateway.call_tool(config, tool.name, arguments, stop=self.signal)
         _keep(self.grants.get(tool.server_id), config.oauth)
-        if config.oauth is not None:
-            # A token obtained during the turn (a refresh) is unknown to the turn's redactor:
-            # a server repeating it must not get it into the result.
-            fresh = tuple(value for value in config.oauth.secrets() if value not in self.redact.secrets)
-            if fresh:
-                guard = replace(self.redact, secrets=(*self.redact.secrets, *fresh))
-                masked = guard.json(outcome.result) if outcome.result is not None else None
-                outcome.result = masked if isinstance(masked, dict) else None
-                outcome.error = guard.text(outcome.error)
+        # A token obtained during the turn (a refresh) is unknown to the turn's redactor:
+        # a server repeating it must not get it into the result.
+        guard = redactor_guarded(self.redact, config.oauth)
+        if guard is not self.redact:
+            masked = guard.json(outcome.result) if outcome.result is not None else None
+            outcome.result = masked if isinstance(masked, dict) else None
+            outcome.error = guard.text(outcome.error)
         server_records_store(outcome.unclaimed, redact=self.redact)
         if outcome.cancelled and self.signal is not None and self.signal.stopped:
             return ToolRun(
@@ -123,21 +121,14 @@ class GatewayServers:
         return sum(1 for server in self.servers if server.enabled)
 
     def secrets(self) -> list[str]:
-        """The values the servers' ``${VAR}`` env and header entries resolve to here, and the
-        credentials of the owner's grants the turn will use (its tokens, client secret...)."""
-        secrets: list[str] = []
+        """What each enabled server's run carries (``servers.grants.run_secrets``, the list
+        workbench operations use too): its sealed and ``${VAR}`` values, and the credentials of
+        the grant the turn will use (its tokens, client secret...)."""
         owner = self.conversation.owner
+        secrets: list[str] = []
         for server in self.servers:
             grant = _owner_grant(server, owner) if server.enabled else None
-            if grant is not None:
-                secrets.extend(grant_settings(grant=grant).secrets())
-            for value in (*server.env.values(), *server.headers.values()):
-                try:
-                    resolved = resolve_references(str(value))
-                except ConfigError:
-                    continue
-                if resolved != value:
-                    secrets.append(resolved)
+            secrets.extend(run_secrets(server=server, oauth=grant_settings(grant=grant) if grant else None))
         return secrets
 
     def connect(self, *, redact: Redactor, signal: StopSignal | None) -> Connected:
