@@ -21,7 +21,9 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.utils import timezone
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
+from conversations.audit import audit_change
 from conversations.exchanges import release_connection
+from conversations.models import AuditEvent
 from conversations.redaction import Redactor
 from servers.gateway.oauth import AuthorizationRequired, GrantStore, OAuthSettings
 from servers.models import McpServer, OAuthGrant
@@ -49,6 +51,33 @@ def grant_get(*, server: McpServer, user: AbstractBaseUser | None) -> OAuthGrant
     rows = OAuthGrant.objects.filter(server=server)
     rows = rows.filter(user__isnull=True) if user is None else rows.filter(user=user)  # type: ignore[misc]
     return rows.first()
+
+
+def grant_for_user(*, server: McpServer, user_id: int) -> OAuthGrant | None:
+    """The grant of the user with id ``user_id`` for ``server``, if they have one."""
+    return OAuthGrant.objects.filter(server=server, user_id=user_id).first()
+
+
+def grant_share(*, grant: OAuthGrant, shared: bool, actor: AbstractBaseUser) -> OAuthGrant:
+    """Let the grant's owner's team mates' turns use ``grant`` when they have no grant of their
+    own (``shared``), or stop that; the choice is the owner's alone and written to the audit log.
+
+    Raises:
+        PermissionError: ``actor`` is not the grant's owner.
+    """
+    if grant.user_id is None or grant.user_id != actor.pk:
+        raise PermissionError("only the grant's owner may share it")
+    if grant.shared_with_team != shared:
+        grant.shared_with_team = shared
+        grant.save(update_fields=["shared_with_team", "updated_at"])
+        audit_change(
+            actor=actor,
+            action=AuditEvent.Action.GRANT_SHARED if shared else AuditEvent.Action.GRANT_UNSHARED,
+            via="web",
+            subject=grant.server.name,
+            detail={"server_id": grant.server_id, "grant": str(grant.public_id), "scope": grant.scope},
+        )
+    return grant
 
 
 def run_secrets(*, server: McpServer, oauth: OAuthSettings | None) -> list[str]:

@@ -4,16 +4,20 @@ implementation, registered when the app starts (``servers.apps``).
 ``conversation_servers`` reads a conversation's servers; ``GatewayServers.connect`` lists their
 tools over the pooled sessions; ``GatewayToolHost`` is the agent's ``ToolHost``, calling them.
 
-An HTTP server the conversation's owner has authorized (an ``OAuthGrant`` with a token) is reached
-with the owner's grant: its token (refreshed when due, and sealed back after each listing and
-call) on a pooled session of the owner's own. Without such a grant the server's 401 says clearly
-that it needs authorization; nobody else's grant is ever used.
+An HTTP server is reached with the OAuth grant of the user who asked the turn (the owner, or a
+team mate in a shared conversation): its token (refreshed when due, and sealed back after each
+listing and call) on a pooled session of that grant's own. A team mate without a grant uses the
+owner's only when its owner shared it with the team (``OAuthGrant.shared_with_team``, set on the
+server page and audited); otherwise the server's 401 says clearly that it needs authorization,
+with the server page's Connect link. Nobody else's grant is ever used.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.urls import reverse
 
 from conversations.agent import ToolRun
 from conversations.compiled_reads import CompiledRead
@@ -27,7 +31,7 @@ from conversations.wire import WireExchange
 from servers import gateway
 from servers.gateway.config import ServerConfig
 from servers.gateway.oauth import OAuthSettings
-from servers.grants import grant_get, grant_keep, grant_settings, redactor_guarded, run_secrets
+from servers.grants import grant_for_user, grant_keep, grant_settings, redactor_guarded, run_secrets
 from servers.mcp_apps import model_visible
 from servers.models import McpServer, OAuthGrant
 from servers.operations import output_check
@@ -83,11 +87,19 @@ def _keep(grant: OAuthGrant | None, oauth: OAuthSettings | None) -> None:
         grant_keep(grant=grant, oauth=oauth)
 
 
-def _owner_grant(server: McpServer, owner: Any) -> OAuthGrant | None:
-    """The owner's authorized grant for an HTTP ``server`` (None: the server is reached without)."""
-    if server.spawns_process or owner is None:
+def _turn_grant(server: McpServer, asker_id: int | None, owner_id: int | None) -> OAuthGrant | None:
+    """The authorized grant a turn asked by ``asker_id`` reaches an HTTP ``server`` with (None:
+    the server is reached without): the asker's own, else the conversation owner's if the
+    owner shared it with the team (a team mate may ask only in a conversation they can see)."""
+    if server.spawns_process:
         return None
-    grant = grant_get(server=server, user=owner)
+    asker_id = asker_id if asker_id is not None else owner_id
+    if asker_id is None:
+        return None
+    grant = grant_for_user(server=server, user_id=asker_id)
+    if grant is None and owner_id is not None and owner_id != asker_id:
+        grant = grant_for_user(server=server, user_id=owner_id)
+        grant = grant if grant is not None and grant.shared_with_team else None
     return grant if grant is not None and grant.has_token else None
 
 
@@ -115,19 +127,23 @@ class GatewayServers:
     conversation: Conversation
     # By name: the order their tools are offered in.
     servers: list[McpServer]
+    # Who asked the turn (None: the owner): whose OAuth grants are used.
+    asked_by_id: int | None = None
 
     @property
     def enabled(self) -> int:
         return sum(1 for server in self.servers if server.enabled)
 
+    def _grant(self, server: McpServer) -> OAuthGrant | None:
+        return _turn_grant(server, self.asked_by_id, self.conversation.owner_id)
+
     def secrets(self) -> list[str]:
         """What each enabled server's run carries (``servers.grants.run_secrets``, the list
         workbench operations use too): its sealed and ``${VAR}`` values, and the credentials of
         the grant the turn will use (its tokens, client secret...)."""
-        owner = self.conversation.owner
         secrets: list[str] = []
         for server in self.servers:
-            grant = _owner_grant(server, owner) if server.enabled else None
+            grant = self._grant(server) if server.enabled else None
             secrets.extend(run_secrets(server=server, oauth=grant_settings(grant=grant) if grant else None))
         return secrets
 
@@ -155,7 +171,7 @@ class GatewayServers:
                 notes.append(f"{server.name}: not connected")
                 problems.append(refusal)
                 continue
-            grant = _owner_grant(server, owner)
+            grant = self._grant(server)
             # No redirect: nobody can sign in during a turn, so a grant whose token cannot be
             # refreshed ends in a clear "needs authorization", never a wait.
             oauth = grant_settings(grant=grant) if grant is not None else None
@@ -169,7 +185,10 @@ class GatewayServers:
             server_records_store(outcome.unclaimed, redact=redact)
             notes.append(_session_note(server, outcome))
             if outcome.error:
-                problems.append(f"{server.name}: {outcome.error}")
+                connect = ""
+                if server.transport != "stdio" and "needs authorization" in outcome.error:
+                    connect = f" Connect: {reverse('servers-detail', args=[server.name])}"
+                problems.append(f"{server.name}: {outcome.error}{connect}")
             if outcome.session is not None:
                 sessions[server.name] = {
                     "generation": outcome.session.generation,
@@ -212,9 +231,10 @@ class GatewayServers:
         )
 
 
-def conversation_servers(conversation: Conversation) -> GatewayServers:
-    """The conversation's servers, read once, by name (``conversations.toolhost.ServerSource``)."""
-    return GatewayServers(conversation, _conversations_servers(conversation_id=conversation.pk))
+def conversation_servers(conversation: Conversation, asked_by_id: int | None = None) -> GatewayServers:
+    """The conversation's servers, read once, by name (``conversations.toolhost.ServerSource``),
+    for a turn ``asked_by_id`` asked."""
+    return GatewayServers(conversation, _conversations_servers(conversation_id=conversation.pk), asked_by_id)
 
 
 # Every turn's start reads this (``conversations.compiled_reads``: its SQL made once).
