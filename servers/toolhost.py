@@ -96,11 +96,13 @@ def _turn_grant(server: McpServer, asker_id: int | None, owner_id: int | None) -
     asker_id = asker_id if asker_id is not None else owner_id
     if asker_id is None:
         return None
-    grant = grant_for_user(server=server, user_id=asker_id)
-    if grant is None and owner_id is not None and owner_id != asker_id:
-        grant = grant_for_user(server=server, user_id=owner_id)
-        grant = grant if grant is not None and grant.shared_with_team else None
-    return grant if grant is not None and grant.has_token else None
+    own = grant_for_user(server=server, user_id=asker_id)
+    if own is not None and own.has_token:
+        return own
+    if owner_id is None or owner_id == asker_id:
+        return None
+    shared = grant_for_user(server=server, user_id=owner_id)
+    return shared if shared is not None and shared.shared_with_team and shared.has_token else None
 
 
 def _session_note(server: McpServer, outcome: gateway.ListOutcome) -> str:
@@ -186,7 +188,7 @@ class GatewayServers:
             notes.append(_session_note(server, outcome))
             if outcome.error:
                 connect = ""
-                if server.transport != "stdio" and "needs authorization" in outcome.error:
+                if not server.spawns_process and "needs authorization" in outcome.error:
                     connect = f" Connect: {reverse('servers-detail', args=[server.name])}"
                 problems.append(f"{server.name}: {outcome.error}{connect}")
             if outcome.session is not None:

@@ -16,7 +16,7 @@ from conversations.models import AuditEvent, Conversation, Exchange, Team, Turn
 from conversations.runner import turn_run
 from conversations.services import turn_start
 from servers import gateway
-from servers.grants import grant_get, grant_settings
+from servers.grants import grant_ensure, grant_get, grant_settings, grant_share
 from servers.models import McpServer
 from tests.factories import ConversationFactory
 from tests.fixtures.oauth_server import FakeAuthorization, Knobs, Served
@@ -140,3 +140,16 @@ def test_the_oauth_page_offers_sharing_to_the_grants_owner(guarded: McpServer, a
     page = web.get(reverse("servers-oauth", args=["guarded"])).content.decode()
 
     assert "Share with my team" in page and "yours alone" in page
+
+
+def test_a_team_mates_unfinished_sign_in_does_not_hide_the_owners_shared_grant(
+    guarded: McpServer, shared_conversation: Conversation, alice: User, bob: User
+) -> None:
+    authorize(guarded, alice)
+    grant_share(grant=grant_get(server=guarded, user=alice), shared=True, actor=alice)  # type: ignore[arg-type]
+    grant_ensure(server=guarded, user=bob)  # Connect pressed, never signed in: no token
+
+    turn = ask(shared_conversation, bob)
+
+    assert turn.status == Turn.Status.DONE, turn_problems(turn)
+    assert client_id(guarded, alice) in whoami(turn)
