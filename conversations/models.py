@@ -189,6 +189,11 @@ class Turn(models.Model):
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="turns")
     seq = models.PositiveIntegerField()
     question = models.TextField()
+    # Who asked (a team mate may ask in a shared conversation): the OAuth grants the turn's
+    # servers are reached with are this user's (``servers.toolhost``). Empty: the owner.
+    asked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
     answer = models.TextField(blank=True)
     error = models.TextField(blank=True)
@@ -539,6 +544,9 @@ class AuditEvent(models.Model):
         SEALED = "sealed"
         PROFILE_PRICE_SET = "profile.price_set"
         PROFILE_CAPABILITY_RESET = "profile.capability_reset"
+        # An OAuth grant's owner let their team mates' turns and calls use it, or stopped that.
+        GRANT_SHARED = "grant.shared"
+        GRANT_UNSHARED = "grant.unshared"
 
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -393,7 +393,7 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
     # Browsers render the running turn while it connects.
     events.emit(events.TurnChanged(conversation_id=turn.conversation.public_id, turn_id=turn.pk))
     # The conversation's servers, read once (by name: the order their tools are offered in).
-    servers = turn_servers(turn.conversation)
+    servers = turn_servers(turn.conversation, asked_by_id=turn.asked_by_id)
     recorder = TurnRecorder(turn, redact=active_redactor(secrets=_run_secrets(turn, servers)))
     try:
         connected = connect_servers(servers, recorder, signal, lambda: tool_overrides_for(turn.conversation))

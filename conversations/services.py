@@ -39,14 +39,20 @@ class TurnNotCancellable(ValueError):
 
 
 def turn_start(
-    *, conversation: Conversation, question: str, dispatch: bool = True, redact: Redactor | None = None
+    *,
+    conversation: Conversation,
+    question: str,
+    dispatch: bool = True,
+    redact: Redactor | None = None,
+    asked_by: AbstractBaseUser | None = None,
 ) -> Turn:
     """Queue a new turn; it is handed to the runner only once this transaction commits.
 
     A conversation whose last turn is done, failed, interrupted or cancelled takes the question;
     the check is made under the conversation's row lock, so two questions at once cannot both
     pass it. ``redact``: the redactor the caller built for this request (else one is built: it
-    reads the secrets and rules every time).
+    reads the secrets and rules every time). ``asked_by``: who asks (a team mate, in a shared
+    conversation; None: the owner); the turn's servers are reached with their OAuth grants.
 
     Raises:
         ValueError: the conversation was imported and is read-only.
@@ -68,6 +74,7 @@ def turn_start(
             conversation=conversation,
             seq=last + 1,
             question=question,
+            asked_by_id=asked_by.pk if asked_by is not None else conversation.owner_id,
             paradigm=conversation.paradigm,
             tool_choice=conversation.tool_choice,
             tool_choice_name=conversation.tool_choice_name,

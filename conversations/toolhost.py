@@ -75,7 +75,8 @@ class TurnServers(Protocol):
         ...
 
 
-ServerSource = Callable[["Conversation"], TurnServers]
+# The conversation, and the id of the user who asked the turn (their OAuth grants are used).
+ServerSource = Callable[["Conversation", int | None], TurnServers]
 
 _source: ServerSource | None = None
 
@@ -86,12 +87,13 @@ def server_source_register(source: ServerSource) -> None:
     _source = source
 
 
-def turn_servers(conversation: Conversation) -> TurnServers:
-    """The conversation's MCP servers, from the registered source.
+def turn_servers(conversation: Conversation, *, asked_by_id: int | None = None) -> TurnServers:
+    """The conversation's MCP servers, from the registered source, for a turn ``asked_by_id``
+    asked (None: the conversation's owner).
 
     Raises:
         RuntimeError: no source is registered (the ``servers`` app is not installed or loaded).
     """
     if _source is None:
         raise RuntimeError("no MCP server source is registered: is the servers app installed?")
-    return _source(conversation)
+    return _source(conversation, asked_by_id)

@@ -13,6 +13,7 @@ import dj_database_url
 import django_stubs_ext
 from celery.schedules import crontab
 
+from inspector.filemodes import var_dir_private
 from inspector.keyfile import key_file_read_or_create
 
 # Lets annotations such as ModelAdmin[McpServer] work at run time.
@@ -21,40 +22,54 @@ django_stubs_ext.monkeypatch()
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
+def env_value(name: str) -> str | None:
+    """The one reader of the environment: ``NAME``'s value, or None when it is unset, empty or blank.
+
+    Compose passes ``${NAME:-}`` as an empty string, not as an absent name, so empty must mean
+    unset for every setting; the typed helpers below all read through here.
+    """
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
 def env_str(name: str, default: str = "") -> str:
     """A string setting; ``NAME_FILE`` (a path) wins over ``NAME`` so secrets can live in files."""
-    file_path = os.environ.get(f"{name}_FILE")
-    if file_path:
+    file_path = env_value(f"{name}_FILE")
+    if file_path is not None:
         return Path(file_path).read_text().strip()
-    return os.environ.get(name, default)
+    value = env_value(name)
+    return default if value is None else value
+
+
+def env_path(name: str, default: Path) -> Path:
+    value = env_value(name)
+    return default if value is None else Path(value)
 
 
 def env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
+    value = env_value(name)
+    return default if value is None else value.lower() in {"1", "true", "yes", "on"}
 
 
 def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return int(value) if value else default
+    value = env_value(name)
+    return default if value is None else int(value)
 
 
 def env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    return float(value) if value else default
+    value = env_value(name)
+    return default if value is None else float(value)
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
-    value = os.environ.get(name)
-    if not value:
+    value = env_value(name)
+    if value is None:
         return default
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
-VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+# Private from here on: the umask for this process, and var/ narrowed (inspector.filemodes).
+VAR_DIR = var_dir_private(env_path("VAR_DIR", BASE_DIR / "var"))
 
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY")
@@ -64,8 +79,11 @@ if not SECRET_KEY:
 # The hash chain's HMAC key (``conversations.integrity``): never in the database, and not
 # SECRET_KEY, whose rotation would break every record. INTEGRITY_KEY (or the file that
 # INTEGRITY_KEY_FILE names, read by ``env_str``), else a key generated in var/ like SECRET_KEY's.
-INTEGRITY_KEY_FILE = Path(env_str("INTEGRITY_KEY_FILE", str(VAR_DIR / "integrity_key")))
+INTEGRITY_KEY_FILE = env_path("INTEGRITY_KEY_FILE", VAR_DIR / "integrity_key")
 INTEGRITY_KEY = env_str("INTEGRITY_KEY") or key_file_read_or_create(INTEGRITY_KEY_FILE)
+
+# setup_local sets the admin account's password to it when given (else one kept in var/).
+ADMIN_PASSWORD = env_str("ADMIN_PASSWORD")
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])

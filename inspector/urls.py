@@ -1,6 +1,9 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from inspector import accounts, api, evals_views, views
 
@@ -8,6 +11,12 @@ from inspector import accounts, api, evals_views, views
 admin.site.login_form = accounts.ThrottledAdminAuthenticationForm
 
 urlpatterns = [
+    # Browsers ask for /favicon.ico whatever the page links: the icon, for anyone, signed in or not.
+    path(
+        "favicon.ico",
+        login_not_required(RedirectView.as_view(url=static("img/favicon.svg"), permanent=True)),
+        name="inspector-favicon",
+    ),
     path("", views.conversation_list, name="inspector-conversations"),
     path("conversations/new", views.conversation_create, name="inspector-conversation-create"),
     path("conversations/import", views.conversation_import, name="inspector-conversation-import"),

@@ -325,7 +325,9 @@ def turn_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
         problem = "Not asked: " + " ".join(refusals)
         return _detail_page(request, conversation, form, status=STATUS_FORBIDDEN, problem=problem)
     try:
-        services.turn_start(conversation=conversation, question=form.cleaned_data["question"])
+        services.turn_start(
+            conversation=conversation, question=form.cleaned_data["question"], asked_by=_user(request)
+        )
     except services.TurnInProgress:
         form.add_error(
             None, "The previous turn is still running; ask again when it has finished, or cancel it."

@@ -8,6 +8,7 @@ its owner runs; what the flow obtained (tokens, a registration) is sealed back a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -20,7 +21,10 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.utils import timezone
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
+from conversations.audit import audit_change
 from conversations.exchanges import release_connection
+from conversations.models import AuditEvent
+from conversations.redaction import Redactor
 from servers.gateway.oauth import AuthorizationRequired, GrantStore, OAuthSettings
 from servers.models import McpServer, OAuthGrant
 from servers.vault import UnsealError, seal, unseal
@@ -47,6 +51,66 @@ def grant_get(*, server: McpServer, user: AbstractBaseUser | None) -> OAuthGrant
     rows = OAuthGrant.objects.filter(server=server)
     rows = rows.filter(user__isnull=True) if user is None else rows.filter(user=user)  # type: ignore[misc]
     return rows.first()
+
+
+def grant_for_user(*, server: McpServer, user_id: int) -> OAuthGrant | None:
+    """The grant of the user with id ``user_id`` for ``server``, if they have one."""
+    return OAuthGrant.objects.filter(server=server, user_id=user_id).first()
+
+
+def grant_share(*, grant: OAuthGrant, shared: bool, actor: AbstractBaseUser) -> OAuthGrant:
+    """Let the grant's owner's team mates' turns use ``grant`` when they have no grant of their
+    own (``shared``), or stop that; the choice is the owner's alone and written to the audit log.
+
+    Raises:
+        PermissionError: ``actor`` is not the grant's owner.
+    """
+    if grant.user_id is None or grant.user_id != actor.pk:
+        raise PermissionError("only the grant's owner may share it")
+    if grant.shared_with_team != shared:
+        grant.shared_with_team = shared
+        grant.save(update_fields=["shared_with_team", "updated_at"])
+        audit_change(
+            actor=actor,
+            action=AuditEvent.Action.GRANT_SHARED if shared else AuditEvent.Action.GRANT_UNSHARED,
+            via="web",
+            subject=grant.server.name,
+            detail={"server_id": grant.server_id, "grant": str(grant.public_id), "scope": grant.scope},
+        )
+    return grant
+
+
+def run_secrets(*, server: McpServer, oauth: OAuthSettings | None) -> list[str]:
+    """The secret values a run on ``server`` carries: the one list every redactor of a turn, a
+    workbench operation and their sampling, elicitation and app rounds is given (with
+    ``conversations.secret_sources.active_redactor``'s patterns, rules and configured values).
+
+    The server's sealed and ``${VAR}`` env and header values, and the credentials of the grant
+    it is reached with (``oauth``: access and refresh tokens, client secret, private key, ID
+    token). A grant's credentials are no configured secret of the installation: they mask only
+    the records of the runs that grant serves, so a redacted marker in another user's record
+    never confirms a guess of them (docs/deployment-security.md, "The redactor").
+    """
+    return [*server.secret_values(), *(oauth.secrets() if oauth is not None else ())]
+
+
+def user_run_secrets(*, server: McpServer, user: AbstractBaseUser | None) -> list[str]:
+    """``run_secrets`` for a run of ``user``'s on ``server`` (their grant, if they have one)."""
+    grant = None if server.spawns_process else grant_get(server=server, user=user)
+    return run_secrets(server=server, oauth=grant_settings(grant=grant) if grant is not None else None)
+
+
+def redactor_guarded(redact: Redactor, oauth: OAuthSettings | None) -> Redactor:
+    """``redact``, knowing too the credentials ``oauth``'s flow obtained after it was built (a
+    token refreshed or first issued during the run), so a server repeating them stores a marker."""
+    if oauth is None:
+        return redact
+    fresh = [value for value in oauth.secrets() if value not in redact.secrets]
+    if not fresh:
+        return redact
+    return dataclasses.replace(
+        redact, secrets=tuple(sorted({*redact.secrets, *fresh}, key=len, reverse=True))
+    )
 
 
 def grant_configure(

@@ -33,7 +33,15 @@ from conversations.wire import WireExchange
 from servers import gateway
 from servers.gateway import Outcome, Question
 from servers.gateway.config import ConfigError, ServerConfig
-from servers.grants import browser_redirect, grant_get, grant_keep, grant_settings
+from servers.gateway.oauth import OAuthSettings
+from servers.grants import (
+    browser_redirect,
+    grant_get,
+    grant_keep,
+    grant_settings,
+    redactor_guarded,
+    run_secrets,
+)
 from servers.models import McpServer, Operation, PendingInput
 from servers.sampling import sampling_answer
 
@@ -110,13 +118,19 @@ class _Recorder:
     waiting for the user — and the same row is completed when its answer arrives.
     """
 
-    def __init__(self, operation: Operation, redact: Redactor) -> None:
+    def __init__(self, operation: Operation, redact: Redactor, oauth: OAuthSettings | None) -> None:
         self.operation = operation
-        self.redact = redact
+        self._redact = redact
+        self._oauth = oauth
         self.seq = 0
         # Every record written, by id (the record kept alive, so the id stays its own): its row,
         # and whether that row is still waiting for the answer.
         self._written: dict[int, tuple[WireExchange, int, bool]] = {}
+
+    @property
+    def redact(self) -> Redactor:
+        """The operation's redactor, with what its grant's flow obtained so far."""
+        return redactor_guarded(self._redact, self._oauth)
 
     def record(self, records: list[WireExchange]) -> None:
         fresh = [record for record in records if not self._seen(record)]
@@ -403,7 +417,7 @@ def operation_run(
         )
     except ConfigError as exc:
         return _finish(operation, status=Operation.Status.ERROR, error=str(exc))
-    recorder = _Recorder(operation, active_redactor(secrets=config.secrets))
+    recorder = _Recorder(operation, active_redactor(secrets=run_secrets(server=server, oauth=oauth)), oauth)
     stop = threading.Event()
     running = gateway.begin(
         config,

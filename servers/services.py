@@ -26,6 +26,7 @@ from conversations.secret_sources import active_redactor
 from conversations.typealias import JSONDict, JSONValue
 from conversations.wire import MASK, WireExchange
 from servers.gateway.config import has_references
+from servers.grants import user_run_secrets
 from servers.mcp_apps import APP_LABEL_RE, MESSAGES_PER_OPERATION, AppMessage
 from servers.models import SECRET_NAME_RE, McpServer, Operation, PendingInput, SavedCall
 from servers.operations import operation_dispatch, operation_run
@@ -267,7 +268,7 @@ def operation_start(
         kind=kind,
         target=target,
         # Stored redacted from the start (a secret typed into a tool form is sent, never kept).
-        arguments=active_redactor(secrets=server.secret_values()).json(arguments),
+        arguments=active_redactor(secrets=user_run_secrets(server=server, user=user)).json(arguments),
         saved_call=saved_call,
         runner=runner_name(),
     )
@@ -357,7 +358,7 @@ def app_traffic_record(*, operation: Operation, messages: list[AppMessage]) -> i
             records,
             turn_id=None,
             step_id=None,
-            redact=active_redactor(secrets=server.secret_values()),
+            redact=active_redactor(secrets=user_run_secrets(server=server, user=operation.user)),
             first_seq=first,
         )
         Exchange.objects.bulk_create(rows)

@@ -4,16 +4,20 @@ implementation, registered when the app starts (``servers.apps``).
 ``conversation_servers`` reads a conversation's servers; ``GatewayServers.connect`` lists their
 tools over the pooled sessions; ``GatewayToolHost`` is the agent's ``ToolHost``, calling them.
 
-An HTTP server the conversation's owner has authorized (an ``OAuthGrant`` with a token) is reached
-with the owner's grant: its token (refreshed when due, and sealed back after each listing and
-call) on a pooled session of the owner's own. Without such a grant the server's 401 says clearly
-that it needs authorization; nobody else's grant is ever used.
+An HTTP server is reached with the OAuth grant of the user who asked the turn (the owner, or a
+team mate in a shared conversation): its token (refreshed when due, and sealed back after each
+listing and call) on a pooled session of that grant's own. A team mate without a grant uses the
+owner's only when its owner shared it with the team (``OAuthGrant.shared_with_team``, set on the
+server page and audited); otherwise the server's 401 says clearly that it needs authorization,
+with the server page's Connect link. Nobody else's grant is ever used.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
+
+from django.urls import reverse
 
 from conversations.agent import ToolRun
 from conversations.compiled_reads import CompiledRead
@@ -25,9 +29,9 @@ from conversations.toolhost import Connected, StopSignal
 from conversations.typealias import JSONDict
 from conversations.wire import WireExchange
 from servers import gateway
-from servers.gateway.config import ConfigError, ServerConfig, resolve_references
+from servers.gateway.config import ServerConfig
 from servers.gateway.oauth import OAuthSettings
-from servers.grants import grant_get, grant_keep, grant_settings
+from servers.grants import grant_for_user, grant_keep, grant_settings, redactor_guarded, run_secrets
 from servers.mcp_apps import model_visible
 from servers.models import McpServer, OAuthGrant
 from servers.operations import output_check
@@ -52,15 +56,13 @@ class GatewayToolHost:
         config = self.configs[tool.server_id]
         outcome = gateway.call_tool(config, tool.name, arguments, stop=self.signal)
         _keep(self.grants.get(tool.server_id), config.oauth)
-        if config.oauth is not None:
-            # A token obtained during the turn (a refresh) is unknown to the turn's redactor:
-            # a server repeating it must not get it into the result.
-            fresh = tuple(value for value in config.oauth.secrets() if value not in self.redact.secrets)
-            if fresh:
-                guard = replace(self.redact, secrets=(*self.redact.secrets, *fresh))
-                masked = guard.json(outcome.result) if outcome.result is not None else None
-                outcome.result = masked if isinstance(masked, dict) else None
-                outcome.error = guard.text(outcome.error)
+        # A token obtained during the turn (a refresh) is unknown to the turn's redactor:
+        # a server repeating it must not get it into the result.
+        guard = redactor_guarded(self.redact, config.oauth)
+        if guard is not self.redact:
+            masked = guard.json(outcome.result) if outcome.result is not None else None
+            outcome.result = masked if isinstance(masked, dict) else None
+            outcome.error = guard.text(outcome.error)
         server_records_store(outcome.unclaimed, redact=self.redact)
         if outcome.cancelled and self.signal is not None and self.signal.stopped:
             return ToolRun(
@@ -85,12 +87,22 @@ def _keep(grant: OAuthGrant | None, oauth: OAuthSettings | None) -> None:
         grant_keep(grant=grant, oauth=oauth)
 
 
-def _owner_grant(server: McpServer, owner: Any) -> OAuthGrant | None:
-    """The owner's authorized grant for an HTTP ``server`` (None: the server is reached without)."""
-    if server.spawns_process or owner is None:
+def _turn_grant(server: McpServer, asker_id: int | None, owner_id: int | None) -> OAuthGrant | None:
+    """The authorized grant a turn asked by ``asker_id`` reaches an HTTP ``server`` with (None:
+    the server is reached without): the asker's own, else the conversation owner's if the
+    owner shared it with the team (a team mate may ask only in a conversation they can see)."""
+    if server.spawns_process:
         return None
-    grant = grant_get(server=server, user=owner)
-    return grant if grant is not None and grant.has_token else None
+    asker_id = asker_id if asker_id is not None else owner_id
+    if asker_id is None:
+        return None
+    own = grant_for_user(server=server, user_id=asker_id)
+    if own is not None and own.has_token:
+        return own
+    if owner_id is None or owner_id == asker_id:
+        return None
+    shared = grant_for_user(server=server, user_id=owner_id)
+    return shared if shared is not None and shared.shared_with_team and shared.has_token else None
 
 
 def _session_note(server: McpServer, outcome: gateway.ListOutcome) -> str:
@@ -117,27 +129,24 @@ class GatewayServers:
     conversation: Conversation
     # By name: the order their tools are offered in.
     servers: list[McpServer]
+    # Who asked the turn (None: the owner): whose OAuth grants are used.
+    asked_by_id: int | None = None
 
     @property
     def enabled(self) -> int:
         return sum(1 for server in self.servers if server.enabled)
 
+    def _grant(self, server: McpServer) -> OAuthGrant | None:
+        return _turn_grant(server, self.asked_by_id, self.conversation.owner_id)
+
     def secrets(self) -> list[str]:
-        """The values the servers' ``${VAR}`` env and header entries resolve to here, and the
-        credentials of the owner's grants the turn will use (its tokens, client secret...)."""
+        """What each enabled server's run carries (``servers.grants.run_secrets``, the list
+        workbench operations use too): its sealed and ``${VAR}`` values, and the credentials of
+        the grant the turn will use (its tokens, client secret...)."""
         secrets: list[str] = []
-        owner = self.conversation.owner
         for server in self.servers:
-            grant = _owner_grant(server, owner) if server.enabled else None
-            if grant is not None:
-                secrets.extend(grant_settings(grant=grant).secrets())
-            for value in (*server.env.values(), *server.headers.values()):
-                try:
-                    resolved = resolve_references(str(value))
-                except ConfigError:
-                    continue
-                if resolved != value:
-                    secrets.append(resolved)
+            grant = self._grant(server) if server.enabled else None
+            secrets.extend(run_secrets(server=server, oauth=grant_settings(grant=grant) if grant else None))
         return secrets
 
     def connect(self, *, redact: Redactor, signal: StopSignal | None) -> Connected:
@@ -164,7 +173,7 @@ class GatewayServers:
                 notes.append(f"{server.name}: not connected")
                 problems.append(refusal)
                 continue
-            grant = _owner_grant(server, owner)
+            grant = self._grant(server)
             # No redirect: nobody can sign in during a turn, so a grant whose token cannot be
             # refreshed ends in a clear "needs authorization", never a wait.
             oauth = grant_settings(grant=grant) if grant is not None else None
@@ -178,7 +187,10 @@ class GatewayServers:
             server_records_store(outcome.unclaimed, redact=redact)
             notes.append(_session_note(server, outcome))
             if outcome.error:
-                problems.append(f"{server.name}: {outcome.error}")
+                connect = ""
+                if not server.spawns_process and "needs authorization" in outcome.error:
+                    connect = f" Connect: {reverse('servers-detail', args=[server.name])}"
+                problems.append(f"{server.name}: {outcome.error}{connect}")
             if outcome.session is not None:
                 sessions[server.name] = {
                     "generation": outcome.session.generation,
@@ -221,9 +233,10 @@ class GatewayServers:
         )
 
 
-def conversation_servers(conversation: Conversation) -> GatewayServers:
-    """The conversation's servers, read once, by name (``conversations.toolhost.ServerSource``)."""
-    return GatewayServers(conversation, _conversations_servers(conversation_id=conversation.pk))
+def conversation_servers(conversation: Conversation, asked_by_id: int | None = None) -> GatewayServers:
+    """The conversation's servers, read once, by name (``conversations.toolhost.ServerSource``),
+    for a turn ``asked_by_id`` asked."""
+    return GatewayServers(conversation, _conversations_servers(conversation_id=conversation.pk), asked_by_id)
 
 
 # Every turn's start reads this (``conversations.compiled_reads``: its SQL made once).

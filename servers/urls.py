@@ -29,6 +29,7 @@ urlpatterns = [
     path("<str:name>/connect", views.server_connect, name="servers-connect"),
     path("<str:name>/oauth", views.server_oauth, name="servers-oauth"),
     path("<str:name>/oauth/client", views.server_oauth_client, name="servers-oauth-client"),
+    path("<str:name>/oauth/share", views.server_oauth_share, name="servers-oauth-share"),
     path("<str:name>/list/<str:what>", views.server_refresh, name="servers-refresh"),
     path("<str:name>/log-level", views.server_log_level, name="servers-log-level"),
     path("<str:name>/tools/<str:tool>", views.tool_detail, name="servers-tool"),

@@ -276,6 +276,18 @@ def server_oauth(request: HttpRequest, name: str) -> HttpResponse:
 
 
 @require_POST
+def server_oauth_share(request: HttpRequest, name: str) -> HttpResponse:
+    """The signed-in user lets their team mates' turns use their grant for this server (when
+    they have none of their own), or stops that; audited (``grants.grant_share``)."""
+    server = _server(request, name)
+    grant = grants.grant_get(server=server, user=_user(request))
+    if grant is None:
+        raise Http404("You have not authorized this server.")
+    grants.grant_share(grant=grant, shared=request.POST.get("shared") == "1", actor=_user(request))
+    return redirect(reverse("servers-oauth", kwargs={"name": server.name}) + "#grant")
+
+
+@require_POST
 def server_log_level(request: HttpRequest, name: str) -> HttpResponse:
     """``logging/setLevel`` on the server now; kept for its later sessions when accepted."""
     server = _server(request, name)

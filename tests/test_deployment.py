@@ -12,9 +12,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import redis
 import yaml
@@ -435,3 +437,115 @@ def test_the_web_healthchecks_pass_against_a_served_app_with_production_host_and
 
     assert {name: result.returncode for name, result in results.items()} == {"compose": 0, "image": 0}
     assert other_page.returncode != 0  # any other page: 400, the host is not allowed
+
+
+# --- the compose environment, exactly as resolved, runs the app ------------------------------
+
+
+def _minimal_compose_environments() -> dict[str, dict[str, str]]:
+    """Each app service's environment as `docker-compose config` resolves it from the documented
+    minimal `.env`: POSTGRES_PASSWORD and nothing else (every ``${X:-}`` default applies)."""
+    compose = shutil.which("docker-compose")
+    if compose is None:
+        pytest.fail("docker-compose is not installed (apt-get install docker-compose; `make test` does it)")
+    result = subprocess.run(
+        [compose, "--env-file", str(EMPTY_ENV_FILE), "-f", "docker-compose.yml", "config"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"], "POSTGRES_PASSWORD": "only-this-is-set"},
+    )
+    assert result.returncode == 0, result.stderr
+    services = yaml.safe_load(result.stdout)["services"]
+    return {
+        name: {key: str(value) for key, value in services[name]["environment"].items()}
+        for name in APP_SERVICES
+    }
+
+
+@pytest.fixture
+def compose_database() -> Iterator[str]:
+    """A database of its own on the test PostgreSQL server, for `migrate` as the web service runs it."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    if db["ENGINE"] != "inspector.postgresql":
+        pytest.fail("the compose environment needs PostgreSQL (run with DATABASE_URL, as `make test` does)")
+    name = f"compose_{db['NAME']}"[:60]
+    server = {
+        "host": db.get("HOST") or "127.0.0.1",
+        "port": db.get("PORT") or 5432,
+        "user": db.get("USER") or None,
+        "password": db.get("PASSWORD") or None,
+        "dbname": "postgres",
+        "autocommit": True,
+    }
+    with psycopg.connect(**server) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    user = server["user"] or ""
+    password = f":{server['password']}" if server["password"] else ""
+    try:
+        yield f"postgres://{user}{password}@{server['host']}:{server['port']}/{name}"
+    finally:
+        with psycopg.connect(**server) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _on_this_machine(
+    environment: dict[str, str], *, database_url: str, redis_url: str, var_dir: Path
+) -> dict[str, str]:
+    """The resolved environment with the compose host names (postgres, redis) and the volume
+    replaced by this machine's test services and a temporary directory; every other value as is."""
+    assert environment["DATABASE_URL"].startswith("postgres://inspector:only-this-is-set@postgres:5432/")
+    assert environment["REDIS_URL"].startswith("redis://redis:6379/")
+    return {
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        **environment,
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "VAR_DIR": str(var_dir),
+    }
+
+
+def _run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.postgres
+@pytest.mark.celery
+def test_every_app_service_starts_with_the_compose_environment_resolved_from_the_minimal_env_file(
+    compose_database: str, redis_url: str, tmp_path: Path
+) -> None:
+    environments = _minimal_compose_environments()
+    # The defaults compose passes when a variable is unset are empty strings, not absent names.
+    assert environments["web"]["INTEGRITY_KEY_FILE"] == "" and environments["web"]["SECRET_KEY_FILE"] == ""
+    var_dir = tmp_path / "var"  # the shared volume
+    envs = {
+        name: _on_this_machine(
+            environment, database_url=compose_database, redis_url=redis_url, var_dir=var_dir
+        )
+        for name, environment in environments.items()
+    }
+
+    migrate = _run([sys.executable, "manage.py", "migrate", "--noinput"], envs["web"])
+    checks = {
+        name: _run([sys.executable, "manage.py", "check", "--deploy"], env) for name, env in envs.items()
+    }
+    # What `celery -A inspector worker` and `beat` load before they serve: the app, its
+    # configuration from the settings, and every task module (which sets Django up).
+    load = (
+        "from inspector.celery import app; app.loader.import_default_modules(); "
+        "print(app.conf.broker_url, sorted(name for name in app.tasks if name.startswith('conversations.')))"
+    )
+    workers = {name: _run([sys.executable, "-c", load], envs[name]) for name in ("worker", "beat")}
+
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    for name, result in checks.items():
+        assert result.returncode == 0, f"{name}: {result.stderr[-3000:]}"
+    for name, result in workers.items():
+        assert result.returncode == 0, f"{name}: {result.stderr[-3000:]}"
+        assert result.stdout.startswith(redis_url) and "conversations.tasks.run_turn" in result.stdout
+    # One key of each kind, generated in the shared volume and readable by its owner only.
+    for key in ("secret_key", "integrity_key"):
+        assert (var_dir / key).is_file() and (var_dir / key).stat().st_mode & 0o777 == 0o600

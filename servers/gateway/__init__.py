@@ -32,6 +32,7 @@ from conversations.wire import WireExchange
 from servers.gateway.capabilities import CapabilityMissing, refusal
 from servers.gateway.capture import Capture, current_capture
 from servers.gateway.config import ConfigError, ServerConfig
+from servers.gateway.features import log_level_send
 from servers.gateway.pool import (
     AuthorizationNeeded,
     GatewayError,
@@ -565,7 +566,7 @@ def op_set_level(level: str) -> Operation:
 
     async def operation(client: Client) -> Any:
         gate(client, "logging/setLevel")
-        return dump(await client.set_logging_level(level))  # type: ignore[arg-type]
+        return dump(await log_level_send(client, level))
 
     return operation
 

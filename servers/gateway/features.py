@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import mcp.types as types
+from mcp import Client
 
 
 @runtime_checkable
@@ -20,3 +21,15 @@ class ClientFeatures(Protocol):
     ) -> types.CreateMessageResult | types.ErrorData: ...
 
     async def elicit(self, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData: ...
+
+
+async def log_level_send(client: Client, level: str) -> types.EmptyResult:
+    """``logging/setLevel`` at ``level``, sent as a plain request over the client's session.
+
+    The SDK's ``set_logging_level`` helpers are marked deprecated (the protocol revision of
+    2026-07-28 deprecates the logging capability, SEP-2577) and warn on every call, twice for
+    the client's. The servers that advertise logging are those of the earlier revisions, which
+    define the request, so the gateway sends it itself and the SDK has nothing to warn about.
+    """
+    params = types.SetLevelRequestParams(level=cast(types.LoggingLevel, level))
+    return await client.session.send_request(types.SetLevelRequest(params=params), types.EmptyResult)

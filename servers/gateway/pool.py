@@ -29,7 +29,7 @@ from mcp.types import Implementation
 from conversations.wire import WireExchange
 from servers.gateway.capture import Capture, Tap, current_capture, tapped
 from servers.gateway.config import MODERN_VERSION, ServerConfig
-from servers.gateway.features import ClientFeatures
+from servers.gateway.features import ClientFeatures, log_level_send
 from servers.gateway.transports import TRANSPORTS
 from servers.mcp_apps import CLIENT_SETTINGS, UI_EXTENSION
 
@@ -231,7 +231,7 @@ class PooledSession:
         if not self.config.log_level or capabilities is None or capabilities.logging is None:
             return
         try:
-            await client.set_logging_level(self.config.log_level)  # type: ignore[arg-type]
+            await log_level_send(client, self.config.log_level)
         except MCPError:
             pass  # the refusal is recorded with the connection; the session stays usable
 

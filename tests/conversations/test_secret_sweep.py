@@ -25,9 +25,12 @@ from conversations.runner import turn_run
 from conversations.services import conversation_start, turn_start
 from conversations.transcripts.export import EXPORT_FORMATS, transcript_export_bytes
 from servers import gateway
+from servers.grants import grant_ensure
 from servers.models import McpServer, Operation
 from servers.services import operation_start
 from servers.vault import seal
+from tests.factories import ConversationFactory
+from tests.fixtures.oauth_server import Knobs, Served
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -275,3 +278,73 @@ def test_planted_secrets_echoed_back_are_written_nowhere(
     assert "[REDACTED" in written["logs"]
     leaks = [(where, secret) for where, text in written.items() for secret in SECRETS if secret in text]
     assert leaks == []
+
+
+def test_an_oauth_servers_token_repeated_in_results_errors_and_notifications_is_written_nowhere(
+    settings: Any, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An HTTP MCP server behind OAuth repeats the bearer token it was sent in a tool result, a
+    JSON-RPC error and a log notification, to a turn and to workbench calls: the access and
+    refresh tokens, and the client's registration, are found nowhere the app writes."""
+    settings.WORKBENCH_RUNNER = "inline"
+    caplog.set_level(logging.DEBUG)
+    admin = User.objects.create_user("admin", is_staff=True, is_superuser=True)
+    with Served() as served:
+        served.knobs = Knobs(echo_everywhere=True)
+        server = McpServer.objects.create(name="guarded", transport="http", url=served.mcp_url)
+        grant_ensure(server=server, user=admin)
+        connect = operation_start(server=server, user=admin, kind=Operation.Kind.CONNECT)
+        assert connect.status == Operation.Status.OK, connect.error
+        conversation = ConversationFactory(owner=admin, servers=[server], tool_choice="required")
+        turn = turn_start(conversation=conversation, question="whoami", dispatch=False)
+        turn_run(turn_id=turn.pk)
+        calls = [
+            operation_start(
+                server=server, user=admin, kind=Operation.Kind.TOOLS_CALL, target=name, arguments={}
+            )
+            for name in ("whoami", "leak")
+        ]
+        gateway.close_all()
+        issued = [*served.tokens, *served.refresh_tokens]
+        client_secrets = [str(client["secret"]) for client in served.clients.values() if client.get("secret")]
+    # The pre-registered client's secret (the fixture's first) was never given to this run.
+    tokens = issued + client_secrets[1:]
+
+    turn.refresh_from_db()
+    assert turn.status == Turn.Status.DONE, turn.error
+    stored = json.dumps([Operation.objects.get(pk=call.pk).result for call in calls]) + " ".join(
+        Operation.objects.get(pk=call.pk).error for call in calls
+    )
+    assert "you sent [REDACTED:secret]" in stored and "bad [REDACTED:secret]" in stored
+    assert "authorized by [REDACTED:secret]" in " ".join(e.response_body for e in Exchange.objects.all())
+    web = Client()
+    web.force_login(admin)
+    pages = [
+        reverse("inspector-conversation", args=[conversation.public_id]),
+        reverse("api-conversation", args=[conversation.public_id]),
+        reverse("servers-transcript", args=["guarded"]),
+        reverse("servers-transcript-export", args=["guarded"]),
+        reverse("servers-detail", args=["guarded"]),
+        *(reverse("servers-operation", args=[call.public_id]) for call in [connect, *calls]),
+    ]
+    logs = capfd.readouterr()
+    written = {
+        "database": _database_dump(),
+        "files under VAR_DIR": _var_files(),
+        "exports": "\n".join(
+            transcript_export_bytes(conversation=conversation, fmt=fmt).decode("utf-8", errors="replace")
+            for fmt in EXPORT_FORMATS
+        ),
+        "pages and API": "\n".join(_page(web, url) for url in pages),
+        "logs": logs.out + logs.err + caplog.text,
+    }
+    assert issued
+    leaks = [(where, token[:8]) for where, text in written.items() for token in tokens if token in text]
+    assert leaks == []
+
+
+def _page(client: Client, url: str) -> str:
+    response = client.get(url)
+    assert response.status_code == 200, url
+    body = b"".join(response) if response.streaming else response.content
+    return body.decode("utf-8", errors="replace")

@@ -23,7 +23,7 @@ LOGIN_LINE = re.compile(r"Log in at http://127\.0\.0\.1:(\d+)/ as admin / (\S+)"
 @pytest.fixture(autouse=True)
 def var_dir(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     settings.VAR_DIR = tmp_path
-    monkeypatch.delenv("ADMIN_PASSWORD", raising=False)
+    settings.ADMIN_PASSWORD = ""
     monkeypatch.delenv("PORT", raising=False)
     return tmp_path
 
@@ -79,9 +79,9 @@ def test_an_existing_admin_gets_the_password_when_the_file_is_new(var_dir: Path)
     assert password != "an-old-password"
 
 
-def test_admin_password_from_the_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_admin_password_from_the_environment_wins(settings: Settings) -> None:
     _setup()
-    monkeypatch.setenv("ADMIN_PASSWORD", "chosen-by-me-42")
+    settings.ADMIN_PASSWORD = "chosen-by-me-42"  # settings.env_str("ADMIN_PASSWORD")
 
     _, password = _setup()
 

@@ -38,7 +38,7 @@ class Command(BaseCommand):
         for stream in (False, True):
             demo_format_profiles_ensure(stream=stream)
         demo_server_ensure()
-        from_env = os.environ.get("ADMIN_PASSWORD", "")
+        from_env = settings.ADMIN_PASSWORD
         if from_env:
             password, fresh = from_env, True
         else:
