@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 
 from conversations.exchanges import exchange_rows
-from conversations.models import Exchange
+from conversations.models import Exchange, Step
 from conversations.providers.base import ModelReply, ModelRequest
 from conversations.providers.openai_chat import OpenAIChatProvider
 from conversations.recording import TurnRecorder, index_last_request_whole
@@ -295,8 +295,15 @@ def test_the_exchange_search_uses_its_index(alice: User) -> None:
 
 
 def test_each_default_scope_uses_its_own_index(alice: User) -> None:
+    # Enough tool steps that the planner prefers the selective index to reading them all.
+    turn = TurnFactory(conversation=ConversationFactory(owner=alice))
+    Step.objects.bulk_create(
+        Step(turn=turn, seq=seq, kind="tool", tool_name="calculate", arguments={"n": seq}, result={"n": seq})
+        for seq in range(1, 2001)
+    )
     text_filter = conversation_search(user=alice, filters=ConversationFilters(q="okapi"))
     with connection.cursor() as cursor:
+        cursor.execute("ANALYZE conversations_step")
         cursor.execute("SET LOCAL enable_seqscan = off")
         sql, params = text_filter.values("pk").query.sql_with_params()
         cursor.execute(f"EXPLAIN {sql}", params)
