@@ -18,6 +18,7 @@ from conversations.integrity import GENESIS, exchange_digest, turn_seal
 from conversations.models import Conversation, Exchange
 from conversations.transcripts.export import transcript_export
 from conversations.transcripts.importing import TranscriptError, transcript_import
+from conversations.transcripts.otel_import import trace_import
 from conversations.verification import VERIFIED_HERE, conversation_verify
 from tests.factories import ConversationFactory, ExchangeFactory, StepFactory, TurnFactory, UserFactory
 
@@ -139,3 +140,15 @@ def test_a_new_conversation_without_exchanges_is_keyed_not_a_legacy_chain() -> N
     assert report.intact and not report.legacy and report.checked == 0
     badge = _badge(conversation)
     assert "legacy unkeyed chain" not in badge and "keyed, 0 sealed turns" in badge
+
+
+def test_an_imported_trace_is_an_unverified_import_even_of_a_conversation_recorded_here() -> None:
+    conversation = _sealed()
+
+    imported = trace_import(
+        data=transcript_export(conversation=conversation, fmt="otel"), owner=UserFactory()
+    )
+
+    report = conversation_verify(conversation=imported)
+    assert report.intact and report.resealed_by
+    assert "unverified import" in _badge(imported) and "✓ record intact" not in _badge(imported)
