@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from typing import Any, cast
 
 from conversations.typealias import JSONValue
@@ -286,3 +287,56 @@ def _walk(value: JSONValue, root: str, notes: list[str]) -> JSONValue:
         else:
             parent[cast(str, slot)] = copy
     return holder[0]
+
+
+# Characters that change how text reads without being seen: bidirectional controls
+# (U+202A-U+202E, U+2066-U+2069), zero-width and other format characters (category Cf), line and
+# paragraph separators (Zl, Zp), the Hangul fillers that render blank, and control characters
+# (Cc) other than tab, line feed and carriage return (whitespace a page shows as such). Unicode
+# 14's table; ``tests/conversations/test_escaping.py`` holds it to the running Python's.
+_HIDDEN_RANGES = (
+    (0x0000, 0x0008), (0x000B, 0x000C), (0x000E, 0x001F), (0x007F, 0x009F), (0x00AD, 0x00AD),
+    (0x0600, 0x0605), (0x061C, 0x061C), (0x06DD, 0x06DD), (0x070F, 0x070F), (0x0890, 0x0891),
+    (0x08E2, 0x08E2), (0x115F, 0x1160), (0x180E, 0x180E), (0x200B, 0x200F), (0x2028, 0x202E),
+    (0x2060, 0x2064), (0x2066, 0x206F), (0x3164, 0x3164), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0),
+    (0xFFF9, 0xFFFB), (0x110BD, 0x110BD), (0x110CD, 0x110CD), (0x13430, 0x13438),
+    (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0001, 0xE0001), (0xE0020, 0xE007F),
+)  # fmt: skip
+HIDDEN = re.compile("[" + "".join(f"\\U{low:08x}-\\U{high:08x}" for low, high in _HIDDEN_RANGES) + "]")
+HIDDEN_NOTE = "This text contains invisible or bidirectional characters, each shown as ⟨U+XXXX⟩."
+
+
+def hidden_characters(text: str) -> bool:
+    """Whether ``text`` holds a character that changes how it reads without being seen
+    (``HIDDEN``): a bidi control, a zero-width or other format character, a blank filler, a
+    control character other than tab and line breaks."""
+    return HIDDEN.search(text) is not None
+
+
+def hidden_name(char: str) -> str:
+    """``U+202E RIGHT-TO-LEFT OVERRIDE``: what a marked character is (its code point alone when
+    Unicode gives it no name, as for control characters)."""
+    name = unicodedata.name(char, "")
+    return f"U+{ord(char):04X} {name}".rstrip()
+
+
+def hidden_revealed(html: str) -> str:
+    """Escaped HTML (text that ``django.utils.html.escape`` or Pygments wrote) with every hidden
+    character replaced by a visible marker, ``⟨U+202E⟩``, in a ``span.hidden-char`` whose title
+    names it: the reader sees where it is and what it is, and it no longer acts (a bidi override
+    reorders nothing). Only the page changes; the stored text and raw downloads keep it.
+
+    Escaped HTML holds hidden characters only in text (never in its tags), so the span can go
+    where the character was; the marker's own characters are visible ones."""
+    return HIDDEN.sub(_marker, html)
+
+
+def hidden_marked(text: str) -> str:
+    """``text`` with every hidden character written ``⟨U+XXXX⟩``, for where no markup can go (a
+    page's ``<title>``, an attribute)."""
+    return HIDDEN.sub(lambda match: f"⟨U+{ord(match.group()):04X}⟩", text)
+
+
+def _marker(match: re.Match[str]) -> str:
+    char = match.group()
+    return f'<span class="hidden-char" title="{hidden_name(char)}">⟨U+{ord(char):04X}⟩</span>'

@@ -49,8 +49,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from django.conf import settings
 from django.db import connection, transaction
@@ -59,7 +58,7 @@ from django.db.models import QuerySet
 from conversations.compiled_reads import CompiledRead
 from conversations.models import AuditEvent, Conversation, Exchange, Step, Turn
 from conversations.record.store import Batch, record_store
-from conversations.summaries import summary_matches, turn_summary
+from conversations.summaries import turn_summary
 from conversations.transcripts.fields import ID_KEYS, step_doc, turn_doc
 
 logger = logging.getLogger(__name__)
@@ -73,10 +72,13 @@ CHAIN_VERSION = KEYED_BODY_DIGESTS
 CHAIN_VERSIONS = frozenset({LEGACY, KEYED, KEYED_BODY_DIGESTS})
 # The rules a turn's seal is made under (``Turn.seal_rule``): 2, over the turn and step fields
 # listed in ``_turn_content_rule2`` and ``_step_content_rule2`` (seals made before rule 3);
-# 3, over the transcript document's own fields (``sealed_content``). New seals use ``SEAL_RULE``.
+# 3, over the transcript document's own fields (``sealed_content``); 4, as 3 and the server name
+# recorded with each step and exchange (``server_name``, which the pages and exports show). New
+# seals use ``SEAL_RULE``.
 SEAL_RULE_FIELDS = 2
 SEAL_RULE_DOCUMENT = 3
-SEAL_RULE = SEAL_RULE_DOCUMENT
+SEAL_RULE_SERVERS = 4
+SEAL_RULE = SEAL_RULE_SERVERS
 # The audit log's action for a sealed turn (its detail anchors the chain's length and head).
 SEALED_ACTION = AuditEvent.Action.SEALED
 
@@ -262,58 +264,75 @@ def _turn_content(turn: Turn, rule: int) -> dict[str, object]:
 def _step_content(step: Step, parent_seq: int | None, rule: int) -> dict[str, object]:
     if rule == SEAL_RULE_FIELDS:
         return _step_content_rule2(step, parent_seq)
-    return {**sealed_content("step", step_doc(step, [], server=False)), "parent": parent_seq}
+    content = {**sealed_content("step", step_doc(step, [], server=False)), "parent": parent_seq}
+    if rule >= SEAL_RULE_SERVERS:
+        content["server"] = step.server_name
+    return content
+
+
+def _exchanges_sealed(exchanges: Sequence[tuple[int | None, str, str]], rule: int) -> list[object]:
+    """What a seal holds of some exchanges: each one's hash; from rule 4 with the server name
+    recorded with it (the hash does not cover it)."""
+    if rule >= SEAL_RULE_SERVERS:
+        return [[value, server] for _, value, server in exchanges]
+    return [value for _, value, _ in exchanges]
 
 
 # The prefix of each MAC'd text: rule 3's names its rule, so no seal reads under another rule.
-_SEAL_TAGS = {SEAL_RULE_FIELDS: ("step\n", "turn\n"), SEAL_RULE_DOCUMENT: ("step/3\n", "turn/3\n")}
+SEAL_TAGS = {
+    SEAL_RULE_FIELDS: ("step\n", "turn\n"),
+    SEAL_RULE_DOCUMENT: ("step/3\n", "turn/3\n"),
+    SEAL_RULE_SERVERS: ("step/4\n", "turn/4\n"),
+}
 
 
 @dataclass
-class _TurnRecords:
-    """A turn's steps (seq order) and its exchanges' (step id, hash) pairs in chain order."""
+class TurnRecords:
+    """A turn's steps (seq order) and its exchanges' (step id, hash, server name) in chain order."""
 
     steps: list[Step]
-    exchanges: Sequence[tuple[int | None, str]]
+    exchanges: Sequence[tuple[int | None, str, str]]
 
 
-def _turn_records(turn: Turn) -> _TurnRecords:
-    return _TurnRecords(_turns_steps(turn_id=turn.pk), _turns_exchange_hashes(turn_id=turn.pk))
+def _turn_records(turn: Turn) -> TurnRecords:
+    return TurnRecords(_turns_steps(turn_id=turn.pk), _turns_exchange_hashes(turn_id=turn.pk))
 
 
 # Every turn's seal reads its records back (``conversations.compiled_reads``: the SQL made once).
 _turns_steps = CompiledRead(lambda turn_id: Step.objects.filter(turn_id=turn_id).order_by("seq", "id"))
 _turns_exchange_hashes = CompiledRead(
     lambda turn_id: (
-        Exchange.objects.filter(turn_id=turn_id).order_by("seq", "id").values_list("step_id", "hash")
+        Exchange.objects.filter(turn_id=turn_id)
+        .order_by("seq", "id")
+        .values_list("step_id", "hash", "server_name")
     )
 )
 
 
-def _step_digests(key: bytes, identity: str, turn: Turn, records: _TurnRecords, rule: int) -> list[str]:
+def step_digests(key: bytes, identity: str, turn: Turn, records: TurnRecords, rule: int) -> list[str]:
     seqs = {step.pk: step.seq for step in records.steps}
-    by_step: dict[int | None, list[str]] = {}
-    for step_id, value in records.exchanges:
-        by_step.setdefault(step_id, []).append(value)
+    by_step: dict[int | None, list[tuple[int | None, str, str]]] = {}
+    for exchange in records.exchanges:
+        by_step.setdefault(exchange[0], []).append(exchange)
     digests = []
     for step in records.steps:
-        hashes = by_step.get(step.pk, [])
+        hashes = _exchanges_sealed(by_step.get(step.pk, []), rule)
         content = {
             "conversation": identity,
             "turn": turn.seq,
             "step": _step_content(step, seqs.get(step.parent_id) if step.parent_id else None, rule),
             "exchanges": hashes,
         }
-        digests.append(_mac(key, _SEAL_TAGS[rule][0] + _canonical(content)))
+        digests.append(_mac(key, SEAL_TAGS[rule][0] + _canonical(content)))
     return digests
 
 
-def _turn_seal(
+def turn_seal_mac(
     key: bytes,
     identity: str,
     turn: Turn,
-    records: _TurnRecords,
-    step_digests: list[str],
+    records: TurnRecords,
+    digests: list[str],
     previous: str,
     rule: int,
 ) -> str:
@@ -321,14 +340,14 @@ def _turn_seal(
         "conversation": identity,
         "previous": previous,
         "turn": _turn_content(turn, rule),
-        "steps": step_digests,
-        "exchanges": [value for step_id, value in records.exchanges if step_id is None],
+        "steps": digests,
+        "exchanges": _exchanges_sealed([row for row in records.exchanges if row[0] is None], rule),
         "head": records.exchanges[-1][1] if records.exchanges else "",
     }
-    return _mac(key, _SEAL_TAGS[rule][1] + _canonical(content))
+    return _mac(key, SEAL_TAGS[rule][1] + _canonical(content))
 
 
-def _anchor(key: bytes, identity: str, turns: int, head: str) -> str:
+def anchor_mac(key: bytes, identity: str, turns: int, head: str) -> str:
     return _mac(key, "anchor\n" + _canonical({"conversation": identity, "turns": turns, "head": head}))
 
 
@@ -387,11 +406,13 @@ def turn_seal(*, turn: Turn, actor_name: str = "system") -> str:
     with transaction.atomic(savepoint=False):
         fresh = Turn.objects.select_for_update().get(pk=turn.pk)
         records = _turn_records(fresh)
-        digests = _step_digests(key, identity, fresh, records, SEAL_RULE)
+        digests = step_digests(key, identity, fresh, records, SEAL_RULE)
         neighbours = _neighbours(fresh)
-        seal = _turn_seal(key, identity, fresh, records, digests, neighbours.previous or GENESIS, SEAL_RULE)
+        seal = turn_seal_mac(
+            key, identity, fresh, records, digests, neighbours.previous or GENESIS, SEAL_RULE
+        )
         count, head = neighbours.anchored(fresh, seal)
-        anchor = _anchor(key, identity, count, head)
+        anchor = anchor_mac(key, identity, count, head)
         summary = turn_summary(records.steps)
         # The seal, the anchor and the audit event in one write (one transaction: the record store),
         # with what the conversation list shows of the turn (``conversations.summaries``).
@@ -464,9 +485,10 @@ def _sha(value: object) -> str:
     return hashlib.sha256(_canonical(value).encode()).hexdigest()
 
 
-def record_manifest(*, conversation: Conversation) -> list[ManifestEntry]:
+def record_manifest(*, conversation: Conversation, rule: int) -> list[ManifestEntry]:
     """A plain SHA-256 digest of every record the export shows, in conversation order: each
-    turn's own fields, then its steps', then its exchanges' (with the step they belong to)."""
+    turn's own fields, then its steps', then its exchanges' (with the step they belong to), the
+    fields as seal ``rule`` covers them (from rule 4 an exchange's with its server name)."""
     entries: list[ManifestEntry] = []
     steps_by_turn: dict[int, list[Step]] = {}
     for step in Step.objects.filter(turn__conversation=conversation).order_by("seq", "id"):
@@ -476,21 +498,22 @@ def record_manifest(*, conversation: Conversation) -> list[ManifestEntry]:
     for exchange in rows.iterator(chunk_size=500):
         exchanges_by_turn.setdefault(exchange.turn_id or 0, []).append(exchange)
     for turn in conversation.turns.order_by("seq"):
-        entries.append(["turn", turn.seq, None, None, _sha(_turn_content(turn, SEAL_RULE))])
+        entries.append(["turn", turn.seq, None, None, _sha(_turn_content(turn, rule))])
         steps = steps_by_turn.get(turn.pk, [])
         seqs = {step.pk: step.seq for step in steps}
         for step in steps:
             parent = seqs.get(step.parent_id) if step.parent_id else None
-            entries.append(["step", turn.seq, step.seq, None, _sha(_step_content(step, parent, SEAL_RULE))])
+            entries.append(["step", turn.seq, step.seq, None, _sha(_step_content(step, parent, rule))])
         for exchange in exchanges_by_turn.get(turn.pk, []):
             step_seq = seqs.get(exchange.step_id) if exchange.step_id else None
-            entries.append(
-                ["exchange", turn.seq, step_seq, exchange.seq, _sha(_exchange_content(exchange, turn.seq))]
-            )
+            content = _exchange_content(exchange, turn.seq)
+            if rule >= SEAL_RULE_SERVERS:
+                content["server"] = exchange.server_name
+            entries.append(["exchange", turn.seq, step_seq, exchange.seq, _sha(content)])
     return entries
 
 
-def _signed_text(identity: str, records: list[ManifestEntry]) -> bytes:
+def signed_text(identity: str, records: list[ManifestEntry]) -> bytes:
     return (
         "tool-call-inspector manifest\n" + _canonical({"conversation": identity, "records": records})
     ).encode()
@@ -498,307 +521,14 @@ def _signed_text(identity: str, records: list[ManifestEntry]) -> bytes:
 
 def manifest_sign(*, conversation: Conversation) -> dict[str, Any]:
     """The export's signature block: algorithm, public key, the record list and its signature."""
-    records = record_manifest(conversation=conversation)
-    signature = _signing_key().sign(_signed_text(str(conversation.public_id), records))
+    rule = SEAL_RULE
+    records = record_manifest(conversation=conversation, rule=rule)
+    signature = _signing_key().sign(signed_text(str(conversation.public_id), records))
     return {
         "algorithm": "ed25519",
+        # The seal rule the records' digests follow (a block without it: rule 3).
+        "rule": rule,
         "public_key": public_key(),
         "records": records,
         "signature": base64.b64encode(signature).decode(),
     }
-
-
-def manifest_verify(*, conversation: Conversation, identity: str, signed: dict[str, Any]) -> ChainReport:
-    """Check an imported file's signature block against the rows made from it.
-
-    The signature must be by ``signed["public_key"]`` over ``identity`` and the listed records,
-    and every row must match its listed digest; the first one that does not is named. Whether
-    the public key is the exporter's is for the reader to compare (``public_key_fingerprint``).
-    """
-    records = signed.get("records")
-    try:
-        if signed.get("algorithm") != "ed25519" or not isinstance(records, list):
-            raise ValueError("not an ed25519 signature block")
-        key = Ed25519PublicKey.from_public_bytes(
-            base64.b64decode(str(signed.get("public_key")), validate=True)
-        )
-        key.verify(
-            base64.b64decode(str(signed.get("signature")), validate=True), _signed_text(identity, records)
-        )
-    except (InvalidSignature, ValueError, binascii.Error):
-        return ChainReport(False, 0, reason="its signature does not match the records it lists")
-    actual = record_manifest(conversation=conversation)
-    for position, entry in enumerate(actual):
-        listed = records[position] if position < len(records) else None
-        if listed != entry:
-            kind, turn_seq, step_seq, exchange_seq, _ = entry
-            return ChainReport(
-                False,
-                position,
-                reason=f"the {kind} does not match what was signed",
-                turn_seq=turn_seq,
-                step_seq=step_seq,
-                exchange_seq=exchange_seq,
-            )
-    if len(records) > len(actual):
-        return ChainReport(
-            False, len(actual), reason=f"{len(records) - len(actual)} signed record(s) are missing"
-        )
-    return ChainReport(True, len(actual))
-
-
-# --- verifying -----------------------------------------------------------------------------------
-
-
-@dataclass
-class ChainReport:
-    """The outcome of ``conversation_verify``.
-
-    ``legacy``: every record is under the unkeyed rule (made before keyed sealing), which anyone
-    with database access can recompute. A broken report names the first record that no longer
-    matches: its turn (seq and id), step (seq and id) and exchange (seq and id), as far as known.
-    """
-
-    intact: bool
-    checked: int
-    broken_exchange_id: int | None = None
-    reason: str = ""
-    legacy: bool = False
-    sealed_turns: int = 0
-    turn_seq: int | None = None
-    turn_id: int | None = None
-    step_seq: int | None = None
-    step_id: int | None = None
-    exchange_seq: int | None = None
-    exchange_label: str = ""
-    # The step's row on the page (a tool call's row is its parent's: ``tool-step-<id>`` inside it).
-    step_anchor: str = ""
-
-    @property
-    def where(self) -> str:
-        """The broken record in words: "turn 2, step 3, exchange 7 (tools/call)"."""
-        parts = []
-        if self.turn_seq is not None:
-            parts.append(f"turn {self.turn_seq}")
-        if self.step_seq is not None:
-            parts.append(f"step {self.step_seq}")
-        if self.exchange_seq is not None:
-            label = f" ({self.exchange_label})" if self.exchange_label else ""
-            parts.append(f"exchange {self.exchange_seq}{label}")
-        return ", ".join(parts) or "the conversation's anchor"
-
-    @property
-    def anchor(self) -> str:
-        """The page anchor of the broken record (its row, else its turn)."""
-        if self.broken_exchange_id is not None:
-            return f"exchange-{self.broken_exchange_id}"
-        if self.step_anchor:
-            return self.step_anchor
-        if self.turn_id is not None:
-            return f"turn-{self.turn_id}"
-        return "turns"
-
-
-class _Broken(Exception):
-    def __init__(self, reason: str, **where: Any) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.where = where
-
-
-def _step_anchor(step: Step) -> str:
-    return f"tool-step-{step.pk}" if step.parent_id else f"step-{step.pk}"
-
-
-def _exchange_where(exchange: Exchange, turn: Turn, steps: dict[int, Step]) -> dict[str, Any]:
-    step = steps.get(exchange.step_id) if exchange.step_id is not None else None
-    return {
-        "turn_seq": turn.seq,
-        "turn_id": turn.pk,
-        "step_seq": step.seq if step is not None else None,
-        "step_id": step.pk if step is not None else None,
-        "step_anchor": _step_anchor(step) if step is not None else "",
-        "exchange_seq": exchange.seq,
-        "exchange_label": exchange.label,
-        "broken_exchange_id": exchange.pk,
-    }
-
-
-def conversation_verify(
-    *, conversation: Conversation, identity: str | None = None, anchor: tuple[int, str, str] | None = None
-) -> ChainReport:
-    """Recompute the chain, the seals and the anchors; report the first record that no longer
-    matches. Reads every exchange once (in chunks) and each turn's steps.
-
-    ``identity`` and ``anchor`` (sealed turns, head, anchor MAC) replace the conversation's own
-    public id and anchor fields: an import checks the rows it made against what the file says
-    (the audit log is then not consulted).
-    """
-    try:
-        key = integrity_key()
-    except (OSError, ValueError) as exc:
-        return ChainReport(False, 0, reason=f"the integrity key cannot be read: {exc}")
-    state = _Walk(key=key, identity=identity or str(conversation.public_id))
-    try:
-        state.walk(conversation)
-        if identity is None:
-            # As stored now: a turn sealed since ``conversation`` was read moved the anchor.
-            stored = Conversation.objects.values_list("chain_turns", "chain_head", "chain_anchor").get(
-                pk=conversation.pk
-            )
-            state.check_anchor(*stored)
-            state.check_audit(conversation)
-        else:
-            state.check_anchor(*(anchor or (0, "", "")))
-    except _Broken as broken:
-        return ChainReport(
-            False, state.checked, reason=broken.reason, sealed_turns=state.sealed, **broken.where
-        )
-    legacy = state.keyed_seen is False and state.sealed == 0
-    return ChainReport(True, state.checked, legacy=legacy, sealed_turns=state.sealed)
-
-
-@dataclass
-class _Walk:
-    key: bytes
-    identity: str
-    checked: int = 0
-    sealed: int = 0
-    keyed_seen: bool = False
-    previous: str = GENESIS
-    previous_seal: str = GENESIS
-    last_turn: Turn | None = None
-
-    def walk(self, conversation: Conversation) -> None:
-        turns = list(conversation.turns.order_by("seq"))
-        exchanges = Exchange.objects.filter(turn__conversation=conversation).order_by(
-            "turn__seq", "seq", "id"
-        )
-        by_turn: dict[int, list[Exchange]] = {}
-        steps_by_turn: dict[int, dict[int, Step]] = {}
-        for step in Step.objects.filter(turn__conversation=conversation).order_by("seq", "id"):
-            steps_by_turn.setdefault(step.turn_id, {})[step.pk] = step
-        for exchange in exchanges.iterator(chunk_size=500):
-            by_turn.setdefault(exchange.turn_id or 0, []).append(exchange)
-        for turn in turns:
-            steps = steps_by_turn.get(turn.pk, {})
-            rows = by_turn.get(turn.pk, [])
-            for exchange in rows:
-                self._exchange(exchange, turn, steps)
-            self._turn(turn, steps, rows)
-            self.last_turn = turn
-
-    def _exchange(self, exchange: Exchange, turn: Turn, steps: dict[int, Step]) -> None:
-        self.checked += 1
-        where = _exchange_where(exchange, turn, steps)
-        if exchange.chain_version == LEGACY and self.keyed_seen:
-            raise _Broken("it claims the unkeyed legacy rule after keyed records", **where)
-        if exchange.chain_version not in CHAIN_VERSIONS:
-            raise _Broken(f"it claims an unknown chain version {exchange.chain_version}", **where)
-        if exchange.prev_hash != self.previous:
-            raise _Broken(
-                "its link to the previous record does not match (a record before it was removed or changed)",
-                **where,
-            )
-        if not hmac.compare_digest(
-            exchange.hash, exchange_digest(exchange, turn_seq=turn.seq, previous=self.previous, key=self.key)
-        ):
-            raise _Broken("its content does not match its hash", **where)
-        self.keyed_seen = self.keyed_seen or exchange.chain_version != LEGACY
-        self.previous = exchange.hash
-
-    def _turn(self, turn: Turn, steps: dict[int, Step], rows: list[Exchange]) -> None:
-        where: dict[str, Any] = {"turn_seq": turn.seq, "turn_id": turn.pk}
-        if not turn.seal:
-            if turn.is_finished and (self.keyed_seen or self.sealed):
-                raise _Broken("the turn has ended but carries no seal (it was removed)", **where)
-            return
-        self.keyed_seen = True
-        rule = turn.seal_rule
-        if rule not in _SEAL_TAGS:
-            raise _Broken(f"it claims an unknown seal rule {rule}", **where)
-        records = _TurnRecords(
-            sorted(steps.values(), key=lambda step: (step.seq, step.pk)),
-            [(row.step_id, row.hash) for row in rows],
-        )
-        digests = _step_digests(self.key, self.identity, turn, records, rule)
-        sealed = turn.seal_steps if isinstance(turn.seal_steps, list) else []
-        for position, step in enumerate(records.steps):
-            if position >= len(sealed) or not hmac.compare_digest(str(sealed[position]), digests[position]):
-                raise _Broken(
-                    "the step does not match its seal (its title, texts, parsed calls, diagnostics, "
-                    "arguments, result or exchanges changed, or a step was added)",
-                    step_seq=step.seq,
-                    step_id=step.pk,
-                    step_anchor=_step_anchor(step),
-                    **where,
-                )
-        if len(sealed) > len(digests):
-            raise _Broken(f"{len(sealed) - len(digests)} sealed step(s) of this turn are missing", **where)
-        expected = _turn_seal(self.key, self.identity, turn, records, digests, self.previous_seal, rule)
-        if not hmac.compare_digest(turn.seal, expected):
-            raise _Broken(
-                "the turn does not match its seal (its question, answer, error, tools or transcript "
-                "changed, its exchanges changed, or a turn before it was removed)",
-                **where,
-            )
-        # What the conversation list shows of the turn is not sealed itself: it is made from the
-        # sealed steps, so it must be what they give (``summaries``; a turn without one is read
-        # from its steps).
-        if turn.tools_called is not None and not summary_matches(
-            turn.usage_total, turn.tools_called, records.steps
-        ):
-            raise _Broken(
-                "the turn's summary in the conversation list (its tokens or the tools it called) "
-                "does not match its sealed steps",
-                **where,
-            )
-        self.sealed += 1
-        self.previous_seal = turn.seal
-
-    def _last(self) -> dict[str, Any]:
-        if self.last_turn is None:
-            return {}
-        return {"turn_seq": self.last_turn.seq, "turn_id": self.last_turn.pk}
-
-    def check_anchor(self, anchored: int, head: str, mac: str) -> None:
-        where = self._last()
-        found = self.previous_seal if self.sealed else GENESIS
-        if anchored == 0 and not mac:
-            if self.sealed:
-                raise _Broken("the conversation's anchor is missing although its turns are sealed", **where)
-            return
-        if not hmac.compare_digest(mac, _anchor(self.key, self.identity, anchored, head)):
-            raise _Broken("the conversation's anchor does not match its key", **where)
-        if anchored != self.sealed or head != found:
-            raise _Broken(
-                f"the conversation's anchor says {anchored} sealed turn(s); {self.sealed} are left "
-                "(turns after the last one shown, or their records, were removed)",
-                **where,
-            )
-
-    def check_audit(self, conversation: Conversation) -> None:
-        where = self._last()
-        head = self.previous_seal if self.sealed else GENESIS
-        latest = _latest_sealed_event(conversation)
-        if latest is not None:
-            turns, logged = latest
-            if turns != self.sealed or logged != head:
-                raise _Broken(
-                    f"the audit log's last seal says {turns} sealed turn(s) ending in {logged[:12]}…; the "
-                    f"record has {self.sealed} (a sealed turn was removed)",
-                    **where,
-                )
-
-
-def _latest_sealed_event(conversation: Conversation) -> tuple[int, str] | None:
-    event = (
-        AuditEvent.objects.filter(conversation_public_id=conversation.public_id, action=SEALED_ACTION)
-        .order_by("-id")
-        .values_list("detail", flat=True)
-        .first()
-    )
-    if not isinstance(event, dict):
-        return None
-    turns, head = event.get("turns"), event.get("head")
-    return (turns, head) if isinstance(turns, int) and isinstance(head, str) else None

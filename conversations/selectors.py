@@ -45,6 +45,7 @@ from django.db.models.functions import Cast, Coalesce, Least, Left, Substr
 from conversations.compiled_reads import CompiledRead
 from conversations.models import FTS_BODY_CHARS, Comparison, Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
+from conversations.search import scoped_text_match
 from conversations.summaries import UNSUMMARIZED
 from conversations.typealias import JSONValue
 
@@ -663,11 +664,14 @@ class ConversationFilters:
     ``status`` — the status of the conversation's *latest* turn, i.e. what it is now (a failure
     in an earlier turn is what ``error`` finds). ``error`` — a key of ``ERROR_CLASSES``.
     ``owner`` — a username (only narrows what the user may see anyway). ``created_from`` /
-    ``created_to`` — inclusive dates, in the site's time zone. ``q`` — full text over questions,
-    answers and raw exchange bodies (see ``text_match``). ``sort`` — a key of ``SORTS``.
+    ``created_to`` — inclusive dates, in the site's time zone. ``q`` — full text in ``scope``
+    (``conversations.search``: questions, answers, tool calls and results unless the raw payloads
+    are asked for). ``sort`` — a key of ``SORTS``.
     """
 
     q: str = ""
+    # Where ``q`` is looked for (``conversations.search.SCOPES``; none: its default scopes).
+    scope: tuple[str, ...] = ()
     server: str = ""
     tool: str = ""
     model_profile: str = ""
@@ -855,7 +859,7 @@ def _conditions(filters: ConversationFilters) -> list[Q]:
     if filters.created_to is not None:
         conditions.append(Q(created_at__date__lte=filters.created_to))
     if filters.q.strip():
-        conditions.append(text_match(filters.q.strip()))
+        conditions.append(scoped_text_match(filters.q.strip(), filters.scope, raw=text_match))
     return conditions
 
 

@@ -17,7 +17,13 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils.decorators import method_decorator
-from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
 from drf_spectacular.views import SpectacularJSONAPIView
 from rest_framework import serializers
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
@@ -32,7 +38,8 @@ from rest_framework.views import APIView
 
 from conversations.audit import audit_read
 from conversations.models import Conversation, Turn
-from conversations.selectors import conversation_get, conversation_list, turn_for_cancel
+from conversations.search import SCOPES, scoped_text_match
+from conversations.selectors import conversation_get, conversation_list, text_match, turn_for_cancel
 from conversations.services import TurnNotCancellable, turn_cancel
 from conversations.transcripts.document import transcript_document
 from inspector.evals.models import EvalRun, Suite
@@ -66,8 +73,23 @@ def _with_last_turn_status(conversations: QuerySet[Conversation]) -> QuerySet[Co
 
 
 @method_decorator(login_not_required, name="dispatch")
+@extend_schema_view(
+    get=extend_schema(
+        parameters=[
+            OpenApiParameter("q", str, description='Words or "phrases" to look for (in ``scope``).'),
+            OpenApiParameter(
+                "scope",
+                str,
+                many=True,
+                enum=list(SCOPES),
+                description="Where ``q`` is looked for, repeatable; none: question, answer, call, result.",
+            ),
+        ]
+    )
+)
 class ConversationListView(ListAPIView[Conversation]):
-    """The signed-in user's conversations, newest first, paginated with ``?page=``."""
+    """The signed-in user's conversations, newest first, paginated with ``?page=``; with ``?q=``
+    those with the text in one of the ``scope``s (``conversations.search``)."""
 
     authentication_classes = API_AUTHENTICATION
     permission_classes = API_PERMISSIONS
@@ -75,7 +97,15 @@ class ConversationListView(ListAPIView[Conversation]):
     pagination_class = ConversationPagination
 
     def get_queryset(self) -> QuerySet[Conversation]:
-        return _with_last_turn_status(conversation_list(user=self.request.user))
+        conversations = conversation_list(user=self.request.user)
+        text = self.request.query_params.get("q", "").strip()
+        if text:
+            try:
+                match = scoped_text_match(text, self.request.query_params.getlist("scope"), raw=text_match)
+            except ValueError as exc:
+                raise ValidationError({"scope": str(exc)}) from exc
+            conversations = conversations.filter(match)
+        return _with_last_turn_status(conversations)
 
 
 @method_decorator(login_not_required, name="dispatch")

@@ -14,6 +14,7 @@ from django.template.defaultfilters import filesizeformat
 from conversations import selectors
 from conversations.models import TOOL_CHOICE_MODES, ModelProfile, Turn
 from conversations.paradigms import PARADIGMS
+from conversations.search import SCOPES
 from conversations.services import DEMO_PROFILE_NAME
 from servers import demo_server
 from servers.models import McpServer, Operation
@@ -457,7 +458,14 @@ SORT_COLUMNS = {
 class ConversationFilterForm(forms.Form):
     """The conversation list's filters (GET): each empty field filters nothing."""
 
-    q = _text("words in questions, answers and raw payloads", label="Text", input_type="search")
+    q = _text("words asked, answered, called or returned", label="Text", input_type="search")
+    scope = forms.MultipleChoiceField(
+        choices=list(SCOPES.items()),
+        required=False,
+        label="Search in",
+        widget=forms.CheckboxSelectMultiple,
+        help_text="none ticked: questions, answers, tool calls and results",
+    )
     server = _text("e.g. demo", label="Server")
     tool = _text("e.g. get_weather_forecast", label="Tool called")
     model_profile = forms.ChoiceField(choices=_model_profile_choices, required=False, label="Model")
@@ -499,6 +507,7 @@ class ConversationFilterForm(forms.Form):
         data = getattr(self, "cleaned_data", {})
         return selectors.ConversationFilters(
             q=data.get("q") or "",
+            scope=tuple(data.get("scope") or ()),
             server=data.get("server") or "",
             tool=data.get("tool") or "",
             model_profile=data.get("model_profile") or "",

@@ -28,12 +28,12 @@ from django.views.decorators.http import require_GET, require_POST
 from conversations import presentation, selectors, services
 from conversations.audit import audit_read
 from conversations.capabilities import profile_capability_reset, profile_pickable, profiles_capabilities
-from conversations.integrity import conversation_verify
 from conversations.models import Comparison, Conversation, Step, Turn
 from conversations.pricing import profile_price_set
 from conversations.transcripts.export import BINARY_FORMATS, EXPORT_FORMATS, MEDIA_TYPES, ExportFormat
 from conversations.transcripts.importing import TranscriptError
 from conversations.typealias import JSONDict
+from conversations.verification import conversation_verify
 from inspector import charts, fragments, walkthrough
 from inspector.forms import (
     ComparisonForm,

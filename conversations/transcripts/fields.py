@@ -218,7 +218,8 @@ def exchange_doc(exchange: Exchange) -> ExchangeDoc:
         "channel": exchange.channel,
         "direction": exchange.direction,
         "label": exchange.label,
-        "server": exchange.server.name if exchange.server else (exchange.server_name or None),
+        # The name recorded with the exchange (sealed, seal rule 4), not the server row's name now.
+        "server": exchange.server_name or (exchange.server.name if exchange.server else None),
         "jsonrpc_id": exchange.jsonrpc_id or None,
         "status": exchange.status,
         "error": exchange.error,
@@ -252,7 +253,7 @@ def step_doc(step: Step, exchanges: list[ExchangeDoc], *, server: bool = True) -
         "text": step.text,
         "calls": step.calls,
         "diagnostics": step.diagnostics,
-        "server": (step.server.name if step.server else (step.server_name or None)) if server else None,
+        "server": (step.server_name or (step.server.name if step.server else None)) if server else None,
         "tool_name": step.tool_name,
         "arguments": step.arguments,
         "result": step.result,

@@ -20,17 +20,15 @@ from jsonschema.exceptions import best_match
 from conversations.integrity import (
     LEGACY,
     SEAL_RULE_FIELDS,
-    ChainReport,
     conversation_rechain,
-    conversation_verify,
     key_id,
-    manifest_verify,
     public_key_fingerprint,
 )
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
-from conversations.transcripts.document import chain_order
+from conversations.transcripts.document import chain_order, transcript_document
 from conversations.transcripts.fields import (
     FORMAT,
+    ID_KEYS,
     READ_VERSIONS,
     ExchangeDoc,
     ProfileDoc,
@@ -39,6 +37,15 @@ from conversations.transcripts.fields import (
 )
 from conversations.transcripts.schema import transcript_schema
 from conversations.typealias import JSONDict, JSONValue
+from conversations.verification import (
+    NOT_VERIFIABLE,
+    VERIFIED_HERE,
+    VERIFIED_LEGACY,
+    VERIFIED_SIGNATURE,
+    ChainReport,
+    conversation_verify,
+    manifest_verify,
+)
 from conversations.wire import TRANSPORT_NAMES
 
 IMPORTED_PROFILE_PREFIX = "imported: "
@@ -296,13 +303,6 @@ def _import_turn(conversation: Conversation, doc: TurnDoc) -> None:
     )
 
 
-# What ``imported_meta["verification"]["status"]`` says about the file's own chain.
-VERIFIED_HERE = "this-installation"
-VERIFIED_LEGACY = "legacy-unkeyed"
-NOT_VERIFIABLE = "other-installation"
-VERIFIED_SIGNATURE = "signed-elsewhere"
-
-
 def _file_verdict(conversation: Conversation, document: TranscriptDoc) -> JSONDict:
     """Check the file's own chain, as the file states it, on the rows just made from it.
 
@@ -376,7 +376,87 @@ def _file_verdict(conversation: Conversation, document: TranscriptDoc) -> JSONDi
     }
 
 
-def transcript_import(*, data: str | bytes, owner: AbstractBaseUser) -> Conversation:
+# How many differences from a local conversation a refusal names.
+_DIFFERENCES_NAMED = 8
+
+
+def _comparable(record: object, level: str) -> object:
+    """A record of a transcript document without this installation's own keys (``ID_KEYS``) and
+    without its nested records (compared on their own)."""
+    if not isinstance(record, dict):
+        return record
+    nested = {"conversation": (), "turn": ("steps", "exchanges"), "step": ("exchanges",), "exchange": ()}[
+        level
+    ]
+    return {key: value for key, value in record.items() if key not in ID_KEYS[level] and key not in nested}
+
+
+def _value_differences(ours: object, theirs: object, where: str, found: list[str]) -> None:
+    """Append the paths where two JSON values differ (the first few; an explicit stack)."""
+    stack: list[tuple[object, object, str]] = [(ours, theirs, where)]
+    while stack and len(found) < _DIFFERENCES_NAMED:
+        here, there, path = stack.pop()
+        if isinstance(here, dict) and isinstance(there, dict):
+            for key in sorted(set(here) | set(there), reverse=True):
+                stack.append((here.get(key, _ABSENT), there.get(key, _ABSENT), f"{path}.{key}"))
+        elif isinstance(here, list) and isinstance(there, list) and len(here) == len(there):
+            stack.extend(
+                (a, b, f"{path}[{i}]")
+                for i, (a, b) in reversed(list(enumerate(zip(here, there, strict=True))))
+            )
+        elif here != there or type(here) is not type(there):
+            found.append(path)
+
+
+_ABSENT = object()
+
+
+def _records_of(turn: object) -> list[tuple[str, str, object]]:
+    """A turn document's records in document order: (path, level, record)."""
+    if not isinstance(turn, dict):
+        return []
+    records: list[tuple[str, str, object]] = [("", "turn", turn)]
+    for index, step in enumerate(turn.get("steps") or []):
+        records.append((f".steps[{index}]", "step", step))
+        for position, exchange in enumerate(step.get("exchanges") or [] if isinstance(step, dict) else []):
+            records.append((f".steps[{index}].exchanges[{position}]", "exchange", exchange))
+    for position, exchange in enumerate(turn.get("exchanges") or []):
+        records.append((f".exchanges[{position}]", "exchange", exchange))
+    return records
+
+
+def local_differences(imported: Conversation, claimed_id: str) -> list[str] | None:
+    """How the records of ``imported`` (the rows just made from a file) differ from those of the
+    conversation recorded here under the id the file claims: None when there is none, else the
+    paths of the first few differing fields (``[]``: a faithful copy of it, or of its first turns).
+
+    The records are compared as the transcript document shows them, both read back from rows (so
+    a file's older format reads as ours does); ids and the keyed chain are each installation's
+    own (``ID_KEYS``). The conversation's own block is not compared: an import keeps it as what
+    the file claims (``imported_meta``), shown as such."""
+    local = Conversation.objects.filter(public_id=claimed_id).exclude(pk=imported.pk).first()
+    if local is None:
+        return None
+    here = transcript_document(conversation=local, signed=False)["turns"]
+    there = transcript_document(conversation=imported, signed=False)["turns"]
+    found: list[str] = []
+    if len(there) > len(here):
+        found.append(f"turns (the file has {len(there)}, this installation {len(here)})")
+    for index, (ours, theirs) in enumerate(zip(here, there, strict=False)):
+        mine, its = _records_of(ours), _records_of(theirs)
+        if len(mine) != len(its):
+            found.append(f"turns[{index}] (a record was added or removed)")
+            continue
+        for (path, level, record), (_, _, other) in zip(mine, its, strict=True):
+            _value_differences(
+                _comparable(record, level), _comparable(other, level), f"turns[{index}]{path}", found
+            )
+    return found[:_DIFFERENCES_NAMED]
+
+
+def transcript_import(
+    *, data: str | bytes, owner: AbstractBaseUser, compare_local: bool = True
+) -> Conversation:
     """Bring an exported ``json`` transcript back as a read-only conversation owned by ``owner``.
 
     Evidence, not authority: the conversation belongs to the importer, whatever the file says
@@ -390,7 +470,10 @@ def transcript_import(*, data: str | bytes, owner: AbstractBaseUser) -> Conversa
     import time: retention counts from when this installation received the record. Server
     names go to ``server_name``; no local server row is linked.
 
-    A transcript whose chain does not verify is refused: it was changed after export.
+    A transcript whose chain does not verify is refused: it was changed after export. So is one
+    that claims the id of a conversation recorded here and differs from it (``local_differences``):
+    the local record is the evidence, whatever the file's own chain says. ``compare_local``
+    False skips that comparison (an OTLP trace rebuilds only part of a record: it never matches).
 
     Raises:
         TranscriptError: not JSON, not a transcript of a version read here, a missing or mistyped key, an
@@ -419,6 +502,13 @@ def transcript_import(*, data: str | bytes, owner: AbstractBaseUser) -> Conversa
         for turn in document["turns"]:
             _import_turn(conversation, turn)
         meta["verification"] = _file_verdict(conversation, document)
+        differences = local_differences(conversation, block["id"]) if compare_local else None
+        if differences:
+            raise TranscriptError(
+                f"a conversation with the id {block['id']} is recorded here and the file differs from it at "
+                + ", ".join(differences)
+                + ". The transcript was changed after it was exported; it is not imported."
+            )
         Conversation.objects.filter(pk=conversation.pk).update(imported_meta=meta)
         conversation.imported_meta = meta
         conversation_rechain(conversation=conversation, actor_name=owner.get_username())

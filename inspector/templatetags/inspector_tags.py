@@ -17,13 +17,13 @@ from decimal import Decimal
 from django import template
 from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
-from django.utils.html import escape
+from django.utils.html import conditional_escape, escape
 from django.utils.safestring import SafeString, mark_safe
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import JsonLexer
 
-from conversations.escaping import carriable
+from conversations.escaping import carriable, hidden_characters, hidden_marked, hidden_revealed
 from conversations.models import Conversation, Exchange, Step, Turn
 from conversations.paradigms import PARADIGMS
 from conversations.presentation import PromptChange, pretty_json, step_prompt_change
@@ -75,11 +75,52 @@ def _as_text(value: JSONValue) -> tuple[str, bool]:
 
 
 def _markup(text: str, is_json: bool) -> SafeString:
+    """``text`` as markup, every hidden character marked (``hidden_revealed``)."""
     if is_json and len(text) <= HIGHLIGHT_LIMIT_CHARS:
         # Pygments escapes &, <, > and quotes in every token it emits.
         html: str = highlight(text, _LEXER, _FORMATTER)
-        return mark_safe(html)
-    return escape(text)
+    else:
+        html = escape(text)
+    return mark_safe(hidden_revealed(html))
+
+
+@register.filter
+def revealed(value: object) -> SafeString:
+    """A value shown as text: escaped, every invisible or bidirectional character shown as a
+    marked ``⟨U+XXXX⟩`` (``conversations.escaping.hidden_revealed``). Every field a page shows of
+    a record goes through it (or through ``payload``, which does the same)."""
+    return mark_safe(hidden_revealed(conditional_escape(value if isinstance(value, str) else str(value))))
+
+
+@register.filter
+def marked(value: object) -> str:
+    """A value shown where no markup can go (a ``<title>``, an attribute): its hidden characters
+    written ``⟨U+XXXX⟩`` as plain text (autoescaped as usual)."""
+    return hidden_marked(str(value))
+
+
+def _hidden_in(value: object) -> bool:
+    if isinstance(value, str):
+        return hidden_characters(value)
+    if value is None or isinstance(value, bool | int | float):
+        return False
+    return hidden_characters(json.dumps(value, ensure_ascii=False, default=str))
+
+
+@register.filter
+def step_hidden(step: Step) -> bool:
+    """Whether anything a step's row shows of the step itself holds a hidden character (its
+    bodies are flagged where they are shown, by ``payload``)."""
+    shown = (step.title, step.text, step.error, step.diagnostics, step.calls)
+    return any(_hidden_in(value) for value in shown) or any(
+        _hidden_in(value) for value in (step.tool_name, step.server_name, step.arguments, step.result)
+    )
+
+
+@register.filter
+def turn_hidden(turn: Turn) -> bool:
+    """Whether a turn's question or answer holds a hidden character."""
+    return _hidden_in(turn.question) or _hidden_in(turn.answer)
 
 
 def _hint(value: JSONValue) -> str:
@@ -136,6 +177,7 @@ class _Shown:
     outline: str
     lines: int
     size: int
+    hidden: bool
 
 
 def _shown_now(value: JSONValue) -> _Shown:
@@ -148,6 +190,7 @@ def _shown_now(value: JSONValue) -> _Shown:
         outline=outline(text) if long and is_json else "",
         lines=text.count("\n") + 1,
         size=len(text.encode("utf-8")),
+        hidden=hidden_characters(text),
     )
 
 
@@ -221,6 +264,7 @@ def payload(
         "outline": shown.outline if collapsed else "",
         "lines": shown.lines,
         "size": filesizeformat(shown.size),
+        "hidden": shown.hidden,
         "key": "-".join(str(part) for part in key_parts),
     }
 
@@ -259,7 +303,8 @@ def _preview(body: str, size: int, *, key: str, url: str) -> dict[str, object]:
     shown = body[:PREVIEW_CHARS]
     return {
         "is_empty": False,
-        "html": escape(shown),
+        "html": mark_safe(hidden_revealed(escape(shown))),
+        "hidden": hidden_characters(shown),
         "is_json": False,
         "looks_json": body.lstrip()[:1] in {"{", "["},
         "collapsed": True,

@@ -16,11 +16,12 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from conversations import integrity
-from conversations.integrity import SEALED_ACTION, conversation_verify
+from conversations.integrity import SEALED_ACTION
 from conversations.models import AuditEvent, Conversation, Exchange, RedactionRule, Step, Turn
 from conversations.redaction import redactor
 from conversations.runner import turn_run
 from conversations.services import conversation_start, demo_profile_ensure, turn_start
+from conversations.verification import conversation_verify
 from servers import gateway
 from servers.services import demo_server_ensure
 
@@ -247,7 +248,7 @@ def test_deleting_the_last_turn_is_detected_by_the_anchor_and_by_the_audit_log()
 
 def _recorded_anchor(conversation: Conversation, *, turns: int, head: str) -> str:
     """The anchor the conversation had at ``turns`` sealed turns (an attacker who kept a copy)."""
-    return integrity._anchor(integrity.integrity_key(), str(conversation.public_id), turns, head)
+    return integrity.anchor_mac(integrity.integrity_key(), str(conversation.public_id), turns, head)
 
 
 def test_deleting_a_turn_in_the_middle_breaks_the_next_turn() -> None:
@@ -289,9 +290,9 @@ def test_a_turn_after_an_unsealed_one_chains_from_the_start_and_the_anchor_count
     third.refresh_from_db()
     records = integrity._turn_records(third)
     key, identity = integrity.integrity_key(), str(conversation.public_id)
-    digests = integrity._step_digests(key, identity, third, records, third.seal_rule)
+    digests = integrity.step_digests(key, identity, third, records, third.seal_rule)
 
-    assert third.seal == integrity._turn_seal(
+    assert third.seal == integrity.turn_seal_mac(
         key, identity, third, records, digests, integrity.GENESIS, third.seal_rule
     )
     assert (conversation.chain_turns, conversation.chain_head) == (2, third.seal)

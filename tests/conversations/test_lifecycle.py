@@ -22,7 +22,6 @@ from django.utils import timezone
 from pytest_django.fixtures import Settings
 
 from conversations.execution import turns_resume_queued
-from conversations.integrity import conversation_verify
 from conversations.lifecycle import turn_claim, turn_unwatch, turn_watch, turns_reap_stale
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.recording import TurnRecorder
@@ -38,6 +37,7 @@ from conversations.services import (
     turn_cancel,
     turn_start,
 )
+from conversations.verification import conversation_verify
 from servers import gateway
 from servers.models import McpServer
 from servers.services import demo_server_ensure

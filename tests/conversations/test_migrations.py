@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from conversations import integrity
+from conversations import integrity, verification
 from conversations.models import Conversation, Exchange
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -99,12 +99,12 @@ def test_0015_keeps_records_made_before_keyed_sealing_verifiable_under_their_old
 
     _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
     stored = Conversation.objects.get(pk=conversation.pk)
-    report = integrity.conversation_verify(conversation=stored)
+    report = verification.conversation_verify(conversation=stored)
 
     assert set(Exchange.objects.filter(turn_id=turn.pk).values_list("chain_version", flat=True)) == {1}
     assert report.intact and report.legacy and report.checked == 2
     Exchange.objects.filter(turn_id=turn.pk, seq=2).update(label="tools/list")
-    assert not integrity.conversation_verify(conversation=stored).intact
+    assert not verification.conversation_verify(conversation=stored).intact
 
 
 @pytest.mark.postgres

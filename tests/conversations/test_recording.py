@@ -21,11 +21,11 @@ from pytest_django.fixtures import Settings
 from conversations import recording
 from conversations.connections import BIG_RECORD_CHARS
 from conversations.exchanges import exchange_rows, server_records_store
-from conversations.integrity import conversation_verify
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.record.writer import RecordWriter, process_writer
 from conversations.recording import TurnRecorder
 from conversations.secret_sources import active_redactor
+from conversations.verification import conversation_verify
 from conversations.wire import WireExchange
 from inspector import live
 from tests.support import other_connection, wait_until

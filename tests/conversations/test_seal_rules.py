@@ -11,11 +11,12 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 
 from conversations import integrity
-from conversations.integrity import SEAL_RULE, SEAL_RULE_DOCUMENT, SEAL_RULE_FIELDS, conversation_verify
+from conversations.integrity import SEAL_RULE, SEAL_RULE_DOCUMENT, SEAL_RULE_FIELDS, SEAL_RULE_SERVERS
 from conversations.models import Conversation, Step, Turn
 from conversations.runner import turn_run
 from conversations.services import conversation_start, demo_profile_ensure, turn_start
 from conversations.transcripts.fields import StepDoc, TurnDoc
+from conversations.verification import conversation_verify
 from servers import gateway
 from servers.services import demo_server_ensure
 
@@ -48,8 +49,8 @@ def _old_then_new(monkeypatch: pytest.MonkeyPatch) -> Conversation:
     return conversation
 
 
-def test_new_seals_use_the_document_rule() -> None:
-    assert SEAL_RULE == SEAL_RULE_DOCUMENT
+def test_new_seals_use_the_rule_that_covers_server_names() -> None:
+    assert SEAL_RULE == SEAL_RULE_SERVERS
 
 
 def test_a_turn_sealed_under_the_old_rule_verifies_beside_one_sealed_under_the_new(
@@ -62,7 +63,7 @@ def test_a_turn_sealed_under_the_old_rule_verifies_beside_one_sealed_under_the_n
     out = StringIO()
     call_command("verify", str(conversation.public_id), stdout=out)
 
-    assert rules == [SEAL_RULE_FIELDS, SEAL_RULE_DOCUMENT]
+    assert rules == [SEAL_RULE_FIELDS, SEAL_RULE]
     assert report.intact and report.sealed_turns == 2
     assert out.getvalue().startswith("intact:")
 

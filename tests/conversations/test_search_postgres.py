@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 
 from conversations.exchanges import exchange_rows
-from conversations.models import Exchange
+from conversations.models import Exchange, Step
 from conversations.providers.base import ModelReply, ModelRequest
 from conversations.providers.openai_chat import OpenAIChatProvider
 from conversations.recording import TurnRecorder, index_last_request_whole
@@ -27,6 +27,9 @@ from tests.conversations.provider_fakes import QUESTION, serve, sse
 from tests.factories import ConversationFactory, ExchangeFactory, StepFactory, TurnFactory, UserFactory
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+
+# These tests search the raw payloads (``conversations.search``: not searched by default).
+RAW = ("raw",)
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +48,7 @@ def alice() -> User:
 
 
 def found(user: User, q: str) -> list[str]:
-    return [c.title for c in conversation_search(user=user, filters=ConversationFilters(q=q))]
+    return [c.title for c in conversation_search(user=user, filters=ConversationFilters(q=q, scope=RAW))]
 
 
 def asked(owner: User, title: str, **turn: Any) -> None:
@@ -158,7 +161,8 @@ def test_the_filters_find_the_same_conversations_with_the_indexes(alice: User) -
 
     def titles(**filters: str) -> list[str]:
         return sorted(
-            c.title for c in conversation_search(user=alice, filters=ConversationFilters(**filters))
+            c.title
+            for c in conversation_search(user=alice, filters=ConversationFilters(**filters, scope=RAW))
         )
 
     assert titles(tool="get_weather_forecast") == ["forecast"]
@@ -279,7 +283,7 @@ def test_what_stands_for_a_response_in_search_is_cut_where_the_index_reads() -> 
 
 
 def test_the_exchange_search_uses_its_index(alice: User) -> None:
-    text_filter = conversation_search(user=alice, filters=ConversationFilters(q="okapi"))
+    text_filter = conversation_search(user=alice, filters=ConversationFilters(q="okapi", scope=RAW))
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         sql, params = text_filter.values("pk").query.sql_with_params()
@@ -288,3 +292,23 @@ def test_the_exchange_search_uses_its_index(alice: User) -> None:
 
     assert "conversations_exchange_search_gin" in plan
     assert "conversations_turn_search_gin" in plan
+
+
+def test_each_default_scope_uses_its_own_index(alice: User) -> None:
+    # Enough tool steps that the planner prefers the selective index to reading them all.
+    turn = TurnFactory(conversation=ConversationFactory(owner=alice))
+    Step.objects.bulk_create(
+        Step(turn=turn, seq=seq, kind="tool", tool_name="calculate", arguments={"n": seq}, result={"n": seq})
+        for seq in range(1, 2001)
+    )
+    text_filter = conversation_search(user=alice, filters=ConversationFilters(q="okapi"))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE conversations_step")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        sql, params = text_filter.values("pk").query.sql_with_params()
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+
+    for index in ("turn_question", "turn_answer", "step_call", "step_result"):
+        assert f"conversations_{index}_gin" in plan, plan
+    assert "conversations_exchange_search_gin" not in plan

@@ -17,10 +17,11 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from conversations import selectors
-from conversations.integrity import conversation_verify, turn_seal
+from conversations.integrity import turn_seal
 from conversations.models import Conversation, Step, Turn
 from conversations.selectors import ConversationFilters, conversation_rows, conversation_search, tool_label
 from conversations.summaries import step_tokens, turn_summary
+from conversations.verification import conversation_verify
 from tests.factories import ConversationFactory, McpServerFactory, StepFactory, TurnFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -17,7 +17,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 from jsonschema import Draft202012Validator
 
-from conversations.integrity import GENESIS, conversation_verify, exchange_digest, turn_seal
+from conversations.integrity import GENESIS, exchange_digest, turn_seal
 from conversations.models import AuditEvent, Conversation, Exchange, ModelProfile, Step
 from conversations.runner import turn_run
 from conversations.selectors import profiles_for_form
@@ -25,6 +25,7 @@ from conversations.services import conversation_start, demo_profile_ensure, turn
 from conversations.transcripts.document import ID_KEYS
 from conversations.transcripts.export import transcript_export
 from conversations.transcripts.importing import TranscriptError, transcript_import
+from conversations.verification import conversation_verify
 from servers import gateway
 from servers.services import demo_server_ensure
 from tests.factories import ExchangeFactory, StepFactory, UserFactory

@@ -7,8 +7,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from conversations.integrity import conversation_verify, key_id, public_key, public_key_fingerprint
+from conversations.integrity import key_id, public_key, public_key_fingerprint
 from conversations.models import Conversation
+from conversations.verification import conversation_verify
 
 
 class Command(BaseCommand):
@@ -46,6 +47,11 @@ class Command(BaseCommand):
                 if report.legacy
                 else f"keyed chain and {report.sealed_turns} sealed turn(s) verified"
             )
+            if report.resealed_by:
+                rule += (
+                    f"; unverified import — re-sealed on import by {report.resealed_by} (the file did "
+                    "not verify with this installation's key: intact only since the import)"
+                )
             self.stdout.write(f"intact: {report.checked} exchanges, {rule}")
             return
         ids = []
