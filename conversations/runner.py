@@ -410,6 +410,8 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
                 history=_history(turn),
                 choice=_choice(turn, tools),
                 max_steps=settings.AGENT_MAX_STEPS,
+                max_calls_per_reply=settings.AGENT_MAX_CALLS_PER_REPLY,
+                max_calls_per_turn=settings.AGENT_MAX_CALLS_PER_TURN,
                 capabilities={name: getattr(profile, name) for name in CAPABILITY_FIELDS},
             ),
             paradigm=PARADIGMS[turn.paradigm](),

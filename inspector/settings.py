@@ -316,6 +316,10 @@ SPECTACULAR_SETTINGS = {
 
 # The agent loop.
 AGENT_MAX_STEPS = env_int("AGENT_MAX_STEPS", 8)
+# Tool calls: at most this many of one model reply are run (the rest go back to the model as
+# error results), and at most this many in one turn (docs/turn-lifecycle.md, "Limits").
+AGENT_MAX_CALLS_PER_REPLY = env_int("AGENT_MAX_CALLS_PER_REPLY", 16)
+AGENT_MAX_CALLS_PER_TURN = env_int("AGENT_MAX_CALLS_PER_TURN", 64)
 MODEL_TIMEOUT_SECONDS = env_float("MODEL_TIMEOUT_SECONDS", 120.0)
 
 # MCP gateway.
