@@ -79,6 +79,7 @@ def endpoint_for(profile: ModelProfile) -> Endpoint:
         deadline=profile.deadline_seconds,
         in_process=in_process,
         stream=profile.stream,
+        body_limit=settings.RESPONSE_BODY_LIMIT,
     )
     if in_process:
         endpoint_transport.set(endpoint, _in_process_transport())

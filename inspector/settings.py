@@ -321,6 +321,9 @@ AGENT_MAX_STEPS = env_int("AGENT_MAX_STEPS", 8)
 AGENT_MAX_CALLS_PER_REPLY = env_int("AGENT_MAX_CALLS_PER_REPLY", 16)
 AGENT_MAX_CALLS_PER_TURN = env_int("AGENT_MAX_CALLS_PER_TURN", 64)
 MODEL_TIMEOUT_SECONDS = env_float("MODEL_TIMEOUT_SECONDS", 120.0)
+# The most bytes of a model's response body that are read, counted after its content-encoding
+# is undone (a 200 KB gzip body can expand to 200 MB); past it the call fails with what arrived.
+RESPONSE_BODY_LIMIT = env_int("RESPONSE_BODY_LIMIT", 32_000_000)
 
 # MCP gateway.
 MCP_CALL_TIMEOUT_SECONDS = env_float("MCP_CALL_TIMEOUT_SECONDS", 30.0)
