@@ -333,6 +333,9 @@ OAUTH_REDIRECT_URL = env_str("OAUTH_REDIRECT_URL", "http://localhost:8000/server
 # An HTTPS client ID metadata document describing this app, used as its client_id where supported.
 OAUTH_CLIENT_METADATA_URL = env_str("OAUTH_CLIENT_METADATA_URL", "")
 MCP_STDERR_DIR = VAR_DIR / "mcp-stderr"
+# The most bytes of one stdout line of a stdio MCP server that are kept: a longer line is
+# recorded cut and marked, the rest of it only counted (docs/turn-lifecycle.md, "Limits").
+MCP_STDOUT_LINE_LIMIT = env_int("MCP_STDOUT_LINE_LIMIT", 32_000_000)
 # Raw bodies (model requests and responses, MCP messages) up to this many characters are stored
 # whole; only a larger one (a runaway stream, a hostile server) is cut in the record, the cut
 # marked with the true total (the call itself still completes).
