@@ -145,7 +145,10 @@ def test_a_body_that_decodes_past_the_limit_fails_the_turn_with_the_cut_recorded
     assert "RESPONSE_BODY_LIMIT" in _page(client, alice, turn)
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+# Streamed, 10,000 calls are 20,000 to 40,000 events: up to a minute on a busy machine.
+@pytest.mark.parametrize(
+    "stream", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["whole", "stream"]
+)
 @pytest.mark.parametrize("wire", WIRES)
 def test_a_reply_of_ten_thousand_calls_runs_sixteen_over_mcp_and_the_page_says_so(
     hostile: HostileModel, alice: User, client: Client, wire: str, stream: bool
