@@ -114,6 +114,10 @@ class AgentTurn:
     choice: ToolChoice = field(default_factory=ToolChoice)
     max_steps: int = 8
     capabilities: dict[str, str] = field(default_factory=dict)
+    # At most this many calls of one reply are taken; the rest go back to the model as errors.
+    max_calls_per_reply: int = 16
+    # At most this many calls are sent to tool hosts in the whole turn.
+    max_calls_per_turn: int = 64
 
 
 @dataclass
@@ -174,6 +178,13 @@ def check_call(call: ToolCall, tools: dict[str, ToolDef]) -> CheckedCall:
         return CheckedCall(call, tool, f"the tool's inputSchema is not valid JSON Schema: {exc.message}")
     except Exception as exc:  # noqa: BLE001 — an unusable schema (unknown type, bad $ref) is the server's bug
         return CheckedCall(call, tool, f"the tool's inputSchema cannot be used for validation: {exc}")
+    surrogate = _lone_surrogate(call.arguments)
+    if surrogate is not None:
+        return CheckedCall(
+            call,
+            tool,
+            f"the arguments hold text no JSON encoder can send (lone surrogate at {surrogate})",
+        )
     if problems:
         described = "; ".join(
             (f"at '{'.'.join(str(p) for p in problem.path)}': " if problem.path else "") + problem.message
@@ -181,6 +192,28 @@ def check_call(call: ToolCall, tools: dict[str, ToolDef]) -> CheckedCall:
         )
         return CheckedCall(call, tool, f"invalid arguments for {call.name}: {described}")
     return CheckedCall(call, tool)
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """Where ``value`` holds a lone surrogate (``city, character 3: U+DFFF``), which UTF-8, and
+    so no MCP transport, can carry (a model may write one as a ``\\udfff`` escape); None if
+    nowhere. Walked with a stack, not recursion: arguments may nest deep."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            for index, char in enumerate(item):
+                if "\ud800" <= char <= "\udfff":
+                    return f"{path or 'the arguments'}, character {index}: U+{ord(char):04X}"
+        elif isinstance(item, dict):
+            for key, inner in reversed(list(item.items())):
+                shown = str(key).encode("utf-8", "backslashreplace").decode()
+                where = f"{path}.{shown}" if path else shown
+                stack.append((where, inner))
+                stack.append((f"the name of {where}", key))
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{index}]", inner) for index, inner in reversed(list(enumerate(item))))
+    return None
 
 
 class PromptRenderer(Protocol):
@@ -306,6 +339,7 @@ def run_agent(
     offered = {tool.provider_name: tool for tool in turn.tools}
     choice = turn.choice
     downgrades: list[tuple[str, str]] = []
+    budget = _CallBudget(per_reply=turn.max_calls_per_reply, per_turn=turn.max_calls_per_turn)
     for _ in range(turn.max_steps):
         reason = stopped() if stopped is not None else ""
         if reason:
@@ -357,7 +391,11 @@ def run_agent(
                 diagnostics=decision.diagnostics,
             )
             return AgentOutcome("done", answer, "", messages, downgrades)
-        checked = [check_call(call, offered) for call in decision.calls]
+        checked, left, note = budget.take(decision.calls, offered)
+        refusal = f"Error: not run: at most {budget.per_reply} tool calls of one reply are run"
+
+        if note:
+            decision.diagnostics.append(note)
         names = ", ".join(c.tool.name if c.tool else c.call.name for c in checked)
         recorder.step_save(
             step,
@@ -381,12 +419,54 @@ def run_agent(
                 # The calls after this one are not sent; the decision ends here.
                 recorder.step_close(step, status="error")
                 return AgentOutcome("cancelled", "", reason, messages, downgrades)
-        recorder.step_close(step, status="error" if any(c.error for c in checked) else "ok")
+        # Every call the reply held gets its result (providers refuse a call id left unanswered);
+        # those past the per-reply limit have no step of their own: the decision's note says so.
+        messages.extend(
+            Message(role="tool", content=refusal, tool_call_id=c.id, name=c.name, is_error=True) for c in left
+        )
+        refused = bool(left) or any(c.error for c in checked)
+        recorder.step_close(step, status="error" if refused else "ok")
         choice = choice.after_call()
     limit = f"stopped after {turn.max_steps} decisions without a final answer"
     error_step = recorder.step_open(kind="error", title="step limit reached")
     recorder.step_close(error_step, status="error", error=limit)
     return AgentOutcome("failed", "", limit, messages, downgrades)
+
+
+class _CallBudget:
+    """The turn's tool-call limits: how many calls of one reply are taken, and how many calls
+    the whole turn may send (docs/turn-lifecycle.md, "Limits")."""
+
+    def __init__(self, *, per_reply: int, per_turn: int) -> None:
+        self.per_reply = max(per_reply, 0)
+        self.per_turn = max(per_turn, 0)
+        self.sent = 0
+
+    def take(
+        self, calls: Sequence[ToolCall], offered: dict[str, ToolDef]
+    ) -> tuple[list[CheckedCall], list[ToolCall], str]:
+        """The calls of one reply that are taken (checked; a valid one past the turn's limit
+        refused), the calls left past the per-reply limit, and the note that says why."""
+        taken = [check_call(call, offered) for call in calls[: self.per_reply]]
+        for item in taken:
+            if item.error:
+                continue
+            if self.sent >= self.per_turn:
+                item.error = (
+                    f"this turn has sent its {self.per_turn} tool calls, the most one turn may send "
+                    "(AGENT_MAX_CALLS_PER_TURN)"
+                )
+            else:
+                self.sent += 1
+        left = list(calls[self.per_reply :])
+        if not left:
+            return taken, left, ""
+        note = (
+            f"not run: the reply held {len(calls)} tool calls and at most {self.per_reply} of one reply "
+            f"are run (AGENT_MAX_CALLS_PER_REPLY); the other {len(left)} went back to the model as "
+            "error results (the raw response holds them all)"
+        )
+        return taken, left, note
 
 
 def _run_call(item: CheckedCall, parent: StepRef, host: ToolHost, recorder: Recorder) -> tuple[str, bool]:

@@ -79,6 +79,7 @@ def endpoint_for(profile: ModelProfile) -> Endpoint:
         deadline=profile.deadline_seconds,
         in_process=in_process,
         stream=profile.stream,
+        body_limit=settings.RESPONSE_BODY_LIMIT,
     )
     if in_process:
         endpoint_transport.set(endpoint, _in_process_transport())
@@ -410,6 +411,8 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
                 history=_history(turn),
                 choice=_choice(turn, tools),
                 max_steps=settings.AGENT_MAX_STEPS,
+                max_calls_per_reply=settings.AGENT_MAX_CALLS_PER_REPLY,
+                max_calls_per_turn=settings.AGENT_MAX_CALLS_PER_TURN,
                 capabilities={name: getattr(profile, name) for name in CAPABILITY_FIELDS},
             ),
             paradigm=PARADIGMS[turn.paradigm](),

@@ -334,7 +334,14 @@ SPECTACULAR_SETTINGS = {
 
 # The agent loop.
 AGENT_MAX_STEPS = env_int("AGENT_MAX_STEPS", 8)
+# Tool calls: at most this many of one model reply are run (the rest go back to the model as
+# error results), and at most this many in one turn (docs/turn-lifecycle.md, "Limits").
+AGENT_MAX_CALLS_PER_REPLY = env_int("AGENT_MAX_CALLS_PER_REPLY", 16)
+AGENT_MAX_CALLS_PER_TURN = env_int("AGENT_MAX_CALLS_PER_TURN", 64)
 MODEL_TIMEOUT_SECONDS = env_float("MODEL_TIMEOUT_SECONDS", 120.0)
+# The most bytes of a model's response body that are read, counted after its content-encoding
+# is undone (a 200 KB gzip body can expand to 200 MB); past it the call fails with what arrived.
+RESPONSE_BODY_LIMIT = env_int("RESPONSE_BODY_LIMIT", 32_000_000)
 
 # MCP gateway.
 MCP_CALL_TIMEOUT_SECONDS = env_float("MCP_CALL_TIMEOUT_SECONDS", 30.0)
@@ -344,6 +351,9 @@ OAUTH_REDIRECT_URL = env_str("OAUTH_REDIRECT_URL", "http://localhost:8000/server
 # An HTTPS client ID metadata document describing this app, used as its client_id where supported.
 OAUTH_CLIENT_METADATA_URL = env_str("OAUTH_CLIENT_METADATA_URL", "")
 MCP_STDERR_DIR = VAR_DIR / "mcp-stderr"
+# The most bytes of one stdout line of a stdio MCP server that are kept: a longer line is
+# recorded cut and marked, the rest of it only counted (docs/turn-lifecycle.md, "Limits").
+MCP_STDOUT_LINE_LIMIT = env_int("MCP_STDOUT_LINE_LIMIT", 32_000_000)
 # Raw bodies (model requests and responses, MCP messages) up to this many characters are stored
 # whole; only a larger one (a runaway stream, a hostile server) is cut in the record, the cut
 # marked with the true total (the call itself still completes).

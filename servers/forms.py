@@ -8,6 +8,8 @@ writes it), validated against the tool's inputSchema before anything is sent.
 from __future__ import annotations
 
 import json
+import re
+from datetime import date, datetime
 from typing import Any
 
 import jsonschema
@@ -202,8 +204,49 @@ class ServerForm(forms.Form):
         return {name: data[name] for name in names}
 
 
-def schema_errors(schema: dict[str, Any], instance: Any) -> list[str]:
-    """Every way ``instance`` fails ``schema`` (JSON Schema 2020-12 unless it says otherwise)."""
+# The string formats an elicitation's requestedSchema may ask for (MCP specification,
+# "Elicitation", requested schema: email, uri, date, date-time), checked before an answer is
+# sent: jsonschema treats ``format`` as a note unless given a checker, and its own checkers for
+# uri and date-time need packages this app does not install.
+ELICITATION_FORMATS = jsonschema.FormatChecker(formats=())
+_EMAIL = re.compile(r"[^@\s]+@[^@\s.]+(\.[^@\s.]+)+")
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[^\s]+")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
+@ELICITATION_FORMATS.checks("email")
+def _is_email(value: object) -> bool:
+    return not isinstance(value, str) or _EMAIL.fullmatch(value) is not None
+
+
+@ELICITATION_FORMATS.checks("uri")
+def _is_uri(value: object) -> bool:
+    """An absolute URI (RFC 3986 §4.3): a scheme, a colon, and no whitespace."""
+    return not isinstance(value, str) or _URI.fullmatch(value) is not None
+
+
+@ELICITATION_FORMATS.checks("date", raises=ValueError)
+def _is_date(value: object) -> bool:
+    """A full-date of RFC 3339 §5.6 that exists on the calendar."""
+    if not isinstance(value, str):
+        return True
+    return _DATE.fullmatch(value) is not None and bool(date.fromisoformat(value))
+
+
+@ELICITATION_FORMATS.checks("date-time", raises=ValueError)
+def _is_date_time(value: object) -> bool:
+    """A date-time of RFC 3339 §5.6: date, ``T``, time and an offset (``Z`` or ``±hh:mm``)."""
+    if not isinstance(value, str):
+        return True
+    return _DATE_TIME.fullmatch(value) is not None and bool(datetime.fromisoformat(value.upper()))
+
+
+def schema_errors(
+    schema: dict[str, Any], instance: Any, *, formats: jsonschema.FormatChecker | None = None
+) -> list[str]:
+    """Every way ``instance`` fails ``schema`` (JSON Schema 2020-12 unless it says otherwise);
+    ``formats`` checks the ``format`` keywords it knows (none are checked without it)."""
     try:
         validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         validator_class.check_schema(schema)
@@ -212,7 +255,8 @@ def schema_errors(schema: dict[str, Any], instance: Any) -> list[str]:
     return [
         f"{'/'.join(str(part) for part in error.absolute_path) or '(arguments)'}: {error.message}"
         for error in sorted(
-            validator_class(schema).iter_errors(instance), key=lambda e: list(e.absolute_path)
+            validator_class(schema, format_checker=formats).iter_errors(instance),
+            key=lambda e: list(e.absolute_path),
         )
     ]
 

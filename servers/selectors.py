@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -150,6 +150,10 @@ class Identity:
     session: dict[str, Any]
     operation: Operation | None
     handshake: list[Exchange]
+    # The newest connect, when it ended without a session (a command not found, a server that
+    # exited at start): its error, and what the server wrote on stderr.
+    failed: Operation | None = None
+    failed_stderr: list[Exchange] = field(default_factory=list)
 
 
 def server_identity(*, server: McpServer, user: Viewer) -> Identity:
@@ -164,7 +168,11 @@ def server_identity(*, server: McpServer, user: Viewer) -> Identity:
             for exchange in operation_exchanges(operation=opened)
             if exchange.label in HANDSHAKE_LABELS or exchange.label.startswith(("GET ", "stderr"))
         ]
-    return Identity(latest.session if latest is not None else {}, opened, handshake)
+    failed = operations.filter(kind=Operation.Kind.CONNECT).order_by("-started_at").first()
+    if failed is None or failed.status in (Operation.Status.OK, Operation.Status.RUNNING):
+        return Identity(latest.session if latest is not None else {}, opened, handshake)
+    stderr = [e for e in operation_exchanges(operation=failed) if e.label.startswith("stderr")]
+    return Identity(latest.session if latest is not None else {}, opened, handshake, failed, stderr)
 
 
 def _neighbourhoods(server: McpServer, user: Viewer) -> list[Neighbourhood]:

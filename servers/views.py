@@ -31,6 +31,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from conversations.audit import audit_read
 from servers import grants, mcp_apps, selectors, services
 from servers.forms import (
+    ELICITATION_FORMATS,
     CompletionForm,
     OAuthClientForm,
     ResourceReadForm,
@@ -573,7 +574,9 @@ def question_answer(request: HttpRequest, public_id: UUID, question_id: int) -> 
         if not isinstance(content, dict):
             return HttpResponse("The answer must be a JSON object.", status=STATUS_BAD_REQUEST)
         schema = question.params.get("requestedSchema")
-        errors = schema_errors(schema, content) if isinstance(schema, dict) else []
+        errors = (
+            schema_errors(schema, content, formats=ELICITATION_FORMATS) if isinstance(schema, dict) else []
+        )
         if errors:
             return HttpResponse(
                 "Not sent: the answer does not match the schema the server asked for:\n" + "\n".join(errors),

@@ -60,6 +60,7 @@ from conversations.providers.http import (
     string_or_none,
 )
 from conversations.providers.streaming import (
+    SNAPSHOT_CALLS,
     DeltaCallback,
     LivePass,
     PartialCall,
@@ -291,7 +292,7 @@ class _BlockAssembler:
             if block.get("type") == "text":
                 texts.append(string_or_none(block.get("text")) or "")
                 texts.extend(self.pieces.get((position, "text"), []))
-            elif block.get("type") == "tool_use":
+            elif block.get("type") == "tool_use" and len(calls) < SNAPSHOT_CALLS:
                 calls.append(
                     PartialCall(
                         index=len(calls),

@@ -28,6 +28,9 @@ class Endpoint:
     in_process: bool = False
     # Use the provider's streaming mode; the raw event stream is what gets recorded.
     stream: bool = False
+    # The most bytes of a response body that are read, after any content-encoding is undone
+    # (a small gzip body may expand a thousandfold): past it the call fails, what arrived kept.
+    body_limit: int = 32_000_000
 
 
 @dataclass

@@ -67,6 +67,7 @@ from conversations.providers.http import (
     synthesized_call_id,
 )
 from conversations.providers.streaming import (
+    SNAPSHOT_CALLS,
     DeltaCallback,
     LivePass,
     PartialCall,
@@ -504,7 +505,7 @@ class _ChunkMerger:
             part = object_or_empty(part)
             if position in self.runs:
                 texts.extend(self.runs[position])
-            elif "functionCall" in part:
+            elif "functionCall" in part and len(calls) < SNAPSHOT_CALLS:
                 function_call = object_or_empty(part.get("functionCall"))
                 calls.append(
                     PartialCall(

@@ -242,22 +242,35 @@ class _Abandoned(Exception):
     """The caller gave the call up (``call_abandoned``) while the reply streamed in."""
 
 
+class _TooLarge(Exception):
+    """The body, decoded, passed the endpoint's ``body_limit``."""
+
+
 def read_streamed(
-    response: httpx2.Response, on_event: EventListener | None, started: datetime, t0: float, deadline: float
+    response: httpx2.Response,
+    on_event: EventListener | None,
+    started: datetime,
+    t0: float,
+    deadline: float,
+    limit: int | None = None,
 ) -> bytes:
     """The whole body of a response sent with ``stream=True``, telling ``on_event`` each
     server-sent event as it arrives; the response is closed after.
 
     The call (from ``t0``) must end within ``deadline`` seconds, however the body trickles in:
     each read waits at most until then (the request's ``timeout`` extension, which the HTTP
-    core reads before every read), and the deadline is checked after every chunk.
+    core reads before every read), and the deadline is checked after every chunk. At most
+    ``limit`` bytes of the body are read once its content-encoding is undone (the HTTP client
+    inflates a gzip or deflate body a megabyte at a time, so a bomb never expands whole).
 
     Raises:
         ProviderError: the connection broke or timed out mid-stream, or the call passed its
             deadline; its exchange holds the status, the headers and every byte that arrived
             (status ``timeout`` and the deadline named in its error, for a deadline). Also when
             the caller abandoned the call (``call_abandoned``), with what had arrived: a
-            cancelled turn's record keeps it.
+            cancelled turn's record keeps it. Also when the decoded body passed ``limit``: the
+            record keeps its first ``limit`` bytes, and its error the bytes that came over the
+            wire until then.
     """
     end = t0 + deadline
     body = bytearray()
@@ -270,6 +283,9 @@ def read_streamed(
             chunk = next(chunks, None)
             if chunk is None:
                 break
+            if limit is not None and len(body) + len(chunk) > limit:
+                body += chunk[: max(limit - len(body), 0)]
+                raise _TooLarge
             body += chunk
             if abandoned is not None and abandoned.is_set():
                 raise _Abandoned
@@ -286,8 +302,14 @@ def read_streamed(
                 # stand for the record's, which is read again (and escapes them).
                 on_event.whole = False
         return bytes(body)
-    except (httpx2.HTTPError, _DeadlinePassed, _Abandoned) as exc:
+    except (httpx2.HTTPError, _DeadlinePassed, _Abandoned, _TooLarge) as exc:
         exchange = with_response(new_exchange(response.request, started, t0), response, bytes(body))
+        if isinstance(exc, _TooLarge):
+            exchange.status = "error"
+            exchange.error = too_large(limit or 0, response)
+            raise ProviderError(
+                f"the model endpoint's reply was cut: {exchange.error}", exchange=exchange
+            ) from exc
         if isinstance(exc, _Abandoned):
             # Seen here before the shut connection made a read fail (a busy machine's order):
             # the record keeps what was sent and what had arrived all the same.
@@ -310,6 +332,17 @@ def read_streamed(
         ) from exc
     finally:
         response.close()
+
+
+def too_large(limit: int, response: httpx2.Response) -> str:
+    """What a body cut at ``limit`` decoded bytes says: how much came over the wire until then."""
+    encoding = response.headers.get("content-encoding", "")
+    wire = f" ({encoding}-encoded)" if encoding and encoding != "identity" else ""
+    return (
+        f"its body passed the limit of {limit:,} bytes (RESPONSE_BODY_LIMIT) and was not read further; "
+        f"the first {limit:,} bytes are kept, {response.num_bytes_downloaded:,} bytes{wire} had "
+        "arrived over the wire"
+    )
 
 
 def _bound_read(response: httpx2.Response, end: float) -> None:
@@ -481,7 +514,7 @@ def _post_json(
         raise ProviderError(
             f"the model endpoint could not be reached: {exchange.error}", exchange=exchange
         ) from exc
-    content = read_streamed(response, on_event, started, t0, endpoint.deadline)
+    content = read_streamed(response, on_event, started, t0, endpoint.deadline, endpoint.body_limit)
     exchange = with_response(new_exchange(request, started, t0), response, content)
     if response.status_code >= 400:
         raise status_error(exchange, response.status_code)

@@ -24,6 +24,7 @@ non-streamed path gives.
 from __future__ import annotations
 
 import functools
+import heapq
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -46,6 +47,7 @@ from conversations.providers.http import (
     synthesized_call_id,
 )
 from conversations.providers.streaming import (
+    SNAPSHOT_CALLS,
     DeltaCallback,
     LivePass,
     PartialCall,
@@ -206,6 +208,10 @@ class _PendingCall:
     extra_content: JSONValue = None
 
 
+def _first(item: tuple[int, _PendingCall]) -> int:
+    return item[0]
+
+
 @dataclass
 class _ChunkAssembler:
     """Joins ``chat.completion.chunk`` deltas back into one assistant message (docs/wire-formats.md §1.3).
@@ -227,7 +233,8 @@ class _ChunkAssembler:
             text=tail(self.content),
             calls=tuple(
                 PartialCall(index=index, id=pending.id, name=pending.name, arguments=tail(pending.arguments))
-                for index, pending in sorted(self.calls.items())
+                # The first calls only: a snapshot is built many times while a long reply streams.
+                for index, pending in heapq.nsmallest(SNAPSHOT_CALLS, self.calls.items(), key=_first)
             ),
         )
 

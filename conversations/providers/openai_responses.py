@@ -44,6 +44,7 @@ from conversations.providers.http import (
     synthesized_call_id,
 )
 from conversations.providers.streaming import (
+    SNAPSHOT_CALLS,
     DeltaCallback,
     LivePass,
     PartialCall,
@@ -201,7 +202,7 @@ class _ItemAssembler:
             fragments = self.fragments.get(position, [])
             if item.get("type") == "message":
                 texts.extend(fragments)
-            elif item.get("type") == "function_call":
+            elif item.get("type") == "function_call" and len(calls) < SNAPSHOT_CALLS:
                 finished = position in self.finished
                 arguments = tail([_arguments_text(item.get("arguments"))]) if finished else tail(fragments)
                 calls.append(

@@ -60,6 +60,9 @@ DeltaCallback = Callable[[PartialReply], None]
 
 # How much of the end of each text a snapshot carries (the display shows less of it).
 SNAPSHOT_TAIL_CHARS = 16_000
+# How many calls a snapshot carries, the first ones: a reply of thousands of calls is shown
+# (redacted, published, rendered) a few dozen at a time while it streams, never whole each time.
+SNAPSHOT_CALLS = 32
 
 
 def tail(parts: Sequence[str], size: int = SNAPSHOT_TAIL_CHARS) -> str:
@@ -115,6 +118,8 @@ class PartialEmitter:
         if self.callback is None:
             return
         partial = snapshot()
+        if len(partial.calls) > SNAPSHOT_CALLS:
+            partial = PartialReply(text=partial.text, calls=partial.calls[:SNAPSHOT_CALLS])
         if partial != self.last and not partial.empty:
             self.last = partial
             self.callback(partial)

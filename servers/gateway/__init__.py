@@ -107,6 +107,7 @@ def _session_options() -> SessionOptions:
         stderr_dir=settings.MCP_STDERR_DIR,
         body_limit=settings.EXCHANGE_BODY_LIMIT,
         connect_timeout=settings.MCP_CONNECT_TIMEOUT_SECONDS,
+        line_limit=settings.MCP_STDOUT_LINE_LIMIT,
     )
 
 

@@ -91,6 +91,8 @@ class Tap:
 
     body_limit: int
     secrets: tuple[str, ...] = ()
+    # The most bytes of one stdout line of a stdio server that are kept (MCP_STDOUT_LINE_LIMIT).
+    line_limit: int = 32_000_000
     unclaimed: list[WireExchange] = field(default_factory=list)
     # Operations in flight on this session, oldest first: server→client requests go to the newest.
     active: list[Capture] = field(default_factory=list)
@@ -139,6 +141,20 @@ class Tap:
     def stdout_fragment(self, raw: bytes) -> None:
         """What a server left after its last newline when its stdout closed (it died mid-line)."""
         self._stray(raw, "a line cut short: the server closed stdout before ending it (it exited or crashed)")
+
+    def stdout_overlong(self, kept: bytes, limit: int) -> None:
+        """A stdout line passed ``limit`` bytes: its first ``limit`` bytes, recorded now; the rest
+        is counted, not kept, and the line is not passed to the session."""
+        self._stray(
+            kept,
+            f"a line longer than {limit:,} bytes (MCP_STDOUT_LINE_LIMIT): its first {limit:,} bytes are "
+            "kept here, the rest is counted and not kept, and the line is not read as a message",
+        )
+
+    def stdout_overlong_end(self, total: int, *, ended: bool) -> None:
+        """Where a line cut by ``stdout_overlong`` ended, and how long it was."""
+        how = "ended" if ended else "was never ended (stdout closed)"
+        self._stray(b"", f"the line cut at MCP_STDOUT_LINE_LIMIT {how} after {total:,} bytes")
 
     def _stray(self, raw: bytes, why: str) -> StrayLine:
         record = WireExchange(

@@ -135,12 +135,18 @@ class PooledSession:
     """One live connection to one server, shared by every turn in this process."""
 
     def __init__(
-        self, config: ServerConfig, generation: int, stderr_dir: Path, body_limit: int, connect_timeout: float
+        self,
+        config: ServerConfig,
+        generation: int,
+        stderr_dir: Path,
+        body_limit: int,
+        connect_timeout: float,
+        line_limit: int = 32_000_000,
     ) -> None:
         self.config = config
         self.connect_timeout = connect_timeout
         self.generation = generation
-        self.tap = Tap(body_limit=body_limit, secrets=config.maskable_secrets())
+        self.tap = Tap(body_limit=body_limit, secrets=config.maskable_secrets(), line_limit=line_limit)
         self.client: Client | None = None
         self.dead_reason = ""
         self.opened_at = time.time()
@@ -366,6 +372,7 @@ class SessionOptions:
     stderr_dir: Path
     body_limit: int
     connect_timeout: float
+    line_limit: int = 32_000_000
 
 
 class SessionPool:
@@ -410,7 +417,12 @@ class SessionPool:
             self.spawns[config.server_id] = generation
             options = self.options()
             fresh = PooledSession(
-                config, generation, options.stderr_dir, options.body_limit, options.connect_timeout
+                config,
+                generation,
+                options.stderr_dir,
+                options.body_limit,
+                options.connect_timeout,
+                options.line_limit,
             )
             token = current_capture.set(capture)
             try:

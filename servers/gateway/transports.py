@@ -119,7 +119,7 @@ async def _exact_stdio(
 
         async with read_writer:
             try:
-                rest = await _each_line_async(stdout, deliver)
+                rest = await _each_line_async(stdout, deliver, _LineCutter(tap))
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 return
             # The server closed stdout (it exited or crashed): its last stderr words first, then
@@ -176,28 +176,70 @@ async def _each_line(
         handle(b"".join(parts))
 
 
-async def _each_line_async(stream: ByteReceiveStream, deliver: Callable[[bytes], Awaitable[None]]) -> bytes:
+class _LineCutter:
+    """The line being read from a stdio server's stdout, kept up to the tap's ``line_limit``.
+
+    Past the limit the line is recorded at once, cut and marked (``Tap.stdout_overlong``), and
+    the rest of it only counted: a server writing one endless line costs a limit's worth of
+    memory, and the record says so while the call still waits."""
+
+    def __init__(self, tap: Tap) -> None:
+        self.tap = tap
+        self.limit = max(tap.line_limit, 1)
+        self.parts: list[bytes] = []
+        self.size = 0
+        # Bytes of the current line past the limit (-1: the line is within it).
+        self.over = -1
+
+    def add(self, piece: bytes) -> None:
+        if self.over >= 0:
+            self.over += len(piece)
+            return
+        room = self.limit - self.size
+        if len(piece) <= room:
+            self.parts.append(piece)
+            self.size += len(piece)
+            return
+        self.parts.append(piece[:room])
+        kept = b"".join(self.parts)
+        self.parts, self.size, self.over = [], 0, len(piece) - room
+        self.tap.stdout_overlong(kept, self.limit)
+
+    def end(self, *, ended: bool) -> bytes | None:
+        """The line, ended by a newline (or by the stream's end), to deliver; None if it was cut."""
+        if self.over >= 0:
+            self.tap.stdout_overlong_end(self.limit + self.over, ended=ended)
+            self.over = -1
+            return None
+        line = b"".join(self.parts)
+        self.parts, self.size = [], 0
+        return line
+
+
+async def _each_line_async(
+    stream: ByteReceiveStream, deliver: Callable[[bytes], Awaitable[None]], cutter: _LineCutter
+) -> bytes:
     """Await ``deliver`` for each complete line of ``stream`` (without its newline); return what
     was left after the last newline when the stream ended (a half-written line, or b"").
 
     Lines are joined once from their chunks (never re-concatenated per chunk), and nothing of a
     delivered line is kept afterwards: a 20 MB message does not stay alive while the session idles.
+    A line longer than the tap's ``line_limit`` is not delivered: ``cutter`` records it cut.
     """
-    parts: list[bytes] = []
     with suppress(anyio.EndOfStream, OSError):
         async for chunk in stream:
             start = 0
             while (end := chunk.find(b"\n", start)) >= 0:
-                parts.append(chunk[start:end])
-                line = b"".join(parts)
-                parts = []
-                await deliver(line)
+                cutter.add(chunk[start:end])
+                line = cutter.end(ended=True)
+                if line is not None:
+                    await deliver(line)
                 del line
                 start = end + 1
             if start < len(chunk):
-                parts.append(chunk[start:])
+                cutter.add(chunk[start:])
             del chunk
-    return b"".join(parts)
+    return cutter.end(ended=False) or b""
 
 
 async def _stop(process: Process) -> None:

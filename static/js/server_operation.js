@@ -48,7 +48,15 @@
     } else {
       input = document.createElement("input");
       const numeric = schema.type === "number" || schema.type === "integer";
-      input.type = numeric ? "number" : "text";
+      // The formats an elicitation may ask for, checked by the browser before sending (the
+      // server checks them again); date-time has no input type with an offset: a pattern.
+      input.type = numeric ? "number" : { email: "email", uri: "url", date: "date" }[schema.format] || "text";
+      if (schema.format === "date-time") {
+        input.pattern = "\\d{4}-\\d{2}-\\d{2}[Tt]\\d{2}:\\d{2}:\\d{2}(\\.\\d+)?([Zz]|[+\\-]\\d{2}:\\d{2})";
+        input.placeholder = "2026-12-05T10:00:00Z";
+      }
+      if (typeof schema.minLength === "number") input.minLength = schema.minLength;
+      if (typeof schema.maxLength === "number") input.maxLength = schema.maxLength;
       if (numeric) {
         // Without a step the browser allows only whole numbers and blocks 3.14 from being sent:
         // any number the schema allows must pass (its multipleOf when it has one).

@@ -17,6 +17,7 @@ import json
 import re
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -61,6 +62,9 @@ class Answer:
     content_type: str
     chunks: Iterator[bytes]
     length: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    # Sent as it is made (chunked), never whole: a body too big to hold.
+    chunked: bool = False
 
 
 def _deep() -> Raw:
@@ -108,6 +112,15 @@ STREAM_CASES = ("truncated-stream", "endless-stream")
 CASES = (*CONTENT_CASES, *RAW_CASES, *BYTE_CASES, *STREAM_CASES)
 # Reads the request and never answers (not even a status line) until the server closes.
 SILENT = "silent"
+# Valid replies without bounds (tests/conversations/test_hostile_limits.py): MANY tool calls in
+# one reply; an answer of HUGE bytes of text, sent as it is (huge-answer) or compressed, made
+# while it is read, so a few hundred kilobytes over the wire decode to it (the bombs).
+MANY = 10_000
+HUGE = 200_000_000
+BOMBS = {"gzip-bomb": "gzip", "deflate-bomb": "deflate", "huge-answer": ""}
+ABUSE_CASES = ("many-calls", *BOMBS)
+_FILL = b"FILL-HERE"
+_MEGABYTE = b"a" * 1_000_000
 
 
 def _is_text(value: object) -> bool:
@@ -354,11 +367,45 @@ def _continued(wire: str, body: dict[str, object]) -> bool:
     return isinstance(messages, list) and any(isinstance(m, dict) and m.get("role") == role for m in messages)
 
 
+def _filled(wire: str, stream: bool) -> Iterator[bytes]:
+    """A reply in ``wire`` format whose one text is ``HUGE`` bytes of ``a``, a megabyte at a time."""
+    # A stream may repeat the text (Responses' closing event holds the whole response).
+    head, *tails = FORMATS[wire](Reply(text=Raw(json.dumps(_FILL.decode()))), stream).split(_FILL)
+    yield head
+    for tail in tails:
+        for _ in range(HUGE // len(_MEGABYTE)):
+            yield _MEGABYTE
+        yield tail
+
+
+def _compressed(chunks: Iterator[bytes], encoding: str) -> Iterator[bytes]:
+    """``chunks`` as one gzip or deflate (zlib, RFC 9110 §8.4.1.2) body, compressed as it is read."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31 if encoding == "gzip" else 15)
+    for chunk in chunks:
+        out = compressor.compress(chunk)
+        if out:
+            yield out
+    yield compressor.flush()
+
+
+def _abuse(wire: str, case: str, stream: bool, kind: str) -> Answer:
+    if case == "many-calls":
+        calls = [(TOOL, '{"city": "Paris"}')] * MANY
+        return Answer(200, kind, iter([FORMATS[wire](Reply(calls=calls), stream)]))
+    encoding = BOMBS[case]
+    if not encoding:
+        return Answer(200, kind, _filled(wire, stream), chunked=True)
+    body = _compressed(_filled(wire, stream), encoding)
+    return Answer(200, kind, body, headers={"content-encoding": encoding}, chunked=True)
+
+
 def answer(wire: str, case: str, stream: bool, continued: bool) -> Answer:
     """The answer to one request in ``wire`` format for ``case``."""
     kind = "text/event-stream" if stream else "application/json"
     if continued and case not in STREAM_CASES:
         return Answer(200, kind, iter([FORMATS[wire](Reply(text="Final answer."), stream)]))
+    if case in ABUSE_CASES:
+        return _abuse(wire, case, stream, kind)
     if case in CONTENT_CASES:
         return Answer(200, kind, iter([FORMATS[wire](CONTENT_CASES[case], stream)]))
     if case in RAW_CASES:
@@ -414,7 +461,9 @@ class _Handler(BaseHTTPRequestHandler):
         reply = answer(wire, case, stream, _continued(wire, body))
         self.send_response(reply.status)
         self.send_header("content-type", reply.content_type)
-        chunked = reply.length is None and (stream or case in STREAM_CASES)
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        chunked = reply.chunked or (reply.length is None and (stream or case in STREAM_CASES))
         if chunked:
             self.send_header("transfer-encoding", "chunked")
         else:

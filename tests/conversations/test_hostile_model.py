@@ -185,10 +185,17 @@ def test_what_the_database_refuses_is_stored_escaped_and_said_beside_it(
         call = decide.calls[0]
         assert call["name"] == '"demo__get_\\ud800weather"' and call["valid"] is False
     else:
-        # Valid arguments reach the tool; what the database refuses in them is stored escaped.
+        # What the database refuses in the arguments is stored escaped.
         tool = Step.objects.get(turn=turn, kind="tool")
         assert tool.arguments["city"] in ('"\\udfff Paris"', '"Pa\\u0000ris"')
         assert "stored as a JSON string literal" in " ".join(str(d) for d in tool.diagnostics)
+        if case == "surrogate-args":
+            # No transport can carry it: refused before sending, saying where it is.
+            assert tool.error == (
+                "not sent: the arguments hold text no JSON encoder can send "
+                "(lone surrogate at city, character 0: U+DFFF)"
+            )
+            assert not tool.exchanges.exists()
     turn.refresh_from_db()
     assert turn.status in {Turn.Status.DONE, Turn.Status.FAILED}
 

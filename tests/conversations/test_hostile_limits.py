@@ -1,0 +1,167 @@
+"""A hostile model endpoint that stays within the wire format but not within reason: a reply of
+10,000 tool calls, a gzip and a deflate bomb, an answer of 200 MB. Every case, in every wire
+format, streamed and not, ends in bounded memory with the limit it met recorded and shown.
+
+Peak memory is the process's peak resident size (``resource``): it only grows, so its growth
+over one turn bounds what that turn took. The bounds are generous; without the limits these
+cases take gigabytes (a bomb) or thousands of MCP calls (the calls).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import resource
+from collections.abc import Iterator
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from pytest_django.fixtures import Settings
+
+from conversations.models import Exchange, ModelProfile, Step, Turn
+from conversations.paradigms import PARADIGMS
+from conversations.providers import PROVIDERS
+from conversations.runner import turn_run
+from conversations.services import conversation_start
+from servers import gateway
+from servers.services import demo_server_ensure
+from tests.conversations.hostile_model import BOMBS, HUGE, MANY, HostileModel
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WIRES = list(PROVIDERS)
+# The paradigms that read a text reply take turns over the bombs (the calls need native calling).
+PARADIGM_KEYS = list(PARADIGMS)
+BODY_LIMIT = 4_000_000
+# A few megabytes of HTML at most, whatever the turn held.
+PAGE_LIMIT = 3_000_000
+# Growth of the peak resident size one turn may cause: a few copies of the body limit, far
+# below the 200 MB answer (decoded whole, it alone would pass this).
+MEMORY_LIMIT = 150_000_000
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[HostileModel]:
+    model = HostileModel()
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_sessions() -> Iterator[None]:
+    yield
+    gateway.close_all()
+
+
+@pytest.fixture
+def alice(django_user_model: type[User]) -> User:
+    return django_user_model.objects.create_user("alice")
+
+
+def _peak() -> int:
+    """The process's peak resident size in bytes (Linux reports kilobytes)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _run(
+    hostile: HostileModel, alice: User, case: str, wire: str, stream: bool, paradigm: str, servers: list
+) -> tuple[Turn, int]:  # type: ignore[type-arg]
+    profile = ModelProfile.objects.create(
+        name=f"abuse {case} {wire} {stream}",
+        provider=wire,
+        model=case,
+        base_url=hostile.base_url(wire),
+        stream=stream,
+        deadline_seconds=600,
+    )
+    _, turn = conversation_start(
+        owner=alice,
+        model_profile=profile,
+        question="What will the weather be like in Paris tomorrow?",
+        servers=servers,
+        paradigm=paradigm,
+        dispatch=False,
+    )
+    before = _peak()
+    turn_run(turn_id=turn.pk)
+    turn.refresh_from_db()
+    return turn, _peak() - before
+
+
+def _page(client: Client, alice: User, turn: Turn) -> str:
+    client.force_login(alice)
+    response = client.get(reverse("inspector-conversation", args=[turn.conversation.public_id]))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert len(html) < PAGE_LIMIT, len(html)
+    return html
+
+
+BOMB_MATRIX = [
+    pytest.param(
+        case,
+        wire,
+        stream,
+        PARADIGM_KEYS[index % len(PARADIGM_KEYS)],
+        id=f"{case}-{wire}-{'stream' if stream else 'whole'}",
+    )
+    for index, (case, wire, stream) in enumerate(itertools.product(BOMBS, WIRES, (False, True)))
+]
+
+
+@pytest.mark.parametrize(("case", "wire", "stream", "paradigm"), BOMB_MATRIX)
+def test_a_body_that_decodes_past_the_limit_fails_the_turn_with_the_cut_recorded_and_shown(
+    hostile: HostileModel,
+    alice: User,
+    client: Client,
+    settings: Settings,
+    case: str,
+    wire: str,
+    stream: bool,
+    paradigm: str,
+) -> None:
+    settings.RESPONSE_BODY_LIMIT = BODY_LIMIT
+    turn, grown = _run(hostile, alice, case, wire, stream, paradigm, [])
+
+    assert turn.status == Turn.Status.FAILED
+    assert "RESPONSE_BODY_LIMIT" in turn.error and f"{BODY_LIMIT:,} bytes" in turn.error
+    assert len(turn.answer) < BODY_LIMIT
+    cut = Exchange.objects.get(turn=turn, channel=Exchange.Channel.LLM)
+    assert cut.status == "error" and "RESPONSE_BODY_LIMIT" in cut.error
+    arrived = re.search(r"([\d,]+) bytes(?: \(\w+-encoded\))? had arrived over the wire", cut.error)
+    assert arrived is not None, cut.error
+    wire_bytes = int(arrived.group(1).replace(",", ""))
+    if BOMBS[case]:
+        # A bomb: what came over the wire is a small part of what it decoded to.
+        assert f"({BOMBS[case]}-encoded)" in cut.error
+        assert wire_bytes < BODY_LIMIT // 10
+    else:
+        assert BODY_LIMIT <= wire_bytes < HUGE
+    error = Step.objects.get(turn=turn, kind="error")
+    assert "RESPONSE_BODY_LIMIT" in error.error
+    assert grown < MEMORY_LIMIT, grown
+    assert "RESPONSE_BODY_LIMIT" in _page(client, alice, turn)
+
+
+# Streamed, 10,000 calls are 20,000 to 40,000 events: up to a minute on a busy machine.
+@pytest.mark.parametrize(
+    "stream", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["whole", "stream"]
+)
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_reply_of_ten_thousand_calls_runs_sixteen_over_mcp_and_the_page_says_so(
+    hostile: HostileModel, alice: User, client: Client, wire: str, stream: bool
+) -> None:
+    turn, grown = _run(hostile, alice, "many-calls", wire, stream, "native", [demo_server_ensure()])
+
+    assert turn.status == Turn.Status.DONE, turn.error
+    tools = Step.objects.filter(turn=turn, kind="tool")
+    assert tools.count() == 16
+    assert Exchange.objects.filter(turn=turn, channel=Exchange.Channel.MCP, label="tools/call").count() == 16
+    decide = Step.objects.filter(turn=turn, kind="decide").order_by("seq").first()
+    assert decide is not None and len(decide.calls) == 16
+    note = f"the reply held {MANY} tool calls and at most 16 of one reply are run (AGENT_MAX_CALLS_PER_REPLY)"
+    assert any(note in str(d) for d in decide.diagnostics), decide.diagnostics
+    assert grown < MEMORY_LIMIT, grown
+    assert note in _page(client, alice, turn)
