@@ -56,7 +56,6 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import QuerySet
 
-from conversations.compiled_reads import CompiledRead
 from conversations.models import AuditEvent, Conversation, Exchange, Step, Turn
 from conversations.record_writer import rows_write
 from conversations.summaries import summary_matches, turn_summary
@@ -278,16 +277,10 @@ class _TurnRecords:
 
 
 def _turn_records(turn: Turn) -> _TurnRecords:
-    return _TurnRecords(_turns_steps(turn_id=turn.pk), _turns_exchange_hashes(turn_id=turn.pk))
-
-
-# Every turn's seal reads its records back (``conversations.compiled_reads``: the SQL made once).
-_turns_steps = CompiledRead(lambda turn_id: Step.objects.filter(turn_id=turn_id).order_by("seq", "id"))
-_turns_exchange_hashes = CompiledRead(
-    lambda turn_id: (
-        Exchange.objects.filter(turn_id=turn_id).order_by("seq", "id").values_list("step_id", "hash")
+    return _TurnRecords(
+        list(Step.objects.filter(turn_id=turn.pk).order_by("seq", "id")),
+        list(Exchange.objects.filter(turn_id=turn.pk).order_by("seq", "id").values_list("step_id", "hash")),
     )
-)
 
 
 def _step_digests(key: bytes, identity: str, turn: Turn, records: _TurnRecords, rule: int) -> list[str]:

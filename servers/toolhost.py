@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from conversations.agent import ToolRun
-from conversations.compiled_reads import CompiledRead
 from conversations.exchanges import server_records_store
 from conversations.llm import ToolDef, provider_tool_names
 from conversations.models import Conversation
@@ -223,10 +222,6 @@ class GatewayServers:
 
 def conversation_servers(conversation: Conversation) -> GatewayServers:
     """The conversation's servers, read once, by name (``conversations.toolhost.ServerSource``)."""
-    return GatewayServers(conversation, _conversations_servers(conversation_id=conversation.pk))
-
-
-# Every turn's start reads this (``conversations.compiled_reads``: its SQL made once).
-_conversations_servers = CompiledRead(
-    lambda conversation_id: McpServer.objects.filter(conversations=conversation_id).order_by("name")
-)
+    return GatewayServers(
+        conversation, list(McpServer.objects.filter(conversations=conversation).order_by("name"))
+    )

@@ -18,7 +18,6 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from conversations.compiled_reads import CompiledRead
 from conversations.models import Conversation, Turn
 
 _Owned = TypeVar("_Owned", bound=Model)
@@ -84,38 +83,22 @@ def _listed(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
 def conversation_get(*, user: AbstractBaseUser | AnonymousUser, public_id: UUID | str) -> Conversation:
     """One conversation ``user`` may see.
 
+    Not ``conversation_list``'s query: every page, API call and websocket of a conversation
+    starts here, and needs nothing a list carries besides (the turn count's subquery, the
+    order). A member's is read in one query with their team mates (``_visible_one``).
+
     Raises:
         Conversation.DoesNotExist: no such conversation, or not this user's (the same answer).
     """
-    # Not ``conversation_list``'s query: every page, API call and websocket of a conversation
-    # starts here, and what a list carries besides (the turn count's subquery, the order) cost
-    # a third of the lookup's time to build. Compiled once (a member's in one query with their
-    # team mates, staff's by the id alone); a public id given as text is read the plain way.
     if not user.is_authenticated:
         raise Conversation.DoesNotExist("no such conversation")
-    if not isinstance(public_id, UUID):
-        visible = visible_to(Conversation.objects.all(), user=user, owner="owner")
-        return visible.select_related("model_profile", "owner").get(public_id=public_id)
-    if getattr(user, "is_staff", False):
-        found = _any_conversation(public_id=public_id)
-    else:
-        found = _members_conversation(public_id=public_id, user_id=user.pk)
-    if not found:
-        raise Conversation.DoesNotExist("no such conversation")
-    return found[0]
-
-
-def _one_conversation(public_id: UUID) -> QuerySet[Conversation]:
     # Unordered, as ``get`` reads: one row at most (the public id is unique).
-    return (
+    found = (
         Conversation.objects.filter(public_id=public_id).select_related("model_profile", "owner").order_by()
     )
-
-
-_any_conversation = CompiledRead(_one_conversation)
-_members_conversation = CompiledRead(
-    lambda public_id, user_id: _visible_one(_one_conversation(public_id), user_id=user_id, owner="owner")
-)
+    if not getattr(user, "is_staff", False):
+        found = _visible_one(found, user_id=user.pk, owner="owner")
+    return found.get()
 
 
 def turn_for_cancel(*, user: AbstractBaseUser | AnonymousUser, turn_id: int) -> Turn | None:

@@ -10,12 +10,11 @@ from typing import NamedTuple
 from django.db.models import (
     Count,
     Max,
-    Model,
-    Q,
+    Prefetch,
     QuerySet,
+    prefetch_related_objects,
 )
 
-from conversations.compiled_reads import CompiledRead
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
 
 
@@ -38,34 +37,24 @@ def _rows() -> QuerySet[Step]:
     )
 
 
+def _tool_calls() -> QuerySet[Step]:
+    """A row's tool calls as it shows them: in order, each with its server and turn."""
+    return (
+        Step.objects.select_related("server", "turn")
+        .defer("turn__transcript", "turn__seal_steps")
+        .order_by("seq")
+    )
+
+
 def _loaded(rows: Iterable[Step]) -> list[Step]:
-    """``rows`` with their tool calls (in order, each with its server) and every one's exchanges
-    (``_step_exchanges``), held as ``prefetch_related`` holds them: two more queries in all,
-    compiled once (``conversations.compiled_reads``), however many turns the rows are of."""
+    """``rows`` with their tool calls (``_tool_calls``) and every one's exchanges
+    (``_step_exchanges``), prefetched: two more queries in all, however many turns the rows are
+    of (the exchanges of the rows and of their tool calls are read together)."""
     rows = list(rows)
-    if rows:
-        _attach(rows, _tool_calls_of_rows(row_ids=[row.pk for row in rows]))
+    prefetch_related_objects(rows, Prefetch("children", queryset=_tool_calls()))
+    steps = [*rows, *(child for row in rows for child in row.children.all())]
+    prefetch_related_objects(steps, Prefetch("exchanges", queryset=_step_exchanges()))
     return rows
-
-
-def _attach(rows: list[Step], children: list[Step]) -> None:
-    """Hold each of ``rows``' tool calls (``children``, in order) and every one's exchanges, read
-    here in one query, as ``prefetch_related`` holds them (``_prefetched``)."""
-    by_row: dict[int, list[Step]] = {row.pk: [] for row in rows}
-    for child in children:
-        by_row[child.parent_id].append(child)  # type: ignore[index]
-    steps = [*rows, *children]
-    exchanges: dict[int, list[Exchange]] = {step.pk: [] for step in steps}
-    for exchange in _exchanges_of_steps(step_ids=list(exchanges)):
-        exchanges[exchange.step_id].append(exchange)  # type: ignore[index]
-    for row in rows:
-        _prefetched(row, "children", by_row[row.pk])
-        for child in by_row[row.pk]:
-            Step.parent.field.set_cached_value(child, row)
-    for step in steps:
-        _prefetched(step, "exchanges", exchanges[step.pk])
-        for exchange in exchanges[step.pk]:
-            Exchange.step.field.set_cached_value(exchange, step)
 
 
 def turn_rows(*, turn: Turn, last: int | None = None, before_seq: int | None = None) -> list[Step]:
@@ -116,46 +105,8 @@ def _note_previous_prompts(rows: list[Step], *, from_first: bool) -> None:
 
 def step_row(*, conversation: Conversation, step_id: int) -> Step | None:
     """One row of a conversation, loaded for rendering as ``_rows`` loads a page's; None if it is
-    not this conversation's.
-
-    Every doorbell of a turn is one of these reads in the web server, so it is made in two
-    compiled queries (``conversations.compiled_reads``): the row and its tool calls together,
-    then the exchanges of all of them.
-    """
-    loaded = _row_and_tool_calls(step_id=step_id, conversation_id=conversation.pk)
-    row = next((step for step in loaded if step.pk == step_id), None)
-    if row is None:
-        return None
-    _attach([row], [step for step in loaded if step is not row])
-    return row
-
-
-# ``step_row``'s two reads, compiled once (``conversations.compiled_reads``): every doorbell runs them.
-_row_and_tool_calls = CompiledRead(
-    lambda step_id, conversation_id: (
-        Step.objects.filter(
-            Q(pk=step_id, parent__isnull=True) | Q(parent_id=step_id), turn__conversation_id=conversation_id
-        )
-        .select_related("server", "turn")
-        .defer("turn__transcript", "turn__seal_steps")
-        .order_by("seq")
-    )
-)
-_exchanges_of_steps = CompiledRead(lambda step_ids: _step_exchanges().filter(step_id__in=step_ids))
-_tool_calls_of_rows = CompiledRead(
-    lambda row_ids: Step.objects.filter(parent_id__in=row_ids).select_related("server").order_by("seq")
-)
-
-
-def _prefetched(instance: Model, name: str, related: Sequence[Model]) -> None:
-    """Hold ``related`` as ``instance``'s reverse relation ``name`` (its ``.all()`` then reads no
-    more), where ``prefetch_related`` keeps what it fetched (Django 5.2): for rows read together
-    in one query that the prefetch would read again one relation at a time. The tests compare
-    such a row's rendering with a prefetched one's."""
-    loaded = getattr(instance, name).all()
-    loaded._result_cache = list(related)
-    loaded._prefetch_done = True
-    instance.__dict__.setdefault("_prefetched_objects_cache", {})[name] = loaded
+    not this conversation's (or not a row: a tool call is shown under its row)."""
+    return next(iter(_loaded(_rows().filter(pk=step_id, turn__conversation=conversation))), None)
 
 
 def _rows_changed(conversation: Conversation, since: datetime, steps: QuerySet[Step]) -> QuerySet[Step]:
@@ -248,20 +199,15 @@ def step_get(*, conversation: Conversation, step_id: int) -> Step | None:
 
 def turn_get(*, conversation: Conversation, turn_id: int) -> Turn | None:
     """One turn of ``conversation`` (read as ``conversation_turns`` reads them)."""
-    for turn in _conversations_turn(turn_id=turn_id, conversation_id=conversation.pk):
-        Turn.conversation.field.set_cached_value(turn, conversation)
-        return turn
-    return None
-
-
-# Every doorbell about a turn runs this in the web server (``conversations.compiled_reads``).
-_conversations_turn = CompiledRead(
-    lambda turn_id, conversation_id: (
-        Turn.objects.filter(pk=turn_id, conversation_id=conversation_id)
+    turn = (
+        Turn.objects.filter(pk=turn_id, conversation=conversation)
         .defer("transcript", "seal_steps")
         .select_related("trace_delivery")
+        .first()
     )
-)
+    if turn is not None:
+        turn.conversation = conversation  # the one the caller holds: no read of it again
+    return turn
 
 
 def exchange_get(*, conversation: Conversation, exchange_id: int) -> Exchange | None:
