@@ -11,12 +11,13 @@ one in its place. (glibc's side of big payloads is ``inspector.memory``.)
 After a database restart every idle connection of the pool is dead. psycopg's pool tests the
 connection it is about to lend and, when that test fails, drops it and tries the next one after a
 backoff that doubles each time (0, 1, 2, 4, 8, 16 s): with six or more dead connections a request
-waited out the pool's whole timeout and failed. The pool's test is therefore
-:func:`check_pooled_connection`: when it finds one dead it has the pool test all its idle
-connections at once (``ConnectionPool.check``), dropping the dead ones and opening replacements,
-so the lender's next try finds a working connection or waits for a new one. A connection the
-server has sent nothing on since it was handed back (a quiet socket: a server that ends a
-session says so and closes it) is lent without the test's round trip.
+waited out the pool's whole timeout and failed. The backend
+(``inspector.postgresql``) therefore tests each connection it borrows with
+:func:`connection_usable`, and when it finds one dead has the pool test all its idle connections
+at once (``ConnectionPool.check``), dropping the dead ones and opening replacements, so the next
+try finds a working connection or waits for a new one. A connection the server has sent nothing
+on since it was handed back (a quiet socket: a server that ends a session says so and closes it)
+is lent without the test's round trip.
 
 This module imports no models: the log filter is named in ``settings.LOGGING``, which is
 configured before Django's apps are loaded.
@@ -51,34 +52,23 @@ def discard_connection(connection: Any) -> None:
     connection.close()
 
 
-def prepared_cursor(db: Any) -> Any:
-    """A cursor of ``db`` (a Django connection) whose statements the database prepares the first
-    time each runs on the connection (``inspector.postgresql``'s ``prepared_cursor``), or its
-    plain cursor where the backend has none (SQLite) or has them turned off. For statements of a
-    fixed text, their values bound as parameters."""
-    make = getattr(db, "prepared_cursor", None)
-    return db.cursor() if make is None else make()
-
-
-def check_pooled_connection(conn: Any) -> None:
-    """The pool's test of a connection before lending it (``settings.DATABASES``' pool ``check``).
+def connection_usable(conn: Any) -> bool:
+    """Whether ``conn`` (a psycopg connection just borrowed from the pool) can be lent: the
+    backend's test (``inspector.postgresql``) of every connection the pool lends.
 
     A connection that is open and idle, on whose socket the server has sent nothing since it
     was handed back, is lent as it is (``_quiet``). Any other is tested by psycopg_pool's own
-    test, an empty query; when that fails, every idle connection of the pool is tested the same
-    way, which drops the dead ones (their database went away together), before the failure is
-    raised for the pool to drop this one and try again."""
+    test, an empty query (``ConnectionPool.check_connection``, public)."""
+    import psycopg
     from psycopg_pool import ConnectionPool
 
     if _quiet(conn):
-        return
+        return True
     try:
         ConnectionPool.check_connection(conn)
-    except Exception:
-        pool = getattr(conn, "_pool", None)  # set by the pool while it lends the connection
-        if isinstance(pool, ConnectionPool):
-            pool.check()
-        raise
+    except psycopg.Error:
+        return False
+    return True
 
 
 def _quiet(conn: Any) -> bool:

@@ -55,7 +55,6 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import QuerySet
 
-from conversations.compiled_reads import CompiledRead
 from conversations.models import AuditEvent, Conversation, Exchange, Step, Turn
 from conversations.record.store import Batch, record_store
 from conversations.summaries import turn_summary
@@ -295,18 +294,14 @@ class TurnRecords:
 
 
 def _turn_records(turn: Turn) -> TurnRecords:
-    return TurnRecords(_turns_steps(turn_id=turn.pk), _turns_exchange_hashes(turn_id=turn.pk))
-
-
-# Every turn's seal reads its records back (``conversations.compiled_reads``: the SQL made once).
-_turns_steps = CompiledRead(lambda turn_id: Step.objects.filter(turn_id=turn_id).order_by("seq", "id"))
-_turns_exchange_hashes = CompiledRead(
-    lambda turn_id: (
-        Exchange.objects.filter(turn_id=turn_id)
-        .order_by("seq", "id")
-        .values_list("step_id", "hash", "server_name")
+    return TurnRecords(
+        list(Step.objects.filter(turn_id=turn.pk).order_by("seq", "id")),
+        list(
+            Exchange.objects.filter(turn_id=turn.pk)
+            .order_by("seq", "id")
+            .values_list("step_id", "hash", "server_name")
+        ),
     )
-)
 
 
 def step_digests(key: bytes, identity: str, turn: Turn, records: TurnRecords, rule: int) -> list[str]:

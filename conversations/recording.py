@@ -46,8 +46,7 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from conversations import events
-from conversations.compiled_reads import CompiledRead
-from conversations.connections import BIG_RECORD_CHARS, prepared_cursor
+from conversations.connections import BIG_RECORD_CHARS
 from conversations.escaping import storable_json, storable_text
 from conversations.exchanges import exchange_rows, release_connection
 from conversations.integrity import GENESIS, chain_head_query, exchange_digest, integrity_key, turn_seal
@@ -176,23 +175,17 @@ _LIFECYCLE_FIELDS = ("heartbeat_at", "cancel_requested_at", "cancel_requested_by
 def _ended_elsewhere(turn: Turn) -> str | None:
     """Lock the running turn's row; the status another process ended it with, if it has (else
     None, with the lifecycle fields it holds now copied onto ``turn``)."""
-    found = _turn_lifecycle(turn_id=turn.pk)
+    found = (
+        Turn.objects.select_for_update().filter(pk=turn.pk).values_list("status", *_LIFECYCLE_FIELDS).first()
+    )
     if not found:
         return "missing"
-    status, *lifecycle = found[0]
+    status, *lifecycle = found
     if status != Turn.Status.RUNNING:
         return str(status)
     for name, value in zip(_LIFECYCLE_FIELDS, lifecycle, strict=True):
         setattr(turn, name, value)
     return None
-
-
-# Read under the row's lock at every turn's end: compiled once.
-_turn_lifecycle = CompiledRead(
-    lambda turn_id: (
-        Turn.objects.select_for_update().filter(pk=turn_id).values_list("status", *_LIFECYCLE_FIELDS)
-    )
-)
 
 
 # Step ids are reserved from the sequence this many at a time at first (with the turn's starting
@@ -429,7 +422,7 @@ def _starting_points(turn: Turn, ids: int = 0) -> tuple[int, int, str | None, li
     ``_reserve_ids`` gives them), in one query: every turn reads them, and the first steps it
     opens need no round trip of their own for their ids."""
     reserve = ids if connection.vendor == "postgresql" else 0
-    with prepared_cursor(connection) as cursor:
+    with connection.cursor() as cursor:
         cursor.execute(
             _starting_points_sql(connection.alias, with_ids=bool(reserve)),
             [turn.pk, turn.pk, turn.conversation_id, *([reserve] if reserve else [])],

@@ -25,7 +25,6 @@ from django.db import DatabaseError, connection, transaction
 from conversations import events
 from conversations.agent import AgentTurn, PromptRenderer, TurnCancelled, run_agent
 from conversations.capabilities import CAPABILITY_FIELDS, capability_downgrades_remember
-from conversations.compiled_reads import CompiledRead
 from conversations.connections import discard_connection
 from conversations.counting import definitions_counted, prompt_tools_counted, with_response_format
 from conversations.lifecycle import CANCEL, TurnSignal, turn_claim, turn_unwatch, turn_watch, turns_reap_stale
@@ -379,16 +378,13 @@ def turn_run(*, turn_id: int) -> str:
     return status
 
 
-# The claimed turn with its conversation, profile and owner (``conversations.compiled_reads``).
-_turn_to_run = CompiledRead(
-    lambda turn_id: Turn.objects.filter(pk=turn_id).select_related(
-        "conversation__model_profile", "conversation__owner"
-    )
-)
-
-
 def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
-    turn = next(iter(_turn_to_run(turn_id=turn_id)), None)
+    # The claimed turn with its conversation, profile and owner.
+    turn = (
+        Turn.objects.filter(pk=turn_id)
+        .select_related("conversation__model_profile", "conversation__owner")
+        .first()
+    )
     if turn is None:  # deleted, with its conversation, since it was claimed
         raise Turn.DoesNotExist(f"turn {turn_id} no longer exists")
     # Browsers render the running turn while it connects.

@@ -23,7 +23,6 @@ from typing import NamedTuple
 from django.conf import settings
 from django.db import connection
 
-from conversations.connections import prepared_cursor
 from conversations.models import ModelProfile, RedactionRule, SecretsChange
 from conversations.redaction import Redactor, redactor, remember
 
@@ -88,7 +87,7 @@ def _version() -> tuple[object, ...]:
     taken for the old one), and what this process reads the values with (its environment, the
     built-in keys, the key sealed values open with, the sources registered), as hashes."""
     table = connection.ops.quote_name(SecretsChange._meta.db_table)
-    with prepared_cursor(connection) as cursor:
+    with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT count(*), max(id), (SELECT token FROM {table} ORDER BY id DESC LIMIT 1) FROM {table}"
         )

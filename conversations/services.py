@@ -13,7 +13,6 @@ from django.utils import timezone
 
 from conversations import events
 from conversations.audit import audit_record
-from conversations.compiled_reads import CompiledRead
 from conversations.execution import turn_dispatch
 from conversations.lifecycle import turn_signal_local, turn_step_record
 from conversations.models import AuditEvent, Comparison, Conversation, Exchange, ModelProfile, Turn
@@ -63,9 +62,15 @@ def turn_start(
     # Stored, shown and sent as redacted: a secret pasted into a question goes nowhere.
     question = (redact or active_redactor()).text(question)
     with transaction.atomic():
-        _conversation_lock(conversation_id=conversation.pk)
-        previous = _last_turn(conversation_id=conversation.pk)
-        last, status = previous[0] if previous else (0, None)
+        # The conversation's row lock, then its last turn.
+        list(Conversation.objects.select_for_update().filter(pk=conversation.pk).values_list("pk", flat=True))
+        previous = (
+            Turn.objects.filter(conversation=conversation)
+            .order_by("-seq")
+            .values_list("seq", "status")
+            .first()
+        )
+        last, status = previous if previous else (0, None)
         if status is not None and status not in Turn.FINISHED:
             raise TurnInProgress(
                 f"the previous turn is still {status}: ask again when it has finished, or cancel it"
@@ -83,20 +88,6 @@ def turn_start(
         if dispatch:
             transaction.on_commit(lambda: turn_dispatch(turn.pk))
     return turn
-
-
-# Every question asked takes the conversation's row lock and reads its last turn: both compiled
-# once (``CompiledRead``), not built anew for each question.
-_conversation_lock = CompiledRead(
-    lambda conversation_id: (
-        Conversation.objects.select_for_update().filter(pk=conversation_id).values_list("pk", flat=True)
-    )
-)
-_last_turn = CompiledRead(
-    lambda conversation_id: (
-        Turn.objects.filter(conversation_id=conversation_id).order_by("-seq").values_list("seq", "status")[:1]
-    )
-)
 
 
 def _title(question: str) -> str:

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Hashable
+from collections.abc import Callable, Coroutine, Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from asgiref.sync import sync_to_async
 from channels.auth import AuthMiddleware, UserLazyObject
@@ -47,9 +47,6 @@ from inspector.fragments import (
 )
 from inspector.live import StepChanged, StepPartial, TurnChanged
 from inspector.preferences import preference_get
-
-if TYPE_CHECKING:
-    from channels.consumer import _ChannelScope
 
 T = TypeVar("T")
 
@@ -164,7 +161,7 @@ class SocketAuthMiddleware(AuthMiddleware):
     """Channels' ``AuthMiddleware`` (the user of the session cookie, as its ``get_user`` finds
     them), reading in ``SOCKET_READS`` rather than in the server's thread for pages."""
 
-    async def resolve_scope(self, scope: _ChannelScope) -> None:
+    async def resolve_scope(self, scope: Mapping[str, Any]) -> None:  # Channels' scope
         # Channels' ``get_user`` is asgiref's ``database_sync_to_async`` around ``func``, which
         # would run it in that thread.
         read = session_user.func  # type: ignore[attr-defined]

@@ -147,14 +147,15 @@ TEMPLATES = [
 
 DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
-    # Every process (a web server, a worker with hundreds of turn threads) borrows connections
-    # from one bounded pool instead of opening one per thread: Postgres's max_connections is
-    # shared by all of them. A thread that finds the pool empty waits up to the timeout.
-    # Health checks: the pool tests a connection before lending it, so after a Postgres restart
-    # the dead ones are replaced instead of each failing one turn attempt; the first dead one
-    # found has all the idle ones tested at once (``conversations.connections``; the backend,
-    # ``inspector.postgresql``, is Django's with that test given to its pool).
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_health_checks=True)}
+    # Django's own connection pool (OPTIONS "pool", Django 5.1+): every process (a web server, a
+    # worker with hundreds of turn threads) borrows connections from one bounded pool instead of
+    # opening one per thread: Postgres's max_connections is shared by all of them. A thread that
+    # finds the pool empty waits up to the timeout. Health checks: the backend,
+    # ``inspector.postgresql`` (Django's, on public interfaces), tests each connection it borrows
+    # and, finding one dead, has the pool test every idle one at once
+    # (``conversations.connections``). CONN_HEALTH_CHECKS stays off: it would have the pool test
+    # each connection too, one at a time.
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_health_checks=False)}
     DATABASES["default"]["ENGINE"] = "inspector.postgresql"
     DATABASES["default"]["OPTIONS"] = {
         "pool": {
@@ -162,10 +163,6 @@ if DATABASE_URL:
             "max_size": env_int("DATABASE_POOL_MAX_SIZE", 20),
             "timeout": env_float("DATABASE_POOL_TIMEOUT_SECONDS", 30.0),
         },
-        # The reads run on every turn and live row are prepared once per connection
-        # (``inspector.postgresql``); off for a pooler in front of PostgreSQL that cannot carry
-        # prepared statements (PgBouncer before 1.21 in transaction mode).
-        "prepared_statements": env_bool("DATABASE_PREPARED_STATEMENTS", True),
     }
 else:
     DATABASES = {
@@ -196,7 +193,8 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-# Counters every web process must share (login throttling) live in Redis when there is one.
+# Counters every web process must share (login throttling) and the sessions' cache
+# (``SESSION_ENGINE``) live in Redis when there is one; embedded, in the process's memory.
 CACHES = {
     "default": (
         {
@@ -251,10 +249,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 LOGIN_URL = "login"
-# Django's sessions and sign-in, their reads on every request prepared once (``inspector.sessions``).
-# ModelBackend stays listed for sessions signed in before: a session names its user's backend.
-SESSION_ENGINE = "inspector.sessions"
-AUTHENTICATION_BACKENDS = ["inspector.sessions.UserBackend", "django.contrib.auth.backends.ModelBackend"]
+# Django's sessions, kept in the database and read through the cache (``CACHES``: local memory
+# in the one embedded process, Redis shared by every web process when there is one), and
+# Django's own sign-in.
+SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
 LOGIN_REDIRECT_URL = "inspector-conversations"
 LOGOUT_REDIRECT_URL = "login"
 

@@ -20,7 +20,6 @@ from typing import Any
 from django.urls import reverse
 
 from conversations.agent import ToolRun
-from conversations.compiled_reads import CompiledRead
 from conversations.exchanges import server_records_store
 from conversations.llm import ToolDef, provider_tool_names
 from conversations.models import Conversation
@@ -236,10 +235,6 @@ class GatewayServers:
 def conversation_servers(conversation: Conversation, asked_by_id: int | None = None) -> GatewayServers:
     """The conversation's servers, read once, by name (``conversations.toolhost.ServerSource``),
     for a turn ``asked_by_id`` asked."""
-    return GatewayServers(conversation, _conversations_servers(conversation_id=conversation.pk), asked_by_id)
-
-
-# Every turn's start reads this (``conversations.compiled_reads``: its SQL made once).
-_conversations_servers = CompiledRead(
-    lambda conversation_id: McpServer.objects.filter(conversations=conversation_id).order_by("name")
-)
+    return GatewayServers(
+        conversation, list(McpServer.objects.filter(conversations=conversation).order_by("name")), asked_by_id
+    )

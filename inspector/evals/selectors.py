@@ -13,7 +13,6 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import Prefetch, QuerySet
 
-from conversations.compiled_reads import CompiledRead
 from conversations.models import Conversation
 from conversations.pricing import definitions_cost
 from conversations.typealias import JSONDict
@@ -269,16 +268,11 @@ def conversation_overrides(conversation: Conversation) -> dict[str, JSONDict]:
     for any other conversation): the source registered with ``conversations.tool_overrides``."""
     # Every turn asks this: read by the case result alone (the cells' default order, by their
     # run's creation time, joined a third table and sorted for nothing: a conversation runs one
-    # case), and compiled once.
-    found = _case_overrides(conversation_id=conversation.pk)
-    overrides = found[0] if found else None
-    return dict(overrides) if isinstance(overrides, dict) else {}
-
-
-_case_overrides = CompiledRead(
-    lambda conversation_id: (
-        EvalCaseResult.objects.filter(conversation_id=conversation_id)
+    # case).
+    overrides = (
+        EvalCaseResult.objects.filter(conversation=conversation)
         .order_by("pk")
-        .values_list("cell__overrides", flat=True)[:1]
+        .values_list("cell__overrides", flat=True)
+        .first()
     )
-)
+    return dict(overrides) if isinstance(overrides, dict) else {}

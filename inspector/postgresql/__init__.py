@@ -1,2 +1,2 @@
-"""The database backend for PostgreSQL: Django's, with the pool's test of a connection replaced
+"""The database backend for PostgreSQL: Django's, testing each connection its pool lends
 (``base.DatabaseWrapper``)."""

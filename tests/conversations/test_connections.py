@@ -1,5 +1,6 @@
-"""The pool's connections (``conversations.connections``): one that carried a big record is closed
-instead of pooled; dead ones are found and dropped together; quiet ones are lent without a round trip."""
+"""The pool's connections (``conversations.connections``, tested by the backend,
+``inspector.postgresql``, as it borrows each): one that carried a big record is closed instead of
+pooled; dead ones are found and dropped together; quiet ones are lent without a round trip."""
 
 from __future__ import annotations
 
@@ -74,6 +75,11 @@ def test_the_pools_warning_is_dropped_only_for_a_connection_discarded_on_purpose
     assert keep(logging.LogRecord("psycopg.pool", logging.WARNING, __file__, 1, "other: %s", (ours,), None))
 
 
+def _borrowed() -> Any:
+    """A connection borrowed from the pool as Django's backend borrows one (and tests it)."""
+    return connection.get_new_connection(connection.get_connection_params())
+
+
 def _idle_pooled(pool: Any, count: int) -> list[int]:
     """Have at least ``count`` connections idle in the pool; the backend pids of ``count`` of them."""
     held = [pool.getconn() for _ in range(count)]
@@ -90,6 +96,7 @@ def test_once_the_database_dropped_the_pools_connections_a_working_one_is_lent_w
     the one it is about to lend and, when that fails, tries the next after a backoff that doubles
     (0, 1, 2, 4, 8, 16 s): with eight dead ones a request waited out the pool's whole timeout and
     failed. The first failed test now drops every dead idle connection at once."""
+    connection.close()  # Django's own connection back in the pool, idle too
     pool = connection.pool  # type: ignore[attr-defined]
     pids = _idle_pooled(pool, 8)
     with other_connection() as admin:
@@ -102,7 +109,7 @@ def test_once_the_database_dropped_the_pools_connections_a_working_one_is_lent_w
             10,
         )
 
-    lent = pool.getconn(timeout=5)  # before: PoolTimeout (0 + 1 + 2 + 2 s of backoff, still dead)
+    lent = _borrowed()  # before: PoolTimeout (0 + 1 + 2 + 2 s of backoff, still dead)
     try:
         assert lent.info.backend_pid not in pids
         assert lent.execute("SELECT 1").fetchone() == (1,)
@@ -137,7 +144,7 @@ def test_an_idle_connection_the_server_sent_nothing_on_is_lent_without_a_round_t
     _idle_pooled(pool, 3)
     checks = _FullChecks(monkeypatch)
 
-    lent = [pool.getconn(timeout=5) for _ in range(3)]
+    lent = [_borrowed() for _ in range(3)]
     try:
         assert all(conn.execute("SELECT 1").fetchone() == (1,) for conn in lent)
     finally:
@@ -152,7 +159,7 @@ def test_a_connection_the_server_sent_something_on_is_tested_before_it_is_lent(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Anything waiting on an idle connection's socket (here a notification; after a restart,
-    the server's goodbye) has the pool test it first: a working one is lent all the same."""
+    the server's goodbye) has the backend test it first: a working one is lent all the same."""
     pool = connection.pool  # type: ignore[attr-defined]
     listener = pool.getconn()
     listener.execute("LISTEN inspector_test_channel")
@@ -172,7 +179,7 @@ def test_a_connection_the_server_sent_something_on_is_tested_before_it_is_lent(
     try:
         while not taken or taken[-1].info.backend_pid != pid:
             assert len(taken) < 30, "the listening connection was never lent"
-            taken.append(pool.getconn(timeout=5))
+            taken.append(_borrowed())
         assert taken[-1].execute("SELECT 1").fetchone() == (1,)
         taken[-1].execute("UNLISTEN *")
     finally:

@@ -16,12 +16,12 @@ from django.contrib.auth.models import User
 from django.db import connection
 
 from conversations.exchanges import exchange_rows
-from conversations.models import Exchange, Step
+from conversations.models import FTS_BODY_CHARS, Exchange, Step
 from conversations.providers.base import ModelReply, ModelRequest
 from conversations.providers.openai_chat import OpenAIChatProvider
 from conversations.recording import TurnRecorder, index_last_request_whole
 from conversations.redaction import redactor
-from conversations.selectors import FTS_BODY_CHARS, ConversationFilters, conversation_search
+from conversations.selectors import ConversationFilters, conversation_search
 from conversations.wire import WireExchange
 from tests.conversations.provider_fakes import QUESTION, serve, sse
 from tests.factories import ConversationFactory, ExchangeFactory, StepFactory, TurnFactory, UserFactory

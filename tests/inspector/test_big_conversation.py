@@ -448,7 +448,7 @@ def test_a_prompt_of_another_conversation_is_a_404(alice: User) -> None:
 def test_the_list_count_stops_at_the_cap_and_every_page_can_still_be_reached(
     alice: User, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(selectors, "LIST_COUNT_CAP", 4)
+    monkeypatch.setattr(selectors.search, "LIST_COUNT_CAP", 4)
     for n in range(9):
         ConversationFactory(owner=alice, title=f"c{n}")
     everything = conversation_search(user=alice, filters=ConversationFilters())
@@ -471,7 +471,7 @@ def test_the_list_count_stops_at_the_cap_and_every_page_can_still_be_reached(
 
 
 def test_the_list_says_more_than_when_capped(alice: User, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(selectors, "LIST_COUNT_CAP", 30)
+    monkeypatch.setattr(selectors.search, "LIST_COUNT_CAP", 30)
     for n in range(60):
         ConversationFactory(owner=alice, title=f"c{n}")
 

@@ -579,16 +579,16 @@ def test_the_shell_carries_the_very_status_block_and_reads_the_turn_once(
     assert len(step_reads) == 1, step_reads
 
 
-def test_a_row_is_read_in_two_queries_with_its_tool_calls_and_every_exchange(
+def test_a_row_is_read_in_three_queries_with_its_tool_calls_and_every_exchange(
     django_assert_num_queries: Any,
 ) -> None:
     # Every doorbell is a row read in the web server (a connect row before any model call is
-    # the first thing a new turn shows): the row with its tool calls, then all of their exchanges.
+    # the first thing a new turn shows): the row, its tool calls, then all of their exchanges.
     turn = make_turn()
     decide = decide_row(turn)
     StepFactory(turn=turn, kind=Step.Kind.ANSWER, seq=decide.seq + 10)  # not the row's
 
-    with django_assert_num_queries(2):
+    with django_assert_num_queries(3):
         row = selectors.step_row(conversation=turn.conversation, step_id=decide.pk)
         assert row is not None
         children = list(row.children.all())
@@ -603,7 +603,7 @@ def test_a_row_is_read_in_two_queries_with_its_tool_calls_and_every_exchange(
         for step in Step.objects.filter(pk__in=loaded)
     }
     assert any(server is not None for server in servers) and turns == [turn.seq] * 3
-    with django_assert_num_queries(2):  # the row's whole render reads nothing more
+    with django_assert_num_queries(3):  # the row's whole render reads nothing more
         assert render_row(conversation=turn.conversation, step_id=decide.pk) is not None
     # As the page reads it (``turn_rows``), so a row looks the same live and on a reload.
     (paged,) = [step for step in selectors.turn_rows(turn=turn) if step.pk == decide.pk]

@@ -1,0 +1,117 @@
+"""Reads about conversations: what a user may see, found, listed, paged and measured.
+
+One module per concern: ``access`` (the access rule and the lookups that apply it), ``rows``
+(a conversation page's turns, rows, steps and exchanges), ``comparisons`` (a comparison's runs,
+measured) and ``search`` (the list's filters, full-text search, sorting and paging). Their public
+names are re-exported here, so callers import from ``conversations.selectors``.
+
+What the pages build from these reads (prompt diffs, wire excerpts, replay diffs, JSON
+printing) is ``conversations.presentation``; the transcript document is
+``conversations.transcripts.document``.
+"""
+
+from conversations.selectors.access import (
+    conversation_get,
+    conversation_list,
+    turn_for_cancel,
+    visible_to,
+)
+from conversations.selectors.comparisons import (
+    RunRow,
+    RunSummary,
+    comparison_get,
+    comparison_list,
+    comparison_runs,
+)
+from conversations.selectors.rows import (
+    MODEL_CALL_KINDS,
+    PREVIOUS_PROMPT,
+    RowVersion,
+    conversation_changed_at,
+    conversation_turns,
+    exchange_count,
+    exchange_get,
+    profiles_for_form,
+    row_versions_changed_since,
+    rows_by_id,
+    rows_changed_since,
+    step_get,
+    step_row,
+    turn_count_before,
+    turn_get,
+    turn_row_counts,
+    turn_rows,
+    turns_rows,
+)
+from conversations.selectors.search import (
+    CONVERSATIONS_PER_PAGE,
+    DEFAULT_SORT,
+    ERROR_CLASSES,
+    FTS_CONFIG,
+    LIST_COUNT_CAP,
+    SERVER_FAILURE_MARKERS,
+    SORTS,
+    CappedPaginator,
+    ConversationFilters,
+    ConversationRow,
+    ErrorClass,
+    Sort,
+    conversation_page,
+    conversation_rows,
+    conversation_search,
+    exchange_search_document,
+    step_tokens_sql,
+    text_match,
+    tool_label,
+    turn_search_document,
+)
+
+__all__ = [
+    "CONVERSATIONS_PER_PAGE",
+    "CappedPaginator",
+    "ConversationFilters",
+    "ConversationRow",
+    "DEFAULT_SORT",
+    "ERROR_CLASSES",
+    "ErrorClass",
+    "FTS_CONFIG",
+    "LIST_COUNT_CAP",
+    "MODEL_CALL_KINDS",
+    "PREVIOUS_PROMPT",
+    "RowVersion",
+    "RunRow",
+    "RunSummary",
+    "SERVER_FAILURE_MARKERS",
+    "SORTS",
+    "Sort",
+    "comparison_get",
+    "comparison_list",
+    "comparison_runs",
+    "conversation_changed_at",
+    "conversation_get",
+    "conversation_list",
+    "conversation_page",
+    "conversation_rows",
+    "conversation_search",
+    "conversation_turns",
+    "exchange_count",
+    "exchange_get",
+    "profiles_for_form",
+    "exchange_search_document",
+    "row_versions_changed_since",
+    "rows_by_id",
+    "rows_changed_since",
+    "step_get",
+    "step_row",
+    "step_tokens_sql",
+    "text_match",
+    "tool_label",
+    "turn_count_before",
+    "turn_for_cancel",
+    "turn_get",
+    "turn_row_counts",
+    "turn_rows",
+    "turn_search_document",
+    "turns_rows",
+    "visible_to",
+]

@@ -1,0 +1,220 @@
+"""A conversation page's reads: its turns, their rows (top-level steps with their tool calls and
+exchanges), the rows changed since a moment, and single steps, turns and exchanges of it."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime
+from typing import NamedTuple
+
+from django.db.models import (
+    Count,
+    Max,
+    Prefetch,
+    QuerySet,
+    prefetch_related_objects,
+)
+
+from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
+
+
+def _step_exchanges() -> QuerySet[Exchange]:
+    """A row's exchanges as it shows them: in the order they happened, each with its server."""
+    return Exchange.objects.select_related("server").order_by("seq", "id")
+
+
+def _rows() -> QuerySet[Step]:
+    """A page's rows (top-level steps), in order, each with its server and turn: ``_loaded``
+    gives them their tool calls and exchanges."""
+    return (
+        Step.objects.filter(parent__isnull=True)
+        # The turn too: a model call's row shows the turn's tool_choice, a tool's its tools. Not
+        # what no row shows and a finished turn holds much of: its whole message history and the
+        # digests of its seal (decoded for every row read, they made most of a row's read).
+        .select_related("server", "turn")
+        .defer("turn__transcript", "turn__seal_steps")
+        .order_by("seq")
+    )
+
+
+def _tool_calls() -> QuerySet[Step]:
+    """A row's tool calls as it shows them: in order, each with its server and turn."""
+    return (
+        Step.objects.select_related("server", "turn")
+        .defer("turn__transcript", "turn__seal_steps")
+        .order_by("seq")
+    )
+
+
+def _loaded(rows: Iterable[Step]) -> list[Step]:
+    """``rows`` with their tool calls (``_tool_calls``) and every one's exchanges
+    (``_step_exchanges``), prefetched: two more queries in all, however many turns the rows are
+    of (the exchanges of the rows and of their tool calls are read together)."""
+    rows = list(rows)
+    prefetch_related_objects(rows, Prefetch("children", queryset=_tool_calls()))
+    steps = [*rows, *(child for row in rows for child in row.children.all())]
+    prefetch_related_objects(steps, Prefetch("exchanges", queryset=_step_exchanges()))
+    return rows
+
+
+def turn_rows(*, turn: Turn, last: int | None = None, before_seq: int | None = None) -> list[Step]:
+    """The top-level steps of a turn (the page's rows), children and exchanges loaded, in order:
+    all of them, only the ``last`` few, or only those before the row numbered ``before_seq``."""
+    rows = _rows().filter(turn=turn)
+    if before_seq is not None:
+        rows = rows.filter(seq__lt=before_seq)
+    loaded = _loaded(rows if last is None else reversed(rows.order_by("-seq")[:last]))
+    _note_previous_prompts(loaded, from_first=last is None or len(loaded) < last)
+    return loaded
+
+
+def turns_rows(*, turns: Sequence[Turn]) -> dict[int, list[Step]]:
+    """Every top-level step of each of ``turns``, as ``turn_rows`` gives a whole turn's (children
+    and exchanges loaded, in order), by turn id, read together: a page of several short turns
+    reads its rows, their tool calls and all their exchanges once, not once per turn."""
+    if not turns:
+        return {}
+    rows: dict[int, list[Step]] = {turn.pk: [] for turn in turns}
+    for row in _loaded(_rows().filter(turn__in=list(rows)).order_by("turn_id", "seq")):
+        rows[row.turn_id].append(row)
+    for loaded in rows.values():
+        _note_previous_prompts(loaded, from_first=True)
+    return rows
+
+
+# The attribute set on a loaded model-call row: the prompt of the turn's model call before it
+# ("" for none), when that was loaded with it (``presentation.step_prompt_change`` reads it).
+PREVIOUS_PROMPT = "_previous_prompt_loaded"
+# The steps that are model calls, whose spliced prompts are compared one with the next.
+MODEL_CALL_KINDS = (Step.Kind.DECIDE, Step.Kind.ANSWER)
+
+
+def _note_previous_prompts(rows: list[Step], *, from_first: bool) -> None:
+    """Give each model-call row the prompt of the turn's model call before it, where that is
+    known from ``rows`` (consecutive rows of one turn, in order; ``from_first``: starting at its
+    first row): the page's prompt summaries then read it from memory, not row after row."""
+    previous: str | None = "" if from_first else None
+    for row in rows:
+        if row.kind not in MODEL_CALL_KINDS:
+            continue
+        if previous is not None:
+            setattr(row, PREVIOUS_PROMPT, previous)
+        if row.prompt:
+            previous = row.prompt
+
+
+def step_row(*, conversation: Conversation, step_id: int) -> Step | None:
+    """One row of a conversation, loaded for rendering as ``_rows`` loads a page's; None if it is
+    not this conversation's (or not a row: a tool call is shown under its row)."""
+    return next(iter(_loaded(_rows().filter(pk=step_id, turn__conversation=conversation))), None)
+
+
+def _rows_changed(conversation: Conversation, since: datetime, steps: QuerySet[Step]) -> QuerySet[Step]:
+    return steps.filter(parent__isnull=True, turn__conversation=conversation, updated_at__gte=since)
+
+
+def rows_changed_since(*, conversation: Conversation, since: datetime) -> list[Step]:
+    """Rows touched at or after ``since`` (inclusive: a re-sent row replaces itself)."""
+    return _loaded(_rows_changed(conversation, since, _rows()))
+
+
+class RowVersion(NamedTuple):
+    """Where a row is and which version of it is stored, without loading it."""
+
+    step_id: int
+    turn_id: int
+    turn_seq: int
+    seq: int
+    updated_at: datetime
+
+
+def row_versions_changed_since(*, conversation: Conversation, since: datetime) -> list[RowVersion]:
+    """The rows ``rows_changed_since`` would load, as versions only (one light query, unordered)."""
+    changed = _rows_changed(conversation, since, Step.objects.order_by())
+    return [
+        RowVersion(*values)
+        for values in changed.values_list("pk", "turn_id", "turn__seq", "seq", "updated_at")
+    ]
+
+
+def rows_by_id(*, conversation: Conversation, step_ids: Collection[int]) -> list[Step]:
+    """The rows of ``conversation`` among ``step_ids``, loaded for rendering (others are left out)."""
+    return _loaded(_rows().filter(turn__conversation=conversation, pk__in=list(step_ids)))
+
+
+def conversation_turns(
+    *,
+    conversation: Conversation,
+    since: datetime | None = None,
+    newest: int | None = None,
+    before_seq: int | None = None,
+) -> list[Turn]:
+    """The turns, in order, for the page (only those changed at or after ``since``, if given;
+    only those numbered below ``before_seq``, if given; only the last ``newest`` of those, if
+    given). ``transcript`` (the whole message history, large on a long conversation) and
+    ``seal_steps`` (a digest per step), never shown, are deferred: they load if something reads them.
+    Each turn's trace delivery, which its status block shows, comes with it (one join)."""
+    turns = conversation.turns.defer("transcript", "seal_steps").select_related("trace_delivery")
+    if since is not None:
+        turns = turns.filter(updated_at__gte=since)
+    if before_seq is not None:
+        turns = turns.filter(seq__lt=before_seq)
+    if newest is not None:
+        return list(reversed(turns.order_by("-seq")[:newest]))
+    return list(turns.order_by("seq"))
+
+
+def turn_count_before(*, conversation: Conversation, seq: int) -> int:
+    """How many turns of ``conversation`` are numbered below ``seq``."""
+    return conversation.turns.filter(seq__lt=seq).count()
+
+
+def turn_row_counts(*, conversation: Conversation, turns: list[Turn] | None = None) -> dict[int, int]:
+    """How many rows (top-level steps) each turn of ``conversation`` (or only each of ``turns``)
+    has, by turn id (one query)."""
+    steps = Step.objects.filter(turn__conversation=conversation, parent__isnull=True)
+    if turns is not None:
+        steps = steps.filter(turn_id__in=[turn.pk for turn in turns])
+    counts = steps.order_by().values("turn_id").annotate(n=Count("pk")).values_list("turn_id", "n")
+    return dict(counts)
+
+
+def conversation_changed_at(*, conversation: Conversation) -> datetime | None:
+    """The newest ``updated_at`` of any turn or step of ``conversation`` (None: nothing yet)."""
+    steps = Step.objects.filter(turn__conversation=conversation).aggregate(at=Max("updated_at"))["at"]
+    turns = conversation.turns.aggregate(at=Max("updated_at"))["at"]
+    stamps: list[datetime] = [stamp for stamp in (steps, turns) if stamp is not None]
+    return max(stamps, default=None)
+
+
+def exchange_count(*, conversation: Conversation) -> int:
+    """How many raw exchanges the turns of ``conversation`` recorded."""
+    return Exchange.objects.filter(turn__conversation=conversation).count()
+
+
+def step_get(*, conversation: Conversation, step_id: int) -> Step | None:
+    """One step (any, a tool call too) of ``conversation``; None if it is not one of its turns'."""
+    return Step.objects.filter(turn__conversation=conversation, pk=step_id).first()
+
+
+def turn_get(*, conversation: Conversation, turn_id: int) -> Turn | None:
+    """One turn of ``conversation`` (read as ``conversation_turns`` reads them)."""
+    turn = (
+        Turn.objects.filter(pk=turn_id, conversation=conversation)
+        .defer("transcript", "seal_steps")
+        .select_related("trace_delivery")
+        .first()
+    )
+    if turn is not None:
+        turn.conversation = conversation  # the one the caller holds: no read of it again
+    return turn
+
+
+def exchange_get(*, conversation: Conversation, exchange_id: int) -> Exchange | None:
+    """One exchange of ``conversation``; None if it is not one of its turns'."""
+    return Exchange.objects.filter(turn__conversation=conversation, pk=exchange_id).first()
+
+
+def profiles_for_form() -> QuerySet[ModelProfile]:
+    """Profiles a question can run on: not the placeholders imports hang their records off."""
+    return ModelProfile.objects.filter(imported_by__isnull=True).order_by("-is_demo", "name")
