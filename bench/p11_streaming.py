@@ -27,11 +27,11 @@ import httpx2
 from bench import fixtures
 from bench.context import Context
 from bench.stats import Result, judged, summary
-from conversations.llm import Message
+from conversations.loop.llm import Message
+from conversations.loop.providers import Endpoint, ModelRequest
+from conversations.loop.providers.openai_chat import OpenAIChatProvider
 from conversations.models import ModelProfile
-from conversations.providers import Endpoint, ModelRequest
-from conversations.providers.openai_chat import OpenAIChatProvider
-from conversations.recording import TurnRecorder
+from conversations.record.recording import TurnRecorder
 
 ID, NAME, UNIT, TARGET, LIMIT = "P11", "streamed reply", "×", "≤ 2× of a bare client at 1 MB", 2.0
 SIZES = (10_000, 100_000, 1_000_000)

@@ -62,13 +62,13 @@ from bench.environment import REPO_ROOT
 from bench.fake_model import FakeModel
 from bench.processes import cpu_seconds
 from bench.stats import Result, judged, not_run, summary
+from conversations.loop.wire import WireExchange
 from conversations.models import Exchange, Step, Turn
 from conversations.record.orm import OrmStore
 from conversations.record.postgres import PostgresStore
+from conversations.record.recording import TurnRecorder
 from conversations.record.store import Batch
-from conversations.recording import TurnRecorder
 from conversations.runner import turn_run
-from conversations.wire import WireExchange
 from inspector import live
 
 ID, NAME, UNIT, TARGET, LIMIT = (

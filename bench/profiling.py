@@ -21,7 +21,7 @@ AREAS = (
         "publishing (asgiref async_to_sync → channels-redis)",
         ("asgiref/sync.py", "channels_redis/", "redis/asyncio"),
     ),
-    ("prompt splicing + token counts", ("conversations/splicing/",)),
+    ("prompt splicing + token counts", ("conversations/loop/splicing/",)),
     ("argument validation (jsonschema)", ("jsonschema/",)),
     ("MCP gateway + SDK", ("servers/gateway/", "mcp/", "anyio/")),
     ("model HTTP call (openai SDK, httpx2)", ("openai/", "httpx2/", "httpcore2/")),

@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from conversations.loop.splicing import TemplateError, check_template, templates_from_tokenizer_config
 from conversations.models import (
     AuditEvent,
     Comparison,
@@ -19,7 +20,6 @@ from conversations.models import (
     Turn,
 )
 from conversations.services import profile_probe
-from conversations.splicing import TemplateError, check_template, templates_from_tokenizer_config
 
 
 class ModelProfileForm(forms.ModelForm[ModelProfile]):

@@ -14,8 +14,8 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from conversations.audit import audit_change
 from conversations.models import AuditEvent, LearnedCapability, ModelProfile, Turn
+from conversations.record.audit import audit_change
 from conversations.redaction import Redactor
 
 CAPABILITY_FIELDS = ("native_tools", "structured_output", "parallel_calls")

@@ -1,8 +1,8 @@
 """One way of counting what a model receives, for every page that shows a count.
 
 A tool's definition is counted as the text a conversation splices for it: the OpenAI-shaped
-function definition the providers send (``conversations.providers.openai_chat.wire_tool``), as
-the Hermes-style templates put it in a prompt (``conversations.splicing.templates.tool_texts``).
+function definition the providers send (``conversations.loop.providers.openai_chat.wire_tool``), as
+the Hermes-style templates put it in a prompt (``conversations.loop.splicing.templates.tool_texts``).
 The server page counts it so too — under the name a conversation sends (``<server>__<tool>``) and
 :data:`TOOL_ENCODING` (it has no model to choose a tokenizer by), which is also the demo model's
 stand-in encoding — so the same tool counts the same on the server page and in a demo
@@ -26,10 +26,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from conversations.llm import ToolDef, provider_tool_names
-from conversations.providers.openai_chat import wire_tool
-from conversations.splicing import Spliced, count_tokens
-from conversations.splicing.templates import tool_texts
+from conversations.loop.llm import ToolDef, provider_tool_names
+from conversations.loop.providers.openai_chat import wire_tool
+from conversations.loop.splicing import Spliced, count_tokens
+from conversations.loop.splicing.templates import tool_texts
 from conversations.typealias import JSONDict
 
 TOOL_ENCODING = "o200k_base"
@@ -65,7 +65,7 @@ def catalog_tokens(
     tools: Sequence[Mapping[str, Any]], *, server_name: str, encoding: str = TOOL_ENCODING
 ) -> list[int | None]:
     """Each tool of one server's catalog counted as a conversation with that server sends it:
-    under its provider name ``<server>__<tool>`` (:func:`conversations.llm.provider_tool_names`)."""
+    under its provider name ``<server>__<tool>`` (:func:`conversations.loop.llm.provider_tool_names`)."""
     names = provider_tool_names([(server_name, str(tool.get("name") or "")) for tool in tools])
     return [tool_tokens(tool, name, encoding) for tool, name in zip(tools, names, strict=True)]
 

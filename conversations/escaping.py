@@ -120,7 +120,7 @@ def _has_surrogate(text: str) -> bool:
 
 
 def undecodable_bytes(text: str) -> str | None:
-    """For a text decoded from bytes with ``surrogateescape`` (``conversations.wire.decode_body``):
+    """For a text decoded from bytes with ``surrogateescape`` (``conversations.loop.wire.decode_body``):
     how many of those bytes were not UTF-8 and the offset of the first, or None when all were.
     Every streamed reply's raw body is asked, so a body without surrogates is answered at once."""
     if not may_hold_surrogate(text):

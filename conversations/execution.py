@@ -15,9 +15,9 @@ from django.db import DatabaseError, close_old_connections
 
 from conversations.lifecycle import lifecycle_start
 from conversations.models import Turn
+from conversations.record.trace_delivery import trace_deliveries_retry
 from conversations.runner import turn_abandon, turn_run
 from conversations.tasks import run_turn
-from conversations.trace_delivery import trace_deliveries_retry
 
 logger = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from conversations.models import Step, Turn
-from conversations.recording import TurnRecorder, index_last_request_whole
+from conversations.record.recording import TurnRecorder, index_last_request_whole
 
 logger = logging.getLogger(__name__)
 
@@ -403,7 +403,7 @@ def turn_step_record(*, turn_id: int, title: str, error: str) -> None:
         recorder.step_close(step, status="error", error=error)
         recorder.drain()
         index_last_request_whole(turn_id)
-        # The turn has ended: sealed like one its runner ended (conversations.integrity).
+        # The turn has ended: sealed like one its runner ended (conversations.record.integrity).
         recorder.seal()
         transaction.on_commit(recorder.turn_changed)
 

@@ -14,9 +14,9 @@ from django.db import models
 from django.utils import timezone
 
 from conversations.escaping import CarriableDecoder
-from conversations.paradigms import PARADIGMS
-from conversations.providers import PROVIDERS
-from conversations.splicing import ARGUMENT_MODE_LABELS, ENCODINGS
+from conversations.loop.paradigms import PARADIGMS
+from conversations.loop.providers import PROVIDERS
+from conversations.loop.splicing import ARGUMENT_MODE_LABELS, ENCODINGS
 
 CAPABILITY_CHOICES = [("unknown", "unknown"), ("yes", "yes"), ("no", "no")]
 TOOL_CHOICE_MODES = [
@@ -155,7 +155,7 @@ class Conversation(models.Model):
         "Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays"
     )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
-    # The anchor of the keyed chain (conversations.integrity): how many turns are sealed, the
+    # The anchor of the keyed chain (conversations.record.integrity): how many turns are sealed, the
     # last seal, and a MAC over both, so removing the tail or a whole turn is detected.
     chain_turns = models.PositiveIntegerField(default=0)
     chain_head = models.CharField(max_length=64, blank=True)
@@ -218,7 +218,7 @@ class Turn(models.Model):
     # A cancel asked for (by whom): the runner sees it within a second and ends the turn cancelled.
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_by = models.CharField(max_length=150, blank=True)
-    # Written when the turn ends (conversations.integrity.turn_seal): a keyed digest of each
+    # Written when the turn ends (conversations.record.integrity.turn_seal): a keyed digest of each
     # step, in seq order, and the turn's seal over its shown fields, those digests, its
     # exchanges' hashes and the previous turn's seal. Empty: not ended, or made before sealing.
     seal = models.CharField(max_length=64, blank=True)
@@ -443,10 +443,10 @@ class Exchange(models.Model):
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     duration_ms = models.FloatField(null=True, blank=True)
-    # The conversation's hash chain (conversations.integrity); empty for server-only records.
+    # The conversation's hash chain (conversations.record.integrity); empty for server-only records.
     prev_hash = models.CharField(max_length=64, blank=True)
     hash = models.CharField(max_length=64, blank=True)
-    # The rule ``hash`` was made under (``conversations.integrity``): 1 unkeyed SHA-256 (records
+    # The rule ``hash`` was made under (``conversations.record.integrity``): 1 unkeyed SHA-256 (records
     # made before keyed sealing), 2 HMAC with the installation's integrity key over the content,
     # 3 the same over the content with each body as its SHA-256 (new records).
     chain_version = models.PositiveSmallIntegerField(default=3)
@@ -539,7 +539,7 @@ class AuditEvent(models.Model):
         SERVER_ENABLED = "server.enabled"
         SERVER_DISABLED = "server.disabled"
         SERVER_DELETED = "server.deleted"
-        # A turn's record sealed (conversations.integrity), a profile's prices set
+        # A turn's record sealed (conversations.record.integrity), a profile's prices set
         # (conversations.pricing), a learned capability reset (conversations.capabilities).
         SEALED = "sealed"
         PROFILE_PRICE_SET = "profile.price_set"
@@ -555,7 +555,7 @@ class AuditEvent(models.Model):
     action = models.CharField(max_length=24, choices=Action.choices)
     conversation_public_id = models.UUIDField(null=True, blank=True, db_index=True)
     # Through what it happened (page, rows, api, admin, cli...) and what exactly (a turn, a body,
-    # a server's name): repeated reads of the same thing are folded on these (conversations.audit).
+    # a server's name): repeated reads of the same thing are folded on these (conversations.record.audit).
     via = models.CharField(max_length=40, blank=True)
     subject = models.CharField(max_length=200, blank=True)
     detail = models.JSONField(default=dict, blank=True)
@@ -572,7 +572,7 @@ class AuditEvent(models.Model):
 
 
 class TraceDelivery(models.Model):
-    """A turn's trace on its way to the OTLP/HTTP collector (``conversations.trace_delivery``,
+    """A turn's trace on its way to the OTLP/HTTP collector (``conversations.record.trace_delivery``,
     docs/traces.md §5): pending until the collector accepts it, retried while it is down."""
 
     class Status(models.TextChoices):

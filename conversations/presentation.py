@@ -14,8 +14,9 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 
 from conversations.escaping import carriable
+from conversations.loop.providers import PROVIDERS, wire_excerpts
+from conversations.loop.splicing import prompt_diff
 from conversations.models import Comparison, Conversation, Exchange, Step, Turn
-from conversations.providers import PROVIDERS, wire_excerpts
 from conversations.selectors import (
     MODEL_CALL_KINDS,
     PREVIOUS_PROMPT,
@@ -23,7 +24,6 @@ from conversations.selectors import (
     conversation_list,
     tool_label,
 )
-from conversations.splicing import prompt_diff
 from conversations.strings import common_prefix_length
 from conversations.typealias import JSONDict, JSONValue
 

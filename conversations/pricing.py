@@ -12,9 +12,9 @@ from decimal import Decimal
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
-from conversations.audit import audit_change
+from conversations.loop.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.models import AuditEvent, ModelPrice, ModelProfile, Step, Turn
-from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
+from conversations.record.audit import audit_change
 from conversations.typealias import JSONDict, JSONValue
 
 MILLION = Decimal(1_000_000)

@@ -1,8 +1,8 @@
 """Runs one queued turn: load it, connect its servers, hand it to the agent loop, finish it.
 
-Django-aware glue around ``conversations.agent`` (which is not): it builds the provider and
+Django-aware glue around ``conversations.loop.agent`` (which is not): it builds the provider and
 the paradigm from the database, gets the servers' tools and the tool host from the MCP side
-(``conversations.toolhost``), and records through ``TurnRecorder``.
+(``conversations.loop.toolhost``), and records through ``TurnRecorder``.
 """
 
 from __future__ import annotations
@@ -23,24 +23,31 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.db import DatabaseError, connection, transaction
 
 from conversations import events
-from conversations.agent import AgentTurn, PromptRenderer, TurnCancelled, run_agent
 from conversations.capabilities import CAPABILITY_FIELDS, capability_downgrades_remember
-from conversations.connections import discard_connection
 from conversations.counting import definitions_counted, prompt_tools_counted, with_response_format
 from conversations.lifecycle import CANCEL, TurnSignal, turn_claim, turn_unwatch, turn_watch, turns_reap_stale
-from conversations.llm import Message, ToolChoice, ToolDef
+from conversations.loop.agent import AgentTurn, PromptRenderer, TurnCancelled, run_agent
+from conversations.loop.llm import Message, ToolChoice, ToolDef
+from conversations.loop.paradigms import PARADIGMS
+from conversations.loop.providers import (
+    PROVIDERS,
+    Endpoint,
+    ModelReply,
+    ModelRequest,
+    Provider,
+    ProviderError,
+)
+from conversations.loop.providers.http import call_abandoned, interruptible_call
+from conversations.loop.providers.openai_chat import endpoint_transport, wire_message, wire_tool
+from conversations.loop.providers.streaming import DeltaCallback, PartialReply
+from conversations.loop.splicing import GenericRenderer, Spliced, splice
+from conversations.loop.tool_overrides import Overrides, tool_overrides_for, tools_overridden
+from conversations.loop.toolhost import Connected, TurnServers, turn_servers
 from conversations.models import ModelProfile, Turn
-from conversations.paradigms import PARADIGMS
-from conversations.providers import PROVIDERS, Endpoint, ModelReply, ModelRequest, Provider, ProviderError
-from conversations.providers.http import call_abandoned, interruptible_call
-from conversations.providers.openai_chat import endpoint_transport, wire_message, wire_tool
-from conversations.providers.streaming import DeltaCallback, PartialReply
-from conversations.recording import TurnRecorder, index_last_request_whole, turn_end_save
+from conversations.record.connections import discard_connection
+from conversations.record.recording import TurnRecorder, index_last_request_whole, turn_end_save
+from conversations.record.trace_delivery import trace_delivery_queue
 from conversations.secret_sources import active_redactor
-from conversations.splicing import GenericRenderer, Spliced, splice
-from conversations.tool_overrides import Overrides, tool_overrides_for, tools_overridden
-from conversations.toolhost import Connected, TurnServers, turn_servers
-from conversations.trace_delivery import trace_delivery_queue
 from conversations.typealias import JSONDict
 
 logger = logging.getLogger(__name__)
@@ -291,7 +298,7 @@ def connect_servers(
     overrides: Callable[[], Overrides | None] | None = None,
 ) -> Connected:
     """Connect the turn's servers (``toolhost.TurnServers.connect``) as its ``connect`` step; the
-    conversation's tool-definition overrides (``conversations.tool_overrides``), read by
+    conversation's tool-definition overrides (``conversations.loop.tool_overrides``), read by
     ``overrides`` once the step is open (its row is written meanwhile: it is the first a
     watching page shows), are spliced into the tools offered, and the step's notes name each
     tool changed."""
@@ -459,7 +466,7 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
             recorder.seal()
     if recorder.carried_big:
         # The end wrote the turn's history and the seal read its steps back: this connection's
-        # buffers are as big as the biggest of them (``conversations.connections``).
+        # buffers are as big as the biggest of them (``conversations.record.connections``).
         discard_connection(connection)
     recorder.turn_changed()
     return ended if ended is not None else str(turn.status)

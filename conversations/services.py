@@ -12,17 +12,17 @@ from django.db.models import Model
 from django.utils import timezone
 
 from conversations import events
-from conversations.audit import audit_record
 from conversations.execution import turn_dispatch
 from conversations.lifecycle import turn_signal_local, turn_step_record
+from conversations.loop.providers import PROVIDERS
+from conversations.loop.splicing import LLAMA_CPP_SOURCE, probe_request, server_template
 from conversations.models import AuditEvent, Comparison, Conversation, Exchange, ModelProfile, Turn
-from conversations.providers import PROVIDERS
+from conversations.record.audit import audit_record
+from conversations.record.transcripts.export import ExportFormat, transcript_export_bytes
+from conversations.record.transcripts.importing import IMPORTED_PROFILE_PREFIX
+from conversations.record.transcripts.otel_import import conversation_file_import
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
-from conversations.splicing import LLAMA_CPP_SOURCE, probe_request, server_template
-from conversations.transcripts.export import ExportFormat, transcript_export_bytes
-from conversations.transcripts.importing import IMPORTED_PROFILE_PREFIX
-from conversations.transcripts.otel_import import conversation_file_import
 from conversations.typealias import JSONDict, JSONValue
 
 DEMO_PROFILE_NAME = "demo"

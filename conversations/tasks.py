@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from conversations.lifecycle import lifecycle_start
 from conversations.models import TraceDelivery
-from conversations.retention import conversations_prune
+from conversations.record.retention import conversations_prune
+from conversations.record.trace_delivery import trace_deliver, trace_deliveries_retry
 from conversations.runner import turn_abandon, turn_run
-from conversations.trace_delivery import trace_deliver, trace_deliveries_retry
 
 # Failures to reach the database (pool exhausted, "too many clients", a restart): worth a retry.
 DATABASE_ERRORS = (OperationalError, InterfaceError)

@@ -36,12 +36,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from conversations.audit import audit_read
 from conversations.models import Conversation, Turn
-from conversations.search import SCOPES, scoped_text_match
+from conversations.record.audit import audit_read
+from conversations.record.transcripts.document import transcript_document
 from conversations.selectors import conversation_get, conversation_list, text_match, turn_for_cancel
+from conversations.selectors.scopes import SCOPES, scoped_text_match
 from conversations.services import TurnNotCancellable, turn_cancel
-from conversations.transcripts.document import transcript_document
 from inspector.evals.models import EvalRun, Suite
 from inspector.evals.selectors import progress_json, run_get, run_list, run_progress, suite_get, suite_list
 from inspector.evals.services import run_cancel, run_results_read, run_start, suite_save
@@ -89,7 +89,7 @@ def _with_last_turn_status(conversations: QuerySet[Conversation]) -> QuerySet[Co
 )
 class ConversationListView(ListAPIView[Conversation]):
     """The signed-in user's conversations, newest first, paginated with ``?page=``; with ``?q=``
-    those with the text in one of the ``scope``s (``conversations.search``)."""
+    those with the text in one of the ``scope``s (``conversations.selectors.scopes``)."""
 
     authentication_classes = API_AUTHENTICATION
     permission_classes = API_PERMISSIONS

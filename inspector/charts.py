@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-from conversations.paradigms import PARADIGMS
+from conversations.loop.paradigms import PARADIGMS
 from conversations.pricing import turn_cost
 from conversations.selectors import RunSummary
 

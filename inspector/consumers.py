@@ -33,9 +33,9 @@ from channels.auth import get_user as session_user
 from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from conversations.audit import audit_read
-from conversations.exchanges import release_connection
 from conversations.models import Conversation
+from conversations.record.audit import audit_read
+from conversations.record.exchanges import release_connection
 from conversations.selectors import conversation_get
 from inspector import live
 from inspector.fragments import (

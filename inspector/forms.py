@@ -12,9 +12,9 @@ from django.core.files.uploadedfile import UploadedFile
 from django.template.defaultfilters import filesizeformat
 
 from conversations import selectors
+from conversations.loop.paradigms import PARADIGMS
 from conversations.models import TOOL_CHOICE_MODES, ModelProfile, Turn
-from conversations.paradigms import PARADIGMS
-from conversations.search import SCOPES
+from conversations.selectors.scopes import SCOPES
 from conversations.services import DEMO_PROFILE_NAME
 from servers import demo_server
 from servers.models import McpServer, Operation

@@ -1,9 +1,9 @@
 """The shapes of the JSON API.
 
-A conversation's transcript is the transcript document (``conversations.transcripts.document``,
+A conversation's transcript is the transcript document (``conversations.record.transcripts.document``,
 the same as the ``json`` export and ``ask --json``), returned as built; ``TranscriptDocument``
 only names it for the OpenAPI document, whose description is derived from the document's own
-types (``conversations.transcripts.schema``), so the two cannot drift. The conversation summary
+types (``conversations.record.transcripts.schema``), so the two cannot drift. The conversation summary
 serializer is used for output.
 """
 
@@ -18,7 +18,7 @@ from drf_spectacular.plumbing import ResolvedComponent
 from rest_framework import serializers
 
 from conversations.models import Conversation, Turn
-from conversations.transcripts.schema import transcript_components
+from conversations.record.transcripts.schema import transcript_components
 from conversations.typealias import JSONDict
 from inspector.evals.models import EvalCaseResult, EvalRun
 

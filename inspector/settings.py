@@ -76,7 +76,7 @@ SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
     # A per-checkout key kept under var/, so sessions survive restarts without configuration.
     SECRET_KEY = key_file_read_or_create(VAR_DIR / "secret_key")
-# The hash chain's HMAC key (``conversations.integrity``): never in the database, and not
+# The hash chain's HMAC key (``conversations.record.integrity``): never in the database, and not
 # SECRET_KEY, whose rotation would break every record. INTEGRITY_KEY (or the file that
 # INTEGRITY_KEY_FILE names, read by ``env_str``), else a key generated in var/ like SECRET_KEY's.
 INTEGRITY_KEY_FILE = env_path("INTEGRITY_KEY_FILE", VAR_DIR / "integrity_key")
@@ -153,7 +153,7 @@ if DATABASE_URL:
     # finds the pool empty waits up to the timeout. Health checks: the backend,
     # ``inspector.postgresql`` (Django's, on public interfaces), tests each connection it borrows
     # and, finding one dead, has the pool test every idle one at once
-    # (``conversations.connections``). CONN_HEALTH_CHECKS stays off: it would have the pool test
+    # (``conversations.record.connections``). CONN_HEALTH_CHECKS stays off: it would have the pool test
     # each connection too, one at a time.
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_health_checks=False)}
     DATABASES["default"]["ENGINE"] = "inspector.postgresql"
@@ -223,7 +223,7 @@ TURN_HEARTBEAT_SECONDS = env_float("TURN_HEARTBEAT_SECONDS", 10.0)
 TURN_HEARTBEAT_WINDOW_SECONDS = env_float("TURN_HEARTBEAT_WINDOW_SECONDS", 60.0)
 TURN_REAP_SECONDS = env_float("TURN_REAP_SECONDS", 15.0)
 TURN_CANCEL_POLL_SECONDS = env_float("TURN_CANCEL_POLL_SECONDS", 0.5)
-# The record writer (conversations.recording): while batches keep coming it waits this long for
+# The record writer (conversations.record.recording): while batches keep coming it waits this long for
 # more before a write, so a fast loop's steps are committed a few at a time; 0 writes each at once.
 RECORD_WRITE_LINGER_SECONDS = env_float("RECORD_WRITE_LINGER_SECONDS", 0.002)
 
@@ -398,7 +398,7 @@ LOGGING = {
     # Every record passes the one redactor (conversations.redaction) before it is written.
     "filters": {
         "redact": {"()": "conversations.redaction.LogRedactionFilter"},
-        "discarded": {"()": "conversations.connections.DiscardedConnectionFilter"},
+        "discarded": {"()": "conversations.record.connections.DiscardedConnectionFilter"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},

@@ -5,7 +5,7 @@ comparisons (one question under several paradigms and models, side by side).
 Login is enforced for every view by ``LoginRequiredMiddleware``; access to one conversation
 or comparison is checked here, by looking it up among the user's own. Every view that shows a
 conversation's record (its page, a turn, rows, a body, a prompt) writes a read-audit entry
-(``conversations.audit.audit_read``: repeats within a few minutes are folded).
+(``conversations.record.audit.audit_read``: repeats within a few minutes are folded).
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ from django.utils.http import content_disposition_header, url_has_allowed_host_a
 from django.views.decorators.http import require_GET, require_POST
 
 from conversations import presentation, selectors, services
-from conversations.audit import audit_read
 from conversations.capabilities import profile_capability_reset, profile_pickable, profiles_capabilities
 from conversations.models import Comparison, Conversation, Step, Turn
 from conversations.pricing import profile_price_set
-from conversations.transcripts.export import BINARY_FORMATS, EXPORT_FORMATS, MEDIA_TYPES, ExportFormat
-from conversations.transcripts.importing import TranscriptError
+from conversations.record.audit import audit_read
+from conversations.record.transcripts.export import BINARY_FORMATS, EXPORT_FORMATS, MEDIA_TYPES, ExportFormat
+from conversations.record.transcripts.importing import TranscriptError
+from conversations.record.verification import conversation_verify
 from conversations.typealias import JSONDict
-from conversations.verification import conversation_verify
 from inspector import charts, fragments, walkthrough
 from inspector.forms import (
     ComparisonForm,
@@ -118,7 +118,7 @@ def _step(conversation: Conversation, step_id: int) -> Step:
 def _read(
     request: HttpRequest, conversation: Conversation, *, via: str, subject: str, detail: JSONDict
 ) -> None:
-    """The user read part of the conversation's record (``conversations.audit.audit_read``)."""
+    """The user read part of the conversation's record (``conversations.record.audit.audit_read``)."""
     audit_read(actor=_user(request), conversation=conversation, via=via, subject=subject, detail=detail)
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from conversations.loop.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.models import Step
-from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 
 WIDTH = 1000  # the drawing's width in SVG units; the label column takes LABEL_WIDTH of it
 LABEL_WIDTH = 300

@@ -12,8 +12,8 @@ class ServersConfig(AppConfig):
         stale check's ending of operations nothing runs any more."""
         # Here, not at the top: the models can be imported only once the apps are loaded.
         from conversations.lifecycle import stale_check_register
+        from conversations.loop.toolhost import server_source_register
         from conversations.secret_sources import secret_source_register
-        from conversations.toolhost import server_source_register
         from servers.operations import operations_end_stale
         from servers.selectors import server_secret_values
         from servers.toolhost import conversation_servers

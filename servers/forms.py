@@ -15,8 +15,8 @@ from typing import Any
 import jsonschema
 from django import forms
 
+from conversations.loop.wire import MASK
 from conversations.models import ModelProfile
-from conversations.wire import MASK
 from servers.gateway.config import ERAS, has_references
 from servers.gateway.transports import TRANSPORTS
 from servers.models import McpServer, server_name_validator

@@ -21,9 +21,9 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.utils import timezone
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
-from conversations.audit import audit_change
-from conversations.exchanges import release_connection
 from conversations.models import AuditEvent
+from conversations.record.audit import audit_change
+from conversations.record.exchanges import release_connection
 from conversations.redaction import Redactor
 from servers.gateway.oauth import AuthorizationRequired, GrantStore, OAuthSettings
 from servers.models import McpServer, OAuthGrant

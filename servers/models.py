@@ -10,7 +10,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
-from conversations.wire import SECRET_HEADER_RE
+from conversations.loop.wire import SECRET_HEADER_RE
 from servers.gateway.config import ERAS, ConfigError, ServerConfig, has_references, resolve_references
 from servers.gateway.oauth import GRANTS, OAuthSettings
 from servers.gateway.transports import TRANSPORTS

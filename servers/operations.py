@@ -24,12 +24,12 @@ from django.conf import settings
 from django.db import close_old_connections, connections, transaction
 from django.utils import timezone
 
-from conversations.exchanges import exchange_rows, server_records_store
 from conversations.lifecycle import runner_gone
+from conversations.loop.wire import WireExchange
 from conversations.models import Exchange
+from conversations.record.exchanges import exchange_rows, server_records_store
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
-from conversations.wire import WireExchange
 from servers import gateway
 from servers.gateway import Outcome, Question
 from servers.gateway.config import ConfigError, ServerConfig

@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from conversations.llm import Message
+from conversations.loop.llm import Message
+from conversations.loop.providers import PROVIDERS, ModelRequest, ProviderError
+from conversations.loop.wire import WireExchange
 from conversations.models import ModelProfile
-from conversations.providers import PROVIDERS, ModelRequest, ProviderError
 from conversations.runner import TurnSetupError, endpoint_for
 from conversations.typealias import JSONList
-from conversations.wire import WireExchange
 
 
 @dataclass

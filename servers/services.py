@@ -18,13 +18,13 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from conversations.audit import audit_change
-from conversations.exchanges import exchange_rows
 from conversations.lifecycle import runner_name
+from conversations.loop.wire import MASK, WireExchange
 from conversations.models import AuditEvent, Exchange, Step
+from conversations.record.audit import audit_change
+from conversations.record.exchanges import exchange_rows
 from conversations.secret_sources import active_redactor
 from conversations.typealias import JSONDict, JSONValue
-from conversations.wire import MASK, WireExchange
 from servers.gateway.config import has_references
 from servers.grants import user_run_secrets
 from servers.mcp_apps import APP_LABEL_RE, MESSAGES_PER_OPERATION, AppMessage

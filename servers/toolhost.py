@@ -1,4 +1,4 @@
-"""A turn's MCP servers through the gateway: the ``conversations.toolhost`` contract's
+"""A turn's MCP servers through the gateway: the ``conversations.loop.toolhost`` contract's
 implementation, registered when the app starts (``servers.apps``).
 
 ``conversation_servers`` reads a conversation's servers; ``GatewayServers.connect`` lists their
@@ -19,14 +19,14 @@ from typing import Any
 
 from django.urls import reverse
 
-from conversations.agent import ToolRun
-from conversations.exchanges import server_records_store
-from conversations.llm import ToolDef, provider_tool_names
+from conversations.loop.agent import ToolRun
+from conversations.loop.llm import ToolDef, provider_tool_names
+from conversations.loop.toolhost import Connected, StopSignal
+from conversations.loop.wire import WireExchange
 from conversations.models import Conversation
+from conversations.record.exchanges import server_records_store
 from conversations.redaction import Redactor
-from conversations.toolhost import Connected, StopSignal
 from conversations.typealias import JSONDict
-from conversations.wire import WireExchange
 from servers import gateway
 from servers.gateway.config import ServerConfig
 from servers.gateway.oauth import OAuthSettings
@@ -123,7 +123,7 @@ def _session_note(server: McpServer, outcome: gateway.ListOutcome) -> str:
 
 @dataclass
 class GatewayServers:
-    """A conversation's servers (implements ``conversations.toolhost.TurnServers``)."""
+    """A conversation's servers (implements ``conversations.loop.toolhost.TurnServers``)."""
 
     conversation: Conversation
     # By name: the order their tools are offered in.
@@ -233,7 +233,7 @@ class GatewayServers:
 
 
 def conversation_servers(conversation: Conversation, asked_by_id: int | None = None) -> GatewayServers:
-    """The conversation's servers, read once, by name (``conversations.toolhost.ServerSource``),
+    """The conversation's servers, read once, by name (``conversations.loop.toolhost.ServerSource``),
     for a turn ``asked_by_id`` asked."""
     return GatewayServers(
         conversation, list(McpServer.objects.filter(conversations=conversation).order_by("name")), asked_by_id

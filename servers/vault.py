@@ -14,7 +14,7 @@ import hashlib
 from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 
-from conversations.wire import MASK
+from conversations.loop.wire import MASK
 
 SEALED_PREFIX = "enc:v1:"
 

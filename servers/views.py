@@ -28,7 +28,7 @@ from django.urls import reverse
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from conversations.audit import audit_read
+from conversations.record.audit import audit_read
 from servers import grants, mcp_apps, selectors, services
 from servers.forms import (
     ELICITATION_FORMATS,

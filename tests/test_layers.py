@@ -18,19 +18,22 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 FRAMEWORKS = ("django", "celery", "channels", "kombu", "billiard", "rest_framework", "daphne", "inspector")
 # The loop, what it is made of, and the vocabulary it shares with the gateway and the recorder.
 FRAMEWORK_FREE = (
-    "conversations.agent",
-    "conversations.llm",
-    "conversations.paradigms",
-    "conversations.providers",
-    "conversations.parsing",
-    "conversations.splicing",
+    # The loop package as a whole, and each of its parts on its own: the agent, the paradigms,
+    # providers, parsing and splicing, the contract the runner reaches MCP through (``toolhost``,
+    # implemented by ``servers``) and the seam tool-definition overrides come through
+    # (``tool_overrides``, filled by ``evals``).
+    "conversations.loop",
+    "conversations.loop.agent",
+    "conversations.loop.llm",
+    "conversations.loop.paradigms",
+    "conversations.loop.providers",
+    "conversations.loop.parsing",
+    "conversations.loop.splicing",
+    "conversations.loop.wire",
+    "conversations.loop.toolhost",
+    "conversations.loop.tool_overrides",
     "conversations.redaction",
     "conversations.typealias",
-    "conversations.wire",
-    # The contract the runner reaches MCP through (implemented by ``servers``).
-    "conversations.toolhost",
-    # The seam a conversation's tool-definition overrides come through (filled by ``evals``).
-    "conversations.tool_overrides",
     # The recorder's announcements (heard by ``inspector.live``).
     "conversations.events",
 )
@@ -85,8 +88,53 @@ def test_evals_imports_nothing_of_the_ui_package_but_its_channel_layer_module() 
     assert offenders == []
 
 
+# What the loop may take from the rest of ``conversations``: the vocabulary it shares with the
+# record (JSON names, escaping, the redactor) and, for type checking only, the Conversation model.
+LOOP_MAY_IMPORT = (
+    "conversations.loop",
+    "conversations.typealias",
+    "conversations.escaping",
+    "conversations.strings",
+    "conversations.redaction",
+)
+
+
+def test_the_loop_imports_nothing_of_the_record_or_the_turn_domain() -> None:
+    offenders = [
+        f"{path.relative_to(REPO_ROOT)}:{line} imports {module}"
+        for path in sorted((REPO_ROOT / "conversations" / "loop").rglob("*.py"))
+        for line, module in _imports(path, "conversations")
+        if not any(module == allowed or module.startswith(f"{allowed}.") for allowed in LOOP_MAY_IMPORT)
+        and not (module == "conversations.models" and _type_checking_only(path, line))
+    ]
+    assert offenders == []
+
+
+def _type_checking_only(path: Path, line: int) -> bool:
+    """Whether the import on ``line`` sits in an ``if TYPE_CHECKING:`` block."""
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            if any(child.lineno == line for statement in node.body for child in ast.walk(statement)):
+                return True
+    return False
+
+
+def test_the_loop_scan_sees_an_import_of_the_record(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from typing import TYPE_CHECKING\nfrom conversations.record import recording\n"
+        "if TYPE_CHECKING:\n    from conversations.models import Turn\n"
+    )
+    assert _imports(sample, "conversations") == [
+        (2, "conversations.record"),
+        (4, "conversations.models"),
+    ]
+    assert not _type_checking_only(sample, 2)
+    assert _type_checking_only(sample, 4)
+
+
 def test_nothing_in_conversations_imports_servers() -> None:
-    # servers → conversations only: the runner reaches MCP through ``conversations.toolhost`` and
+    # servers → conversations only: the runner reaches MCP through ``conversations.loop.toolhost`` and
     # the redactor learns the servers' secrets from ``conversations.secret_sources``, both filled
     # by ``servers`` when Django starts. Migrations name other apps' models by string.
     offenders = [
@@ -100,7 +148,7 @@ def test_nothing_in_conversations_imports_servers() -> None:
 
 def test_nothing_in_conversations_or_servers_imports_evals() -> None:
     # evals → conversations, servers only: an eval conversation's tool overrides reach the runner
-    # through ``conversations.tool_overrides``, filled by ``evals`` when Django starts.
+    # through ``conversations.loop.tool_overrides``, filled by ``evals`` when Django starts.
     offenders = [
         f"{path.relative_to(REPO_ROOT)}:{line} imports {module}"
         for package in ("conversations", "servers")

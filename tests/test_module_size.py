@@ -9,16 +9,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PRODUCT_PACKAGES = ("inspector", "conversations", "servers")
 MAX_LINES = 800
 
-# TEMPORARY: modules other branches are splitting while this test lands. The lead removes this
-# allow-list (and its use below) after merging those branches; do not add to it.
-TEMPORARILY_ALLOWED_OVER_LIMIT = frozenset(
-    {
-        "conversations/selectors.py",
-        "conversations/recording.py",
-        "conversations/integrity.py",
-    }
-)
-
 
 def _product_modules() -> list[Path]:
     return [
@@ -39,9 +29,8 @@ def test_no_product_module_is_over_800_lines() -> None:
         for path in _product_modules()
         if _lines(path) > MAX_LINES
     }
-    named = {name: lines for name, lines in over.items() if name not in TEMPORARILY_ALLOWED_OVER_LIMIT}
-    assert named == {}, "split by seam: " + ", ".join(
-        f"{name} ({lines} lines)" for name, lines in named.items()
+    assert over == {}, "split by seam: " + ", ".join(
+        f"{name} ({lines} lines)" for name, lines in over.items()
     )
 
 

@@ -133,7 +133,7 @@ def test_product_code_uses_the_frameworks_through_their_public_interfaces_only()
 
 def test_the_scan_reads_every_module_of_the_three_apps() -> None:
     files = {str(path.relative_to(ROOT)) for path in _product_files()}
-    assert {"inspector/settings.py", "conversations/connections.py", "servers/toolhost.py"} <= files
+    assert {"inspector/settings.py", "conversations/record/connections.py", "servers/toolhost.py"} <= files
     assert not [name for name in files if "/migrations/" in name]
 
 

@@ -34,7 +34,7 @@ from conversations.demo.gemini import GEMINI, gemini_error
 from conversations.demo.model import complete, openai_error_body, simulated_delay, stream_delay
 from conversations.demo.openai_chat import CHAT
 from conversations.demo.openai_responses import RESPONSES
-from conversations.providers.http import call_abandoned
+from conversations.loop.providers.http import call_abandoned
 from conversations.typealias import JSONDict, JSONValue
 
 # Splits after each event's blank line, keeping it with the event.

@@ -1,4 +1,4 @@
-"""Full-text indexes for the list's search scopes (``conversations.search``): the question, the
+"""Full-text indexes for the list's search scopes (``conversations.selectors.scopes``): the question, the
 answer, a tool call (name and arguments) and a tool result each searched on its own.
 
 Each GIN index is an expression index on exactly the SQL the scope's document compiles to

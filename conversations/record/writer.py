@@ -1,9 +1,9 @@
 """The record writer: a thread per process that commits queued batches of the record in the
 order they were handed over, and rings each batch's doorbells only after its commit.
 
-Moved out of ``conversations.recording`` beside the record store it writes through: the
+Moved out of ``conversations.record.recording`` beside the record store it writes through: the
 recorder hands it its batches (``Queued``) and the function that commits a list of them in one
-transaction (``conversations.recording`` merges them into one ``record.store.Batch``). While
+transaction (``conversations.record.recording`` merges them into one ``record.store.Batch``). While
 the writer waits on the database a second thread, the preparer, makes the rows of the batches
 queued behind; batches are prepared strictly in order, one at a time.
 
@@ -27,8 +27,8 @@ from typing import Any, Generic, Protocol, TypeVar
 from django.conf import settings
 from django.db import connection
 
-from conversations.connections import discard_connection
-from conversations.exchanges import release_connection
+from conversations.record.connections import discard_connection
+from conversations.record.exchanges import release_connection
 
 logger = logging.getLogger(__name__)
 

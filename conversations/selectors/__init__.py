@@ -7,7 +7,7 @@ names are re-exported here, so callers import from ``conversations.selectors``.
 
 What the pages build from these reads (prompt diffs, wire excerpts, replay diffs, JSON
 printing) is ``conversations.presentation``; the transcript document is
-``conversations.transcripts.document``.
+``conversations.record.transcripts.document``.
 """
 
 from conversations.selectors.access import (

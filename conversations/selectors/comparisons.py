@@ -12,8 +12,8 @@ from django.db.models import (
     QuerySet,
 )
 
+from conversations.loop.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.models import Comparison, Conversation, Exchange, Step, Turn
-from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.typealias import JSONValue
 
 # --- comparisons: one question under several paradigms and models --------------------------------

@@ -32,9 +32,9 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, Least, Left, Substr
 
 from conversations.models import FTS_BODY_CHARS, Conversation, Exchange, Step, Turn
-from conversations.search import scoped_text_match
+from conversations.record.summaries import UNSUMMARIZED
 from conversations.selectors.access import _listed, conversation_list
-from conversations.summaries import UNSUMMARIZED
+from conversations.selectors.scopes import scoped_text_match
 
 
 @dataclass(frozen=True)
@@ -119,12 +119,12 @@ class ConversationFilters:
     in an earlier turn is what ``error`` finds). ``error`` — a key of ``ERROR_CLASSES``.
     ``owner`` — a username (only narrows what the user may see anyway). ``created_from`` /
     ``created_to`` — inclusive dates, in the site's time zone. ``q`` — full text in ``scope``
-    (``conversations.search``: questions, answers, tool calls and results unless the raw payloads
+    (``conversations.selectors.scopes``: questions, answers, tool calls and results unless the raw payloads
     are asked for). ``sort`` — a key of ``SORTS``.
     """
 
     q: str = ""
-    # Where ``q`` is looked for (``conversations.search.SCOPES``; none: its default scopes).
+    # Where ``q`` is looked for (``conversations.selectors.scopes.SCOPES``; none: its default scopes).
     scope: tuple[str, ...] = ()
     server: str = ""
     tool: str = ""
@@ -253,7 +253,7 @@ def _measured(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
         .values("total")
     )
     # A turn's tokens: as its seal summarized them, or, for a turn without a summary (running,
-    # or ended before summaries were kept), summed from its steps (``conversations.summaries``).
+    # or ended before summaries were kept), summed from its steps (``conversations.record.summaries``).
     from_steps = (
         Step.objects.filter(turn=OuterRef("pk"))
         .order_by()
@@ -420,7 +420,7 @@ def tool_label(server: str, tool: str) -> str:
 def conversation_rows(*, conversations: Sequence[Conversation]) -> list[ConversationRow]:
     """The list page's rows for a page of ``conversation_search`` results, with the tools each
     called (distinct ``server/tool`` names, in the order first called, a server by its current
-    name). An ended turn's tools come from its summary (``conversations.summaries``); only turns
+    name). An ended turn's tools come from its summary (``conversations.record.summaries``); only turns
     without one have their steps read (one query for the page's turns, at most one each for
     their servers' names and for those steps)."""
     tools: dict[int, list[str]] = {conversation.pk: [] for conversation in conversations}

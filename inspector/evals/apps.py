@@ -13,7 +13,7 @@ class EvalsConfig(AppConfig):
         of every serving process also takes over eval runs whose driver is gone."""
         # Here, not at the top: the models can be imported only once the apps are loaded.
         from conversations.lifecycle import stale_check_register
-        from conversations.tool_overrides import override_source_register
+        from conversations.loop.tool_overrides import override_source_register
         from inspector.evals.execution import runs_resume_stale
         from inspector.evals.selectors import conversation_overrides
 

@@ -17,9 +17,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from conversations.lifecycle import runner_name
+from conversations.loop.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.models import Step, Turn
 from conversations.pricing import tool_definitions_tokens, turn_cost
-from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.services import conversation_start
 from conversations.typealias import JSONValue
 from inspector.evals.grading import Grade, MadeCall, TurnFacts, grade_case, is_parse_problem

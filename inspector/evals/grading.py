@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from conversations.typealias import JSONDict, JSONValue
 from inspector.evals.suites import Case, ExpectedCall, is_matcher
 
-# How each failure class starts its reason in check_call's words (conversations.agent).
+# How each failure class starts its reason in check_call's words (conversations.loop.agent).
 _NOT_JSON = "are not a JSON object"
 _UNKNOWN_TOOL = "unknown tool"
 _INVALID = "invalid arguments"
-# A paradigm's diagnostics that say a reply could not be read (conversations.paradigms).
+# A paradigm's diagnostics that say a reply could not be read (conversations.loop.paradigms).
 _PARSE_WORDS = re.compile(
     r"not (?:valid )?(?:JSON|XML)|not a JSON object|could not (?:parse|read)|truncated|never closed"
     r"|is missing|unreadable|malformed",

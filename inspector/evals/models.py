@@ -135,7 +135,7 @@ class EvalCell(models.Model):
     paradigm = models.CharField(max_length=16)
     variant = models.CharField(max_length=80)
     # The variant's overrides of tool definitions, keyed server/tool (evals.suites.ToolOverride as JSON):
-    # each conversation of this cell offers its tools with them (conversations.tool_overrides).
+    # each conversation of this cell offers its tools with them (conversations.loop.tool_overrides).
     overrides = models.JSONField(default=dict, blank=True)
 
     class Meta:

@@ -265,7 +265,7 @@ def _cell_json(cell: EvalCell, before: dict[tuple[str, str, str], float | None])
 
 def conversation_overrides(conversation: Conversation) -> dict[str, JSONDict]:
     """The tool-definition overrides of the eval cell the conversation runs a case of (empty
-    for any other conversation): the source registered with ``conversations.tool_overrides``."""
+    for any other conversation): the source registered with ``conversations.loop.tool_overrides``."""
     # Every turn asks this: read by the case result alone (the cells' default order, by their
     # run's creation time, joined a third table and sorted for nothing: a conversation runs one
     # case).

@@ -15,8 +15,8 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from conversations.audit import audit_reads
 from conversations.models import Conversation, ModelProfile, Turn
+from conversations.record.audit import audit_reads
 from conversations.secret_sources import active_redactor
 from conversations.services import DEMO_PROFILE_NAME, TurnNotCancellable, demo_profile_ensure, turn_cancel
 from conversations.typealias import JSONDict
@@ -91,7 +91,7 @@ def suite_delete(*, suite: Suite, actor: AbstractBaseUser | None = None) -> None
 def run_results_read(*, run: EvalRun, actor: AbstractBaseUser, via: str) -> JSONDict:
     """The run's results (``selectors.run_results``) as shown to ``actor`` through ``via`` (the
     page, the API), with a read-audit entry for each conversation the run holds
-    (``conversations.audit.audit_reads``; subject ``eval run <id>``): the results show what each
+    (``conversations.record.audit.audit_reads``; subject ``eval run <id>``): the results show what each
     conversation asked, called and answered, as a comparison shows its runs. Access is the
     caller's to check (``selectors.run_get``)."""
     results = run_results(run)

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from conversations.loop.paradigms import PARADIGMS
 from conversations.models import TOOL_CHOICE_MODES
-from conversations.paradigms import PARADIGMS
 from conversations.typealias import JSONDict, JSONValue
 
 # More would be a denial of service, not an eval: every case is a recorded conversation.

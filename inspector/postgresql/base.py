@@ -5,7 +5,7 @@ Django builds its connection pool itself (``OPTIONS["pool"]``) and gives it psyc
 test (``check``) when ``CONN_HEALTH_CHECKS`` is on; the test cannot be replaced through the
 settings. The project leaves ``CONN_HEALTH_CHECKS`` off, so the pool lends without a test, and
 tests here, in ``get_new_connection`` (the backend method Django opens a connection with), the
-connection just borrowed: :func:`conversations.connections.connection_usable` (a quiet socket
+connection just borrowed: :func:`conversations.record.connections.connection_usable` (a quiet socket
 lends it as it is; anything else takes psycopg_pool's test, an empty query). A dead one is given
 back (the pool drops a broken connection) and the pool tests every idle connection at once
 (``ConnectionPool.check``), so after a database restart the next try finds a working connection
@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db.backends.postgresql import base
 
-from conversations.connections import connection_usable
+from conversations.record.connections import connection_usable
 
 # Borrowings tried before the last one is lent untested (and fails as any dead connection does).
 ATTEMPTS = 3

@@ -24,8 +24,9 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import JsonLexer
 
 from conversations.escaping import carriable, hidden_characters, hidden_marked, hidden_revealed
+from conversations.loop.paradigms import PARADIGMS
+from conversations.loop.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.models import Conversation, Exchange, Step, Turn
-from conversations.paradigms import PARADIGMS
 from conversations.presentation import PromptChange, pretty_json, step_prompt_change
 from conversations.pricing import (
     MILLION,
@@ -36,7 +37,6 @@ from conversations.pricing import (
     tool_definitions_cost,
     turn_cost,
 )
-from conversations.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.selectors import RunSummary
 from conversations.typealias import JSONValue
 from inspector.fragments import timestamp_iso

@@ -28,7 +28,7 @@ import mcp.types as types
 from django.conf import settings
 from mcp import Client, MCPError
 
-from conversations.wire import WireExchange
+from conversations.loop.wire import WireExchange
 from servers.gateway.capabilities import CapabilityMissing, refusal
 from servers.gateway.capture import Capture, current_capture
 from servers.gateway.config import ConfigError, ServerConfig

@@ -22,8 +22,8 @@ from typing import Any
 import mcp.types as types
 from mcp.shared.message import SessionMessage
 
+from conversations.loop.wire import WireExchange, decode_body, safe_headers
 from conversations.redaction import current as current_redactor
-from conversations.wire import WireExchange, decode_body, safe_headers
 
 current_capture: contextvars.ContextVar[Capture | None] = contextvars.ContextVar("mcp_capture", default=None)
 
@@ -116,7 +116,7 @@ class Tap:
         """One line a stdio server wrote on stdout (without its newline), for the session.
 
         A JSON-RPC message is returned as the SDK's ``SessionMessage``. Anything else is
-        recorded verbatim (every byte kept: ``conversations.wire.decode_body``) with the operation it interrupted
+        recorded verbatim (every byte kept: ``conversations.loop.wire.decode_body``) with the operation it interrupted
         (the newest one open on this session; none: the server's own transcript) and returned
         as a ``StrayLine`` for the SDK to pass over. A message that is not valid UTF-8 is both:
         recorded verbatim, and passed on with its bad bytes replaced, as the SDK would.

@@ -47,7 +47,7 @@ from mcp.shared.auth import (
 )
 from pydantic import ValidationError
 
-from conversations.wire import MASK, WireExchange, decode_body, safe_headers
+from conversations.loop.wire import MASK, WireExchange, decode_body, safe_headers
 
 GRANTS = {
     "authorization_code": "authorization code (browser redirect, PKCE S256)",

@@ -26,7 +26,7 @@ from mcp.client.extension import advertise
 from mcp.client.session import ClientRequestContext
 from mcp.types import Implementation
 
-from conversations.wire import WireExchange
+from conversations.loop.wire import WireExchange
 from servers.gateway.capture import Capture, Tap, current_capture, tapped
 from servers.gateway.config import MODERN_VERSION, ServerConfig
 from servers.gateway.features import ClientFeatures, log_level_send

@@ -16,7 +16,7 @@ from typing import Any
 
 from django import template
 
-from conversations.wire import MASK
+from conversations.loop.wire import MASK
 from servers.mcp_apps import is_app_label
 from servers.vault import is_sealed
 

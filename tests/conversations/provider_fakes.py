@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 import httpx2
 
-from conversations.llm import Message, ToolDef
-from conversations.providers.base import Endpoint, Provider
-from conversations.providers.http import endpoint_transport
+from conversations.loop.llm import Message, ToolDef
+from conversations.loop.providers.base import Endpoint, Provider
+from conversations.loop.providers.http import endpoint_transport
+from conversations.loop.wire import WireExchange
 from conversations.typealias import JSONDict, JSONValue
-from conversations.wire import WireExchange
 
 API_KEY = "sk-test-3f9a1c-never-store-me"
 WEATHER = ToolDef(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import tracemalloc
 
-from conversations.agent import AgentTurn, check_call, run_agent
-from conversations.llm import ToolCall
-from conversations.paradigms.native import NativeParadigm
-from tests.conversations.test_agent import (
+from conversations.loop.agent import AgentTurn, check_call, run_agent
+from conversations.loop.llm import ToolCall
+from conversations.loop.paradigms.native import NativeParadigm
+from tests.conversations.loop.test_agent import (
     OFFERED,
     TOOLS,
     FakeHost,

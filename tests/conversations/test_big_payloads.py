@@ -15,8 +15,8 @@ from django.db import connection
 from django.test import Client
 from pytest_django.fixtures import Settings
 
+from conversations.loop.paradigms import PARADIGMS
 from conversations.models import Exchange, Turn
-from conversations.paradigms import PARADIGMS
 from conversations.runner import turn_run
 from conversations.services import conversation_start, demo_profile_ensure
 from servers import gateway
@@ -110,7 +110,7 @@ def test_a_ten_megabyte_tool_result_goes_through_the_paradigm_and_is_stored_whol
     assert turn.status == Turn.Status.DONE, turn.error
     if pooled:
         # Neither the writer's connection nor the runner's goes back to the pool: each would
-        # keep buffers the size of the result for as long as it lives (``conversations.connections``).
+        # keep buffers the size of the result for as long as it lives (``conversations.record.connections``).
         assert _discarded_by_the_pool() >= discarded_before + 2
         assert "discarding closed connection" not in caplog.text
     call = Exchange.objects.get(turn=turn, label="tools/call")

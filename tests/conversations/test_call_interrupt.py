@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from conversations.providers.base import Endpoint
-from conversations.providers.http import interruptible_call, new_http_client
+from conversations.loop.providers.base import Endpoint
+from conversations.loop.providers.http import interruptible_call, new_http_client
 
 # Long enough that only an interrupt can end the wait within the test's bound.
 TIMEOUT_SECONDS = 60.0

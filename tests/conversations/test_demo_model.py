@@ -11,8 +11,8 @@ from openai.types.chat import ChatCompletion
 
 from conversations.demo.model import DemoReply, complete, simulated_delay, stream_delay
 from conversations.demo.scenarios import DRIP_MARKER_CAP_SECONDS, MARKERS
-from conversations.llm import ToolChoice, ToolDef
-from conversations.paradigms import intent, prompt_json, prompt_xml, structured
+from conversations.loop.llm import ToolChoice, ToolDef
+from conversations.loop.paradigms import intent, prompt_json, prompt_xml, structured
 
 WEATHER = {
     "type": "function",

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conversations.escaping import carriable, refused_character, storable_text, undecodable_bytes
-from conversations.wire import decode_body
+from conversations.loop.wire import decode_body
 
 # The plain definitions the fast checks must agree with.
 REFUSED = re.compile("[\x00\ud800-\udfff]")

@@ -14,9 +14,9 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from conversations.escaping import storable_text
-from conversations.exchanges import exchange_rows
+from conversations.loop.wire import WireExchange
+from conversations.record.exchanges import exchange_rows
 from conversations.redaction import Redactor, redactor
-from conversations.wire import WireExchange
 
 _SECRET = "a-run-secret-value"
 _PIECES = [

@@ -20,9 +20,9 @@ from django.test import Client
 from django.urls import reverse
 from pytest_django.fixtures import Settings
 
+from conversations.loop.paradigms import PARADIGMS
+from conversations.loop.providers import PROVIDERS
 from conversations.models import Exchange, ModelProfile, Step, Turn
-from conversations.paradigms import PARADIGMS
-from conversations.providers import PROVIDERS
 from conversations.runner import turn_run
 from conversations.services import conversation_start
 from servers import gateway

@@ -25,13 +25,13 @@ from django.urls import reverse
 from pytest_django.fixtures import Settings
 
 from conversations import selectors
-from conversations.llm import Message
+from conversations.loop.llm import Message
+from conversations.loop.paradigms import PARADIGMS
+from conversations.loop.providers import PROVIDERS, Endpoint, ModelRequest, ProviderError
 from conversations.models import Exchange, ModelProfile, Step, Turn
-from conversations.paradigms import PARADIGMS
-from conversations.providers import PROVIDERS, Endpoint, ModelRequest, ProviderError
+from conversations.record.transcripts.export import BINARY_FORMATS, EXPORT_FORMATS
 from conversations.runner import turn_run
 from conversations.services import conversation_start
-from conversations.transcripts.export import BINARY_FORMATS, EXPORT_FORMATS
 from inspector import walkthrough
 from inspector.preferences import preference_set
 from servers import gateway
@@ -249,7 +249,7 @@ def test_bytes_that_are_not_utf8_are_stored_escaped_and_the_response_sent_is_rec
 
 def test_a_text_cut_twice_names_its_true_length(settings: Settings) -> None:
     settings.EXCHANGE_BODY_LIMIT = 1000
-    from conversations.exchanges import storable_body
+    from conversations.record.exchanges import storable_body
 
     earlier = "x" * 1000 + "\n… [cut: 10600000 characters in all]"
 

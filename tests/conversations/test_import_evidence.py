@@ -14,12 +14,12 @@ from django.core.management import call_command
 from django.template.loader import render_to_string
 from django.test import override_settings
 
-from conversations.integrity import GENESIS, exchange_digest, turn_seal
 from conversations.models import Conversation, Exchange
-from conversations.transcripts.export import transcript_export
-from conversations.transcripts.importing import TranscriptError, transcript_import
-from conversations.transcripts.otel_import import trace_import
-from conversations.verification import VERIFIED_HERE, conversation_verify
+from conversations.record.integrity import GENESIS, exchange_digest, turn_seal
+from conversations.record.transcripts.export import transcript_export
+from conversations.record.transcripts.importing import TranscriptError, transcript_import
+from conversations.record.transcripts.otel_import import trace_import
+from conversations.record.verification import VERIFIED_HERE, conversation_verify
 from tests.factories import ConversationFactory, ExchangeFactory, StepFactory, TurnFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -24,7 +24,8 @@ from pytest_django.fixtures import Settings
 from conversations.execution import turns_resume_queued
 from conversations.lifecycle import turn_claim, turn_unwatch, turn_watch, turns_reap_stale
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
-from conversations.recording import TurnRecorder
+from conversations.record.recording import TurnRecorder
+from conversations.record.verification import conversation_verify
 from conversations.runner import turn_run
 from conversations.services import (
     TurnInProgress,
@@ -37,7 +38,6 @@ from conversations.services import (
     turn_cancel,
     turn_start,
 )
-from conversations.verification import conversation_verify
 from servers import gateway
 from servers.models import McpServer
 from servers.services import demo_server_ensure

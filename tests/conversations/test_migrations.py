@@ -8,8 +8,8 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from conversations import integrity, verification
 from conversations.models import Conversation, Exchange
+from conversations.record import integrity, verification
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

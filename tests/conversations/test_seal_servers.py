@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from conversations import integrity
-from conversations.integrity import (
+from conversations.models import Conversation, Exchange, Step
+from conversations.record import integrity
+from conversations.record.integrity import (
     GENESIS,
     SEAL_RULE,
     SEAL_RULE_DOCUMENT,
@@ -19,12 +20,11 @@ from conversations.integrity import (
     exchange_digest,
     turn_seal,
 )
-from conversations.models import Conversation, Exchange, Step
-from conversations.transcripts.document import transcript_document
-from conversations.transcripts.export import transcript_export
-from conversations.transcripts.fields import ID_KEYS
-from conversations.transcripts.importing import TranscriptError, transcript_import
-from conversations.verification import conversation_verify
+from conversations.record.transcripts.document import transcript_document
+from conversations.record.transcripts.export import transcript_export
+from conversations.record.transcripts.fields import ID_KEYS
+from conversations.record.transcripts.importing import TranscriptError, transcript_import
+from conversations.record.verification import conversation_verify
 from tests.factories import ExchangeFactory, StepFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

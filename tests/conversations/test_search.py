@@ -12,8 +12,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from conversations.search import DEFAULT_SCOPES, scopes_clean
 from conversations.selectors import ConversationFilters, conversation_search
+from conversations.selectors.scopes import DEFAULT_SCOPES, scopes_clean
 from tests.factories import ConversationFactory, ExchangeFactory, StepFactory, TurnFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -15,20 +15,20 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 
-from conversations.exchanges import exchange_rows
+from conversations.loop.providers.base import ModelReply, ModelRequest
+from conversations.loop.providers.openai_chat import OpenAIChatProvider
+from conversations.loop.wire import WireExchange
 from conversations.models import FTS_BODY_CHARS, Exchange, Step
-from conversations.providers.base import ModelReply, ModelRequest
-from conversations.providers.openai_chat import OpenAIChatProvider
-from conversations.recording import TurnRecorder, index_last_request_whole
+from conversations.record.exchanges import exchange_rows
+from conversations.record.recording import TurnRecorder, index_last_request_whole
 from conversations.redaction import redactor
 from conversations.selectors import ConversationFilters, conversation_search
-from conversations.wire import WireExchange
 from tests.conversations.provider_fakes import QUESTION, serve, sse
 from tests.factories import ConversationFactory, ExchangeFactory, StepFactory, TurnFactory, UserFactory
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
-# These tests search the raw payloads (``conversations.search``: not searched by default).
+# These tests search the raw payloads (``conversations.selectors.scopes``: not searched by default).
 RAW = ("raw",)
 
 

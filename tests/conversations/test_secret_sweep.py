@@ -21,9 +21,9 @@ from django.test import Client
 from django.urls import reverse
 
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
+from conversations.record.transcripts.export import EXPORT_FORMATS, transcript_export_bytes
 from conversations.runner import turn_run
 from conversations.services import conversation_start, turn_start
-from conversations.transcripts.export import EXPORT_FORMATS, transcript_export_bytes
 from servers import gateway
 from servers.grants import grant_ensure
 from servers.models import McpServer, Operation

@@ -10,7 +10,7 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 
 from conversations.models import Conversation, Exchange, Step
-from conversations.transcripts.document import transcript_document
+from conversations.record.transcripts.document import transcript_document
 from tests.factories import (
     PASSWORD,
     ConversationFactory,

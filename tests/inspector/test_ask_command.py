@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 
 from conversations.models import Conversation
-from conversations.transcripts.document import transcript_document
+from conversations.record.transcripts.document import transcript_document
 from servers import gateway
 from tests.factories import McpServerFactory, UserFactory
 

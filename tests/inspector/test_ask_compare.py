@@ -12,8 +12,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from conversations.models import Comparison, Conversation, ModelProfile
+from conversations.record.transcripts.document import transcript_document
 from conversations.services import demo_profile_ensure
-from conversations.transcripts.document import transcript_document
 from servers import gateway
 from tests.factories import UserFactory
 

@@ -14,9 +14,9 @@ from django.template.loader import render_to_string
 from django.test import Client
 from django.urls import reverse
 
-from conversations.integrity import GENESIS, exchange_digest, turn_seal
 from conversations.models import AuditEvent, Conversation, Exchange, Team, Turn
-from conversations.transcripts.export import (
+from conversations.record.integrity import GENESIS, exchange_digest, turn_seal
+from conversations.record.transcripts.export import (
     BINARY_FORMATS,
     EXPORT_FORMATS,
     MEDIA_TYPES,

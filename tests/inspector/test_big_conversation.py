@@ -431,7 +431,7 @@ def test_a_big_prompt_is_a_preview_and_loads_whole_on_demand(alice: User, bob: U
     raw = client_for(alice).get(f"{url}?part=prompt&raw=1")
     assert raw["Content-Type"] == "text/plain; charset=utf-8"
     assert raw.content.decode() == prompt
-    # The same part read twice within a few minutes is one entry (conversations.audit).
+    # The same part read twice within a few minutes is one entry (conversations.record.audit).
     assert AuditEvent.objects.filter(detail__via="spliced prompt").count() == 1
 
 

@@ -11,8 +11,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import escape
 
+from conversations.loop.paradigms import PARADIGMS
 from conversations.models import Comparison, Conversation, Step, Turn
-from conversations.paradigms import PARADIGMS
 from conversations.selectors import comparison_runs
 from inspector.forms import paradigm_explanation
 from tests.factories import (

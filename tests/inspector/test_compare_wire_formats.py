@@ -14,9 +14,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from conversations.loop.providers import PROVIDERS
 from conversations.models import AuditEvent, Comparison, Exchange, Turn
 from conversations.presentation import json_marked
-from conversations.providers import PROVIDERS
 from conversations.runner import turn_run
 from conversations.services import comparison_providers_start
 from servers import gateway

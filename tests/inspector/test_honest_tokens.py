@@ -14,12 +14,12 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from conversations.loop.splicing import count_tokens
 from conversations.models import Step
 from conversations.pricing import comparison_cost, profile_price_set, tool_definitions_cost
 from conversations.runner import turn_run
 from conversations.selectors import comparison_runs
 from conversations.services import comparison_start, conversation_start, demo_profile_ensure
-from conversations.splicing import count_tokens
 from servers import gateway
 from servers.models import Operation
 from servers.selectors import server_tool_reports

@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from conversations.models import Conversation, Step
-from conversations.verification import conversation_verify
+from conversations.record.verification import conversation_verify
 from servers import gateway, services
 from servers.models import Operation
 from tests.servers.test_mcp_apps import app_server

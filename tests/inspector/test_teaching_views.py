@@ -18,8 +18,8 @@ from django.urls import reverse
 
 from conversations import presentation
 from conversations.capabilities import CAPABILITY_RESET_ACTION
+from conversations.loop.paradigms import PARADIGMS
 from conversations.models import AuditEvent, LearnedCapability, ModelProfile, Step, Turn, UserPreference
-from conversations.paradigms import PARADIGMS
 from conversations.runner import turn_run
 from conversations.services import (
     comparison_providers_start,

@@ -12,8 +12,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import escape
 
+from conversations.loop.paradigms import PARADIGMS
 from conversations.models import Conversation, Step, Turn
-from conversations.paradigms import PARADIGMS
 from inspector.forms import paradigm_explanation
 from inspector.fragments import timestamp_iso
 from tests.factories import (

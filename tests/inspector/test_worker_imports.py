@@ -22,7 +22,7 @@ WORKER_START = """
 import json, sys
 from inspector.celery import app
 app.loader.import_default_modules()
-import conversations.runner, conversations.providers, servers.gateway
+import conversations.runner, conversations.loop.providers, servers.gateway
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {"inspector", "rest_framework", "openai"})))
 """
 

@@ -14,8 +14,8 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
+from conversations.loop.wire import MASK
 from conversations.models import AuditEvent
-from conversations.wire import MASK
 from servers import services
 from servers.models import McpServer
 

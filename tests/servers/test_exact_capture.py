@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from conversations.wire import WireExchange
+from conversations.loop.wire import WireExchange
 from servers import gateway
 from servers.gateway import CallOutcome, ServerConfig
 from tests.fixtures import broken_server

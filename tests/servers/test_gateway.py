@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from conversations.wire import WireExchange
+from conversations.loop.wire import WireExchange
 from servers import demo_server, gateway
 from servers.gateway import CallOutcome, ServerConfig
 from tests.fixtures import broken_server

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from conversations.loop.wire import WireExchange
 from conversations.models import Exchange
 from conversations.redaction import redactor
-from conversations.wire import WireExchange
 from servers.gateway.capture import Capture, Tap
 from servers.models import McpServer, Operation
 from servers.operations import _Recorder

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 
-from conversations.llm import ToolDef
+from conversations.loop.llm import ToolDef
 from conversations.models import Exchange
 from conversations.redaction import redactor
 from conversations.runner import turn_run

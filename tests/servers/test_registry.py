@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from conversations.wire import MASK
+from conversations.loop.wire import MASK
 from servers import services
 from servers.models import McpServer
 from servers.vault import is_sealed, seal, unseal

@@ -11,8 +11,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from conversations.llm import Message
-from conversations.providers import ModelRequest, anthropic, gemini, openai_chat, openai_responses
+from conversations.loop.llm import Message
+from conversations.loop.providers import ModelRequest, anthropic, gemini, openai_chat, openai_responses
 from conversations.services import demo_profile_ensure
 from servers import selectors
 from servers.models import McpServer, Operation

@@ -1,4 +1,4 @@
-"""A turn's MCP servers as the servers app gives them to the runner (``conversations.toolhost``);
+"""A turn's MCP servers as the servers app gives them to the runner (``conversations.loop.toolhost``);
 connecting them over real stdio is held by tests/conversations/test_runner.py."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from conversations import toolhost
-from conversations.toolhost import turn_servers
+from conversations.loop import toolhost
+from conversations.loop.toolhost import turn_servers
 from servers.operations import output_check
 from servers.toolhost import GatewayServers
 from tests.factories import ConversationFactory, McpServerFactory

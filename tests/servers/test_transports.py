@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conversations.wire import TRANSPORT_NAMES
+from conversations.loop.wire import TRANSPORT_NAMES
 from servers.gateway.transports import TRANSPORTS
 
 

@@ -10,9 +10,9 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from conversations.audit import audit_record
 from conversations.models import AuditEvent, Conversation
-from conversations.transcripts.export import BINARY_FORMATS, EXPORT_FORMATS, transcript_export_bytes
+from conversations.record.audit import audit_record
+from conversations.record.transcripts.export import BINARY_FORMATS, EXPORT_FORMATS, transcript_export_bytes
 
 
 def command_user(username: str | None) -> AbstractBaseUser | None:

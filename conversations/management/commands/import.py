@@ -12,11 +12,11 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.urls import reverse
 
-from conversations.audit import audit_record
 from conversations.management.commands.export import command_user
 from conversations.models import AuditEvent, Exchange
-from conversations.transcripts.importing import TranscriptError
-from conversations.transcripts.otel_import import conversation_file_import
+from conversations.record.audit import audit_record
+from conversations.record.transcripts.importing import TranscriptError
+from conversations.record.transcripts.otel_import import conversation_file_import
 
 
 def _owner(actor: AbstractBaseUser | None) -> AbstractBaseUser:

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from conversations.management.commands.export import command_user
-from conversations.retention import conversations_prune
+from conversations.record.retention import conversations_prune
 
 
 class Command(BaseCommand):

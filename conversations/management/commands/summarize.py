@@ -1,5 +1,5 @@
 """``manage.py summarize``: keep, for every ended turn that has none, what the conversation list
-shows of it (its tokens and the tools it called: ``conversations.summaries``).
+shows of it (its tokens and the tools it called: ``conversations.record.summaries``).
 
 A turn is summarized when it ends; turns that ended before this version of the inspector are
 not, and the list reads their steps on every page that shows them. Run once after upgrading
@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from conversations.summaries import turns_summarize
+from conversations.record.summaries import turns_summarize
 
 
 class Command(BaseCommand):

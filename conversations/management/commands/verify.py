@@ -7,9 +7,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from conversations.integrity import key_id, public_key, public_key_fingerprint
 from conversations.models import Conversation
-from conversations.verification import conversation_verify
+from conversations.record.integrity import key_id, public_key, public_key_fingerprint
+from conversations.record.verification import conversation_verify
 
 
 class Command(BaseCommand):

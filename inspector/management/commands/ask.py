@@ -20,10 +20,11 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.urls import reverse
 
-from conversations.llm import tool_result_text
+from conversations.loop.llm import tool_result_text
+from conversations.loop.paradigms import PARADIGMS
 from conversations.models import TOOL_CHOICE_MODES, Conversation, Exchange, ModelProfile, Step, Turn
-from conversations.paradigms import PARADIGMS
 from conversations.presentation import run_summary_json
+from conversations.record.transcripts.document import export_json, transcript_document
 from conversations.runner import turn_run
 from conversations.selectors import (
     RunSummary,
@@ -39,7 +40,6 @@ from conversations.services import (
     demo_format_profiles_ensure,
     demo_profile_ensure,
 )
-from conversations.transcripts.document import export_json, transcript_document
 from servers.models import McpServer
 from servers.selectors import servers_for_form
 from servers.services import DEMO_SERVER_NAME, demo_server_ensure

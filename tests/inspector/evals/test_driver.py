@@ -16,9 +16,9 @@ import pytest
 from django.contrib.auth.models import User
 from pytest_django.fixtures import Settings
 
+from conversations.loop.providers.http import endpoint_transport
 from conversations.models import Exchange, Step, Turn
 from conversations.pricing import profile_price_set, turn_cost
-from conversations.providers.http import endpoint_transport
 from conversations.runner import endpoint_for
 from conversations.services import demo_profile_ensure
 from inspector.evals.driver import run_advance, run_execute

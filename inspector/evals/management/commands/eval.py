@@ -174,7 +174,7 @@ class Command(BaseCommand):
 def _warnings_only_logged() -> Iterator[None]:
     """Log nothing below WARNING while the block runs (the root logger's level, which every logger
     without a level of its own follows): the turns the run starts log an INFO line each (a sealed
-    turn, ``conversations.integrity``), and on the terminal those would break up the progress line."""
+    turn, ``conversations.record.integrity``), and on the terminal those would break up the progress line."""
     root = logging.getLogger()
     level = root.level
     root.setLevel(max(level, logging.WARNING))
