@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Hashable, Mapping
+from collections.abc import Callable, Coroutine, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any, TypeVar, cast
 
 from asgiref.sync import sync_to_async
-from channels.auth import AuthMiddleware, UserLazyObject
-from channels.auth import get_user as session_user
 from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.contrib import auth
+from django.http import HttpRequest
 
 from conversations.models import Conversation
 from conversations.record.audit import audit_read
@@ -157,16 +158,23 @@ async def _socket_read(work: Callable[[], T]) -> T:
     return await sync_to_async(_released, thread_sensitive=False, executor=SOCKET_READS)(work)
 
 
-class SocketAuthMiddleware(AuthMiddleware):
-    """Channels' ``AuthMiddleware`` (the user of the session cookie, as its ``get_user`` finds
-    them), reading in ``SOCKET_READS`` rather than in the server's thread for pages."""
+class SocketAuthMiddleware:
+    """Puts the user of the socket's session cookie in ``scope["user"]`` (Django's
+    ``auth.get_user`` on the session ``SessionMiddleware`` opened, as channels' ``AuthMiddleware``
+    would find them), read in ``SOCKET_READS`` rather than in the server's thread for pages. The
+    pattern of channels' documented custom authentication middleware."""
 
-    async def resolve_scope(self, scope: Mapping[str, Any]) -> None:  # Channels' scope
-        # Channels' ``get_user`` is asgiref's ``database_sync_to_async`` around ``func``, which
-        # would run it in that thread.
-        read = session_user.func  # type: ignore[attr-defined]
-        user = cast(UserLazyObject, scope["user"])  # ``populate_scope`` has put it there
-        user._wrapped = await _socket_read(lambda: read(scope))
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        if "session" not in scope:
+            raise ValueError("SocketAuthMiddleware needs SessionMiddleware around it")
+        # ``auth.get_user`` reads only the request's session (and flushes it when the user's
+        # password changed since), so the socket's session stands in for the request.
+        holder = cast(HttpRequest, SimpleNamespace(session=scope["session"]))
+        user = await _socket_read(lambda: auth.get_user(holder))
+        return await self.app(dict(scope, user=user), receive, send)
 
 
 def _admitted(user: Any, public_id: str) -> tuple[Conversation, bool] | None:
