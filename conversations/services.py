@@ -22,7 +22,7 @@ from conversations.secret_sources import active_redactor
 from conversations.splicing import LLAMA_CPP_SOURCE, probe_request, server_template
 from conversations.transcripts.export import ExportFormat, transcript_export_bytes
 from conversations.transcripts.importing import IMPORTED_PROFILE_PREFIX
-from conversations.transcripts.otel_import import conversation_file_import
+from conversations.transcripts.otel_import import conversation_files_import
 from conversations.typealias import JSONDict, JSONValue
 from inspector import live
 
@@ -350,23 +350,24 @@ def conversation_import(*, data: str | bytes, actor: AbstractBaseUser, source: s
     Raises:
         TranscriptError: the data is not an importable transcript (nothing is stored then).
     """
-    conversation = conversation_file_import(data=data, owner=actor)
-    meta = conversation.imported_meta or {}
-    audit_record(
-        actor=actor,
-        action=AuditEvent.Action.IMPORTED,
-        conversation=conversation,
-        detail={
-            "original_id": meta.get("original_id"),
-            "from": source,
-            "owner": actor.get_username(),
-            "claimed_owner": meta.get("owner"),
-            "verification": meta.get("verification"),
-            "turns": conversation.turns.count(),
-            "exchanges": Exchange.objects.filter(turn__conversation=conversation).count(),
-        },
-    )
-    return conversation
+    conversations = conversation_files_import(data=data, owner=actor)  # OTLP may hold several
+    for conversation in conversations:
+        meta = conversation.imported_meta or {}
+        audit_record(
+            actor=actor,
+            action=AuditEvent.Action.IMPORTED,
+            conversation=conversation,
+            detail={
+                "original_id": meta.get("original_id"),
+                "from": source,
+                "owner": actor.get_username(),
+                "claimed_owner": meta.get("owner"),
+                "verification": meta.get("verification"),
+                "turns": conversation.turns.count(),
+                "exchanges": Exchange.objects.filter(turn__conversation=conversation).count(),
+            },
+        )
+    return conversations[0]
 
 
 class ReplayError(ValueError):
