@@ -33,7 +33,7 @@ from django.utils import timezone
 from conversations.models import TraceDelivery, Turn
 from conversations.secret_sources import active_redactor
 from conversations.transcripts.document import transcript_document
-from conversations.transcripts.otel import otlp_request, trace_origin
+from conversations.transcripts.otel import otlp_request, trace_origin, trace_span_ids
 from conversations.transcripts.otel_proto import MEDIA_TYPE, otlp_protobuf
 from inspector import live
 
@@ -62,7 +62,11 @@ def turn_trace(turn: Turn) -> bytes:
     """The OTLP/protobuf request holding one turn's trace (the spans of that turn only)."""
     conversation = turn.conversation
     document = transcript_document(conversation=conversation, signed=False)
-    return otlp_protobuf(otlp_request(document, origin=trace_origin(conversation), seq=turn.seq))
+    return otlp_protobuf(
+        otlp_request(
+            document, origin=trace_origin(conversation), seq=turn.seq, span_ids=trace_span_ids(conversation)
+        )
+    )
 
 
 def trace_delivery_queue(*, turn_id: int) -> None:

@@ -229,6 +229,8 @@ class _Mapping:
 
     unmapped: list[str] = field(default_factory=list)
     attributes: set[str] = field(default_factory=set)
+    # The trace's own ids, by turn seq, so a re-export names the same spans (otel.trace_span_ids).
+    span_ids: JSONDict = field(default_factory=dict)
     next_id: int = 1
 
     def new_id(self) -> int:
@@ -373,6 +375,12 @@ def _turn(spans: list[_Span], turn_seq: int, mapping: _Mapping) -> JSONDict:
     root = next((s for s in roots if s.operation == "invoke_agent"), None)
     ordered = sorted(spans, key=lambda s: (_recorded_seq(s) or 1 << 30, s.start))
     steps: list[JSONDict] = []
+    kept_steps: dict[str, JSONValue] = {}
+    mapping.span_ids[str(turn_seq)] = {
+        "trace": spans[0].trace_id,
+        "root": root.span_id if root else None,
+        "steps": cast(JSONValue, kept_steps),
+    }
     by_call: dict[str, int] = {}
     last_model: int | None = None
     recorded = [_recorded_seq(s) for s in ordered if s is not root and _maps_to_a_step(s)]
@@ -402,6 +410,7 @@ def _turn(spans: list[_Span], turn_seq: int, mapping: _Mapping) -> JSONDict:
         else:
             mapping.unmapped.append(f"span {span.name!r}{_context(span)}")
             continue
+        kept_steps[str(seq)] = span.span_id
         mapping.attributes.update(
             k
             for k in span.attributes
@@ -447,6 +456,11 @@ def _turn(spans: list[_Span], turn_seq: int, mapping: _Mapping) -> JSONDict:
 
 def trace_document(spans: list[_Span]) -> tuple[JSONDict, list[str], str]:
     """The transcript document of the spans, what was not mapped, and the conversation's trace origin."""
+    document, mapping, origin = _trace_document(spans)
+    return document, mapping.unmapped, origin
+
+
+def _trace_document(spans: list[_Span]) -> tuple[JSONDict, _Mapping, str]:
     if not spans:
         raise TranscriptError("the OTLP file holds no spans")
     mapping = _Mapping()
@@ -499,7 +513,7 @@ def trace_document(spans: list[_Span]) -> tuple[JSONDict, list[str], str]:
         mapping.unmapped.append(f"attributes {', '.join(sorted(mapping.attributes))}")
     if provider_name not in PROVIDER_KEYS:
         mapping.unmapped.append(f"gen_ai.provider.name {provider_name!r} (shown as an OpenAI Chat profile)")
-    return document, mapping.unmapped, origin
+    return document, mapping, origin
 
 
 def _conversations(spans: list[_Span]) -> list[list[_Span]]:
@@ -538,7 +552,8 @@ def trace_imports(*, data: str | bytes, owner: AbstractBaseUser) -> list[Convers
 
 
 def _trace_import(*, spans: list[_Span], owner: AbstractBaseUser) -> Conversation:
-    document, unmapped, origin = trace_document(spans)
+    document, mapping, origin = _trace_document(spans)
+    unmapped, mapping_ids = mapping.unmapped, mapping.span_ids
     conversation = transcript_import(data=json.dumps(document), owner=owner)
     meta = dict(conversation.imported_meta or {})
     noted = f"; not mapped: {'; '.join(unmapped)}" if unmapped else "; every span was mapped"
@@ -546,6 +561,7 @@ def _trace_import(*, spans: list[_Span], owner: AbstractBaseUser) -> Conversatio
         source="otlp",
         trace_origin=origin,
         unmapped=list(unmapped),
+        span_ids=mapping_ids,
         verification={
             "status": "otlp-trace",
             "key_id": "",

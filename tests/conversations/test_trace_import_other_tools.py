@@ -30,6 +30,7 @@ from django.urls import reverse
 
 from conversations.models import Conversation
 from conversations.services import conversation_import
+from conversations.transcripts.export import transcript_export
 
 WEATHER = "What will the weather be like in Beijing tomorrow?"
 RESULT = '{"summary": "fog, -1 to 9 °C"}'
@@ -252,3 +253,32 @@ def test_a_file_with_the_traces_of_two_conversations_imports_two(alice: User) ->
     conversations = Conversation.objects.filter(owner=alice)
     assert conversations.count() == 2 and first in conversations
     assert sorted(c.turns.count() for c in conversations) == [1, 1]
+
+
+def _exported_ids(conversation: Conversation) -> list[tuple[str, str, str]]:
+    document = json.loads(transcript_export(conversation=conversation, fmt="otel"))
+    spans = [s for rs in document["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+    return [(s["name"], s["traceId"], s["spanId"]) for s in spans]
+
+
+def _ids(data: bytes) -> set[tuple[str, str]]:
+    document = json.loads(data)
+    return {
+        (s["traceId"], s["spanId"])
+        for rs in document["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for s in ss["spans"]
+    }
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("data", [OPENLLMETRY, OPENINFERENCE], ids=["openllmetry", "openinference"])
+def test_a_re_exported_foreign_trace_keeps_the_trace_and_span_ids_of_its_model_and_tool_spans(
+    alice: User, data: bytes
+) -> None:
+    imported = conversation_import(data=data, actor=alice, source="trace.json")
+
+    exported = _exported_ids(imported)
+
+    steps = [(t, s) for name, t, s in exported if name != "invoke_agent"]
+    assert steps and set(steps) <= _ids(data)
