@@ -233,6 +233,29 @@ def _content_attributes(ctx: _TraceContext, content: CallContent) -> dict[str, A
     }
 
 
+# The paradigms that give the model its tools as prompt text (or a response schema), not as a
+# request's ``tools``: their chat spans name the turn's offered tools as its tool definitions.
+PROMPT_TOOL_PARADIGMS = frozenset({"prompt_xml", "prompt_json", "structured"})
+
+
+def _prompt_tool_definitions(turn: TurnDoc) -> JSONList:
+    """The tools a prompt paradigm's model call was given (none when tool_choice is ``none``;
+    the named one only when it is ``named``), in ``gen_ai.tool.definitions``' shape."""
+    if turn["paradigm"] not in PROMPT_TOOL_PARADIGMS or turn["tool_choice"] == "none":
+        return []
+    named = turn["tool_choice_name"] if turn["tool_choice"] == "named" else ""
+    return [
+        {
+            "type": "function",
+            "name": tool.get("provider_name") or tool.get("name") or "",
+            **({"description": tool["description"]} if tool.get("description") else {}),
+            "parameters": tool.get("inputSchema") or {"type": "object", "properties": {}},
+        }
+        for tool in _offered_tools(turn)
+        if not named or named in (tool.get("provider_name"), tool.get("name"))
+    ]
+
+
 def _chat_span(
     ctx: _TraceContext,
     *,
@@ -254,6 +277,8 @@ def _chat_span(
         if exchange
         else CallContent()
     )
+    if not content.tool_definitions:
+        content.tool_definitions = _prompt_tool_definitions(ctx.turn)
     request = content.request
     model = _text(request.get("model")) or ctx.turn["model"] or profile["model"]
     usage = content.usage if content.usage is not None else usage_fallback
