@@ -282,3 +282,17 @@ def test_a_re_exported_foreign_trace_keeps_the_trace_and_span_ids_of_its_model_a
 
     steps = [(t, s) for name, t, s in exported if name != "invoke_agent"]
     assert steps and set(steps) <= _ids(data)
+
+
+@pytest.mark.django_db
+def test_the_tool_row_of_an_imported_trace_shows_its_arguments_and_result(alice: User) -> None:
+    imported = conversation_import(data=OPENLLMETRY, actor=alice, source="openllmetry.json")
+    client = Client()
+    client.force_login(alice)
+
+    page = client.get(reverse("inspector-conversation", args=[imported.public_id])).content.decode()
+
+    row = page[page.index('class="tool-call') :]
+    shown = row[row.index("no JSON-RPC exchange recorded") : row.index("</div>")]
+    assert "arguments and result from the trace" in shown
+    assert "Beijing" in shown and "fog, -1 to 9" in shown
