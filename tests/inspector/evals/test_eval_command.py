@@ -117,6 +117,10 @@ def test_the_example_suite_runs_every_cell_and_a_terse_description_changes_the_r
     assert (document.tag, document.get("tests"), document.get("failures")) == ("testsuites", "30", "5")
     failure = document.find("testsuite/testcase/failure")
     assert failure is not None and failure.get("type") == "no_call"
+    # Each row names its cell and question, and how long the case took.
+    names = [case.get("name", "") for case in document.iter("testcase")]
+    assert any(name.startswith("native/demo/terse: What will the weather") for name in names)
+    assert all(float(case.get("time", "-1")) >= 0 for case in document.iter("testcase"))
     # The progress line went to stderr as the run went on.
     assert "[30/30] 100% · 25 passed · 0 running · done" in capfd.readouterr().err
 
