@@ -20,7 +20,7 @@ from conversations.models import AuditEvent, Comparison, Conversation, Exchange,
 from conversations.record.audit import audit_record
 from conversations.record.transcripts.export import ExportFormat, transcript_export_bytes
 from conversations.record.transcripts.importing import IMPORTED_PROFILE_PREFIX
-from conversations.record.transcripts.otel_import import conversation_file_import
+from conversations.record.transcripts.otel_import import conversation_files_import
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
 from conversations.typealias import JSONDict, JSONValue
@@ -348,23 +348,24 @@ def conversation_import(*, data: str | bytes, actor: AbstractBaseUser, source: s
     Raises:
         TranscriptError: the data is not an importable transcript (nothing is stored then).
     """
-    conversation = conversation_file_import(data=data, owner=actor)
-    meta = conversation.imported_meta or {}
-    audit_record(
-        actor=actor,
-        action=AuditEvent.Action.IMPORTED,
-        conversation=conversation,
-        detail={
-            "original_id": meta.get("original_id"),
-            "from": source,
-            "owner": actor.get_username(),
-            "claimed_owner": meta.get("owner"),
-            "verification": meta.get("verification"),
-            "turns": conversation.turns.count(),
-            "exchanges": Exchange.objects.filter(turn__conversation=conversation).count(),
-        },
-    )
-    return conversation
+    conversations = conversation_files_import(data=data, owner=actor)  # OTLP may hold several
+    for conversation in conversations:
+        meta = conversation.imported_meta or {}
+        audit_record(
+            actor=actor,
+            action=AuditEvent.Action.IMPORTED,
+            conversation=conversation,
+            detail={
+                "original_id": meta.get("original_id"),
+                "from": source,
+                "owner": actor.get_username(),
+                "claimed_owner": meta.get("owner"),
+                "verification": meta.get("verification"),
+                "turns": conversation.turns.count(),
+                "exchanges": Exchange.objects.filter(turn__conversation=conversation).count(),
+            },
+        )
+    return conversations[0]
 
 
 class ReplayError(ValueError):

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.models import User
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils.decorators import method_decorator
@@ -184,6 +186,23 @@ def _suite_error(exc: SuiteError) -> Response:
     return Response({"detail": str(exc), "field": exc.field}, status=400)
 
 
+class _EvalAPIView(APIView):
+    """An evals endpoint: a body over Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` answers JSON
+    (413, ``field`` ``body``) instead of Django's HTML "Bad Request (400)", which reading
+    ``request.data`` raises as ``RequestDataTooBig`` outside DRF's own exceptions."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, RequestDataTooBig):
+            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+            detail = (
+                f"the request body is larger than this server accepts (DATA_UPLOAD_MAX_MEMORY_SIZE, "
+                f"{limit} bytes): a suite is at most a million characters; use `manage.py eval run FILE` "
+                "for a bigger file"
+            )
+            return Response({"detail": detail, "field": "body"}, status=413)
+        return super().handle_exception(exc)
+
+
 def _run_summary(run: EvalRun) -> dict[str, object]:
     return {
         "run": str(run.public_id),
@@ -196,7 +215,7 @@ def _run_summary(run: EvalRun) -> dict[str, object]:
 
 
 @method_decorator(login_not_required, name="dispatch")
-class EvalSuiteListView(APIView):
+class EvalSuiteListView(_EvalAPIView):
     """The signed-in user's eval suites (GET), or a new one from its YAML or JSON text (POST).
     A suite that is not valid answers 400 with ``field`` naming where."""
 
@@ -229,7 +248,7 @@ class EvalSuiteListView(APIView):
 
 
 @method_decorator(login_not_required, name="dispatch")
-class EvalSuiteDetailView(APIView):
+class EvalSuiteDetailView(_EvalAPIView):
     """One of the user's suites (GET), changed from new text (PUT)."""
 
     authentication_classes = API_AUTHENTICATION
@@ -268,7 +287,7 @@ class EvalSuiteDetailView(APIView):
 
 
 @method_decorator(login_not_required, name="dispatch")
-class EvalRunListView(APIView):
+class EvalRunListView(_EvalAPIView):
     """The user's eval runs, newest first (GET; ``?suite=`` one suite's), or a new run of a suite
     (POST: answers 202 at once; read its progress and results at the run's URL)."""
 

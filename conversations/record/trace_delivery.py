@@ -33,7 +33,7 @@ from django.utils import timezone
 from conversations import events
 from conversations.models import TraceDelivery, Turn
 from conversations.record.transcripts.document import transcript_document
-from conversations.record.transcripts.otel import otlp_request, trace_origin
+from conversations.record.transcripts.otel import otlp_request, trace_origin, trace_span_ids
 from conversations.record.transcripts.otel_proto import MEDIA_TYPE, otlp_protobuf
 from conversations.secret_sources import active_redactor
 
@@ -62,7 +62,11 @@ def turn_trace(turn: Turn) -> bytes:
     """The OTLP/protobuf request holding one turn's trace (the spans of that turn only)."""
     conversation = turn.conversation
     document = transcript_document(conversation=conversation, signed=False)
-    return otlp_protobuf(otlp_request(document, origin=trace_origin(conversation), seq=turn.seq))
+    return otlp_protobuf(
+        otlp_request(
+            document, origin=trace_origin(conversation), seq=turn.seq, span_ids=trace_span_ids(conversation)
+        )
+    )
 
 
 def trace_delivery_queue(*, turn_id: int) -> None:

@@ -4,7 +4,9 @@ expects, and the failure class when they differ.
 Expected argument values are matched as a *subset* of the call's arguments. A value is a literal
 (equal, with 1 == 1.0) or a matcher, a one-key object: ``{"exact": value}`` (equal, for a literal
 that looks like a matcher), ``{"oneOf": [v1, v2]}``, ``{"regex": "..."}`` (searched in a string
-value), ``{"range": [min, max]}`` (a number, bounds included). An object that is no matcher is
+value with the ``regex`` package, within ``REGEX_TIMEOUT_SECONDS``: a pattern that backtracks
+catastrophically grades ``error`` naming the matcher, never a hang), ``{"range": [min, max]}`` (a
+number, bounds included). An object that is no matcher is
 matched as a subset again, key by key.
 
 The failure classes, in the order they are looked for (the first found is the case's):
@@ -24,9 +26,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import regex  # type: ignore[import-untyped]  # no stubs installed; types-regex would give them
+
 from conversations.typealias import JSONDict, JSONValue
 from inspector.evals.suites import Case, ExpectedCall, is_matcher
 
+# How long one regex matcher may search one value (docs/evals.md).
+REGEX_TIMEOUT_SECONDS = 0.5
 # How each failure class starts its reason in check_call's words (conversations.loop.agent).
 _NOT_JSON = "are not a JSON object"
 _UNKNOWN_TOOL = "unknown tool"
@@ -77,7 +83,15 @@ class Grade:
 
 
 def grade_case(case: Case, facts: TurnFacts) -> Grade:
-    """Grade one finished turn against ``case`` (see the module's docstring for the order)."""
+    """Grade one finished turn against ``case`` (see the module's docstring for the order); a
+    matcher that cannot decide grades ``error`` naming the matcher (``MatcherError``)."""
+    try:
+        return _grade(case, facts)
+    except MatcherError as exc:
+        return Grade("error", f"matcher error: {exc}")
+
+
+def _grade(case: Case, facts: TurnFacts) -> Grade:
     if facts.status != "done" and not facts.calls:
         if facts.parse_problems and case.expect:
             return Grade("parse_failure", f"the reply could not be read: {facts.parse_problems[0]}")
@@ -183,7 +197,7 @@ def value_mismatch(want: JSONValue, got: JSONValue) -> str | None:
                 return None
             return f"is {_show(got)}, expected one of {_show(options)}"
         if key == "regex":
-            if isinstance(got, str) and isinstance(operand, str) and re.search(operand, got):
+            if isinstance(got, str) and isinstance(operand, str) and regex_search(operand, got):
                 return None
             return f"is {_show(got)}, which does not match /{operand}/"
         if key == "range":
@@ -200,6 +214,26 @@ def value_mismatch(want: JSONValue, got: JSONValue) -> str | None:
     if isinstance(want, dict):
         return "" if isinstance(got, dict) else f"is {_show(got)}, expected an object"
     return None if _equal(want, got) else f"is {_show(got)}, expected {_show(want)}"
+
+
+class MatcherError(Exception):
+    """A matcher of the suite could not decide (a regex past its time limit): the suite's
+    mistake, graded ``error`` with this reason, never as the model's failure."""
+
+
+def regex_search(pattern: str, text: str) -> bool:
+    """``pattern`` searched in ``text`` with the ``regex`` package, within ``REGEX_TIMEOUT_SECONDS``.
+
+    Raises:
+        MatcherError: the search ran out of time (a pattern that backtracks catastrophically).
+    """
+    try:
+        return regex.search(pattern, text, timeout=REGEX_TIMEOUT_SECONDS) is not None
+    except TimeoutError:
+        raise MatcherError(
+            f"the regex matcher /{pattern}/ could not decide on {_show(text)} within "
+            f"{REGEX_TIMEOUT_SECONDS} s (it backtracks catastrophically): rewrite the pattern"
+        ) from None
 
 
 def _equal(want: JSONValue, got: JSONValue) -> bool:

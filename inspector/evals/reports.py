@@ -94,6 +94,21 @@ def results_table(results: JSONDict) -> list[str]:
     return lines
 
 
+QUESTION_CHARS = 80
+
+
+def testcase_name(cell: JSONDict, item: JSONDict) -> str:
+    """``native/demo/terse: What will the weather…`` (``#2`` for a repeat): a CI report's row
+    says which cell and which question, not only a case number."""
+    question = " ".join(str(item.get("question") or f"case {_int(item.get('case'))}").split())
+    if len(question) > QUESTION_CHARS:
+        question = question[: QUESTION_CHARS - 1] + "…"
+    repeat = _int(item.get("repeat"))
+    return f"{cell.get('paradigm')}/{cell.get('model')}/{cell.get('variant')}: {question}" + (
+        f" #{repeat + 1}" if repeat else ""
+    )
+
+
 def junit_xml(results: JSONDict) -> str:
     """The run as a JUnit XML document (UTF-8 text with its declaration)."""
     root = ET.Element("testsuites", name=_text(results.get("suite", "")))
@@ -115,9 +130,12 @@ def junit_xml(results: JSONDict) -> str:
             testcase = ET.SubElement(
                 suite,
                 "testcase",
-                name=_text(f"case {case}" + (f" repeat {repeat}" if repeat else "")),
+                name=_text(testcase_name(cell, item)),
                 classname=_text(f"{results.get('suite')}.{name}"),
             )
+            latency = item.get("latency_ms")
+            if isinstance(latency, int):
+                testcase.set("time", f"{latency / 1000:.3f}")
             tests += 1
             failure = failing.get((case, repeat))
             if failure is not None:

@@ -236,8 +236,10 @@ def _cell_json(cell: EvalCell, before: dict[tuple[str, str, str], float | None])
                 {
                     "case": result.case_index,
                     "repeat": result.repeat,
+                    "question": result.question,
                     "status": result.status,
                     "failure": result.failure,
+                    "latency_ms": result.latency_ms,
                     "conversation": str(result.conversation.public_id) if result.conversation else None,
                 }
                 for result in results

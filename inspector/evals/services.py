@@ -65,14 +65,19 @@ def suite_save(*, owner: AbstractBaseUser, text: str | bytes, suite: Suite | Non
     return suite
 
 
-def suite_save_or_replace(*, owner: AbstractBaseUser, text: str | bytes) -> Suite:
+def suite_save_or_replace(
+    *, owner: AbstractBaseUser, text: str | bytes, source: str = Operation.Source.CLI
+) -> Suite:
     """Store a suite from a file, replacing the owner's suite of the same name (the CLI's way:
-    the file is the source of truth, and its runs stay one history).
+    the file is the source of truth, and its runs stay one history) — once it passes
+    ``suite_check``: a refused file never replaces the stored suite.
 
     Raises:
-        SuiteError: the text is no valid suite.
+        SuiteError: the text is no valid suite, or names a model, server or tool that does not
+            exist (``suite_check``).
     """
     definition = parse_suite(text)
+    suite_check(definition=definition, user=owner, source=source)
     existing = Suite.objects.filter(owner_id=owner.pk, name=definition.name).first()
     return suite_save(owner=owner, text=text, suite=existing)
 
@@ -140,9 +145,7 @@ def run_start(
     concurrency = int(settings.EVAL_CONCURRENCY) if concurrency is None else concurrency
     if repeats < 1 or concurrency < 1:
         raise ValueError("concurrency and repeats must be at least 1")
-    profiles = _profiles(definition)
-    servers = _servers(definition, user)
-    _variants_check(definition, servers, user, source)
+    profiles, servers = suite_check(definition=definition, user=user, source=source)
     total = len(definition.cells) * len(definition.cases) * repeats
     if total > MAX_CASE_RUNS:
         raise SuiteError(
@@ -179,6 +182,23 @@ def run_start(
     return run
 
 
+def suite_check(
+    *, definition: SuiteDefinition, user: AbstractBaseUser, source: str
+) -> tuple[dict[str, ModelProfile], list[McpServer]]:
+    """Everything a suite names exists for ``user`` now: its models (profiles), its servers, and
+    every tool it names — a variant's, a case's expected call's, the ``named`` tool_choice's —
+    among the tools those servers list (``_tools_check``). A mistake in the suite is refused
+    here, naming the field, so it is never run and graded as if the model had failed.
+
+    Raises:
+        SuiteError: naming the field and, for a tool, the closest name the server has.
+    """
+    profiles = _profiles(definition)
+    servers = _servers(definition, user)
+    _tools_check(definition, servers, user, source)
+    return profiles, servers
+
+
 def _profiles(definition: SuiteDefinition) -> dict[str, ModelProfile]:
     profiles: dict[str, ModelProfile] = {}
     for index, name in enumerate(definition.models):
@@ -209,22 +229,37 @@ def _servers(definition: SuiteDefinition, user: AbstractBaseUser) -> list[McpSer
     return servers
 
 
-def _variants_check(
+def _named_tools(definition: SuiteDefinition) -> list[tuple[str, str]]:
+    """Every ``server/tool`` the suite names outside its variants, with the field naming it."""
+    named = [
+        (f"cases[{index}].expect[{position}].tool", expected.tool)
+        for index, case in enumerate(definition.cases)
+        for position, expected in enumerate(case.expect)
+    ]
+    if definition.tool_choice == "named" and definition.tool:
+        named.append(("tool", definition.tool))
+    return named
+
+
+def _tools_check(
     definition: SuiteDefinition, servers: list[McpServer], user: AbstractBaseUser, source: str
 ) -> None:
-    """Every ``server/tool`` a variant rewords, and every parameter it names, is one the server
-    offers the model now.
+    """Every ``server/tool`` the suite names — a case's expected call, the ``named`` tool, a
+    variant's key — and every parameter a variant names, is one the server offers the model now.
 
     Raises:
-        SuiteError: naming the variant's key (``variants.terse.demo/get_weather``) or parameter
-            (``variants.terse.demo/get_weather_forecast.parameters.town``), or the server
-            (``servers[0]``) whose tools could not be listed.
+        SuiteError: naming the field (``cases[0].expect[0].tool``, ``tool``,
+            ``variants.terse.demo/get_weather``,
+            ``variants.terse.demo/get_weather_forecast.parameters.town``) with the closest real
+            name, or the server (``servers[0]``) whose tools could not be listed.
     """
-    reworded = {key.partition("/")[0] for overrides in definition.variants.values() for key in overrides}
+    named = _named_tools(definition)
+    used = {key.partition("/")[0] for overrides in definition.variants.values() for key in overrides}
+    used |= {tool.partition("/")[0] for _, tool in named}
     offered = {
         server.name: _tools_offered(server, user, source, f"servers[{index}]")
         for index, server in enumerate(servers)
-        if server.name in reworded
+        if server.name in used
     }
     for variant, overrides in definition.variants.items():
         for key, override in overrides.items():
@@ -242,6 +277,16 @@ def _variants_check(
                     raise SuiteError(
                         f"{where}.parameters.{parameter}", f"no such parameter of {key}; it takes {takes}"
                     )
+    for where, key in named:
+        server_name, _, tool_name = key.partition("/")
+        tools = offered.get(server_name)
+        if tools is None:
+            servers_named = ", ".join(definition.servers) or "none"
+            raise SuiteError(
+                where, f"server {server_name!r} is not among the suite's servers ({servers_named})"
+            )
+        if tool_name not in tools:
+            raise SuiteError(where, _no_such_tool(server_name, tool_name, sorted(tools)))
 
 
 def _tools_offered(
@@ -258,7 +303,9 @@ def _tools_offered(
         raise SuiteError(where, str(exc)) from None
     if listing.status != Operation.Status.OK or not isinstance(listing.result, list):
         problem = listing.error or f"the listing ended {listing.status}"
-        raise SuiteError(where, f"its tools could not be listed to check the suite's variants: {problem}")
+        raise SuiteError(
+            where, f"its tools could not be listed to check the tools the suite names: {problem}"
+        )
     offered: dict[str, tuple[str, ...]] = {}
     for tool in listing.result:
         if not isinstance(tool, dict) or not model_visible(tool):

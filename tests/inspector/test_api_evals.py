@@ -196,3 +196,13 @@ def test_the_openapi_document_describes_the_eval_routes(alice: User) -> None:
     assert {"model", "paradigm", "variant", "cases", "passed", "accuracy", "no_call", "conversations"} <= set(
         cell
     )
+
+
+@pytest.mark.django_db
+def test_a_body_over_the_upload_limit_gets_a_json_error_naming_the_limit(alice: User) -> None:
+    response = _post(_client(alice), "/api/evals/suites", {"text": "x" * 10_000_000})
+
+    assert response.status_code == 413 and response["Content-Type"].startswith("application/json")
+    assert response.json()["field"] == "body"
+    assert "DATA_UPLOAD_MAX_MEMORY_SIZE" in response.json()["detail"]
+    assert not Suite.objects.exists()

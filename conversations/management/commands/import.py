@@ -13,10 +13,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.urls import reverse
 
 from conversations.management.commands.export import command_user
-from conversations.models import AuditEvent, Exchange
+from conversations.models import AuditEvent, Conversation, Exchange
 from conversations.record.audit import audit_record
 from conversations.record.transcripts.importing import TranscriptError
-from conversations.record.transcripts.otel_import import conversation_file_import
+from conversations.record.transcripts.otel_import import conversation_files_import
 
 
 def _owner(actor: AbstractBaseUser | None) -> AbstractBaseUser:
@@ -48,9 +48,20 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot read {name}: {exc.strerror or exc}") from exc
         try:
-            conversation = conversation_file_import(data=data, owner=owner)
+            conversations = conversation_files_import(data=data, owner=owner)  # OTLP may hold several
         except TranscriptError as exc:
             raise CommandError(f"cannot import {name}: {exc}") from exc
+        for conversation in conversations:
+            self._report(conversation, actor=actor, owner=owner, name=name)
+
+    def _report(
+        self,
+        conversation: Conversation,
+        *,
+        actor: AbstractBaseUser | None,
+        owner: AbstractBaseUser,
+        name: str,
+    ) -> None:
         meta = conversation.imported_meta or {}
         exchanges = Exchange.objects.filter(turn__conversation=conversation).count()
         audit_record(

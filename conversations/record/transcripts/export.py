@@ -14,7 +14,7 @@ from conversations.escaping import carriable
 from conversations.models import Conversation
 from conversations.record.transcripts.document import export_json, export_jsonl, transcript_document
 from conversations.record.transcripts.fields import TranscriptDoc
-from conversations.record.transcripts.otel import export_otel, otlp_request, trace_origin
+from conversations.record.transcripts.otel import export_otel, otlp_request, trace_origin, trace_span_ids
 from conversations.record.transcripts.otel_proto import MEDIA_TYPE as PROTOBUF_MEDIA_TYPE
 from conversations.record.transcripts.otel_proto import otlp_protobuf
 
@@ -52,6 +52,10 @@ def transcript_export(*, conversation: Conversation, fmt: ExportFormat) -> str:
     # Whatever a stored value holds (a lone surrogate read back from SQLite's JSON), the export is
     # text every file and terminal can carry.
     document = transcript_document(conversation=conversation, signed=fmt == "json")
+    if fmt == "otel":  # an imported trace keeps its own span ids
+        return carriable(
+            export_otel(document, origin=trace_origin(conversation), span_ids=trace_span_ids(conversation))
+        )
     return carriable(exporter(document, trace_origin(conversation)))
 
 
@@ -63,5 +67,7 @@ def transcript_export_bytes(*, conversation: Conversation, fmt: ExportFormat) ->
     """
     if fmt == "otlp":
         document = transcript_document(conversation=conversation, signed=False)
-        return otlp_protobuf(otlp_request(document, origin=trace_origin(conversation)))
+        return otlp_protobuf(
+            otlp_request(document, origin=trace_origin(conversation), span_ids=trace_span_ids(conversation))
+        )
     return transcript_export(conversation=conversation, fmt=fmt).encode()

@@ -91,6 +91,10 @@ def _hex_id(seed: str, length: int) -> str:
     return hashlib.sha256(seed.encode()).hexdigest()[:length]
 
 
+def _is_hex(value: str, length: int) -> bool:
+    return len(value) == length and all(c in "0123456789abcdef" for c in value) and value != "0" * length
+
+
 def _parsed(text: str) -> JSONDict:
     """A body as a JSON object; empty when it is not one (bodies are data, not trusted)."""
     try:
@@ -167,8 +171,16 @@ class _TraceContext:
     protocol_versions: dict[str, str]
     redact: Redactor | None
     spans: list[_Span] = field(default_factory=list)
+    # An imported trace's own span ids: "root", and "steps" by step seq (trace_span_ids).
+    kept: JSONDict = field(default_factory=dict)
 
     def span_id(self, what: str) -> str:
+        steps = self.kept.get("steps")
+        kept = self.kept.get("root") if what == "turn" else None
+        if what.startswith("step/") and isinstance(steps, dict):
+            kept = steps.get(what.removeprefix("step/"))
+        if isinstance(kept, str) and _is_hex(kept, 16):
+            return kept
         return _hex_id(f"{self.origin}/{self.turn['seq']}/{what}", 16)
 
     def common(self) -> dict[str, AttrValue | None]:
@@ -221,6 +233,29 @@ def _content_attributes(ctx: _TraceContext, content: CallContent) -> dict[str, A
     }
 
 
+# The paradigms that give the model its tools as prompt text (or a response schema), not as a
+# request's ``tools``: their chat spans name the turn's offered tools as its tool definitions.
+PROMPT_TOOL_PARADIGMS = frozenset({"prompt_xml", "prompt_json", "structured"})
+
+
+def _prompt_tool_definitions(turn: TurnDoc) -> JSONList:
+    """The tools a prompt paradigm's model call was given (none when tool_choice is ``none``;
+    the named one only when it is ``named``), in ``gen_ai.tool.definitions``' shape."""
+    if turn["paradigm"] not in PROMPT_TOOL_PARADIGMS or turn["tool_choice"] == "none":
+        return []
+    named = turn["tool_choice_name"] if turn["tool_choice"] == "named" else ""
+    return [
+        {
+            "type": "function",
+            "name": tool.get("provider_name") or tool.get("name") or "",
+            **({"description": tool["description"]} if tool.get("description") else {}),
+            "parameters": tool.get("inputSchema") or {"type": "object", "properties": {}},
+        }
+        for tool in _offered_tools(turn)
+        if not named or named in (tool.get("provider_name"), tool.get("name"))
+    ]
+
+
 def _chat_span(
     ctx: _TraceContext,
     *,
@@ -242,6 +277,8 @@ def _chat_span(
         if exchange
         else CallContent()
     )
+    if not content.tool_definitions:
+        content.tool_definitions = _prompt_tool_definitions(ctx.turn)
     request = content.request
     model = _text(request.get("model")) or ctx.turn["model"] or profile["model"]
     usage = content.usage if content.usage is not None else usage_fallback
@@ -488,6 +525,7 @@ def _otel_turn_spans(
     *,
     origin: str,
     redact: Redactor | None,
+    span_ids: JSONDict | None = None,
 ) -> list[_Span]:
     """One turn as a trace.
 
@@ -504,8 +542,12 @@ def _otel_turn_spans(
            ├─ {mcp.method.name}               CLIENT    its MCP exchanges (initialize, tools/list…)
            └─ chat {model}                    its LLM exchanges (e.g. a refused request)
     """
-    trace_id = turn_trace_id(origin, turn["seq"])
+    kept = _dict((span_ids or {}).get(str(turn["seq"])))
+    trace_id = (
+        str(kept["trace"]) if _is_hex(str(kept.get("trace")), 32) else turn_trace_id(origin, turn["seq"])
+    )
     ctx = _TraceContext(
+        kept=kept,
         conversation=conversation,
         turn=turn,
         origin=origin,
@@ -521,6 +563,14 @@ def _otel_turn_spans(
     def exchange_spans(parent: str, step: StepDoc | None, exchanges: list[ExchangeDoc]) -> None:
         llm = [e for e in exchanges if e["channel"] == Exchange.Channel.LLM]
         for exchange in exchanges:
+            # A model step's model call (its last, the one whose reply it parsed) has the step's
+            # span id, as the chat span of the same step imported without exchanges does: a
+            # re-export names the same span.
+            what = (
+                f"step/{step['seq']}"
+                if step is not None and step["kind"] in MODEL_CALL_KINDS and exchange is llm[-1]
+                else f"exchange/{index[id(exchange)]}"
+            )
             if exchange["channel"] == Exchange.Channel.MCP:
                 ctx.add(
                     _mcp_span(ctx, parent=parent, step=step, exchange=exchange, index=index[id(exchange)])
@@ -534,7 +584,7 @@ def _otel_turn_spans(
                         step=step,
                         exchange=exchange,
                         usage_fallback=fallback,
-                        span_id=ctx.span_id(f"exchange/{index[id(exchange)]}"),
+                        span_id=ctx.span_id(what),
                     )
                 )
 
@@ -622,14 +672,27 @@ def trace_origin(conversation: Conversation) -> str:
     return str(conversation.public_id)
 
 
+def trace_span_ids(conversation: Conversation) -> JSONDict:
+    """An imported trace's own trace and span ids, by turn seq (``otel_import`` keeps them in
+    ``imported_meta``), so its re-export names the same spans and a backend deduplicates them."""
+    meta = conversation.imported_meta if isinstance(conversation.imported_meta, dict) else {}
+    return _dict(meta.get("span_ids"))
+
+
 def otlp_request(
-    document: TranscriptDoc, *, origin: str | None = None, content: bool | None = None, seq: int | None = None
+    document: TranscriptDoc,
+    *,
+    origin: str | None = None,
+    content: bool | None = None,
+    seq: int | None = None,
+    span_ids: JSONDict | None = None,
 ) -> JSONDict:
     """The document as an OTLP ``ExportTraceServiceRequest`` in its JSON mapping.
 
     ``origin`` is ``trace_origin`` of the conversation (default: the document's id);
     ``content`` says whether content attributes are included (default: ``OTEL_EXPORT_CONTENT``);
-    ``seq`` keeps the trace of that turn only.
+    ``seq`` keeps the trace of that turn only; ``span_ids`` is ``trace_span_ids`` of the
+    conversation.
     """
     conversation = document["conversation"]
     include = settings.OTEL_EXPORT_CONTENT if content is None else content
@@ -643,7 +706,12 @@ def otlp_request(
         spans.extend(
             span.as_json()
             for span in _otel_turn_spans(
-                conversation, turn, versions, origin=origin or conversation["id"], redact=redact
+                conversation,
+                turn,
+                versions,
+                origin=origin or conversation["id"],
+                redact=redact,
+                span_ids=span_ids,
             )
         )
     return {
@@ -656,5 +724,7 @@ def otlp_request(
     }
 
 
-def export_otel(document: TranscriptDoc, *, origin: str | None = None) -> str:
-    return dumps(otlp_request(document, origin=origin))
+def export_otel(
+    document: TranscriptDoc, *, origin: str | None = None, span_ids: JSONDict | None = None
+) -> str:
+    return dumps(otlp_request(document, origin=origin, span_ids=span_ids))

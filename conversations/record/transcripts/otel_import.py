@@ -1,8 +1,9 @@
 """OTLP traces in: spans that follow the GenAI and MCP conventions as a read-only conversation.
 
-``trace_import`` takes OTLP/JSON or OTLP/protobuf (an ``ExportTraceServiceRequest``, as this
+``trace_imports`` takes OTLP/JSON or OTLP/protobuf (an ``ExportTraceServiceRequest``, as this
 app's ``otel``/``otlp`` exports or any OpenTelemetry SDK writes them) and makes the transcript
-document of ``conversations.record.transcripts.document`` out of it — one turn per trace, one step per
+document of ``conversations.record.transcripts.document`` out of it — one conversation per
+``gen_ai.conversation.id`` or, without one, per trace; one turn per trace, one step per
 model call (``chat``, ``text_completion``, ``generate_content``) and per tool call
 (``execute_tool``) — then imports that through ``importing.transcript_import``, so the result
 renders in the same rows as any conversation. A trace holds no raw bodies, so such a
@@ -24,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -32,6 +34,7 @@ from conversations.loop.providers import OTEL_PROVIDER_NAMES
 from conversations.models import Conversation, Step, Turn
 from conversations.record.transcripts.fields import FORMAT, VERSION
 from conversations.record.transcripts.importing import TranscriptError, transcript_import
+from conversations.record.transcripts.otel_foreign import genai_attributes
 from conversations.typealias import JSONDict, JSONList, JSONValue
 
 MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
@@ -85,7 +88,7 @@ def _any(value: dict[str, Any]) -> JSONValue:
         return [_any(v) for v in value["arrayValue"].get("values", []) if isinstance(v, dict)]
     if "kvlistValue" in value:
         pairs = value["kvlistValue"].get("values", [])
-        return {str(p["key"]): _any(p.get("value", {})) for p in pairs if isinstance(p, dict)}
+        return {str(p.get("key")): _any(p.get("value") or {}) for p in pairs if isinstance(p, dict)}
     if "intValue" in value:
         return int(str(value["intValue"]))
     return next(iter(value.values()), None)
@@ -103,6 +106,8 @@ class _Span:
     message: str
     attributes: dict[str, JSONValue]
     service: str
+    # Attributes of another instrumentation read into the GenAI ones (otel_foreign).
+    read: frozenset[str] = frozenset()
 
     @property
     def operation(self) -> str:
@@ -142,17 +147,27 @@ def _requests(data: str | bytes) -> list[dict[str, Any]]:
     return [request]
 
 
+def _attributes(values: Any) -> dict[str, JSONValue]:
+    """OTLP ``KeyValue``s as a mapping; an entry without a key or value is left out."""
+    return {
+        str(a["key"]): _any(a["value"] if isinstance(a.get("value"), dict) else {})
+        for a in (values if isinstance(values, list) else [])
+        if isinstance(a, dict) and "key" in a
+    }
+
+
 def _spans(requests: list[dict[str, Any]]) -> list[_Span]:
     spans: list[_Span] = []
     for request in requests:
         for resource in request.get("resourceSpans", []):
-            resource_attrs = {
-                a["key"]: _any(a.get("value", {})) for a in resource.get("resource", {}).get("attributes", [])
-            }
+            resource_attrs = _attributes((resource.get("resource") or {}).get("attributes"))
             service = str(resource_attrs.get("service.name") or "an instrumented application")
             for scope in resource.get("scopeSpans", []):
                 for span in scope.get("spans", []):
                     status = span.get("status") or {}
+                    attributes = _attributes(span.get("attributes"))
+                    mapped, read = genai_attributes(attributes)
+                    attributes.update(mapped)
                     spans.append(
                         _Span(
                             trace_id=str(span.get("traceId", "")),
@@ -163,10 +178,9 @@ def _spans(requests: list[dict[str, Any]]) -> list[_Span]:
                             end=int(span.get("endTimeUnixNano", 0)),
                             failed=status.get("code") in (2, "STATUS_CODE_ERROR"),
                             message=str(status.get("message", "")),
-                            attributes={
-                                a["key"]: _any(a.get("value", {})) for a in span.get("attributes", [])
-                            },
+                            attributes=attributes,
                             service=service,
+                            read=frozenset(read),
                         )
                     )
     return spans
@@ -215,6 +229,8 @@ class _Mapping:
 
     unmapped: list[str] = field(default_factory=list)
     attributes: set[str] = field(default_factory=set)
+    # The trace's own ids, by turn seq, so a re-export names the same spans (otel.trace_span_ids).
+    span_ids: JSONDict = field(default_factory=dict)
     next_id: int = 1
 
     def new_id(self) -> int:
@@ -324,6 +340,26 @@ def _own_step_kind(span: _Span) -> str | None:
     return str(kind)
 
 
+def _recorded_seq(span: _Span) -> int | None:
+    """The step number this app's export wrote on the span, if it is one."""
+    value = span.attributes.get("inspector.step.seq")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _context(span: _Span) -> str:
+    """What an unmapped span was, in a few words: its MCP method, or its HTTP request."""
+    attrs = span.attributes
+    if "mcp.method.name" in attrs:
+        return f" ({attrs['mcp.method.name']}, no body in a trace)"
+    method = attrs.get("http.request.method") or attrs.get("http.method")
+    target = (
+        attrs.get("url.full") or attrs.get("http.url") or attrs.get("url.path") or attrs.get("http.target")
+    )
+    if method or target:
+        return f" (HTTP {' '.join(str(v) for v in (method, target) if v)})"
+    return ""
+
+
 def _maps_to_a_step(span: _Span) -> bool:
     return (
         span.operation in MODEL_OPERATIONS
@@ -337,17 +373,23 @@ def _turn(spans: list[_Span], turn_seq: int, mapping: _Mapping) -> JSONDict:
     ids = {span.span_id for span in spans}
     roots = [span for span in spans if span.parent_id not in ids]
     root = next((s for s in roots if s.operation == "invoke_agent"), None)
-    ordered = sorted(spans, key=lambda s: (s.attributes.get("inspector.step.seq", 1 << 30), s.start))
+    ordered = sorted(spans, key=lambda s: (_recorded_seq(s) or 1 << 30, s.start))
     steps: list[JSONDict] = []
+    kept_steps: dict[str, JSONValue] = {}
+    mapping.span_ids[str(turn_seq)] = {
+        "trace": spans[0].trace_id,
+        "root": root.span_id if root else None,
+        "steps": cast(JSONValue, kept_steps),
+    }
     by_call: dict[str, int] = {}
     last_model: int | None = None
-    recorded = [
-        s.attributes.get("inspector.step.seq") for s in ordered if s is not root and _maps_to_a_step(s)
-    ]
-    own_seqs = all(isinstance(v, int) and v > 0 for v in recorded) and len(set(recorded)) == len(recorded)
+    recorded = [_recorded_seq(s) for s in ordered if s is not root and _maps_to_a_step(s)]
+    # This app's own export numbers its steps; a trace of any other tool may number none (all([])
+    # would be true then) or only some: then the steps are numbered in order of time.
+    own_seqs = bool(recorded) and None not in recorded and len(set(recorded)) == len(recorded)
     for span in ordered:
         sid = mapping.new_id()
-        seq = int(span.attributes["inspector.step.seq"]) if own_seqs and span is not root else len(steps) + 1  # type: ignore[arg-type]
+        seq = (own_seqs and _recorded_seq(span)) or len(steps) + 1
         if span.operation in MODEL_OPERATIONS:
             step = _model_step(span, seq, sid)
             last_model = sid
@@ -366,17 +408,13 @@ def _turn(spans: list[_Span], turn_seq: int, mapping: _Mapping) -> JSONDict:
                 span, seq, sid, kind=kind, title=str(span.attributes.get("inspector.step.title") or span.name)
             )
         else:
-            mapping.unmapped.append(
-                f"span {span.name!r}"
-                + (
-                    f" ({span.attributes['mcp.method.name']}, no body in a trace)"
-                    if "mcp.method.name" in span.attributes
-                    else ""
-                )
-            )
+            mapping.unmapped.append(f"span {span.name!r}{_context(span)}")
             continue
+        kept_steps[str(seq)] = span.span_id
         mapping.attributes.update(
-            k for k in span.attributes if k not in READ_ATTRIBUTES and not k.startswith("inspector.")
+            k
+            for k in span.attributes
+            if k not in READ_ATTRIBUTES and k not in span.read and not k.startswith("inspector.")
         )
         steps.append(step)
     models = [s for s in ordered if s.operation in MODEL_OPERATIONS]
@@ -418,6 +456,11 @@ def _turn(spans: list[_Span], turn_seq: int, mapping: _Mapping) -> JSONDict:
 
 def trace_document(spans: list[_Span]) -> tuple[JSONDict, list[str], str]:
     """The transcript document of the spans, what was not mapped, and the conversation's trace origin."""
+    document, mapping, origin = _trace_document(spans)
+    return document, mapping.unmapped, origin
+
+
+def _trace_document(spans: list[_Span]) -> tuple[JSONDict, _Mapping, str]:
     if not spans:
         raise TranscriptError("the OTLP file holds no spans")
     mapping = _Mapping()
@@ -470,17 +513,47 @@ def trace_document(spans: list[_Span]) -> tuple[JSONDict, list[str], str]:
         mapping.unmapped.append(f"attributes {', '.join(sorted(mapping.attributes))}")
     if provider_name not in PROVIDER_KEYS:
         mapping.unmapped.append(f"gen_ai.provider.name {provider_name!r} (shown as an OpenAI Chat profile)")
-    return document, mapping.unmapped, origin
+    return document, mapping, origin
 
 
-def trace_import(*, data: str | bytes, owner: AbstractBaseUser) -> Conversation:
-    """Bring OTLP traces (JSON or protobuf) in as a read-only conversation of ``owner``.
+def _conversations(spans: list[_Span]) -> list[list[_Span]]:
+    """The spans of each conversation, in order of time: the traces that name the same
+    ``gen_ai.conversation.id`` (this app's export writes one trace a turn) are one conversation,
+    and any other trace is a conversation of its own."""
+    traces: dict[str, list[_Span]] = {}
+    for span in spans:
+        traces.setdefault(span.trace_id, []).append(span)
+    groups: dict[str, list[_Span]] = {}
+    for trace_id, group in traces.items():
+        named = next(
+            (
+                str(s.attributes["gen_ai.conversation.id"])
+                for s in group
+                if s.attributes.get("gen_ai.conversation.id")
+            ),
+            None,
+        )
+        groups.setdefault(f"conversation:{named}" if named else f"trace:{trace_id}", []).extend(group)
+    return sorted(groups.values(), key=lambda group: min(s.start for s in group))
+
+
+def trace_imports(*, data: str | bytes, owner: AbstractBaseUser) -> list[Conversation]:
+    """Bring OTLP traces (JSON or protobuf) in as read-only conversations of ``owner``: one for
+    each conversation the file holds (``_conversations``), all or none.
 
     Raises:
         TranscriptError: not OTLP, no spans, or a document the transcript import refuses.
     """
     spans = _spans(_requests(data))
-    document, unmapped, origin = trace_document(spans)
+    if not spans:
+        raise TranscriptError("the OTLP file holds no spans")
+    with transaction.atomic():
+        return [_trace_import(spans=group, owner=owner) for group in _conversations(spans)]
+
+
+def _trace_import(*, spans: list[_Span], owner: AbstractBaseUser) -> Conversation:
+    document, mapping, origin = _trace_document(spans)
+    unmapped, mapping_ids = mapping.unmapped, mapping.span_ids
     # A trace holds only part of a record: it is never compared with a local conversation (and
     # never verifies with this installation's key: it is shown as an unverified import).
     conversation = transcript_import(data=json.dumps(document), owner=owner, compare_local=False)
@@ -490,6 +563,7 @@ def trace_import(*, data: str | bytes, owner: AbstractBaseUser) -> Conversation:
         source="otlp",
         trace_origin=origin,
         unmapped=list(unmapped),
+        span_ids=mapping_ids,
         verification={
             "status": "otlp-trace",
             "key_id": "",
@@ -526,7 +600,14 @@ def _is_otlp(data: str | bytes) -> bool:
 
 
 def conversation_file_import(*, data: str | bytes, owner: AbstractBaseUser) -> Conversation:
-    """Any importable file: a ``json`` transcript, or OTLP traces (JSON or protobuf).
+    """``conversation_files_import``'s first conversation (an OTLP file may hold several, and
+    all of them are imported)."""
+    return conversation_files_import(data=data, owner=owner)[0]
+
+
+def conversation_files_import(*, data: str | bytes, owner: AbstractBaseUser) -> list[Conversation]:
+    """Any importable file: a ``json`` transcript, or OTLP traces (JSON or protobuf), which may
+    hold several conversations.
 
     Raises:
         TranscriptError: a ``jsonl`` export (it holds only exchanges: import the ``json`` export
@@ -538,5 +619,5 @@ def conversation_file_import(*, data: str | bytes, owner: AbstractBaseUser) -> C
             "`json` export of the same conversation, or its OpenTelemetry export (otel or otlp)"
         )
     if _is_otlp(data):
-        return trace_import(data=data, owner=owner)
-    return transcript_import(data=data, owner=owner)
+        return trace_imports(data=data, owner=owner)
+    return [transcript_import(data=data, owner=owner)]

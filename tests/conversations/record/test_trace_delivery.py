@@ -11,10 +11,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from io import StringIO
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
 from django.test import Client, override_settings
 from django.urls import reverse
 from google.protobuf.json_format import MessageToDict
@@ -246,3 +248,31 @@ def test_a_celery_worker_sends_the_trace_of_the_turn_it_ran_retrying_while_unava
         assert {_attrs(s).get("gen_ai.operation.name") for s in sink.spans()} >= {"chat", "execute_tool"}
         _nowhere_has_the_secret(turn)
         assert SECRET not in worker_log_path().read_text()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_traces_send_backfills_the_turns_recorded_before_an_endpoint_was_configured() -> None:
+    alice = User.objects.create_user("alice")
+    before, other = _run_turn(alice), _run_turn(alice)  # no endpoint: nothing queued
+    assert not TraceDelivery.objects.exists()
+
+    with collector() as received, _embedded(received.url):
+        out = StringIO()
+        call_command("traces", "send", "--conversation", str(before.conversation.public_id), stdout=out)
+
+        assert _sent(before) and _delivery(other) is None
+        assert "1 sent" in out.getvalue()
+        assert {_attrs(s).get("gen_ai.conversation.id") for s in received.spans()} == {
+            str(before.conversation.public_id)
+        }
+        call_command("traces", "send", "--since", "2000-01-01", stdout=StringIO())
+        assert _sent(other) and len(received.received) == 2
+
+
+@pytest.mark.django_db
+def test_traces_send_without_an_endpoint_says_what_to_configure() -> None:
+    with (
+        override_settings(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=""),
+        pytest.raises(CommandError, match="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+    ):
+        call_command("traces", "send")

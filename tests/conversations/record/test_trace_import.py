@@ -113,10 +113,11 @@ def test_our_own_trace_comes_back_as_a_read_only_conversation_in_the_same_rows(a
             for a in s["attributes"]
             if a["key"] == "gen_ai.conversation.id"
         }
-        tools = {s["spanId"] for s in spans if s["name"].startswith("execute_tool")}
-        return {s["traceId"] for s in spans} | named, tools
+        steps = {s["spanId"] for s in spans if s["name"].startswith(("execute_tool", "chat", "invoke_agent"))}
+        return {s["traceId"] for s in spans} | named, steps
 
-    # Re-exported, the trace is the same trace: same trace id, conversation id, tool span id.
+    # Re-exported, the trace is the same trace: same trace id, conversation id, and the same span
+    # ids for the turn, each model call and each tool call (a backend deduplicates them).
     assert trace_ids(imported) == trace_ids(original)
 
 

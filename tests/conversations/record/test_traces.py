@@ -227,3 +227,20 @@ def test_a_call_refused_before_sending_is_no_tool_error_and_keeps_the_mcp_name(s
         assert attrs["error.type"] == "invalid_tool_call"
         assert not attrs["gen_ai.tool.name"].startswith("demo__")
         assert span["name"] == f"execute_tool {attrs['gen_ai.tool.name']}"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("paradigm", ["prompt_xml", "prompt_json", "structured"])
+def test_the_chat_spans_of_a_paradigm_that_puts_its_tools_in_the_prompt_carry_their_tool_definitions(
+    paradigm: str,
+) -> None:
+    conversation = _run(demo_profile_ensure(), paradigm=paradigm)
+
+    spans = _json_spans(conversation)
+
+    chats = [_attrs(s) for s in spans if _attrs(s).get("gen_ai.operation.name") == "chat"]
+    assert chats
+    for chat in chats:
+        definitions = json.loads(chat["gen_ai.tool.definitions"])
+        weather = next(d for d in definitions if d["name"] == "demo__get_weather_forecast")
+        assert weather["type"] == "function" and "city" in weather["parameters"]["properties"]

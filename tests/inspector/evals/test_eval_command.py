@@ -117,6 +117,10 @@ def test_the_example_suite_runs_every_cell_and_a_terse_description_changes_the_r
     assert (document.tag, document.get("tests"), document.get("failures")) == ("testsuites", "30", "5")
     failure = document.find("testsuite/testcase/failure")
     assert failure is not None and failure.get("type") == "no_call"
+    # Each row names its cell and question, and how long the case took.
+    names = [case.get("name", "") for case in document.iter("testcase")]
+    assert any(name.startswith("native/demo/terse: What will the weather") for name in names)
+    assert all(float(case.get("time", "-1")) >= 0 for case in document.iter("testcase"))
     # The progress line went to stderr as the run went on.
     assert "[30/30] 100% · 25 passed · 0 running · done" in capfd.readouterr().err
 
@@ -200,6 +204,53 @@ def test_a_variant_naming_a_tool_the_server_does_not_have_is_refused_naming_the_
     assert code == 1
     assert "variants.terse.demo/get_weather: no such tool" in err
     assert not EvalRun.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_misspelt_expected_tool_is_refused_naming_the_field_and_the_closest_tool(
+    admin: User, tmp_path: Path
+) -> None:
+    suite = tmp_path / "misspelt.yaml"
+    suite.write_text(
+        "name: s\nmodels: [demo]\nparadigms: [native]\nservers: [demo]\n"
+        "cases: [{question: 'weather in Paris?', expect: [{tool: demo/get_wether_forecast}]}]\n"
+    )
+
+    _, err, code = _eval("run", str(suite), "--min-accuracy", "0.5")
+
+    assert code == 1
+    assert "cases[0].expect[0].tool: no such tool; did you mean demo/get_weather_forecast?" in err
+    assert not EvalRun.objects.exists() and not Suite.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_unknown_named_tool_is_refused_naming_the_field(admin: User, tmp_path: Path) -> None:
+    suite = tmp_path / "named.yaml"
+    suite.write_text(
+        "name: s\nmodels: [demo]\nparadigms: [native]\nservers: [demo]\ntool_choice: named\n"
+        "tool: demo/calculator\ncases: [{question: '2 + 2?', expect: []}]\n"
+    )
+
+    _, err, code = _eval("run", str(suite))
+
+    assert code == 1 and "tool: no such tool; did you mean demo/calculate?" in err
+    assert not EvalRun.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_file_does_not_replace_the_stored_suite_of_its_name(admin: User, tmp_path: Path) -> None:
+    good = "name: keepme\nmodels: [demo]\nparadigms: [native]\ncases: [{question: q, expect: []}]\n"
+    suite = tmp_path / "keepme.yaml"
+    suite.write_text(good)
+    assert _eval("run", str(suite))[2] == 0
+    stored = Suite.objects.get(name="keepme")
+
+    suite.write_text(good.replace("models: [demo]", "models: [gpt-17]"))
+    _, err, code = _eval("run", str(suite))
+
+    assert code == 1 and "models[0]: no model profile named 'gpt-17'" in err
+    stored.refresh_from_db()
+    assert stored.source == good and stored.definition["models"] == ["demo"]  # type: ignore[index, call-overload]
 
 
 @pytest.mark.django_db

@@ -144,3 +144,16 @@ def test_two_expected_calls_match_two_calls_in_any_order() -> None:
     assert (
         grade_case(case, _facts(BEIJING, MadeCall(WEATHER, {"city": "Paris"}))).failure == "wrong_arguments"
     )
+
+
+def test_a_regex_that_backtracks_catastrophically_grades_a_matcher_error_not_a_hang() -> None:
+    case = _case(ExpectedCall(WEATHER, {"city": {"regex": "(a|aa)+b"}}))
+
+    grade = grade_case(case, _facts(MadeCall(WEATHER, {"city": "a" * 60})))
+
+    assert grade.failure == "error"
+    assert "matcher error" in grade.reason and "/(a|aa)+b/" in grade.reason
+
+
+def test_the_reported_nested_quantifier_is_decided_on_a_long_argument() -> None:
+    assert value_mismatch({"regex": "(a+)+b"}, "a" * 64) == f"is {'a' * 64!r}, which does not match /(a+)+b/"

@@ -158,7 +158,7 @@ def test_a_variant_of_a_server_whose_tools_cannot_be_listed_is_refused_naming_th
         run_start(suite=suite, user=alice, dispatch=False)
 
     assert refused.value.field == "servers[0]"
-    assert "its tools could not be listed to check the suite's variants" in str(refused.value)
+    assert "its tools could not be listed to check the tools the suite names" in str(refused.value)
     assert not EvalCell.objects.exists()
 
 
