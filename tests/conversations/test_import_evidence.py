@@ -18,7 +18,7 @@ from conversations.models import Conversation, Exchange
 from conversations.record.integrity import GENESIS, exchange_digest, turn_seal
 from conversations.record.transcripts.export import transcript_export
 from conversations.record.transcripts.importing import TranscriptError, transcript_import
-from conversations.record.transcripts.otel_import import trace_import
+from conversations.record.transcripts.otel_import import trace_imports
 from conversations.record.verification import VERIFIED_HERE, conversation_verify
 from tests.factories import ConversationFactory, ExchangeFactory, StepFactory, TurnFactory, UserFactory
 
@@ -145,7 +145,7 @@ def test_a_new_conversation_without_exchanges_is_keyed_not_a_legacy_chain() -> N
 def test_an_imported_trace_is_an_unverified_import_even_of_a_conversation_recorded_here() -> None:
     conversation = _sealed()
 
-    imported = trace_import(
+    [imported] = trace_imports(
         data=transcript_export(conversation=conversation, fmt="otel"), owner=UserFactory()
     )
 
