@@ -125,8 +125,11 @@ EXPECTED: dict[str, Expect] = {
     "servers-oauth": Expect("GET", NO_LEAK),
     # bob's own pre-registered client, on his own grant (for a stdio server: 404)
     "servers-oauth-client": Expect("POST", NO_LEAK),
+    # sharing a grant with the team: bob's own grant on that server, never alice's
+    "servers-oauth-share": Expect("POST", NO_LEAK),
     # accounts and the API
     "login": Expect("GET", PUBLIC),
+    "inspector-favicon": Expect("GET", PUBLIC),
     "logout": Expect("POST", PUBLIC),
     "inspector-token": Expect("GET", NO_LEAK),
     "inspector-token-revoke": Expect("POST", NO_LEAK),

@@ -97,7 +97,7 @@ def test_the_workbench_writes_a_pending_request_at_once_and_completes_the_same_r
     operation: Operation,
 ) -> None:
     tap, capture, _ = _following()
-    recorder = _Recorder(operation, redactor())
+    recorder = _Recorder(operation, redactor(), None)
     capture.listener = lambda record: recorder.record([record])
 
     with within(capture):
@@ -120,7 +120,7 @@ def test_the_workbench_writes_a_pending_request_at_once_and_completes_the_same_r
 
 def test_a_request_seen_only_once_answered_is_written_once(operation: Operation) -> None:
     """The follower may take the first telling after the answer has already arrived."""
-    recorder = _Recorder(operation, redactor())
+    recorder = _Recorder(operation, redactor(), None)
     record = WireExchange(
         channel="mcp", label="tools/call", started_at=datetime.now(UTC), jsonrpc_id="1", request_body="{}"
     )
@@ -132,7 +132,7 @@ def test_a_request_seen_only_once_answered_is_written_once(operation: Operation)
 
 def test_a_request_left_unanswered_ends_as_no_response(operation: Operation) -> None:
     tap, capture, _ = _following()
-    recorder = _Recorder(operation, redactor())
+    recorder = _Recorder(operation, redactor(), None)
     capture.listener = lambda record: recorder.record([record])
     with within(capture):
         tap.observe("send", request(1, "tools/call", CALL))
