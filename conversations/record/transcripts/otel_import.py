@@ -35,6 +35,7 @@ from conversations.models import Conversation, Step, Turn
 from conversations.record.transcripts.fields import FORMAT, VERSION
 from conversations.record.transcripts.importing import TranscriptError, transcript_import
 from conversations.record.transcripts.otel_foreign import genai_attributes
+from conversations.secret_sources import active_redactor
 from conversations.typealias import JSONDict, JSONList, JSONValue
 
 MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
@@ -553,7 +554,12 @@ def trace_imports(*, data: str | bytes, owner: AbstractBaseUser) -> list[Convers
 
 def _trace_import(*, spans: list[_Span], owner: AbstractBaseUser) -> Conversation:
     document, mapping, origin = _trace_document(spans)
-    unmapped, mapping_ids = mapping.unmapped, mapping.span_ids
+    # A trace, unlike an export of a record, never went through this installation's redactor
+    # (another tool's spans carry prompts, tool results and URLs as they were): it goes through
+    # it now, like every other write.
+    redact = active_redactor()
+    document = cast(JSONDict, redact.json(document))
+    unmapped, mapping_ids = [redact.text(item) for item in mapping.unmapped], mapping.span_ids
     # A trace holds only part of a record: it is never compared with a local conversation (and
     # never verifies with this installation's key: it is shown as an unverified import).
     conversation = transcript_import(data=json.dumps(document), owner=owner, compare_local=False)

@@ -296,3 +296,43 @@ def test_the_tool_row_of_an_imported_trace_shows_its_arguments_and_result(alice:
     shown = row[row.index("no JSON-RPC exchange recorded") : row.index("</div>")]
     assert "arguments and result from the trace" in shown
     assert "Beijing" in shown and "fog, -1 to 9" in shown
+
+
+@pytest.mark.django_db
+def test_a_foreign_trace_goes_through_the_redactor_before_it_is_stored(alice: User) -> None:
+    # Another tool's spans never passed this installation's redactor: a key in a prompt or in a
+    # plain HTTP span's URL must not reach the database.
+    key = "sk-proj-" + "A1b2C3d4" * 4
+    google = "AIza" + "Q" * 35
+    trace = _otlp(
+        _span(
+            5,
+            1,
+            "openai.chat",
+            {
+                "llm.request.type": "chat",
+                "gen_ai.system": "openai",
+                "gen_ai.request.model": "gpt-4o-mini",
+                "gen_ai.prompt.0.role": "user",
+                "gen_ai.prompt.0.content": f"My key is {key}; what is the weather?",
+                "gen_ai.completion.0.role": "assistant",
+                "gen_ai.completion.0.content": "Fog.",
+            },
+        ),
+        _span(
+            5, 2, "GET", {"http.request.method": "GET", "url.full": f"https://example.org/v1?key={google}"}
+        ),
+    )
+
+    imported = conversation_import(data=trace, actor=alice, source="leaky.json")
+
+    stored = json.dumps(
+        [
+            list(imported.turns.values()),
+            list(Conversation.objects.filter(pk=imported.pk).values("imported_meta")),
+            [list(turn.steps.values()) for turn in imported.turns.all()],
+        ],
+        default=str,
+    )
+    assert key not in stored and google not in stored
+    assert "what is the weather?" in stored and "[REDACTED" in stored
