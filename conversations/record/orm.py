@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
-from conversations.record.store import Batch, Insert
+from conversations.record.store import Batch, Insert, ids_taken_back_on_failure
 
 
 class OrmStore:
@@ -15,7 +15,7 @@ class OrmStore:
         self.using = using
 
     def write(self, batch: Batch) -> None:
-        with transaction.atomic(using=self.using):
+        with ids_taken_back_on_failure(batch), transaction.atomic(using=self.using):
             for operation in batch.operations:
                 if isinstance(operation, Insert):
                     rows = list(operation.rows)

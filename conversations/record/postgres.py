@@ -30,7 +30,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model
 from psycopg import Connection, Cursor, sql
 
-from conversations.record.store import Batch, Insert, Operation, Update
+from conversations.record.store import Batch, Insert, Operation, Update, ids_taken_back_on_failure
 
 
 class PostgresStore:
@@ -44,6 +44,10 @@ class PostgresStore:
         db = connections[self.using]
         if db.vendor != "postgresql":
             raise RuntimeError(f"the PostgreSQL record store on a {db.vendor} database")
+        with ids_taken_back_on_failure(batch):
+            self._write(db, batch)
+
+    def _write(self, db: BaseDatabaseWrapper, batch: Batch) -> None:
         if db.in_atomic_block:
             with transaction.atomic(using=self.using), db.wrap_database_errors:
                 raw = db.connection

@@ -17,7 +17,8 @@ the reference on PostgreSQL too.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -79,6 +80,21 @@ class Batch:
         return bool(self.operations)
 
 
+@contextmanager
+def ids_taken_back_on_failure(batch: Batch) -> Iterator[None]:
+    """A store's write: if it fails, the new rows that came without ids lose those it gave them
+    (its inserts were rolled back), so the same rows can be written again (the writer retries a
+    failed write's batches one by one)."""
+    fresh = [row for op in batch.operations if isinstance(op, Insert) for row in op.rows if row.pk is None]
+    try:
+        yield
+    except BaseException:
+        for row in fresh:
+            row.pk = None
+            row._state.adding = True
+        raise
+
+
 class RecordStore(Protocol):
     """Writes batches of the record's rows."""
 
@@ -87,7 +103,8 @@ class RecordStore(Protocol):
 
         New rows are marked saved and given their ids; each value is prepared by its model
         field (``get_db_prep_save``) as the ORM prepares it. On any error nothing of the batch
-        is written and the error is raised; ``batch.on_commit`` is called only after a commit.
+        is written, new rows keep no id it gave them, and the error is raised;
+        ``batch.on_commit`` is called only after a commit.
         """
 
 

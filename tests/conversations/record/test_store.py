@@ -296,3 +296,24 @@ def test_the_fast_path_refuses_a_database_that_is_not_postgresql(monkeypatch: py
     monkeypatch.setattr(connection, "vendor", "sqlite")
     with pytest.raises(RuntimeError):
         PostgresStore().write(Batch())
+
+
+def test_rows_of_a_failed_batch_get_their_ids_taken_back_and_a_retry_writes_them(
+    store: RecordStore, turn: Turn
+) -> None:
+    # The writer retries a failed write's batches one by one with the same rows: ids the failed
+    # write gave them (its rolled-back inserts) must not stay on them.
+    existing = StepFactory(turn=turn, seq=1)
+    fresh = [_exchange(turn, None, seq) for seq in (1, 2)]
+    failing = Batch()
+    failing.insert(fresh)
+    failing.insert([_step(turn, existing.pk, 2)])  # its id is taken
+
+    with pytest.raises(IntegrityError):
+        store.write(failing)
+
+    assert [row.pk for row in fresh] == [None, None]
+    retry = Batch()
+    retry.insert(fresh)
+    store.write(retry)
+    assert sorted(Exchange.objects.filter(turn=turn).values_list("seq", flat=True)) == [1, 2]
