@@ -326,8 +326,9 @@ class OAuthGrant(models.Model):
     scope = models.CharField(max_length=500, blank=True, help_text="The scope granted, as last received.")
     expires_at = models.DateTimeField(null=True, blank=True)
     authorized_at = models.DateTimeField(null=True, blank=True)
-    # The owner's explicit, audited choice (``grant_share``): their team mates' turns and
-    # workbench calls on this server may use this grant when they have none of their own.
+    # The owner's explicit, audited choice (``grant_share``): their team mates' turns on this
+    # server may use this grant when they have none of their own (workbench calls use only the
+    # caller's own grant).
     shared_with_team = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)
 
