@@ -26,17 +26,21 @@ from inspector.teaching.fields import (
 from inspector.teaching.loading import FORMATS, Note, Notes, NotesError, notes, notes_load
 from inspector.teaching.members import MISSING, sent_tool_choice, top_level_member
 from inspector.teaching.roles import (
+    CALL_MARKS,
     EXECUTE_NOTE,
     LAYERS,
     ROLES,
     SELECT_NOTE,
     STEP_NOTES,
     Roles,
+    call_note,
+    call_outcome,
     exchange_roles,
     turn_tool_choice,
 )
 
 __all__ = [
+    "CALL_MARKS",
     "EXECUTE_NOTE",
     "FORMATS",
     "KEYED_BY_DATA",
@@ -54,6 +58,8 @@ __all__ = [
     "NotesError",
     "Roles",
     "body_format",
+    "call_note",
+    "call_outcome",
     "exchange_roles",
     "field_names",
     "field_notes",

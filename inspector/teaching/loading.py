@@ -64,7 +64,9 @@ ROW_SECTIONS: Mapping[str, frozenset[str]] = {
             "error",
         }
     ),
-    "calls": frozenset({"select", "execute"}),
+    "calls": frozenset(
+        {"select", "execute", "tool_error", "running", "refused", "failed", "cancelled", "recorded"}
+    ),
     "exchanges": frozenset({"model", "stderr", "from_server", "tools_call", "to_server"}),
     "tool_choice": frozenset({"provider_default", "in_words", "no_tools"}),
 }

@@ -22,6 +22,16 @@ STEP_NOTES: Mapping[str, str] = _ROWS.steps
 LAYERS: Mapping[str, str] = _ROWS.layers
 SELECT_NOTE: Note = _ROWS.calls["select"]
 EXECUTE_NOTE: Note = _ROWS.calls["execute"]
+# The mark teaching mode sets before a selected call's note, by what happened to the call.
+CALL_MARKS: Mapping[str, str] = {
+    "execute": "EXECUTE",
+    "tool_error": "EXECUTE",
+    "running": "EXECUTING",
+    "refused": "NOT EXECUTED",
+    "failed": "SENT, NO RESULT",
+    "cancelled": "CANCELLED",
+    "recorded": "FROM THE TRACE",
+}
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,29 @@ def exchange_roles(*, channel: str, direction: str, label: str, server: str) -> 
     if label == "tools/call":
         return _roles("Client", "Server", "tools_call", label=label, server=server)
     return _roles("Client", "Server", "to_server", label=label, server=server)
+
+
+def call_outcome(*, status: str, error: str, is_error: bool, sent: bool) -> str:
+    """What happened to one selected call, read from its tool step's record: ``status`` and
+    ``error`` as stored, ``is_error`` the result's flag, ``sent`` whether a ``tools/call``
+    exchange was recorded. One of :data:`CALL_MARKS`' keys; a note is never chosen from the
+    step's kind alone (a refused call is a tool step too)."""
+    if error.startswith("not sent:"):
+        return "refused"
+    if status == "running":
+        return "running"
+    if not sent:
+        return "recorded"
+    if "notifications/cancelled" in error:
+        return "cancelled"
+    if error:
+        return "failed"
+    return "tool_error" if is_error else "execute"
+
+
+def call_note(outcome: str) -> tuple[str, Note]:
+    """The mark and the note of a call's outcome (:func:`call_outcome`)."""
+    return CALL_MARKS[outcome], _ROWS.calls[outcome]
 
 
 def turn_tool_choice(mode: str, name: str = "") -> str:

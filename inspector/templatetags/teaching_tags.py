@@ -89,8 +89,15 @@ def select_note() -> teaching.Note:
 
 
 @register.simple_tag
-def execute_note() -> teaching.Note:
-    return teaching.EXECUTE_NOTE
+def call_note(child: Step) -> dict[str, str]:
+    """The mark and note of what happened to a selected call (its tool step ``child``), chosen
+    from the record: executed, refused before sending, failed, cancelled or still running."""
+    sent = any(e.channel == Exchange.Channel.MCP and e.label == "tools/call" for e in child.exchanges.all())
+    outcome = teaching.call_outcome(
+        status=child.status, error=child.error, is_error=child.is_error, sent=sent
+    )
+    mark, note = teaching.call_note(outcome)
+    return {"outcome": outcome, "mark": mark, "text": note.text, "spec": note.spec}
 
 
 @register.filter
