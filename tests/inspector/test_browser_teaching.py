@@ -424,3 +424,47 @@ def test_the_teaching_switch_annotates_the_compare_and_workbench_pages(
     page.wait_for_load_state("networkidle")
     page.goto(setting.comparison)
     expect(page.locator(".teach")).to_have_count(0)
+
+
+# The WCAG contrast ratio of an element's text against the first opaque background behind it.
+CONTRAST = """(selector) => {
+  const rgb = (value) => (value.match(/[\\d.]+/g) || []).map(Number);
+  const luminance = ([r, g, b]) => {
+    const [R, G, B] = [r, g, b].map((c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; });
+    return 0.2126 * R + 0.7152 * G + 0.0722 * B;
+  };
+  return [...document.querySelectorAll(selector)].map((element) => {
+    let behind = element;
+    let background = [255, 255, 255];
+    while (behind) {
+      const parts = rgb(getComputedStyle(behind).backgroundColor);
+      if (parts.length === 3 || (parts.length === 4 && parts[3] === 1)) { background = parts.slice(0, 3); break; }
+      behind = behind.parentElement;
+    }
+    const [a, b] = [luminance(rgb(getComputedStyle(element).color).slice(0, 3)), luminance(background)];
+    return [element.className, (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05)];
+  });
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_every_slide_of_the_step_through_is_readable_in_both_themes(
+    browser: Browser, setting: Setting, scheme: str
+) -> None:
+    page = _signed_in(browser, setting, color_scheme=scheme)
+    page.goto(setting.walk)
+    expect(page.locator(".walk-position")).to_contain_text("slide 1 of")
+    at, marked = 1, set()
+    while True:
+        marked.update(page.locator("#slide").get_attribute("class").split())
+        for name, ratio in page.evaluate(
+            CONTRAST, ".slide-title, .slide-explanation, .slide-roles, .slide-body"
+        ):
+            assert ratio >= 4.5, f"slide {at} ({scheme}): {name} has contrast {ratio:.2f}:1"
+        if not page.locator("[data-slide-next]").count():
+            break
+        at += 1
+        page.keyboard.press("ArrowRight")
+        page.wait_for_url(f"**/walk?at={at}")
+    # The slides that teach "the model selects, the host executes" were among those checked.
+    assert {"slide-mark-select", "slide-mark-execute"} <= marked
