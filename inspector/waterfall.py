@@ -1,11 +1,14 @@
 """A turn's timeline as a server-rendered SVG waterfall: one bar per model call and tool call, at
-its start and as long as it took, with its latency and tokens. No script and no charting library:
-the template draws the bars this module lays out."""
+its start and as long as it took, with its latency and tokens, and inside it the time its own
+wire exchanges took (the HTTP call to the model, the JSON-RPC call to the server), so a step that
+took 3 s around a 21 ms request says so. No script and no charting library: the template draws
+the bars this module lays out."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from conversations.loop.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.models import Step
@@ -25,6 +28,8 @@ class Bar:
     label: str
     detail: str
     status: str
+    # The step's own wire exchanges inside the bar: (x, width) each.
+    wire: tuple[tuple[float, float], ...] = field(default=())
 
     @property
     def detail_anchor(self) -> str:
@@ -67,9 +72,14 @@ WATERFALL_FIELDS = (
 )
 
 
-def turn_waterfall(steps: Sequence[Step]) -> Waterfall | None:
-    """The bars of ``steps`` (every step of one turn, children included) that have finished;
-    None when there is nothing to draw."""
+# One wire exchange's timing, as the bars read it: (step id, started at, duration in ms).
+WireTiming = tuple[int | None, datetime, float | None]
+
+
+def turn_waterfall(steps: Sequence[Step], wire: Sequence[WireTiming] = ()) -> Waterfall | None:
+    """The bars of ``steps`` (every step of one turn, children included) that have finished,
+    with the timings of their wire exchanges (``wire``) drawn inside; None when there is
+    nothing to draw."""
     timed = [step for step in steps if step.finished_at is not None and step.kind != "fallback"]
     if not timed:
         return None
@@ -77,12 +87,19 @@ def turn_waterfall(steps: Sequence[Step]) -> Waterfall | None:
     end = max(step.finished_at for step in timed if step.finished_at is not None)
     total_ms = max((end - start).total_seconds() * 1000, 1.0)
     scale = (WIDTH - LABEL_WIDTH) / total_ms
+    timings: dict[int, list[tuple[datetime, float]]] = {}
+    for step_id, started_at, duration_ms in wire:
+        if step_id is not None and duration_ms is not None:
+            timings.setdefault(step_id, []).append((started_at, duration_ms))
     bars = []
     for index, step in enumerate(sorted(timed, key=lambda s: (s.started_at, s.seq))):
         assert step.finished_at is not None
         offset = (step.started_at - start).total_seconds() * 1000
         took = (step.finished_at - step.started_at).total_seconds() * 1000
         kind = "tool" if step.parent_id else step.kind
+        own = timings.get(step.pk, [])
+        on_wire = sum(duration for _, duration in own)
+        wire_text = f" · {on_wire:,.0f} ms on the wire" if own else ""
         bars.append(
             Bar(
                 y=index * ROW,
@@ -90,8 +107,15 @@ def turn_waterfall(steps: Sequence[Step]) -> Waterfall | None:
                 width=max(took * scale, MIN_BAR),
                 kind=kind,
                 label=f"{'  ' if step.parent_id else ''}#{step.seq} {step.title}"[:48],
-                detail=f"{took:,.0f} ms{_tokens(step)}",
+                detail=f"{took:,.0f} ms{wire_text}{_tokens(step)}",
                 status=step.status,
+                wire=tuple(
+                    (
+                        LABEL_WIDTH + (at - start).total_seconds() * 1000 * scale,
+                        max(duration * scale, MIN_BAR / 2),
+                    )
+                    for at, duration in own
+                ),
             )
         )
     ticks = [

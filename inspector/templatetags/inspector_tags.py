@@ -541,4 +541,7 @@ def waterfall(turn: Turn) -> Waterfall | None:
     """The turn's timeline (one query for all its steps, reading only what a bar shows: a
     step's prompt, bodies and results are most of its row)."""
     steps = Step.objects.filter(turn=turn).only(*WATERFALL_FIELDS).order_by("started_at", "seq")
-    return turn_waterfall(list(steps))
+    wire = Exchange.objects.filter(turn=turn, channel__in=(Exchange.Channel.LLM, Exchange.Channel.MCP))
+    wire = wire.exclude(direction=Exchange.Direction.LOCAL)
+    timings = wire.order_by("pk").values_list("step_id", "started_at", "duration_ms")
+    return turn_waterfall(list(steps), list(timings))

@@ -19,7 +19,15 @@ from django.urls import reverse
 from conversations import presentation
 from conversations.capabilities import CAPABILITY_RESET_ACTION
 from conversations.loop.paradigms import PARADIGMS
-from conversations.models import AuditEvent, LearnedCapability, ModelProfile, Step, Turn, UserPreference
+from conversations.models import (
+    AuditEvent,
+    Exchange,
+    LearnedCapability,
+    ModelProfile,
+    Step,
+    Turn,
+    UserPreference,
+)
 from conversations.runner import turn_run
 from conversations.services import (
     comparison_providers_start,
@@ -314,20 +322,28 @@ def test_a_finished_turn_draws_its_timeline_as_svg() -> None:
     assert chart is not None
     bars = re.findall(r'<g class="wf-bar wf-(\w+) wf-status-(\w+)">', chart.group(0))
     assert bars == [("connect", "ok"), ("decide", "ok"), ("tool", "ok"), ("answer", "ok")]
-    assert re.search(r"\d+ ms · \d+ in / \d+ out tokens", chart.group(0))
+    assert re.search(r"\d+ ms · \d+ ms on the wire · \d+ in / \d+ out tokens", chart.group(0))
+    # Inside each model and tool bar, the time of its own exchanges (the HTTP call, tools/call).
+    wire = re.findall(r'<rect class="wf-wire" x="([\d.]+)" y="\d+" width="([\d.]+)"', chart.group(0))
+    assert len(wire) >= 3
     widths = [float(w) for w in re.findall(r'<rect x="[\d.]+" y="\d+" width="([\d.]+)"', chart.group(0))]
     assert all(2 <= width <= 700 for width in widths)
 
 
 def test_the_timeline_reads_only_what_it_draws_in_one_query_and_draws_the_same() -> None:
     turn = _weather_turn(UserFactory(username="alice"))
-    full = turn_waterfall(list(Step.objects.filter(turn=turn).order_by("started_at", "seq")))
+    timings = [
+        (e.step_id, e.started_at, e.duration_ms)
+        for e in Exchange.objects.filter(turn=turn).exclude(direction="local").order_by("pk")
+    ]
+    full = turn_waterfall(list(Step.objects.filter(turn=turn).order_by("started_at", "seq")), timings)
 
     with CaptureQueriesContext(connection) as queries:
         drawn = waterfall(turn)
 
-    # A field left out of WATERFALL_FIELDS but read by a bar would cost a query per step.
-    assert len(queries.captured_queries) == 1
+    # A field left out of WATERFALL_FIELDS but read by a bar would cost a query per step; the
+    # exchanges' timings are one more query.
+    assert len(queries.captured_queries) == 2
     assert '"prompt"' not in queries.captured_queries[0]["sql"]
     assert drawn == full and drawn is not None and len(drawn.bars) == 4
 
