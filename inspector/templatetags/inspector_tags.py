@@ -26,7 +26,7 @@ from pygments.lexers import JsonLexer
 from conversations.escaping import carriable, hidden_characters, hidden_marked, hidden_revealed
 from conversations.loop.paradigms import PARADIGMS
 from conversations.loop.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
-from conversations.models import Conversation, Exchange, Step, Turn
+from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.presentation import PromptChange, pretty_json, step_prompt_change
 from conversations.pricing import (
     MILLION,
@@ -495,6 +495,12 @@ def call_cost(step: Step, conversation: Conversation) -> Cost | None:
 @register.filter
 def turn_total_cost(turn: Turn, conversation: Conversation) -> Cost | None:
     return turn_cost(turn, conversation.model_profile)
+
+
+@register.filter
+def unpriced(profile: ModelProfile) -> bool:
+    """Whether the costs of this profile's calls cannot be shown because no price is set."""
+    return profile_price(profile) is None
 
 
 @register.filter

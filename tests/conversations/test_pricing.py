@@ -59,7 +59,10 @@ def test_a_turn_costs_the_sum_of_its_model_calls_and_the_page_shows_it(client: o
     page_url = reverse("inspector-conversation", args=[turn.conversation.public_id])
     client.force_login(alice)  # type: ignore[attr-defined]
     assert turn_cost(turn, profile) is None
-    assert "turn-cost" not in client.get(page_url).content.decode()  # type: ignore[attr-defined]
+    unpriced = client.get(page_url).content.decode()  # type: ignore[attr-defined]
+    assert "turn-cost" not in unpriced
+    # No price, no cost: the turn says where prices are set.
+    assert 'class="cost-hint">cost: <a href="/profiles/">set prices in Models</a>' in unpriced
 
     profile_price_set(
         profile=profile,
@@ -79,6 +82,7 @@ def test_a_turn_costs_the_sum_of_its_model_calls_and_the_page_shows_it(client: o
     text = client.get(page_url).content.decode()  # type: ignore[attr-defined]
     assert f"cost <strong>${cost.total:.6f}</strong>" in text
     assert text.count('class="cost"') == 2
+    assert "cost-hint" not in text
 
 
 def test_prices_are_set_on_the_models_page_with_their_source(client: object) -> None:

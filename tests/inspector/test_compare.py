@@ -264,6 +264,8 @@ def test_the_summary_is_the_columns_fragment_the_page_includes(
     assert summary.startswith('<div id="compare-columns"')
     assert summary.strip() in page
     assert 'data-finished="true"' in summary
+    # No price set for the run's profile: the cost cell says where prices are set.
+    assert "set prices in Models</a>" in summary
 
 
 def test_the_summary_says_when_a_run_is_still_going(alice_client: Client, comparison: Comparison) -> None:
