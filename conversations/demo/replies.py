@@ -19,6 +19,7 @@ from conversations.demo.scenarios import FLAWS, MISBEHAVIOURS
 from conversations.demo.understanding import (
     Question,
     best_tool,
+    follow_up_text,
     last_user_index,
     read_facts,
     score_tool,
@@ -118,6 +119,14 @@ def decide(request: Request, question: Question) -> Turn:
     facts = read_facts(question.text)
     candidates = request.candidates()
     match = best_tool(candidates, facts)
+    if match.score == 0:
+        # A follow-up that names no tool ("And in Paris tomorrow?") asks the previous question
+        # again with its own place and day (docs/usage.md, "The demo model").
+        again = follow_up_text(request.messages, question.text)
+        if again is not None and best_tool(candidates, read_facts(again)).score:
+            question = replace(question, text=again)
+            facts = read_facts(again)
+            match = best_tool(candidates, facts)
     if "no-tool" in question.markers:
         fits = f" The tool {match.tool.name} would fit." if match.score else ""
         return Turn(f"{ANSWER_PREFIX}I answer without calling a tool, as [demo:no-tool] asks.{fits}")

@@ -47,6 +47,40 @@ def read_question(messages: Sequence[Message]) -> Question:
     )
 
 
+def follow_up_text(messages: Sequence[Message], text: str) -> str | None:
+    """The previous question asked again with this follow-up's values: "And in Paris
+    tomorrow?" after "What will the weather be like in Beijing today?" reads as "What will the
+    weather be like in Paris tomorrow?". Its places replace the previous places in order and
+    its day the previous day (or is added); None when there is no earlier question or the
+    follow-up names no place (after "in", "for" or "at") and no day. Whether the follow-up names a tool of its own is the
+    caller's choice (``replies.decide``: only when it names none)."""
+    asked = last_user_index(messages)
+    earlier = [message.text for message in messages[:asked] if message.role == "user"]
+    # Only a place named after "in", "for" or "at" counts here: a follow-up's first capitalised
+    # word ("Thanks, that is all.") is no place.
+    places = next(
+        (
+            (first, *_following_places(text, match.end()))
+            for match in _PLACE_AFTER_PREPOSITION.finditer(text)
+            if (first := _trim_place(match.group(1)))
+        ),
+        (),
+    )
+    day = _DAY.search(text)
+    if not earlier or not (places or day):
+        return None
+    previous = " ".join(_MARKER.sub(" ", earlier[-1]).split())
+    for old, new in zip(_find_places(previous), places, strict=False):
+        previous = previous.replace(old, new, 1)
+    if day is not None:
+        before = _DAY.search(previous)
+        if before is None:
+            previous = f"{previous.rstrip(' ?.!')} {day.group(1)}?"
+        else:
+            previous = previous[: before.start(1)] + day.group(1) + previous[before.end(1) :]
+    return previous
+
+
 def last_user_index(messages: Sequence[Message]) -> int:
     return max((index for index, message in enumerate(messages) if message.role == "user"), default=-1)
 

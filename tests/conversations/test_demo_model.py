@@ -1009,3 +1009,42 @@ def test_a_note_taking_tool_takes_free_text_whatever_day_the_question_names() ->
     body = reply_of(ask("Remember to call mum on Monday", tools=[NOTES]))
 
     assert [name for name, _ in calls_of(body)] == ["demo__save_note"]
+
+
+# --- Follow-ups --------------------------------------------------------------------------------
+
+
+def _second_question(first: str, answer: str, question: str) -> dict[str, Any]:
+    """The request of a conversation's second turn: the first question and answer, then this one."""
+    return ask(
+        question,
+        messages=[
+            {"role": "user", "content": first},
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": question},
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("question", "arguments"),
+    [
+        ("And in Paris tomorrow?", {"city": "Paris", "day": "tomorrow"}),
+        ("And in Paris?", {"city": "Paris", "day": "tomorrow"}),
+        ("What about Friday?", {"city": "Beijing", "day": "friday"}),
+    ],
+)
+def test_a_follow_up_that_names_no_tool_asks_the_previous_question_with_its_own_place_and_day(
+    question: str, arguments: dict[str, Any]
+) -> None:
+    body = reply_of(_second_question(BEIJING, "Beijing tomorrow: sunny, 25 °C.", question))
+
+    assert calls_of(body) == [("demo__get_weather_forecast", arguments)]
+
+
+def test_a_follow_up_with_a_tool_of_its_own_or_nothing_to_carry_is_read_on_its_own() -> None:
+    calculated = reply_of(_second_question(BEIJING, "Sunny.", "And what is 12 * 7?"))
+    unrelated = reply_of(_second_question(BEIJING, "Sunny.", "Thanks, that is all."))
+
+    assert calls_of(calculated) == [("demo__calculate", {"expression": "12 * 7"})]
+    assert message_of(unrelated).get("tool_calls") is None
