@@ -40,6 +40,7 @@ from conversations.pricing import (
 from conversations.selectors import RunSummary
 from conversations.typealias import JSONValue
 from inspector.fragments import timestamp_iso
+from inspector.handshakes import Origin, session_origins
 from inspector.waterfall import WATERFALL_FIELDS, Waterfall, turn_waterfall
 from servers.selectors import step_app_uri
 
@@ -551,3 +552,9 @@ def waterfall(turn: Turn) -> Waterfall | None:
     wire = wire.exclude(direction=Exchange.Direction.LOCAL)
     timings = wire.order_by("pk").values_list("step_id", "started_at", "duration_ms")
     return turn_waterfall(list(steps), list(timings))
+
+
+@register.filter
+def handshake_origins(step: Step) -> list[Origin]:
+    """Where each session a connect step reused was opened (:mod:`inspector.handshakes`)."""
+    return session_origins(step) if step.kind == Step.Kind.CONNECT and step.status != "running" else []
