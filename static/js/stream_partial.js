@@ -18,6 +18,10 @@
   function el(tag, className, text) {
     var node = document.createElement(tag);
     node.className = className;
+    if (tag === "pre") {
+      // A body scrolls: the keyboard must reach it (as every <pre> the server renders).
+      node.tabIndex = 0;
+    }
     if (text !== undefined) {
       node.textContent = text;
     }

@@ -141,7 +141,7 @@ def test_the_full_body_view_returns_the_whole_body_highlighted_and_audits_the_re
 
     assert response.status_code == 200
     html = response.content.decode()
-    assert html.lstrip().startswith('<pre class="body hl">')
+    assert html.lstrip().startswith('<pre tabindex="0" class="body hl">')
     assert "THE-VERY-END" in html
     event = AuditEvent.objects.get(action="opened", detail__via="exchange body")
     assert event.actor_name == "alice" and event.conversation_public_id == conversation.public_id

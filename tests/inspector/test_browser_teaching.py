@@ -468,3 +468,38 @@ def test_every_slide_of_the_step_through_is_readable_in_both_themes(
         page.wait_for_url(f"**/walk?at={at}")
     # The slides that teach "the model selects, the host executes" were among those checked.
     assert {"slide-mark-select", "slide-mark-execute"} <= marked
+
+
+AXE = REPO_ROOT / "tests" / "mcp_servers" / "node_modules" / "axe-core" / "axe.min.js"
+# axe-core's serious and critical violations, each with a few of the nodes it found.
+AXE_RUN = """async () => {
+  const { violations } = await axe.run(document, { resultTypes: ["violations"] });
+  return violations
+    .filter((v) => v.impact === "serious" || v.impact === "critical")
+    .map((v) => `${v.id} (${v.impact}, ${v.nodes.length} nodes): ` +
+      v.nodes.slice(0, 4).map((n) => n.target.join(" ") + " — " + (n.failureSummary || "").split("\\n").slice(1, 2).join(" ")).join(" | "));
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_axe_finds_no_serious_or_critical_violation_on_any_page_in_either_theme(
+    browser: Browser, setting: Setting, scheme: str
+) -> None:
+    if not AXE.exists():
+        pytest.fail(f"axe-core is not installed at {AXE} (npm ci --prefix tests/mcp_servers)")
+    page = _signed_in(browser, setting, color_scheme=scheme, bypass_csp=True)
+    pages = {
+        "list": f"{setting.server.base}/",
+        "conversation": setting.conversation,
+        "compare": setting.comparison,
+        "step-through": setting.walk,
+        "workbench": setting.operation,
+        "evals": f"{setting.server.base}/evals/",
+    }
+    found = []
+    for name, url in pages.items():
+        page.goto(url)
+        page.wait_for_load_state("networkidle")
+        page.add_script_tag(path=str(AXE))
+        found.extend(f"{name}: {violation}" for violation in page.evaluate(AXE_RUN))
+    assert not found, "\n".join(found)

@@ -106,7 +106,7 @@ def test_the_user_picks_which_model_call_of_each_run_is_shown_first_last_or_by_n
     beyond = _section(client.get(url, {"call": str(len(calls[0]) + 1)}).content.decode())
 
     def shown(step: Step) -> str:
-        return f'<pre class="body plain">{html.escape(step.prompt)}</pre>'
+        return f'<pre tabindex="0" class="body plain">{html.escape(step.prompt)}</pre>'
 
     for steps in calls:
         assert shown(steps[0]) in first

@@ -434,7 +434,7 @@ def test_a_non_json_body_is_shown_as_plain_text() -> None:
 
     html = html_of(turn.conversation, step)
 
-    assert '<pre class="body plain">Bad Gateway</pre>' in html
+    assert '<pre tabindex="0" class="body plain">Bad Gateway</pre>' in html
 
 
 # --- hostile content ------------------------------------------------------------------------
