@@ -148,7 +148,54 @@ def _gemini_choice(config: JSONDict) -> JSONDict:
     return {"tool_choice": "required" if mode == "ANY" else "auto"}
 
 
+# Gemini's REST API takes the protobuf JSON mapping, which accepts each field's snake_case name as
+# well as its lowerCamelCase one (google-genai sends ``parameters_json_schema``, for one): the
+# protocol's own field names are read either way. What a field carries as data (a schema, a
+# call's arguments, a tool's response) is not renamed: its keys are the caller's.
+_SNAKE_FIELDS = {
+    "system_instruction": "systemInstruction",
+    "function_declarations": "functionDeclarations",
+    "parameters_json_schema": "parametersJsonSchema",
+    "tool_config": "toolConfig",
+    "function_calling_config": "functionCallingConfig",
+    "allowed_function_names": "allowedFunctionNames",
+    "generation_config": "generationConfig",
+    "response_json_schema": "responseJsonSchema",
+    "response_schema": "responseSchema",
+    "response_mime_type": "responseMimeType",
+    "function_call": "functionCall",
+    "function_response": "functionResponse",
+    "inline_data": "inlineData",
+    "file_data": "fileData",
+    "mime_type": "mimeType",
+    "file_uri": "fileUri",
+    "max_output_tokens": "maxOutputTokens",
+    "stop_sequences": "stopSequences",
+    "candidate_count": "candidateCount",
+    "top_p": "topP",
+    "top_k": "topK",
+    "thought_signature": "thoughtSignature",
+}
+_DATA_FIELDS = frozenset(
+    {"parameters", "parametersJsonSchema", "responseSchema", "responseJsonSchema", "args", "response"}
+)
+
+
+def _camel_fields(value: JSONValue) -> JSONValue:
+    """``value`` with the protocol's snake_case field names read as their lowerCamelCase ones."""
+    if isinstance(value, list):
+        return [_camel_fields(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    renamed: JSONDict = {}
+    for key, item in value.items():
+        name = _SNAKE_FIELDS.get(key, key)
+        renamed.setdefault(name, item if name in _DATA_FIELDS else _camel_fields(item))
+    return renamed
+
+
 def _gemini_to_chat(body: JSONDict, model: str | None) -> JSONDict:
+    body = as_object(_camel_fields(body))
     chat: JSONDict = {"model": model, "messages": _gemini_messages(body)}
     declarations = [
         as_object(declaration)

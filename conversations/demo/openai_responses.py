@@ -118,7 +118,7 @@ def _responses_output(answer: Answer) -> list[JSONDict]:
     output: list[JSONDict] = []
     content: list[JSONValue] = []
     if answer.text:
-        content.append({"type": "output_text", "text": answer.text, "annotations": []})
+        content.append({"type": "output_text", "text": answer.text, "annotations": [], "logprobs": []})
     if answer.refusal:
         content.append({"type": "refusal", "refusal": answer.refusal})
     if content:
@@ -167,6 +167,9 @@ def _response(answer: Answer, body: JSONDict, *, status: str, output: list[JSOND
             "input_tokens": input_tokens,
             "output_tokens": output_tokens,
             "total_tokens": input_tokens + output_tokens,
+            # No cache and no reasoning here; the fields are part of every usage object.
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
         }
     return response
 
@@ -224,8 +227,8 @@ def _item_events(index: int, item: JSONDict) -> Iterator[JSONDict]:
                 text = as_string(part.get("text"))
                 yield {"type": "response.content_part.added", **at, "part": {**part, "text": ""}}
                 for piece in pieces(text):
-                    yield {"type": "response.output_text.delta", **at, "delta": piece}
-                yield {"type": "response.output_text.done", **at, "text": text}
+                    yield {"type": "response.output_text.delta", **at, "delta": piece, "logprobs": []}
+                yield {"type": "response.output_text.done", **at, "text": text, "logprobs": []}
             else:
                 yield {"type": "response.content_part.added", **at, "part": part}
             yield {"type": "response.content_part.done", **at, "part": part}

@@ -3,8 +3,8 @@
 * OpenAI Chat Completions and Responses under ``/demo-model/v1`` (``chat/completions``,
   ``responses``), keyed by ``Authorization: Bearer``;
 * Anthropic Messages at ``/demo-model/v1/messages`` (base URL ``/demo-model``), keyed by
-  ``x-api-key`` and requiring ``anthropic-version``;
-* Gemini at ``/demo-model/v1beta/models/<model>:generateContent`` and
+  ``x-api-key`` or ``Authorization: Bearer`` and requiring ``anthropic-version``;
+* Gemini at ``/demo-model/v1beta/models/<model>:generateContent`` (and under ``v1/``) and
   ``:streamGenerateContent?alt=sse`` (base URL ``/demo-model``), keyed by ``x-goog-api-key``
   (or ``?key=``).
 
@@ -73,10 +73,11 @@ def responses(request: HttpRequest) -> HttpResponseBase:
 @require_POST
 def messages(request: HttpRequest) -> HttpResponseBase:
     """``POST messages``: one Anthropic Messages request answered by the demo model."""
+    # The anthropic SDK sends its key as x-api-key or, given an auth token, as a bearer token.
     key = request.headers.get("x-api-key")
-    if not key:
+    if not key and not request.headers.get("Authorization"):
         return _anthropic_refusal(401, "x-api-key header is required")
-    if not _is_demo_key(key):
+    if not (_is_demo_key(key) if key else _has_valid_bearer_key(request)):
         return _anthropic_refusal(401, "invalid x-api-key")
     if not request.headers.get("anthropic-version"):
         return _anthropic_refusal(400, "anthropic-version: header is required")
