@@ -139,6 +139,14 @@ def _tools_total(tokens: JSONValue) -> int:
     return sum(value for value in tools.values() if isinstance(value, int) and not isinstance(value, bool))
 
 
+def tool_definitions_requests(turn: Turn) -> int:
+    """How many of the turn's model calls sent tool definitions (the calls
+    :func:`tool_definitions_tokens` adds up): its total divided by this is what one request
+    carries."""
+    counts = Step.objects.filter(turn=turn).exclude(tokens={}).values_list("tokens", flat=True)
+    return sum(1 for tokens in counts if _tools_total(tokens))
+
+
 def tool_definitions_tokens(turn: Turn) -> int:
     """The tokens of the tool definitions the turn's model calls sent (each tool as its paradigm
     writes it into the request, :mod:`conversations.counting`), each call counted: they are sent

@@ -200,6 +200,7 @@ class VariantView:
     input_tokens: int = 0
     output_tokens: int = 0
     definition_tokens: int = 0
+    definition_requests: int = 0
     definition_cost: Decimal | None = None
     cost: Decimal | None = None
 
@@ -208,7 +209,16 @@ class VariantView:
         if not self.case_runs:
             return "not run"
         runs = self.case_runs
-        definitions = f"tool definitions {self.definition_tokens / runs:,.0f} tokens per case run"
+        # Per model request: what the wording weighs in each request. Per case run it also
+        # counts how many requests a case made, which its outcome changes.
+        if self.definition_requests:
+            per_request = self.definition_tokens / self.definition_requests
+            definitions = (
+                f"tool definitions {per_request:,.0f} tokens per model request "
+                f"({self.definition_tokens / runs:,.0f} per case run)"
+            )
+        else:
+            definitions = f"tool definitions {self.definition_tokens / runs:,.0f} tokens per case run"
         if self.definition_cost is not None:
             definitions += f" ({_dollars(self.definition_cost)} in all)"
         text = (
@@ -296,6 +306,7 @@ def run_results(run: EvalRun, document: JSONDict) -> RunResults:
         variant.input_tokens += view.input_tokens
         variant.output_tokens += view.output_tokens
         variant.definition_tokens += _int(cell.get("definition_tokens"))
+        variant.definition_requests += _int(cell.get("definition_requests"))
         variant.definition_cost = _add_cost(variant.definition_cost, _decimal(cell.get("definition_cost")))
         variant.cost = _add_cost(variant.cost, view.cost)
         grid.setdefault((model, paradigm), {})[view.variant] = view

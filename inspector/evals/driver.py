@@ -19,7 +19,7 @@ from django.utils import timezone
 from conversations.lifecycle import runner_name
 from conversations.loop.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.models import Step, Turn
-from conversations.pricing import tool_definitions_tokens, turn_cost
+from conversations.pricing import tool_definitions_requests, tool_definitions_tokens, turn_cost
 from conversations.services import conversation_start
 from conversations.typealias import JSONValue
 from inspector.evals.grading import Grade, MadeCall, TurnFacts, grade_case, is_parse_problem
@@ -175,6 +175,7 @@ def _grade(result: EvalCaseResult, case: Case, turn: Turn | None) -> None:
         input_tokens=sum(_usage_count(usage, USAGE_INPUT_KEYS) for usage in usages),
         output_tokens=sum(_usage_count(usage, USAGE_OUTPUT_KEYS) for usage in usages),
         definition_tokens=tool_definitions_tokens(turn) if turn is not None else 0,
+        definition_requests=tool_definitions_requests(turn) if turn is not None else 0,
         cost=cost.total if cost is not None else None,
         latency_ms=latency,
     )

@@ -183,6 +183,9 @@ class EvalCaseResult(models.Model):
     # What the tool definitions alone weigh as input, every model call counted (a variant's
     # wording changes it): conversations.pricing.tool_definitions_tokens.
     definition_tokens = models.PositiveIntegerField(default=0)
+    # How many model requests carried those definitions: definition_tokens / this is one
+    # request's weight (a case that ends after one call is not "cheaper" per request).
+    definition_requests = models.PositiveIntegerField(default=0)
     cost = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -213,6 +216,7 @@ class EvalCaseResult(models.Model):
         definition_tokens: int,
         cost: Decimal | None,
         latency_ms: int | None,
+        definition_requests: int = 0,
     ) -> None:
         """Record the grade: passed when ``failure`` is empty."""
         self.status = self.Status.FAILED if failure else self.Status.PASSED
@@ -222,6 +226,7 @@ class EvalCaseResult(models.Model):
         self.input_tokens = input_tokens
         self.output_tokens = output_tokens
         self.definition_tokens = definition_tokens
+        self.definition_requests = definition_requests
         self.cost = cost
         self.latency_ms = latency_ms
         self.finished_at = timezone.now()

@@ -17,6 +17,7 @@ from conversations.models import Conversation
 from conversations.pricing import definitions_cost
 from conversations.typealias import JSONDict
 from inspector.evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
+from inspector.evals.statistics import CaseRun, cell_statistics
 
 FAILURE_CLASSES: tuple[str, ...] = tuple(EvalCaseResult.Failure.values)
 # An accuracy this much lower than the previous run's, in a cell both ran, is a regression.
@@ -141,8 +142,12 @@ def run_results(run: EvalRun) -> JSONDict:
     "passed", "accuracy" (0..1; null before any case ended), "finished", one count per failure
     class ("wrong_tool", "wrong_arguments", "no_call", "extra_call", "parse_failure",
     "validation_failure", "wrong_answer", "error"), "input_tokens", "output_tokens",
-    "definition_tokens", "definition_cost" (what those tokens cost as input, US dollars as a
-    string; null without a price), "cost" (US dollars as a string; null without a price), "latency_ms"
+    "definition_tokens" (every request counted), "definition_requests",
+    "definition_tokens_per_request", "definition_tokens_per_case", "definition_cost" (what those
+    tokens cost as input, US dollars as a string; null without a price), the statistics of
+    ``inspector.evals.statistics.cell_statistics`` ("pass_rate", "pass_rate_ci", "k",
+    "pass_at_k", "pass_hat_k", "latency_ms_mean", "latency_ms_p95", "tokens_per_case",
+    "cost_per_case"), "cost" (US dollars as a string; null without a price), "latency_ms"
     (mean per case), "conversations" (uuids, in case order), "results" ([{"case", "repeat",
     "status", "failure", "conversation"}], every case run), "failures" ([{"case", "repeat",
     "question", "failure", "reason", "conversation"}]), "previous_accuracy", "regression"}``.
@@ -172,7 +177,7 @@ def run_results(run: EvalRun) -> JSONDict:
 def _cells(run: EvalRun) -> list[EvalCell]:
     return list(
         EvalCell.objects.filter(run=run)
-        .select_related("profile__price")
+        .select_related("profile__price", "run")
         .order_by("position")
         .prefetch_related(
             Prefetch(
@@ -207,6 +212,7 @@ def _cell_json(cell: EvalCell, before: dict[tuple[str, str, str], float | None])
     latencies = [result.latency_ms for result in ended if result.latency_ms is not None]
     accuracy = _accuracy(results)
     definition_tokens = sum(result.definition_tokens for result in ended)
+    definition_requests = sum(result.definition_requests for result in ended)
     # Priced as the conversation page and Compare price them (conversations.pricing).
     definition_cost = definitions_cost(definition_tokens, cell.profile) if cell.profile is not None else None
     previous = before.get((cell.model, cell.paradigm, cell.variant))
@@ -222,10 +228,32 @@ def _cell_json(cell: EvalCell, before: dict[tuple[str, str, str], float | None])
     for name in FAILURE_CLASSES:
         data[name] = failures.get(name, 0)
     data.update(
+        cell_statistics(  # type: ignore[arg-type]
+            (
+                CaseRun(
+                    case=result.case_index,
+                    passed=result.status == EvalCaseResult.Status.PASSED,
+                    latency_ms=result.latency_ms,
+                    tokens=result.input_tokens + result.output_tokens,
+                    cost=result.cost,
+                )
+                for result in ended
+            ),
+            k=cell.run.repeats,
+        )
+    )
+    data.update(
         {
             "input_tokens": sum(result.input_tokens for result in ended),
             "output_tokens": sum(result.output_tokens for result in ended),
             "definition_tokens": definition_tokens,
+            # One request's weight, and a case's (a case of one call against one of two weighs
+            # its definitions once, not half as much per request).
+            "definition_requests": definition_requests,
+            "definition_tokens_per_request": (
+                round(definition_tokens / definition_requests) if definition_requests else None
+            ),
+            "definition_tokens_per_case": round(definition_tokens / len(ended)) if ended else None,
             "definition_cost": str(definition_cost) if definition_cost is not None else None,
             "cost": str(sum(costs, Decimal(0))) if costs else None,
             "latency_ms": round(sum(latencies) / len(latencies)) if latencies else None,

@@ -61,3 +61,36 @@ def test_the_terse_variant_weighs_and_costs_less_than_plain_in_every_paradigm() 
         # Priced as Compare prices them: the definitions' tokens at the input price.
         assert Decimal(plain["definition_cost"]) == Decimal("2.5") * plain["definition_tokens"] / 1_000_000
         assert Decimal(terse["definition_cost"]) < Decimal(plain["definition_cost"]), paradigm
+
+
+WEATHER_SUITE = (
+    "name: wording\nmodels: [demo]\nparadigms: [native]\nservers: [demo]\n"
+    "variants: {plain: {}, terse: {demo/get_weather_forecast: {description: Weather.}}}\n"
+    "cases:\n  - {question: 'What will the weather be like in Beijing tomorrow?', "
+    "expect: [{tool: demo/get_weather_forecast}]}\n"
+)
+
+
+def test_the_definitions_weight_is_reported_per_model_request_whatever_the_outcome() -> None:
+    """A case that ends after one request (a no_call) against one of two weighs its definitions
+    once: per request, the variants differ by their wording alone."""
+    from conversations.models import Step
+
+    alice: User = UserFactory(username="alice")
+    run = run_start(suite=suite_save(owner=alice, text=WEATHER_SUITE), user=alice, dispatch=False)
+    run = run_execute(run=run, poll_seconds=0.05)
+
+    assert run.status == EvalRun.Status.DONE, run.error
+    for cell in run_results(run)["cells"]:  # type: ignore[union-attr]
+        one_request = [
+            sum(step.tokens["tools"].values())
+            for step in Step.objects.filter(turn__conversation__public_id=cell["conversations"][0]).exclude(
+                tokens={}
+            )  # type: ignore[index]
+        ]
+        assert one_request and len(set(one_request)) == 1, (
+            "every request of a turn carries the same definitions"
+        )
+        assert cell["definition_requests"] == len(one_request)  # type: ignore[index]
+        assert cell["definition_tokens_per_request"] == one_request[0]  # type: ignore[index]
+        assert cell["definition_tokens_per_case"] == one_request[0] * len(one_request)  # type: ignore[index]
