@@ -152,6 +152,7 @@ class EvalCellSerializer(serializers.Serializer[Any]):
     wrong_arguments = serializers.IntegerField()
     no_call = serializers.IntegerField()
     extra_call = serializers.IntegerField()
+    wrong_order = serializers.IntegerField()
     parse_failure = serializers.IntegerField()
     validation_failure = serializers.IntegerField()
     wrong_answer = serializers.IntegerField()
@@ -159,12 +160,30 @@ class EvalCellSerializer(serializers.Serializer[Any]):
     input_tokens = serializers.IntegerField()
     output_tokens = serializers.IntegerField()
     definition_tokens = serializers.IntegerField(
-        help_text="What the tool definitions weighed, every call counted."
+        help_text="What the tool definitions weighed, every request counted."
     )
+    definition_requests = serializers.IntegerField(help_text="Model requests that carried them.")
+    definition_tokens_per_request = serializers.IntegerField(
+        allow_null=True, help_text="One request's weight: compare variants on this."
+    )
+    definition_tokens_per_case = serializers.IntegerField(allow_null=True)
     definition_cost = serializers.CharField(
         allow_null=True,
         help_text="What the tool definitions cost as input, US dollars; null without a price.",
     )
+    pass_rate = serializers.FloatField(allow_null=True)
+    pass_rate_ci = serializers.ListField(
+        child=serializers.FloatField(), allow_null=True, help_text="95% Wilson interval [low, high]."
+    )
+    k = serializers.IntegerField(help_text="Repeats per case.")
+    pass_at_k = serializers.FloatField(
+        allow_null=True, help_text="Chance that one of k runs of a case passes."
+    )
+    pass_hat_k = serializers.FloatField(allow_null=True, help_text="Chance that all k runs of a case pass.")
+    latency_ms_mean = serializers.IntegerField(allow_null=True)
+    latency_ms_p95 = serializers.IntegerField(allow_null=True)
+    tokens_per_case = serializers.IntegerField(allow_null=True)
+    cost_per_case = serializers.CharField(allow_null=True, help_text="US dollars; null without a price.")
     cost = serializers.CharField(allow_null=True, help_text="US dollars; null without a price.")
     latency_ms = serializers.IntegerField(allow_null=True, help_text="Mean per case run.")
     conversations = serializers.ListField(child=serializers.UUIDField())

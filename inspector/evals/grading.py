@@ -14,7 +14,8 @@ The failure classes, in the order they are looked for (the first found is the ca
 could not be read, or a reply the paradigm could not parse), ``validation_failure`` (arguments
 not valid against the tool's inputSchema), ``wrong_tool`` (an unknown tool, or another tool than
 expected), ``no_call``, ``wrong_arguments``, ``extra_call`` (a call not expected, e.g. any call
-when ``[]`` is expected), ``wrong_answer`` (the final answer lacks ``answer_contains``), and
+when ``[]`` is expected), ``wrong_order`` (a case with ``ordered: true`` whose expected calls
+were all made, not in their order), ``wrong_answer`` (the final answer lacks ``answer_contains``), and
 ``error`` for a turn that failed after its calls. A call the host rejected fails the case even if
 the model repaired it later: the case measures whether the model gets it right by itself, and the
 repair stays visible in the conversation.
@@ -118,12 +119,14 @@ def _grade(case: Case, facts: TurnFacts) -> Grade:
         return Grade("extra_call", f"expected no tool call, but {_names(made)} called")
     unmatched = list(made)
     missing: list[ExpectedCall] = []
+    positions: list[int] = []
     for expected in case.expect:
         found = next((call for call in unmatched if _call_matches(expected, call)), None)
         if found is None:
             missing.append(expected)
         else:
             unmatched.remove(found)
+            positions.append(next(index for index, call in enumerate(made) if call is found))
     for expected in missing:
         same_tool = [call for call in unmatched if call.tool == expected.tool]
         if same_tool:
@@ -133,6 +136,10 @@ def _grade(case: Case, facts: TurnFacts) -> Grade:
         return Grade("no_call", f"expected a call to {expected.tool} as well, but it was not made")
     if unmatched:
         return Grade("extra_call", f"{_names(unmatched)} called besides the expected calls")
+    if case.ordered and positions != sorted(positions):
+        order = ", ".join(made[index].tool for index in sorted(positions))
+        wanted = ", ".join(call.tool for call in case.expect)
+        return Grade("wrong_order", f"expected the calls in the order {wanted}, but they came as {order}")
     if case.answer_contains is not None and case.answer_contains.casefold() not in facts.answer.casefold():
         return Grade("wrong_answer", f"the final answer does not contain {case.answer_contains!r}")
     if facts.status != "done":

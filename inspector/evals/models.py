@@ -161,6 +161,7 @@ class EvalCaseResult(models.Model):
         WRONG_ARGUMENTS = "wrong_arguments", "wrong arguments"
         NO_CALL = "no_call", "no call"
         EXTRA_CALL = "extra_call", "extra call"
+        WRONG_ORDER = "wrong_order", "wrong order"
         PARSE_FAILURE = "parse_failure", "parse failure"
         VALIDATION_FAILURE = "validation_failure", "validation failure"
         WRONG_ANSWER = "wrong_answer", "wrong answer"

@@ -40,7 +40,7 @@ _TOOL_CHOICES = frozenset(key for key, _ in TOOL_CHOICE_MODES)
 _SUITE_KEYS = frozenset(
     ("name", "models", "paradigms", "servers", "variants", "tool_choice", "tool", "repeats", "cases")
 )
-_CASE_KEYS = frozenset(("question", "expect", "answer_contains"))
+_CASE_KEYS = frozenset(("question", "expect", "answer_contains", "ordered"))
 _CALL_KEYS = frozenset(("tool", "arguments"))
 _OVERRIDE_KEYS = frozenset(("description", "parameters"))
 
@@ -92,11 +92,15 @@ class Case:
     question: str
     expect: tuple[ExpectedCall, ...]  # empty: no tool should be called
     answer_contains: str | None = None
+    # The expected calls must be made in their order (other calls may come between them).
+    ordered: bool = False
 
     def as_json(self) -> JSONDict:
         data: JSONDict = {"question": self.question, "expect": [call.as_json() for call in self.expect]}
         if self.answer_contains is not None:
             data["answer_contains"] = self.answer_contains
+        if self.ordered:
+            data["ordered"] = True
         return data
 
 
@@ -417,7 +421,12 @@ def _case(value: object, path: str) -> Case:
     answer = value.get("answer_contains")
     if answer is not None and (not isinstance(answer, str) or not answer):
         raise SuiteError(_path(path, "answer_contains"), f"must be a non-empty string, not {_kind(answer)}")
-    return Case(question=question, expect=calls, answer_contains=answer)
+    ordered = value.get("ordered", False)
+    if not isinstance(ordered, bool):
+        raise SuiteError(_path(path, "ordered"), f"must be true or false, not {_kind(ordered)}")
+    if ordered and len(calls) < 2:
+        raise SuiteError(_path(path, "ordered"), "needs at least two expected calls to put in order")
+    return Case(question=question, expect=calls, answer_contains=answer, ordered=ordered)
 
 
 def _expected_call(value: object, path: str) -> ExpectedCall:

@@ -146,6 +146,20 @@ def test_two_expected_calls_match_two_calls_in_any_order() -> None:
     )
 
 
+def test_ordered_expected_calls_must_come_in_their_order() -> None:
+    shanghai = MadeCall(WEATHER, {"city": "Shanghai"})
+    expected = (ExpectedCall(WEATHER, {"city": "Beijing"}), ExpectedCall(WEATHER, {"city": "Shanghai"}))
+    ordered = Case(question="q", expect=expected, ordered=True)
+
+    assert grade_case(ordered, _facts(BEIJING, shanghai)).passed
+    wrong = grade_case(ordered, _facts(shanghai, BEIJING))
+    assert wrong.failure == "wrong_order"
+    assert "expected the calls in the order" in wrong.reason
+    # Unordered, the same calls pass either way; a missing call is still no_call, not an order.
+    assert grade_case(_case(*expected), _facts(shanghai, BEIJING)).passed
+    assert grade_case(ordered, _facts(BEIJING)).failure == "no_call"
+
+
 def test_a_regex_that_backtracks_catastrophically_grades_a_matcher_error_not_a_hang() -> None:
     case = _case(ExpectedCall(WEATHER, {"city": {"regex": "(a|aa)+b"}}))
 

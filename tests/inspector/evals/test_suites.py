@@ -136,6 +136,16 @@ def test_each_matcher_and_parameter_overrides_are_read() -> None:
             "cases[0].answer_contains",
             "string",
         ),
+        (
+            {"cases": [{"question": "q", "expect": [{"tool": "a/b"}, {"tool": "a/c"}], "ordered": "yes"}]},
+            "cases[0].ordered",
+            "true or false",
+        ),
+        (
+            {"cases": [{"question": "q", "expect": [{"tool": "a/b"}], "ordered": True}]},
+            "cases[0].ordered",
+            "at least two expected calls",
+        ),
     ],
 )
 def test_a_bad_field_is_named_in_the_error(changes: dict[str, object], field: str, words: str) -> None:
