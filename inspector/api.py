@@ -46,7 +46,7 @@ from conversations.selectors.scopes import SCOPES, scoped_text_match
 from conversations.services import TurnNotCancellable, turn_cancel
 from inspector.evals.models import EvalRun, Suite
 from inspector.evals.selectors import progress_json, run_get, run_list, run_progress, suite_get, suite_list
-from inspector.evals.services import run_cancel, run_results_read, run_start, suite_save
+from inspector.evals.services import run_cancel, run_results_read, run_start, suite_save_checked
 from inspector.evals.suites import SuiteError
 from inspector.serializers import (
     ConversationSummarySerializer,
@@ -241,7 +241,7 @@ class EvalSuiteListView(_EvalAPIView):
         given = EvalSuiteInputSerializer(data=request.data)
         given.is_valid(raise_exception=True)
         try:
-            suite = suite_save(owner=request.user, text=given.validated_data["text"])
+            suite = suite_save_checked(owner=request.user, text=given.validated_data["text"])
         except SuiteError as exc:
             return _suite_error(exc)
         return Response(EvalSuiteSerializer(suite).data, status=201)
@@ -280,7 +280,7 @@ class EvalSuiteDetailView(_EvalAPIView):
         given = EvalSuiteInputSerializer(data=request.data)
         given.is_valid(raise_exception=True)
         try:
-            suite = suite_save(owner=request.user, text=given.validated_data["text"], suite=suite)
+            suite = suite_save_checked(owner=request.user, text=given.validated_data["text"], suite=suite)
         except SuiteError as exc:
             return _suite_error(exc)
         return Response(EvalSuiteSerializer(suite).data)

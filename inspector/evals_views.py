@@ -115,7 +115,7 @@ def suite_create(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return _list_page(request, form, status=STATUS_BAD_REQUEST)
     try:
-        suite = eval_services.suite_save(owner=_user(request), text=form.cleaned_data["document"])
+        suite = eval_services.suite_save_checked(owner=_user(request), text=form.cleaned_data["document"])
     except SuiteError as exc:
         form.add_error("document", str(exc))
         return _list_page(request, form, status=STATUS_BAD_REQUEST)
@@ -129,7 +129,7 @@ def suite_upload(request: HttpRequest) -> HttpResponse:
         return _list_page(request, SuiteForm(), upload=upload, status=STATUS_BAD_REQUEST)
     content = upload.content()
     try:
-        suite = eval_services.suite_save(owner=_user(request), text=content)
+        suite = eval_services.suite_save_checked(owner=_user(request), text=content)
     except SuiteError as exc:
         upload.add_error("file", str(exc))
         # A file that is text goes into the editor, so it can be put right here.
@@ -152,7 +152,7 @@ def suite_update(request: HttpRequest, public_id: UUID) -> HttpResponse:
     if not form.is_valid():
         return _detail_page(request, suite, form=form, status=STATUS_BAD_REQUEST)
     try:
-        eval_services.suite_save(owner=_user(request), text=form.cleaned_data["document"], suite=suite)
+        eval_services.suite_save_checked(owner=_user(request), text=form.cleaned_data["document"], suite=suite)
     except SuiteError as exc:
         form.add_error("document", str(exc))
         suite.refresh_from_db()  # the page shows the suite as stored beside the text as typed

@@ -65,6 +65,20 @@ def suite_save(*, owner: AbstractBaseUser, text: str | bytes, suite: Suite | Non
     return suite
 
 
+def suite_save_checked(
+    *, owner: AbstractBaseUser, text: str | bytes, suite: Suite | None = None, source: str = Operation.Source.WEB
+) -> Suite:
+    """``suite_save`` for the page and the API: the suite is stored only once it passes
+    ``suite_check`` (its models, servers and every tool it names exist for ``owner`` now), so a
+    misspelt tool is refused where it is typed, naming the field, not at its first run.
+
+    Raises:
+        SuiteError: as ``suite_save`` and ``suite_check``.
+    """
+    suite_check(definition=parse_suite(text), user=owner, source=source)
+    return suite_save(owner=owner, text=text, suite=suite)
+
+
 def suite_save_or_replace(
     *, owner: AbstractBaseUser, text: str | bytes, source: str = Operation.Source.CLI
 ) -> Suite:

@@ -206,3 +206,21 @@ def test_a_body_over_the_upload_limit_gets_a_json_error_naming_the_limit(alice: 
     assert response.json()["field"] == "body"
     assert "DATA_UPLOAD_MAX_MEMORY_SIZE" in response.json()["detail"]
     assert not Suite.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_suite_saved_through_the_api_is_checked_against_the_servers_tools(alice: User) -> None:
+    from servers import gateway
+
+    try:
+        typo = SMALL.replace(
+            "expect: [{tool: demo/get_weather_forecast", "expect: [{tool: demo/get_wether_forecast"
+        )
+        assert typo != SMALL
+        response = _post(_client(alice), "/api/evals/suites", {"text": typo})
+        assert response.status_code == 400
+        assert response.json()["field"] == "cases[0].expect[0].tool"
+        assert "get_weather_forecast" in str(response.json())
+        assert not Suite.objects.exists()
+    finally:
+        gateway.close_all()

@@ -476,3 +476,21 @@ def test_hostile_strings_from_the_suite_the_model_and_the_grader_are_shown_as_te
         assert "<script>alert" not in page
         assert "<img src=x" not in page
         assert escape(HOSTILE)[:40] in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_misspelt_tool_is_refused_where_the_suite_is_typed_and_nothing_is_stored(
+    alice_client: Client, alice: Any
+) -> None:
+    from servers import gateway
+
+    try:
+        typo = SMALL_SUITE.replace("demo/get_weather_forecast", "demo/get_wether_forecast")
+        assert typo != SMALL_SUITE
+        response = alice_client.post(reverse("inspector-eval-suite-create"), {"document": typo})
+        assert response.status_code == 400
+        page = response.content.decode()
+        assert "cases[0].expect[0].tool" in page and "get_weather_forecast" in page
+        assert not Suite.objects.filter(owner=alice).exists()
+    finally:
+        gateway.close_all()
