@@ -24,20 +24,24 @@ def var_dir_private(path: Path) -> Path:
     then on is 0600/0700. A tree an older version wrote with wider modes (0644 files in a 0755
     directory) is narrowed once, at start. Only entries this user owns are changed, and a shared
     sticky directory (such as /tmp, if VAR_DIR were pointed at it) is left as it is.
+
+    A ``path`` already 0700 (or narrower) is not walked: no one else can reach anything under
+    it, whatever that thing's own mode, so the start costs one ``stat`` however large VAR_DIR
+    has grown. ``path`` itself is narrowed last, so a walk cut short is done again next start.
     """
     os.umask(PRIVATE_UMASK)
     path.mkdir(parents=True, exist_ok=True)
-    if not _narrowable(path):
+    status = path.stat()
+    if not _narrowable(status) or not stat.S_IMODE(status.st_mode) & 0o077:
         return path
-    _narrow(path)
     for root, directories, files in os.walk(path):
         for name in [*directories, *files]:
             _narrow(Path(root) / name)
+    _narrow(path)
     return path
 
 
-def _narrowable(path: Path) -> bool:
-    status = path.stat()
+def _narrowable(status: os.stat_result) -> bool:
     return status.st_uid == os.geteuid() and not status.st_mode & stat.S_ISVTX
 
 

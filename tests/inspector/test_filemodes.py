@@ -12,6 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
+from inspector import filemodes
 from inspector.filemodes import var_dir_private
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -116,3 +119,68 @@ def test_a_shared_sticky_directory_is_not_narrowed(tmp_path: Path) -> None:
 
     assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
     assert stat.S_IMODE(mine.stat().st_mode) == 0o644
+
+
+def test_a_var_dir_already_private_is_not_walked_at_start(tmp_path: Path) -> None:
+    """A 0700 VAR_DIR is the boundary: nobody else can reach what is under it, so the start does
+    not walk it (a large VAR_DIR was walked at every process start). A file another program left
+    0644 inside it is therefore left as it is, and files made from then on are private."""
+    var_dir = tmp_path / "var"
+    (var_dir / "logs").mkdir(parents=True)
+    var_dir.chmod(0o700)
+    left_open = var_dir / "logs" / "copied-in-by-hand.log"
+    left_open.write_text("x")
+    left_open.chmod(0o644)
+
+    with _umask(OPEN_UMASK):
+        var_dir_private(var_dir)
+        created = var_dir / "logs" / "written-after-start.log"
+        created.write_text("y")
+        made_dir = var_dir / "made-after-start"
+        made_dir.mkdir()
+
+    assert stat.S_IMODE(left_open.stat().st_mode) == 0o644  # not walked
+    assert stat.S_IMODE(var_dir.stat().st_mode) == 0o700
+    assert stat.S_IMODE(created.stat().st_mode) == 0o600
+    assert stat.S_IMODE(made_dir.stat().st_mode) == 0o700
+
+
+def test_a_var_dir_open_to_others_is_walked_and_narrowed(tmp_path: Path) -> None:
+    var_dir = tmp_path / "var"
+    (var_dir / "logs").mkdir(parents=True)
+    left_open = var_dir / "logs" / "old.log"
+    left_open.write_text("x")
+    left_open.chmod(0o644)
+    (var_dir / "logs").chmod(0o755)
+    var_dir.chmod(0o750)  # group-readable is open enough to walk
+
+    with _umask(OPEN_UMASK):
+        var_dir_private(var_dir)
+        created = var_dir / "new.log"
+        created.write_text("y")
+
+    assert _open_to_others(_modes(var_dir)) == {}
+    assert stat.S_IMODE(left_open.stat().st_mode) == 0o600
+    assert stat.S_IMODE((var_dir / "logs").stat().st_mode) == 0o700
+    assert stat.S_IMODE(created.stat().st_mode) == 0o600
+
+
+def test_the_var_dir_itself_is_narrowed_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A walk cut short (the process killed half way) leaves VAR_DIR open, so the next start
+    walks it again instead of taking it for private."""
+    var_dir = tmp_path / "var"
+    (var_dir / "a").mkdir(parents=True)
+    var_dir.chmod(0o755)
+    narrowed: list[Path] = []
+    original = filemodes._narrow
+
+    def recording(path: Path) -> None:
+        narrowed.append(path)
+        original(path)
+
+    monkeypatch.setattr(filemodes, "_narrow", recording)
+    with _umask(OPEN_UMASK):
+        var_dir_private(var_dir)
+
+    assert narrowed[-1] == var_dir and narrowed.count(var_dir) == 1
+    assert var_dir / "a" in narrowed

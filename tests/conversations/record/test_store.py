@@ -46,7 +46,7 @@ def _next_step_ids(count: int) -> list[int]:
 
 
 def _step(turn: Turn, pk: int | None, seq: int, **values: Any) -> Step:
-    return Step(pk=pk, turn_id=turn.pk, seq=seq, kind=Step.Kind.DECIDE, title=f"step {seq}", **values)
+    return Step(pk=pk, turn_id=turn.pk, seq=seq, kind=Step.Kind.DECIDE, **{"title": f"step {seq}", **values})
 
 
 def _exchange(turn: Turn, step: Step | None, seq: int, **values: Any) -> Exchange:
@@ -317,3 +317,89 @@ def test_rows_of_a_failed_batch_get_their_ids_taken_back_and_a_retry_writes_them
     retry.insert(fresh)
     store.write(retry)
     assert sorted(Exchange.objects.filter(turn=turn).values_list("seq", flat=True)) == [1, 2]
+
+
+def _same_batch(turn: Turn, step_ids: list[int], rows: int) -> Batch:
+    """One batch of the record's shapes: values that repeat down a column (a turn's id, a
+    channel, ``None``, ``True``, short texts) and values that do not (bodies, times, JSON), a
+    custom field's preparation, non-ASCII, texts made storable from NUL and lone surrogates."""
+    started = datetime(2026, 12, 5, 9, 30, 1, 123456, tzinfo=timezone(timedelta(hours=-3)))
+    made = [storable_text(text)[0] for text in ("a\x00b", "lone \udc80", "ünïcødé ✓ 🙂")]
+    steps = [
+        _step(
+            turn,
+            pk,
+            n + 1,
+            parent_id=step_ids[0] if n else None,
+            title=["MiXeD", "Tool Call", made[n % 3]][n % 3],
+            text=made[n % 3] if n % 2 else "",
+            prompt_exact=bool(n % 2),
+            arguments={"x": n, "é": [None, True, 1.5]} if n % 3 else None,
+            result=None if n % 2 else "1",
+            started_at=started + timedelta(microseconds=n),
+            finished_at=None if n % 2 else started,
+        )
+        for n, pk in enumerate(step_ids)
+    ]
+    exchanges = [
+        _exchange(
+            turn,
+            steps[n % len(steps)],
+            n + 1,
+            label=["POST /Chat", "tools/call"][n % 2],
+            channel=[Exchange.Channel.LLM, Exchange.Channel.MCP][n % 2],
+            jsonrpc_id=str(n % 3) if n % 2 else "",
+            request_headers={"n": n, "h": "ç"} if n % 4 else {},
+            request_body=made[n % 3] + "\\N\t" * (n % 2),
+            response_body="x" * (n % 70) + "ü" * 80,
+            error=made[0] if n == 3 else "",
+            duration_ms=[None, 0.25, 12.0][n % 3],
+            search_start=None if n % 2 else n,
+            started_at=started + timedelta(seconds=n),
+        )
+        for n in range(rows)
+    ]
+    batch = Batch()
+    batch.insert(steps)
+    batch.insert(exchanges)
+    batch.update(Step, step_ids[0], {"title": "ChAnGeD", "status": Step.Status.OK, "finished_at": started})
+    batch.update(Turn, turn.pk, {"answer": made[2]})
+    return batch
+
+
+def _stored(turn: Turn) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+    """The turn's rows as stored, its ids made relative (first step 0, …) so two turns compare."""
+    steps = list(Step.objects.filter(turn=turn).order_by("seq").values())
+    first = steps[0]["id"]
+    for step in steps:
+        step.pop("turn_id")
+        assert step.pop("updated_at") is not None  # ``auto_now``: the time of each store's write
+        step["id"] -= first
+        step["parent_id"] = None if step["parent_id"] is None else step["parent_id"] - first
+    exchanges = list(Exchange.objects.filter(turn=turn).order_by("seq").values())
+    for exchange in exchanges:
+        for name in ("id", "turn_id", "conversation_id"):
+            exchange.pop(name)
+        exchange["step_id"] -= first
+    turn.refresh_from_db()
+    return steps, exchanges, turn.answer
+
+
+@pytest.mark.postgres
+@pytest.mark.usefixtures("lowered_label")
+@pytest.mark.parametrize("rows", [5, COPY_FROM_ROWS + 6], ids=["pipelined", "copied"])
+def test_the_fast_path_stores_the_very_rows_the_orm_stores(rows: int) -> None:
+    """The same batches through both stores: every column of every row the same (the fast path
+    prepares a column's repeated values once; the ORM prepares each)."""
+    by_orm, by_fast = TurnFactory(answer=""), TurnFactory(answer="")
+    ids = _next_step_ids(8)
+
+    OrmStore().write(_same_batch(by_orm, ids[:4], rows))
+    PostgresStore().write(_same_batch(by_fast, ids[4:], rows))
+
+    orm_rows, fast_rows = _stored(by_orm), _stored(by_fast)
+    assert fast_rows == orm_rows
+    steps, exchanges, answer = fast_rows
+    assert len(exchanges) == rows and answer == "ünïcødé ✓ 🙂"
+    assert [step["title"] for step in steps[:2]] == ["changed", "tool call"]  # the custom field's
+    assert {exchange["label"] for exchange in exchanges} == {"post /chat", "tools/call"}
