@@ -2,7 +2,9 @@
 
 The first turn of a fresh process paid for loading a tokenizer (about a second for
 ``o200k_base``: the counts every spliced prompt and every tool definition get), compiling the
-profiles' chat templates and importing the loop's modules, inside its first step. A web process
+profiles' chat templates, importing the loop's modules and, with the in-process demo model,
+importing the URLconf its views are reached through (a worker imports no view otherwise: about
+a second more), inside its first step. A web process
 (``inspector/asgi.py``, the module daphne serves) and a Celery worker (``inspector/celery.py``,
 ``worker_process_init`` / ``worker_ready``) start :func:`start_in_background` instead: one
 daemon thread that does this while the process waits for its first request or task. A turn that
@@ -24,9 +26,13 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import DatabaseError, connections
+from django.urls import Resolver404, resolve
+
+from conversations.models import ModelProfile
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +49,7 @@ class WarmStart:
 
     encodings: list[str] = field(default_factory=list)
     templates: int = 0
+    demo_model: bool = False
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -53,28 +60,31 @@ _done = threading.Event()
 _report: WarmStart | None = None
 
 
-def needed() -> tuple[set[str], list[str], list[str]]:
-    """The encodings and the chat templates this installation's profiles use, and what could not
-    be read. The tool-definition encoding (the server pages' counts, the demo model's stand-in)
-    is always among them."""
+@dataclass
+class Needs:
+    """What this installation's profiles make a turn load: encodings, chat templates, and the
+    in-process demo model (a profile of it, if one is configured)."""
+
+    encodings: set[str]
+    templates: list[str]
+    demo: ModelProfile | None
+    problems: list[str]
+
+
+def needed() -> Needs:
+    """What the profiles need, and what could not be read. The tool-definition encoding (the
+    server pages' counts, the demo model's stand-in) is always among the encodings."""
     from conversations.counting import TOOL_ENCODING
     from conversations.loop.splicing import choose_encoding
-    from conversations.models import ModelProfile
 
     encodings = {TOOL_ENCODING}
     templates: list[str] = []
     problems: list[str] = []
     try:
-        profiles = list(
-            ModelProfile.objects.order_by("-pk").only(
-                "model", "tokenizer", "chat_template", "chat_templates", "special_tokens"
-            )[:PROFILES_READ]
-        )
+        profiles = list(ModelProfile.objects.order_by("-pk")[:PROFILES_READ])
     except DatabaseError as exc:
         problems.append(f"the model profiles could not be read ({type(exc).__name__}: {exc})")
         profiles = []
-    finally:
-        connections.close_all()  # this thread's own: it reads nothing more
     for profile in profiles:
         named = [t for t in (profile.chat_templates or {}).values() if isinstance(t, str) and t.strip()]
         own = [profile.chat_template] if profile.chat_template.strip() else []
@@ -89,7 +99,21 @@ def needed() -> tuple[set[str], list[str], list[str]]:
             )
             if encoding is not None:
                 encodings.add(encoding)
-    return encodings, list(dict.fromkeys(templates)), problems
+    demo = next((profile for profile in profiles if profile.is_demo and not profile.base_url), None)
+    return Needs(encodings, list(dict.fromkeys(templates)), demo, problems)
+
+
+def _demo_model(profile: ModelProfile) -> None:
+    """The in-process demo model answered through the app itself: its transport built and the
+    URLconf loaded (a worker otherwise imports every view module at its first demo call)."""
+    from conversations.loop.providers import PROVIDERS
+    from conversations.runner import endpoint_for
+
+    endpoint_for(profile)
+    try:
+        resolve(urlsplit(PROVIDERS[profile.provider].demo_base_url).path.rstrip("/") + "/")
+    except Resolver404:
+        pass
 
 
 def warm_start() -> WarmStart:
@@ -103,11 +127,17 @@ def warm_start() -> WarmStart:
     try:
         for module in TURN_MODULES:
             importlib.import_module(module)
-        encodings, templates, report.problems = needed()
-        report.encodings = sorted(load_encodings(sorted(encodings)))
-        report.templates = prepare_templates(templates)
+        needs = needed()
+        report.problems = needs.problems
+        report.encodings = sorted(load_encodings(sorted(needs.encodings)))
+        report.templates = prepare_templates(needs.templates)
+        if needs.demo is not None:
+            _demo_model(needs.demo)
+            report.demo_model = True
     except Exception as exc:  # noqa: BLE001 — a warm start that fails leaves the first turn cold, no more
         report.problems.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        connections.close_all()  # this thread's own: it reads nothing more
     report.seconds = time.perf_counter() - started
     return report
 
@@ -118,10 +148,11 @@ def _run(reason: str) -> None:
     _report = report
     _done.set()
     logger.info(
-        "warm start (%s): tokenizers %s, %d chat templates in %.2f s%s",
+        "warm start (%s): tokenizers %s, %d chat templates%s in %.2f s%s",
         reason,
         ", ".join(report.encodings) or "none",
         report.templates,
+        ", the demo model" if report.demo_model else "",
         report.seconds,
         "; " + "; ".join(report.problems) if report.problems else "",
     )

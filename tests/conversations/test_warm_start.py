@@ -18,6 +18,7 @@ from conversations import warm_start
 from conversations.counting import TOOL_ENCODING
 from conversations.loop.splicing.tokens import load_encodings, loaded_encodings
 from conversations.models import ModelProfile
+from conversations.services import demo_profile_ensure
 from tests.conftest import REPO_ROOT
 
 LLAMA_TEMPLATE = "<|begin_of_text|>{% for m in messages %}<|start_header_id|>{{ m.role }}{% endfor %}"
@@ -81,6 +82,7 @@ def test_a_worker_process_loads_every_profiles_tokenizer_and_compiles_its_templa
     ModelProfile.objects.create(
         name="by template", provider="openai_chat", model="local", chat_template=LLAMA_TEMPLATE
     )
+    demo_profile_ensure()
 
     # What a prefork pool's child hears when it starts (a threads pool's worker: worker_ready).
     worker_process_init.send(sender=None)
@@ -90,6 +92,8 @@ def test_a_worker_process_loads_every_profiles_tokenizer_and_compiles_its_templa
     assert {TOOL_ENCODING, "cl100k_base", "llama3.1"} <= set(report.encodings)
     assert {TOOL_ENCODING, "cl100k_base", "llama3.1"} <= loaded_encodings()
     assert report.templates == 1
+    # The in-process demo model's way in (its transport, the URLconf) is ready too.
+    assert report.demo_model
 
 
 def test_off_nothing_is_started(settings: Settings) -> None:
