@@ -222,7 +222,12 @@ def test_a_tool_writing_one_endless_line_ends_the_turn_in_bounded_memory_with_th
     hostile: HostileModel, alice: User, client: Client, settings: Settings, wire: str, stream: bool
 ) -> None:
     settings.MCP_STDOUT_LINE_LIMIT = 1_000_000
-    turn, grown = _run(hostile, alice, ENDLESS_LINE, wire, stream, "native", [_broken_server()])
+    server = _broken_server()
+    try:
+        turn, grown = _run(hostile, alice, ENDLESS_LINE, wire, stream, "native", [server])
+    finally:
+        # The server writes on after the call: its session is closed now, not read on meanwhile.
+        gateway.close_server(server.pk)
 
     # The call ends at its timeout; the model is told and answers: the turn ends.
     assert turn.status == Turn.Status.DONE, turn.error
