@@ -8,11 +8,13 @@ import gc
 from collections.abc import Iterator
 
 import pytest
+from celery.signals import task_postrun
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
 from inspector import memory
+from inspector.celery import TURN_TASK, app
 
 MB = 1024 * 1024
 
@@ -64,5 +66,20 @@ def test_a_delivered_page_gives_back_what_the_process_grew_by(django_user_model:
     _garbage_cycle(128)
 
     assert client.get(reverse("inspector-conversations")).status_code == 200
+
+    assert memory.resident_bytes() - before < 16 * MB
+
+
+@pytest.mark.usefixtures("no_automatic_collection")
+def test_a_worker_gives_back_what_a_turn_task_grew_it_by() -> None:
+    task = app.tasks[TURN_TASK]
+    memory.release_if_grown()
+    before = memory.resident_bytes()
+    _garbage_cycle(128)
+
+    # What a worker's pool sends once a turn task has returned.
+    task_postrun.send(
+        sender=task, task_id="t-1", task=task, args=(1,), kwargs={}, retval="done", state="SUCCESS"
+    )
 
     assert memory.resident_bytes() - before < 16 * MB
