@@ -19,7 +19,7 @@ from bench import environment
 # id → (module, the ids it reports). P7 is measured during P4's load, so they run together.
 MEASURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "P1": ("bench.p1_step_overhead", ("P1",)),
-    "P2": ("bench.p2_first_step", ("P2",)),
+    "P2": ("bench.p2_first_step", ("P2", "P2f")),
     "P3": ("bench.p3_pooling", ("P3",)),
     "P4": ("bench.p4_concurrency", ("P4", "P7")),
     "P5": ("bench.p5_audit_scale", ("P5",)),

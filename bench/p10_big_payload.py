@@ -6,6 +6,13 @@ caches and code are warm), the resident set size, then a turn whose tool result 
 (``blob`` of ``tests.fixtures.broken_server``), a garbage collection and the resident set size
 again. The figure judged is the largest growth over the paradigms (target ≤ 50 MB); the peak
 during the turn is reported beside it, sampled every 20 ms.
+
+In the same run, the processes as deployed (``bench.p10_served``): the embedded web process
+(daphne with the in-process runner, as ``make run`` serves it) and, with Redis, a Celery worker
+behind daphne. Each is asked, through the page's own form and with its websocket open, a 0 MB
+turn in every paradigm (before: its RSS once idle), then a 10 MB turn in every paradigm, each
+turn's page read once it ended (after: its RSS once idle). Their growth is judged with the
+in-process rows.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from pathlib import Path
 from django.db import connections
 from django.db.models.functions import Length
 
-from bench import fixtures
+from bench import fixtures, p10_served
 from bench.context import Context
 from bench.processes import RssSampler, rss_bytes
 from bench.stats import Result, judged
@@ -130,6 +137,12 @@ def run(ctx: Context) -> list[Result]:
         ctx.log(f"P10 {paradigm}: {rows[paradigm]}")
     gateway.close_server(server.pk)
     fixtures.purge(owner)
+    served = p10_served.measure(ctx, owner, profile, server, paradigms)
+    for name, row in served.items():
+        if isinstance(row.get("left_mb"), float):
+            growth.append(float(row["left_mb"]))
+        ctx.log(f"P10 {name}: {row}")
+    fixtures.purge(owner)
     return [
         judged(
             id=ID,
@@ -140,9 +153,12 @@ def run(ctx: Context) -> list[Result]:
             samples=growth,
             statistic="max",
             details={
-                "judged_on": "RSS after a 10 MB tool-result turn (and gc) minus RSS before it, worst paradigm",
+                "judged_on": "RSS after 10 MB tool-result turns minus RSS before them: in-process (each paradigm, after gc), the embedded web process and the Celery worker (all paradigms, once idle); the worst",
                 "paradigms": rows,
-                "summary": f"{len(paradigms)} paradigms, one {MEGABYTES} MB tool result each, in-process",
+                "served": served,
+                "summary": f"{len(paradigms)} paradigms, one {MEGABYTES} MB tool result each: in-process worst "
+                f"{max(growth[: len(paradigms)]):.0f} MB; "
+                + "; ".join(p10_served.summary(name, row) for name, row in served.items()),
             },
         )
     ]

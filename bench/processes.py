@@ -241,6 +241,11 @@ class WebServer:
                     raise RuntimeError(f"the web server did not start; see {self.log_path}") from None
                 time.sleep(0.1)
 
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:

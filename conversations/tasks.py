@@ -3,11 +3,12 @@ from typing import Any
 
 from billiard.einfo import ExceptionInfo
 from celery import Task, shared_task
-from celery.signals import worker_ready
+from celery.signals import worker_process_init, worker_ready
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
+from conversations import warm_start
 from conversations.lifecycle import lifecycle_start
 from conversations.models import TraceDelivery
 from conversations.record.retention import conversations_prune
@@ -101,3 +102,16 @@ def _retry_pending_traces(**kwargs: Any) -> None:
 def _check_stale_turns(**kwargs: Any) -> None:
     """A ready worker marks turns whose runner died at once, then checks periodically."""
     lifecycle_start()
+
+
+@worker_ready.connect
+def _warm_start(sender: Any = None, **kwargs: Any) -> None:
+    """A worker whose turns run in this process (threads, solo) loads what a turn needs now
+    (``conversations.warm_start``); a prefork pool's children do it in their own process."""
+    if "prefork" not in type(getattr(sender, "pool", None)).__module__:
+        warm_start.start_in_background("Celery worker")
+
+
+@worker_process_init.connect
+def _warm_start_child(**kwargs: Any) -> None:
+    warm_start.start_in_background("Celery worker process")

@@ -3,7 +3,7 @@ from django.core.handlers.asgi import ASGIHandler
 from django.core.signals import request_started
 
 from conversations import events
-from inspector import live
+from inspector import live, memory
 
 
 class InspectorConfig(AppConfig):
@@ -19,3 +19,10 @@ class InspectorConfig(AppConfig):
         request_started.connect(serving_start, sender=ASGIHandler, dispatch_uid="inspector-serving-start")
         # The recorder's events ring the live view's doorbells (conversations knows no UI).
         events.subscribe(live.on_event)
+        # A turn that ends may have grown the process (inspector.memory): checked at each change.
+        events.subscribe(_release_after_turn)
+
+
+def _release_after_turn(event: events.Event) -> None:
+    if isinstance(event, events.TurnChanged):
+        memory.release_if_grown()

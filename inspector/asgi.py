@@ -9,6 +9,7 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.sessions import CookieMiddleware, SessionMiddleware  # noqa: E402
 
+from conversations import warm_start  # noqa: E402
 from inspector.consumers import SocketAuthMiddleware  # noqa: E402
 from inspector.routing import websocket_urlpatterns  # noqa: E402
 from inspector.security import WebsocketOriginValidator  # noqa: E402
@@ -22,3 +23,7 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+# The web process is what imports this module (daphne, uvicorn): it loads what its first turn
+# would load on its way (tokenizers, chat templates) in the background (WARM_START).
+warm_start.start_in_background("web")

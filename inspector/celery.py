@@ -20,7 +20,7 @@ from celery import Celery, Task
 from celery.signals import task_postrun, task_prerun
 from kombu.transport import redis as kombu_redis
 
-from inspector.memory import keep_big_allocations_mapped
+from inspector.memory import keep_big_allocations_mapped, release_if_grown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "inspector.settings")
 # Celery's Django fixup runs Django's system checks when a worker starts, and the URL checks
@@ -95,6 +95,8 @@ def _turn_task_ended(
     status is what the task returned (how it left the turn), or the exception it raised."""
     if task.name != TURN_TASK:
         return
+    # The turn's objects are unreferenced now: what a big one grew the worker by goes back.
+    release_if_grown()
     started = _started.pop(task_id, None)
     duration = time.monotonic() - started if started is not None else 0.0
     turn_id: int = args[0] if args else kwargs["turn_id"]

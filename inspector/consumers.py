@@ -38,7 +38,7 @@ from conversations.models import Conversation
 from conversations.record.audit import audit_read
 from conversations.record.exchanges import release_connection
 from conversations.selectors import conversation_get
-from inspector import live
+from inspector import live, memory
 from inspector.fragments import (
     Message,
     page_view_from_json,
@@ -146,11 +146,14 @@ SOCKET_READS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="socket-read
 
 def _released(work: Callable[[], T]) -> T:
     """``work()``, then this thread's pooled connection handed back: a socket holds none while
-    it waits for doorbells (channels would give it back only before the next message)."""
+    it waits for doorbells (channels would give it back only before the next message); and what
+    a big render grew the process by given back too (``inspector.memory``: the rows it read are
+    garbage now)."""
     try:
         return work()
     finally:
         release_connection()
+        memory.release_if_grown()
 
 
 async def _socket_read(work: Callable[[], T]) -> T:

@@ -1,4 +1,5 @@
-"""Django's middleware chain in one thread under ASGI: every view here is synchronous.
+"""Django's middleware chain in one thread under ASGI: every view here is synchronous. Once a
+page is delivered, memory it grew the process by goes back (``inspector.memory``).
 
 Under daphne Django runs each middleware that can be asynchronous in async mode when the handler
 inside it is asynchronous, and Django's own (``MiddlewareMixin``) then hand every
@@ -13,7 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.core.signals import request_finished
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponseBase
+
+from inspector import memory
 
 
 class OneThreadChain:
@@ -27,3 +32,9 @@ class OneThreadChain:
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         return self.get_response(request)
+
+
+@receiver(request_finished)
+def _page_delivered(**_: object) -> None:
+    """Once a response has been delivered, what a big page read goes back (inspector.memory)."""
+    memory.release_if_grown()

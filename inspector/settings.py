@@ -333,6 +333,9 @@ SPECTACULAR_SETTINGS = {
 
 # The agent loop.
 AGENT_MAX_STEPS = env_int("AGENT_MAX_STEPS", 8)
+# A serving process (web, Celery worker) loads the tokenizers and chat templates its turns will
+# need at start-up, on a background thread (conversations/warm_start.py); off: the first turn does.
+WARM_START = env_bool("WARM_START", True)
 # Tool calls: at most this many of one model reply are run (the rest go back to the model as
 # error results), and at most this many in one turn (docs/turn-lifecycle.md, "Limits").
 AGENT_MAX_CALLS_PER_REPLY = env_int("AGENT_MAX_CALLS_PER_REPLY", 16)

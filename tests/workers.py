@@ -13,6 +13,9 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+# No warm start in the tests' processes (nor the servers and workers they start, which inherit
+# it): a test that needs one turns it on for its own process.
+os.environ.setdefault("WARM_START", "0")
 
 
 def _redis_url_for(url: str, index: int) -> str:

@@ -118,7 +118,14 @@ SILENT = "silent"
 MANY = 10_000
 HUGE = 200_000_000
 BOMBS = {"gzip-bomb": "gzip", "deflate-bomb": "deflate", "huge-answer": ""}
-ABUSE_CASES = ("many-calls", *BOMBS)
+# A body labelled brotli: the client offers no brotli (its package is not installed), so it must
+# not be decoded; the bytes are not brotli at all, which no decoder could hide.
+BROTLI = "brotli-body"
+BROTLI_BYTES = bytes(range(256)) * 64
+# One call of the broken MCP server's tool that writes one endless stdout line.
+ENDLESS_TOOL = "broken__endless_line"
+ENDLESS_LINE = "endless-line"
+ABUSE_CASES = ("many-calls", *BOMBS, BROTLI, ENDLESS_LINE)
 _FILL = b"FILL-HERE"
 _MEGABYTE = b"a" * 1_000_000
 
@@ -392,6 +399,10 @@ def _abuse(wire: str, case: str, stream: bool, kind: str) -> Answer:
     if case == "many-calls":
         calls = [(TOOL, '{"city": "Paris"}')] * MANY
         return Answer(200, kind, iter([FORMATS[wire](Reply(calls=calls), stream)]))
+    if case == ENDLESS_LINE:
+        return Answer(200, kind, iter([FORMATS[wire](Reply(calls=[(ENDLESS_TOOL, "{}")]), stream)]))
+    if case == BROTLI:
+        return Answer(200, kind, iter([BROTLI_BYTES]), headers={"content-encoding": "br"})
     encoding = BOMBS[case]
     if not encoding:
         return Answer(200, kind, _filled(wire, stream), chunked=True)
@@ -454,6 +465,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             case, stream = str(body.get("model")), bool(body.get("stream"))
         self.server.requests.append((wire, case, stream))
+        self.server.accepted.append(self.headers.get("accept-encoding") or "")
         if case == SILENT:
             self.server.closing.wait()
             self.close_connection = True
@@ -494,6 +506,7 @@ class _Server(ThreadingHTTPServer):
     # 50 calls connect at once: the default backlog (5) would have the kernel reset some.
     request_queue_size = 128
     requests: list[tuple[str, str, bool]]
+    accepted: list[str]
     closing: threading.Event
 
 
@@ -506,6 +519,7 @@ class HostileModel:
     def __init__(self) -> None:
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.requests = []
+        self._server.accepted = []
         self._server.closing = threading.Event()
         self._thread = threading.Thread(target=self._server.serve_forever, name="hostile-model", daemon=True)
         self._thread.start()
@@ -513,6 +527,11 @@ class HostileModel:
     @property
     def requests(self) -> list[tuple[str, str, bool]]:
         return self._server.requests
+
+    @property
+    def accepted(self) -> list[str]:
+        """The ``Accept-Encoding`` of each request, in order (as ``requests``)."""
+        return self._server.accepted
 
     def base_url(self, wire: str) -> str:
         host, port = self._server.server_address[:2]

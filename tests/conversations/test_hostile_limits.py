@@ -1,6 +1,8 @@
 """A hostile model endpoint that stays within the wire format but not within reason: a reply of
-10,000 tool calls, a gzip and a deflate bomb, an answer of 200 MB. Every case, in every wire
-format, streamed and not, ends in bounded memory with the limit it met recorded and shown.
+10,000 tool calls, a gzip and a deflate bomb, an answer of 200 MB, a body in an encoding the
+client never offered (brotli), a call of an MCP tool that writes one endless stdout line. Every
+case, in every wire format, streamed and not, ends in bounded memory with the limit it met
+recorded and shown.
 
 Peak memory is the process's peak resident size (``resource``): it only grows, so its growth
 over one turn bounds what that turn took. The bounds are generous; without the limits these
@@ -12,6 +14,7 @@ from __future__ import annotations
 import itertools
 import re
 import resource
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -26,8 +29,10 @@ from conversations.models import Exchange, ModelProfile, Step, Turn
 from conversations.runner import turn_run
 from conversations.services import conversation_start
 from servers import gateway
+from servers.models import McpServer
 from servers.services import demo_server_ensure
-from tests.conversations.hostile_model import BOMBS, HUGE, MANY, HostileModel
+from tests.conftest import REPO_ROOT
+from tests.conversations.hostile_model import BOMBS, BROTLI, ENDLESS_LINE, HUGE, MANY, HostileModel
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -165,3 +170,73 @@ def test_a_reply_of_ten_thousand_calls_runs_sixteen_over_mcp_and_the_page_says_s
     assert any(note in str(d) for d in decide.diagnostics), decide.diagnostics
     assert grown < MEMORY_LIMIT, grown
     assert note in _page(client, alice, turn)
+
+
+SHAPES = [
+    pytest.param(
+        wire,
+        stream,
+        PARADIGM_KEYS[index % len(PARADIGM_KEYS)],
+        id=f"{wire}-{'stream' if stream else 'whole'}",
+    )
+    for index, (wire, stream) in enumerate(itertools.product(WIRES, (False, True)))
+]
+
+
+@pytest.mark.parametrize(("wire", "stream", "paradigm"), SHAPES)
+def test_a_body_in_an_encoding_never_offered_is_kept_as_it_came_and_not_decoded(
+    hostile: HostileModel, alice: User, client: Client, wire: str, stream: bool, paradigm: str
+) -> None:
+    turn, grown = _run(hostile, alice, BROTLI, wire, stream, paradigm, [])
+
+    # The client offers what it can decode, and brotli is not installed: never "br".
+    assert hostile.accepted and "br" not in hostile.accepted[-1].replace(" ", "").split(",")
+    assert turn.status == Turn.Status.FAILED
+    exchange = Exchange.objects.get(turn=turn, channel=Exchange.Channel.LLM)
+    headers = {str(name).lower(): value for name, value in exchange.response_headers.items()}
+    assert headers.get("content-encoding") == "br", headers
+    # What arrived is what was sent (the bytes kept, escaped where they are not text), not a decoding.
+    assert len(exchange.response_body) >= 256 * 64
+    assert grown < MEMORY_LIMIT, grown
+    assert turn.error and turn.error[:40] in _page(client, alice, turn)
+
+
+def _broken_server() -> McpServer:
+    return McpServer.objects.create(
+        name="broken",
+        transport="stdio",
+        command=sys.executable,
+        args=["-m", "tests.fixtures.broken_server"],
+        cwd=str(REPO_ROOT),
+        call_timeout=3,
+        allow_non_staff_spawn=True,
+    )
+
+
+# Each case waits out the call's timeout: every wire once, streamed and whole in turn.
+@pytest.mark.parametrize(
+    ("wire", "stream"),
+    [pytest.param(w, i % 2 == 1, id=f"{w}-{'stream' if i % 2 else 'whole'}") for i, w in enumerate(WIRES)],
+)
+def test_a_tool_writing_one_endless_line_ends_the_turn_in_bounded_memory_with_the_cut_shown(
+    hostile: HostileModel, alice: User, client: Client, settings: Settings, wire: str, stream: bool
+) -> None:
+    settings.MCP_STDOUT_LINE_LIMIT = 1_000_000
+    server = _broken_server()
+    try:
+        turn, grown = _run(hostile, alice, ENDLESS_LINE, wire, stream, "native", [server])
+    finally:
+        # The server writes on after the call: its session is closed now, not read on meanwhile.
+        gateway.close_server(server.pk)
+
+    # The call ends at its timeout; the model is told and answers: the turn ends.
+    assert turn.status == Turn.Status.DONE, turn.error
+    tool = Step.objects.get(turn=turn, kind="tool")
+    assert tool.error
+    cut = Exchange.objects.filter(
+        turn=turn, channel=Exchange.Channel.MCP, error__contains="MCP_STDOUT_LINE_LIMIT"
+    )
+    assert cut.exists()
+    assert max(len(e.response_body) for e in cut) <= 1_000_000
+    assert grown < MEMORY_LIMIT, grown
+    assert "MCP_STDOUT_LINE_LIMIT" in _page(client, alice, turn)

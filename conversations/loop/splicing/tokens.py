@@ -14,11 +14,21 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["ENCODINGS", "TokenReport", "choose_encoding", "count_tokens", "encoding_for", "token_report"]
+__all__ = [
+    "ENCODINGS",
+    "TokenReport",
+    "choose_encoding",
+    "count_tokens",
+    "encoding_for",
+    "load_encodings",
+    "loaded_encodings",
+    "token_report",
+]
 
 
 @dataclass
@@ -110,12 +120,45 @@ def encoding_for(model: str) -> str | None:
     return None
 
 
-@functools.cache
+# Loaded tokenizers, for the process (loading one takes half a second to a second). One lock:
+# a turn asking for a tokenizer the warm start is loading waits for it rather than loading it twice.
+_LOADED: dict[str, _Encoding] = {}
+_LOADING = threading.Lock()
+
+
 def _encoding(name: str) -> _Encoding:
-    """A loaded tokenizer, cached for the process (loading one takes about half a second)."""
-    module = importlib.import_module("quicktok")
-    encoding: _Encoding = module.get_encoding(name)
-    return encoding
+    """A loaded tokenizer, cached for the process."""
+    found = _LOADED.get(name)
+    if found is not None:
+        return found
+    with _LOADING:
+        found = _LOADED.get(name)
+        if found is None:
+            module = importlib.import_module("quicktok")
+            found = module.get_encoding(name)
+            _LOADED[name] = found
+        return found
+
+
+def load_encodings(names: Iterable[str]) -> list[str]:
+    """Load the tokenizers of ``names`` (encodings as :func:`count_tokens` takes them) ahead of
+    any count, so the first count of a process does not pay for loading; returns those that were
+    (or already had been) loaded. A name quicktok does not know is left out, never raised."""
+    loaded = []
+    for name in names:
+        try:
+            _encoding(_DERIVED.get(name, (name, (), ()))[0])
+        except Exception:  # noqa: BLE001 — an unknown or broken tokenizer is counted without, later
+            continue
+        loaded.append(name)
+    return loaded
+
+
+def loaded_encodings() -> frozenset[str]:
+    """The encodings whose tokenizer this process has loaded (an encoding derived from a loaded
+    one, ``llama3.1`` over ``llama3``, counts as loaded)."""
+    bases = set(_LOADED)
+    return frozenset(bases | {name for name, (base, _, _) in _DERIVED.items() if base in bases})
 
 
 # Encodings built here over a quicktok one (docs/chat-templates.md §5): Llama 3.1 kept Llama 3.0's
