@@ -74,6 +74,7 @@ EXPECTED: dict[str, Expect] = {
     "inspector-turn-cancel": Expect("POST", NOT_FOUND),
     "inspector-turn-walk": Expect("GET", NOT_FOUND),
     "inspector-step-app": Expect("POST", NOT_FOUND),
+    "inspector-step-calls": Expect("GET", NOT_FOUND),
     # comparisons
     "inspector-comparisons": Expect("GET", NO_LEAK),
     "inspector-comparison-create": Expect("POST", NO_LEAK),
