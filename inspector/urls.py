@@ -88,6 +88,7 @@ urlpatterns = [
         api.ConversationTranscriptView.as_view(),
         name="api-conversation",
     ),
+    path("api/turns/<int:turn_id>/steps", api.TurnStepsView.as_view(), name="api-turn-steps"),
     path("api/turns/<int:turn_id>/cancel", api.TurnCancelView.as_view(), name="api-turn-cancel"),
     path("api/evals/suites", api.EvalSuiteListView.as_view(), name="api-eval-suites"),
     path("api/evals/suites/<uuid:public_id>", api.EvalSuiteDetailView.as_view(), name="api-eval-suite"),

@@ -14,6 +14,7 @@ from conversations.selectors.access import (
     conversation_get,
     conversation_list,
     turn_for_cancel,
+    turn_for_reading,
     visible_to,
 )
 from conversations.selectors.comparisons import (
@@ -121,6 +122,7 @@ __all__ = [
     "tool_label",
     "turn_count_before",
     "turn_for_cancel",
+    "turn_for_reading",
     "turn_get",
     "turn_row_count_before",
     "turn_row_counts",

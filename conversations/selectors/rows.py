@@ -77,7 +77,9 @@ def _ends_of(parents: list[int]) -> Subquery:
         place=Window(RowNumber(), partition_by=by_row, order_by=F("seq").asc()),
         place_from_end=Window(RowNumber(), partition_by=by_row, order_by=F("seq").desc()),
     )
-    return Subquery(numbered.filter(Q(place__lte=CALLS_HEAD) | Q(place_from_end__lte=CALLS_TAIL)).values("pk"))
+    return Subquery(
+        numbered.filter(Q(place__lte=CALLS_HEAD) | Q(place_from_end__lte=CALLS_TAIL)).values("pk")
+    )
 
 
 def _loaded(rows: Iterable[Step], *, every_call: bool = False) -> list[Step]:

@@ -23,7 +23,7 @@ from pytest_django.fixtures import Settings
 from bench.huge_turn import huge_turn_build
 from conversations import selectors
 from conversations.models import Conversation, Step, Turn
-from inspector import views
+from inspector import api, views
 from inspector.fragments import render_catch_up, render_row
 from tests.factories import ConversationFactory, ExchangeFactory, StepFactory, TurnFactory, UserFactory
 
@@ -238,3 +238,44 @@ def test_an_answer_and_arguments_past_the_display_limit_are_cut_and_marked_and_t
     assert "Too big to show here" in html
     turn.refresh_from_db()
     assert turn.answer == answer
+
+
+# --- the REST API -------------------------------------------------------------------------------
+
+
+def test_the_api_gives_a_huge_turns_steps_in_pages_and_a_small_turn_whole(alice: User, bob: User) -> None:
+    conversation = ConversationFactory(owner=alice)
+    small = TurnFactory(conversation=conversation)
+    StepFactory(turn=small)
+    huge = huge_turn_build(conversation=conversation, calls=1_200)
+    client = client_for(alice)
+
+    response = client.get(reverse("api-conversation", args=[conversation.public_id]))
+    assert response.status_code == 200
+    document = response.json()
+    first, second = document["turns"]
+    assert "steps_count" not in first and "steps_next" not in first and len(first["steps"]) == 1
+    assert len(second["steps"]) == api.API_STEPS_PAGE and second["steps_count"] == 1_203
+    seen = [step["seq"] for step in second["steps"]]
+    # Each step of the page keeps its exchanges; the steps after it are not in the answer.
+    assert all(len(step["exchanges"]) == 1 for step in second["steps"][2:])
+
+    url = second["steps_next"]
+    pages = 0
+    while url:
+        page = client.get(url)
+        assert page.status_code == 200
+        assert client_for(bob).get(url).status_code == 404
+        body = page.json()
+        assert body["turn"] == huge.pk and body["steps_count"] == 1_203
+        seen += [step["seq"] for step in body["steps"]]
+        url = body["next"]
+        pages += 1
+    assert pages == 2 and seen == list(range(1, 1_204))
+    steps = reverse("api-turn-steps", args=[huge.pk])
+    assert client.get(f"{steps}?after=x").status_code == 400
+    assert client_for(bob).get(steps).status_code == 404
+    assert Client().get(steps).status_code == 401
+    # The export stays whole.
+    export = client.get(reverse("inspector-conversation-export", args=[conversation.public_id]))
+    assert len(json.loads(export.content)["turns"][1]["steps"]) == 1_203
