@@ -165,3 +165,23 @@ def test_a_reply_of_ten_thousand_calls_runs_sixteen_over_mcp_and_the_page_says_s
     assert any(note in str(d) for d in decide.diagnostics), decide.diagnostics
     assert grown < MEMORY_LIMIT, grown
     assert note in _page(client, alice, turn)
+
+
+def test_a_reply_of_ten_thousand_calls_with_the_limits_raised_makes_a_page_of_its_ends(
+    hostile: HostileModel, alice: User, client: Client, settings: Settings
+) -> None:
+    # Every call of the reply is taken (each a tool step); the first 200 are sent over MCP, the
+    # rest refused as past the turn's limit: a turn of 10,000 tool steps, as an old record or a
+    # raised limit leaves one, with the real recorder.
+    settings.AGENT_MAX_CALLS_PER_REPLY = MANY
+    settings.AGENT_MAX_CALLS_PER_TURN = 200
+    turn, _ = _run(hostile, alice, "many-calls", "openai_chat", False, "native", [demo_server_ensure()])
+
+    decide = Step.objects.filter(turn=turn, kind="decide").order_by("seq").first()
+    assert decide is not None and len(decide.calls) == MANY
+    tools = list(decide.children.order_by("seq").values_list("pk", flat=True))
+    assert len(tools) == MANY
+    html = _page(client, alice, turn)
+    assert len(html) < 500_000, len(html)
+    assert [pk for pk in tools if f'id="tool-step-{pk}"' in html] == tools[:5] + tools[-5:]
+    assert f'<span class="calls-left">{MANY - 10}</span> more tool calls of this reply (of {MANY})' in html

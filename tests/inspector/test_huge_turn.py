@@ -23,6 +23,7 @@ from pytest_django.fixtures import Settings
 from bench.huge_turn import huge_turn_build
 from conversations import selectors
 from conversations.models import Conversation, Step, Turn
+from conversations.record.transcripts.importing import TranscriptError, transcript_import
 from inspector import api, views
 from inspector.fragments import render_catch_up, render_row
 from tests.factories import ConversationFactory, ExchangeFactory, StepFactory, TurnFactory, UserFactory
@@ -279,3 +280,13 @@ def test_the_api_gives_a_huge_turns_steps_in_pages_and_a_small_turn_whole(alice:
     # The export stays whole.
     export = client.get(reverse("inspector-conversation-export", args=[conversation.public_id]))
     assert len(json.loads(export.content)["turns"][1]["steps"]) == 1_203
+
+
+def test_an_api_answer_in_pages_is_refused_by_the_import(alice: User) -> None:
+    conversation = ConversationFactory(owner=alice)
+    huge_turn_build(conversation=conversation, calls=600)
+    client = client_for(alice)
+    paged = client.get(reverse("api-conversation", args=[conversation.public_id])).content
+
+    with pytest.raises(TranscriptError, match="holds 500 of its 603 steps"):
+        transcript_import(data=paged, owner=alice)
