@@ -40,7 +40,7 @@ from conversations.pricing import (
     tool_definitions_cost,
     turn_cost,
 )
-from conversations.selectors import RunSummary
+from conversations.selectors import CALLS_HEAD, CALLS_TAIL, RunSummary
 from conversations.typealias import JSONValue
 from inspector.fragments import timestamp_iso
 from inspector.waterfall import HEAD_BARS, TAIL_BARS, WATERFALL_FIELDS, Waterfall, turn_waterfall
@@ -114,7 +114,12 @@ def _hidden_in(value: object) -> bool:
 def step_hidden(step: Step) -> bool:
     """Whether anything a step's row shows of the step itself holds a hidden character (its
     bodies are flagged where they are shown, by ``payload``)."""
-    shown = (step.title, step.text, step.error, step.diagnostics, step.calls)
+    calls = step.calls if isinstance(step.calls, list) else []
+    # Of a reply of thousands of calls the row shows the first and last few (``paging_tags``);
+    # the ones loaded on request carry their own note where their arguments are shown.
+    if len(calls) > CALLS_HEAD + CALLS_TAIL:
+        calls = [*calls[:CALLS_HEAD], *calls[-CALLS_TAIL:]]
+    shown = (step.title, step.text, step.error, step.diagnostics, calls)
     return any(_hidden_in(value) for value in shown) or any(
         _hidden_in(value) for value in (step.tool_name, step.server_name, step.arguments, step.result)
     )
