@@ -167,6 +167,10 @@ def test_a_reply_of_ten_thousand_calls_runs_sixteen_over_mcp_and_the_page_says_s
     assert note in _page(client, alice, turn)
 
 
+# 10,000 tool steps through the real recorder: about two minutes on PostgreSQL under load, more
+# on SQLite's single writer.
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_a_reply_of_ten_thousand_calls_with_the_limits_raised_makes_a_page_of_its_ends(
     hostile: HostileModel, alice: User, client: Client, settings: Settings
 ) -> None:
