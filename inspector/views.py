@@ -85,7 +85,7 @@ def _user(request: HttpRequest) -> AbstractBaseUser:
     return user
 
 
-def conversation_for(request: HttpRequest, public_id: UUID) -> Conversation:
+def _conversation(request: HttpRequest, public_id: UUID) -> Conversation:
     """One of the user's conversations; anyone else's is a 404, exactly like a missing one."""
     try:
         return selectors.conversation_get(user=_user(request), public_id=public_id)
@@ -101,40 +101,47 @@ def _comparison(request: HttpRequest, public_id: UUID) -> Comparison:
         raise Http404("No such comparison.") from None
 
 
-def turn_for(conversation: Conversation, turn_id: int) -> Turn:
+def _turn(conversation: Conversation, turn_id: int) -> Turn:
     turn = selectors.turn_get(conversation=conversation, turn_id=turn_id)
     if turn is None:
         raise Http404("No such turn.")
     return turn
 
 
-def step_for(conversation: Conversation, step_id: int) -> Step:
+def _step(conversation: Conversation, step_id: int) -> Step:
     step = selectors.step_get(conversation=conversation, step_id=step_id)
     if step is None:
         raise Http404("No such step.")
     return step
 
 
-def record_read(
+def _read(
     request: HttpRequest, conversation: Conversation, *, via: str, subject: str, detail: JSONDict
 ) -> None:
     """The user read part of the conversation's record (``conversations.record.audit.audit_read``)."""
     audit_read(actor=_user(request), conversation=conversation, via=via, subject=subject, detail=detail)
 
 
-def turn_read(request: HttpRequest, public_id: UUID, turn_id: int, *, via: str) -> tuple[Conversation, Turn]:
+# The access checks and the read audit the on-demand views (``inspector.paging_views``) share.
+conversation_for = _conversation
+turn_for = _turn
+step_for = _step
+record_read = _read
+
+
+def _turn_read(request: HttpRequest, public_id: UUID, turn_id: int, *, via: str) -> tuple[Conversation, Turn]:
     """A turn of one of the user's conversations (anyone else's is a 404), its read audited."""
-    conversation = conversation_for(request, public_id)
-    turn = turn_for(conversation, turn_id)
-    record_read(request, conversation, via=via, subject=f"turn {turn.seq}", detail={"turn": turn.pk})
+    conversation = _conversation(request, public_id)
+    turn = _turn(conversation, turn_id)
+    _read(request, conversation, via=via, subject=f"turn {turn.seq}", detail={"turn": turn.pk})
     return conversation, turn
 
 
-def step_read(request: HttpRequest, public_id: UUID, step_id: int, *, via: str) -> tuple[Conversation, Step]:
+def _step_read(request: HttpRequest, public_id: UUID, step_id: int, *, via: str) -> tuple[Conversation, Step]:
     """A step of one of the user's conversations (anyone else's is a 404), its read audited."""
-    conversation = conversation_for(request, public_id)
-    step = step_for(conversation, step_id)
-    record_read(request, conversation, via=via, subject=f"step {step.pk}", detail={"step": step.pk})
+    conversation = _conversation(request, public_id)
+    step = _step(conversation, step_id)
+    _read(request, conversation, via=via, subject=f"step {step.pk}", detail={"step": step.pk})
     return conversation, step
 
 
@@ -306,14 +313,14 @@ def conversation_create(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def conversation_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
-    conversation = conversation_for(request, public_id)
+    conversation = _conversation(request, public_id)
     audit_read(actor=_user(request), conversation=conversation, via="page")
     return _detail_page(request, conversation, QuestionForm())
 
 
 @require_POST
 def turn_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
-    conversation = conversation_for(request, public_id)
+    conversation = _conversation(request, public_id)
     form = QuestionForm(request.POST)
     if not form.is_valid():
         return _detail_page(request, conversation, form, status=STATUS_BAD_REQUEST)
@@ -340,7 +347,7 @@ def turn_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
 def step_app(request: HttpRequest, public_id: UUID, step_id: int) -> HttpResponse:
     """Open the MCP App of a tool call a turn made: on the workbench page that hosts it
     (``servers.services.app_operation_for_step``), with the call's recorded arguments and result."""
-    conversation = conversation_for(request, public_id)
+    conversation = _conversation(request, public_id)
     step = (
         Step.objects.filter(
             pk=step_id, turn__conversation=conversation, kind=Step.Kind.TOOL, server__isnull=False
@@ -358,7 +365,7 @@ def step_app(request: HttpRequest, public_id: UUID, step_id: int) -> HttpRespons
 def turn_cancel(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
     """The page's Cancel button: the same as ``POST /api/turns/<id>/cancel``, then back to the page
     (which shows the turn end live)."""
-    conversation = conversation_for(request, public_id)
+    conversation = _conversation(request, public_id)
     turn = selectors.turn_for_cancel(user=_user(request), turn_id=turn_id)
     if turn is None or turn.conversation_id != conversation.pk:
         raise Http404("No such turn.")
@@ -398,7 +405,7 @@ def conversation_import(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def conversation_export(request: HttpRequest, public_id: UUID) -> HttpResponse:
-    conversation = conversation_for(request, public_id)
+    conversation = _conversation(request, public_id)
     fmt = _export_format(request.GET.get("format", "json"))
     if fmt is None:
         choices = ", ".join(EXPORT_FORMATS)
@@ -416,7 +423,7 @@ def conversation_export(request: HttpRequest, public_id: UUID) -> HttpResponse:
 @require_GET
 def exchange_body(request: HttpRequest, public_id: UUID, exchange_id: int) -> HttpResponse:
     """One whole raw body: highlighted HTML for the page, or with ``raw=1`` the exact stored text."""
-    conversation = conversation_for(request, public_id)
+    conversation = _conversation(request, public_id)
     exchange = selectors.exchange_get(conversation=conversation, exchange_id=exchange_id)
     if exchange is None:
         raise Http404("No such exchange.")
@@ -425,7 +432,7 @@ def exchange_body(request: HttpRequest, public_id: UUID, exchange_id: int) -> Ht
         return HttpResponse(
             "part must be request or response", status=STATUS_BAD_REQUEST, content_type="text/plain"
         )
-    record_read(
+    _read(
         request,
         conversation,
         via="exchange body",
@@ -442,7 +449,7 @@ def exchange_body(request: HttpRequest, public_id: UUID, exchange_id: int) -> Ht
 @require_GET
 def step_prompt(request: HttpRequest, public_id: UUID, step_id: int) -> HttpResponse:
     """A step's whole spliced prompt: escaped HTML for the page, or with ``raw=1`` the exact text."""
-    _, step = step_read(request, public_id, step_id, via="spliced prompt")
+    _, step = _step_read(request, public_id, step_id, via="spliced prompt")
     if request.GET.get("raw"):
         return HttpResponse(step.prompt, content_type="text/plain; charset=utf-8")
     return render(request, "inspector/_exchange_body.html", {"body": step.prompt})
@@ -451,7 +458,7 @@ def step_prompt(request: HttpRequest, public_id: UUID, step_id: int) -> HttpResp
 @require_GET
 def step_prompt_diff(request: HttpRequest, public_id: UUID, step_id: int) -> HttpResponse:
     """The line diff of a step's spliced prompt against the turn's previous model call's."""
-    _, step = step_read(request, public_id, step_id, via="prompt diff")
+    _, step = _step_read(request, public_id, step_id, via="prompt diff")
     diff = presentation.step_prompt_diff(step=step)
     if diff is None:
         raise Http404("This step has no previous model call to compare with.")
@@ -461,7 +468,7 @@ def step_prompt_diff(request: HttpRequest, public_id: UUID, step_id: int) -> Htt
 @require_GET
 def conversation_chain(request: HttpRequest, public_id: UUID) -> HttpResponse:
     """The hash-chain badge: every exchange re-hashed (the page loads it after it has painted)."""
-    conversation = conversation_for(request, public_id)
+    conversation = _conversation(request, public_id)
     chain = conversation_verify(conversation=conversation)
     return render(request, "inspector/_chain_badge.html", {"conversation": conversation, "chain": chain})
 
@@ -469,7 +476,7 @@ def conversation_chain(request: HttpRequest, public_id: UUID) -> HttpResponse:
 @require_GET
 def turn_detail(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
     """One whole turn block with its rows, as the page renders it (a folded turn, unfolded)."""
-    conversation, turn = turn_read(request, public_id, turn_id, via="turn")
+    conversation, turn = _turn_read(request, public_id, turn_id, via="turn")
     rows = selectors.turn_rows(turn=turn)
     context = fragments.turn_context(
         conversation=conversation, turn=turn, rows=rows, teaching=request_preferences(request).teaching
@@ -482,13 +489,13 @@ def turns_earlier(request: HttpRequest, public_id: UUID) -> HttpResponse:
     """The folded headers of the ``EARLIER_TURNS`` turns before the one numbered ``before`` (the
     turns a long conversation's page does not list until asked), in order, after the control
     for the turns before them when there are more."""
-    conversation = conversation_for(request, public_id)
+    conversation = _conversation(request, public_id)
     before = presentation.plain_number(request.GET.get("before", ""), most=presentation.SEQ_MAX)
     if before is None:
         return HttpResponse(
             "'before' must be a turn number", status=STATUS_BAD_REQUEST, content_type="text/plain"
         )
-    record_read(
+    _read(
         request,
         conversation,
         via="earlier turns",
@@ -508,8 +515,8 @@ def turns_earlier(request: HttpRequest, public_id: UUID) -> HttpResponse:
 
 @require_POST
 def turn_replay(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
-    conversation = conversation_for(request, public_id)
-    turn = turn_for(conversation, turn_id)
+    conversation = _conversation(request, public_id)
+    turn = _turn(conversation, turn_id)
     try:
         replay, _ = services.turn_replay(turn=turn, actor=_user(request))
     except services.ReplayError as exc:
@@ -528,7 +535,7 @@ def conversation_rows(request: HttpRequest, public_id: UUID) -> JsonResponse:
     """Plain-HTTP catch-up: the same messages the websocket sends for ``catch_up``, with the
     page's ``view`` (JSON, optional) taken as the socket takes it: only what the page would
     apply is rendered."""
-    conversation = conversation_for(request, public_id)
+    conversation = _conversation(request, public_id)
     since = _since(request.GET.get("since"))
     if since is None:
         return JsonResponse({"error": "'since' must be an ISO-8601 timestamp"}, status=STATUS_BAD_REQUEST)
@@ -605,7 +612,7 @@ def _turn_from(request: HttpRequest) -> Turn:
     turn_id = presentation.plain_number(request.GET.get("turn", ""), most=presentation.ID_MAX)
     if turn_id is None:
         raise Http404("No such turn.")
-    _, turn = turn_read(request, public_id, turn_id, via="compare providers")
+    _, turn = _turn_read(request, public_id, turn_id, via="compare providers")
     return turn
 
 
@@ -679,7 +686,7 @@ def comparison_summary(request: HttpRequest, public_id: UUID) -> HttpResponse:
 @require_GET
 def turn_walk(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
     """One turn, one slide at a time (``?at=N``, from 1): the step-through for a projector."""
-    conversation, turn = turn_read(request, public_id, turn_id, via="step-through")
+    conversation, turn = _turn_read(request, public_id, turn_id, via="step-through")
     slides = walkthrough.turn_slides(selectors.turn_rows(turn=turn, every_call=True))
     asked = presentation.plain_number(request.GET.get("at", "1"), most=presentation.SEQ_MAX)
     at = min(max(asked, 1), max(len(slides), 1)) if asked is not None else 1
