@@ -148,7 +148,7 @@ $(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed-dev
 	$(PY) -m pip install --quiet -e ".[dev,bench]"
 	touch $@
 
-## make bench — every measure (P1-P12) on PostgreSQL + Redis when they answer (the bench's own
+## make bench — every measure (P1-P13) on PostgreSQL + Redis when they answer (the bench's own
 ## database `inspector_bench` and Redis index 14); writes bench/results/latest.json and latest.md
 bench: $(VENV)/.installed-bench $(CHROMIUM)
 	$(PY) -m bench $(BENCH_ARGS)

@@ -18,6 +18,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import OuterRef, QuerySet, Subquery
+from django.urls import reverse
 from django.utils.decorators import method_decorator
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -39,9 +40,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from conversations.models import Conversation, Turn
+from conversations.presentation import SEQ_MAX, plain_number
 from conversations.record.audit import audit_read
-from conversations.record.transcripts.document import transcript_document
-from conversations.selectors import conversation_get, conversation_list, text_match, turn_for_cancel
+from conversations.record.transcripts.document import transcript_document, turn_steps_page
+from conversations.selectors import (
+    conversation_get,
+    conversation_list,
+    text_match,
+    turn_for_cancel,
+    turn_for_reading,
+)
 from conversations.selectors.scopes import SCOPES, scoped_text_match
 from conversations.services import TurnNotCancellable, turn_cancel
 from inspector.evals.models import EvalRun, Suite
@@ -66,6 +74,15 @@ API_PERMISSIONS: list[type[BasePermission]] = [IsAuthenticated]
 
 class ConversationPagination(PageNumberPagination):
     page_size = 50
+
+
+# A turn's steps in one answer at most: a turn of more (thousands of calls of one model reply,
+# an imported trace) holds its first ones, ``steps_count`` and a ``steps_next`` link to the rest.
+API_STEPS_PAGE = 500
+
+
+def _steps_url(request: Request, turn_id: int, after: int) -> str:
+    return request.build_absolute_uri(reverse("api-turn-steps", args=[turn_id]) + f"?after={after}")
 
 
 def _with_last_turn_status(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
@@ -113,7 +130,9 @@ class ConversationListView(ListAPIView[Conversation]):
 @method_decorator(login_not_required, name="dispatch")
 class ConversationTranscriptView(APIView):
     """One conversation as its transcript document: every turn, step and raw exchange, signed —
-    the same document as the ``json`` export and ``ask --json``."""
+    the same document as the ``json`` export and ``ask --json``, but that a turn of more than
+    ``API_STEPS_PAGE`` steps holds its first ones, with ``steps_count`` and ``steps_next``, the
+    link to the next ones (``GET /api/turns/<id>/steps``; the export is always whole)."""
 
     authentication_classes = API_AUTHENTICATION
     permission_classes = API_PERMISSIONS
@@ -131,7 +150,64 @@ class ConversationTranscriptView(APIView):
             raise NotFound("No such conversation.") from None
         if isinstance(request.user, AbstractBaseUser):
             audit_read(actor=request.user, conversation=conversation, via="api")
-        return Response(transcript_document(conversation=conversation))
+        document = transcript_document(conversation=conversation, steps_per_turn=API_STEPS_PAGE)
+        for turn in document["turns"]:
+            if "steps_count" in turn and turn["steps"]:
+                turn["steps_next"] = _steps_url(request, turn["id"], turn["steps"][-1]["seq"])
+        return Response(document)
+
+
+@method_decorator(login_not_required, name="dispatch")
+class TurnStepsView(APIView):
+    """The steps of a turn numbered after ``after`` (0: from its first), ``API_STEPS_PAGE`` at
+    most, each with its exchanges as the transcript document holds them, and ``next``, the link
+    to the ones after them (null at the end)."""
+
+    authentication_classes = API_AUTHENTICATION
+    permission_classes = API_PERMISSIONS
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("after", int, description="the step number the page starts after (default 0)")
+        ],
+        responses={
+            200: inline_serializer(
+                "TurnSteps",
+                {
+                    "turn": serializers.IntegerField(),
+                    "steps_count": serializers.IntegerField(),
+                    "steps": serializers.ListField(child=serializers.DictField()),
+                    "next": serializers.URLField(allow_null=True),
+                },
+            ),
+            400: OpenApiResponse(description="'after' is not a step number."),
+            404: OpenApiResponse(description="No such turn, or not yours (the same answer)."),
+        },
+    )
+    def get(self, request: Request, turn_id: int) -> Response:
+        turn = turn_for_reading(user=request.user, turn_id=turn_id)
+        if turn is None or not isinstance(request.user, AbstractBaseUser):
+            raise NotFound("No such turn.")
+        after = plain_number(request.query_params.get("after", "0") or "0", most=SEQ_MAX)
+        if after is None:
+            raise ValidationError({"after": "must be a step number"})
+        audit_read(
+            actor=request.user,
+            conversation=turn.conversation,
+            via="api",
+            subject=f"turn {turn.seq} steps after {after}",
+            detail={"turn": turn.pk, "after": after},
+        )
+        steps = turn_steps_page(turn=turn, after=after, limit=API_STEPS_PAGE)
+        more = bool(steps) and turn.steps.filter(seq__gt=steps[-1]["seq"]).exists()
+        return Response(
+            {
+                "turn": turn.pk,
+                "steps_count": turn.steps.count(),
+                "steps": steps,
+                "next": _steps_url(request, turn.pk, steps[-1]["seq"]) if more else None,
+            }
+        )
 
 
 @method_decorator(login_not_required, name="dispatch")

@@ -152,7 +152,9 @@ def suite_update(request: HttpRequest, public_id: UUID) -> HttpResponse:
     if not form.is_valid():
         return _detail_page(request, suite, form=form, status=STATUS_BAD_REQUEST)
     try:
-        eval_services.suite_save_checked(owner=_user(request), text=form.cleaned_data["document"], suite=suite)
+        eval_services.suite_save_checked(
+            owner=_user(request), text=form.cleaned_data["document"], suite=suite
+        )
     except SuiteError as exc:
         form.add_error("document", str(exc))
         suite.refresh_from_db()  # the page shows the suite as stored beside the text as typed

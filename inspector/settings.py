@@ -360,6 +360,10 @@ MCP_STDOUT_LINE_LIMIT = env_int("MCP_STDOUT_LINE_LIMIT", 32_000_000)
 # whole; only a larger one (a runaway stream, a hostile server) is cut in the record, the cut
 # marked with the true total (the call itself still completes).
 EXCHANGE_BODY_LIMIT = env_int("EXCHANGE_BODY_LIMIT", 64_000_000)
+# The most characters of an answer, a model's text, a call's arguments or a tool's result a
+# page (or a live row) shows; the rest is cut there and marked with the whole size and where
+# the exact record is (docs/turn-lifecycle.md, "Limits"). The record itself is never cut by it.
+DISPLAY_MAX_CHARS = env_int("DISPLAY_MAX_CHARS", 200_000)
 
 # The demo model, served by this app at /demo-model/v1, keyed so it is no open endpoint.
 DEMO_MODEL_API_KEY = (

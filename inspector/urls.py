@@ -5,7 +5,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from inspector import accounts, api, evals_views, views
+from inspector import accounts, api, evals_views, paging_views, views
 
 # The admin's own login page counts and refuses password guesses like the site's login.
 admin.site.login_form = accounts.ThrottledAdminAuthenticationForm
@@ -42,10 +42,15 @@ urlpatterns = [
     path("c/<uuid:public_id>/chain", views.conversation_chain, name="inspector-conversation-chain"),
     path("c/<uuid:public_id>/turns/earlier", views.turns_earlier, name="inspector-turns-earlier"),
     path("c/<uuid:public_id>/turns/<int:turn_id>/", views.turn_detail, name="inspector-turn"),
-    path("c/<uuid:public_id>/turns/<int:turn_id>/steps", views.turn_steps, name="inspector-turn-steps"),
+    path(
+        "c/<uuid:public_id>/turns/<int:turn_id>/steps", paging_views.turn_steps, name="inspector-turn-steps"
+    ),
     path("c/<uuid:public_id>/turns/<int:turn_id>/replay", views.turn_replay, name="inspector-turn-replay"),
     path("c/<uuid:public_id>/turns/<int:turn_id>/cancel", views.turn_cancel, name="inspector-turn-cancel"),
     path("c/<uuid:public_id>/turns/<int:turn_id>/walk", views.turn_walk, name="inspector-turn-walk"),
+    path(
+        "c/<uuid:public_id>/steps/<int:step_id>/calls", paging_views.step_calls, name="inspector-step-calls"
+    ),
     path("c/<uuid:public_id>/steps/<int:step_id>/app", views.step_app, name="inspector-step-app"),
     path("servers/", include("servers.urls")),
     path("compare/", views.comparison_list, name="inspector-comparisons"),
@@ -83,6 +88,7 @@ urlpatterns = [
         api.ConversationTranscriptView.as_view(),
         name="api-conversation",
     ),
+    path("api/turns/<int:turn_id>/steps", api.TurnStepsView.as_view(), name="api-turn-steps"),
     path("api/turns/<int:turn_id>/cancel", api.TurnCancelView.as_view(), name="api-turn-cancel"),
     path("api/evals/suites", api.EvalSuiteListView.as_view(), name="api-eval-suites"),
     path("api/evals/suites/<uuid:public_id>", api.EvalSuiteDetailView.as_view(), name="api-eval-suite"),

@@ -122,6 +122,13 @@ def _read(
     audit_read(actor=_user(request), conversation=conversation, via=via, subject=subject, detail=detail)
 
 
+# The access checks and the read audit the on-demand views (``inspector.paging_views``) share.
+conversation_for = _conversation
+turn_for = _turn
+step_for = _step
+record_read = _read
+
+
 def _turn_read(request: HttpRequest, public_id: UUID, turn_id: int, *, via: str) -> tuple[Conversation, Turn]:
     """A turn of one of the user's conversations (anyone else's is a 404), its read audited."""
     conversation = _conversation(request, public_id)
@@ -506,22 +513,6 @@ def turns_earlier(request: HttpRequest, public_id: UUID) -> HttpResponse:
     return render(request, "inspector/_turns_earlier.html", context)
 
 
-@require_GET
-def turn_steps(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
-    """The rows of a turn before the row numbered ``before`` (the ones a long turn's block leaves
-    out until asked), rendered as the page renders every row."""
-    conversation = _conversation(request, public_id)
-    turn = _turn(conversation, turn_id)
-    before = presentation.plain_number(request.GET.get("before", ""), most=presentation.SEQ_MAX)
-    if before is None:
-        return HttpResponse(
-            "'before' must be a step number", status=STATUS_BAD_REQUEST, content_type="text/plain"
-        )
-    _read(request, conversation, via="turn steps", subject=f"turn {turn.seq}", detail={"turn": turn.pk})
-    rows = selectors.turn_rows(turn=turn, before_seq=before)
-    return render(request, "inspector/_steps.html", {"conversation": conversation, "rows": rows})
-
-
 @require_POST
 def turn_replay(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
     conversation = _conversation(request, public_id)
@@ -696,7 +687,7 @@ def comparison_summary(request: HttpRequest, public_id: UUID) -> HttpResponse:
 def turn_walk(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
     """One turn, one slide at a time (``?at=N``, from 1): the step-through for a projector."""
     conversation, turn = _turn_read(request, public_id, turn_id, via="step-through")
-    slides = walkthrough.turn_slides(selectors.turn_rows(turn=turn))
+    slides = walkthrough.turn_slides(selectors.turn_rows(turn=turn, every_call=True))
     asked = presentation.plain_number(request.GET.get("at", "1"), most=presentation.SEQ_MAX)
     at = min(max(asked, 1), max(len(slides), 1)) if asked is not None else 1
     context = {

@@ -17,6 +17,10 @@ WIDTH = 1000  # the drawing's width in SVG units; the label column takes LABEL_W
 LABEL_WIDTH = 300
 ROW = 26
 MIN_BAR = 2
+# A turn of thousands of calls draws its first and last ones, one row between saying how many it
+# left out (10,000 bars were 3 MB of SVG).
+HEAD_BARS = 40
+TAIL_BARS = 40
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,9 @@ class Waterfall:
     height: int
     total_ms: float
     ticks: list[tuple[float, str]]
+    calls: int = 0
+    left_out: int = 0
+    gap_y: int = 0
 
 
 def _tokens(step: Step) -> str:
@@ -76,24 +83,39 @@ WATERFALL_FIELDS = (
 WireTiming = tuple[int | None, datetime, float | None]
 
 
-def turn_waterfall(steps: Sequence[Step], wire: Sequence[WireTiming] = ()) -> Waterfall | None:
+def turn_waterfall(
+    steps: Sequence[Step],
+    wire: Sequence[WireTiming] = (),
+    *,
+    left_out: int = 0,
+    span: tuple[datetime, datetime] | None = None,
+) -> Waterfall | None:
     """The bars of ``steps`` (every step of one turn, children included) that have finished,
     with the timings of their wire exchanges (``wire``) drawn inside; None when there is
-    nothing to draw."""
+    nothing to draw. With ``left_out``, ``steps`` are the first ``HEAD_BARS`` and the last
+    ``TAIL_BARS`` of the turn's timed steps, ``left_out`` more were between them, and ``span``
+    is when the first of all started and the last ended."""
     timed = [step for step in steps if step.finished_at is not None and step.kind != "fallback"]
     if not timed:
         return None
-    start = min(step.started_at for step in timed)
-    end = max(step.finished_at for step in timed if step.finished_at is not None)
+    start = min(step.started_at for step in timed) if span is None else span[0]
+    end = max(step.finished_at for step in timed if step.finished_at is not None) if span is None else span[1]
     total_ms = max((end - start).total_seconds() * 1000, 1.0)
     scale = (WIDTH - LABEL_WIDTH) / total_ms
     timings: dict[int, list[tuple[datetime, float]]] = {}
     for step_id, started_at, duration_ms in wire:
         if step_id is not None and duration_ms is not None:
             timings.setdefault(step_id, []).append((started_at, duration_ms))
+    ordered = sorted(timed, key=lambda s: (s.started_at, s.seq))
+    if not left_out:
+        left_out = max(len(ordered) - HEAD_BARS - TAIL_BARS, 0)
+        ordered = [*ordered[:HEAD_BARS], *ordered[-TAIL_BARS:]] if left_out else ordered
+    drawn = ordered
     bars = []
-    for index, step in enumerate(sorted(timed, key=lambda s: (s.started_at, s.seq))):
+    for place, step in enumerate(drawn):
         assert step.finished_at is not None
+        # The row after the first ones says how many were left out.
+        index = place + 1 if left_out and place >= HEAD_BARS else place
         offset = (step.started_at - start).total_seconds() * 1000
         took = (step.finished_at - step.started_at).total_seconds() * 1000
         kind = "tool" if step.parent_id else step.kind
@@ -122,4 +144,7 @@ def turn_waterfall(steps: Sequence[Step], wire: Sequence[WireTiming] = ()) -> Wa
         (LABEL_WIDTH + (WIDTH - LABEL_WIDTH) * part / 4, f"{total_ms * part / 4:,.0f} ms")
         for part in range(5)
     ]
-    return Waterfall(bars, len(bars) * ROW + 20, total_ms, ticks)
+    rows = len(bars) + (1 if left_out else 0)
+    return Waterfall(
+        bars, rows * ROW + 20, total_ms, ticks, len(drawn) + left_out, left_out, HEAD_BARS * ROW + 16
+    )

@@ -14,6 +14,7 @@ from conversations.selectors.access import (
     conversation_get,
     conversation_list,
     turn_for_cancel,
+    turn_for_reading,
     visible_to,
 )
 from conversations.selectors.comparisons import (
@@ -24,14 +25,20 @@ from conversations.selectors.comparisons import (
     comparison_runs,
 )
 from conversations.selectors.rows import (
+    CALLS_BATCH,
+    CALLS_COUNT,
+    CALLS_HEAD,
+    CALLS_TAIL,
     MODEL_CALL_KINDS,
     PREVIOUS_PROMPT,
+    ROWS_BATCH,
     RowVersion,
     conversation_changed_at,
     conversation_turns,
     exchange_count,
     exchange_get,
     profiles_for_form,
+    row_calls,
     row_versions_changed_since,
     rows_by_id,
     rows_changed_since,
@@ -39,6 +46,7 @@ from conversations.selectors.rows import (
     step_row,
     turn_count_before,
     turn_get,
+    turn_row_count_before,
     turn_row_counts,
     turn_rows,
     turns_rows,
@@ -67,6 +75,10 @@ from conversations.selectors.search import (
 )
 
 __all__ = [
+    "CALLS_BATCH",
+    "CALLS_COUNT",
+    "CALLS_HEAD",
+    "CALLS_TAIL",
     "CONVERSATIONS_PER_PAGE",
     "CappedPaginator",
     "ConversationFilters",
@@ -78,6 +90,7 @@ __all__ = [
     "LIST_COUNT_CAP",
     "MODEL_CALL_KINDS",
     "PREVIOUS_PROMPT",
+    "ROWS_BATCH",
     "RowVersion",
     "RunRow",
     "RunSummary",
@@ -98,6 +111,7 @@ __all__ = [
     "exchange_get",
     "profiles_for_form",
     "exchange_search_document",
+    "row_calls",
     "row_versions_changed_since",
     "rows_by_id",
     "rows_changed_since",
@@ -108,7 +122,9 @@ __all__ = [
     "tool_label",
     "turn_count_before",
     "turn_for_cancel",
+    "turn_for_reading",
     "turn_get",
+    "turn_row_count_before",
     "turn_row_counts",
     "turn_rows",
     "turn_search_document",

@@ -101,6 +101,15 @@ def conversation_get(*, user: AbstractBaseUser | AnonymousUser, public_id: UUID 
     return found.get()
 
 
+def turn_for_reading(*, user: AbstractBaseUser | AnonymousUser, turn_id: int) -> Turn | None:
+    """A turn of a conversation ``user`` may see (``visible_to``); None otherwise (a missing
+    turn and another user's answer the same)."""
+    if not user.is_authenticated:
+        return None
+    visible = visible_to(Conversation.objects.all(), user=user, owner="owner")
+    return Turn.objects.filter(pk=turn_id, conversation__in=visible).defer("transcript", "seal_steps").first()
+
+
 def turn_for_cancel(*, user: AbstractBaseUser | AnonymousUser, turn_id: int) -> Turn | None:
     """The turn ``user`` may cancel: one of their own conversations', or any for staff; None
     otherwise (a missing turn and another user's answer the same)."""

@@ -9,13 +9,23 @@ from typing import NamedTuple
 
 from django.db.models import (
     Count,
+    F,
     Max,
+    OuterRef,
     Prefetch,
+    Q,
     QuerySet,
+    Subquery,
+    Window,
     prefetch_related_objects,
 )
+from django.db.models.functions import Coalesce, RowNumber
 
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
+
+# The attribute each row ``_rows`` reads carries: how many tool calls it has in all (``_loaded``
+# gives it only the first and last few of them when they are many).
+CALLS_COUNT = "calls_count"
 
 
 def _step_exchanges() -> QuerySet[Exchange]:
@@ -24,8 +34,9 @@ def _step_exchanges() -> QuerySet[Exchange]:
 
 
 def _rows() -> QuerySet[Step]:
-    """A page's rows (top-level steps), in order, each with its server and turn: ``_loaded``
-    gives them their tool calls and exchanges."""
+    """A page's rows (top-level steps), in order, each with its server and turn and how many
+    tool calls it has (``CALLS_COUNT``): ``_loaded`` gives them their tool calls and exchanges."""
+    calls = Step.objects.filter(parent=OuterRef("pk")).order_by().values("parent").annotate(n=Count("pk"))
     return (
         Step.objects.filter(parent__isnull=True)
         # The turn too: a model call's row shows the turn's tool_choice, a tool's its tools. Not
@@ -33,8 +44,20 @@ def _rows() -> QuerySet[Step]:
         # digests of its seal (decoded for every row read, they made most of a row's read).
         .select_related("server", "turn")
         .defer("turn__transcript", "turn__seal_steps")
+        .annotate(**{CALLS_COUNT: Coalesce(Subquery(calls.values("n")), 0)})
         .order_by("seq")
     )
+
+
+# A row whose model reply asked for many tool calls shows the first CALLS_HEAD and the last
+# CALLS_TAIL of them; the ones between load on request, CALLS_BATCH at a time (a reply of
+# 10,000 calls made a 50 MB page that took 40 s to render).
+CALLS_HEAD = 5
+CALLS_TAIL = 5
+CALLS_BATCH = 100
+# A long turn's rows before the ones its page shows load this many at a time (a turn of
+# thousands of rows is read a batch at a time, never whole).
+ROWS_BATCH = 50
 
 
 def _tool_calls() -> QuerySet[Step]:
@@ -46,24 +69,58 @@ def _tool_calls() -> QuerySet[Step]:
     )
 
 
-def _loaded(rows: Iterable[Step]) -> list[Step]:
-    """``rows`` with their tool calls (``_tool_calls``) and every one's exchanges
-    (``_step_exchanges``), prefetched: two more queries in all, however many turns the rows are
-    of (the exchanges of the rows and of their tool calls are read together)."""
+def _ends_of(parents: list[int]) -> Subquery:
+    """The ids of the first ``CALLS_HEAD`` and the last ``CALLS_TAIL`` tool calls of each of
+    ``parents`` (a subquery: the window runs over a few columns, not over whole rows)."""
+    by_row = [F("parent_id")]
+    numbered = Step.objects.filter(parent_id__in=parents).annotate(
+        place=Window(RowNumber(), partition_by=by_row, order_by=F("seq").asc()),
+        place_from_end=Window(RowNumber(), partition_by=by_row, order_by=F("seq").desc()),
+    )
+    return Subquery(
+        numbered.filter(Q(place__lte=CALLS_HEAD) | Q(place_from_end__lte=CALLS_TAIL)).values("pk")
+    )
+
+
+def _loaded(rows: Iterable[Step], *, every_call: bool = False) -> list[Step]:
+    """``rows`` with their tool calls (``_tool_calls``: of a row with many, only the first and
+    last few, unless ``every_call``) and every one's exchanges (``_step_exchanges``),
+    prefetched: two more queries in all, however many turns
+    the rows are of (the exchanges of the rows and of their tool calls are read together)."""
     rows = list(rows)
-    prefetch_related_objects(rows, Prefetch("children", queryset=_tool_calls()))
+    many = [row.pk for row in rows if getattr(row, CALLS_COUNT, 0) > CALLS_HEAD + CALLS_TAIL]
+    calls = _tool_calls()
+    if many and not every_call:
+        calls = calls.filter(Q(pk__in=_ends_of(many)) | ~Q(parent_id__in=many))
+    prefetch_related_objects(rows, Prefetch("children", queryset=calls))
     steps = [*rows, *(child for row in rows for child in row.children.all())]
     prefetch_related_objects(steps, Prefetch("exchanges", queryset=_step_exchanges()))
     return rows
 
 
-def turn_rows(*, turn: Turn, last: int | None = None, before_seq: int | None = None) -> list[Step]:
+def row_calls(*, row: Step, start: int, stop: int) -> list[Step]:
+    """The tool calls of ``row`` numbered ``start`` to ``stop`` (0-based, ``stop`` excluded) in
+    its order, loaded as a page shows them (each with its exchanges)."""
+    calls = list(_tool_calls().filter(parent=row)[start:stop])
+    prefetch_related_objects(calls, Prefetch("exchanges", queryset=_step_exchanges()))
+    return calls
+
+
+def turn_rows(
+    *,
+    turn: Turn,
+    last: int | None = None,
+    before_seq: int | None = None,
+    every_call: bool = False,
+) -> list[Step]:
     """The top-level steps of a turn (the page's rows), children and exchanges loaded, in order:
-    all of them, only the ``last`` few, or only those before the row numbered ``before_seq``."""
+    all of them, only the ``last`` few, or only those before the row numbered ``before_seq``
+    (the last ``last`` of those, with both). A row's tool calls are cut to its first and last
+    few (``CALLS_HEAD``, ``CALLS_TAIL``) unless ``every_call``."""
     rows = _rows().filter(turn=turn)
     if before_seq is not None:
         rows = rows.filter(seq__lt=before_seq)
-    loaded = _loaded(rows if last is None else reversed(rows.order_by("-seq")[:last]))
+    loaded = _loaded(rows if last is None else reversed(rows.order_by("-seq")[:last]), every_call=every_call)
     _note_previous_prompts(loaded, from_first=last is None or len(loaded) < last)
     return loaded
 
@@ -167,6 +224,11 @@ def conversation_turns(
 def turn_count_before(*, conversation: Conversation, seq: int) -> int:
     """How many turns of ``conversation`` are numbered below ``seq``."""
     return conversation.turns.filter(seq__lt=seq).count()
+
+
+def turn_row_count_before(*, turn: Turn, seq: int) -> int:
+    """How many rows (top-level steps) of ``turn`` are numbered below ``seq``."""
+    return Step.objects.filter(turn=turn, parent__isnull=True, seq__lt=seq).count()
 
 
 def turn_row_counts(*, conversation: Conversation, turns: list[Turn] | None = None) -> dict[int, int]:

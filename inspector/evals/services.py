@@ -66,7 +66,11 @@ def suite_save(*, owner: AbstractBaseUser, text: str | bytes, suite: Suite | Non
 
 
 def suite_save_checked(
-    *, owner: AbstractBaseUser, text: str | bytes, suite: Suite | None = None, source: str = Operation.Source.WEB
+    *,
+    owner: AbstractBaseUser,
+    text: str | bytes,
+    suite: Suite | None = None,
+    source: str = Operation.Source.WEB,
 ) -> Suite:
     """``suite_save`` for the page and the API: the suite is stored only once it passes
     ``suite_check`` (its models, servers and every tool it names exist for ``owner`` now), so a

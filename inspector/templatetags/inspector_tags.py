@@ -15,6 +15,9 @@ from datetime import datetime
 from decimal import Decimal
 
 from django import template
+from django.conf import settings
+from django.db.models import Count, Max, Min
+from django.template.context import Context
 from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 from django.utils.html import conditional_escape, escape
@@ -37,11 +40,11 @@ from conversations.pricing import (
     tool_definitions_cost,
     turn_cost,
 )
-from conversations.selectors import RunSummary
+from conversations.selectors import CALLS_HEAD, CALLS_TAIL, RunSummary
 from conversations.typealias import JSONValue
 from inspector.fragments import timestamp_iso
 from inspector.handshakes import Origin, session_origins
-from inspector.waterfall import WATERFALL_FIELDS, Waterfall, turn_waterfall
+from inspector.waterfall import HEAD_BARS, TAIL_BARS, WATERFALL_FIELDS, Waterfall, turn_waterfall
 from servers.selectors import step_app_uri
 
 register = template.Library()
@@ -112,7 +115,12 @@ def _hidden_in(value: object) -> bool:
 def step_hidden(step: Step) -> bool:
     """Whether anything a step's row shows of the step itself holds a hidden character (its
     bodies are flagged where they are shown, by ``payload``)."""
-    shown = (step.title, step.text, step.error, step.diagnostics, step.calls)
+    calls = step.calls if isinstance(step.calls, list) else []
+    # Of a reply of thousands of calls the row shows the first and last few (``paging_tags``);
+    # the ones loaded on request carry their own note where their arguments are shown.
+    if len(calls) > CALLS_HEAD + CALLS_TAIL:
+        calls = [*calls[:CALLS_HEAD], *calls[-CALLS_TAIL:]]
+    shown = (step.title, step.text, step.error, step.diagnostics, calls)
     return any(_hidden_in(value) for value in shown) or any(
         _hidden_in(value) for value in (step.tool_name, step.server_name, step.arguments, step.result)
     )
@@ -243,16 +251,80 @@ def highlight_json(value: JSONValue) -> SafeString:
     return _shown(value).html
 
 
-@register.inclusion_tag("inspector/_json.html")
+def _export_url(conversation: object) -> str:
+    """Where the whole record of the page's conversation downloads from ("": no conversation)."""
+    if not isinstance(conversation, Conversation):
+        return ""
+    return reverse("inspector-conversation-export", args=[conversation.public_id]) + "?format=json"
+
+
+def _display_size(value: JSONValue) -> tuple[int, str]:
+    """How many characters ``value`` has as stored text (a body as it is, a JSON value compact),
+    and that text when it is not the value itself."""
+    if isinstance(value, str):
+        return len(value), value
+    text = carriable(json.dumps(value, ensure_ascii=False))
+    return len(text), text
+
+
+def display_cut(value: JSONValue, *, key: str, url: str = "") -> dict[str, object] | None:
+    """What ``_json.html`` shows for a value longer than ``DISPLAY_MAX_CHARS`` characters: its
+    first ones as stored (escaped, not parsed nor highlighted), marked with the whole size and,
+    with ``url``, a link to the exact record; None for a shorter value."""
+    limit = settings.DISPLAY_MAX_CHARS
+    size, text = _display_size(value)
+    if size <= limit:
+        return None
+    shown = text[:limit]
+    return {
+        "is_empty": False,
+        "html": mark_safe(hidden_revealed(escape(shown))),
+        "hidden": hidden_characters(shown),
+        "is_json": False,
+        "looks_json": not isinstance(value, str) or text.lstrip()[:1] in {"{", "["},
+        "collapsed": True,
+        "outline": "",
+        "lines": text.count("\n") + 1,
+        "size": filesizeformat(len(text.encode("utf-8"))),
+        "key": key,
+        "cut": {"shown": limit, "total": size, "url": url},
+    }
+
+
+@register.inclusion_tag("inspector/_json.html", takes_context=True, name="payload")
+def payload_tag(
+    context: Context, value: JSONValue, *key_parts: object, empty: str = "—", expanded: bool = False
+) -> dict[str, object]:
+    """``{% payload value key... %}``: ``payload``, linking a cut to the page's conversation."""
+    return payload(
+        value, *key_parts, empty=empty, expanded=expanded, conversation=context.get("conversation")
+    )
+
+
 def payload(
-    value: JSONValue, *key_parts: object, empty: str = "—", expanded: bool = False
+    value: JSONValue,
+    *key_parts: object,
+    empty: str = "—",
+    expanded: bool = False,
+    conversation: object = None,
 ) -> dict[str, object]:
     """One body for display: highlighted, and collapsed behind a size summary when long
-    (unless ``expanded``).
+    (unless ``expanded``); past ``DISPLAY_MAX_CHARS`` characters cut (``display_cut``), with a
+    link to ``conversation``'s whole record when there is one.
 
     ``key_parts`` name the ``<details>`` (joined with ``-``) so the page can keep it open
     when the row around it is re-rendered live.
     """
+    key = "-".join(str(part) for part in key_parts)
+    if value is not None and value != "":
+        cut = display_cut(value, key=key, url=_export_url(conversation))
+        if cut is not None:
+            return cut
+    return _payload(value, key, empty=empty, expanded=expanded)
+
+
+def _payload(value: JSONValue, key: str, *, empty: str = "—", expanded: bool = False) -> dict[str, object]:
+    """``payload`` for a value within ``DISPLAY_MAX_CHARS``."""
     if value is None or value == "":
         return {"is_empty": True, "empty": empty}
     shown = _shown(value)
@@ -266,7 +338,20 @@ def payload(
         "lines": shown.lines,
         "size": filesizeformat(shown.size),
         "hidden": shown.hidden,
-        "key": "-".join(str(part) for part in key_parts),
+        "key": key,
+    }
+
+
+@register.inclusion_tag("inspector/_text.html", takes_context=True)
+def long_text(context: Context, value: str) -> dict[str, object]:
+    """A text shown as prose (an answer, a model's text): whole up to ``DISPLAY_MAX_CHARS``
+    characters, else its first ones and the mark of the cut."""
+    limit = settings.DISPLAY_MAX_CHARS
+    if len(value) <= limit:
+        return {"text": value}
+    return {
+        "text": value[:limit],
+        "cut": {"shown": limit, "total": len(value), "url": _export_url(context.get("conversation"))},
     }
 
 
@@ -290,8 +375,8 @@ def exchange_body(
     """
     body = exchange.request_body if part == "request" else exchange.response_body
     size = len(body.encode("utf-8"))
-    if size <= PREVIEW_THRESHOLD_BYTES:
-        return payload(body, "ex", exchange.pk, part, empty=empty)
+    if size <= min(PREVIEW_THRESHOLD_BYTES, settings.DISPLAY_MAX_CHARS):
+        return _payload(body, f"ex-{exchange.pk}-{part}", empty=empty)
     owner = conversation if isinstance(conversation, Conversation) else None
     return _preview(body, size, key=f"ex-{exchange.pk}-{part}", url=_body_url(exchange, part, owner))
 
@@ -313,7 +398,12 @@ def _preview(body: str, size: int, *, key: str, url: str) -> dict[str, object]:
         "lines": body.count("\n") + 1,
         "size": filesizeformat(size),
         "key": key,
-        "preview": {"shown": filesizeformat(len(shown.encode("utf-8"))), "url": url},
+        # Past DISPLAY_MAX_CHARS the whole body is not rendered into the page: the raw link is.
+        "preview": {
+            "shown": filesizeformat(len(shown.encode("utf-8"))),
+            "url": url,
+            "whole": len(body) <= settings.DISPLAY_MAX_CHARS,
+        },
     }
 
 
@@ -322,8 +412,8 @@ def prompt_body(step: Step, conversation: object = None) -> dict[str, object]:
     """A step's spliced prompt, as ``exchange_body`` shows a raw body: whole up to
     ``PREVIEW_THRESHOLD_BYTES``, else a preview and a button that loads the rest."""
     size = len(step.prompt.encode("utf-8"))
-    if size <= PREVIEW_THRESHOLD_BYTES:
-        return payload(step.prompt, "step", step.pk, "prompt-body")
+    if size <= min(PREVIEW_THRESHOLD_BYTES, settings.DISPLAY_MAX_CHARS):
+        return _payload(step.prompt, f"step-{step.pk}-prompt-body")
     if not isinstance(conversation, Conversation):
         conversation = Conversation.objects.get(turns__steps=step)
     url = reverse("inspector-step-prompt", args=[conversation.public_id, step.pk])
@@ -545,13 +635,28 @@ def dollars(value: Decimal) -> str:
 
 @register.filter
 def waterfall(turn: Turn) -> Waterfall | None:
-    """The turn's timeline (one query for all its steps, reading only what a bar shows: a
-    step's prompt, bodies and results are most of its row)."""
-    steps = Step.objects.filter(turn=turn).only(*WATERFALL_FIELDS).order_by("started_at", "seq")
-    wire = Exchange.objects.filter(turn=turn, channel__in=(Exchange.Channel.LLM, Exchange.Channel.MCP))
-    wire = wire.exclude(direction=Exchange.Direction.LOCAL)
+    """The turn's timeline, reading only what a bar shows (a step's prompt, bodies and results
+    are most of its row): one query, but for a turn of thousands of calls, whose first and last
+    bars only are read (and how many there are, and when they began and ended); and one for the
+    drawn steps' wire timings."""
+    timed = (
+        Step.objects.filter(turn=turn, finished_at__isnull=False)
+        .exclude(kind=Step.Kind.FALLBACK)
+        .only(*WATERFALL_FIELDS)
+    )
+    drawn = HEAD_BARS + TAIL_BARS
+    first = list(timed.order_by("started_at", "seq")[: drawn + 1])
+    left_out, span = 0, None
+    if len(first) > drawn:
+        counted = timed.aggregate(count=Count("pk"), start=Min("started_at"), end=Max("finished_at"))
+        tail = list(timed.order_by("-started_at", "-seq")[:TAIL_BARS])
+        first = [*first[:HEAD_BARS], *reversed(tail)]
+        left_out, span = counted["count"] - drawn, (counted["start"], counted["end"])
+    wire = Exchange.objects.filter(step__in=[step.pk for step in first]).exclude(
+        direction=Exchange.Direction.LOCAL
+    )
     timings = wire.order_by("pk").values_list("step_id", "started_at", "duration_ms")
-    return turn_waterfall(list(steps), list(timings))
+    return turn_waterfall(first, list(timings), left_out=left_out, span=span)
 
 
 @register.filter

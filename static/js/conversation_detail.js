@@ -80,7 +80,51 @@
       return; // a late copy of something already shown in a newer state
     }
     carryOpenDetails(oldEl, newEl);
+    carryLoadedCalls(oldEl, newEl);
     oldEl.replaceWith(newEl);
+  }
+
+  // A row of many calls shows its first and last few; the reader may have loaded some between
+  // (each marked data-loaded). A re-rendered row keeps them, after its first few, and its
+  // control then offers only the calls still not shown. A loaded call that the new row now
+  // shows itself (its last few moved on) is dropped: the row's copy is the newer.
+  function carryLoadedCalls(oldEl, newEl) {
+    ["parsed", "tools"].forEach(function (part) {
+      var loaded = oldEl.querySelectorAll('[data-loaded="' + part + '"]');
+      var control = newEl.querySelector('.more-calls[data-part="' + part + '"]');
+      if (!loaded.length || !control) {
+        return;
+      }
+      var start = Number(control.dataset.start);
+      var stop = Number(control.dataset.stop);
+      loaded.forEach(function (item) {
+        var index = Number(item.dataset.index);
+        if (index < start || index >= stop) {
+          return;
+        }
+        control.parentNode.insertBefore(item, control);
+        start = Math.max(start, index + 1);
+      });
+      setCallsStart(control, start);
+    });
+  }
+
+  function setCallsStart(control, start) {
+    var stop = Number(control.dataset.stop);
+    if (start >= stop) {
+      control.remove();
+      return;
+    }
+    control.dataset.start = String(start);
+    control.dataset.url = control.dataset.url.replace(/([?&]start=)\d+/, "$1" + start);
+    var left = control.querySelector(".calls-left");
+    if (left) {
+      left.textContent = String(stop - start);
+    }
+    var button = control.querySelector("button.load-calls");
+    if (button) {
+      button.textContent = "Show " + Math.min(Number(control.dataset.batch) || 100, stop - start) + " more";
+    }
   }
 
   function insertBySeq(container, el) {
@@ -448,6 +492,23 @@
       });
   }
 
+  // A row of many calls loads those between its first and last few a batch at a time, in
+  // front of the control (which the batch replaces with its own when more remain). Each loaded
+  // call is marked with its part and number, so a live re-render of the row keeps it.
+  function loadCalls(button) {
+    var control = button.closest(".more-calls");
+    var part = control.dataset.part;
+    var index = Number(control.dataset.start);
+    loadInFront(control, function (item) {
+      if (!item.classList.contains("more-calls")) {
+        item.dataset.loaded = part;
+        item.dataset.index = String(index);
+        index += 1;
+      }
+      control.parentNode.insertBefore(item, control);
+    }).catch(function () {});
+  }
+
   // A long conversation's page lists its newest turns; the ones before load a batch at a time,
   // folded, in front of the control (which the batch replaces with its own when more remain).
   function loadEarlierTurns(button) {
@@ -569,6 +630,11 @@
     var earlierTurns = event.target.closest("button.load-earlier-turns");
     if (earlierTurns) {
       loadEarlierTurns(earlierTurns);
+      return;
+    }
+    var callsButton = event.target.closest("button.load-calls");
+    if (callsButton) {
+      loadCalls(callsButton);
       return;
     }
     var earlierButton = event.target.closest("button.load-earlier");

@@ -240,3 +240,27 @@ def test_a_tool_writing_one_endless_line_ends_the_turn_in_bounded_memory_with_th
     assert max(len(e.response_body) for e in cut) <= 1_000_000
     assert grown < MEMORY_LIMIT, grown
     assert "MCP_STDOUT_LINE_LIMIT" in _page(client, alice, turn)
+
+
+# 10,000 tool steps through the real recorder: about two minutes on PostgreSQL under load, more
+# on SQLite's single writer.
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_reply_of_ten_thousand_calls_with_the_limits_raised_makes_a_page_of_its_ends(
+    hostile: HostileModel, alice: User, client: Client, settings: Settings
+) -> None:
+    # Every call of the reply is taken (each a tool step); the first 200 are sent over MCP, the
+    # rest refused as past the turn's limit: a turn of 10,000 tool steps, as an old record or a
+    # raised limit leaves one, with the real recorder.
+    settings.AGENT_MAX_CALLS_PER_REPLY = MANY
+    settings.AGENT_MAX_CALLS_PER_TURN = 200
+    turn, _ = _run(hostile, alice, "many-calls", "openai_chat", False, "native", [demo_server_ensure()])
+
+    decide = Step.objects.filter(turn=turn, kind="decide").order_by("seq").first()
+    assert decide is not None and len(decide.calls) == MANY
+    tools = list(decide.children.order_by("seq").values_list("pk", flat=True))
+    assert len(tools) == MANY
+    html = _page(client, alice, turn)
+    assert len(html) < 500_000, len(html)
+    assert [pk for pk in tools if f'id="tool-step-{pk}"' in html] == tools[:5] + tools[-5:]
+    assert f'<span class="calls-left">{MANY - 10}</span> more tool calls of this reply (of {MANY})' in html

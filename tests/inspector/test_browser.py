@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
+from conversations.selectors import CALLS_BATCH, CALLS_HEAD, CALLS_TAIL
 from inspector import views
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -371,3 +372,44 @@ def test_a_long_conversation_lists_its_newest_turns_and_the_earlier_ones_load_in
     seqs = [int(seq) for seq in turns.evaluate_all("sections => sections.map(s => s.dataset.seq)")]
     assert seqs == list(range(1, 76))
     expect(page.locator("#turns > section.turn-folded")).to_have_count(74)
+
+
+HUGE_CALLS = 10_000
+HUGE_TURN_SCRIPT = f"""
+from django.contrib.auth.models import User
+from bench.huge_turn import huge_turn_build
+from tests.factories import ConversationFactory
+conversation = ConversationFactory(owner=User.objects.get(username="admin"), title="a huge reply")
+huge_turn_build(conversation=conversation, calls={HUGE_CALLS})
+print(conversation.public_id)
+"""
+
+
+def test_a_reply_of_ten_thousand_calls_paints_and_loads_the_calls_between_in_place(
+    inspector_server: InspectorServer, page: Page
+) -> None:
+    _open_made_conversation(inspector_server, page, HUGE_TURN_SCRIPT)
+
+    shown = CALLS_HEAD + CALLS_TAIL
+    tools = page.locator(".area-rpc .tool-call")
+    expect(tools).to_have_count(shown)
+    expect(page.locator("[id^=turn-status-]")).to_contain_text("Sunny")
+    assert len(page.content().encode()) < 1_000_000
+    assert page.evaluate("performance.getEntriesByName('first-contentful-paint').length") == 1
+    control = page.locator('.more-calls[data-part="tools"]')
+    expect(control.locator(".calls-left")).to_have_text(str(HUGE_CALLS - shown))
+
+    control.get_by_role("button", name=f"Show {CALLS_BATCH} more").click()
+
+    expect(tools).to_have_count(shown + CALLS_BATCH)
+    expect(control.locator(".calls-left")).to_have_text(str(HUGE_CALLS - shown - CALLS_BATCH))
+    # In order: the loaded calls sit between the first and the last ones.
+    names = [text.split("Forecast ")[1].split(":")[0] for text in tools.all_inner_texts()]
+    assert [int(name) for name in names] == [
+        *range(CALLS_HEAD + CALLS_BATCH),
+        *range(HUGE_CALLS - CALLS_TAIL, HUGE_CALLS),
+    ]
+
+    parsed = page.locator('.more-calls[data-part="parsed"]')
+    parsed.get_by_role("button", name=f"Show {CALLS_BATCH} more").click()
+    expect(page.locator(".area-parsed .call")).to_have_count(shown + CALLS_BATCH)

@@ -74,6 +74,7 @@ EXPECTED: dict[str, Expect] = {
     "inspector-turn-cancel": Expect("POST", NOT_FOUND),
     "inspector-turn-walk": Expect("GET", NOT_FOUND),
     "inspector-step-app": Expect("POST", NOT_FOUND),
+    "inspector-step-calls": Expect("GET", NOT_FOUND),
     # comparisons
     "inspector-comparisons": Expect("GET", NO_LEAK),
     "inspector-comparison-create": Expect("POST", NO_LEAK),
@@ -144,6 +145,7 @@ EXPECTED: dict[str, Expect] = {
     "api-conversations": Expect("GET", NO_LEAK),
     "api-conversation": Expect("GET", NOT_FOUND),
     "api-turn-cancel": Expect("POST", NOT_FOUND),
+    "api-turn-steps": Expect("GET", NOT_FOUND),
     "api-eval-suites": Expect("GET", NO_LEAK),
     "api-eval-suite": Expect("GET", NOT_FOUND),
     "api-eval-runs": Expect("GET", NO_LEAK),

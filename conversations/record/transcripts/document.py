@@ -45,7 +45,10 @@ from __future__ import annotations
 import json
 from typing import cast
 
-from conversations.models import Conversation, Exchange, Step
+from django.db.models import Count, F, Q, Subquery, Window
+from django.db.models.functions import RowNumber
+
+from conversations.models import Conversation, Exchange, Step, Turn
 from conversations.record.integrity import key_id, manifest_sign
 from conversations.record.transcripts.fields import (
     FORMAT,
@@ -105,17 +108,38 @@ def _integrity_doc(conversation: Conversation, *, signed: bool) -> IntegrityDoc:
     return doc
 
 
-def transcript_document(*, conversation: Conversation, signed: bool = True) -> TranscriptDoc:
+def transcript_document(
+    *, conversation: Conversation, signed: bool = True, steps_per_turn: int | None = None
+) -> TranscriptDoc:
     """The transcript document of ``conversation``: the ``json`` export, the API's answer and
     what ``ask --json`` prints (three queries for the rows, whatever their number; ``signed``
-    adds the export's signature, which reads them again)."""
+    adds the export's signature, which reads them again).
+
+    ``steps_per_turn`` (the API's): a turn of more steps holds only its first ones, and
+    ``steps_count`` says how many it has (``turn_steps_page`` gives the next ones); neither
+    they nor their exchanges are read."""
+    steps_read = Step.objects.filter(turn__conversation=conversation)
+    exchanges_read = Exchange.objects.filter(turn__conversation=conversation)
+    counts: dict[int, int] = {}
+    if steps_per_turn is not None:
+        counts = dict(
+            steps_read.order_by().values("turn_id").annotate(n=Count("pk")).values_list("turn_id", "n")
+        )
+        long_turns = [turn_id for turn_id, n in counts.items() if n > steps_per_turn]
+        if long_turns:
+            first = Subquery(
+                Step.objects.filter(turn_id__in=long_turns)
+                .annotate(place=Window(RowNumber(), partition_by=[F("turn_id")], order_by=F("seq").asc()))
+                .filter(place__lte=steps_per_turn)
+                .values("pk")
+            )
+            steps_read = steps_read.filter(~Q(turn_id__in=long_turns) | Q(pk__in=first))
+            exchanges_read = exchanges_read.filter(
+                Q(step__isnull=True) | ~Q(turn_id__in=long_turns) | Q(step_id__in=first)
+            )
     by_step: dict[int, list[ExchangeDoc]] = {}
     by_turn: dict[int, list[ExchangeDoc]] = {}
-    exchanges = (
-        Exchange.objects.filter(turn__conversation=conversation)
-        .select_related("server")
-        .order_by("seq", "id")
-    )
+    exchanges = exchanges_read.select_related("server").order_by("seq", "id")
     for exchange in exchanges:
         doc = exchange_doc(exchange)
         if exchange.step_id is not None:
@@ -123,18 +147,34 @@ def transcript_document(*, conversation: Conversation, signed: bool = True) -> T
         elif exchange.turn_id is not None:
             by_turn.setdefault(exchange.turn_id, []).append(doc)
     steps: dict[int, list[StepDoc]] = {}
-    rows = Step.objects.filter(turn__conversation=conversation).select_related("server").order_by("seq")
-    for step in rows:
+    for step in steps_read.select_related("server").order_by("seq"):
         steps.setdefault(step.turn_id, []).append(step_doc(step, by_step.get(step.pk, [])))
+    turns: list[TurnDoc] = []
+    for turn in conversation.turns.order_by("seq"):
+        turn_block = turn_doc(turn, steps.get(turn.pk, []), by_turn.get(turn.pk, []))
+        if counts.get(turn.pk, 0) > len(turn_block["steps"]):
+            turn_block["steps_count"] = counts[turn.pk]
+        turns.append(turn_block)
     return {
         "format": FORMAT,
         "version": VERSION,
         "conversation": _conversation_doc(conversation, signed=signed),
-        "turns": [
-            turn_doc(turn, steps.get(turn.pk, []), by_turn.get(turn.pk, []))
-            for turn in conversation.turns.order_by("seq")
-        ],
+        "turns": turns,
     }
+
+
+def turn_steps_page(*, turn: Turn, after: int, limit: int) -> list[StepDoc]:
+    """The steps of ``turn`` numbered after ``after``, at most ``limit`` of them, in order, each
+    with its exchanges, as the transcript document holds them (two queries)."""
+    steps = list(
+        Step.objects.filter(turn=turn, seq__gt=after).select_related("server").order_by("seq")[:limit]
+    )
+    by_step: dict[int, list[ExchangeDoc]] = {}
+    exchanges = Exchange.objects.filter(step__in=[step.pk for step in steps]).select_related("server")
+    for exchange in exchanges.order_by("seq", "id"):
+        if exchange.step_id is not None:
+            by_step.setdefault(exchange.step_id, []).append(exchange_doc(exchange))
+    return [step_doc(step, by_step.get(step.pk, [])) for step in steps]
 
 
 def dumps(value: object) -> str:

@@ -183,6 +183,10 @@ class TurnDoc(TypedDict):
     seal_rule: NotRequired[Annotated[int, Limits(minimum=0)]]
     steps: list[StepDoc]
     exchanges: list[ExchangeDoc]
+    # The REST API's answer only: a turn of more steps than it gives at once holds its first
+    # ones; these say how many it has and where the next ones are (an export is always whole).
+    steps_count: NotRequired[Annotated[int, Limits(minimum=0)]]
+    steps_next: NotRequired[str]
 
 
 class TranscriptDoc(TypedDict):

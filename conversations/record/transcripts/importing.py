@@ -152,6 +152,12 @@ def _check_structure(document: TranscriptDoc) -> None:
         if turn["seq"] in turn_seqs:
             raise TranscriptError(f"{where}.seq: turn {turn['seq']} appears twice")
         turn_seqs.add(turn["seq"])
+        if "steps_count" in turn or "steps_next" in turn:
+            # The REST API's page of a long turn, not a whole record: its other steps are missing.
+            raise TranscriptError(
+                f"{where}: holds {len(turn['steps'])} of its {turn.get('steps_count', '?')} steps (an API "
+                "answer in pages): import the conversation's JSON download, which is whole"
+            )
         _when(turn["created_at"], f"{where}.created_at")
         _when_or_none(turn["started_at"], f"{where}.started_at")
         _when_or_none(turn["finished_at"], f"{where}.finished_at")

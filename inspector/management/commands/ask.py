@@ -178,7 +178,7 @@ class Command(BaseCommand):
             f"model {profile}  ·  paradigm {turn.paradigm}  ·  tool choice {choice}  ·  servers {servers}"
         )
         self.stdout.write("")
-        for step in turn_rows(turn=turn):
+        for step in turn_rows(turn=turn, every_call=True):
             self._print_step(step, depth=0)
             for child in step.children.all():
                 self._print_step(child, depth=1)
