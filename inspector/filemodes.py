@@ -22,12 +22,14 @@ def var_dir_private(path: Path) -> Path:
 
     Sets the process umask to 0077 first, so every file and directory the process creates from
     then on is 0600/0700. A tree an older version wrote with wider modes (0644 files in a 0755
-    directory) is narrowed once, at start. Only entries this user owns are changed, and a shared
-    sticky directory (such as /tmp, if VAR_DIR were pointed at it) is left as it is.
+    directory) is narrowed once, at start: a ``path`` that is already private is not walked (no
+    one else can reach anything under it, whatever its modes), so a start costs one ``stat``.
+    Only entries this user owns are changed, and a shared sticky directory (such as /tmp, if
+    VAR_DIR were pointed at it) is left as it is.
     """
     os.umask(PRIVATE_UMASK)
     path.mkdir(parents=True, exist_ok=True)
-    if not _narrowable(path):
+    if not _narrowable(path) or not stat.S_IMODE(path.stat().st_mode) & 0o077:
         return path
     _narrow(path)
     for root, directories, files in os.walk(path):

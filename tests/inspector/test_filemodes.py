@@ -116,3 +116,19 @@ def test_a_shared_sticky_directory_is_not_narrowed(tmp_path: Path) -> None:
 
     assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
     assert stat.S_IMODE(mine.stat().st_mode) == 0o644
+
+
+def test_a_private_var_dir_is_not_walked_at_start(tmp_path: Path) -> None:
+    """Every process start (each ``manage.py`` command, web process, worker) calls it: once
+    ``var/`` is 0700 nobody else can reach anything under it, so the tree is not walked again."""
+    var_dir = tmp_path / "var"
+    var_dir.mkdir(mode=0o700)
+    var_dir.chmod(0o700)
+    inner = var_dir / "left-open.txt"
+    inner.write_text("x")
+    inner.chmod(0o644)
+    with _umask(OPEN_UMASK):
+        var_dir_private(var_dir)
+
+    assert stat.S_IMODE(inner.stat().st_mode) == 0o644
+    assert stat.S_IMODE(var_dir.stat().st_mode) == 0o700
