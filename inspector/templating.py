@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from django.http import HttpRequest
-from django.template.backends.django import DjangoTemplates
+from django.template.backends.django import DjangoTemplates, Template
 from django.utils.safestring import SafeString, mark_safe
 
 from conversations.escaping import HIDDEN, hidden_marked, hidden_revealed
@@ -69,26 +69,19 @@ def page_revealed(html: str) -> str:
     return "".join(out)
 
 
-class RevealingTemplate:
+class RevealingTemplate(Template):
     """A template of ``RevealingTemplates``: the Django backend's, rendered through
     ``page_revealed``."""
 
-    def __init__(self, template: Any) -> None:
-        self.template = template
-
-    @property
-    def origin(self) -> Any:
-        return self.template.origin
-
     def render(self, context: dict[str, Any] | None = None, request: HttpRequest | None = None) -> SafeString:
-        return mark_safe(page_revealed(self.template.render(context, request)))
+        return mark_safe(page_revealed(super().render(context, request)))
 
 
 class RevealingTemplates(DjangoTemplates):
     """Django's template backend whose templates mark hidden characters (``page_revealed``)."""
 
-    def from_string(self, template_code: str) -> RevealingTemplate:
-        return RevealingTemplate(super().from_string(template_code))
+    def from_string(self, template_code: str) -> Template:
+        return RevealingTemplate(super().from_string(template_code).template, self)
 
-    def get_template(self, template_name: str) -> RevealingTemplate:
-        return RevealingTemplate(super().get_template(template_name))
+    def get_template(self, template_name: str) -> Template:
+        return RevealingTemplate(super().get_template(template_name).template, self)
