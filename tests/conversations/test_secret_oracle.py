@@ -112,7 +112,10 @@ def test_every_installation_secret_repeated_on_every_channel_is_stored_nowhere(
     assert any(MARK in str(e.response_headers.get("x-echo", "")) for e in exchanges)
     turns = Turn.objects.filter(conversation__in=conversations)
     assert turns.count() == len(TOOLS) and all(turn.status != Turn.Status.RUNNING for turn in turns)
-    assert any(MARK in e.response_body for e in Exchange.objects.filter(turn__in=turns)), [(t.status, t.error, list(Exchange.objects.filter(turn=t).values_list("label", "response_body"))) for t in turns]
+    assert any(MARK in e.response_body for e in Exchange.objects.filter(turn__in=turns)), [
+        (t.status, t.error, list(Exchange.objects.filter(turn=t).values_list("label", "response_body")))
+        for t in turns
+    ]
 
     logs = capfd.readouterr()
     written = {
