@@ -14,7 +14,9 @@ Measured in-process against PostgreSQL, each query repeated, p95 judged; a query
 after ``TIMEOUT_SECONDS`` is stopped by a statement timeout and recorded at the bound.
 
 Each filter is timed for a common value and a rare one, for the non-staff owner of all the rows
-(and a staff user, who sees everything). The SQL of every case and its ``EXPLAIN (ANALYZE,
+(and a staff user, who sees everything). The text filter is timed in its default scopes and in
+each scope alone (``selectors.scopes.SCOPES``); each scope's p95 is reported with its ratio to
+the default scopes' in the same run (``scope_ratios``). The SQL of every case and its ``EXPLAIN (ANALYZE,
 BUFFERS)`` (a plain ``EXPLAIN`` for slow ones) go to ``bench/results/p5-explain.txt``. The
 unfiltered list is reported beside them.
 """
@@ -37,6 +39,7 @@ from bench.environment import REPO_ROOT
 from bench.stats import Result, judged, not_run, summary
 from conversations import selectors
 from conversations.selectors import ConversationFilters
+from conversations.selectors.scopes import SCOPES
 
 ID, NAME, UNIT, TARGET, LIMIT = (
     "P5",
@@ -147,17 +150,47 @@ def _free_bytes() -> int:
         return shutil.disk_usage("/").free
 
 
+# The text case every scope is timed with, and the label of the default scopes' case.
+SCOPED_WORD = "Beijing"
+DEFAULT_TEXT_CASE = f"owner: text '{SCOPED_WORD}' (1.7%)"
+
+
+def scope_label(scope: str) -> str:
+    return f"owner: text '{SCOPED_WORD}' in {scope} only"
+
+
+def scope_ratios(p95_ms: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Each scope's p95 (ms) and its ratio to the default scopes' p95, from the p95 of each case
+    by label (a scope whose case was not timed is left out)."""
+    default = p95_ms.get(DEFAULT_TEXT_CASE)
+    ratios: dict[str, dict[str, float]] = {}
+    for scope in SCOPES:
+        p95 = p95_ms.get(scope_label(scope))
+        if p95 is None:
+            continue
+        ratios[scope] = {"p95_ms": round(p95, 1)}
+        if default:
+            ratios[scope]["ratio_to_default"] = round(p95 / default, 2)
+    return ratios
+
+
+def _scoped_case(owner: Any, scope: str) -> Callable[[], object]:
+    return lambda: list_page(owner, ConversationFilters(q=SCOPED_WORD, scope=(scope,)))
+
+
 def _cases(owner: Any, staff: Any) -> dict[str, Callable[[], object]]:
+    scoped = {scope_label(scope): _scoped_case(owner, scope) for scope in SCOPES}
     return {
         "owner: unfiltered": lambda: list_page(owner, ConversationFilters()),
         "staff: unfiltered": lambda: list_page(staff, ConversationFilters()),
         "owner: tool = calculate (35%)": lambda: list_page(owner, ConversationFilters(tool="calculate")),
         "owner: tool = list_notes (0.1%)": lambda: list_page(owner, ConversationFilters(tool="list_notes")),
         "staff: tool = list_notes (0.1%)": lambda: list_page(staff, ConversationFilters(tool="list_notes")),
-        "owner: text 'Beijing' (1.7%)": lambda: list_page(owner, ConversationFilters(q="Beijing")),
+        DEFAULT_TEXT_CASE: lambda: list_page(owner, ConversationFilters(q=SCOPED_WORD)),
         f"owner: text '{audit_data.RARE_CITY}' (0.05%)": lambda: list_page(
             owner, ConversationFilters(q=audit_data.RARE_CITY)
         ),
+        **scoped,
     }
 
 
@@ -223,6 +256,20 @@ def _point(
     return timings, capped, explains, facts
 
 
+def _scopes_note(timings: dict[str, list[float]]) -> str:
+    """The judged point's scopes for the report's notes: each one's p95 and ratio to the default."""
+    ratios = scope_ratios({label: summary(t)["p95"] for label, t in timings.items()})
+    if not ratios:
+        return ""
+    parts = [
+        f"{scope} {found['p95_ms']:.0f} ms ({found['ratio_to_default']:.2f}×)"
+        if "ratio_to_default" in found
+        else f"{scope} {found['p95_ms']:.0f} ms"
+        for scope, found in ratios.items()
+    ]
+    return " · per scope, p95 and ÷ the default scopes: " + ", ".join(parts)
+
+
 def _worst(timings: dict[str, list[float]]) -> str:
     filtered = {label: t for label, t in timings.items() if "unfiltered" not in label}
     return max(filtered, key=lambda label: summary(filtered[label])["p95"])
@@ -283,6 +330,7 @@ def run(ctx: Context) -> list[Result]:
             "data_set": facts,
             "p95_ms": {case: round(summary(t)["p95"], 1) for case, t in timings.items()},
             "worst": f"{worst}: p95 {summary(timings[worst])['p95']:.0f} ms",
+            "scopes": scope_ratios({case: summary(t)["p95"] for case, t in timings.items()}),
             **(
                 {"capped": f"stopped at the {TIMEOUT_SECONDS:.0f} s statement timeout: {', '.join(capped)}"}
                 if capped
@@ -306,9 +354,11 @@ def run(ctx: Context) -> list[Result]:
             if skipped
             else {}
         ),
+        "scopes": scope_ratios({label: summary(t)["p95"] for label, t in timings.items()}),
         "summary": " · ".join(
             f"{label}: {point['worst']}" for label, point in points.items() if "worst" in point
         )
+        + _scopes_note(timings)
         + (f" · {', '.join(skipped)}: does not fit on disk" if skipped else ""),
     }
     result = judged(

@@ -131,7 +131,9 @@ ASGI_APPLICATION = "inspector.asgi.application"
 
 TEMPLATES = [
     {
-        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        # Django's engine, with hidden characters marked on every page (``inspector.templating``).
+        "BACKEND": "inspector.templating.RevealingTemplates",
+        "NAME": "django",
         "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {

@@ -62,7 +62,9 @@ class GatewayToolHost:
             masked = guard.json(outcome.result) if outcome.result is not None else None
             outcome.result = masked if isinstance(masked, dict) else None
             outcome.error = guard.text(outcome.error)
-        server_records_store(outcome.unclaimed, redact=self.redact)
+        # The call's own records were masked as they were captured: the gateway's tap learns
+        # each credential a refresh obtains (``Tap.learn``) before the request goes out.
+        server_records_store(outcome.unclaimed, redact=guard)
         if outcome.cancelled and self.signal is not None and self.signal.stopped:
             return ToolRun(
                 result=None,

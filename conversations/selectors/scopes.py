@@ -14,12 +14,17 @@ Each scope is one kind of row and one document:
 
 PostgreSQL: full-text search, each scope's document indexed by migration
 ``0032_search_scopes`` on exactly the SQL the functions below compile to (the planner uses an
-expression index only for the very same expression: change the two together). Elsewhere (the
-SQLite default): every word or "quoted phrase" must occur, case-insensitively, in one row.
+expression index only for the very same expression: change the two together). A search without
+a letter or digit in it (an emoji, punctuation) has no word for full-text search to look up: it
+is matched as text, as on SQLite. Elsewhere (the SQLite default): every word or "quoted phrase"
+must occur, case-insensitively, in one row; in a tool's arguments and result (JSON, which SQLite
+stores with every character outside ASCII escaped: ``Zürich`` as ``Z\\u00fcrich``) in its
+stored form or in that escaped one (``_json_forms``).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Collection
 
@@ -66,8 +71,20 @@ def _terms(text: str) -> list[str]:
     return [phrase or word for phrase, word in re.findall(r'"([^"]+)"|(\S+)', text) if phrase or word]
 
 
+def _json_forms(term: str) -> set[str]:
+    """``term`` as it may read inside JSON text SQLite stored: as typed, and escaped as Python's
+    ``json`` (which Django's ``JSONField`` writes with) escapes it, in its own case and in lower
+    and upper case (``LIKE`` folds only ASCII letters, and an escape's hex digits are ASCII)."""
+    return {term, *(json.dumps(form)[1:-1] for form in (term, term.lower(), term.upper()))}
+
+
+def _full_text(text: str) -> bool:
+    """Whether ``text`` is searched by PostgreSQL's full-text search (it has a word to look up)."""
+    return connection.vendor == "postgresql" and re.search(r"\w", text) is not None
+
+
 def _turns(field: str, text: str) -> QuerySet[Turn]:
-    if connection.vendor == "postgresql":
+    if _full_text(text):
         document = question_document() if field == "question" else answer_document()
         query = SearchQuery(text, search_type="websearch", config=FTS_CONFIG)
         return Turn.objects.annotate(document=document).filter(document=query)
@@ -76,19 +93,19 @@ def _turns(field: str, text: str) -> QuerySet[Turn]:
 
 def _tool_steps(scope: str, text: str) -> QuerySet[Step]:
     steps = Step.objects.filter(kind=Step.Kind.TOOL)
-    if connection.vendor == "postgresql":
+    if _full_text(text):
         document = call_document() if scope == "call" else result_document()
         query = SearchQuery(text, search_type="websearch", config=FTS_CONFIG)
         return steps.annotate(document=document).filter(document=query)
-    # JSON is searched as its stored text (non-ASCII characters may be stored escaped in it).
-    steps = steps.annotate(
-        arguments_text=Cast("arguments", TextField()), result_text=Cast("result", TextField())
-    )
-    if scope == "call":
-        return steps.filter(
-            *[Q(tool_name__icontains=term) | Q(arguments_text__icontains=term) for term in _terms(text)]
-        )
-    return steps.filter(*[Q(result_text__icontains=term) for term in _terms(text)])
+    column = "arguments_text" if scope == "call" else "result_text"
+    steps = steps.annotate(**{column: Cast("arguments" if scope == "call" else "result", TextField())})
+    matches = []
+    for term in _terms(text):
+        match = Q(tool_name__icontains=term) if scope == "call" else Q()
+        for form in _json_forms(term):
+            match |= Q(**{f"{column}__icontains": form})
+        matches.append(match)
+    return steps.filter(*matches)
 
 
 def scopes_clean(scopes: Collection[str]) -> tuple[str, ...]:

@@ -12,9 +12,11 @@ import pytest
 
 from bench import processes
 from bench.fake_model import reply_for
+from bench.p5_audit_scale import DEFAULT_TEXT_CASE, _cases, scope_label, scope_ratios
 from bench.profiling import summarise
 from bench.report import line, markdown_table
 from bench.stats import also_within, judged, percentile, summary
+from conversations.selectors.scopes import SCOPES
 
 TOOLS = [{"type": "function", "function": {"name": "demo__calculate", "parameters": {}}}]
 
@@ -116,3 +118,15 @@ def test_pss_counts_pages_shared_between_processes_once_where_rss_counts_them_in
             kid.kill()
             kid.wait()
     assert processes.pss_bytes(2**22 + 1) == 0  # no such process (above the kernel's pid_max)
+
+
+def test_p5_reports_each_search_scope_with_its_ratio_to_the_default_scopes() -> None:
+    p95 = {DEFAULT_TEXT_CASE: 40.0, scope_label("question"): 10.0, scope_label("raw"): 90.0}
+
+    ratios = scope_ratios(p95)
+
+    assert ratios == {
+        "question": {"p95_ms": 10.0, "ratio_to_default": 0.25},
+        "raw": {"p95_ms": 90.0, "ratio_to_default": 2.25},
+    }
+    assert set(_cases(object(), object())) >= {scope_label(scope) for scope in SCOPES}

@@ -130,3 +130,42 @@ def test_the_list_form_and_the_api_take_the_scope(alice: User) -> None:
     assert {row["title"] for row in answer["results"]} == {"asked about Beijing", "returned Beijing"}
     assert "arithmetic" not in {row["title"] for row in default["results"]} and len(default["results"]) == 3
     assert refused.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("q", "scope", "title"),
+    [
+        ("Zürich", "call", "called with Zürich"),
+        ("zürich", "call", "called with Zürich"),
+        ("東京", "result", "returned 東京"),
+        ("🌧", "result", "returned 東京"),
+        ("ZÜRICH note", "call", "called with Zürich"),
+    ],
+)
+def test_words_outside_ascii_in_a_tool_call_or_result_are_found(q: str, scope: str, title: str) -> None:
+    """SQLite keeps JSON with every character outside ASCII escaped (``\\u00fc``): a tool's
+    arguments and result are searched in both forms, as PostgreSQL's ``jsonb`` finds them."""
+    owner = UserFactory(username="carol")
+    _conversation(
+        owner,
+        "called with Zürich",
+        question="How is the weather there?",
+        answer="Mild.",
+        tool="get_forecast",
+        arguments={"city": "Zürich", "note": 'say "hi"'},
+        result={"content": [{"type": "text", "text": "mild"}]},
+    )
+    _conversation(
+        owner,
+        "returned 東京",
+        question="Which city is largest?",
+        answer="The tool says so.",
+        tool="largest_city",
+        arguments={"continent": "Asia"},
+        result={"content": [{"type": "text", "text": "東京: 🌧 雨"}]},
+    )
+
+    filters = ConversationFilters(q=q, scope=(scope,))
+    found = {conversation.title for conversation in conversation_search(user=owner, filters=filters)}
+
+    assert found == {title}

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
+from django.utils import timezone
 
 from conversations.models import Conversation, Exchange, Step, Turn
 from conversations.runner import turn_run
 from conversations.services import turn_start
 from servers import gateway
 from servers.grants import grant_ensure, grant_get
-from servers.models import McpServer, Operation
+from servers.models import McpServer, OAuthGrant, Operation
 from servers.services import operation_start
 from tests.factories import ConversationFactory
 from tests.fixtures.oauth_server import FakeAuthorization, Knobs, Served
@@ -173,3 +175,38 @@ def test_a_token_refreshed_during_the_turn_and_echoed_back_is_not_recorded(
         text[max(0, text.find(t) - 300) : text.find(t) + 50] for t in issued for text in stored if t in text
     ]
     assert not leaks
+
+
+@pytest.mark.parametrize("echo", ["result", "everywhere"])
+def test_a_token_refreshed_inside_the_tool_call_and_echoed_is_in_no_record_of_that_call(
+    guarded: McpServer, served: FakeAuthorization, alice: User, echo: str
+) -> None:
+    """The stored token has expired and each new one is announced as expiring at once, so the
+    client refreshes before every request: the token ``tools/call`` sends (and the server
+    repeats) is obtained inside the call, after the turn's redactor was built."""
+    authorize(guarded, alice)
+    gateway.close_all()
+    OAuthGrant.objects.filter(server=guarded, user=alice).update(
+        expires_at=timezone.now() - timedelta(hours=1)
+    )
+    served.knobs = Knobs(
+        echo_token=echo == "result", echo_everywhere=echo == "everywhere", announced_lifetime=0
+    )
+    before = len(served.tokens)
+
+    turn = ask(guarded, alice)
+
+    assert turn.status == Turn.Status.DONE, turn.error
+    call = Exchange.objects.get(turn=turn, label__startswith="tools/call")
+    assert "you sent [REDACTED:secret]" in call.response_body
+    if echo == "everywhere":
+        note = Exchange.objects.get(turn=turn, label__startswith="notifications/message")
+        assert "authorized by [REDACTED:secret]" in note.response_body
+    assert len(served.tokens) > before + 3  # refreshed at every request, the call's included
+    issued = list(served.tokens) + list(served.refresh_tokens)
+    stored = [
+        *(str(v) for step in Step.objects.filter(turn=turn) for v in (step.result, step.text, step.prompt)),
+        turn.answer,
+        everything_recorded(),
+    ]
+    assert not [token for token in issued for text in stored if token in text]
