@@ -64,7 +64,8 @@ def test_a_reply_of_ten_thousand_calls_runs_sixteen_and_refuses_the_rest_to_the_
     assert len(decide["calls"]) == 16
     assert decide["diagnostics"][-1] == (
         "not run: the reply held 10000 tool calls and at most 16 of one reply are run "
-        "(AGENT_MAX_CALLS_PER_REPLY); the other 9984 went back to the model as error results "
+        "(the profile's max_calls_per_reply or AGENT_MAX_CALLS_PER_REPLY); the other 9984 went back "
+        "to the model as error results "
         "(the raw response holds them all)"
     )
     answers = tool_messages(provider.requests[1])
