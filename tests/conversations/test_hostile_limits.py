@@ -171,7 +171,7 @@ def test_a_reply_of_ten_thousand_calls_runs_sixteen_over_mcp_and_the_page_says_s
     assert decide is not None and len(decide.calls) == 16
     note = (
         f"the reply held {MANY} tool calls and at most 16 of one reply are run "
-        "(the profile's max_calls_per_reply or AGENT_MAX_CALLS_PER_REPLY)"
+        "(the profile max_calls_per_reply, or AGENT_MAX_CALLS_PER_REPLY)"
     )
     assert any(note in str(d) for d in decide.diagnostics), decide.diagnostics
     assert grown < MEMORY_LIMIT, grown
