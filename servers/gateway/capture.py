@@ -365,6 +365,10 @@ class Tap:
             counterpart = f"{'send' if direction == 'recv' else 'recv'}:{_id_key(msg_id)}"
             pending = self._pending.pop(counterpart, None)
             if pending is None:
+                # Linked to the call in flight when it came (its step shows it; the server's
+                # transcript has it through that call); with none in flight, the transcript's.
+                target = self.newest_active() if direction == "recv" else None
+                during = " (it came while this operation was in flight)" if target is not None else ""
                 record = WireExchange(
                     channel="mcp",
                     label="response to unknown id",
@@ -373,9 +377,9 @@ class Tap:
                     direction="server" if direction == "recv" else "client",
                     response_body=body,
                     status="error" if "error" in message else "ok",
-                    error="the id matches no request in flight",
+                    error=f"the id matches no request in flight{during}",
                 )
-                self.unclaimed.append(record)
+                self._route(target, record)
                 return
             record = pending.record
             record.response_body = body
