@@ -93,6 +93,9 @@ class Tap:
     secrets: tuple[str, ...] = ()
     # The most bytes of one stdout line of a stdio server that are kept (MCP_STDOUT_LINE_LIMIT).
     line_limit: int = 32_000_000
+    # The most bytes of one HTTP response body (of one event, on an event stream), decoded, that
+    # are read from an HTTP server (RESPONSE_BODY_LIMIT; ``transports._BoundedBody``).
+    http_body_limit: int = 32_000_000
     unclaimed: list[WireExchange] = field(default_factory=list)
     # Operations in flight on this session, oldest first: server→client requests go to the newest.
     active: list[Capture] = field(default_factory=list)
@@ -155,6 +158,16 @@ class Tap:
         """Where a line cut by ``stdout_overlong`` ended, and how long it was."""
         how = "ended" if ended else "was never ended (stdout closed)"
         self._stray(b"", f"the line cut at MCP_STDOUT_LINE_LIMIT {how} after {total:,} bytes")
+
+    def http_body_cut(self, *, limit: int, wire: int, encoding: str, what: str) -> None:
+        """An HTTP response body (or one event of an event stream) passed ``limit`` decoded
+        bytes: it was not read further (nothing of it is kept: the SDK had not parsed it)."""
+        encoded = f" ({encoding}-encoded)" if encoding and encoding != "identity" else ""
+        self._stray(
+            b"",
+            f"{what} passed the limit of {limit:,} bytes (RESPONSE_BODY_LIMIT) and was not read further; "
+            f"{wire:,} bytes{encoded} had arrived over the wire",
+        )
 
     def _stray(self, raw: bytes, why: str) -> StrayLine:
         record = WireExchange(
