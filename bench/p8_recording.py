@@ -62,6 +62,7 @@ from bench.environment import REPO_ROOT
 from bench.fake_model import FakeModel
 from bench.processes import cpu_seconds
 from bench.stats import Result, judged, not_run, summary
+from conversations.lifecycle import turn_claim
 from conversations.loop.wire import WireExchange
 from conversations.models import Exchange, Step, Turn
 from conversations.record.orm import OrmStore
@@ -249,7 +250,9 @@ def _product(
     the CPU seconds each thread spent (the loop, the record writer, the publisher).
     ``starting`` is called once the turns exist, right before the timed part."""
     turns = _new_turns(owner, len(plan))
-    recorders = [TurnRecorder(turn) for turn in turns]
+    # Claimed as a runner claims them: every batch then carries the claim and the store's guard
+    # (docs/turn-lifecycle.md, fencing), as a real turn's do.
+    recorders = [TurnRecorder(turn, claim=turn_claim(turn_id=turn.pk)) for turn in turns]
     if not all(recorder.deferred for recorder in recorders):
         raise RuntimeError("the recorder writes inline here (not PostgreSQL?): not the product's path")
 

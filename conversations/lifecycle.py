@@ -68,16 +68,29 @@ def runner_name() -> str:
     return _process.name
 
 
-def turn_claim(*, turn_id: int) -> bool:
-    """Move a queued turn to running for this process, atomically; False if it was not queued.
+# Claims are 1 … 2**63 - 1 (a signed 64-bit column; 0 is "never claimed", -1 the refusal).
+CLAIM_MOST = 2**63 - 1
 
-    Of two tasks for the same turn (a duplicate, a redelivery) only one gets True.
+
+def turn_claim(*, turn_id: int) -> int | None:
+    """Move a queued turn to running for this process, atomically; return the claim this sets
+    (a fresh random token), or None if the turn was not queued.
+
+    Of two tasks for the same turn (a duplicate, a redelivery) only one gets a claim. Every
+    write the claimant makes carries it (``TurnRecorder(claim=...)``): once the turn is no longer
+    running under it (interrupted, cancelled, claimed again) the database refuses the write.
     """
     now = timezone.now()
+    claim = secrets.randbelow(CLAIM_MOST) + 1
     claimed = Turn.objects.filter(pk=turn_id, status=Turn.Status.QUEUED).update(
-        status=Turn.Status.RUNNING, started_at=now, heartbeat_at=now, runner=runner_name(), updated_at=now
+        status=Turn.Status.RUNNING,
+        started_at=now,
+        heartbeat_at=now,
+        runner=runner_name(),
+        claim=claim,
+        updated_at=now,
     )
-    return claimed == 1
+    return claim if claimed == 1 else None
 
 
 @dataclass
@@ -201,16 +214,23 @@ class _Watcher:
 # a query's compilation, which grows with the number of ids. On PostgreSQL the ids are one array
 # parameter, so the statement's text is the same whatever their number (the driver keeps the
 # texts it has parsed, a few hundred at most: one per count of ids would crowd out the rest).
-def _ids_match(ids: list[int]) -> tuple[str, list[int | list[int]]]:
+def _ids_match(ids: list[int]) -> tuple[str, list[int | list[int] | str]]:
     if connection.vendor == "postgresql":
         return "id = ANY(%s)", [ids]
     return f"id IN ({', '.join(['%s'] * len(ids))})", list(ids)
 
 
 def _beat(ids: list[int]) -> None:
-    """Write the heartbeat of these turns (those still running)."""
+    """Write the heartbeat of these turns (those still running).
+
+    On PostgreSQL a turn whose row a write of its runner holds right now (the record store's
+    fencing guard, until its commit) is skipped this beat — it is plainly alive — rather than
+    waited for: two statements locking several turns in different orders could deadlock."""
     table = connection.ops.quote_name(Turn._meta.db_table)
     match, params = _ids_match(ids)
+    if connection.vendor == "postgresql":
+        match = f"id IN (SELECT id FROM {table} WHERE {match} AND status = %s FOR NO KEY UPDATE SKIP LOCKED)"
+        params = [*params, str(Turn.Status.RUNNING)]
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {table} SET heartbeat_at = %s WHERE {match} AND status = %s",

@@ -98,6 +98,34 @@ class ModelProfile(models.Model):
         help_text="The whole-call deadline in seconds: a model call (a stream included) still going "
         "after it is cut, and what had arrived is kept, marked as cut.",
     )
+    # Limits of this profile's turns (docs/turn-lifecycle.md#limits); empty: the global setting
+    # of the same name in capitals (``conversations.limits``).
+    max_steps = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Decisions (model replies) of one turn. Empty: the AGENT_MAX_STEPS setting.",
+    )
+    max_calls_per_reply = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Tool calls of one model reply that are run (the rest go back to the model as "
+        "errors). Empty: the AGENT_MAX_CALLS_PER_REPLY setting.",
+    )
+    max_calls_per_turn = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Tool calls sent to MCP servers in one turn. Empty: the AGENT_MAX_CALLS_PER_TURN setting.",
+    )
+    response_body_limit = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1024)],
+        help_text="Bytes of a model response body, counted after decompression. Empty: the "
+        "RESPONSE_BODY_LIMIT setting.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # Set on the profile an import hangs its conversation off (when no local profile matches):
     # it belongs to the importer, is never run and is offered in no picker.
@@ -173,6 +201,10 @@ class Conversation(models.Model):
         return self.imported_meta is not None
 
 
+# The check a runner's write with a claim that no longer holds violates (``record.store``).
+TURN_CLAIM_FENCE = "turn_claim_fence"
+
+
 class Turn(models.Model):
     """One user message and the agent run that answers it."""
 
@@ -215,6 +247,11 @@ class Turn(models.Model):
     # ``runner`` names that process (host:pid:boot) so its own host can tell it died at once.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     runner = models.CharField(max_length=200, blank=True)
+    # The claim the runner holds (a random token the atomic claim sets; 0: never claimed). Every
+    # write of the runner carries it, and the database refuses one whose claim no longer holds —
+    # the turn ended by another process, or claimed again (``conversations.record.store``, fencing).
+    # The check keeps claims positive: a refused write sets -1, which it cannot commit.
+    claim = models.BigIntegerField(default=0)
     # A cancel asked for (by whom): the runner sees it within a second and ends the turn cancelled.
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_by = models.CharField(max_length=150, blank=True)
@@ -236,7 +273,10 @@ class Turn(models.Model):
 
     class Meta:
         ordering = ["conversation", "seq"]
-        constraints = [models.UniqueConstraint(fields=["conversation", "seq"], name="turn_seq_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "seq"], name="turn_seq_unique"),
+            models.CheckConstraint(condition=models.Q(claim__gte=0), name=TURN_CLAIM_FENCE),
+        ]
         indexes = [
             # The list's text and tool filters map matching turn ids to their conversations: with
             # the conversation in the index (PostgreSQL INCLUDE) that is an index-only lookup.

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 import httpx2
 from django.conf import settings
 from django.core.handlers.wsgi import WSGIHandler
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection
 
 from conversations import events
 from conversations.capabilities import CAPABILITY_FIELDS, capability_downgrades_remember
 from conversations.counting import definitions_counted, prompt_tools_counted, with_response_format
 from conversations.lifecycle import CANCEL, TurnSignal, turn_claim, turn_unwatch, turn_watch, turns_reap_stale
+from conversations.limits import turn_limits
 from conversations.loop.agent import AgentTurn, PromptRenderer, TurnCancelled, run_agent
 from conversations.loop.llm import Message, ToolChoice, ToolDef
 from conversations.loop.paradigms import PARADIGMS
@@ -45,7 +46,8 @@ from conversations.loop.tool_overrides import Overrides, tool_overrides_for, too
 from conversations.loop.toolhost import Connected, TurnServers, turn_servers
 from conversations.models import ModelProfile, Turn
 from conversations.record.connections import discard_connection
-from conversations.record.recording import TurnRecorder, index_last_request_whole, turn_end_save
+from conversations.record.recording import TurnRecorder, turn_end_save
+from conversations.record.store import FenceRefused
 from conversations.record.trace_delivery import trace_delivery_queue
 from conversations.secret_sources import active_redactor
 from conversations.typealias import JSONDict
@@ -85,7 +87,7 @@ def endpoint_for(profile: ModelProfile) -> Endpoint:
         deadline=profile.deadline_seconds,
         in_process=in_process,
         stream=profile.stream,
-        body_limit=settings.RESPONSE_BODY_LIMIT,
+        body_limit=turn_limits(profile).response_body_limit,
     )
     if in_process:
         endpoint_transport.set(endpoint, _in_process_transport())
@@ -372,20 +374,21 @@ def turn_run(*, turn_id: int) -> str:
         django.db.DatabaseError: the database could not be reached before the turn started (it
             is still queued then, and may be run again).
     """
-    if not turn_claim(turn_id=turn_id):
+    claim = turn_claim(turn_id=turn_id)
+    if claim is None:
         if Turn.objects.filter(pk=turn_id, status=Turn.Status.RUNNING).exists():
             turns_reap_stale()
         return "not claimed"
     signal = turn_watch(turn_id=turn_id)
     try:
-        status = _run_claimed(turn_id, signal)
+        status = _run_claimed(turn_id, signal, claim)
     finally:
         turn_unwatch(turn_id=turn_id)
     trace_delivery_queue(turn_id=turn_id)
     return status
 
 
-def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
+def _run_claimed(turn_id: int, signal: TurnSignal, claim: int) -> str:
     # The claimed turn with its conversation, profile and owner.
     turn = (
         Turn.objects.filter(pk=turn_id)
@@ -398,7 +401,29 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
     events.emit(events.TurnChanged(conversation_id=turn.conversation.public_id, turn_id=turn.pk))
     # The conversation's servers, read once (by name: the order their tools are offered in).
     servers = turn_servers(turn.conversation, asked_by_id=turn.asked_by_id)
-    recorder = TurnRecorder(turn, redact=active_redactor(secrets=_run_secrets(turn, servers)))
+    recorder = TurnRecorder(turn, redact=active_redactor(secrets=_run_secrets(turn, servers)), claim=claim)
+    try:
+        return _run_recorded(turn, signal, servers, recorder)
+    except FenceRefused:
+        # Another process ended the turn while this runner was away (stopped, cut off): its
+        # ending and seal stand, and nothing of what this runner did since is recorded.
+        status = Turn.objects.filter(pk=turn_id).values_list("status", flat=True).first() or "missing"
+        logger.warning(
+            "turn %s: the database refused this runner's write: the turn is %s (ended by another "
+            "process while this one was not heard from); nothing more of it is recorded here",
+            turn_id,
+            status,
+        )
+        return str(status)
+
+
+def _run_recorded(turn: Turn, signal: TurnSignal, servers: TurnServers, recorder: TurnRecorder) -> str:
+    """Run the claimed turn to its end through ``recorder``.
+
+    Raises:
+        FenceRefused: the database refused a write: the turn no longer runs under this claim.
+    """
+    turn_id = turn.pk
     try:
         connected = connect_servers(servers, recorder, signal, lambda: tool_overrides_for(turn.conversation))
         tools = connected.tools
@@ -407,15 +432,16 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
         profile = turn.conversation.model_profile
         endpoint = endpoint_for(profile)
         provider = PROVIDERS[profile.provider](endpoint)
+        limits = turn_limits(profile)
         outcome = run_agent(
             AgentTurn(
                 question=turn.question,
                 tools=tools,
                 history=_history(turn),
                 choice=_choice(turn, tools),
-                max_steps=settings.AGENT_MAX_STEPS,
-                max_calls_per_reply=settings.AGENT_MAX_CALLS_PER_REPLY,
-                max_calls_per_turn=settings.AGENT_MAX_CALLS_PER_TURN,
+                max_steps=limits.max_steps,
+                max_calls_per_reply=limits.max_calls_per_reply,
+                max_calls_per_turn=limits.max_calls_per_turn,
                 capabilities={name: getattr(profile, name) for name in CAPABILITY_FIELDS},
             ),
             paradigm=PARADIGMS[turn.paradigm](),
@@ -432,6 +458,8 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
         # A step the database refused while the loop went on fails the turn, like one refused
         # before the loop's eyes: steps are missing, and the record says why.
         recorder.drain()
+    except FenceRefused:
+        raise
     except TurnSetupError as exc:
         step = recorder.step_open(kind="error", title="the turn could not start")
         recorder.step_close(step, status="error", error=str(exc))
@@ -460,10 +488,11 @@ def _run_claimed(turn_id: int, signal: TurnSignal) -> str:
     ended = recorder.turn_end()
     if ended is not None:
         # Another process has marked it finished meanwhile (its heartbeat was lost): that ending
-        # stands; the seal is made again over what this runner recorded since.
-        with transaction.atomic():
-            index_last_request_whole(turn.pk)
-            recorder.seal()
+        # and its seal stand. Every write since was refused (fencing), so there is nothing of
+        # this runner's to seal again.
+        logger.warning(
+            "turn %s: its end was not written: the turn is %s (ended by another process)", turn_id, ended
+        )
     if recorder.carried_big:
         # The end wrote the turn's history and the seal read its steps back: this connection's
         # buffers are as big as the biggest of them (``conversations.record.connections``).

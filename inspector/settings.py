@@ -345,6 +345,8 @@ AGENT_MAX_CALLS_PER_TURN = env_int("AGENT_MAX_CALLS_PER_TURN", 64)
 MODEL_TIMEOUT_SECONDS = env_float("MODEL_TIMEOUT_SECONDS", 120.0)
 # The most bytes of a model's response body that are read, counted after its content-encoding
 # is undone (a 200 KB gzip body can expand to 200 MB); past it the call fails with what arrived.
+# A model profile may set its own (``response_body_limit``). The same bound holds for an HTTP MCP
+# server's response bodies (each event of an event stream): servers/gateway/http_limit.py.
 RESPONSE_BODY_LIMIT = env_int("RESPONSE_BODY_LIMIT", 32_000_000)
 
 # MCP gateway.

@@ -31,6 +31,7 @@ from conversations.record.exchanges import exchange_rows, server_records_store
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
 from servers import gateway
+from servers.forms import ELICITATION_FORMATS, schema_errors
 from servers.gateway import Outcome, Question
 from servers.gateway.config import ConfigError, ServerConfig
 from servers.gateway.oauth import OAuthSettings
@@ -74,9 +75,11 @@ def elicitation_preset_answer(*, preset: str, params: Any) -> tuple[dict[str, An
     """The answer ``preset`` gives to an elicitation request, and why it could not accept.
 
     ``accept-defaults`` accepts with each requested field's ``default`` (fields without one, or
-    with a default no elicitation field can hold, are left out), as a person pressing "Send" on the untouched form would; a required field with
-    no default, a URL-mode request or a schema it cannot read makes it decline instead, and the
-    second value says why. ``params`` is the server's untrusted JSON; this never raises.
+    with a default no elicitation field can hold, are left out), as a person pressing "Send" on
+    the untouched form would; a required field with no default, defaults that fail the schema
+    (a ``format`` — email, uri, date, date-time — or a numeric bound, checked as the browser
+    checks them), a URL-mode request or a schema it cannot read makes it decline instead, and
+    the second value says why. ``params`` is the server's untrusted JSON; this never raises.
     """
     if preset != "accept-defaults":
         return {"action": preset}, ""
@@ -100,6 +103,14 @@ def elicitation_preset_answer(*, preset: str, params: Any) -> tuple[dict[str, An
     for name in required:
         if str(name) not in content:
             return {"action": "decline"}, f"{name} is required and has no usable default"
+    # Checked as the browser's form and the workbench's answer view check an answer: the
+    # formats (email, uri, date, date-time) and the numeric bounds the server asked for.
+    try:
+        errors = schema_errors(schema, content, formats=ELICITATION_FORMATS)  # type: ignore[arg-type]
+    except Exception as exc:  # noqa: BLE001 — a schema no validator can read is the server's
+        errors = [f"the requestedSchema cannot be checked: {type(exc).__name__}"]
+    if errors:
+        return {"action": "decline"}, "the defaults do not match the requested schema: " + "; ".join(errors)
     return {"action": "accept", "content": content}, ""
 
 

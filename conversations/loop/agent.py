@@ -454,7 +454,7 @@ class _CallBudget:
             if self.sent >= self.per_turn:
                 item.error = (
                     f"this turn has sent its {self.per_turn} tool calls, the most one turn may send "
-                    "(AGENT_MAX_CALLS_PER_TURN)"
+                    "(the profile max_calls_per_turn, or AGENT_MAX_CALLS_PER_TURN)"
                 )
             else:
                 self.sent += 1
@@ -463,8 +463,8 @@ class _CallBudget:
             return taken, left, ""
         note = (
             f"not run: the reply held {len(calls)} tool calls and at most {self.per_reply} of one reply "
-            f"are run (AGENT_MAX_CALLS_PER_REPLY); the other {len(left)} went back to the model as "
-            "error results (the raw response holds them all)"
+            "are run (the profile max_calls_per_reply, or AGENT_MAX_CALLS_PER_REPLY); "
+            f"the other {len(left)} went back to the model as error results (the raw response holds them all)"
         )
         return taken, left, note
 

@@ -16,6 +16,12 @@ The raw connection is Django's own (``connection.connection`` after ``ensure_con
 errors mapped to Django's (``wrap_database_errors``). Outside a caller's transaction the
 transaction is psycopg's (``Connection.transaction``, inside the pipeline); inside one it is a
 savepoint of Django's (``transaction.atomic``), whose commit decides.
+
+A fenced batch (``Batch.fences``) begins with one guard ``UPDATE`` of each fenced turn, in the
+same pipeline: it keeps the turn's claim while the turn runs under the batch's claim and sets
+it to -1 otherwise, which the table's check (``models.TURN_CLAIM_FENCE``) refuses — the
+statement fails, and with it the whole transaction. The refusal comes back with the batch's
+one synchronisation; the store raises ``FenceRefused``.
 """
 
 from __future__ import annotations
@@ -25,12 +31,21 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, cast
 
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model
 from psycopg import Connection, Cursor, sql
 
-from conversations.record.store import Batch, Insert, Operation, Update, ids_taken_back_on_failure
+from conversations.models import Turn
+from conversations.record.store import (
+    Batch,
+    FenceRefused,
+    Insert,
+    Operation,
+    Update,
+    fence_violated,
+    ids_taken_back_on_failure,
+)
 
 
 class PostgresStore:
@@ -45,13 +60,19 @@ class PostgresStore:
         if db.vendor != "postgresql":
             raise RuntimeError(f"the PostgreSQL record store on a {db.vendor} database")
         with ids_taken_back_on_failure(batch):
-            self._write(db, batch)
+            try:
+                self._write(db, batch)
+            except IntegrityError as exc:
+                if fence_violated(exc):
+                    raise FenceRefused(sorted(batch.fences)) from exc
+                raise
 
     def _write(self, db: BaseDatabaseWrapper, batch: Batch) -> None:
         if db.in_atomic_block:
             with transaction.atomic(using=self.using), db.wrap_database_errors:
                 raw = db.connection
                 with _pipeline(raw, batch), raw.cursor() as cursor:
+                    _guard(cursor, batch)
                     _operations(cursor, db, batch.operations)
             for callback in batch.on_commit:
                 transaction.on_commit(callback, using=self.using)
@@ -62,6 +83,7 @@ class PostgresStore:
             if batch.relaxed:
                 # Until this transaction's commit (the ``true``: local to it).
                 cursor.execute("SELECT set_config('synchronous_commit', 'off', true)")
+            _guard(cursor, batch)
             _operations(cursor, db, batch.operations)
         for callback in batch.on_commit:
             callback()
@@ -79,6 +101,33 @@ def _copied(insert: Operation) -> bool:
 def _pipeline(raw: Connection[Any], batch: Batch) -> AbstractContextManager[Any]:
     """The batch's pipeline, unless one of its inserts goes by ``COPY`` (which none can run in)."""
     return nullcontext() if any(_copied(operation) for operation in batch.operations) else raw.pipeline()
+
+
+def _guard(cursor: Cursor[Any], batch: Batch) -> None:
+    """The fences' guards, in turn id order (two writers lock turns in the same order)."""
+    if batch.fences:
+        running = str(Turn.Status.RUNNING)
+        cursor.executemany(
+            _guard_statement(), [[claim, running, turn_id] for turn_id, claim in sorted(batch.fences.items())]
+        )
+
+
+@functools.cache
+def _guard_statement() -> sql.Composed:
+    """Keep the turn's claim if it still runs under the given one; else -1, which the table's
+    check refuses (the statement, and the transaction, fail)."""
+    claim = sql.Identifier(str(Turn._meta.get_field("claim").column))
+    status = sql.Identifier(str(Turn._meta.get_field("status").column))
+    return sql.SQL(
+        "UPDATE {} SET {} = CASE WHEN {} = %s AND {} = %s THEN {} ELSE -1 END WHERE {} = %s"
+    ).format(
+        sql.Identifier(Turn._meta.db_table),
+        claim,
+        claim,
+        status,
+        claim,
+        sql.Identifier(str(Turn._meta.pk.column)),
+    )
 
 
 def _operations(cursor: Cursor[Any], db: BaseDatabaseWrapper, operations: Sequence[Operation]) -> None:

@@ -59,7 +59,7 @@ from conversations.record.integrity import (
     integrity_key,
     turn_seal,
 )
-from conversations.record.store import Batch, record_store
+from conversations.record.store import Batch, FenceRefused, record_store
 from conversations.record.writer import process_writer
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
@@ -142,6 +142,7 @@ def turn_end_save(
     redact: Redactor | None = None,
     update_fields: Sequence[str] | None = None,
     if_running: bool = False,
+    claim: int | None = None,
 ) -> str | None:
     """Write an ended turn (an ordinary, synchronous commit), its texts redacted, have search
     index its last request whole (``index_last_request_whole``) and seal it
@@ -153,7 +154,9 @@ def turn_end_save(
     the lifecycle fields other processes write (heartbeat, cancel request, runner) are taken from
     it, so the save keeps them; if another process has ended the turn meanwhile (its heartbeat was
     lost) nothing is written, and that ending's status is returned (``missing`` for a turn
-    deleted). Returns None once written.
+    deleted). ``claim`` (with ``if_running``): only while the turn runs under this claim (the
+    runner's: see ``store``'s fencing); a turn claimed again meanwhile is ``reclaimed``. Returns
+    None once written.
     """
     redact = redact or active_redactor()
     names = (
@@ -165,7 +168,7 @@ def turn_end_save(
         setattr(turn, name, value)
     with transaction.atomic():
         if if_running:
-            ended = _ended_elsewhere(turn)
+            ended = _ended_elsewhere(turn, claim)
             if ended is not None:
                 return ended
         index_last_request_whole(turn.pk)
@@ -178,17 +181,23 @@ def turn_end_save(
 _LIFECYCLE_FIELDS = ("heartbeat_at", "cancel_requested_at", "cancel_requested_by", "runner")
 
 
-def _ended_elsewhere(turn: Turn) -> str | None:
+def _ended_elsewhere(turn: Turn, claim: int | None) -> str | None:
     """Lock the running turn's row; the status another process ended it with, if it has (else
     None, with the lifecycle fields it holds now copied onto ``turn``)."""
     found = (
-        Turn.objects.select_for_update().filter(pk=turn.pk).values_list("status", *_LIFECYCLE_FIELDS).first()
+        Turn.objects.select_for_update()
+        .filter(pk=turn.pk)
+        .values_list("status", "claim", *_LIFECYCLE_FIELDS)
+        .first()
     )
     if not found:
         return "missing"
-    status, *lifecycle = found
+    status, held, *lifecycle = found
     if status != Turn.Status.RUNNING:
         return str(status)
+    if claim is not None and held != claim:
+        return "reclaimed"
+    turn.claim = held
     for name, value in zip(_LIFECYCLE_FIELDS, lifecycle, strict=True):
         setattr(turn, name, value)
     return None
@@ -375,7 +384,10 @@ def _write(batches: Sequence[_Batch]) -> None:
     updates: dict[int, dict[str, Any]] = {}
     exchanges: list[Exchange] = []
     batches_steps = {batch.step.pk: batch.step for batch in batches if batch.step is not None}
+    fences: dict[int, int] = {}
     for batch in batches:
+        if batch.owner.claim is not None:
+            fences[batch.owner.turn.pk] = batch.owner.claim
         if batch.turn_values:
             turn_values.setdefault(batch.owner.turn.pk, {}).update(batch.turn_values)
         for pk, fields in batch.updates.items():
@@ -395,7 +407,7 @@ def _write(batches: Sequence[_Batch]) -> None:
             else:
                 opened[batch.step.pk] = batch.step
     # Asynchronous commit (see the module's docstring); the steps before the exchanges that name them.
-    write = Batch(relaxed=True)
+    write = Batch(relaxed=True, fences=fences)
     write.insert(list(opened.values()))
     write.insert(unsaved)
     write.insert(exchanges)
@@ -461,8 +473,14 @@ def _starting_points_sql(alias: str, *, with_ids: bool) -> str:
 class TurnRecorder:
     """Implements the agent's ``Recorder`` for one ``Turn``: write the rows, then publish their ids."""
 
-    def __init__(self, turn: Turn, *, redact: Redactor | None = None) -> None:
+    def __init__(self, turn: Turn, *, redact: Redactor | None = None, claim: int | None = None) -> None:
+        """``claim``: the claim the turn's runner holds (``lifecycle.turn_claim``): every write
+        then carries it, and the database refuses it once the claim no longer holds (the turn
+        ended by another process). None: unfenced (a process writing an ended turn's last step)."""
         self.turn = turn
+        self.claim = claim
+        # The refusal of a write under ``claim``: from then on nothing more is written.
+        self.refused: FenceRefused | None = None
         self.conversation_id = turn.conversation.public_id
         self.redact = redact or active_redactor()
         # Where the turn's steps and exchanges go on, and the conversation's hash chain: read in
@@ -643,7 +661,7 @@ class TurnRecorder:
         """Write the turn's end, redacted, and seal it, if it is still running in the database
         (``turn_end_save``); after ``drain``. Returns the status another process ended it with
         instead, if one has."""
-        return turn_end_save(turn=self.turn, redact=self.redact, if_running=True)
+        return turn_end_save(turn=self.turn, redact=self.redact, if_running=True, claim=self.claim)
 
     def seal(self) -> None:
         """Seal a turn whose end another writer stored (``integrity.turn_seal``); after ``drain``."""
@@ -686,6 +704,8 @@ class TurnRecorder:
         )
 
     def _send(self, batch: _Batch) -> None:
+        if self.refused is not None:
+            raise self.refused
         if self._writer is not None:
             self._writer.put(batch)
             # Whatever the loop read since its last write, it holds no connection while it waits.
@@ -694,15 +714,24 @@ class TurnRecorder:
         batch.prepare()
         try:
             _write([batch])
+        except FenceRefused as exc:
+            self.refused = exc
+            raise
         finally:
             release_connection()
         batch.publish()
 
     def _raise_write_error(self) -> None:
         error = self._write_error
+        if isinstance(error, FenceRefused):
+            # Kept: the writer drops every later batch of the turn (``_Batch.live``).
+            self.refused = error
+            raise error
         if error is not None:
             self._write_error = None
             raise error
+        if self.refused is not None:
+            raise self.refused
 
     def _redacted(self, fields: dict[str, Any], *, step: int | None) -> dict[str, Any]:
         """Fields as they may be stored: every value storable (``_storable_fields``), every text

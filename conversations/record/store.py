@@ -13,6 +13,15 @@ transaction, in order, or nothing of it. Two implementations hold the same contr
 
 ``record_store()`` picks one by the database's vendor; ``settings.RECORD_STORE = "orm"`` forces
 the reference on PostgreSQL too.
+
+Fencing: a batch a turn's runner writes carries the claim the runner holds (``Batch.fence``,
+the token ``lifecycle.turn_claim`` set). Its transaction begins with one guard statement per
+fenced turn that the database itself decides: it holds the turn's row (locked until the commit,
+so another process's end of the turn waits for it, and it for that end) while the turn is still
+running under that claim, and refuses the whole batch otherwise — the turn was interrupted,
+cancelled or claimed again. The store then raises ``FenceRefused``; nothing of the batch is
+written. The guard costs no round trip of its own: it goes out with the batch's statements
+(docs/decisions/0140-fencing-a-turns-writes.md).
 """
 
 from __future__ import annotations
@@ -25,6 +34,8 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model
+
+from conversations.models import TURN_CLAIM_FENCE
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,28 @@ class Update:
 Operation = Insert | Update
 
 
+class FenceRefused(Exception):
+    """The database refused a batch: a turn it writes for is no longer running under the claim
+    the batch carries. Nothing of the batch was written. ``turns``: the fenced turns of the
+    batch (the refused one among them)."""
+
+    def __init__(self, turns: Sequence[int]) -> None:
+        self.turns = tuple(turns)
+        names = ", ".join(str(pk) for pk in self.turns)
+        super().__init__(f"the database refused a write for turn {names}: its claim no longer holds")
+
+
+def fence_violated(error: BaseException | None) -> bool:
+    """Whether ``error`` (a database error, or one that caused it) is the claim check's refusal:
+    a violation of the constraint ``TURN_CLAIM_FENCE``, as the driver names it."""
+    while error is not None:
+        diag = getattr(error, "diag", None)
+        if getattr(diag, "constraint_name", None) == TURN_CLAIM_FENCE:
+            return True
+        error = error.__cause__
+    return False
+
+
 @dataclass
 class Batch:
     """What one write commits, in this order.
@@ -67,6 +100,12 @@ class Batch:
     operations: list[Operation] = field(default_factory=list)
     relaxed: bool = False
     on_commit: list[Callable[[], None]] = field(default_factory=list)
+    # Turn id -> the claim its rows are written under (see the module's docstring).
+    fences: dict[int, int] = field(default_factory=dict)
+
+    def fence(self, *, turn_id: int, claim: int) -> None:
+        """Write this batch only while ``turn_id`` is running under ``claim``."""
+        self.fences[turn_id] = claim
 
     def insert(self, rows: Sequence[Model]) -> None:
         if rows:
@@ -105,6 +144,10 @@ class RecordStore(Protocol):
         field (``get_db_prep_save``) as the ORM prepares it. On any error nothing of the batch
         is written, new rows keep no id it gave them, and the error is raised;
         ``batch.on_commit`` is called only after a commit.
+
+        Raises:
+            FenceRefused: a turn of ``batch.fences`` is no longer running under its claim (the
+                database's own guard statement refused the batch).
         """
 
 

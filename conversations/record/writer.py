@@ -29,6 +29,7 @@ from django.db import connection
 
 from conversations.record.connections import discard_connection
 from conversations.record.exchanges import release_connection
+from conversations.record.store import FenceRefused
 
 logger = logging.getLogger(__name__)
 
@@ -250,6 +251,11 @@ class RecordWriter(Generic[B]):
         try:
             self._write(to_write)
             return live_batches
+        except FenceRefused:  # a turn ended elsewhere: the others' batches are retried alone
+            logger.info(
+                "a write of %d batches was refused by a turn's fence; writing them one by one", len(to_write)
+            )
+            release_connection(always=True)
         except Exception:  # retried batch by batch below
             logger.warning(
                 "a write of %d batches failed; writing them one by one", len(to_write), exc_info=True

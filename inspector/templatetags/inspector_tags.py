@@ -27,6 +27,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import JsonLexer
 
 from conversations.escaping import carriable, hidden_characters, hidden_marked, hidden_revealed
+from conversations.limits import Limit, profile_limits
 from conversations.loop.paradigms import PARADIGMS
 from conversations.loop.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
@@ -443,6 +444,12 @@ def duration(milliseconds: float | int | None) -> str:
     if seconds < 60:
         return f"{seconds:.1f} s"
     return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+@register.filter
+def limits(profile: ModelProfile) -> list[Limit]:
+    """The limits of a profile's turns, each its own or the global setting's."""
+    return profile_limits(profile)
 
 
 @register.filter

@@ -108,6 +108,7 @@ def _session_options() -> SessionOptions:
         body_limit=settings.EXCHANGE_BODY_LIMIT,
         connect_timeout=settings.MCP_CONNECT_TIMEOUT_SECONDS,
         line_limit=settings.MCP_STDOUT_LINE_LIMIT,
+        http_body_limit=settings.RESPONSE_BODY_LIMIT,
     )
 
 

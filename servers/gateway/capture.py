@@ -93,6 +93,9 @@ class Tap:
     secrets: tuple[str, ...] = ()
     # The most bytes of one stdout line of a stdio server that are kept (MCP_STDOUT_LINE_LIMIT).
     line_limit: int = 32_000_000
+    # The most bytes of one HTTP response body (of one event, on an event stream), decoded, that
+    # are read from an HTTP server (RESPONSE_BODY_LIMIT; ``transports._BoundedBody``).
+    http_body_limit: int = 32_000_000
     unclaimed: list[WireExchange] = field(default_factory=list)
     # Operations in flight on this session, oldest first: server→client requests go to the newest.
     active: list[Capture] = field(default_factory=list)
@@ -155,6 +158,16 @@ class Tap:
         """Where a line cut by ``stdout_overlong`` ended, and how long it was."""
         how = "ended" if ended else "was never ended (stdout closed)"
         self._stray(b"", f"the line cut at MCP_STDOUT_LINE_LIMIT {how} after {total:,} bytes")
+
+    def http_body_cut(self, *, limit: int, wire: int, encoding: str, what: str) -> None:
+        """An HTTP response body (or one event of an event stream) passed ``limit`` decoded
+        bytes: it was not read further (nothing of it is kept: the SDK had not parsed it)."""
+        encoded = f" ({encoding}-encoded)" if encoding and encoding != "identity" else ""
+        self._stray(
+            b"",
+            f"{what} passed the limit of {limit:,} bytes (RESPONSE_BODY_LIMIT) and was not read further; "
+            f"{wire:,} bytes{encoded} had arrived over the wire",
+        )
 
     def _stray(self, raw: bytes, why: str) -> StrayLine:
         record = WireExchange(
@@ -365,6 +378,10 @@ class Tap:
             counterpart = f"{'send' if direction == 'recv' else 'recv'}:{_id_key(msg_id)}"
             pending = self._pending.pop(counterpart, None)
             if pending is None:
+                # Linked to the call in flight when it came (its step shows it; the server's
+                # transcript has it through that call); with none in flight, the transcript's.
+                target = self.newest_active() if direction == "recv" else None
+                during = " (it came while this operation was in flight)" if target is not None else ""
                 record = WireExchange(
                     channel="mcp",
                     label="response to unknown id",
@@ -373,9 +390,9 @@ class Tap:
                     direction="server" if direction == "recv" else "client",
                     response_body=body,
                     status="error" if "error" in message else "ok",
-                    error="the id matches no request in flight",
+                    error=f"the id matches no request in flight{during}",
                 )
-                self.unclaimed.append(record)
+                self._route(target, record)
                 return
             record = pending.record
             record.response_body = body

@@ -142,11 +142,17 @@ class PooledSession:
         body_limit: int,
         connect_timeout: float,
         line_limit: int = 32_000_000,
+        http_body_limit: int = 32_000_000,
     ) -> None:
         self.config = config
         self.connect_timeout = connect_timeout
         self.generation = generation
-        self.tap = Tap(body_limit=body_limit, secrets=config.maskable_secrets(), line_limit=line_limit)
+        self.tap = Tap(
+            body_limit=body_limit,
+            secrets=config.maskable_secrets(),
+            line_limit=line_limit,
+            http_body_limit=http_body_limit,
+        )
         self.client: Client | None = None
         self.dead_reason = ""
         self.opened_at = time.time()
@@ -373,6 +379,7 @@ class SessionOptions:
     body_limit: int
     connect_timeout: float
     line_limit: int = 32_000_000
+    http_body_limit: int = 32_000_000
 
 
 class SessionPool:
@@ -423,6 +430,7 @@ class SessionPool:
                 options.body_limit,
                 options.connect_timeout,
                 options.line_limit,
+                options.http_body_limit,
             )
             token = current_capture.set(capture)
             try:

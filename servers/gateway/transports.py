@@ -19,6 +19,7 @@ from mcp.shared.message import SessionMessage
 
 from servers.gateway.capture import Released, Tap
 from servers.gateway.config import ServerConfig, resolve_references
+from servers.gateway.http_limit import BoundedTransport
 from servers.gateway.oauth import FLOW_STEP, recording_auth
 
 Streams = tuple[Any, Any]
@@ -309,6 +310,7 @@ def _observed_client(tap: Tap, config: ServerConfig, **kwargs: Any) -> httpx2.As
         kwargs.pop("auth", None)
         if auth is not None:
             kwargs["auth"] = auth
+    kwargs.setdefault("transport", BoundedTransport(tap))
     return httpx2.AsyncClient(event_hooks={"request": [on_request], "response": [on_response]}, **kwargs)
 
 

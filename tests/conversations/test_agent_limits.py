@@ -64,7 +64,8 @@ def test_a_reply_of_ten_thousand_calls_runs_sixteen_and_refuses_the_rest_to_the_
     assert len(decide["calls"]) == 16
     assert decide["diagnostics"][-1] == (
         "not run: the reply held 10000 tool calls and at most 16 of one reply are run "
-        "(AGENT_MAX_CALLS_PER_REPLY); the other 9984 went back to the model as error results "
+        "(the profile max_calls_per_reply, or AGENT_MAX_CALLS_PER_REPLY); the other 9984 went back "
+        "to the model as error results "
         "(the raw response holds them all)"
     )
     answers = tool_messages(provider.requests[1])
@@ -86,7 +87,8 @@ def test_calls_past_the_turn_limit_are_refused_with_the_reason_on_their_step() -
     tools = [step for step in recorder.steps if step["kind"] == "tool"]
     assert [step["status"] for step in tools] == ["ok", "ok", "ok", "ok", "error", "error"]
     assert tools[-1]["error"] == (
-        "not sent: this turn has sent its 4 tool calls, the most one turn may send (AGENT_MAX_CALLS_PER_TURN)"
+        "not sent: this turn has sent its 4 tool calls, the most one turn may send "
+        "(the profile max_calls_per_turn, or AGENT_MAX_CALLS_PER_TURN)"
     )
     assert [m.is_error for m in tool_messages(provider.requests[2])][-3:] == [False, True, True]
     assert outcome.status == "done"  # type: ignore[attr-defined]

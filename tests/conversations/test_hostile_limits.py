@@ -71,8 +71,15 @@ def _peak() -> int:
 
 
 def _run(
-    hostile: HostileModel, alice: User, case: str, wire: str, stream: bool, paradigm: str, servers: list
-) -> tuple[Turn, int]:  # type: ignore[type-arg]
+    hostile: HostileModel,
+    alice: User,
+    case: str,
+    wire: str,
+    stream: bool,
+    paradigm: str,
+    servers: list,  # type: ignore[type-arg]
+    **limits: int,
+) -> tuple[Turn, int]:
     profile = ModelProfile.objects.create(
         name=f"abuse {case} {wire} {stream}",
         provider=wire,
@@ -80,6 +87,7 @@ def _run(
         base_url=hostile.base_url(wire),
         stream=stream,
         deadline_seconds=600,
+        **limits,
     )
     _, turn = conversation_start(
         owner=alice,
@@ -166,7 +174,10 @@ def test_a_reply_of_ten_thousand_calls_runs_sixteen_over_mcp_and_the_page_says_s
     assert Exchange.objects.filter(turn=turn, channel=Exchange.Channel.MCP, label="tools/call").count() == 16
     decide = Step.objects.filter(turn=turn, kind="decide").order_by("seq").first()
     assert decide is not None and len(decide.calls) == 16
-    note = f"the reply held {MANY} tool calls and at most 16 of one reply are run (AGENT_MAX_CALLS_PER_REPLY)"
+    note = (
+        f"the reply held {MANY} tool calls and at most 16 of one reply are run "
+        "(the profile max_calls_per_reply, or AGENT_MAX_CALLS_PER_REPLY)"
+    )
     assert any(note in str(d) for d in decide.diagnostics), decide.diagnostics
     assert grown < MEMORY_LIMIT, grown
     assert note in _page(client, alice, turn)
@@ -264,3 +275,45 @@ def test_a_reply_of_ten_thousand_calls_with_the_limits_raised_makes_a_page_of_it
     assert len(html) < 500_000, len(html)
     assert [pk for pk in tools if f'id="tool-step-{pk}"' in html] == tools[:5] + tools[-5:]
     assert f'<span class="calls-left">{MANY - 10}</span> more tool calls of this reply (of {MANY})' in html
+
+
+def test_a_profiles_own_call_limits_replace_the_global_settings(
+    hostile: HostileModel, alice: User, client: Client
+) -> None:
+    turn, _ = _run(
+        hostile, alice, "many-calls", WIRES[0], False, "native", [demo_server_ensure()], max_calls_per_reply=3
+    )
+
+    assert turn.status == Turn.Status.DONE, turn.error
+    assert Step.objects.filter(turn=turn, kind="tool").count() == 3
+    assert Exchange.objects.filter(turn=turn, channel=Exchange.Channel.MCP, label="tools/call").count() == 3
+    note = f"the reply held {MANY} tool calls and at most 3 of one reply are run"
+    decide = Step.objects.filter(turn=turn, kind="decide").order_by("seq").first()
+    assert decide is not None and any(note in str(d) for d in decide.diagnostics), decide.diagnostics
+
+
+def test_a_profiles_own_turn_call_limit_replaces_the_global_setting(
+    hostile: HostileModel, alice: User
+) -> None:
+    turn, _ = _run(
+        hostile, alice, "many-calls", WIRES[0], False, "native", [demo_server_ensure()], max_calls_per_turn=2
+    )
+
+    assert Exchange.objects.filter(turn=turn, channel=Exchange.Channel.MCP, label="tools/call").count() == 2
+    refused = Step.objects.filter(
+        turn=turn, kind="tool", error__contains="this turn has sent its 2 tool calls"
+    )
+    assert refused.count() == 14
+
+
+def test_a_profiles_own_body_limit_replaces_the_global_setting(
+    hostile: HostileModel, alice: User, settings: Settings
+) -> None:
+    assert settings.RESPONSE_BODY_LIMIT > BODY_LIMIT
+    case = next(iter(BOMBS))
+    turn, _ = _run(
+        hostile, alice, case, WIRES[0], False, PARADIGM_KEYS[0], [], response_body_limit=BODY_LIMIT
+    )
+
+    assert turn.status == Turn.Status.FAILED
+    assert f"{BODY_LIMIT:,} bytes" in turn.error

@@ -5,6 +5,7 @@ cancelled on request with everything recorded so far kept."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -106,7 +107,7 @@ def _running(owner: User, *, beat_seconds_ago: float | None, runner: str = "") -
 def test_of_many_tasks_claiming_one_queued_turn_at_once_exactly_one_gets_it(alice: User) -> None:
     turn = _queued(alice)
     start = threading.Barrier(8)
-    claims: list[bool] = []
+    claims: list[int | None] = []
 
     def claim() -> None:
         start.wait()
@@ -121,7 +122,10 @@ def test_of_many_tasks_claiming_one_queued_turn_at_once_exactly_one_gets_it(alic
     for thread in threads:
         thread.join()
 
-    assert sorted(claims) == [False] * 7 + [True]
+    won = [claim for claim in claims if claim is not None]
+    assert len(claims) == 8 and len(won) == 1
+    # The claim is what the turn now holds: every write of the winner carries it.
+    assert Turn.objects.get(pk=turn.pk).claim == won[0] > 0
     turn.refresh_from_db()
     assert turn.status == Turn.Status.RUNNING and turn.heartbeat_at is not None and turn.runner
 
@@ -410,7 +414,7 @@ def test_a_turn_stuck_in_a_slow_tool_call_is_cancelled_and_the_server_told(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_turn_marked_interrupted_by_another_process_stops_and_keeps_that_ending(
-    alice: User, fast_lifecycle: Settings
+    alice: User, fast_lifecycle: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
     turn = _queued(alice, question=f"{WEATHER} [demo:slow=15]")
     runner = _run_in_thread(turn)
@@ -419,15 +423,34 @@ def test_a_turn_marked_interrupted_by_another_process_stops_and_keeps_that_endin
     # Seen from two minutes on: this process's heartbeat thread keeps beating meanwhile, and a
     # beat landing between an UPDATE of heartbeat_at and the check would make the turn look alive.
     assert turns_reap_stale(now=timezone.now() + timedelta(seconds=120), window=60) == [turn.pk]
-    runner.join(STOP_BOUND_SECONDS)
+    ended = _record_of(turn.pk)
+    with caplog.at_level(logging.WARNING, logger="conversations.runner"):
+        runner.join(STOP_BOUND_SECONDS)
 
     assert not runner.is_alive()
-    turn.refresh_from_db()
-    assert turn.status == Turn.Status.INTERRUPTED
-    # The runner's last write (the abandoned call) came after the interruption: sealed again.
+    # The runner's writes after the interruption (the abandoned call) were refused by the
+    # database (fencing): the record and its seal are the interruption's, unchanged.
+    assert _record_of(turn.pk) == ended
+    assert ended["turn"][0] == Turn.Status.INTERRUPTED  # type: ignore[index]
     decide = Step.objects.get(turn=turn, kind="decide")
-    assert decide.status == "error" and "the turn was marked interrupted by another process" in decide.error
+    assert decide.status == "error" and decide.error.startswith("not finished: the turn was interrupted")
     assert conversation_verify(conversation=Conversation.objects.get(pk=turn.conversation_id)).intact
+    assert f"turn {turn.pk}: the database refused this runner's write" in caplog.text
+
+
+def _record_of(turn_pk: int) -> dict[str, object]:
+    """A turn's row, steps and exchanges as stored."""
+    return {
+        "turn": Turn.objects.filter(pk=turn_pk)
+        .values_list("status", "error", "finished_at", "updated_at", "seal", "claim")
+        .get(),
+        "steps": list(
+            Step.objects.filter(turn_id=turn_pk)
+            .order_by("seq")
+            .values_list("pk", "seq", "status", "title", "error", "updated_at")
+        ),
+        "exchanges": list(Exchange.objects.filter(turn_id=turn_pk).order_by("seq").values_list("pk", "hash")),
+    }
 
 
 @pytest.mark.django_db(transaction=True)

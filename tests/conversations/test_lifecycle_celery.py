@@ -16,10 +16,11 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 
-from conversations.models import Step, Turn
+from conversations.models import Conversation, Exchange, Step, Turn
+from conversations.record.verification import conversation_verify
 from conversations.services import conversation_start, demo_profile_ensure, turn_cancel, turn_start
 from servers.services import demo_server_ensure
-from tests.conftest import REPO_ROOT, _database_url, running_celery_worker, worker_answers
+from tests.conftest import REPO_ROOT, _database_url, running_celery_worker, worker_answers, worker_log_path
 
 WEATHER = "What will the weather be like in Beijing tomorrow?"
 # Short lifecycle timings for the workers, so the test waits seconds, not a minute.
@@ -33,7 +34,7 @@ pytestmark = [pytest.mark.celery, pytest.mark.postgres]
 
 
 @contextmanager
-def _checker_worker(redis_url: str) -> Iterator[subprocess.Popen[str]]:
+def _checker_worker(redis_url: str, **lifecycle: str) -> Iterator[subprocess.Popen[str]]:
     """A second live worker that takes no turns (it listens on a queue nobody sends to): what it
     does to the turn is only its lifecycle checks."""
     log_path = Path(settings.VAR_DIR) / "celery-checker-test.log"
@@ -43,7 +44,7 @@ def _checker_worker(redis_url: str) -> Iterator[subprocess.Popen[str]]:
         "REDIS_URL": redis_url,
         "VAR_DIR": str(settings.VAR_DIR),
         "SECRET_KEY": settings.SECRET_KEY,
-        **LIFECYCLE_ENV,
+        **(lifecycle or LIFECYCLE_ENV),
     }
     with log_path.open("w") as log:
         worker = subprocess.Popen(
@@ -153,3 +154,64 @@ def test_a_turn_running_on_a_worker_is_cancelled_from_another_process(redis_url:
         Step.objects.filter(turn=turn).order_by("-seq").values_list("title", flat=True)[0]
         == "cancelled by alice"
     )
+
+
+def _record_of(turn_pk: int) -> dict[str, object]:
+    """Everything of a turn a stale runner could change: its row, its steps, its exchanges and
+    its conversation's anchor."""
+    turn = Turn.objects.select_related("conversation").get(pk=turn_pk)
+    return {
+        "turn": Turn.objects.filter(pk=turn_pk)
+        .values("status", "error", "answer", "finished_at", "updated_at", "seal", "transcript")
+        .get(),
+        "steps": list(
+            Step.objects.filter(turn_id=turn_pk)
+            .order_by("seq")
+            .values_list("pk", "seq", "kind", "status", "title", "error", "updated_at")
+        ),
+        "exchanges": list(
+            Exchange.objects.filter(turn_id=turn_pk).order_by("seq").values_list("pk", "step_id", "hash")
+        ),
+        "anchor": Conversation.objects.filter(pk=turn.conversation_id)
+        .values_list("chain_turns", "chain_head", "chain_anchor")
+        .get(),
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stale_worker_resumed_after_its_turn_was_interrupted_writes_nothing_into_it(
+    redis_url: str,
+) -> None:
+    alice = User.objects.create_user("alice")
+    # A wider window than the other tests': the stale worker must not be reaped before it is
+    # stopped (a loaded host can hold up a first turn's heartbeat for seconds).
+    lifecycle = {**LIFECYCLE_ENV, "TURN_HEARTBEAT_WINDOW_SECONDS": "8"}
+    with _checker_worker(redis_url, **lifecycle), running_celery_worker(redis_url, **lifecycle) as stale:
+        conversation, turn = conversation_start(
+            owner=alice,
+            model_profile=demo_profile_ensure(),
+            question=f"{WEATHER} [demo:slow=30]",
+            servers=[demo_server_ensure()],
+        )
+        assert _wait_for(lambda: Step.objects.filter(turn=turn, kind="decide").exists(), 60), "never ran"
+        stale.send_signal(signal.SIGSTOP)
+        try:
+            window = float(lifecycle["TURN_HEARTBEAT_WINDOW_SECONDS"])
+            assert _wait_for(lambda: Turn.objects.get(pk=turn.pk).status != Turn.Status.RUNNING, window + 10)
+            before = _record_of(turn.pk)
+            assert before["turn"]["status"] == Turn.Status.INTERRUPTED  # type: ignore[index]
+            assert before["turn"]["seal"]  # type: ignore[index]
+        finally:
+            stale.send_signal(signal.SIGCONT)
+
+        # The resumed worker hears its turn was ended elsewhere, stops, and its task ends.
+        log = worker_log_path()
+        assert _wait_for(lambda: "run_turn[" in log.read_text() and "succeeded" in log.read_text(), 60), (
+            f"the resumed worker's task did not end; see {log}"
+        )
+        assert _record_of(turn.pk) == before
+        report = conversation_verify(conversation=conversation)
+        assert report.intact, report.reason
+        text = log.read_text()
+        assert f"turn {turn.pk}: the database refused this runner's write" in text
+        assert "IntegrityError" not in text

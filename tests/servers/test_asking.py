@@ -311,3 +311,48 @@ def test_accept_defaults_leaves_out_defaults_no_answer_can_hold_and_fields_witho
         {"action": "decline"},
         "deep is required and has no usable default",
     )
+
+
+@pytest.mark.parametrize(
+    ("field", "default", "problem"),
+    [
+        ({"type": "string", "format": "email"}, "not an address", "is not a 'email'"),
+        ({"type": "string", "format": "uri"}, "no scheme here", "is not a 'uri'"),
+        ({"type": "string", "format": "date"}, "2026-02-30", "is not a 'date'"),
+        ({"type": "string", "format": "date-time"}, "2026-12-05 10:00", "is not a 'date-time'"),
+        ({"type": "integer", "minimum": 1, "maximum": 10}, 50, "50 is greater than the maximum of 10"),
+        ({"type": "number", "minimum": 0}, -1.5, "-1.5 is less than the minimum of 0"),
+    ],
+    ids=["email", "uri", "date", "date-time", "maximum", "minimum"],
+)
+def test_accept_defaults_declines_defaults_that_fail_the_requested_format_or_bounds(
+    field: dict[str, object], default: object, problem: str
+) -> None:
+    params = {
+        "message": "x",
+        "requestedSchema": {"type": "object", "properties": {"value": {**field, "default": default}}},
+    }
+
+    answer, why = elicitation_preset_answer(preset="accept-defaults", params=params)
+
+    assert answer == {"action": "decline"}
+    assert why.startswith("the defaults do not match the requested schema: value: ") and problem in why, why
+
+
+def test_accept_defaults_sends_defaults_that_pass_the_requested_formats_and_bounds() -> None:
+    properties = {
+        "email": {"type": "string", "format": "email", "default": "alice@example.com"},
+        "site": {"type": "string", "format": "uri", "default": "https://example.com/a"},
+        "day": {"type": "string", "format": "date", "default": "2026-12-05"},
+        "at": {"type": "string", "format": "date-time", "default": "2026-12-05T10:00:00Z"},
+        "count": {"type": "integer", "minimum": 1, "maximum": 10, "default": 3},
+    }
+    params = {"message": "x", "requestedSchema": {"type": "object", "properties": properties}}
+
+    answer, why = elicitation_preset_answer(preset="accept-defaults", params=params)
+
+    assert why == ""
+    assert answer == {
+        "action": "accept",
+        "content": {name: spec["default"] for name, spec in properties.items()},
+    }

@@ -402,3 +402,17 @@ def test_a_progress_token_1_is_not_the_token_string_1() -> None:
     [progress] = [r for r in calling.records if r.label == "notifications/progress"]
     assert json.loads(progress.response_body)["params"]["progress"] == 0.7
     assert [r.label for r in tap.unclaimed] == ["notifications/progress"]
+
+
+def test_a_response_to_an_unknown_id_goes_with_the_operation_in_flight() -> None:
+    tap, capture = Tap(body_limit=BODY_LIMIT), Capture()
+    tap.active.append(capture)
+
+    with within(capture):
+        tap.observe("send", request(5, "tools/call", CALL))
+    tap.observe("recv", response(99, RESULT))
+
+    [decoy] = capture.records
+    assert (decoy.label, decoy.jsonrpc_id) == ("response to unknown id", "99")
+    assert "in flight" in decoy.error
+    assert tap.unclaimed == []

@@ -107,3 +107,19 @@ def test_stderr_is_redacted_in_the_record_and_in_its_private_file(monkeypatch: p
     content = files[-1].read_bytes()
     assert b"the secret is " in content and SECRET.encode() not in content
     assert stat.S_IMODE(files[-1].stat().st_mode) == 0o600
+
+
+def test_a_response_to_an_id_never_sent_is_linked_to_the_call_that_was_in_flight() -> None:
+    config = broken()
+
+    outcome = gateway.call_tool(config, "decoy", {})
+
+    assert outcome.error == ""
+    [decoy] = [record for record in outcome.records if record.label == "response to unknown id"]
+    assert decoy.jsonrpc_id == broken_server.DECOY_ID
+    assert decoy.error == "the id matches no request in flight (it came while this operation was in flight)"
+    assert decoy.response_body == broken_server.DECOY_LINE.decode().replace(": ", ":").replace(", ", ",")
+    assert not [record for record in outcome.unclaimed if record.label == "response to unknown id"]
+    # The call's own answer is still its answer.
+    call = next(record for record in outcome.records if record.label == "tools/call")
+    assert call.status == "ok" and "sent a decoy" in call.response_body

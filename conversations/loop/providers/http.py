@@ -339,7 +339,7 @@ def too_large(limit: int, response: httpx2.Response) -> str:
     encoding = response.headers.get("content-encoding", "")
     wire = f" ({encoding}-encoded)" if encoding and encoding != "identity" else ""
     return (
-        f"its body passed the limit of {limit:,} bytes (RESPONSE_BODY_LIMIT) and was not read further; "
+        f"its body passed the limit of {limit:,} bytes (the profile response_body_limit, or RESPONSE_BODY_LIMIT) and was not read further; "
         f"the first {limit:,} bytes are kept, {response.num_bytes_downloaded:,} bytes{wire} had "
         "arrived over the wire"
     )

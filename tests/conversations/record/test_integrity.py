@@ -262,8 +262,8 @@ def test_deleting_a_turn_in_the_middle_breaks_the_next_turn() -> None:
 
 
 def test_sealing_an_earlier_turn_again_keeps_the_newest_seal_as_the_head() -> None:
-    # A runner whose turn was ended elsewhere seals it again over what it recorded since: the
-    # anchor still counts every sealed turn once and heads the chain with the newest seal.
+    # An ended turn sealed a second time (the seal is idempotent): the anchor still counts every
+    # sealed turn once and heads the chain with the newest seal.
     conversation = _two_turns()
     first = conversation.turns.get(seq=1)
     head = conversation.turns.get(seq=2).seal

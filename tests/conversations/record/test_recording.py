@@ -24,6 +24,7 @@ from conversations.record import recording
 from conversations.record.connections import BIG_RECORD_CHARS
 from conversations.record.exchanges import exchange_rows, server_records_store
 from conversations.record.recording import TurnRecorder
+from conversations.record.store import FenceRefused
 from conversations.record.verification import conversation_verify
 from conversations.record.writer import RecordWriter, process_writer
 from conversations.secret_sources import active_redactor
@@ -558,6 +559,40 @@ def test_a_runners_end_writes_nothing_over_a_turn_ended_elsewhere(turn: Turn, en
 
     stored = Turn.objects.filter(pk=turn.pk).values("status", "answer", "seal").first()
     assert stored is None if ending == "missing" else stored == {"status": ending, "answer": "", "seal": ""}
+
+
+def test_a_runners_end_writes_nothing_over_a_turn_claimed_again(turn: Turn) -> None:
+    mine = _running(turn)
+    Turn.objects.filter(pk=turn.pk).update(claim=2)
+    mine.mark_done("Sunny.")
+
+    assert TurnRecorder(mine, claim=1).turn_end() == "reclaimed"
+
+    assert Turn.objects.values_list("status", "answer", "seal").get(pk=turn.pk) == (
+        Turn.Status.RUNNING,
+        "",
+        "",
+    )
+
+
+def test_a_fenced_recorder_whose_turn_ended_elsewhere_writes_nothing_and_says_so(turn: Turn) -> None:
+    Turn.objects.filter(pk=turn.pk).update(status=Turn.Status.RUNNING, claim=7)
+    recorder = TurnRecorder(Turn.objects.get(pk=turn.pk), claim=7)
+    kept = recorder.step_open(kind="decide", title="model call 1")
+    recorder.drain()
+    Turn.objects.filter(pk=turn.pk).update(status=Turn.Status.INTERRUPTED)
+
+    # Inline (SQLite) the refusal comes at once; through the writer thread, at the drain.
+    with pytest.raises(FenceRefused):
+        recorder.step_close(kept, status="error", error="from a stale runner")
+        recorder.step_open(kind="decide", title="model call 2")
+        recorder.drain()
+    with pytest.raises(FenceRefused):  # and from then on every write is refused
+        recorder.step_open(kind="error", title="the database failed")
+
+    assert list(Step.objects.filter(turn=turn).values_list("pk", "status", "error")) == [
+        (kept, "running", "")
+    ]
 
 
 @pytest.mark.parametrize("thread", ["_thread", "_preparer"])

@@ -17,7 +17,7 @@ from conversations.escaping import storable_text
 from conversations.models import AuditEvent, Exchange, Step, Turn
 from conversations.record.orm import OrmStore
 from conversations.record.postgres import COPY_FROM_ROWS, PostgresStore
-from conversations.record.store import Batch, Insert, RecordStore, record_store
+from conversations.record.store import Batch, FenceRefused, Insert, RecordStore, record_store
 from tests.factories import StepFactory, TurnFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -403,3 +403,99 @@ def test_the_fast_path_stores_the_very_rows_the_orm_stores(rows: int) -> None:
     assert len(exchanges) == rows and answer == "ünïcødé ✓ 🙂"
     assert [step["title"] for step in steps[:2]] == ["changed", "tool call"]  # the custom field's
     assert {exchange["label"] for exchange in exchanges} == {"post /chat", "tools/call"}
+
+
+# Fencing: a batch carries the claim its turn's runner holds; the store's own guard statement
+# refuses it once the turn no longer runs under that claim.
+CLAIM = 4242
+
+
+@pytest.fixture
+def claimed() -> Turn:
+    return TurnFactory(status=Turn.Status.RUNNING, answer="", claim=CLAIM)
+
+
+def _fenced_batch(turn: Turn, step: Step, rows: int = 2, claim: int = CLAIM) -> tuple[Batch, list[Exchange]]:
+    """A batch of everything a runner writes: a new step, new exchanges, a step's and the
+    turn's changes."""
+    (new_id,) = _next_step_ids(1)
+    fresh = [_exchange(turn, None, seq) for seq in range(1, rows + 1)]
+    batch = Batch(relaxed=True)
+    batch.fence(turn_id=turn.pk, claim=claim)
+    batch.insert([_step(turn, new_id, 2)])
+    batch.insert(fresh)
+    batch.update(Step, step.pk, {"text": "after", "status": Step.Status.ERROR})
+    batch.update(Turn, turn.pk, {"answer": "from the stale runner"})
+    return batch, fresh
+
+
+def test_a_batch_under_the_claim_its_turn_runs_under_is_written(store: RecordStore, claimed: Turn) -> None:
+    step = StepFactory(turn=claimed, seq=1, text="before")
+    batch, fresh = _fenced_batch(claimed, step)
+
+    store.write(batch)
+
+    assert Step.objects.filter(turn=claimed).count() == 2
+    assert Step.objects.get(pk=step.pk).text == "after"
+    assert all(row.pk is not None for row in fresh)
+    assert Turn.objects.values_list("answer", "claim", "status").get(pk=claimed.pk) == (
+        "from the stale runner",
+        CLAIM,
+        Turn.Status.RUNNING,
+    )
+
+
+def _end(turn: Turn, how: str) -> None:
+    if how == "claimed again":
+        Turn.objects.filter(pk=turn.pk).update(claim=CLAIM + 1)
+    else:
+        Turn.objects.filter(pk=turn.pk).update(status=how)
+
+
+@pytest.mark.parametrize("rows", [2, COPY_FROM_ROWS], ids=["pipelined", "copied"])
+@pytest.mark.parametrize("how", [Turn.Status.INTERRUPTED, Turn.Status.CANCELLED, "claimed again"])
+def test_a_batch_whose_claim_no_longer_holds_is_refused_whole(
+    store: RecordStore, claimed: Turn, how: str, rows: int
+) -> None:
+    step = StepFactory(turn=claimed, seq=1, text="before")
+    _end(claimed, how)
+    before = Turn.objects.filter(pk=claimed.pk).values().get()
+    batch, fresh = _fenced_batch(claimed, step, rows=rows)
+
+    with pytest.raises(FenceRefused) as refused:
+        store.write(batch)
+
+    assert refused.value.turns == (claimed.pk,)
+    assert list(Step.objects.filter(turn=claimed).values_list("pk", "text")) == [(step.pk, "before")]
+    assert not Exchange.objects.filter(turn=claimed).exists()
+    assert Turn.objects.filter(pk=claimed.pk).values().get() == before
+    assert [row.pk for row in fresh] == [None] * rows
+    # The connection is usable after it.
+    assert Step.objects.filter(turn=claimed).count() == 1
+
+
+def test_a_batch_for_two_turns_is_refused_whole_when_one_has_ended(store: RecordStore, claimed: Turn) -> None:
+    other = TurnFactory(status=Turn.Status.RUNNING, answer="", claim=CLAIM + 7)
+    step = StepFactory(turn=claimed, seq=1, text="before")
+    batch, _ = _fenced_batch(claimed, step)
+    batch.fence(turn_id=other.pk, claim=CLAIM + 7)
+    batch.update(Turn, other.pk, {"answer": "the live one's"})
+    Turn.objects.filter(pk=claimed.pk).update(status=Turn.Status.INTERRUPTED)
+
+    with pytest.raises(FenceRefused) as refused:
+        store.write(batch)
+
+    assert set(refused.value.turns) == {claimed.pk, other.pk}
+    assert Turn.objects.get(pk=other.pk).answer == ""
+    assert Step.objects.filter(turn=claimed).count() == 1
+
+
+def test_an_unfenced_batch_writes_into_an_ended_turn(store: RecordStore, claimed: Turn) -> None:
+    # The process that ends a turn elsewhere (the stale-turn check) writes its last step unfenced.
+    Turn.objects.filter(pk=claimed.pk).update(status=Turn.Status.INTERRUPTED)
+    batch = Batch()
+    batch.insert([_step(claimed, None, 1, status=Step.Status.ERROR)])
+
+    store.write(batch)
+
+    assert Step.objects.filter(turn=claimed).count() == 1
