@@ -36,7 +36,9 @@ def test_the_loop_sends_the_call_id_in_meta_and_the_document_links_each_call_to_
     )
     turn_run(turn_id=turn.pk)
 
-    decide = Step.objects.get(turn=turn, kind="decide", calls__isnull=False, parent=None, title__startswith="calls")
+    decide = Step.objects.get(
+        turn=turn, kind="decide", calls__isnull=False, parent=None, title__startswith="calls"
+    )
     [call] = decide.calls
     tools_call = Exchange.objects.get(turn=turn, label="tools/call")
     # What the real stdio server was sent carries the model's call id.
