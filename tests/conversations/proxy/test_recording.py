@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from io import StringIO
 from pathlib import Path
 
@@ -10,7 +11,9 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.db import OperationalError
 from django.test import override_settings
+from django.utils import timezone
 
+from conversations.loop.wire import WireExchange
 from conversations.models import Exchange, Step, Turn
 from conversations.proxy import writing
 from conversations.proxy.keys import create_key
@@ -169,3 +172,57 @@ def test_a_changed_row_of_a_proxy_session_is_named_by_verify() -> None:
     conversation = ProxySession.objects.get(key=key).conversation
     with pytest.raises(CommandError, match=f"BROKEN at exchange {ran}"):
         call_command("verify", str(conversation.public_id))
+
+
+def test_gemini_and_responses_replies_and_stderr_lines_are_recorded() -> None:
+    key = _key()
+    gemini = chat_call()
+    gemini.label = "POST /v1beta/models/gemini-test:generateContent"
+    gemini.request_body = json.dumps({"contents": [{"role": "user", "parts": [{"text": "Time in Tokyo?"}]}]})
+    gemini.response_body = json.dumps(
+        {
+            "candidates": [
+                {
+                    "content": {
+                        "role": "model",
+                        "parts": [{"functionCall": {"name": "get_current_time", "args": TOKYO}}],
+                    },
+                    "finishReason": "STOP",
+                }
+            ],
+            "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 2},
+        }
+    )
+    responses = chat_call()
+    responses.label = "POST /v1/responses"
+    responses.request_body = json.dumps({"model": "gpt-test", "input": "Say hi"})
+    responses.response_body = json.dumps(
+        {
+            "id": "resp_1",
+            "object": "response",
+            "status": "completed",
+            "output": [
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}
+            ],
+            "usage": {"input_tokens": 3, "output_tokens": 1},
+        }
+    )
+    stderr = WireExchange(
+        channel="mcp",
+        label="stderr",
+        started_at=timezone.now(),
+        direction="local",
+        response_body="starting up\n",
+    )
+
+    record_model_call(key, session="g", fmt="gemini", exchange=gemini)
+    record_model_call(key, session="r", fmt="openai_responses", exchange=responses)
+    [line] = record_mcp(key, session="g", server_name="time", records=[stderr])
+
+    turn = ProxySession.objects.get(key=key, hint="g").conversation.turns.get()
+    decide = turn.steps.get(kind="decide")
+    assert turn.question == "Time in Tokyo?" and turn.model_name == "gemini-test"
+    assert decide.calls[0]["name"] == "get_current_time" and decide.calls[0]["arguments"] == TOKYO
+    assert Exchange.objects.get(pk=line).direction == "local"
+    answered = ProxySession.objects.get(key=key, hint="r").conversation.turns.get()
+    assert answered.question == "Say hi" and answered.answer == "hi"
