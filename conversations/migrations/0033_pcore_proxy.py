@@ -7,47 +7,97 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('conversations', '0032_search_scopes'),
+        ("conversations", "0032_search_scopes"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ProxyKey',
+            name="ProxyKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(blank=True, max_length=80)),
-                ('prefix', models.CharField(db_index=True, max_length=16)),
-                ('key_hash', models.CharField(max_length=64, unique=True)),
-                ('openai_upstream', models.URLField(blank=True, max_length=500)),
-                ('anthropic_upstream', models.URLField(blank=True, max_length=500)),
-                ('gemini_upstream', models.URLField(blank=True, max_length=500)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('profile', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='conversations.modelprofile')),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='proxy_keys', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(blank=True, max_length=80)),
+                ("prefix", models.CharField(db_index=True, max_length=16)),
+                ("key_hash", models.CharField(max_length=64, unique=True)),
+                ("openai_upstream", models.URLField(blank=True, max_length=500)),
+                ("anthropic_upstream", models.URLField(blank=True, max_length=500)),
+                ("gemini_upstream", models.URLField(blank=True, max_length=500)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "profile",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="conversations.modelprofile",
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="proxy_keys",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='ProxySession',
+            name="ProxySession",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('hint', models.CharField(blank=True, max_length=200)),
-                ('tools', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('last_activity_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('conversation', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='proxy_session', to='conversations.conversation')),
-                ('key', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='sessions', to='conversations.proxykey')),
-                ('turn', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='conversations.turn')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("hint", models.CharField(blank=True, max_length=200)),
+                ("tools", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("last_activity_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "conversation",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="proxy_session",
+                        to="conversations.conversation",
+                    ),
+                ),
+                (
+                    "key",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="sessions",
+                        to="conversations.proxykey",
+                    ),
+                ),
+                (
+                    "turn",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="conversations.turn",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['key', 'hint', '-last_activity_at'], name='proxy_session_lookup_idx')],
+                "indexes": [
+                    models.Index(fields=["key", "hint", "-last_activity_at"], name="proxy_session_lookup_idx")
+                ],
             },
         ),
     ]
