@@ -24,6 +24,7 @@ from conversations.proxy.models import ProxyKey, ProxySession
 from conversations.proxy.sessions import session_for, turn_for
 from conversations.proxy.splicing import spliced_fields
 from conversations.proxy.writing import NewStep, write_steps
+from conversations.record.exchanges import release_connection
 from conversations.secret_sources import active_redactor
 from conversations.typealias import JSONDict
 
@@ -52,6 +53,16 @@ def record_model_call(
     Raises:
         django.db.Error: the database could not be written (nothing of the record was).
     """
+    try:
+        return _model_call(key, session=session, fmt=fmt, exchange=exchange, secrets=secrets)
+    finally:
+        # Called from the proxies' own threads: a pooled connection goes back between records.
+        release_connection()
+
+
+def _model_call(
+    key: ProxyKey, *, session: str | None, fmt: str, exchange: WireExchange, secrets: tuple[str, ...]
+) -> int:
     redact = active_redactor(secrets=secrets)
     read = read_model_call(fmt, exchange)
     now = timezone.now()
@@ -105,6 +116,20 @@ def record_mcp(
     """
     if not records:
         return []
+    try:
+        return _mcp(key, session=session, server_name=server_name, records=records, secrets=secrets)
+    finally:
+        release_connection()
+
+
+def _mcp(
+    key: ProxyKey,
+    *,
+    session: str | None,
+    server_name: str,
+    records: Sequence[WireExchange],
+    secrets: tuple[str, ...],
+) -> list[int]:
     redact = active_redactor(secrets=secrets)
     now = timezone.now()
     steps = _mcp_steps(server_name, records)
