@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from collections.abc import Iterable
@@ -17,6 +18,10 @@ from conversations.escaping import CarriableDecoder
 from conversations.loop.paradigms import PARADIGMS
 from conversations.loop.providers import PROVIDERS
 from conversations.loop.splicing import ARGUMENT_MODE_LABELS, ENCODINGS
+
+# The proxies' models live in their package and belong to this app (Django finds them here).
+from conversations.proxy.models import ProxyKey as ProxyKey
+from conversations.proxy.models import ProxySession as ProxySession
 
 CAPABILITY_CHOICES = [("unknown", "unknown"), ("yes", "yes"), ("no", "no")]
 TOOL_CHOICE_MODES = [
@@ -198,7 +203,13 @@ class Conversation(models.Model):
 
     @property
     def read_only(self) -> bool:
-        return self.imported_meta is not None
+        """Imported, or recorded by a proxy: no question is asked here."""
+        return self.imported_meta is not None or self.recorded_by_proxy
+
+    @functools.cached_property
+    def recorded_by_proxy(self) -> bool:
+        """A proxy session's conversation: the host ran its turns (``conversations.proxy``)."""
+        return self.pk is not None and ProxySession.objects.filter(conversation_id=self.pk).exists()
 
 
 # The check a runner's write with a claim that no longer holds violates (``record.store``).
