@@ -248,31 +248,35 @@ def _openai_responses(streamed: bool) -> Reply:
     events: list[tuple[str | None, dict[str, Any] | str]] = [
         (
             "response.created",
-            {
-                "type": "response.created",
-                "sequence_number": 0,
-                "response": {**response, "status": "in_progress", "output": []},
-            },
+            {"type": "response.created", "response": {**response, "status": "in_progress", "output": []}},
+        ),
+        (
+            "response.output_item.added",
+            {"type": "response.output_item.added", "output_index": 0, "item": {**item, "content": []}},
         ),
     ]
-    for number, piece in enumerate(TEXT, start=1):
-        events.append(
-            (
-                "response.output_text.delta",
-                {
-                    "type": "response.output_text.delta",
-                    "sequence_number": number,
-                    "item_id": "msg_fake",
-                    "output_index": 0,
-                    "content_index": 0,
-                    "delta": piece,
-                },
-            )
+    events += [
+        (
+            "response.output_text.delta",
+            {
+                "type": "response.output_text.delta",
+                "item_id": "msg_fake",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": piece,
+            },
         )
-    events.append(
-        ("response.completed", {"type": "response.completed", "sequence_number": 9, "response": response})
-    )
-    return Reply(_sse(events), headers=SSE, hold_after=2)
+        for piece in TEXT
+    ]
+    events += [
+        ("response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}),
+        ("response.completed", {"type": "response.completed", "response": response}),
+    ]
+    numbered = [
+        (name, {**data, "sequence_number": number} if isinstance(data, dict) else data)
+        for number, (name, data) in enumerate(events)
+    ]
+    return Reply(_sse(numbered), headers=SSE, hold_after=3)
 
 
 def _anthropic(streamed: bool) -> Reply:
@@ -333,7 +337,9 @@ def _gemini(streamed: bool) -> Reply:
         whole["candidates"][0]["finishReason"] = "STOP"
         return Reply([json.dumps(whole).encode()])
     # Gemini's own event stream ends its lines with CRLF.
-    return Reply(_sse([(None, chunk(piece)) for piece in TEXT], line_end="\r\n"), headers=SSE, hold_after=1)
+    chunks = [chunk(piece) for piece in TEXT]
+    chunks[-1]["candidates"][0]["finishReason"] = "STOP"
+    return Reply(_sse([(None, each) for each in chunks], line_end="\r\n"), headers=SSE, hold_after=1)
 
 
 def database_text() -> str:
