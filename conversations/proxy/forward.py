@@ -169,7 +169,7 @@ def _request_record(
         request_headers={name.lower(): value for name, value in request.headers.multi_items()},
         request_body=decode_body(kept.body),
     )
-    return exchange, (f"the request's {kept.note}" if kept.cut else "")
+    return exchange, (f"request body: {kept.note}" if kept.cut else "")
 
 
 def error_body(kind: str, message: str) -> dict[str, dict[str, str]]:
@@ -255,7 +255,8 @@ async def _passed(
         exchange.status = str(upstream.status_code)
         exchange.response_headers = {name.lower(): value for name, value in upstream.headers.multi_items()}
         exchange.response_body = decode_body(capture.body)
-        exchange.error = "; ".join(filter(None, [problem, request_note, capture.note]))
+        response_note = f"response body: {capture.note}" if capture.note else ""
+        exchange.error = "; ".join(filter(None, [problem, request_note, response_note]))
         exchange.duration_ms = (time.monotonic() - t0) * 1000
         _done(on_done, exchange)
         try:

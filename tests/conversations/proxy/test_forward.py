@@ -159,8 +159,24 @@ def test_a_body_past_the_limit_passes_whole_and_is_recorded_cut_and_marked(
     assert response.content == body
     [exchange] = _done()
     assert exchange.response_body == "y" * 1000
-    assert "cut at 1,000 bytes (RESPONSE_BODY_LIMIT)" in exchange.error
+    assert "response body: the record was cut at 1,000 bytes (RESPONSE_BODY_LIMIT)" in exchange.error
     assert "5,000 bytes over the wire" in exchange.error
+
+
+def test_a_request_past_the_limit_goes_on_whole_and_is_recorded_cut_and_marked(
+    upstream: FakeUpstream, proxy: str
+) -> None:
+    relay_urls.TARGET.limit = 1000
+    body = b"z" * 4000
+    upstream.next_reply = Reply([b"{}"])
+
+    response = httpx2.post(f"{proxy}/v1/chat/completions", content=body, timeout=30)
+
+    assert response.status_code == 200
+    assert upstream.received[0].body == body
+    [exchange] = _done()
+    assert exchange.request_body == "z" * 1000
+    assert "request body: the record was cut at 1,000 bytes" in exchange.error
 
 
 def test_an_upstream_error_passes_through_as_it_came(upstream: FakeUpstream, proxy: str) -> None:
