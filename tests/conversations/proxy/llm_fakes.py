@@ -100,10 +100,16 @@ class Reply:
     status: int = 200
     headers: list[tuple[str, str]] = field(default_factory=lambda: [("content-type", "application/json")])
     hold_after: int | None = None
+    # The index of the chunk before which the fake breaks off (its connection dropped mid-body).
+    break_before: int | None = None
 
     @property
     def body(self) -> bytes:
         return b"".join(self.chunks)
+
+
+class UpstreamBroke(Exception):
+    """Raised by the fake mid-body: its server drops the connection, as a crashed upstream's would."""
 
 
 class FakeUpstream:
@@ -146,6 +152,8 @@ class FakeUpstream:
             for index, chunk in enumerate(reply.chunks):
                 if index == reply.hold_after:
                     await asyncio.to_thread(self.gate.wait, 60)
+                if index == reply.break_before:
+                    raise UpstreamBroke
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:

@@ -229,3 +229,25 @@ def test_a_host_that_goes_away_mid_stream_leaves_what_had_passed(upstream: FakeU
     assert exchange.response_body == "data: one\n\n"
     assert "the host went away mid-body" in exchange.error
     assert exchange.status == "200"
+
+
+def test_an_upstream_that_breaks_off_mid_stream_breaks_the_hosts_answer_too_and_is_recorded(
+    upstream: FakeUpstream, proxy: str
+) -> None:
+    chunks = [b"data: one\n\n", b"data: two\n\n"]
+    upstream.next_reply = Reply(chunks, headers=[("content-type", "text/event-stream")], break_before=1)
+
+    received = b""
+    with (
+        pytest.raises(httpx2.HTTPError),
+        httpx2.Client(timeout=30) as host,
+        host.stream("POST", f"{proxy}/v1/chat/completions", content=b"{}") as response,
+    ):
+        for chunk in response.iter_raw():
+            received += chunk
+
+    # The host sees the break as the upstream made it, not a clean end.
+    assert received == chunks[0]
+    [exchange] = _done()
+    assert exchange.response_body == "data: one\n\n"
+    assert "the upstream stopped sending mid-body" in exchange.error
