@@ -1,6 +1,6 @@
 """A turn of one model reply that asked for thousands of tool calls, made straight in the
 database: what a hostile reply leaves with the call limits raised (``AGENT_MAX_CALLS_PER_REPLY``),
-an imported trace or an old record holds. Bench P13 measures its page; the page tests use it.
+an imported trace or an old record holds. Bench P14 measures its page; the page tests use it.
 
 The rows are those the recorder writes for such a turn: a connect row, the decision (its parsed
 calls, its raw model exchange), one tool step under it per call with its ``tools/call``

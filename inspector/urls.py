@@ -101,4 +101,5 @@ urlpatterns = [
         "api/evals/runs/<uuid:public_id>/cancel", api.EvalRunCancelView.as_view(), name="api-eval-run-cancel"
     ),
     path("demo-model/", include("conversations.demo.urls")),
+    path("proxy/<str:key>/", include("conversations.proxy.urls")),
 ]

@@ -1,7 +1,7 @@
 """Routes of the demo model, included at ``demo-model/``.
 
-``v1/`` is both an OpenAI base URL (``/demo-model/v1``) and Anthropic's ``/v1``; Gemini's routes
-are under both ``v1beta/`` and ``v1/`` (base URL ``/demo-model``).
+``v1/`` is both an OpenAI base URL (``/demo-model/v1``) and Anthropic's ``/v1``; ``v1beta/`` is
+Gemini's (base URL ``/demo-model``), and ``v1/`` too: the Google Gen AI SDK's default from 3.0 on.
 """
 
 from django.urls import path, re_path

@@ -26,7 +26,8 @@ def test_the_measures_are_numbered_p1_to_p13_with_recording_and_scale_out_as_p8_
     assert MEASURES["P10"] == ("bench.p10_big_payload", ("P10",))
     assert MEASURES["P11"] == ("bench.p11_streaming", ("P11",))
     assert MEASURES["P12"] == ("bench.p12_class", ("P12",))
-    assert MEASURES["P13"] == ("bench.p13_huge_turn", ("P13",))
+    assert MEASURES["P13"] == ("bench.p13_proxy_llm", ("P13.llm", "P13.streams"))
+    assert MEASURES["P14"] == ("bench.p14_huge_turn", ("P14",))
     assert KNOWN == "P1-P13"
     assert QUICK == ("P1", "P3")
     for key in ("P8", "P9", "P10", "P11", "P12", "P13"):

@@ -301,6 +301,22 @@ def test_messages_checks_the_key_and_version_in_anthropics_envelope(
     assert "sk-ant-wrong" not in response.content.decode()
 
 
+@pytest.mark.parametrize(("bearer", "status"), [(KEY, 200), ("sk-ant-wrong", 401)], ids=["right", "wrong"])
+def test_messages_takes_the_key_as_a_bearer_token_as_the_anthropic_sdk_sends_it_from_2_0(
+    client: Client, bearer: str, status: int
+) -> None:
+    response = client.post(
+        MESSAGES_URL,
+        data=json.dumps(MESSAGES_QUESTION),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {bearer}",
+        HTTP_ANTHROPIC_VERSION="2023-06-01",
+    )
+
+    assert response.status_code == status
+    assert "sk-ant-wrong" not in response.content.decode()
+
+
 def test_messages_refuses_tool_use_without_results_in_anthropics_words(client: Client) -> None:
     block = post_messages(client, MESSAGES_QUESTION).json()["content"][0]
     body = {
@@ -460,3 +476,13 @@ def test_stream_generate_content_needs_alt_sse(client: Client) -> None:
     response = post_gemini(client, GEMINI_QUESTION, url=STREAM_URL.removesuffix("?alt=sse"))
 
     assert response.status_code == 400
+
+
+@pytest.mark.usefixtures("gemini_routes")
+@pytest.mark.parametrize("url", [GENERATE_URL, STREAM_URL])
+def test_gemini_answers_under_v1_too_as_the_google_gen_ai_sdk_calls_it_from_3_0(
+    client: Client, url: str
+) -> None:
+    response = post_gemini(client, GEMINI_QUESTION, url=url.replace("/v1beta/", "/v1/"))
+
+    assert response.status_code == 200

@@ -42,6 +42,8 @@ NOT_FOUND = "404"
 FORBIDDEN = "403"
 # A page about no one's object (a list, a form, bob's own things): it must show none of alice's.
 NO_LEAK = "no leak"
+# A proxy route: the key in the URL authenticates, not the session; bob's login opens nothing.
+KEY_AUTH = "401"
 # The admin site: a non-staff user is sent to its login page.
 ADMIN = "admin login"
 # Public on purpose (signing in, the demo model's wire endpoints): no user's data behind them.
@@ -165,6 +167,14 @@ EXPECTED: dict[str, Expect] = {
     "demo-model-gemini-stream": Expect(
         "POST", PUBLIC, "/demo-model/v1beta/models/demo:streamGenerateContent"
     ),
+    "demo-model-gemini-generate-v1": Expect("POST", PUBLIC, "/demo-model/v1/models/demo:generateContent"),
+    "demo-model-gemini-stream-v1": Expect("POST", PUBLIC, "/demo-model/v1/models/demo:streamGenerateContent"),
+    "proxy-openai-chat": Expect("POST", KEY_AUTH),
+    "proxy-openai-responses": Expect("POST", KEY_AUTH),
+    "proxy-anthropic-messages": Expect("POST", KEY_AUTH),
+    "proxy-gemini": Expect(
+        "POST", KEY_AUTH, "/proxy/tci_not-alices-key/gemini/v1beta/models/m:generateContent"
+    ),
 }
 
 
@@ -278,6 +288,7 @@ def world(db: None, settings: Any) -> World:
         "content_type_id": 1,
         "id": 1,
         "app_label": "servers",
+        "key": "tci_not-alices-key",
     }
     suite = Suite.objects.create(
         owner=alice,
@@ -359,6 +370,8 @@ def test_bob_gets_nothing_of_alices_at_any_url(world: World) -> None:
             problems.append(f"{route.key} {url}: shows alice's content")
         if expect.outcome == NOT_FOUND and response.status_code != 404:
             problems.append(f"{route.key} {url}: {response.status_code}, not 404")
+        elif expect.outcome == KEY_AUTH and response.status_code != 401:
+            problems.append(f"{route.key} {url}: {response.status_code}, not 401")
         elif expect.outcome == FORBIDDEN and response.status_code != 403:
             problems.append(f"{route.key} {url}: {response.status_code}, not 403")
         elif expect.outcome in {NO_LEAK, PUBLIC} and response.status_code >= 500:

@@ -1,4 +1,4 @@
-"""P13 huge turn: the page of one turn whose model reply asked for 10,000 tool calls — first paint
+"""P14 huge turn: the page of one turn whose model reply asked for 10,000 tool calls — first paint
 in Chromium and bytes of HTML, beside a 10-call turn's page measured in the same run.
 
 Such a turn is what a hostile model leaves with the call limits raised
@@ -28,7 +28,7 @@ from conversations.models import Conversation, Step
 from conversations.services import demo_profile_ensure
 
 ID, NAME, UNIT, TARGET, LIMIT = (
-    "P13",
+    "P14",
     "huge turn",
     "ms",
     "≤ 1 s (first paint, one reply of 10,000 tool calls)",
@@ -41,7 +41,7 @@ BASELINE_CALLS = 10
 
 def _conversation(owner: Any, calls: int) -> tuple[Conversation, bool]:
     """The kept conversation of one turn of ``calls`` tool calls (made when missing)."""
-    title = f"bench P13: one reply of {calls} tool calls"
+    title = f"bench P14: one reply of {calls} tool calls"
     existing = Conversation.objects.filter(owner_id=owner.pk, title=title).first()
     if (
         existing is not None
@@ -104,7 +104,7 @@ def run(ctx: Context) -> list[Result]:
     base_paint = summary(base_page["paint_ms"])["median"]
     ratio = huge_paint / base_paint if base_paint else None
     ctx.log(
-        f"P13 first paint: {huge_paint:.0f} ms for {CALLS:,} calls ({huge_page['page_bytes'] / 1e3:.0f} kB), "
+        f"P14 first paint: {huge_paint:.0f} ms for {CALLS:,} calls ({huge_page['page_bytes'] / 1e3:.0f} kB), "
         f"{base_paint:.0f} ms for {BASELINE_CALLS} ({base_page['page_bytes'] / 1e3:.0f} kB)"
     )
     details: dict[str, Any] = {

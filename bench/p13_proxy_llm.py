@@ -1,0 +1,281 @@
+"""P13 (LLM half): model calls through the LLM recording proxy ÷ the same calls straight to the upstream.
+
+The upstream is a local server (stdlib, 127.0.0.1) that answers an OpenAI Chat Completions
+request with an event stream; the proxy is the product as deployed (``daphne
+inspector.asgi:application``) at ``/proxy/<key>/openai/v1/chat/completions``, the key's upstream
+that server. The host is a plain HTTP client reading the body bytes as they arrive. Each repeat
+makes the call both ways, back to back, alternating which goes first.
+
+Two results, each a ratio taken in one run:
+
+* ``P13.llm`` — one 1 MB streamed reply: total time through the proxy ÷ direct (target ≤ 1.05×,
+  the median of the repeats' ratios), and the time to the first body byte, through the proxy
+  less direct (target ≤ 2 ms more, the difference of the medians). Every byte is checked equal.
+  Each proxied call's record is stored before the next call (how long after its stream that
+  took is reported): the record is written in the web process after the stream, and reading a
+  1 MB reply takes CPU a stream beside it would share (the concurrent measure includes that).
+* ``P13.streams`` — 200 concurrent streamed replies (100 kB each) through the proxy ÷ the same 200
+  direct, in the scaled deployment (PostgreSQL; "not run" without it), and every exchange stored:
+  the measure waits until the 200 records are in the database and reports how long after the
+  last stream that took (the record is written after the stream, never before it ends).
+
+The machine may be shared (the load average is in the details).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx2
+
+from bench import fixtures
+from bench.context import Context
+from bench.p11_streaming import stream_body
+from bench.processes import WebServer, cpu_seconds
+from bench.stats import Result, also_within, judged, not_run, summary
+from conversations.models import Exchange
+from conversations.proxy.keys import create_key
+from conversations.proxy.models import ProxyKey
+
+ID, NAME, UNIT = "P13.llm", "proxy overhead (1 MB streamed reply)", "× direct"
+TARGET, LIMIT, TTFB_LIMIT_MS = "≤ 1.05× total, first byte ≤ +2 ms", 1.05, 2.0
+STREAMS_ID, STREAMS_NAME = "P13.streams", "200 concurrent proxied streams, every exchange stored"
+STREAMS_TARGET = "all 200 stored; ratio reported"
+CONCURRENT = 200
+BIG, SMALL = 1_000_000, 100_000
+REQUEST = b'{"model": "bench", "stream": true, "messages": [{"role": "user", "content": "stream it"}]}'
+BLOCK = 16_384
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 — the base class's name
+        return
+
+    def do_POST(self) -> None:  # noqa: N802 — the stdlib's handler name
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        body = self.server.bodies[self.path.split("/")[1]]
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        for start in range(0, len(body), BLOCK):
+            self.wfile.write(body[start : start + BLOCK])
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+    bodies: dict[str, bytes]
+
+
+@contextmanager
+def _upstream() -> Iterator[str]:
+    """The upstream's root: ``{root}/{size}/v1/chat/completions`` streams a reply of that size."""
+    server = _Server(("127.0.0.1", 0), _Handler)
+    server.bodies = {str(size): stream_body("text", size) for size in (BIG, SMALL)}
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _timed(client: httpx2.Client, url: str, hint: str) -> tuple[float, float, bytes]:
+    """(seconds to the first body byte, seconds to the last, the body) of one streamed call."""
+    headers = {
+        "content-type": "application/json",
+        "authorization": "Bearer sk-bench-host",
+        "x-inspector-session": hint,
+    }
+    t0 = time.perf_counter()
+    first = 0.0
+    body = bytearray()
+    with client.stream("POST", url, content=REQUEST, headers=headers) as response:
+        for chunk in response.iter_raw():
+            if not body:
+                first = time.perf_counter() - t0
+            body += chunk
+    return first, time.perf_counter() - t0, bytes(body)
+
+
+async def _concurrent(url: str, hint: str, expected: bytes) -> float:
+    """Seconds for ``CONCURRENT`` streamed calls at once, each read to its end and checked."""
+    limits = httpx2.Limits(max_connections=CONCURRENT * 2, max_keepalive_connections=CONCURRENT)
+    headers = {
+        "content-type": "application/json",
+        "authorization": "Bearer sk-bench-host",
+        "x-inspector-session": hint,
+    }
+    async with httpx2.AsyncClient(timeout=300, limits=limits) as client:
+
+        async def one() -> None:
+            body = bytearray()
+            async with client.stream("POST", url, content=REQUEST, headers=headers) as response:
+                async for chunk in response.aiter_raw():
+                    body += chunk
+            if bytes(body) != expected:
+                raise RuntimeError(f"a stream came back changed ({len(body)} bytes of {len(expected)})")
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(CONCURRENT)))
+        return time.perf_counter() - t0
+
+
+def _wait_stored(key_id: int, hint: str, count: int) -> float:
+    """Seconds until ``count`` records of the session ``hint`` are stored (at most 300)."""
+    t0 = time.perf_counter()
+    while _stored(key_id, hint) < count:
+        if time.perf_counter() - t0 > 300:
+            raise RuntimeError(f"the proxied exchange {count} was not stored within 300 s")
+        time.sleep(0.02)
+    return time.perf_counter() - t0
+
+
+def _stored(key_id: int, hint: str) -> int:
+    return Exchange.objects.filter(
+        conversation__proxy_session__key_id=key_id, conversation__proxy_session__hint=hint, channel="llm"
+    ).count()
+
+
+def run(ctx: Context) -> list[Result]:
+    repeats = ctx.repeats(full=15, quick=5)
+    owner = fixtures.user("bench-p13-llm")
+    fixtures.purge(owner)
+    results: list[Result] = []
+    with (
+        _upstream() as root,
+        WebServer(name="bench-p13-llm-web") as web,
+        httpx2.Client(timeout=120) as client,
+    ):
+        key, raw = create_key(owner, name="bench P13", openai_upstream=f"{root}/{BIG}/v1")
+        direct_url = f"{root}/{BIG}/v1/chat/completions"
+        proxy_url = f"{web.base}/proxy/{raw}/openai/v1/chat/completions"
+        expected = stream_body("text", BIG)
+        hint = f"bench-{uuid.uuid4().hex[:8]}"
+        ratios: list[float] = []
+        firsts: dict[str, list[float]] = {"direct": [], "proxy": []}
+        totals: dict[str, list[float]] = {"direct": [], "proxy": []}
+        # Seconds from a proxied stream's end until its record is stored. Each call waits for
+        # the last one's record: the record is written in the web process, beside the streams
+        # (its CPU is the concurrent measure's business), and this one times the pass-through.
+        stored_after: list[float] = []
+        proxy_cpu: list[float] = []
+        assert web.process is not None
+        web_pid = web.process.pid
+        for repeat in range(repeats + 1):
+            order = [("direct", direct_url), ("proxy", proxy_url)]
+            if repeat % 2:
+                order.reverse()
+            measured: dict[str, tuple[float, float]] = {}
+            for way, url in order:
+                cpu = cpu_seconds(web_pid) if way == "proxy" else 0.0
+                first, total, body = _timed(client, url, hint)
+                if way == "proxy" and repeat:
+                    # The web process's CPU for passing the stream on (its record starts after).
+                    proxy_cpu.append(cpu_seconds(web_pid) - cpu)
+                if body != expected:
+                    raise RuntimeError(
+                        f"the {way} stream came back changed ({len(body)} bytes of {len(expected)})"
+                    )
+                measured[way] = (first, total)
+                if way == "proxy":
+                    stored_after.append(_wait_stored(key.pk, hint, repeat + 1))
+            if repeat == 0:
+                continue  # warm-up: connections, the key's first look-up, the session's first row
+            for way, (first, total) in measured.items():
+                firsts[way].append(first)
+                totals[way].append(total)
+            ratios.append(measured["proxy"][1] / measured["direct"][1])
+            ctx.log(
+                f"repeat {repeat}: {ratios[-1]:.3f}×, first byte +"
+                f"{(measured['proxy'][0] - measured['direct'][0]) * 1000:.2f} ms"
+            )
+        added_ms = (statistics.median(firsts["proxy"]) - statistics.median(firsts["direct"])) * 1000
+        result = judged(
+            id=ID,
+            name=NAME,
+            unit=UNIT,
+            target=TARGET,
+            limit=LIMIT,
+            samples=ratios,
+            details={
+                "summary": (
+                    f"1 MB: direct {statistics.median(totals['direct']) * 1000:.1f} ms, proxy "
+                    f"{statistics.median(totals['proxy']) * 1000:.1f} ms; first byte direct "
+                    f"{statistics.median(firsts['direct']) * 1000:.2f} ms, proxy "
+                    f"{statistics.median(firsts['proxy']) * 1000:.2f} ms; the web process's CPU per "
+                    f"proxied call {statistics.median(proxy_cpu) * 1000:.0f} ms"
+                ),
+                "first_byte_added_ms": round(added_ms, 3),
+                "stored_after_s": summary(stored_after),
+                "web_cpu_ms_per_proxied_call": summary([c * 1000 for c in proxy_cpu]),
+                "direct_ms": summary([t * 1000 for t in totals["direct"]]),
+                "proxy_ms": summary([t * 1000 for t in totals["proxy"]]),
+            },
+        )
+        results.append(also_within(result, what="first byte added (ms)", value=added_ms, limit=TTFB_LIMIT_MS))
+        results.append(_streams(ctx, key.pk, raw, root, web))
+    return results
+
+
+def _streams(ctx: Context, key_id: int, raw: str, root: str, web: WebServer) -> Result:
+    if not ctx.services.postgres:
+        return not_run(
+            id=STREAMS_ID,
+            name=STREAMS_NAME,
+            unit=UNIT,
+            target=STREAMS_TARGET,
+            reason="needs the scaled deployment (PostgreSQL): " + "; ".join(ctx.services.problems.values()),
+        )
+    ProxyKey.objects.filter(pk=key_id).update(openai_upstream=f"{root}/{SMALL}/v1")
+    expected = stream_body("text", SMALL)
+    direct_url = f"{root}/{SMALL}/v1/chat/completions"
+    proxy_url = f"{web.base}/proxy/{raw}/openai/v1/chat/completions"
+    repeats = ctx.repeats(full=3, quick=1)
+    ratios: list[float] = []
+    waits: list[float] = []
+    for repeat in range(repeats):
+        hint = f"streams-{uuid.uuid4().hex[:8]}"
+        direct = asyncio.run(_concurrent(direct_url, hint, expected))
+        proxied = asyncio.run(_concurrent(proxy_url, hint, expected))
+        ended = time.perf_counter()
+        deadline = ended + 300
+        while _stored(key_id, hint) < CONCURRENT and time.perf_counter() < deadline:
+            time.sleep(0.1)
+        stored = _stored(key_id, hint)
+        if stored < CONCURRENT:
+            raise RuntimeError(f"only {stored} of {CONCURRENT} proxied exchanges were stored within 300 s")
+        waits.append(time.perf_counter() - ended)
+        ratios.append(proxied / direct)
+        ctx.log(
+            f"streams {repeat + 1}: direct {direct:.2f} s, proxy {proxied:.2f} s ({ratios[-1]:.2f}×), "
+            f"all {CONCURRENT} stored {waits[-1]:.2f} s after the last stream"
+        )
+    result = judged(
+        id=STREAMS_ID,
+        name=STREAMS_NAME,
+        unit=UNIT,
+        target=STREAMS_TARGET,
+        limit=float("inf"),
+        samples=ratios,
+        details={
+            "summary": (
+                f"{CONCURRENT} × 100 kB at once: {statistics.median(ratios):.2f}× direct; every exchange "
+                f"stored, the last {statistics.median(waits):.2f} s after the last stream ended"
+            ),
+            "stored_after_s": summary(waits),
+        },
+    )
+    return result

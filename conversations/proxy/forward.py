@@ -1,0 +1,272 @@
+"""Pass one HTTP request through to an upstream and its answer back, as it arrives, and capture both.
+
+The host's request goes out with its own headers (its credentials included) less the hop-by-hop
+ones; the upstream's answer comes back with its status, its headers (less the hop-by-hop ones)
+and its body bytes exactly as they came over the wire — a compressed body stays compressed, a
+stream is handed on chunk by chunk, never gathered first. Beside the bytes that pass, a
+``Capture`` keeps what the record needs: the body with its content-encoding undone, at most
+``limit`` bytes of it (the rest is passed on and only counted; the record is marked cut).
+
+When the answer has ended — completely, broken off by the upstream, or abandoned by a host that
+went away — ``on_done`` gets the exchange as far as it got. It is called on the event loop and
+must not block: ``llm`` hands it to a thread. A failure in it never reaches the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import UTC, datetime
+from weakref import WeakKeyDictionary
+
+import httpx2
+from django.http import HttpRequest, HttpResponseBase, JsonResponse, StreamingHttpResponse
+
+from conversations.loop.wire import WireExchange, decode_body
+
+logger = logging.getLogger(__name__)
+
+# RFC 9110 §7.6.1: meaningful only for one connection, never forwarded. ``host`` and
+# ``content-length`` are not hop-by-hop but are set anew for the upstream's connection by the client.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+# Headers addressed to the inspector, not to the upstream: never forwarded.
+INSPECTOR_HEADERS = frozenset({"x-inspector-session"})
+_NOT_FORWARDED = HOP_BY_HOP | INSPECTOR_HEADERS | {"host", "content-length"}
+
+# The upstream's connection: a host waits on a model for minutes between two chunks at most;
+# connecting and sending are quick or the upstream is down.
+CONNECT_TIMEOUT_SECONDS = 10.0
+WRITE_TIMEOUT_SECONDS = 60.0
+# Concurrent upstream connections of one web process (a streamed reply holds one throughout).
+MAX_CONNECTIONS = 1000
+MAX_KEEPALIVE = 100
+
+ExchangeDone = Callable[[WireExchange], None]
+
+_clients: WeakKeyDictionary[asyncio.AbstractEventLoop, httpx2.AsyncClient] = WeakKeyDictionary()
+
+
+def upstream_client(read_timeout: float) -> httpx2.AsyncClient:
+    """The process's client for upstreams, one per event loop (a connection pool belongs to one
+    loop), kept for the loop's life so connections are reused across requests."""
+    loop = asyncio.get_running_loop()
+    client = _clients.get(loop)
+    if client is None:
+        client = httpx2.AsyncClient(
+            timeout=httpx2.Timeout(
+                connect=CONNECT_TIMEOUT_SECONDS,
+                read=read_timeout,
+                write=WRITE_TIMEOUT_SECONDS,
+                pool=CONNECT_TIMEOUT_SECONDS,
+            ),
+            limits=httpx2.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_KEEPALIVE),
+            # The host's own redirects and encodings are its business: pass them on as they are.
+            follow_redirects=False,
+            trust_env=False,
+        )
+        _clients[loop] = client
+    return client
+
+
+def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The host's request headers as they go to the upstream: all, less hop-by-hop and ours."""
+    return {name: value for name, value in headers.items() if name.lower() not in _NOT_FORWARDED}
+
+
+def passed_back(headers: httpx2.Headers) -> list[tuple[str, str]]:
+    """The upstream's response headers as they go to the host: all, less hop-by-hop (the host's
+    connection has its own framing)."""
+    return [(name, value) for name, value in headers.multi_items() if name.lower() not in HOP_BY_HOP]
+
+
+class Capture:
+    """What the record keeps of a body passing by: at most ``limit`` bytes, content-encoding undone.
+
+    ``gzip`` and ``deflate`` are inflated (a megabyte at most beyond what is kept, so a bomb
+    never expands whole); another encoding is kept as it came and ``note`` says so. Past the
+    limit the bytes are only counted, and ``note`` says where the record was cut.
+    """
+
+    def __init__(self, limit: int, encoding: str = "") -> None:
+        self.limit = limit
+        self.encoding = encoding.strip().lower()
+        self.wire_bytes = 0
+        self.cut = False
+        self._kept = bytearray()
+        self._inflate: zlib._Decompress | None = None  # noqa: SLF001 (the stdlib's own type name)
+        self._undecoded = ""
+        if self.encoding in {"gzip", "x-gzip"}:
+            self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif self.encoding == "deflate":
+            self._inflate = zlib.decompressobj()
+        elif self.encoding not in {"", "identity"}:
+            self._undecoded = f"its content-encoding {self.encoding!r} is kept as it came (not decoded)"
+
+    def feed(self, data: bytes) -> None:
+        self.wire_bytes += len(data)
+        if self.cut:
+            return
+        if self._inflate is not None:
+            try:
+                data = self._inflate.decompress(data, self.limit - len(self._kept) + 1)
+            except zlib.error as exc:
+                self._inflate = None
+                self._undecoded = (
+                    f"its {self.encoding} body could not be inflated ({exc}); the rest is kept as it came"
+                )
+        room = self.limit - len(self._kept)
+        if len(data) > room:
+            self._kept += data[:room]
+            self.cut = True
+            return
+        self._kept += data
+
+    @property
+    def body(self) -> bytes:
+        return bytes(self._kept)
+
+    @property
+    def note(self) -> str:
+        notes = []
+        if self.cut:
+            notes.append(
+                f"the record was cut at {self.limit:,} bytes (RESPONSE_BODY_LIMIT); the whole body, "
+                f"{self.wire_bytes:,} bytes over the wire, was passed on"
+            )
+        if self._undecoded:
+            notes.append(self._undecoded)
+        return "; ".join(notes)
+
+
+def _label(request: httpx2.Request) -> str:
+    return f"{request.method} {request.url.path}"
+
+
+def _request_record(
+    request: httpx2.Request, body: bytes, limit: int, started: datetime
+) -> tuple[WireExchange, str]:
+    kept = Capture(limit)
+    kept.feed(body)
+    exchange = WireExchange(
+        channel="llm",
+        label=_label(request),
+        started_at=started,
+        request_headers={name.lower(): value for name, value in request.headers.multi_items()},
+        request_body=decode_body(kept.body),
+    )
+    return exchange, (f"request body: {kept.note}" if kept.cut else "")
+
+
+def error_body(kind: str, message: str) -> dict[str, dict[str, str]]:
+    """A JSON error in the shape all three formats' SDKs read (``error.message``, ``error.type``)."""
+    return {"error": {"type": kind, "message": message}}
+
+
+async def relay(
+    request: HttpRequest,
+    url: str,
+    *,
+    limit: int,
+    read_timeout: float,
+    on_done: ExchangeDone,
+) -> HttpResponseBase:
+    """Send ``request`` on to ``url`` and return the upstream's answer as it arrives.
+
+    The response the host gets streams the upstream's body bytes unchanged, whatever their type;
+    an upstream that cannot be reached gets the host a 502 (a 504 when it did not answer in
+    time) with a JSON body saying why. ``on_done`` is called once with the exchange: when the
+    body has ended, broken off, or the host went away (then it holds what had passed).
+    """
+    body = request.read()
+    client = upstream_client(read_timeout)
+    outgoing = client.build_request(
+        request.method or "POST", url, content=body, headers=forwarded_headers(request.headers)
+    )
+    started = datetime.now(UTC)
+    t0 = time.monotonic()
+    exchange, request_note = _request_record(outgoing, body, limit, started)
+    try:
+        upstream = await client.send(outgoing, stream=True)
+    except httpx2.HTTPError as exc:
+        timed_out = isinstance(exc, httpx2.TimeoutException)
+        exchange.status = "timeout" if timed_out else "error"
+        exchange.error = "; ".join(
+            filter(None, [f"the upstream could not be reached: {type(exc).__name__}: {exc}", request_note])
+        )
+        exchange.duration_ms = (time.monotonic() - t0) * 1000
+        _done(on_done, exchange)
+        where = f"{outgoing.url.scheme}://{outgoing.url.netloc.decode('ascii', 'replace')}"
+        message = (
+            f"the inspector's proxy could not reach the upstream {where}: {type(exc).__name__}"
+            f"{' (timed out)' if timed_out else ''}"
+        )
+        return JsonResponse(error_body("upstream_unreachable", message), status=504 if timed_out else 502)
+    capture = Capture(limit, upstream.headers.get("content-encoding", ""))
+    response = StreamingHttpResponse(
+        _passed(upstream, capture, exchange, request_note, t0, on_done),
+        status=upstream.status_code,
+        reason=upstream.reason_phrase or None,
+    )
+    if "content-type" not in upstream.headers:
+        del response["Content-Type"]
+    for name, value in passed_back(upstream.headers):
+        # Django keeps one value per name; a repeated header (Set-Cookie aside) joins with a comma.
+        response[name] = (
+            f"{response[name]}, {value}" if name in response and name.lower() != "content-type" else value
+        )
+    return response
+
+
+async def _passed(
+    upstream: httpx2.Response,
+    capture: Capture,
+    exchange: WireExchange,
+    request_note: str,
+    t0: float,
+    on_done: ExchangeDone,
+) -> AsyncIterator[bytes]:
+    problem = ""
+    try:
+        async for chunk in upstream.aiter_raw():
+            capture.feed(chunk)
+            yield chunk
+    except httpx2.HTTPError as exc:
+        problem = f"the upstream stopped sending mid-body: {type(exc).__name__}: {exc}"
+        raise
+    except (asyncio.CancelledError, GeneratorExit):
+        problem = f"the host went away mid-body; the {capture.wire_bytes:,} bytes passed until then are kept"
+        raise
+    finally:
+        exchange.status = str(upstream.status_code)
+        exchange.response_headers = {name.lower(): value for name, value in upstream.headers.multi_items()}
+        exchange.response_body = decode_body(capture.body)
+        response_note = f"response body: {capture.note}" if capture.note else ""
+        exchange.error = "; ".join(filter(None, [problem, request_note, response_note]))
+        exchange.duration_ms = (time.monotonic() - t0) * 1000
+        _done(on_done, exchange)
+        try:
+            await upstream.aclose()
+        except Exception:  # closing a broken connection: nothing left to pass or record
+            logger.debug("closing an upstream response failed", exc_info=True)
+
+
+def _done(on_done: ExchangeDone, exchange: WireExchange) -> None:
+    try:
+        on_done(exchange)
+    except Exception:  # the host's answer never depends on the record
+        logger.exception("recording a proxied exchange failed: %s", exchange.label)
