@@ -357,6 +357,9 @@ MCP_STDOUT_LINE_LIMIT = env_int("MCP_STDOUT_LINE_LIMIT", 32_000_000)
 # whole; only a larger one (a runaway stream, a hostile server) is cut in the record, the cut
 # marked with the true total (the call itself still completes).
 EXCHANGE_BODY_LIMIT = env_int("EXCHANGE_BODY_LIMIT", 64_000_000)
+# The stdio MCP proxy (manage.py proxy stdio): the most bytes of forwarded traffic waiting to be
+# recorded; past it a chunk is passed on and only counted (docs/proxy-mcp.md).
+PROXY_QUEUE_LIMIT = env_int("PROXY_QUEUE_LIMIT", 64_000_000)
 
 # The demo model, served by this app at /demo-model/v1, keyed so it is no open endpoint.
 DEMO_MODEL_API_KEY = (
