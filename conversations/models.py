@@ -18,6 +18,10 @@ from conversations.loop.paradigms import PARADIGMS
 from conversations.loop.providers import PROVIDERS
 from conversations.loop.splicing import ARGUMENT_MODE_LABELS, ENCODINGS
 
+# The proxies' models live in their package and belong to this app (Django finds them here).
+from conversations.proxy.models import ProxyKey as ProxyKey
+from conversations.proxy.models import ProxySession as ProxySession
+
 CAPABILITY_CHOICES = [("unknown", "unknown"), ("yes", "yes"), ("no", "no")]
 TOOL_CHOICE_MODES = [
     ("auto", "auto — the model decides"),

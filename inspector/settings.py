@@ -342,6 +342,10 @@ MODEL_TIMEOUT_SECONDS = env_float("MODEL_TIMEOUT_SECONDS", 120.0)
 # is undone (a 200 KB gzip body can expand to 200 MB); past it the call fails with what arrived.
 RESPONSE_BODY_LIMIT = env_int("RESPONSE_BODY_LIMIT", 32_000_000)
 
+# The recording proxies (docs/proxy.md): a key's traffic without a session hint goes on in the
+# same proxy session until it has been quiet this long.
+PROXY_SESSION_GAP_SECONDS = env_float("PROXY_SESSION_GAP_SECONDS", 600.0)
+
 # MCP gateway.
 MCP_CALL_TIMEOUT_SECONDS = env_float("MCP_CALL_TIMEOUT_SECONDS", 30.0)
 MCP_CONNECT_TIMEOUT_SECONDS = env_float("MCP_CONNECT_TIMEOUT_SECONDS", 20.0)

@@ -443,6 +443,19 @@ class AnthropicProvider:
             sent = first(b for b in dicts(response.get("content")) if b.get("type") == "tool_use")
         return WireExcerpts(sent=sent, replayed=call, result=result)
 
+    @staticmethod
+    def recorded_reply(body: str, exchange: WireExchange, *, stream: bool) -> ModelReply:
+        """The reply in a recorded response body of this format (``stream``: an event stream),
+        as ``complete`` reads it (the recording proxy reads a host's replies with it).
+
+        Raises:
+            ProviderError: the stream carries an error event.
+            ValueError: the body is not a reply of this format.
+        """
+        if stream:
+            return _parse_stream(body, exchange)
+        return _parse_message(body, exchange)
+
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
 

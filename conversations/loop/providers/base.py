@@ -120,7 +120,9 @@ class Provider(Protocol):
     ``gen_ai.provider.name`` of the OpenTelemetry GenAI conventions; ``usage_input_key`` and
     ``usage_output_key``, the keys of the reply's usage object that count input and output
     tokens; and ``excerpts(request, response)``, which finds the first tool call and its result
-    in recorded bodies of this format (``response`` is None for a streamed reply), or None.
+    in recorded bodies of this format (``response`` is None for a streamed reply), or None; and
+    ``recorded_reply(body, exchange, stream=...)``, the reply a recorded response body holds (what
+    the recording proxy reads a host's model calls with).
 
     Raises (from ``complete``):
         ProviderError: the endpoint answered with an error or could not be reached.
@@ -137,6 +139,9 @@ class Provider(Protocol):
 
     @staticmethod
     def excerpts(request: JSONDict, response: JSONDict | None) -> WireExcerpts | None: ...
+
+    @staticmethod
+    def recorded_reply(body: str, exchange: WireExchange, *, stream: bool) -> ModelReply: ...
 
     def __init__(self, endpoint: Endpoint) -> None: ...
 

@@ -408,6 +408,19 @@ class OpenAIChatProvider:
             sent = object_or_empty((choice or {}).get("message")) or None
         return WireExcerpts(sent=sent, replayed=assistant, result=result)
 
+    @staticmethod
+    def recorded_reply(body: str, exchange: WireExchange, *, stream: bool) -> ModelReply:
+        """The reply in a recorded response body of this format (``stream``: an event stream),
+        as ``complete`` reads it (the recording proxy reads a host's replies with it).
+
+        Raises:
+            ProviderError: the stream carries an error event.
+            ValueError: the body is not a reply of this format.
+        """
+        if stream:
+            return _parse_stream(body, exchange)
+        return _parse_completion(body, exchange)
+
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
 

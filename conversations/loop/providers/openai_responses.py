@@ -314,6 +314,19 @@ class OpenAIResponsesProvider:
             result_roles=RESPONSES_RESULT_ROLES,
         )
 
+    @staticmethod
+    def recorded_reply(body: str, exchange: WireExchange, *, stream: bool) -> ModelReply:
+        """The reply in a recorded response body of this format (``stream``: an event stream),
+        as ``complete`` reads it (the recording proxy reads a host's replies with it).
+
+        Raises:
+            ProviderError: the stream carries an error event.
+            ValueError: the body is not a reply of this format.
+        """
+        if stream:
+            return _parse_stream(body, exchange)
+        return _reply(json_object(body), exchange, body)
+
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
 

@@ -1,0 +1,116 @@
+"""Which proxy session, and which of its turns, a key's traffic is recorded into.
+
+A session is a conversation. With a hint (``X-Inspector-Session``, ``--session``) a key's traffic
+under that hint always goes to the same one; without, it goes to the key's latest hint-less
+session unless that has been quiet for ``PROXY_SESSION_GAP_SECONDS``, when a new one begins.
+
+A session's turns follow the host's questions: a model call whose last user text differs from
+the current turn's question begins a new turn (the model calls that carry tool results back
+carry the same question, so a whole agent run is one turn, as in the loop). MCP traffic goes to
+the current turn; before any model call, to a turn without a question.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Max
+
+from conversations.models import Conversation, ModelProfile, Turn
+from conversations.proxy.models import ProxyKey, ProxySession
+
+# The paradigm a proxy conversation is shown under: a host's model calls carry native tool
+# definitions as far as the proxy can tell (it does not build the requests).
+PROXY_PARADIGM = "native"
+# The placeholder profile of a key without one: never run, offered in no picker (as an
+# import's: ``imported_by`` its user).
+PLACEHOLDER_PREFIX = "recorded by proxy: "
+NOT_KNOWN_MODEL = "(as the host sent it)"
+
+
+def session_for(key: ProxyKey, *, hint: str | None, now: datetime, fmt: str) -> ProxySession:
+    """The session ``key``'s traffic under ``hint`` goes to now, locked for this transaction
+    (a new one if there is none, or the last one without a hint is past the gap). Inside a
+    transaction."""
+    hint = (hint or "")[:200]
+    found = _locked(key, hint, now)
+    if found is not None:
+        return found
+    # Lock the key, then look again: two first calls of a session at once make one session.
+    ProxyKey.objects.select_for_update().filter(pk=key.pk).first()
+    found = _locked(key, hint, now)
+    if found is not None:
+        return found
+    conversation = Conversation.objects.create(
+        owner_id=key.user_id,
+        title=_title(key, hint),
+        model_profile=_profile(key, fmt),
+        paradigm=PROXY_PARADIGM,
+        created_at=now,
+    )
+    return ProxySession.objects.create(
+        key=key, hint=hint, conversation=conversation, created_at=now, last_activity_at=now
+    )
+
+
+def _locked(key: ProxyKey, hint: str, now: datetime) -> ProxySession | None:
+    rows = ProxySession.objects.select_for_update().filter(key=key, hint=hint)
+    if not hint:
+        rows = rows.filter(last_activity_at__gte=now - timedelta(seconds=settings.PROXY_SESSION_GAP_SECONDS))
+    found = rows.order_by("-last_activity_at", "-pk").first()
+    if found is not None:
+        # Read after the lock: the row as the last writer left it.
+        found.refresh_from_db()
+    return found
+
+
+def _title(key: ProxyKey, hint: str) -> str:
+    name = key.name or key.prefix
+    return f"proxy · {name}" + (f" · {hint}" if hint else "")
+
+
+def _profile(key: ProxyKey, fmt: str) -> ModelProfile:
+    if key.profile_id is not None and key.profile is not None:
+        return key.profile
+    provider = fmt if fmt else "openai_chat"
+    name = f"{PLACEHOLDER_PREFIX}{provider} · {key.user_id}"[:80]
+    profile, _ = ModelProfile.objects.get_or_create(
+        name=name,
+        defaults={"provider": provider, "model": NOT_KNOWN_MODEL, "imported_by_id": key.user_id},
+    )
+    return profile
+
+
+def turn_for(session: ProxySession, *, question: str | None, model: str, now: datetime) -> Turn:
+    """The turn a record goes into: the session's current one, or a new one when a model call
+    asks a different question (``question`` None: MCP traffic, never a new question)."""
+    current = session.turn
+    if current is not None and (question is None or question == current.question):
+        if model and not current.model_name:
+            current.model_name = model[:120]
+        return current
+    if current is not None and not current.question and question is not None and not _has_model_call(current):
+        # MCP traffic before the first model call (initialize, tools/list) belongs to it.
+        current.question = question
+        current.model_name = model[:120]
+        return current
+    seq = (session.conversation.turns.aggregate(last=Max("seq"))["last"] or 0) + 1
+    turn = Turn.objects.create(
+        conversation=session.conversation,
+        seq=seq,
+        question=question or "",
+        status=Turn.Status.DONE,
+        paradigm=PROXY_PARADIGM,
+        tool_choice="auto",
+        model_name=model[:120],
+        created_at=now,
+        started_at=now,
+        finished_at=now,
+    )
+    session.turn = turn
+    return turn
+
+
+def _has_model_call(turn: Turn) -> bool:
+    return turn.steps.filter(kind__in=("decide", "error"), exchanges__channel="llm").exists()
