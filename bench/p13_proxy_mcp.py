@@ -40,7 +40,7 @@ async def _session(command: list[str], calls: int) -> tuple[float, float]:
         ready = time.perf_counter()
         for _ in range(calls):
             result = await session.call_tool("get_current_time", {"timezone": "UTC"})
-            if result.isError:
+            if result.is_error:
                 raise RuntimeError(f"get_current_time failed: {result.content}")
         done = time.perf_counter()
     return ready - started, done - ready
@@ -52,7 +52,18 @@ def run(ctx: Context) -> list[Result]:
     owner = fixtures.user("bench-p13")
     fixtures.purge(owner)
     _, raw_key = create_key(owner, name="bench P13")
-    proxied = [sys.executable, "manage.py", "proxy", "stdio", "--key", raw_key, "--name", "time", "--", *SERVER]
+    proxied = [
+        sys.executable,
+        "manage.py",
+        "proxy",
+        "stdio",
+        "--key",
+        raw_key,
+        "--name",
+        "time",
+        "--",
+        *SERVER,
+    ]
     ratios: list[float] = []
     direct_ms: list[float] = []
     proxy_ms: list[float] = []
@@ -70,9 +81,11 @@ def run(ctx: Context) -> list[Result]:
         ratios.append(timed["proxy"] / timed["direct"])
         direct_ms.append(timed["direct"] * 1000)
         proxy_ms.append(timed["proxy"] * 1000)
-        ctx.log(f"P13 MCP {repeat + 1}/{repeats}: {ratios[-1]:.2f}× ({proxy_ms[-1]:.0f} vs {direct_ms[-1]:.0f} ms)")
+        ctx.log(
+            f"P13 MCP {repeat + 1}/{repeats}: {ratios[-1]:.2f}× ({proxy_ms[-1]:.0f} vs {direct_ms[-1]:.0f} ms)"
+        )
     recorded = Exchange.objects.filter(
-        step__turn__conversation__proxy_session__in=ProxySession.objects.filter(key__user=owner),
+        step__turn__conversation__proxy_session__in=ProxySession.objects.filter(key__user_id=owner.pk),
         label="tools/call",
     ).count()
     return [

@@ -183,9 +183,7 @@ class Pairer:
         origin = "client" if stream == HOST else "server"
         if not isinstance(message, dict):
             # A JSON-RPC batch (or any other JSON value): passed on, recorded as one message.
-            record = WireExchange(
-                channel="mcp", label="batch", started_at=wall, direction=origin, **_side(stream, body)
-            )
+            record = _unpaired("batch", wall, origin, stream, body)
             self.finished.append(record)
             return record
         method, msg_id = message.get("method"), message.get("id")
@@ -225,24 +223,24 @@ class Pairer:
                 record.error = str(error.get("message", ""))
             self.finished.append(record)
             return record
-        record = WireExchange(
-            channel="mcp",
-            label=str(method) if method is not None else "not JSON-RPC",
-            started_at=wall,
-            direction=origin,
-            **_side(stream, body),
-        )
+        record = _unpaired(str(method) if method is not None else "not JSON-RPC", wall, origin, stream, body)
         self.finished.append(record)
         return record
 
 
-def _side(stream: str, body: str) -> dict[str, str]:
-    """An unpaired message's body goes where its sender's side is shown."""
-    return {"request_body": body} if stream == HOST else {"response_body": body}
+def _unpaired(label: str, wall: datetime, origin: str, stream: str, body: str) -> WireExchange:
+    """An unpaired message; its body goes where its sender's side is shown."""
+    record = WireExchange(channel="mcp", label=label, started_at=wall, direction=origin)
+    if stream == HOST:
+        record.request_body = body
+    else:
+        record.response_body = body
+    return record
 
 
 def _json(raw: bytes) -> object | None:
     try:
-        return json.loads(raw)
+        value: object = json.loads(raw)
     except ValueError:
         return None
+    return value

@@ -22,6 +22,10 @@ from servers.proxy.stdio import run
 
 # How long the proxy waits, once the server has exited, for its last records to be stored or spooled.
 FINISH_SECONDS = 15.0
+# The longest one store waits for a database connection. The proxy has one writer thread, so a
+# pool wait only ever means the database is unreachable: fail fast and spool (the web processes'
+# DATABASE_POOL_TIMEOUT_SECONDS, 30 s by default, would outlast a host's patience at exit).
+POOL_WAIT_SECONDS = 3.0
 
 
 def key_store(raw_key: str) -> Store:
@@ -59,6 +63,7 @@ def proxy_stdio(command: Sequence[str], *, raw_key: str, name: str, session: str
     Raises:
         OSError: the command could not be started.
     """
+    _fail_fast_without_a_database()
     recorder = Recorder(
         store=key_store(raw_key),
         spool=Spool(Path(settings.VAR_DIR), raw_key),
@@ -76,3 +81,11 @@ def proxy_stdio(command: Sequence[str], *, raw_key: str, name: str, session: str
             sys.stderr.write(
                 f"proxy: recording did not finish within {FINISH_SECONDS:.0f} s; what it had not stored is lost\n"
             )
+
+
+def _fail_fast_without_a_database() -> None:
+    """Shorten this process's pool wait before its first connection (see POOL_WAIT_SECONDS)."""
+    options = settings.DATABASES["default"].get("OPTIONS") or {}
+    pool = options.get("pool")
+    if isinstance(pool, dict):
+        pool["timeout"] = min(float(pool.get("timeout", POOL_WAIT_SECONDS)), POOL_WAIT_SECONDS)

@@ -38,9 +38,9 @@ class _Source:
     async def open(self) -> _Source:
         if not stat.S_ISREG(os.fstat(self.fd).st_mode):
             loop = asyncio.get_running_loop()
-            self.reader = asyncio.StreamReader(limit=CHUNK)
+            reader = self.reader = asyncio.StreamReader(limit=CHUNK)
             pipe = os.fdopen(os.dup(self.fd), "rb", buffering=0)
-            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(self.reader), pipe)
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
         return self
 
     async def read(self) -> bytes:
@@ -90,7 +90,7 @@ class _Sink:
                 pass
 
 
-async def _pump(read: asyncio.StreamReader | _Source, sink: _Sink, recorder: Recorder, stream: str) -> None:
+async def _pump(read: asyncio.StreamReader, sink: _Sink, recorder: Recorder, stream: str) -> None:
     while True:
         chunk = await read.read(CHUNK)
         if not chunk:

@@ -62,10 +62,14 @@ class Command(BaseCommand):
         listing.add_argument("--user", default="")
         gone = key_sub.add_parser("revoke", help="revoke a key by its prefix or id")
         gone.add_argument("key")
-        stdio = sub.add_parser("stdio", help="run a stdio MCP server behind the recording proxy: -- COMMAND [ARGS...]")
+        stdio = sub.add_parser(
+            "stdio", help="run a stdio MCP server behind the recording proxy: -- COMMAND [ARGS...]"
+        )
         stdio.add_argument("--key", default="", help=f"the proxy key (default: ${KEY_ENV})")
         stdio.add_argument("--name", required=True, help="the server's name in the record")
-        stdio.add_argument("--session", default=None, help="record into this session (else by inactivity gap)")
+        stdio.add_argument(
+            "--session", default=None, help="record into this session (else by inactivity gap)"
+        )
         stdio.add_argument("command", nargs="*", help="-- COMMAND [ARGS...]")
 
     def handle(self, *args: Any, **options: Any) -> None:

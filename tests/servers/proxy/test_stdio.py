@@ -46,7 +46,7 @@ def _recorder(tmp_path: Path, store: ListStore, **options: int) -> Recorder:
 def _read_all(fd: int, into: bytearray) -> threading.Thread:
     def drain() -> None:
         while chunk := os.read(fd, 65536):
-            into += chunk
+            into.extend(chunk)
         os.close(fd)
 
     thread = threading.Thread(target=drain)
@@ -54,7 +54,9 @@ def _read_all(fd: int, into: bytearray) -> threading.Thread:
     return thread
 
 
-def _proxy(tmp_path: Path, host_pieces: list[bytes], recorder: Recorder, code: int = 7) -> tuple[int, bytes, bytes]:
+def _proxy(
+    tmp_path: Path, host_pieces: list[bytes], recorder: Recorder, code: int = 7
+) -> tuple[int, bytes, bytes]:
     """Run the tee server behind the proxy, the host side on pipes: returns (exit code, what the
     host received on stdout, what reached the proxy's stderr)."""
     host_in_r, host_in_w = os.pipe()
@@ -74,7 +76,9 @@ def _proxy(tmp_path: Path, host_pieces: list[bytes], recorder: Recorder, code: i
     received = tmp_path / "received"
     command = [sys.executable, str(TEE), str(received), str(code)]
     try:
-        status = asyncio.run(run(command, recorder, stdin_fd=host_in_r, stdout_fd=host_out_w, stderr_fd=err_w))
+        status = asyncio.run(
+            run(command, recorder, stdin_fd=host_in_r, stdout_fd=host_out_w, stderr_fd=err_w)
+        )
     finally:
         for fd in (host_in_r, host_out_w, err_w):
             os.close(fd)
@@ -92,7 +96,9 @@ HOST_PIECES = [
     b'{"jsonrpc":"2.0","method":"\xc3\x28 not utf8"}\n',
     b'{"jsonrpc":"2.0","id":2,',  # split across writes
     b'"method":"tools/list"}\r\n',
-    b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"arguments":{"s":"' + b"y" * 2_000_000 + b'"}}}\n',
+    b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"arguments":{"s":"'
+    + b"y" * 2_000_000
+    + b'"}}}\n',
     b"no newline at the end",
 ]
 
@@ -105,7 +111,9 @@ def test_every_byte_passes_unchanged_both_ways_and_the_exit_code_is_the_servers(
     assert status == 7
     labels = [record.label for record in store.records]
     assert "stdout (not JSON)" in labels and "stdin (not JSON)" in labels and "stderr" in labels
-    assert {"initialize", "tools/list", "tools/call", "notifications/message", "notifications/bye"} <= set(labels)
+    assert {"initialize", "tools/list", "tools/call", "notifications/message", "notifications/bye"} <= set(
+        labels
+    )
     big = next(record for record in store.records if record.label == "tools/call")
     assert len(big.request_body) > 2_000_000
     stderr = next(record for record in store.records if record.label == "stderr")
