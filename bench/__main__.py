@@ -29,6 +29,7 @@ MEASURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "P10": ("bench.p10_big_payload", ("P10",)),
     "P11": ("bench.p11_streaming", ("P11",)),
     "P12": ("bench.p12_class", ("P12",)),
+    "P13": ("bench.p13_proxy_mcp", ("P13",)),
 }
 ALIASES = {"P7": "P4"}
 QUICK = ("P1", "P3")

@@ -14,6 +14,7 @@ repeat's pair back to back, is what holds up under it.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 
@@ -34,7 +35,8 @@ SERVER = [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"]
 async def _session(command: list[str], calls: int) -> tuple[float, float]:
     """(seconds to connect and initialize, seconds for ``calls`` tools/call one after another)."""
     started = time.perf_counter()
-    params = StdioServerParameters(command=command[0], args=command[1:])
+    # The whole environment: the proxy records into the bench's database (DATABASE_URL…).
+    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         ready = time.perf_counter()

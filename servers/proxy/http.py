@@ -17,6 +17,7 @@ tells the host where to POST its messages, is rewritten to point back through th
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import weakref
@@ -36,7 +37,7 @@ from conversations.proxy.keys import authenticate
 from conversations.proxy.models import ProxyKey
 from conversations.proxy.recording import record_mcp
 from servers.models import McpServer
-from servers.proxy.pairing import HOST, SERVER, Pairer
+from servers.proxy.pairing import HOST, SERVER, Pairer, cut
 from servers.proxy.sse import Event, EventReader
 from servers.selectors import server_get
 
@@ -68,6 +69,9 @@ _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient
     weakref.WeakKeyDictionary()
 )
 _storing: set[asyncio.Task[None]] = set()
+_order: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @dataclass
@@ -122,7 +126,11 @@ def _client() -> httpx.AsyncClient:
 def _pairer(scope: tuple[object, ...]) -> Pairer:
     pairer = _pairers.get(scope)
     if pairer is None:
-        pairer = Pairer(line_limit=settings.MCP_STDOUT_LINE_LIMIT, body_limit=settings.EXCHANGE_BODY_LIMIT)
+        pairer = Pairer(
+            line_limit=settings.MCP_STDOUT_LINE_LIMIT,
+            body_limit=settings.EXCHANGE_BODY_LIMIT,
+            not_json=("request (not JSON)", "event (not JSON)"),
+        )
         _pairers[scope] = pairer
         while len(_pairers) > MAX_SCOPES:
             _pairers.popitem(last=False)
@@ -135,19 +143,26 @@ def _store(route: Route, records: Sequence[WireExchange]) -> None:
     if not records:
         return
 
-    async def store() -> None:
-        try:
-            await sync_to_async(record_mcp, thread_sensitive=False)(
-                route.key,
-                session=route.session,
-                server_name=route.server.name,
-                records=list(records),
-                secrets=route.secrets,
-            )
-        except Exception:
-            log.exception("proxy: %d records of %s could not be stored", len(records), route.server.name)
+    loop = asyncio.get_running_loop()
+    locks = _order.setdefault(loop, {})
+    lock = locks.setdefault(route.key.pk, asyncio.Lock())
 
-    task = asyncio.get_running_loop().create_task(store())
+    async def store() -> None:
+        # One key's records are stored one group at a time, in the order they were made (a
+        # lock is fair: tasks reach it in the order they were created).
+        async with lock:
+            try:
+                await sync_to_async(record_mcp, thread_sensitive=False)(
+                    route.key,
+                    session=route.session,
+                    server_name=route.server.name,
+                    records=list(records),
+                    secrets=route.secrets,
+                )
+            except Exception:
+                log.exception("proxy: %d records of %s could not be stored", len(records), route.server.name)
+
+    task = loop.create_task(store())
     _storing.add(task)
     task.add_done_callback(_storing.discard)
 
@@ -181,16 +196,22 @@ class _Body:
         self.kept = bytearray()
         self.total = 0
 
+    def _next(self) -> bytes:
+        chunk = self.request.read(CHUNK)
+        self.total += len(chunk)
+        room = self.limit - len(self.kept)
+        if room > 0:
+            self.kept += chunk[:room]
+        return chunk
+
     async def chunks(self) -> AsyncIterator[bytes]:
-        while True:
-            chunk = self.request.read(CHUNK)
-            if not chunk:
-                return
-            self.total += len(chunk)
-            room = self.limit - len(self.kept)
-            if room > 0:
-                self.kept += chunk[:room]
+        while chunk := self._next():
             yield chunk
+
+    def rest(self) -> None:
+        """Read what was not sent (the upstream could not be reached), for the record."""
+        while self._next():
+            pass
 
 
 async def forward(
@@ -202,16 +223,16 @@ async def forward(
     rewrite_endpoint: Callable[[str], str] | None = None,
 ) -> HttpResponseBase:
     """Forward ``request`` to ``url`` and stream the answer back, recording both."""
-    limit = settings.EXCHANGE_BODY_LIMIT
-    body = _Body(request, limit)
+    body = _Body(request, _kept_limit())
     method = request.method or "GET"
     has_body = method not in ("GET", "HEAD", "DELETE") or bool(request.headers.get("content-length"))
     outgoing = _outgoing_headers(request)
     upstream_request = _client().build_request(
         method, url, headers=outgoing, content=body.chunks() if has_body else None
     )
-    # httpx adds defaults (its user agent, accept-encoding…): the server gets the host's own.
-    sent = {name.lower() for name, _ in outgoing}
+    # httpx adds defaults (its user agent, accept-encoding…): the server gets the host's own
+    # (the framing headers for this hop aside).
+    sent = {name.lower() for name, _ in outgoing} | {"host", "content-length", "transfer-encoding"}
     for name in list(upstream_request.headers.keys()):
         if name.lower() not in sent:
             del upstream_request.headers[name]
@@ -228,7 +249,14 @@ async def forward(
     record.response_headers = response_headers
     event_stream = upstream.headers.get("content-type", "").startswith("text/event-stream")
     stream = _relay(
-        route, pairer, record, upstream, event_stream=event_stream, rewrite_endpoint=rewrite_endpoint
+        route,
+        pairer,
+        record,
+        upstream,
+        event_stream=event_stream,
+        rewrite_endpoint=rewrite_endpoint,
+        # Not a request waiting for its JSON-RPC response: finished by its HTTP answer.
+        awaits_http=not pairer.pending(record),
     )
     response = StreamingHttpResponse(stream, status=upstream.status_code)
     for name, value in _incoming_headers(upstream):
@@ -236,17 +264,41 @@ async def forward(
     return response
 
 
+def _kept_limit() -> int:
+    """The most bytes of a body kept for the record: EXCHANGE_BODY_LIMIT, less room for the mark
+    that says how much more there was (so the recorder does not cut the mark off)."""
+    return max(1, settings.EXCHANGE_BODY_LIMIT - 200)
+
+
 def _request_record(
     pairer: Pairer, body: _Body, method: str, path: str, headers: dict[str, str]
 ) -> WireExchange:
-    if body.total:
-        record = pairer.message(
-            HOST, bytes(body.kept), cut_at=body.total if body.total > len(body.kept) else 0
-        )
+    kept = bytes(body.kept)
+    if body.total and _json_rpc(kept) and body.total == len(kept):
+        record = pairer.message(HOST, kept)
+    elif body.total:
+        # Not a message (or too large to read as one): recorded as the host sent it, with the answer.
+        text = cut(decode_body(kept), pairer.body_limit)
+        if body.total > len(kept):
+            text += f"\n… [cut: {body.total:,} bytes in all; the first {len(kept):,} are kept]"
+        label = "not JSON-RPC" if body.total == len(kept) else f"{method} {path} (cut)"
+        record = WireExchange(channel="mcp", label=label, started_at=datetime.now(UTC), request_body=text)
     else:
         record = WireExchange(channel="mcp", label=f"{method} {path}", started_at=datetime.now(UTC))
     record.request_headers = headers
+    # A record that is not a request waiting for its JSON-RPC response (a notification, a
+    # response of the host's, a body that is no message, a GET, a DELETE) is finished by its HTTP
+    # answer: held until then.
+    pairer.finished[:] = [done for done in pairer.finished if done is not record]
     return record
+
+
+def _json_rpc(raw: bytes) -> bool:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(value, dict | list)
 
 
 def _unreachable(
@@ -261,12 +313,12 @@ def _unreachable(
 ) -> HttpResponse:
     why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     message = f"proxy: could not reach the MCP server {route.server.name!r} ({why})"
+    body.rest()
     record = _request_record(pairer, body, method, path, headers)
     if pairer.pending(record):
         pairer.settle(record, body="", error=message)
     else:
-        if record not in pairer.finished:
-            pairer.finished.append(record)
+        pairer.finished.append(record)
         record.status, record.error = "error", message
         record.duration_ms = (time.monotonic() - started) * 1000
     _store(route, pairer.take())
@@ -281,9 +333,10 @@ async def _relay(
     *,
     event_stream: bool,
     rewrite_endpoint: Callable[[str], str] | None,
+    awaits_http: bool,
 ) -> AsyncIterator[bytes]:
     """The upstream's body as it arrives; recorded as it streams (events) or once it ends."""
-    limit = settings.EXCHANGE_BODY_LIMIT
+    limit = _kept_limit()
     events = EventReader(limit) if event_stream else None
     kept, total = bytearray(), 0
     pending_rewrite = bytearray() if rewrite_endpoint is not None else None
@@ -308,7 +361,9 @@ async def _relay(
         ended = True
     finally:
         await upstream.aclose()
-        _finish(route, pairer, record, upstream, bytes(kept), total, events, ended=ended)
+        _finish(
+            route, pairer, record, upstream, bytes(kept), total, events, ended=ended, awaits_http=awaits_http
+        )
 
 
 def _rewrite_first_endpoint(buffered: bytes, rewrite: Callable[[str], str]) -> tuple[bytes, str] | None:
@@ -341,28 +396,45 @@ def _finish(
     events: EventReader | None,
     *,
     ended: bool,
+    awaits_http: bool,
 ) -> None:
     status = upstream.status_code
     if events is not None:
         for event, size in events.cut:
             pairer.message(SERVER, event.data, cut_at=size)
-    elif kept and upstream.headers.get("content-type", "").startswith("application/json") and status < 400:
-        pairer.message(SERVER, kept, cut_at=total if total > len(kept) else 0)
     text = decode_body(kept)
     if total > len(kept):
         text += f"\n… [cut: {total:,} bytes in all; the first {len(kept):,} are kept]"
     note = "" if ended else "the host went away before the answer ended; this is what had passed"
-    if pairer.pending(record) and events is None:
-        error = f"HTTP {status}" if status >= 400 else "no JSON-RPC response in the answer"
-        pairer.settle(record, body=text, error="; ".join(filter(None, [error, note])))
-    elif pairer.pending(record) and not ended:
-        pairer.settle(record, body=text, error=note)
-    elif not pairer.pending(record) and record not in pairer.finished and not record.status:
-        # A notification, a response of the host's, a GET stream or a DELETE: its HTTP answer.
-        record.status = "ok" if status < 400 else "error"
-        record.error = "; ".join(filter(None, [f"HTTP {status}" if status >= 400 else "", note]))
-        if status >= 400 or not record.response_body:
-            record.response_body = text if events is None else ""
+    json_answer = upstream.headers.get("content-type", "").startswith("application/json")
+    if not awaits_http:
+        if not pairer.pending(record):
+            _store(route, pairer.take())  # answered on its stream, already recorded
+            return
+        if events is None and json_answer and kept and status < 400 and total == len(kept) and ended:
+            pairer.message(SERVER, kept)  # the response, read as a message (it pairs with the request)
+        # The legacy transport answers a POST "202 Accepted" and sends the response on its stream.
+        later = events is None and status == 202
+        if pairer.pending(record) and (not ended or (events is None and not later)):
+            if status >= 400:
+                error = f"HTTP {status}"
+            elif total > len(kept):
+                error = "the answer was too large to keep whole (EXCHANGE_BODY_LIMIT): recorded cut"
+            else:
+                error = "" if not ended else "no JSON-RPC response in the answer"
+            pairer.settle(
+                record, body=text if events is None else "", error="; ".join(filter(None, [error, note]))
+            )
+    else:
+        # A notification or a response of the host's, a body that is no message, a GET stream, a
+        # DELETE: completed by its HTTP answer.
+        if not record.status or record.status == "ok":
+            record.status = "ok" if status < 400 else "error"
+        record.error = "; ".join(
+            filter(None, [record.error, f"HTTP {status}" if status >= 400 else "", note])
+        )
+        if events is None and not record.response_body:
+            record.response_body = text
         if record.label.startswith(("GET ", "DELETE ")):
             record.direction = "client"
         pairer.finished.append(record)

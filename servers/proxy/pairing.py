@@ -55,6 +55,8 @@ class Pairer:
 
     line_limit: int
     body_limit: int
+    # The labels of what is not a message, from the host and from the server.
+    not_json: tuple[str, str] = ("stdin (not JSON)", "stdout (not JSON)")
     finished: list[WireExchange] = field(default_factory=list)
     _lines: dict[str, _Line] = field(default_factory=dict)
     _pending: dict[str, tuple[WireExchange, float]] = field(default_factory=dict)
@@ -146,8 +148,7 @@ class Pairer:
         if not raw.strip() and not problems:
             return  # an empty line between messages
         if problems:
-            what = "stdin" if stream == HOST else "stdout"
-            self._local(f"{what} (not JSON)", decode_body(raw), "; ".join(problems))
+            self._local(self.not_json[stream != HOST], decode_body(raw), "; ".join(problems))
             return
         self.message(stream, raw)
 
@@ -160,9 +161,8 @@ class Pairer:
             body += f"\n… [cut: {cut_at:,} bytes in all; the first {len(raw):,} are kept]"
         message = None if cut_at > len(raw) else _json(raw)
         if message is None:
-            what = "stdin" if stream == HOST else "stdout"
             why = "cut: too large to keep whole" if cut_at > len(raw) else "not a JSON-RPC message"
-            return self._local(f"{what} (not JSON)", text if not cut_at else body, why)
+            return self._local(self.not_json[stream != HOST], text if not cut_at else body, why)
         return self._message(stream, message, body)
 
     def _local(self, label: str, body: str, error: str) -> WireExchange:
