@@ -1,7 +1,7 @@
 """P13 (MCP half): a 200-call MCP stdio session through the recording proxy ÷ the same session direct.
 
 The host is the official ``mcp`` SDK's stdio client; the server is ``mcp-server-time``. Each
-repeat runs the session both ways, one after the other, alternating which goes first: connect,
+repeat runs the session four times, direct-proxy-proxy-direct (then the reverse): connect,
 initialize, then 200 ``tools/call``s of ``get_current_time``, one after another. Timed: the 200
 calls (the proxy's own start — Django's setup, once per host session — is reported beside them,
 not in the ratio). Through the proxy every message is recorded into the key's session, by the
@@ -71,18 +71,22 @@ def run(ctx: Context) -> list[Result]:
     proxy_ms: list[float] = []
     proxy_start_ms: list[float] = []
     direct_start_ms: list[float] = []
+    # Warm both paths once (imports, the server's own first-call costs), untimed.
+    for command in (SERVER, proxied):
+        asyncio.run(_session(command, 5))
     for repeat in range(repeats):
-        order = [("direct", SERVER), ("proxy", proxied)]
+        # ABBA (then BAAB): a drift of the machine's load within a repeat weighs on both alike.
+        order = [("direct", SERVER), ("proxy", proxied), ("proxy", proxied), ("direct", SERVER)]
         if repeat % 2:
-            order.reverse()
-        timed: dict[str, float] = {}
+            order = [order[1], order[0], order[0], order[1]]
+        timed: dict[str, float] = {"direct": 0.0, "proxy": 0.0}
         for kind, command in order:
             start, seconds = asyncio.run(_session(command, calls))
-            timed[kind] = seconds
+            timed[kind] += seconds
             (proxy_start_ms if kind == "proxy" else direct_start_ms).append(start * 1000)
         ratios.append(timed["proxy"] / timed["direct"])
-        direct_ms.append(timed["direct"] * 1000)
-        proxy_ms.append(timed["proxy"] * 1000)
+        direct_ms.append(timed["direct"] * 500)
+        proxy_ms.append(timed["proxy"] * 500)
         ctx.log(
             f"P13 MCP {repeat + 1}/{repeats}: {ratios[-1]:.2f}× ({proxy_ms[-1]:.0f} vs {direct_ms[-1]:.0f} ms)"
         )

@@ -30,6 +30,7 @@ from urllib.parse import quote, urljoin, urlsplit
 import httpx
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 
 from conversations.loop.wire import SECRET_HEADER_RE, WireExchange, decode_body
@@ -152,13 +153,7 @@ def _store(route: Route, records: Sequence[WireExchange]) -> None:
         # lock is fair: tasks reach it in the order they were created).
         async with lock:
             try:
-                await sync_to_async(record_mcp, thread_sensitive=False)(
-                    route.key,
-                    session=route.session,
-                    server_name=route.server.name,
-                    records=list(records),
-                    secrets=route.secrets,
-                )
+                await sync_to_async(_record, thread_sensitive=False)(route, records)
             except Exception:
                 log.exception("proxy: %d records of %s could not be stored", len(records), route.server.name)
 
@@ -167,10 +162,18 @@ def _store(route: Route, records: Sequence[WireExchange]) -> None:
     task.add_done_callback(_storing.discard)
 
 
-async def storing_done() -> None:
-    """Wait for every record this process is storing (tests and shutdown)."""
-    while _storing:
-        await asyncio.gather(*list(_storing), return_exceptions=True)
+def _record(route: Route, records: Sequence[WireExchange]) -> None:
+    try:
+        record_mcp(
+            route.key,
+            session=route.session,
+            server_name=route.server.name,
+            records=list(records),
+            secrets=route.secrets,
+        )
+    finally:
+        # A worker thread of its own: hand its connection back to the pool (no request ends here).
+        connections.close_all()
 
 
 def _outgoing_headers(request: HttpRequest) -> list[tuple[str, str]]:
