@@ -26,6 +26,7 @@ from conversations.proxy.models import ProxyKey
 from servers.proxy.service import proxy_stdio
 
 KEY_ENV = "INSPECTOR_PROXY_KEY"
+MIN_PREFIX = 6
 
 
 class Command(BaseCommand):
@@ -107,8 +108,10 @@ class Command(BaseCommand):
         wanted = options["key"].rstrip("…").strip()
         if wanted.isdigit():
             found = list(ProxyKey.objects.filter(pk=int(wanted)))
+        elif len(wanted) < MIN_PREFIX:
+            raise CommandError(f"give the key's id or at least {MIN_PREFIX} characters of its prefix")
         else:
-            found = list(ProxyKey.objects.filter(prefix__startswith=wanted)) if len(wanted) >= 6 else []
+            found = list(ProxyKey.objects.filter(prefix__startswith=wanted))
         if len(found) != 1:
             raise CommandError(
                 f"{'no key' if not found else f'{len(found)} keys'} match {wanted!r}: give its id or a longer prefix"
