@@ -35,6 +35,9 @@ BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
     ),
     ("bearer_token", r"(?i)\bbearer\s+[A-Za-z0-9._~+/=\-]{8,}"),
     ("email", r"\b[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}\b"),
+    # This installation's recording-proxy keys (``conversations.proxy.keys``): a host may send one
+    # anywhere (a URL it echoes, a prompt), and no route is trusted to have named it.
+    ("proxy_key", r"\btci_[A-Za-z0-9_\-]{43}"),
 )
 
 
@@ -71,10 +74,15 @@ def _may_hold_email(text: str) -> bool:
     return "@" in text
 
 
+def _may_hold_proxy_key(text: str) -> bool:
+    return "tci_" in text
+
+
 _BUILTIN_SCREENS: dict[str, Callable[[str], bool]] = {
     "api_key": _may_hold_api_key,
     "bearer_token": _may_hold_bearer,
     "email": _may_hold_email,
+    "proxy_key": _may_hold_proxy_key,
 }
 
 

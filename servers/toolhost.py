@@ -51,9 +51,9 @@ class GatewayToolHost:
     # By server id: the owner's grant a server is reached with (what a refresh obtains is kept).
     grants: dict[int, OAuthGrant] = field(default_factory=dict)
 
-    def call(self, tool: ToolDef, arguments: JSONDict) -> ToolRun:
+    def call(self, tool: ToolDef, arguments: JSONDict, *, call_id: str | None = None) -> ToolRun:
         config = self.configs[tool.server_id]
-        outcome = gateway.call_tool(config, tool.name, arguments, stop=self.signal)
+        outcome = gateway.call_tool(config, tool.name, arguments, stop=self.signal, call_id=call_id)
         _keep(self.grants.get(tool.server_id), config.oauth)
         # A token obtained during the turn (a refresh) is unknown to the turn's redactor:
         # a server repeating it must not get it into the result.

@@ -73,9 +73,11 @@ class ToolRun:
 
 
 class ToolHost(Protocol):
-    """Runs a tool on its MCP server. Never raises: failures come back in ``ToolRun.error``."""
+    """Runs a tool on its MCP server. Never raises: failures come back in ``ToolRun.error``.
+    ``call_id``: the id of the model's call it runs, sent in the request's ``_meta``
+    (``wire.CALL_ID_META_KEY``)."""
 
-    def call(self, tool: ToolDef, arguments: JSONDict) -> ToolRun: ...
+    def call(self, tool: ToolDef, arguments: JSONDict, *, call_id: str | None = None) -> ToolRun: ...
 
 
 class TurnCancelled(Exception):
@@ -484,7 +486,7 @@ def _run_call(item: CheckedCall, parent: StepRef, host: ToolHost, recorder: Reco
     if item.error or tool is None:
         recorder.step_close(step, status="error", is_error=True, error=f"not sent: {item.error}")
         return f"Error: {item.error}", True
-    run = host.call(tool, item.call.arguments or {})
+    run = host.call(tool, item.call.arguments or {}, call_id=item.call.id or None)
     if run.error:
         recorder.step_close(
             step,

@@ -14,6 +14,9 @@ from datetime import datetime
 # Header names whose values are credentials: never stored, shown only as a mask.
 SECRET_HEADER_RE = re.compile(r"(authorization|api[-_]?key|cookie|token|secret|password)", re.IGNORECASE)
 MASK = "••••••"
+# The key under which a tools/call request's ``params._meta`` carries the id of the model's call it
+# runs: the loop sends it, a host may, and the recording proxy links by it (docs/proxy.md §3).
+CALL_ID_META_KEY = "tool-call-inspector/call_id"
 # The MCP transports by name, in the order they are offered: a transcript names its servers'
 # transports by these. ``servers.gateway.transports.TRANSPORTS`` holds one class for each (a test
 # holds the two equal).

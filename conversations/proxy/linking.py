@@ -21,10 +21,10 @@ from typing import Any
 
 from django.utils import timezone
 
+from conversations.loop.wire import CALL_ID_META_KEY
 from conversations.models import Exchange, Step, Turn
 from conversations.typealias import JSONDict, JSONValue
 
-META_CALL_ID = "tool-call-inspector/call_id"
 _SEPARATORS = re.compile(r"[^a-z0-9]+")
 
 
@@ -58,7 +58,7 @@ def call_id_of(request_body: str) -> str | None:
         return None
     params = message.get("params") if isinstance(message, dict) else None
     meta = params.get("_meta") if isinstance(params, dict) else None
-    found = meta.get(META_CALL_ID) if isinstance(meta, dict) else None
+    found = meta.get(CALL_ID_META_KEY) if isinstance(meta, dict) else None
     return found if isinstance(found, str) and found else None
 
 

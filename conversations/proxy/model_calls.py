@@ -63,12 +63,23 @@ def read_model_call(fmt: str, exchange: WireExchange) -> ReadCall:
         read.error = f"the reply could not be read as {provider.label}: {exc}"
         return read
     read.text = reply.text or ""
-    read.calls = [call.as_json() for call in reply.tool_calls]
+    read.calls = [_parsed(call.as_json()) for call in reply.tool_calls]
     read.usage = reply.usage
     read.diagnostics = list(reply.notes)
     if exchange.error:
         read.diagnostics.append(f"the proxy noted: {exchange.error}")
     return read
+
+
+def _parsed(call: JSONDict) -> JSONDict:
+    """A call with its arguments read from their text when the provider left them unparsed
+    (the loop reads them when it checks a call; the proxy checks nothing, it only shows)."""
+    text = call.get("arguments_text")
+    if call.get("arguments") is None and isinstance(text, str):
+        found = _json_object(text) if text.strip().startswith("{") else None
+        if found or text.strip() == "{}":
+            call["arguments"] = found
+    return call
 
 
 def _json_object(text: str) -> JSONDict:

@@ -21,14 +21,14 @@ from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import anyio
 import mcp.types as types
 from django.conf import settings
 from mcp import Client, MCPError
 
-from conversations.loop.wire import WireExchange
+from conversations.loop.wire import CALL_ID_META_KEY, WireExchange
 from servers.gateway.capabilities import CapabilityMissing, refusal
 from servers.gateway.capture import Capture, current_capture
 from servers.gateway.config import ConfigError, ServerConfig
@@ -640,7 +640,12 @@ def list_tools(config: ServerConfig, *, stop: StopSignal | None = None) -> ListO
 
 
 def call_tool(
-    config: ServerConfig, name: str, arguments: dict[str, Any], *, stop: StopSignal | None = None
+    config: ServerConfig,
+    name: str,
+    arguments: dict[str, Any],
+    *,
+    stop: StopSignal | None = None,
+    call_id: str | None = None,
 ) -> CallOutcome:
     """Call one tool; the server's ``call_timeout`` bounds the wait (the SDK then sends a cancel).
 
@@ -650,15 +655,22 @@ def call_tool(
     When ``stop`` fires the call is abandoned at once: the SDK sends the server
     ``notifications/cancelled``, which is in the outcome's records with everything else
     captured, and the outcome is ``cancelled``.
+
+    ``call_id`` (the model's call this runs) goes in the request's ``params._meta`` under
+    ``CALL_ID_META_KEY``, so a recording proxy between here and the server can link the two.
     """
     outcome = CallOutcome()
+    # RequestParamsMeta is an open TypedDict (any further key is allowed, as _meta is in the spec).
+    meta = cast("types.RequestParamsMeta", {CALL_ID_META_KEY: call_id}) if call_id else None
 
     async def operation(client: Client) -> Any:
         gate(client, "tools/call")
         # As in the workbench, the caller checks structuredContent itself (``toolhost``): the
         # SDK would send its own tools/list first on a session that never listed the tool.
         with _own_output_check(client, name):
-            result = await client.call_tool(name, arguments, read_timeout_seconds=config.call_timeout)
+            result = await client.call_tool(
+                name, arguments, read_timeout_seconds=config.call_timeout, meta=meta
+            )
         return dump(result)
 
     _run_stoppable(config, outcome, operation, stop)

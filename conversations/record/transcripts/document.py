@@ -12,15 +12,19 @@ Its types, and what each stored row shows in it, are ``conversations.record.tran
                 tool_choice_name, model, tools, transcript, created_at, started_at, finished_at,
                 seal, seal_steps, seal_rule,
                 steps: [{id, parent, seq, kind, status, title, prompt, prompt_exact,
-                         prompt_source, tokens, usage, text, calls, diagnostics, server,
+                         prompt_source, tokens, usage, text, calls: [CALL, ...], diagnostics, server,
                          tool_name, arguments, result, is_error, error, started_at,
                          finished_at, exchanges: [EXCHANGE, ...]}],
                 exchanges: [EXCHANGE, ...]}]}          # the turn's exchanges that have no step
+    CALL = {id, name, arguments_text, arguments, ..., executed_exchange, linked_by}
     EXCHANGE = {id, seq, channel, direction, label, server, jsonrpc_id, status, error,
                 started_at, duration_ms, request_headers, request_body, response_headers,
                 response_body, chain_version, prev_hash, hash}
 
-Values are stored values, read as ``fields`` says (``server`` and ``jsonrpc_id``). The document holds nothing volatile — no export time — and is written with
+Values are stored values, read as ``fields`` says (``server`` and ``jsonrpc_id``), but each
+call of a model step also carries ``executed_exchange``, the id of the ``tools/call`` exchange
+that ran it (null: none did), and ``linked_by``, how that is known (``"call_id"``,
+``"arguments"`` or null: ``fields.calls_linked``; an import stores the calls without them). The document holds nothing volatile — no export time — and is written with
 sorted keys, two-space indents and a final newline, so the same conversation always exports to
 the same bytes. Step ``updated_at`` is left out: it is the live view's catch-up cursor, not
 part of the record.
@@ -57,6 +61,7 @@ from conversations.record.transcripts.fields import (
     StepDoc,
     TranscriptDoc,
     TurnDoc,
+    calls_linked,
     exchange_doc,
     profile_doc,
     step_doc,
@@ -126,6 +131,8 @@ def transcript_document(*, conversation: Conversation, signed: bool = True) -> T
     rows = Step.objects.filter(turn__conversation=conversation).select_related("server").order_by("seq")
     for step in rows:
         steps.setdefault(step.turn_id, []).append(step_doc(step, by_step.get(step.pk, [])))
+    for turn_steps in steps.values():
+        calls_linked(turn_steps)
     return {
         "format": FORMAT,
         "version": VERSION,

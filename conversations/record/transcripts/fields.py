@@ -132,7 +132,10 @@ class ExchangeDoc(TypedDict):
 
 
 class StepDoc(TypedDict):
-    """One thing the agent did. A ``tool`` step names its ``decide`` step as ``parent``."""
+    """One thing the agent did. A ``tool`` step names its ``decide`` step as ``parent``. Each
+    of ``calls`` (a model step's parsed calls) carries ``executed_exchange`` (the id of the
+    ``tools/call`` exchange that ran it, or null) and ``linked_by`` (``call_id``, ``arguments``
+    or null)."""
 
     id: int
     parent: int | None
@@ -288,3 +291,72 @@ def turn_doc(turn: Turn, steps: list[StepDoc], exchanges: list[ExchangeDoc]) -> 
         "steps": steps,
         "exchanges": exchanges,
     }
+
+
+# --- which tools/call ran each call of a model step ----------------------------------------------
+
+# What the document adds to each call of a model step (never stored in the call): the id of the
+# ``tools/call`` exchange that ran it (null: none did) and how that was known.
+CALL_LINK_KEYS = ("executed_exchange", "linked_by")
+
+
+def calls_linked(steps: list[StepDoc]) -> None:
+    """Give each call of each step of one turn its ``executed_exchange`` and ``linked_by``.
+
+    A call the recording proxy linked names its tool step (``tool_step``, a seq of the same
+    turn) and how it was linked (``call_id`` or ``arguments``). A call of the loop's own turns
+    was run by its step's child tool steps in order (the loop opens one per call it takes, and
+    sends the call's id in the request's ``_meta``): ``call_id``. A tool step with no
+    ``tools/call`` exchange (a call refused before it was sent) ran nothing: null, null."""
+    by_seq = {step["seq"]: step for step in steps}
+    children: dict[int, list[StepDoc]] = {}
+    for step in steps:
+        if step["parent"] is not None and step["kind"] == Step.Kind.TOOL:
+            children.setdefault(step["parent"], []).append(step)
+    for step in steps:
+        calls = step["calls"]
+        if not isinstance(calls, list) or not calls:
+            continue
+        ran = children.get(step["id"], [])
+        linked: list[JSONValue] = []
+        for index, call in enumerate(calls):
+            if not isinstance(call, dict):
+                linked.append(call)
+                continue
+            tool, how = _call_tool(call, index, ran, by_seq)
+            executed = _tools_call_id(tool) if tool is not None else None
+            linked.append({**call, "executed_exchange": executed, "linked_by": how if executed else None})
+        step["calls"] = linked
+
+
+def _call_tool(
+    call: JSONDict, index: int, ran: list[StepDoc], by_seq: dict[int, StepDoc]
+) -> tuple[StepDoc | None, str | None]:
+    seq = call.get("tool_step")
+    if isinstance(seq, int) and not isinstance(seq, bool):
+        how = call.get("linked_by")
+        return by_seq.get(seq), how if isinstance(how, str) else None
+    if index < len(ran):
+        return ran[index], "call_id"
+    return None, None
+
+
+def _tools_call_id(step: StepDoc) -> int | None:
+    for exchange in step["exchanges"]:
+        if exchange["label"] == "tools/call" and exchange["direction"] == Exchange.Direction.CLIENT:
+            return exchange["id"]
+    return None
+
+
+def calls_as_stored(calls: JSONValue) -> JSONValue:
+    """A document's calls as their step stores them: without what ``calls_linked`` added (a
+    call the proxy linked keeps its own ``linked_by`` with its ``tool_step``)."""
+    if not isinstance(calls, list):
+        return calls
+    stored: list[JSONValue] = []
+    for call in calls:
+        if isinstance(call, dict):
+            drop = {"executed_exchange"} if "tool_step" in call else set(CALL_LINK_KEYS)
+            call = {key: value for key, value in call.items() if key not in drop}
+        stored.append(call)
+    return stored

@@ -35,6 +35,7 @@ from conversations.record.transcripts.fields import (
     ProfileDoc,
     TranscriptDoc,
     TurnDoc,
+    calls_as_stored,
 )
 from conversations.record.transcripts.schema import transcript_schema
 from conversations.record.verification import (
@@ -272,7 +273,7 @@ def _import_turn(conversation: Conversation, doc: TurnDoc) -> None:
                 tokens=step["tokens"],
                 usage=step["usage"],
                 text=step["text"],
-                calls=step["calls"],
+                calls=calls_as_stored(step["calls"]),
                 diagnostics=step["diagnostics"],
                 server=None,
                 server_name=step["server"] or "",
@@ -388,7 +389,11 @@ def _comparable(record: object, level: str) -> object:
     nested = {"conversation": (), "turn": ("steps", "exchanges"), "step": ("exchanges",), "exchange": ()}[
         level
     ]
-    return {key: value for key, value in record.items() if key not in ID_KEYS[level] and key not in nested}
+    kept = {key: value for key, value in record.items() if key not in ID_KEYS[level] and key not in nested}
+    if level == "step" and "calls" in kept:
+        # What the document adds to each call names this installation's exchange ids.
+        kept["calls"] = calls_as_stored(kept["calls"])
+    return kept
 
 
 def _value_differences(ours: object, theirs: object, where: str, found: list[str]) -> None:

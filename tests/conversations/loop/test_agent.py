@@ -125,7 +125,7 @@ class FakeHost:
     handlers: dict[str, Callable[[JSONDict], ToolRun]] = field(default_factory=dict)
     calls: list[tuple[str, JSONDict]] = field(default_factory=list)
 
-    def call(self, tool: ToolDef, arguments: JSONDict) -> ToolRun:
+    def call(self, tool: ToolDef, arguments: JSONDict, *, call_id: str | None = None) -> ToolRun:
         self.calls.append((tool.name, arguments))
         return self.handlers[tool.name](arguments)
 

@@ -3,25 +3,37 @@
 from __future__ import annotations
 
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
+from django.db import OperationalError
+from django.test import override_settings
 
 from conversations.models import Exchange, Step, Turn
+from conversations.proxy import writing
 from conversations.proxy.keys import create_key
-from conversations.proxy.models import ProxySession
+from conversations.proxy.models import ProxyKey, ProxySession
 from conversations.proxy.recording import record_mcp, record_model_call
 from conversations.record.verification import conversation_verify
-from tests.conversations.proxy.wire import chat_call, tools_call, tools_list
+from tests.conversations.proxy.wire import anthropic_call, chat_call, chat_stream, tools_call, tools_list
+from tests.factories import ModelProfileFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
+TOKYO = {"timezone": "Asia/Tokyo"}
+QWEN_LIKE = (
+    Path(__file__).resolve().parents[2] / "fixtures" / "chat_templates" / "qwen_like.jinja"
+).read_text()
 
 
-def _key():  # type: ignore[no-untyped-def]
-    alice = get_user_model().objects.create_user("alice")
-    key, _ = create_key(alice, name="laptop")
-    return key
+def _key_of(username: str) -> ProxyKey:
+    user = get_user_model().objects.create_user(username)
+    return create_key(user, name="laptop")[0]
+
+
+def _key() -> ProxyKey:
+    return _key_of("alice")
 
 
 def test_a_model_call_and_the_tools_call_it_asked_for_are_one_linked_sealed_turn() -> None:
@@ -55,3 +67,105 @@ def test_a_model_call_and_the_tools_call_it_asked_for_are_one_linked_sealed_turn
     out = StringIO()
     call_command("verify", str(session.conversation.public_id), stdout=out)
     assert out.getvalue().startswith("intact:")
+
+
+def test_without_a_hint_a_key_stays_in_one_session_until_a_quiet_gap() -> None:
+    key = _key()
+    record_model_call(key, session=None, fmt="openai_chat", exchange=chat_call(question="one"))
+    record_model_call(key, session=None, fmt="openai_chat", exchange=chat_call(question="two"))
+    assert ProxySession.objects.filter(key=key).count() == 1
+    with override_settings(PROXY_SESSION_GAP_SECONDS=0):
+        record_model_call(key, session=None, fmt="openai_chat", exchange=chat_call(question="three"))
+
+    sessions = list(ProxySession.objects.filter(key=key).order_by("pk"))
+    assert len(sessions) == 2
+    # A new question is a new turn of the same session; the ones that carry tool results back are not.
+    assert list(sessions[0].conversation.turns.values_list("question", flat=True)) == ["one", "two"]
+
+
+def test_each_hint_is_its_own_session_and_a_tool_result_round_stays_in_its_turn() -> None:
+    key = _key()
+    record_model_call(
+        key, session="a", fmt="openai_chat", exchange=chat_call(calls=[("c1", "get_current_time", {})])
+    )
+    record_model_call(key, session="b", fmt="openai_chat", exchange=chat_call(question="other"))
+    record_model_call(
+        key,
+        session="a",
+        fmt="openai_chat",
+        exchange=chat_call(tool_results=[("c1", "12:00")], text="It is noon."),
+    )
+
+    a = ProxySession.objects.get(key=key, hint="a").conversation
+    [turn] = a.turns.all()
+    assert turn.steps.filter(kind="decide").count() == 2 and turn.answer == "It is noon."
+    assert ProxySession.objects.get(key=key, hint="b").conversation.turns.get().question == "other"
+
+
+def test_streamed_and_anthropic_replies_are_read_by_the_providers_parsers() -> None:
+    key = _key()
+    record_model_call(key, session="s", fmt="openai_chat", exchange=chat_stream(text="Hello there"))
+    record_model_call(
+        key,
+        session="s",
+        fmt="anthropic",
+        exchange=anthropic_call(calls=[("toolu_1", "get_current_time", TOKYO)]),
+    )
+
+    steps = list(Step.objects.filter(turn__conversation__proxy_session__key=key).order_by("turn__seq", "seq"))
+    assert steps[0].text == "Hello there" and steps[0].kind == "decide"
+    assert steps[1].calls[0]["id"] == "toolu_1" and steps[1].usage["input_tokens"] == 10
+
+
+def test_an_upstream_error_is_an_error_step_with_its_exchange() -> None:
+    key = _key()
+    failed = chat_call()
+    failed.status, failed.response_body = "401", '{"error": {"message": "bad key"}}'
+    exchange_id = record_model_call(key, session="s", fmt="openai_chat", exchange=failed)
+
+    step = Step.objects.get(exchanges__pk=exchange_id)
+    assert step.kind == "error" and step.status == "error" and "401" in step.error
+
+
+def test_with_the_keys_profile_chat_template_the_prompt_is_spliced_exactly() -> None:
+    key = _key()
+    key.profile = ModelProfileFactory(chat_template=QWEN_LIKE, model="qwen")
+    key.save()
+    record_model_call(key, session="s", fmt="openai_chat", exchange=chat_call(question="What time is it?"))
+    plain = _key_of("bob")
+    record_model_call(plain, session="s", fmt="openai_chat", exchange=chat_call(question="What time is it?"))
+
+    exact = Step.objects.get(turn__conversation__proxy_session__key=key)
+    assert exact.prompt_exact and "<|im_start|>user\nWhat time is it?" in exact.prompt
+    illustrative = Step.objects.get(turn__conversation__proxy_session__key=plain)
+    assert not illustrative.prompt_exact and "illustrative" in illustrative.prompt_source
+
+
+def test_a_failed_write_stores_nothing_of_the_record_and_raises_the_database_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    key = _key()
+
+    def unreachable(**kwargs: object) -> None:
+        raise OperationalError("the database went away")
+
+    monkeypatch.setattr(writing, "turn_end_save", unreachable)
+    with pytest.raises(OperationalError):
+        record_model_call(key, session="s", fmt="openai_chat", exchange=chat_call())
+
+    assert not ProxySession.objects.exists() and not Exchange.objects.exists() and not Step.objects.exists()
+
+
+def test_a_changed_row_of_a_proxy_session_is_named_by_verify() -> None:
+    key = _key()
+    record_model_call(
+        key, session="s", fmt="openai_chat", exchange=chat_call(calls=[("c", "get_current_time", TOKYO)])
+    )
+    [ran] = record_mcp(
+        key, session="s", server_name="time", records=[tools_call("get_current_time", TOKYO, call_id="c")]
+    )
+    Exchange.objects.filter(pk=ran).update(response_body='{"jsonrpc":"2.0","id":3,"result":{"content":[]}}')
+
+    conversation = ProxySession.objects.get(key=key).conversation
+    with pytest.raises(CommandError, match=f"BROKEN at exchange {ran}"):
+        call_command("verify", str(conversation.public_id))

@@ -79,3 +79,66 @@ def tools_call(
     return mcp_pair(
         "tools/call", params, {"content": [{"type": "text", "text": text}], "isError": False}, rpc_id=rpc_id
     )
+
+
+def anthropic_call(
+    *,
+    question: str = "What time is it in Tokyo?",
+    calls: list[tuple[str, str, dict[str, Any]]] = (),  # type: ignore[assignment]
+) -> WireExchange:
+    content: list[dict[str, Any]] = [
+        {"type": "tool_use", "id": cid, "name": name, "input": args} for cid, name, args in calls
+    ]
+    if not calls:
+        content = [{"type": "text", "text": "It is noon."}]
+    response = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-test",
+        "content": content,
+        "stop_reason": "tool_use" if calls else "end_turn",
+        "usage": {"input_tokens": 10, "output_tokens": 4},
+    }
+    return WireExchange(
+        channel="llm",
+        label="POST /v1/messages",
+        started_at=timezone.now(),
+        request_headers={"content-type": "application/json", "x-api-key": "sk-ant-api03-" + "k" * 40},
+        request_body=json.dumps(
+            {"model": "claude-test", "max_tokens": 100, "messages": [{"role": "user", "content": question}]}
+        ),
+        response_headers={"content-type": "application/json"},
+        response_body=json.dumps(response),
+        status="200",
+        duration_ms=3.0,
+    )
+
+
+def chat_stream(*, question: str = "Say hi", text: str = "Hello there") -> WireExchange:
+    """A streamed Chat Completions reply, the SSE text as received."""
+    chunks = [
+        {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": text[:5]}}],
+        },
+        {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {"content": text[5:]}, "finish_reason": "stop"}],
+        },
+    ]
+    body = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
+    return WireExchange(
+        channel="llm",
+        label="POST /v1/chat/completions",
+        started_at=timezone.now(),
+        request_body=json.dumps(
+            {"model": "gpt-test", "stream": True, "messages": [{"role": "user", "content": question}]}
+        ),
+        response_headers={"content-type": "text/event-stream"},
+        response_body=body,
+        status="200",
+        duration_ms=9.0,
+    )

@@ -83,15 +83,22 @@ def _normalised(document: dict[str, Any]) -> dict[str, Any]:
     """The export with each id replaced by its ordinal position (parents by their step's)."""
     document = copy.deepcopy(document)
     step_positions: dict[int, int] = {}
+    exchange_positions: dict[int, str] = {}
     counters: dict[str, int] = {}
     for level, record in _records(document):
         counters[level] = counters.get(level, 0) + 1
         if level == "step":
             step_positions[record["id"]] = counters[level]
+        if level == "exchange":
+            exchange_positions[record["id"]] = f"exchange#{counters[level]}"
         record["id"] = f"{level}#{counters[level]}"
     for level, record in _records(document):
         if level == "step" and record["parent"] is not None:
             record["parent"] = f"step#{step_positions[record['parent']]}"
+        # A call's executed_exchange is an exchange's id: named by that exchange's position.
+        for call in record.get("calls") or [] if level == "step" else []:
+            if isinstance(call, dict) and call.get("executed_exchange") is not None:
+                call["executed_exchange"] = exchange_positions[call["executed_exchange"]]
         for key in set(ID_KEYS[level]) - {"id", "parent"}:
             record[key] = f"this installation's {key}"
     return document
@@ -105,6 +112,9 @@ def _with_ids_of(document: dict[str, Any], other: dict[str, Any]) -> dict[str, A
         assert level == other_level
         for key in ID_KEYS[level]:
             record[key] = other_record[key]
+        for call, other_call in zip(record.get("calls") or [], other_record.get("calls") or [], strict=False):
+            if isinstance(call, dict) and "executed_exchange" in call:
+                call["executed_exchange"] = other_call["executed_exchange"]
     return document
 
 
