@@ -41,6 +41,8 @@ NOT_FOUND = "404"
 FORBIDDEN = "403"
 # A page about no one's object (a list, a form, bob's own things): it must show none of alice's.
 NO_LEAK = "no leak"
+# A proxy route: the key in the URL authenticates, not the session; bob's login opens nothing.
+KEY_AUTH = "401"
 # The admin site: a non-staff user is sent to its login page.
 ADMIN = "admin login"
 # Public on purpose (signing in, the demo model's wire endpoints): no user's data behind them.
@@ -158,6 +160,12 @@ EXPECTED: dict[str, Expect] = {
     "demo-model-gemini-stream": Expect(
         "POST", PUBLIC, "/demo-model/v1beta/models/demo:streamGenerateContent"
     ),
+    "demo-model-gemini-generate-v1": Expect("POST", PUBLIC, "/demo-model/v1/models/demo:generateContent"),
+    "demo-model-gemini-stream-v1": Expect("POST", PUBLIC, "/demo-model/v1/models/demo:streamGenerateContent"),
+    # the MCP proxies (servers/proxy/)
+    "proxy-mcp": Expect("POST", KEY_AUTH, "/proxy/tci_not-alices-key/mcp/demo"),
+    "proxy-sse": Expect("GET", KEY_AUTH, "/proxy/tci_not-alices-key/sse/demo"),
+    "proxy-sse-messages": Expect("POST", KEY_AUTH, "/proxy/tci_not-alices-key/sse/demo/messages?to=/x"),
 }
 
 
@@ -350,6 +358,8 @@ def test_bob_gets_nothing_of_alices_at_any_url(world: World) -> None:
             problems.append(f"{route.key} {url}: shows alice's content")
         if expect.outcome == NOT_FOUND and response.status_code != 404:
             problems.append(f"{route.key} {url}: {response.status_code}, not 404")
+        elif expect.outcome == KEY_AUTH and response.status_code != 401:
+            problems.append(f"{route.key} {url}: {response.status_code}, not 401")
         elif expect.outcome == FORBIDDEN and response.status_code != 403:
             problems.append(f"{route.key} {url}: {response.status_code}, not 403")
         elif expect.outcome in {NO_LEAK, PUBLIC} and response.status_code >= 500:
