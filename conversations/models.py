@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from collections.abc import Iterable
@@ -174,7 +175,13 @@ class Conversation(models.Model):
 
     @property
     def read_only(self) -> bool:
-        return self.imported_meta is not None
+        """Imported, or recorded by a proxy: no question is asked here."""
+        return self.imported_meta is not None or self.recorded_by_proxy
+
+    @functools.cached_property
+    def recorded_by_proxy(self) -> bool:
+        """A proxy session's conversation: the host ran its turns (``conversations.proxy``)."""
+        return self.pk is not None and ProxySession.objects.filter(conversation_id=self.pk).exists()
 
 
 class Turn(models.Model):

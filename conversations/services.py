@@ -17,6 +17,7 @@ from conversations.lifecycle import turn_signal_local, turn_step_record
 from conversations.loop.providers import PROVIDERS
 from conversations.loop.splicing import LLAMA_CPP_SOURCE, probe_request, server_template
 from conversations.models import AuditEvent, Comparison, Conversation, Exchange, ModelProfile, Turn
+from conversations.proxy.sessions import TURN_PARADIGM
 from conversations.record.audit import audit_record
 from conversations.record.transcripts.export import ExportFormat, transcript_export_bytes
 from conversations.record.transcripts.importing import IMPORTED_PROFILE_PREFIX
@@ -58,7 +59,11 @@ def turn_start(
         TurnInProgress: the conversation's last turn is still queued or running.
     """
     if conversation.read_only:
-        raise ValueError("this conversation was imported from a transcript and is read-only")
+        raise ValueError(
+            "this conversation was recorded by a proxy and is read-only"
+            if conversation.recorded_by_proxy
+            else "this conversation was imported from a transcript and is read-only"
+        )
     # Stored, shown and sent as redacted: a secret pasted into a question goes nowhere.
     question = (redact or active_redactor()).text(question)
     with transaction.atomic():
@@ -423,6 +428,10 @@ def turn_replay(*, turn: Turn, actor: AbstractBaseUser, dispatch: bool = True) -
     """
     if not turn.is_finished:
         raise ReplayError("this turn has not finished yet: replay it once it has")
+    if turn.paradigm == TURN_PARADIGM:
+        raise ReplayError(
+            "this turn was recorded by a proxy: the host ran it, there is nothing here to run it with"
+        )
     original = turn.conversation
     servers = _replay_servers(original)
     title = f"Replay of “{original.title}”" + (f" · turn {turn.seq}" if turn.seq > 1 else "")

@@ -596,3 +596,39 @@ class PriceForm(forms.Form):
         if all(given) and not cleaned.get("source"):
             self.add_error("source", "Name where the prices come from.")
         return cleaned
+
+
+class ProxyKeyForm(forms.Form):
+    """A new proxy key: its name, the upstream of each model format, and optionally the model
+    profile whose chat template splices its Chat Completions calls."""
+
+    name = forms.CharField(max_length=80, required=False)
+    openai_upstream = forms.URLField(
+        max_length=500,
+        required=False,
+        assume_scheme="https",
+        label="OpenAI upstream",
+        help_text="e.g. https://api.openai.com/v1",
+    )
+    anthropic_upstream = forms.URLField(
+        max_length=500,
+        required=False,
+        assume_scheme="https",
+        label="Anthropic upstream",
+        help_text="e.g. https://api.anthropic.com",
+    )
+    gemini_upstream = forms.URLField(
+        max_length=500,
+        required=False,
+        assume_scheme="https",
+        label="Gemini upstream",
+        help_text="e.g. https://generativelanguage.googleapis.com",
+    )
+    profile = forms.ModelChoiceField(
+        queryset=ModelProfile.objects.filter(imported_by__isnull=True)
+        .exclude(chat_template="")
+        .order_by("name"),
+        required=False,
+        label="Chat template from",
+        help_text="A model profile with the upstream model's chat template: its calls get their exact spliced prompt.",
+    )

@@ -5,7 +5,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from inspector import accounts, api, evals_views, views
+from inspector import accounts, api, evals_views, proxy_views, views
 
 # The admin's own login page counts and refuses password guesses like the site's login.
 admin.site.login_form = accounts.ThrottledAdminAuthenticationForm
@@ -71,6 +71,9 @@ urlpatterns = [
     path("accounts/token", accounts.token_detail, name="inspector-token"),
     path("accounts/preferences", views.preferences_update, name="inspector-preferences"),
     path("profiles/", views.profile_list, name="inspector-profiles"),
+    path("proxy-keys/", proxy_views.proxy_key_list, name="inspector-proxy-keys"),
+    path("proxy-keys/new", proxy_views.proxy_key_create, name="inspector-proxy-key-create"),
+    path("proxy-keys/<str:prefix>/revoke", proxy_views.proxy_key_revoke, name="inspector-proxy-key-revoke"),
     path("profiles/reset", views.profile_reset, name="inspector-profile-reset"),
     path("profiles/price", views.profile_price, name="inspector-profile-price"),
     path("accounts/token/revoke", accounts.token_revoke_view, name="inspector-token-revoke"),

@@ -318,7 +318,11 @@ def turn_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
     if not form.is_valid():
         return _detail_page(request, conversation, form, status=STATUS_BAD_REQUEST)
     if conversation.read_only:
-        problem = "This conversation was imported from a transcript: it is read-only."
+        problem = (
+            "This conversation was recorded by a proxy: its host asks the questions."
+            if conversation.recorded_by_proxy
+            else "This conversation was imported from a transcript: it is read-only."
+        )
         return _detail_page(request, conversation, form, status=STATUS_CONFLICT, problem=problem)
     refusals = _spawn_refusals(request, conversation)
     if refusals:

@@ -1,7 +1,7 @@
 """Routes of the demo model, included at ``demo-model/``.
 
 ``v1/`` is both an OpenAI base URL (``/demo-model/v1``) and Anthropic's ``/v1``; ``v1beta/`` is
-Gemini's (base URL ``/demo-model``), and ``v1/`` too: the Google Gen AI SDK's default from 3.0 on.
+Gemini's (base URL ``/demo-model``).
 """
 
 from django.urls import path, re_path
@@ -22,15 +22,5 @@ urlpatterns = [
         r"^v1beta/models/(?P<model>[^/:]+):streamGenerateContent$",
         views.stream_generate_content,
         name="demo-model-gemini-stream",
-    ),
-    re_path(
-        r"^v1/models/(?P<model>[^/:]+):generateContent$",
-        views.generate_content,
-        name="demo-model-gemini-generate-v1",
-    ),
-    re_path(
-        r"^v1/models/(?P<model>[^/:]+):streamGenerateContent$",
-        views.stream_generate_content,
-        name="demo-model-gemini-stream-v1",
     ),
 ]

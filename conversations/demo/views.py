@@ -3,10 +3,8 @@
 * OpenAI Chat Completions and Responses under ``/demo-model/v1`` (``chat/completions``,
   ``responses``), keyed by ``Authorization: Bearer``;
 * Anthropic Messages at ``/demo-model/v1/messages`` (base URL ``/demo-model``), keyed by
-  ``x-api-key`` (or ``Authorization: Bearer``, as the Anthropic SDK sends it from 2.0 on) and
-  requiring ``anthropic-version``;
-* Gemini at ``/demo-model/v1beta/models/<model>:generateContent`` (or ``v1``, the Google Gen AI
-  SDK's default from 3.0 on) and
+  ``x-api-key`` and requiring ``anthropic-version``;
+* Gemini at ``/demo-model/v1beta/models/<model>:generateContent`` and
   ``:streamGenerateContent?alt=sse`` (base URL ``/demo-model``), keyed by ``x-goog-api-key``
   (or ``?key=``).
 
@@ -75,14 +73,10 @@ def responses(request: HttpRequest) -> HttpResponseBase:
 @require_POST
 def messages(request: HttpRequest) -> HttpResponseBase:
     """``POST messages``: one Anthropic Messages request answered by the demo model."""
-    # The Anthropic SDK sends its API key as ``x-api-key`` up to 1.x and as a bearer token from 2.0 on.
     key = request.headers.get("x-api-key")
-    if not key and request.headers.get("authorization"):
-        if not _has_valid_bearer_key(request):
-            return _anthropic_refusal(401, "invalid bearer token")
-    elif not key:
+    if not key:
         return _anthropic_refusal(401, "x-api-key header is required")
-    elif not _is_demo_key(key):
+    if not _is_demo_key(key):
         return _anthropic_refusal(401, "invalid x-api-key")
     if not request.headers.get("anthropic-version"):
         return _anthropic_refusal(400, "anthropic-version: header is required")

@@ -72,8 +72,10 @@ def read_model_call(fmt: str, exchange: WireExchange) -> ReadCall:
 
 
 def _parsed(call: JSONDict) -> JSONDict:
-    """A call with its arguments read from their text when the provider left them unparsed
-    (the loop reads them when it checks a call; the proxy checks nothing, it only shows)."""
+    """A call marked as recorded by the proxy (``proxied``: nothing here checked or ran it), with
+    its arguments read from their text when the provider left them unparsed (the loop reads them
+    when it checks a call)."""
+    call["proxied"] = True
     text = call.get("arguments_text")
     if call.get("arguments") is None and isinstance(text, str):
         found = _json_object(text) if text.strip().startswith("{") else None

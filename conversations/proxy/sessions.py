@@ -21,8 +21,11 @@ from conversations.models import Conversation, ModelProfile, Turn
 from conversations.proxy.models import ProxyKey, ProxySession
 
 # The paradigm a proxy conversation is shown under: a host's model calls carry native tool
-# definitions as far as the proxy can tell (it does not build the requests).
+# definitions as far as the proxy can tell (it does not build the requests). Its turns say what
+# they are: recorded by proxy, run by the host under no paradigm of this app's (and no
+# tool_choice of its own: each request shows the one it sent).
 PROXY_PARADIGM = "native"
+TURN_PARADIGM = "proxy"
 # The placeholder profile of a key without one: never run, offered in no picker (as an
 # import's: ``imported_by`` its user).
 PLACEHOLDER_PREFIX = "recorded by proxy: "
@@ -101,8 +104,8 @@ def turn_for(session: ProxySession, *, question: str | None, model: str, now: da
         seq=seq,
         question=question or "",
         status=Turn.Status.DONE,
-        paradigm=PROXY_PARADIGM,
-        tool_choice="auto",
+        paradigm=TURN_PARADIGM,
+        tool_choice="",
         model_name=model[:120],
         created_at=now,
         started_at=now,

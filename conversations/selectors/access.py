@@ -10,6 +10,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import (
     Count,
+    Exists,
     Model,
     OuterRef,
     Q,
@@ -18,7 +19,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from conversations.models import Conversation, Turn
+from conversations.models import Conversation, ProxySession, Turn
 
 _Owned = TypeVar("_Owned", bound=Model)
 
@@ -63,7 +64,8 @@ def conversation_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Con
 
 
 def _listed(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
-    """What a listed conversation carries: its profile and owner, and ``turn_count``.
+    """What a listed conversation carries: its profile and owner, ``turn_count`` and ``proxied``
+    (a proxy session's: ``Conversation.recorded_by_proxy`` without a query per row).
 
     A subquery, not Count("turns"): a join and GROUP BY would make every count and every page
     aggregate all visible conversations; this is computed for the rows shown only.
@@ -76,7 +78,8 @@ def _listed(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
         .values("n")
     )
     return conversations.select_related("model_profile", "owner").annotate(
-        turn_count=Coalesce(Subquery(turn_count), 0)
+        turn_count=Coalesce(Subquery(turn_count), 0),
+        proxied=Exists(ProxySession.objects.filter(conversation=OuterRef("pk"))),
     )
 
 

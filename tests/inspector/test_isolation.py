@@ -22,6 +22,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from conversations.models import AuditEvent, Conversation, Exchange, Turn
+from conversations.proxy.keys import create_key
 from inspector.evals.models import EvalRun, Suite
 from inspector.routing import websocket_urlpatterns
 from servers.models import McpServer, Operation, PendingInput, SavedCall
@@ -135,6 +136,10 @@ EXPECTED: dict[str, Expect] = {
     "logout": Expect("POST", PUBLIC),
     "inspector-token": Expect("GET", NO_LEAK),
     "inspector-token-revoke": Expect("POST", NO_LEAK),
+    # proxy keys: bob's own; alice's key answers 404 (its prefix is in ``values``)
+    "inspector-proxy-keys": Expect("GET", NO_LEAK),
+    "inspector-proxy-key-create": Expect("POST", NO_LEAK),
+    "inspector-proxy-key-revoke": Expect("POST", NOT_FOUND),
     "inspector-preferences": Expect("POST", NO_LEAK),
     # the shared model profiles and what was learned about them (no user's data)
     "inspector-profiles": Expect("GET", NO_LEAK),
@@ -265,7 +270,9 @@ def world(db: None, settings: Any) -> World:
             status=Operation.Status.OK,
             result=read_tool,
         )
+    proxy_key = create_key(alice, name=f"{MARK} key", openai_upstream="https://alice-private.example/v1")[0]
     values = {
+        "prefix": proxy_key.prefix,
         "exchange_id": exchange.pk,
         "step_id": second.pk,
         "turn_id": turn.pk,
