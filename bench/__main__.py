@@ -29,7 +29,7 @@ MEASURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "P10": ("bench.p10_big_payload", ("P10",)),
     "P11": ("bench.p11_streaming", ("P11",)),
     "P12": ("bench.p12_class", ("P12",)),
-    "P13": ("bench.p13_proxy_llm", ("P13.llm", "P13.streams")),
+    "P13": ("bench.p13_proxies", ("P13.llm", "P13.streams", "P13.mcp")),
     "P14": ("bench.p14_huge_turn", ("P14",)),
 }
 ALIASES = {"P7": "P4"}

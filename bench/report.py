@@ -26,7 +26,25 @@ PERFORMANCE_DOC = REPO_ROOT / "docs" / "performance.md"
 # The table docs/performance.md shows lies between these two lines; the rest is prose.
 TABLE_BEGIN = "<!-- bench:latest:begin (written by `make bench`: bench/report.py) -->"
 TABLE_END = "<!-- bench:latest:end -->"
-ORDER = ["P1", "P2", "P2f", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P11", "P12", "P13", "P13.llm", "P13.streams", "P13.mcp", "P14"]
+ORDER = [
+    "P1",
+    "P2",
+    "P2f",
+    "P3",
+    "P4",
+    "P5",
+    "P6",
+    "P7",
+    "P8",
+    "P9",
+    "P10",
+    "P11",
+    "P12",
+    "P13.llm",
+    "P13.streams",
+    "P13.mcp",
+    "P14",
+]
 LIBRARIES = ("django", "channels", "channels-redis", "celery", "daphne", "openai", "mcp", "psycopg")
 
 

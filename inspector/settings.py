@@ -373,6 +373,10 @@ EXCHANGE_BODY_LIMIT = env_int("EXCHANGE_BODY_LIMIT", 64_000_000)
 # the exact record is (docs/turn-lifecycle.md, "Limits"). The record itself is never cut by it.
 DISPLAY_MAX_CHARS = env_int("DISPLAY_MAX_CHARS", 200_000)
 
+# The stdio MCP proxy (manage.py proxy stdio): the most bytes of forwarded traffic waiting to be
+# recorded; past it a chunk is passed on and only counted (docs/proxy-mcp.md).
+PROXY_QUEUE_LIMIT = env_int("PROXY_QUEUE_LIMIT", 64_000_000)
+
 # The demo model, served by this app at /demo-model/v1, keyed so it is no open endpoint.
 DEMO_MODEL_API_KEY = (
     env_str("DEMO_MODEL_API_KEY") or hashlib.sha256(f"demo-model:{SECRET_KEY}".encode()).hexdigest()

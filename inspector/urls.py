@@ -53,6 +53,7 @@ urlpatterns = [
     ),
     path("c/<uuid:public_id>/steps/<int:step_id>/app", views.step_app, name="inspector-step-app"),
     path("servers/", include("servers.urls")),
+    path("proxy/<str:key>/", include("servers.proxy.urls")),
     path("compare/", views.comparison_list, name="inspector-comparisons"),
     path("compare/new", views.comparison_create, name="inspector-comparison-create"),
     path("compare/providers", views.comparison_providers_create, name="inspector-comparison-providers"),

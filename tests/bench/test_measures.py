@@ -19,31 +19,48 @@ def _only(value: str) -> list[str]:
     return _selected(argparse.Namespace(only=value, quick=False))
 
 
-def test_the_measures_are_numbered_p1_to_p13_with_recording_and_scale_out_as_p8_and_p9() -> None:
-    assert list(MEASURES) == ["P1", "P2", "P3", "P4", "P5", "P6", "P8", "P9", "P10", "P11", "P12", "P13"]
+def test_the_measures_are_numbered_p1_to_p14_with_recording_and_scale_out_as_p8_and_p9() -> None:
+    assert list(MEASURES) == [
+        "P1",
+        "P2",
+        "P3",
+        "P4",
+        "P5",
+        "P6",
+        "P8",
+        "P9",
+        "P10",
+        "P11",
+        "P12",
+        "P13",
+        "P14",
+    ]
     assert MEASURES["P8"] == ("bench.p8_recording", ("P8",))
     assert MEASURES["P9"] == ("bench.p9_scale_out", ("P9",))
     assert MEASURES["P10"] == ("bench.p10_big_payload", ("P10",))
     assert MEASURES["P11"] == ("bench.p11_streaming", ("P11",))
     assert MEASURES["P12"] == ("bench.p12_class", ("P12",))
-    assert MEASURES["P13"] == ("bench.p13_proxy_llm", ("P13.llm", "P13.streams"))
+    assert MEASURES["P13"] == ("bench.p13_proxies", ("P13.llm", "P13.streams", "P13.mcp"))
     assert MEASURES["P14"] == ("bench.p14_huge_turn", ("P14",))
-    assert KNOWN == "P1-P13"
+    assert KNOWN == "P1-P14"
     assert QUICK == ("P1", "P3")
-    for key in ("P8", "P9", "P10", "P11", "P12", "P13"):
+    for key in ("P8", "P9", "P10", "P11", "P12", "P13", "P14"):
         assert importlib.import_module(MEASURES[key][0]).ID == key
+    # P13's two halves report their own ids.
+    assert importlib.import_module("bench.p13_proxy_llm").ID == "P13.llm"
+    assert importlib.import_module("bench.p13_proxy_mcp").ID == "P13.mcp"
 
 
 def test_only_takes_ids_in_any_case_and_p7_runs_with_p4() -> None:
     assert _only("p8, P9,p11") == ["P8", "P9", "P11"]
     assert _only("P7,P4,P10") == ["P4", "P10"]
     assert _selected(argparse.Namespace(only="", quick=True)) == ["P1", "P3"]
-    with pytest.raises(SystemExit, match="known: P1-P13"):
-        _only("P14")
+    with pytest.raises(SystemExit, match="known: P1-P14"):
+        _only("P15")
 
 
-def test_the_report_orders_p10_to_p13_after_p9() -> None:
-    assert report.ORDER[-6:] == ["P8", "P9", "P10", "P11", "P12", "P13"]
+def test_the_report_orders_p10_to_p14_after_p9() -> None:
+    assert report.ORDER[-9:] == ["P8", "P9", "P10", "P11", "P12", "P13.llm", "P13.streams", "P13.mcp", "P14"]
     results = [
         Result(id=i, name="", unit="", target="", status="not run", reason="-")
         for i in ("P12", "P11", "P10", "P9", "P1")

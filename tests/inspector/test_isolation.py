@@ -175,6 +175,10 @@ EXPECTED: dict[str, Expect] = {
     "proxy-gemini": Expect(
         "POST", KEY_AUTH, "/proxy/tci_not-alices-key/gemini/v1beta/models/m:generateContent"
     ),
+    # the MCP proxies (servers/proxy/)
+    "proxy-mcp": Expect("POST", KEY_AUTH, "/proxy/tci_not-alices-key/mcp/demo"),
+    "proxy-sse": Expect("GET", KEY_AUTH, "/proxy/tci_not-alices-key/sse/demo"),
+    "proxy-sse-messages": Expect("POST", KEY_AUTH, "/proxy/tci_not-alices-key/sse/demo/messages?to=/x"),
 }
 
 

@@ -1,0 +1,1 @@
+"""The MCP recording proxies: stdio (``manage.py proxy stdio``) and HTTP (``/proxy/<key>/mcp/<server>``)."""

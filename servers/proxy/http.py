@@ -1,0 +1,492 @@
+"""The HTTP MCP proxy: ``/proxy/<key>/mcp/<server>`` (streamable HTTP) and ``/proxy/<key>/sse/<server>``
+(the legacy HTTP+SSE transport) forward to a registered server's URL and record what passed.
+
+A request goes upstream with the host's own headers (its credentials included; hop-by-hop
+headers and ``X-Inspector-Session`` left out) and its body streamed as it is; the answer comes
+back with the upstream's status and headers, its body streamed chunk by chunk as it arrives
+(``Mcp-Session-Id`` and ``MCP-Protocol-Version`` cross both ways like any header). Nothing is
+parsed on the way: a copy of each chunk is read afterwards, off the byte path, into records
+(``servers.proxy.pairing``), which are stored with ``record_mcp`` in the background, the host's
+credentials (and the proxy key) passed as secrets to mask.
+
+The one change the proxy makes to traffic: the legacy transport's ``endpoint`` event, which
+tells the host where to POST its messages, is rewritten to point back through the proxy
+(otherwise the host would post straight to the server, unrecorded). docs/proxy-mcp.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from urllib.parse import quote, urljoin, urlsplit
+
+import httpx
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connections
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+
+from conversations.loop.wire import SECRET_HEADER_RE, WireExchange, decode_body
+from conversations.proxy.keys import authenticate
+from conversations.proxy.models import ProxyKey
+from conversations.proxy.recording import record_mcp
+from servers.models import McpServer
+from servers.proxy.pairing import HOST, SERVER, Pairer, cut
+from servers.proxy.sse import Event, EventReader
+from servers.selectors import server_get
+
+log = logging.getLogger(__name__)
+
+CHUNK = 64 * 1024
+SESSION_HEADER = "x-inspector-session"
+# Not forwarded: they describe one hop, not the message (RFC 9110 §7.6.1), or are the proxy's own.
+HOP_HEADERS = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        SESSION_HEADER,
+    }
+)
+# The pairers of the sessions seen lately (a server's request is answered by a later POST).
+MAX_SCOPES = 1000
+_pairers: OrderedDict[tuple[object, ...], Pairer] = OrderedDict()
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+    weakref.WeakKeyDictionary()
+)
+_storing: set[asyncio.Task[None]] = set()
+_order: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@dataclass
+class Route:
+    """One proxied request's key, server and what to mask in its record."""
+
+    key: ProxyKey
+    raw_key: str
+    server: McpServer
+    session: str | None
+    secrets: tuple[str, ...]
+
+
+def route_resolve(
+    request: HttpRequest, *, raw_key: str, server_name: str, transport: str
+) -> Route | HttpResponse:
+    """The route of a proxied request, or the answer that refuses it: 401 for an unknown or revoked
+    key, 404 for a server the key's user may not see or that does not speak ``transport``."""
+    key = authenticate(raw_key)
+    if key is None:
+        return HttpResponse("proxy: unknown or revoked proxy key\n", status=401, content_type="text/plain")
+    try:
+        server = server_get(user=key.user, name=server_name)
+    except McpServer.DoesNotExist:
+        server = None
+    if server is None or server.transport != transport or not server.url:
+        return HttpResponse(
+            f"proxy: no {transport} MCP server named {server_name!r} for this key\n",
+            status=404,
+            content_type="text/plain",
+        )
+    secrets = [raw_key]
+    for name, value in request.headers.items():
+        if SECRET_HEADER_RE.search(name) and value:
+            secrets.append(value)
+            # "Bearer abc…": the token alone, wherever the host's traffic repeats it.
+            secrets.append(value.split(" ", 1)[-1])
+    hint = request.headers.get(SESSION_HEADER) or None
+    return Route(key=key, raw_key=raw_key, server=server, session=hint, secrets=tuple(secrets))
+
+
+def _client() -> httpx.AsyncClient:
+    loop = asyncio.get_running_loop()
+    client = _clients.get(loop)
+    if client is None:
+        timeout = httpx.Timeout(connect=10.0, read=None, write=None, pool=10.0)
+        client = httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False)
+        _clients[loop] = client
+    return client
+
+
+def _pairer(scope: tuple[object, ...]) -> Pairer:
+    pairer = _pairers.get(scope)
+    if pairer is None:
+        pairer = Pairer(
+            line_limit=settings.MCP_STDOUT_LINE_LIMIT,
+            body_limit=settings.EXCHANGE_BODY_LIMIT,
+            not_json=("request (not JSON)", "event (not JSON)"),
+        )
+        _pairers[scope] = pairer
+        while len(_pairers) > MAX_SCOPES:
+            _pairers.popitem(last=False)
+    _pairers.move_to_end(scope)
+    return pairer
+
+
+def _store(route: Route, records: Sequence[WireExchange]) -> None:
+    """Store ``records`` in the background (never in the way of the bytes)."""
+    if not records:
+        return
+
+    loop = asyncio.get_running_loop()
+    locks = _order.setdefault(loop, {})
+    lock = locks.setdefault(route.key.pk, asyncio.Lock())
+
+    async def store() -> None:
+        # One key's records are stored one group at a time, in the order they were made (a
+        # lock is fair: tasks reach it in the order they were created).
+        async with lock:
+            try:
+                await sync_to_async(_record, thread_sensitive=False)(route, records)
+            except Exception:
+                log.exception("proxy: %d records of %s could not be stored", len(records), route.server.name)
+
+    task = loop.create_task(store())
+    _storing.add(task)
+    task.add_done_callback(_storing.discard)
+
+
+def _record(route: Route, records: Sequence[WireExchange]) -> None:
+    try:
+        record_mcp(
+            route.key,
+            session=route.session,
+            server_name=route.server.name,
+            records=list(records),
+            secrets=route.secrets,
+        )
+    finally:
+        # A worker thread of its own: hand its connection back to the pool (no request ends here).
+        connections.close_all()
+
+
+def _outgoing_headers(request: HttpRequest) -> list[tuple[str, str]]:
+    headers = [(name, value) for name, value in request.headers.items() if name.lower() not in HOP_HEADERS]
+    length = request.headers.get("content-length")
+    if length:
+        headers.append(("content-length", length))
+    return headers
+
+
+def _incoming_headers(response: httpx.Response) -> list[tuple[str, str]]:
+    return [
+        (name, value) for name, value in response.headers.multi_items() if name.lower() not in HOP_HEADERS
+    ]
+
+
+class _Body:
+    """The host's request body, streamed upstream; its first ``limit`` bytes kept for the record."""
+
+    def __init__(self, request: HttpRequest, limit: int) -> None:
+        self.request = request
+        self.limit = limit
+        self.kept = bytearray()
+        self.total = 0
+
+    def _next(self) -> bytes:
+        chunk = self.request.read(CHUNK)
+        self.total += len(chunk)
+        room = self.limit - len(self.kept)
+        if room > 0:
+            self.kept += chunk[:room]
+        return chunk
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while chunk := self._next():
+            yield chunk
+
+    def rest(self) -> None:
+        """Read what was not sent (the upstream could not be reached), for the record."""
+        while self._next():
+            pass
+
+
+async def forward(
+    request: HttpRequest,
+    route: Route,
+    *,
+    url: str,
+    scope: tuple[object, ...],
+    rewrite_endpoint: Callable[[str], str] | None = None,
+) -> HttpResponseBase:
+    """Forward ``request`` to ``url`` and stream the answer back, recording both."""
+    body = _Body(request, _kept_limit())
+    method = request.method or "GET"
+    has_body = method not in ("GET", "HEAD", "DELETE") or bool(request.headers.get("content-length"))
+    outgoing = _outgoing_headers(request)
+    upstream_request = _client().build_request(
+        method, url, headers=outgoing, content=body.chunks() if has_body else None
+    )
+    # httpx adds defaults (its user agent, accept-encoding…): the server gets the host's own
+    # (the framing headers for this hop aside).
+    sent = {name.lower() for name, _ in outgoing} | {"host", "content-length", "transfer-encoding"}
+    for name in list(upstream_request.headers.keys()):
+        if name.lower() not in sent:
+            del upstream_request.headers[name]
+    path = urlsplit(url).path or "/"
+    stored_headers = {":method": method, ":path": path, **dict(outgoing)}
+    pairer = _pairer(scope)
+    started = time.monotonic()
+    try:
+        upstream = await _client().send(upstream_request, stream=True)
+    except httpx.HTTPError as exc:
+        return _unreachable(route, pairer, body, method, path, stored_headers, exc, started)
+    record = _request_record(pairer, body, method, path, stored_headers)
+    response_headers = {":status": str(upstream.status_code), **dict(upstream.headers.multi_items())}
+    record.response_headers = response_headers
+    event_stream = upstream.headers.get("content-type", "").startswith("text/event-stream")
+    stream = _relay(
+        route,
+        pairer,
+        record,
+        upstream,
+        event_stream=event_stream,
+        rewrite_endpoint=rewrite_endpoint,
+        # Not a request waiting for its JSON-RPC response: finished by its HTTP answer.
+        awaits_http=not pairer.pending(record),
+    )
+    response = StreamingHttpResponse(stream, status=upstream.status_code)
+    for name, value in _incoming_headers(upstream):
+        response.headers[name] = value
+    return response
+
+
+def _kept_limit() -> int:
+    """The most bytes of a body kept for the record: EXCHANGE_BODY_LIMIT, less room for the mark
+    that says how much more there was (so the recorder does not cut the mark off)."""
+    return max(1, settings.EXCHANGE_BODY_LIMIT - 200)
+
+
+def _request_record(
+    pairer: Pairer, body: _Body, method: str, path: str, headers: dict[str, str]
+) -> WireExchange:
+    kept = bytes(body.kept)
+    if body.total and _json_rpc(kept) and body.total == len(kept):
+        record = pairer.message(HOST, kept)
+    elif body.total:
+        # Not a message (or too large to read as one): recorded as the host sent it, with the answer.
+        text = cut(decode_body(kept), pairer.body_limit)
+        if body.total > len(kept):
+            text += f"\n… [cut: {body.total:,} bytes in all; the first {len(kept):,} are kept]"
+        label = "not JSON-RPC" if body.total == len(kept) else f"{method} {path} (cut)"
+        record = WireExchange(channel="mcp", label=label, started_at=datetime.now(UTC), request_body=text)
+    else:
+        record = WireExchange(channel="mcp", label=f"{method} {path}", started_at=datetime.now(UTC))
+    record.request_headers = headers
+    # A record that is not a request waiting for its JSON-RPC response (a notification, a
+    # response of the host's, a body that is no message, a GET, a DELETE) is finished by its HTTP
+    # answer: held until then.
+    pairer.finished[:] = [done for done in pairer.finished if done is not record]
+    return record
+
+
+def _json_rpc(raw: bytes) -> bool:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(value, dict | list)
+
+
+def _unreachable(
+    route: Route,
+    pairer: Pairer,
+    body: _Body,
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    exc: httpx.HTTPError,
+    started: float,
+) -> HttpResponse:
+    why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    message = f"proxy: could not reach the MCP server {route.server.name!r} ({why})"
+    body.rest()
+    record = _request_record(pairer, body, method, path, headers)
+    if pairer.pending(record):
+        pairer.settle(record, body="", error=message)
+    else:
+        pairer.finished.append(record)
+        record.status, record.error = "error", message
+        record.duration_ms = (time.monotonic() - started) * 1000
+    _store(route, pairer.take())
+    return HttpResponse(message + "\n", status=502, content_type="text/plain")
+
+
+async def _relay(
+    route: Route,
+    pairer: Pairer,
+    record: WireExchange,
+    upstream: httpx.Response,
+    *,
+    event_stream: bool,
+    rewrite_endpoint: Callable[[str], str] | None,
+    awaits_http: bool,
+) -> AsyncIterator[bytes]:
+    """The upstream's body as it arrives; recorded as it streams (events) or once it ends."""
+    limit = _kept_limit()
+    events = EventReader(limit) if event_stream else None
+    kept, total = bytearray(), 0
+    pending_rewrite = bytearray() if rewrite_endpoint is not None else None
+    ended = False
+    try:
+        async for chunk in upstream.aiter_raw():
+            total += len(chunk)
+            if len(kept) < limit:
+                kept += chunk[: limit - len(kept)]
+            if pending_rewrite is not None and rewrite_endpoint is not None:
+                pending_rewrite += chunk
+                rewritten = _rewrite_first_endpoint(bytes(pending_rewrite), rewrite_endpoint)
+                if rewritten is None:
+                    continue
+                (chunk, endpoint), pending_rewrite = rewritten, None
+                # The session's POSTs are answered on this stream: pair them in one place.
+                pairer = _pairer(sse_scope(route, endpoint))
+            yield chunk
+            if events is not None:
+                for event in events.feed(chunk):
+                    _event(route, pairer, record, event)
+        ended = True
+    finally:
+        await upstream.aclose()
+        _finish(
+            route, pairer, record, upstream, bytes(kept), total, events, ended=ended, awaits_http=awaits_http
+        )
+
+
+def _rewrite_first_endpoint(buffered: bytes, rewrite: Callable[[str], str]) -> tuple[bytes, str] | None:
+    """The buffered start of a legacy SSE stream with its ``endpoint`` event pointed back through
+    the proxy; None while that event has not fully arrived."""
+    reader = EventReader(len(buffered) + 1)
+    for event in reader.feed(buffered):
+        if event.name == "endpoint":
+            start = buffered.index(event.raw)
+            original = event.data.decode("utf-8", "replace")
+            replaced = f"event: endpoint\ndata: {rewrite(original)}\n\n".encode()
+            return buffered[:start] + replaced + buffered[start + len(event.raw) :], original
+    return None
+
+
+def _event(route: Route, pairer: Pairer, record: WireExchange, event: Event) -> None:
+    if event.name not in ("", "message") or not event.data.strip():
+        return
+    pairer.message(SERVER, event.data)
+    _store(route, pairer.take())
+
+
+def _finish(
+    route: Route,
+    pairer: Pairer,
+    record: WireExchange,
+    upstream: httpx.Response,
+    kept: bytes,
+    total: int,
+    events: EventReader | None,
+    *,
+    ended: bool,
+    awaits_http: bool,
+) -> None:
+    status = upstream.status_code
+    if events is not None:
+        for event, size in events.cut:
+            pairer.message(SERVER, event.data, cut_at=size)
+    text = decode_body(kept)
+    if total > len(kept):
+        text += f"\n… [cut: {total:,} bytes in all; the first {len(kept):,} are kept]"
+    note = "" if ended else "the host went away before the answer ended; this is what had passed"
+    json_answer = upstream.headers.get("content-type", "").startswith("application/json")
+    if not awaits_http:
+        if not pairer.pending(record):
+            _store(route, pairer.take())  # answered on its stream, already recorded
+            return
+        if events is None and json_answer and kept and status < 400 and total == len(kept) and ended:
+            pairer.message(SERVER, kept)  # the response, read as a message (it pairs with the request)
+        # The legacy transport answers a POST "202 Accepted" and sends the response on its stream.
+        later = events is None and status == 202
+        if pairer.pending(record) and (not ended or (events is None and not later)):
+            if status >= 400:
+                error = f"HTTP {status}"
+            elif total > len(kept):
+                error = "the answer was too large to keep whole (EXCHANGE_BODY_LIMIT): recorded cut"
+            else:
+                error = "" if not ended else "no JSON-RPC response in the answer"
+            pairer.settle(
+                record, body=text if events is None else "", error="; ".join(filter(None, [error, note]))
+            )
+    else:
+        # A notification or a response of the host's, a body that is no message, a GET stream, a
+        # DELETE: completed by its HTTP answer.
+        if not record.status or record.status == "ok":
+            record.status = "ok" if status < 400 else "error"
+        record.error = "; ".join(
+            filter(None, [record.error, f"HTTP {status}" if status >= 400 else "", note])
+        )
+        if events is None and not record.response_body:
+            record.response_body = text
+        if record.label.startswith(("GET ", "DELETE ")):
+            record.direction = "client"
+        pairer.finished.append(record)
+    _store(route, pairer.take())
+
+
+def _endpoint_rewriter(raw_key: str, server_name: str) -> Callable[[str], str]:
+    def rewrite(endpoint: str) -> str:
+        return f"/proxy/{raw_key}/sse/{quote(server_name)}/messages?to={quote(endpoint, safe='')}"
+
+    return rewrite
+
+
+def same_origin(base: str, target: str) -> str | None:
+    """``target`` resolved against ``base`` when it stays on ``base``'s origin, else None (the
+    proxy posts only to the server it was registered for)."""
+    resolved = urljoin(base, target)
+    a, b = urlsplit(base), urlsplit(resolved)
+    return resolved if (a.scheme, a.netloc) == (b.scheme, b.netloc) else None
+
+
+async def forward_streamable(request: HttpRequest, route: Route) -> HttpResponseBase:
+    scope = (route.key.pk, route.server.name, request.headers.get("mcp-session-id", ""))
+    return await forward(request, route, url=route.server.url, scope=scope)
+
+
+async def forward_sse_stream(request: HttpRequest, route: Route) -> HttpResponseBase:
+    scope = (route.key.pk, route.server.name, "sse-stream", id(request))
+    return await forward(
+        request,
+        route,
+        url=route.server.url,
+        scope=scope,
+        rewrite_endpoint=_endpoint_rewriter(route.raw_key, route.server.name),
+    )
+
+
+async def forward_sse_post(request: HttpRequest, route: Route, to: str) -> HttpResponseBase:
+    """A legacy session's POST, to the endpoint the stream named (on the server's origin only)."""
+    target = same_origin(route.server.url, to) if to else None
+    if target is None:
+        return HttpResponse(
+            "proxy: the message endpoint must be the one the server's stream named, on its origin\n",
+            status=400,
+            content_type="text/plain",
+        )
+    return await forward(request, route, url=target, scope=sse_scope(route, to))
+
+
+def sse_scope(route: Route, to: str) -> tuple[object, ...]:
+    """A legacy session's POSTs are answered on its GET stream: both use the endpoint's scope."""
+    return (route.key.pk, route.server.name, "sse-endpoint", to)

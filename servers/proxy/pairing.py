@@ -1,0 +1,246 @@
+"""Turn the raw lines a proxy saw into records, as the workbench's capture does.
+
+The proxy never parses what it passes on: it hands copies of the bytes it forwarded to a
+``Pairer``, which splits them into lines, reads each line as JSON-RPC and pairs each request
+with its response by id (a JSON-RPC id keeps its type: ``1`` and ``"1"`` are two ids). A body is
+recorded as the exact text that crossed (bytes that are not UTF-8 kept with
+``conversations.loop.wire.decode_body``), never re-serialized.
+
+Labels and directions follow ``conversations.proxy.recording.record_mcp``'s contract: a request's
+label is its method; ``client`` marks host→server requests and notifications, ``server``
+server→host ones; ``local`` marks what is not a message (stderr, a line that is not JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from conversations.loop.wire import WireExchange, decode_body
+
+HOST = "host"  # bytes the host sent (the server's stdin)
+SERVER = "server"  # bytes the server sent (its stdout)
+STDERR = "stderr"
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, the cut marked with the true total (as the gateway does)."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n… [cut: {len(text)} characters in all]"
+
+
+def _id_key(value: object) -> str:
+    return json.dumps(value)
+
+
+@dataclass
+class _Line:
+    """The line of one stream being assembled."""
+
+    kept: bytearray = field(default_factory=bytearray)
+    total: int = 0
+    gap: int = 0  # bytes of this line that passed while the recorder was behind (not kept)
+
+
+@dataclass
+class Pairer:
+    """Lines in, finished records out. Used from one thread only (the proxy's recorder).
+
+    ``line_limit`` is MCP_STDOUT_LINE_LIMIT: the most bytes of one line kept (both directions);
+    a longer line is recorded cut and marked. ``body_limit`` is EXCHANGE_BODY_LIMIT.
+    """
+
+    line_limit: int
+    body_limit: int
+    # The labels of what is not a message, from the host and from the server.
+    not_json: tuple[str, str] = ("stdin (not JSON)", "stdout (not JSON)")
+    finished: list[WireExchange] = field(default_factory=list)
+    _lines: dict[str, _Line] = field(default_factory=dict)
+    _pending: dict[str, tuple[WireExchange, float]] = field(default_factory=dict)
+
+    def feed(self, stream: str, data: bytes) -> None:
+        """Bytes as they crossed on ``stream`` (HOST, SERVER or STDERR)."""
+        if stream == STDERR:
+            if data:
+                self._local("stderr", decode_body(data), "")
+            return
+        line = self._lines.setdefault(stream, _Line())
+        start = 0
+        while True:
+            end = data.find(b"\n", start)
+            piece = data[start:] if end < 0 else data[start:end]
+            room = self.line_limit - len(line.kept)
+            if room > 0:
+                line.kept += piece[:room]
+            line.total += len(piece)
+            if end < 0:
+                return
+            self._line(stream, line, ended=True)
+            self._lines[stream] = line = _Line()
+            start = end + 1
+
+    def lost(self, stream: str, size: int) -> None:
+        """``size`` bytes passed on ``stream`` that the recorder could not keep (it was behind)."""
+        if stream == STDERR:
+            self._local(
+                "stderr", "", f"{size:,} bytes of stderr passed while the recorder was behind; not kept"
+            )
+            return
+        line = self._lines.setdefault(stream, _Line())
+        line.gap += size
+        line.total += size
+
+    def settle(self, record: WireExchange, *, body: str, error: str) -> None:
+        """``record``'s request will get no JSON-RPC response this way (its HTTP answer was an error,
+        or the stream ended first): it is finished with ``body`` (what came back) and ``error``."""
+        for key, (pending, started) in list(self._pending.items()):
+            if pending is record:
+                del self._pending[key]
+                record.response_body = cut(body, self.body_limit)
+                record.status = "error"
+                record.error = error
+                record.duration_ms = (time.monotonic() - started) * 1000
+                self.finished.append(record)
+                return
+
+    def pending(self, record: WireExchange) -> bool:
+        return any(pending is record for pending, _ in self._pending.values())
+
+    @property
+    def open_requests(self) -> int:
+        return len(self._pending)
+
+    def close(self) -> list[WireExchange]:
+        """The streams ended: a line left unfinished and every request still unanswered are recorded."""
+        for stream, line in list(self._lines.items()):
+            if line.total:
+                self._line(stream, line, ended=False)
+        self._lines.clear()
+        now = time.monotonic()
+        for record, started in self._pending.values():
+            record.status = "no response"
+            record.duration_ms = (now - started) * 1000
+            self.finished.append(record)
+        self._pending.clear()
+        return self.take()
+
+    def take(self) -> list[WireExchange]:
+        records, self.finished = self.finished, []
+        return records
+
+    def _line(self, stream: str, line: _Line, *, ended: bool) -> None:
+        raw = bytes(line.kept)
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        problems = []
+        if line.gap:
+            problems.append(f"{line.gap:,} bytes of it passed while the recorder was behind and are not kept")
+        if line.total > self.line_limit:
+            problems.append(
+                f"a line of {line.total:,} bytes, longer than {self.line_limit:,} (MCP_STDOUT_LINE_LIMIT): "
+                f"its first {self.line_limit:,} bytes are kept"
+            )
+        if not ended:
+            problems.append("a line cut short: the stream closed before ending it")
+        if not raw.strip() and not problems:
+            return  # an empty line between messages
+        if problems:
+            self._local(self.not_json[stream != HOST], decode_body(raw), "; ".join(problems))
+            return
+        self.message(stream, raw)
+
+    def message(self, stream: str, raw: bytes, *, cut_at: int = 0) -> WireExchange:
+        """One whole message as it crossed on ``stream``; returns the record it opened, completed
+        or made. ``cut_at``: the message's true size when ``raw`` is only its kept start."""
+        text = decode_body(raw)
+        body = cut(text, self.body_limit)
+        if cut_at > len(raw):
+            body += f"\n… [cut: {cut_at:,} bytes in all; the first {len(raw):,} are kept]"
+        message = None if cut_at > len(raw) else _json(raw)
+        if message is None:
+            why = "cut: too large to keep whole" if cut_at > len(raw) else "not a JSON-RPC message"
+            return self._local(self.not_json[stream != HOST], text if not cut_at else body, why)
+        return self._message(stream, message, body)
+
+    def _local(self, label: str, body: str, error: str) -> WireExchange:
+        record = WireExchange(
+            channel="mcp",
+            label=label,
+            started_at=datetime.now(UTC),
+            direction="local",
+            response_body=cut(body, self.body_limit),
+            status="error" if error else "",
+            error=error,
+        )
+        self.finished.append(record)
+        return record
+
+    def _message(self, stream: str, message: object, body: str) -> WireExchange:
+        now, wall = time.monotonic(), datetime.now(UTC)
+        origin = "client" if stream == HOST else "server"
+        if not isinstance(message, dict):
+            # A JSON-RPC batch (or any other JSON value): passed on, recorded as one message.
+            record = _unpaired("batch", wall, origin, stream, body)
+            self.finished.append(record)
+            return record
+        method, msg_id = message.get("method"), message.get("id")
+        if method is not None and msg_id is not None:
+            record = WireExchange(
+                channel="mcp",
+                label=str(method),
+                started_at=wall,
+                jsonrpc_id=str(msg_id),
+                direction=origin,
+                request_body=body,
+            )
+            self._pending[f"{stream}:{_id_key(msg_id)}"] = (record, now)
+            return record
+        if msg_id is not None:
+            other = SERVER if stream == HOST else HOST
+            found = self._pending.pop(f"{other}:{_id_key(msg_id)}", None)
+            error = message.get("error")
+            if found is None:
+                record = WireExchange(
+                    channel="mcp",
+                    label="response to unknown id",
+                    started_at=wall,
+                    jsonrpc_id=str(msg_id),
+                    direction=origin,
+                    response_body=body,
+                    status="error" if error is not None else "ok",
+                    error="the id matches no request in flight",
+                )
+                self.finished.append(record)
+                return record
+            record, started = found
+            record.response_body = body
+            record.duration_ms = (now - started) * 1000
+            record.status = "error" if error is not None else "ok"
+            if isinstance(error, dict):
+                record.error = str(error.get("message", ""))
+            self.finished.append(record)
+            return record
+        record = _unpaired(str(method) if method is not None else "not JSON-RPC", wall, origin, stream, body)
+        self.finished.append(record)
+        return record
+
+
+def _unpaired(label: str, wall: datetime, origin: str, stream: str, body: str) -> WireExchange:
+    """An unpaired message; its body goes where its sender's side is shown."""
+    record = WireExchange(channel="mcp", label=label, started_at=wall, direction=origin)
+    if stream == HOST:
+        record.request_body = body
+    else:
+        record.response_body = body
+    return record
+
+
+def _json(raw: bytes) -> object | None:
+    try:
+        value: object = json.loads(raw)
+    except ValueError:
+        return None
+    return value
