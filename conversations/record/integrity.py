@@ -244,7 +244,8 @@ def _step_content_rule2(step: Step, parent_seq: int | None) -> dict[str, object]
 # (``ID_KEYS``), the records below it (sealed on their own, by digest and hash), and ``server``,
 # a link to a live server row whose name may change after the record was made.
 UNSEALED: dict[str, frozenset[str]] = {
-    "turn": frozenset({*ID_KEYS["turn"], "steps", "exchanges"}),
+    # A paged API answer's steps_count and steps_next say where the rest is: not content.
+    "turn": frozenset({*ID_KEYS["turn"], "steps", "exchanges", "steps_count", "steps_next"}),
     "step": frozenset({*ID_KEYS["step"], "exchanges", "server"}),
 }
 

@@ -16,7 +16,7 @@ from decimal import Decimal
 
 from django import template
 from django.conf import settings
-from django.db.models import Count, Max, Min
+from django.db.models import Count, Max, Min, Q, Sum
 from django.template.context import Context
 from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
@@ -643,27 +643,33 @@ def dollars(value: Decimal) -> str:
 @register.filter
 def waterfall(turn: Turn) -> Waterfall | None:
     """The turn's timeline, reading only what a bar shows (a step's prompt, bodies and results
-    are most of its row): one query, but for a turn of thousands of calls, whose first and last
-    bars only are read (and how many there are, and when they began and ended); and one for the
-    drawn steps' wire timings."""
+    are most of its row), each step with the time its own wire exchanges took (summed in the same
+    query): one query, but for a turn of thousands of calls, whose first and last bars only are
+    read (and how many there are, and when they began and ended)."""
     timed = (
         Step.objects.filter(turn=turn, finished_at__isnull=False)
         .exclude(kind=Step.Kind.FALLBACK)
         .only(*WATERFALL_FIELDS)
     )
+    on_wire = ~Q(exchanges__direction=Exchange.Direction.LOCAL) & Q(exchanges__duration_ms__isnull=False)
+    drawn_steps = timed.annotate(
+        wire_start=Min("exchanges__started_at", filter=on_wire),
+        wire_ms=Sum("exchanges__duration_ms", filter=on_wire),
+    )
     drawn = HEAD_BARS + TAIL_BARS
-    first = list(timed.order_by("started_at", "seq")[: drawn + 1])
+    first = list(drawn_steps.order_by("started_at", "seq")[: drawn + 1])
     left_out, span = 0, None
     if len(first) > drawn:
         counted = timed.aggregate(count=Count("pk"), start=Min("started_at"), end=Max("finished_at"))
-        tail = list(timed.order_by("-started_at", "-seq")[:TAIL_BARS])
+        tail = list(drawn_steps.order_by("-started_at", "-seq")[:TAIL_BARS])
         first = [*first[:HEAD_BARS], *reversed(tail)]
         left_out, span = counted["count"] - drawn, (counted["start"], counted["end"])
-    wire = Exchange.objects.filter(step__in=[step.pk for step in first]).exclude(
-        direction=Exchange.Direction.LOCAL
-    )
-    timings = wire.order_by("pk").values_list("step_id", "started_at", "duration_ms")
-    return turn_waterfall(first, list(timings), left_out=left_out, span=span)
+    timings = [
+        (step.pk, step.wire_start, step.wire_ms)
+        for step in first
+        if getattr(step, "wire_ms", None) is not None
+    ]
+    return turn_waterfall(first, timings, left_out=left_out, span=span)
 
 
 @register.filter

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import quote, urljoin, urlsplit
 
-import httpx
+import httpx2
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connections
@@ -66,7 +66,7 @@ HOP_HEADERS = frozenset(
 # The pairers of the sessions seen lately (a server's request is answered by a later POST).
 MAX_SCOPES = 1000
 _pairers: OrderedDict[tuple[object, ...], Pairer] = OrderedDict()
-_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx2.AsyncClient] = (
     weakref.WeakKeyDictionary()
 )
 _storing: set[asyncio.Task[None]] = set()
@@ -114,12 +114,12 @@ def route_resolve(
     return Route(key=key, raw_key=raw_key, server=server, session=hint, secrets=tuple(secrets))
 
 
-def _client() -> httpx.AsyncClient:
+def _client() -> httpx2.AsyncClient:
     loop = asyncio.get_running_loop()
     client = _clients.get(loop)
     if client is None:
-        timeout = httpx.Timeout(connect=10.0, read=None, write=None, pool=10.0)
-        client = httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False)
+        timeout = httpx2.Timeout(connect=10.0, read=None, write=None, pool=10.0)
+        client = httpx2.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False)
         _clients[loop] = client
     return client
 
@@ -184,7 +184,7 @@ def _outgoing_headers(request: HttpRequest) -> list[tuple[str, str]]:
     return headers
 
 
-def _incoming_headers(response: httpx.Response) -> list[tuple[str, str]]:
+def _incoming_headers(response: httpx2.Response) -> list[tuple[str, str]]:
     return [
         (name, value) for name, value in response.headers.multi_items() if name.lower() not in HOP_HEADERS
     ]
@@ -245,7 +245,7 @@ async def forward(
     started = time.monotonic()
     try:
         upstream = await _client().send(upstream_request, stream=True)
-    except httpx.HTTPError as exc:
+    except httpx2.HTTPError as exc:
         return _unreachable(route, pairer, body, method, path, stored_headers, exc, started)
     record = _request_record(pairer, body, method, path, stored_headers)
     response_headers = {":status": str(upstream.status_code), **dict(upstream.headers.multi_items())}
@@ -311,7 +311,7 @@ def _unreachable(
     method: str,
     path: str,
     headers: dict[str, str],
-    exc: httpx.HTTPError,
+    exc: httpx2.HTTPError,
     started: float,
 ) -> HttpResponse:
     why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -332,7 +332,7 @@ async def _relay(
     route: Route,
     pairer: Pairer,
     record: WireExchange,
-    upstream: httpx.Response,
+    upstream: httpx2.Response,
     *,
     event_stream: bool,
     rewrite_endpoint: Callable[[str], str] | None,
@@ -393,7 +393,7 @@ def _finish(
     route: Route,
     pairer: Pairer,
     record: WireExchange,
-    upstream: httpx.Response,
+    upstream: httpx2.Response,
     kept: bytes,
     total: int,
     events: EventReader | None,

@@ -154,7 +154,7 @@ def test_teaching_mode_shows_roles_notes_and_the_two_moments_and_is_remembered(
     expect(page.locator(".teach-field.no-note")).to_have_count(0)
     # The turn's timeline: one bar per call, drawn by the server.
     expect(page.locator(".waterfall-chart .wf-bar")).to_have_count(4)
-    expect(page.locator(".waterfall-chart .wf-tool rect")).to_be_visible()
+    expect(page.locator(".waterfall-chart .wf-tool rect:not(.wf-wire)")).to_be_visible()
 
     # Remembered: in a new browser session too; and off again.
     again = _signed_in(browser, setting)

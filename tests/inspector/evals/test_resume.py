@@ -73,6 +73,9 @@ def test_a_run_whose_driver_died_is_driven_on_keeping_its_graded_cases(alice: Us
     first = EvalCaseResult.objects.get(cell__run=run, case_index=0)
     _wait(lambda: Turn.objects.filter(conversation__owner=alice, status=Turn.Status.DONE).exists())
     run_advance(run=run, driver=dead)  # grades case 0, starts case 1
+    # The run is taken over from its dead driver: the grading may come from the thread now
+    # driving it, so wait for it rather than race it.
+    _wait(lambda: EvalCaseResult.objects.get(pk=first.pk).status != EvalCaseResult.Status.RUNNING)
     first.refresh_from_db()
     assert first.status == EvalCaseResult.Status.PASSED
     # The driver's process dies, and the turn in flight with it: the turns' check marks it.
