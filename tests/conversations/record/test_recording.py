@@ -26,7 +26,7 @@ from conversations.record.exchanges import exchange_rows, server_records_store
 from conversations.record.recording import TurnRecorder
 from conversations.record.store import FenceRefused
 from conversations.record.verification import conversation_verify
-from conversations.record.writer import RecordWriter, process_writer
+from conversations.record.writer import RecordWriter, process_writer, writes_flush
 from conversations.secret_sources import active_redactor
 from inspector import live
 from tests.support import other_connection, wait_until
@@ -35,13 +35,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def turn() -> Turn:
+def turn() -> Iterator[Turn]:
     alice = User.objects.create_user("alice")
     profile = ModelProfile.objects.create(name="p-alice", model="demo", is_demo=True)
     conversation = Conversation.objects.create(owner=alice, title="weather", model_profile=profile)
-    return Turn.objects.create(
+    yield Turn.objects.create(
         conversation=conversation, seq=1, question="Weather?", paradigm="native", tool_choice="auto"
     )
+    # What a test handed the writer is committed before the test database is flushed: a commit
+    # (its deferred checks, the fence's row lock) racing the flush's TRUNCATE deadlocks.
+    writes_flush()
 
 
 def _exchange(label: str) -> WireExchange:
