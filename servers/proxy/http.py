@@ -34,6 +34,7 @@ from django.db import connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 
 from conversations.loop.wire import SECRET_HEADER_RE, WireExchange, decode_body
+from conversations.proxy.forward import HOP_BY_HOP
 from conversations.proxy.keys import authenticate
 from conversations.proxy.models import ProxyKey
 from conversations.proxy.recording import record_mcp
@@ -46,23 +47,9 @@ log = logging.getLogger(__name__)
 
 CHUNK = 64 * 1024
 SESSION_HEADER = "x-inspector-session"
-# Not forwarded: they describe one hop, not the message (RFC 9110 §7.6.1), or are the proxy's own.
-HOP_HEADERS = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-        SESSION_HEADER,
-    }
-)
+# Not forwarded: what describes one hop (the LLM proxy's set, RFC 9110 §7.6.1), what the
+# client sets anew for the upstream's connection, and the proxy's own session hint.
+HOP_HEADERS = HOP_BY_HOP | {"host", "content-length", SESSION_HEADER}
 # The pairers of the sessions seen lately (a server's request is answered by a later POST).
 MAX_SCOPES = 1000
 _pairers: OrderedDict[tuple[object, ...], Pairer] = OrderedDict()

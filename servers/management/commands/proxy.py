@@ -19,35 +19,19 @@ import sys
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from conversations.proxy.keys import create_key, revoke
 from conversations.proxy.models import ProxyKey
+from servers.commandline import StdioCommandLine
 from servers.proxy.service import proxy_stdio
 
 KEY_ENV = "INSPECTOR_PROXY_KEY"
 MIN_PREFIX = 6
 
 
-class Command(BaseCommand):
+class Command(StdioCommandLine):
     help = "Proxy keys, and the recording stdio MCP proxy (docs/proxy-mcp.md)."
-
-    stdio_command: list[str] = []
-
-    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
-        parser = super().create_parser(prog_name, subcommand, **kwargs)
-        parse_args = parser.parse_args
-
-        def split_then_parse(args: Any = None, namespace: Any = None) -> Any:
-            # Everything after "--" is the server's command line, its own options included.
-            arguments = list(args) if args is not None else []
-            if "--" in arguments:
-                split = arguments.index("--")
-                arguments, self.stdio_command = arguments[:split], arguments[split + 1 :]
-            return parse_args(arguments, namespace)
-
-        parser.parse_args = split_then_parse  # type: ignore[method-assign]
-        return parser
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)

@@ -26,9 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from servers import gateway, selectors, services
+from servers.commandline import StdioCommandLine
 from servers.forms import schema_errors
 from servers.gateway.config import ERAS
 from servers.gateway.oauth import GRANTS, AuthorizationRequired
@@ -42,27 +43,8 @@ SUBSCRIBE_POLL_SECONDS = 0.2
 MAX_URI = 500  # an operation's target
 
 
-class Command(BaseCommand):
+class Command(StdioCommandLine):
     help = "Register MCP servers, list their tools and call them; every exchange is recorded."
-
-    stdio_command: list[str] = []
-
-    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
-        parser = super().create_parser(prog_name, subcommand, **kwargs)
-        parse_args = parser.parse_args
-
-        def split_then_parse(args: Any = None, namespace: Any = None) -> Any:
-            # Everything after "--" is the stdio command line, options of its own included;
-            # split it off before argparse sees it (it would not, after an option such as
-            # --timeout, give it to the COMMAND positional). Used by the terminal and call_command.
-            arguments = list(args) if args is not None else []
-            if "--" in arguments:
-                split = arguments.index("--")
-                arguments, self.stdio_command = arguments[:split], arguments[split + 1 :]
-            return parse_args(arguments, namespace)
-
-        parser.parse_args = split_then_parse  # type: ignore[method-assign]
-        return parser
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
