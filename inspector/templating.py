@@ -24,7 +24,7 @@ from django.http import HttpRequest
 from django.template.backends.django import DjangoTemplates, Template
 from django.utils.safestring import SafeString, mark_safe
 
-from conversations.escaping import HIDDEN, hidden_marked, hidden_revealed
+from conversations.escaping import hidden_characters, hidden_marked, hidden_revealed
 
 # What a rendered page is made of, for this purpose: elements whose contents are data or a form
 # field's value (kept), the title (plain markers), comments (kept), and tags (their attributes).
@@ -57,7 +57,7 @@ def _part(match: re.Match[str]) -> str:
 def page_revealed(html: str) -> str:
     """Rendered HTML with every hidden character marked where it would show (see the module's
     docstring); the same text when it holds none."""
-    if HIDDEN.search(html) is None:
+    if not hidden_characters(html):
         return html
     out: list[str] = []
     position = 0

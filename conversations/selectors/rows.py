@@ -92,7 +92,14 @@ def _loaded(rows: Iterable[Step], *, every_call: bool = False) -> list[Step]:
     calls = _tool_calls()
     if many and not every_call:
         calls = calls.filter(Q(pk__in=_ends_of(many)) | ~Q(parent_id__in=many))
-    prefetch_related_objects(rows, Prefetch("children", queryset=calls))
+    # Rows known to have no tool call (most: a connect step, an answer) are given none without
+    # asking the database: a live row's read is one query less (P2).
+    callless = [row for row in rows if getattr(row, CALLS_COUNT, None) == 0]
+    with_calls = [row for row in rows if getattr(row, CALLS_COUNT, None) != 0]
+    if callless:
+        prefetch_related_objects(callless, Prefetch("children", queryset=Step.objects.none()))
+    if with_calls:
+        prefetch_related_objects(with_calls, Prefetch("children", queryset=calls))
     steps = [*rows, *(child for row in rows for child in row.children.all())]
     prefetch_related_objects(steps, Prefetch("exchanges", queryset=_step_exchanges()))
     return rows
@@ -163,7 +170,9 @@ def _note_previous_prompts(rows: list[Step], *, from_first: bool) -> None:
 def step_row(*, conversation: Conversation, step_id: int) -> Step | None:
     """One row of a conversation, loaded for rendering as ``_rows`` loads a page's; None if it is
     not this conversation's (or not a row: a tool call is shown under its row)."""
-    return next(iter(_loaded(_rows().filter(pk=step_id, turn__conversation=conversation))), None)
+    # One row by its id: no order to compile (every doorbell's read, P2).
+    one = _rows().filter(pk=step_id, turn__conversation=conversation).order_by()
+    return next(iter(_loaded(one)), None)
 
 
 def _rows_changed(conversation: Conversation, since: datetime, steps: QuerySet[Step]) -> QuerySet[Step]:

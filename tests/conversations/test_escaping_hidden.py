@@ -61,3 +61,22 @@ def test_text_without_hidden_characters_is_returned_unchanged() -> None:
     text = "Beijing &lt;b&gt; 北京"
     assert hidden_revealed(text) == text
     assert hidden_marked(text) == text
+
+
+def test_the_quick_first_look_finds_exactly_what_hidden_finds_at_every_code_point() -> None:
+    # hidden_characters looks with a faster, wider class first and asks HIDDEN only where it
+    # stops: that must change no answer, alone or after text the first look stops at.
+    differ = [
+        f"U+{code:04X}"
+        for code in range(sys.maxunicode + 1)
+        if hidden_characters(chr(code)) != (HIDDEN.search(chr(code)) is not None)
+        or hidden_characters("\U0001f600" + chr(code)) != (HIDDEN.search(chr(code)) is not None)
+    ]
+    assert differ == []
+
+
+def test_text_whose_first_look_stops_at_an_emoji_is_still_judged_by_what_follows() -> None:
+    assert hidden_characters("weather \U0001f326 in Paris") is False
+    assert hidden_characters("weather \U0001f326 in \u202eParis") is True
+    assert hidden_revealed("\U0001f326 sunny") == "\U0001f326 sunny"
+    assert hidden_marked("\U0001f326 \u200b") == "\U0001f326 ⟨U+200B⟩"

@@ -612,6 +612,28 @@ def test_a_row_is_read_in_three_queries_with_its_tool_calls_and_every_exchange(
     )
 
 
+def test_a_row_without_tool_calls_is_read_in_two_queries_and_shows_none(
+    django_assert_num_queries: Any,
+) -> None:
+    # Most doorbells name a row that has no tool calls (a connect step, an answer): the read does
+    # not ask the database for calls it knows are not there.
+    turn = make_turn()
+    decide_row(turn)
+    answer = StepFactory(turn=turn, kind=Step.Kind.ANSWER, seq=90)
+    ExchangeFactory(turn=turn, step=answer, seq=90)
+
+    with django_assert_num_queries(2):
+        row = selectors.step_row(conversation=turn.conversation, step_id=answer.pk)
+        assert row is not None
+        assert list(row.children.all()) == []
+        assert [exchange.step_id for exchange in row.exchanges.all()] == [answer.pk]
+    with django_assert_num_queries(2):
+        assert render_row(conversation=turn.conversation, step_id=answer.pk) is not None
+    # A page of both kinds: the calls of the row that has them, none for the other.
+    rows = {row.pk: [child.title for child in row.children.all()] for row in selectors.turn_rows(turn=turn)}
+    assert rows[answer.pk] == [] and sorted(len(calls) for calls in rows.values()) == [0, 2]
+
+
 def test_a_row_read_leaves_out_the_turns_history_and_seal_digests() -> None:
     history = [{"role": "user", "content": "x" * 100_000}]
     turn = make_turn(transcript=history, seal_steps=["d" * 64] * 50)
