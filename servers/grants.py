@@ -255,8 +255,12 @@ def _pending_set(grant_id: int, url: str) -> None:
     row.save(update_fields=["settings", "sealed_callback", "updated_at"])
 
 
-def _callback_take(grant_id: int) -> str:
+def _callback_take(grant_id: int, state: str) -> str | None:
+    """The callback URL stored for the sign-in waiting on ``state`` ("" while none came back);
+    None once that sign-in is no longer the grant's pending one (a newer Connect replaced it)."""
     row = OAuthGrant.objects.get(pk=grant_id)
+    if row.settings.get("pending_state") != state:
+        return None
     if not row.sealed_callback:
         return ""
     url = unseal(row.sealed_callback)
@@ -271,10 +275,17 @@ def browser_redirect(*, grant: OAuthGrant) -> Callable[[str], Awaitable[str]]:
     Connect view sends the browser there) and the callback page hands back where it led."""
 
     async def wait(url: str) -> str:
+        # Each sign-in is a flow of its own, known by its state: the callback it takes must
+        # carry it, and a newer Connect (which clears the pending flow, grant_ensure) ends this
+        # one at once, so an abandoned sign-in neither holds the server's session lock nor takes
+        # the callback meant for the next.
+        state = parse_qs(urlsplit(url).query).get("state", [""])[0]
         await asyncio.to_thread(_released(_pending_set), grant.pk, url)
         deadline = time.monotonic() + BROWSER_SIGN_IN_SECONDS
         while time.monotonic() < deadline:
-            landed = await asyncio.to_thread(_released(_callback_take), grant.pk)
+            landed = await asyncio.to_thread(_released(_callback_take), grant.pk, state)
+            if landed is None:
+                raise AuthorizationRequired("a newer sign-in to this server replaced this one", url)
             if landed:
                 return landed
             await asyncio.sleep(0.3)

@@ -589,3 +589,38 @@ def test_a_pre_registered_client_needs_an_id_and_says_so(
     assert "client id: This field is required." in answer.content.decode()
     assert "s3cret-value" not in answer.content.decode()
     assert not OAuthGrant.objects.exists() and fake.seen == []
+
+
+def test_a_newer_connect_ends_the_sign_in_still_waiting_and_only_its_own_callback_completes(
+    fake: FakeAuthorization, alice: User
+) -> None:
+    # Two Connects on one grant: the first waits at the consent page, abandoned. The second
+    # (grant_ensure clears the pending flow) ends the first at once, so it holds neither the
+    # server's session lock nor the callback; a callback with the old state finds no sign-in.
+    import asyncio
+
+    from servers.gateway.oauth import AuthorizationRequired
+    from servers.grants import browser_redirect, grant_callback_store
+
+    server = add(fake)
+    grant = grant_ensure(server=server, user=alice)
+    first_url = f"{fake.base}/authorize?client_id=c&state=first-state"
+
+    async def abandoned() -> str:
+        return await browser_redirect(grant=grant)(first_url)
+
+    async def scenario() -> tuple[float, BaseException | None]:
+        task = asyncio.ensure_future(abandoned())
+        await asyncio.sleep(1.0)  # the first flow is pending now
+        await asyncio.to_thread(grant_ensure, server=server, user=alice)  # the next Connect
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(task, 10)
+        except BaseException as exc:  # noqa: BLE001 — the outcome is what is asserted
+            return time.monotonic() - started, exc
+        return time.monotonic() - started, None
+
+    took, outcome = asyncio.run(scenario())
+    assert isinstance(outcome, AuthorizationRequired) and "newer sign-in" in str(outcome)
+    assert took < 5
+    assert grant_callback_store(user=alice, state="first-state", url="http://x/cb?state=first-state") is None

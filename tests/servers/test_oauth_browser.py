@@ -85,3 +85,30 @@ def test_connect_signs_in_at_the_authorization_server_and_the_debugger_shows_eac
     bob.goto(f"{server.base}/servers/guarded/")
     bob.click("#connect")
     bob.wait_for_url(lambda url: url.startswith(f"{fake.base}/authorize"))
+
+
+def test_a_sign_in_left_without_approving_does_not_block_the_next_connect(
+    protected: tuple[InspectorServer, FakeAuthorization], page: Page
+) -> None:
+    # Each Connect is a flow of its own (its own state): one abandoned at the consent page must
+    # neither hold the next Connect back nor take the callback meant for it.
+    server, fake = protected
+    _log_in(page, server.base, "admin", PASSWORD)
+    page.goto(f"{server.base}/servers/guarded/")
+    page.click("#connect")
+    page.wait_for_url(lambda url: url.startswith(f"{fake.base}/authorize"))
+    first = page.url
+    page.goto(f"{server.base}/servers/guarded/")  # left without approving
+
+    page.click("#connect")
+    page.wait_for_url(lambda url: url.startswith(f"{fake.base}/authorize"), timeout=15_000)
+    assert page.url != first  # a new flow, with a state of its own
+    page.click("#approve")
+
+    page.wait_for_url("**/servers/guarded/oauth", timeout=30_000)
+    expect(page.locator("#grant-state")).to_contain_text("authorized")
+    assert fake.tokens
+
+    # The abandoned flow's callback, arriving late, completes nothing and is refused.
+    late = page.goto(first.replace(f"{fake.base}/authorize", f"{server.base}/servers/oauth/callback/"))
+    assert late is not None and late.status in {400, 404}
