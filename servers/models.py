@@ -178,6 +178,7 @@ class Operation(models.Model):
         PROMPT_GET = "prompts/get"
         COMPLETE = "completion/complete"
         LOG_LEVEL = "logging/setLevel"
+        PING = "ping"
         # Not a request: the MCP App of a tool call an agent turn made, opened from its step.
         APP = "ui/app", "app of a turn's tool call"
 

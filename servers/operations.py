@@ -205,6 +205,7 @@ def _operation_for(
         kind.RESOURCES_LIST: gateway.op_list_resources,
         kind.TEMPLATES_LIST: gateway.op_list_templates,
         kind.PROMPTS_LIST: gateway.op_list_prompts,
+        kind.PING: gateway.op_ping,
     }
     return simple[Operation.Kind(operation.kind)]
 

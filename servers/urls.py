@@ -27,6 +27,7 @@ urlpatterns = [
     path("<str:name>/edit", views.server_edit, name="servers-edit"),
     path("<str:name>/toggle", views.server_toggle, name="servers-toggle"),
     path("<str:name>/connect", views.server_connect, name="servers-connect"),
+    path("<str:name>/ping", views.server_ping, name="servers-ping"),
     path("<str:name>/oauth", views.server_oauth, name="servers-oauth"),
     path("<str:name>/oauth/client", views.server_oauth_client, name="servers-oauth-client"),
     path("<str:name>/oauth/share", views.server_oauth_share, name="servers-oauth-share"),

@@ -216,6 +216,16 @@ def server_connect(request: HttpRequest, name: str) -> HttpResponse:
 
 
 @require_POST
+def server_ping(request: HttpRequest, name: str) -> HttpResponse:
+    """``ping`` now, as the signed-in user; the operation's page shows the round trip."""
+    server = _server(request, name)
+    started = _start(request, server, kind=Operation.Kind.PING)
+    if isinstance(started, HttpResponse):
+        return started
+    return redirect(reverse("servers-operation", kwargs={"public_id": started.public_id}))
+
+
+@require_POST
 def server_oauth_client(request: HttpRequest, name: str) -> HttpResponse:
     """Connect with a client registered with the authorization server beforehand: the signed-in
     user's grant keeps its id, and its secret sealed (never shown again)."""

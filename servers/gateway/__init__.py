@@ -17,6 +17,8 @@ import atexit
 import os
 import queue
 import threading
+import time
+import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager, suppress
@@ -26,7 +28,7 @@ from typing import Any, Protocol, cast
 import anyio
 import mcp.types as types
 from django.conf import settings
-from mcp import Client, MCPError
+from mcp import Client, MCPDeprecationWarning, MCPError
 
 from conversations.loop.wire import CALL_ID_META_KEY, WireExchange
 from servers.gateway.capabilities import CapabilityMissing, refusal
@@ -548,6 +550,30 @@ def op_get_prompt(name: str, arguments: dict[str, str]) -> Operation:
         return dump(await client.get_prompt(name, arguments))
 
     return operation
+
+
+async def op_ping(client: Client) -> Any:
+    """``ping``: in the eras with a session (up to 2025-11-25) any party may send it at any time,
+    no capability gates it, and the answer is empty. The 2026-07-28 era removed it (there is no
+    session to keep alive): on a session opened with ``server/discover`` nothing is sent.
+    The result is the round trip as this client timed it, around the request and its answer.
+
+    Raises:
+        CapabilityMissing: the session is of the 2026-07-28 era; nothing is sent.
+    """
+    session = client.session
+    if session.discover_result is not None:
+        name = session.server_info.name if session.server_info is not None else "the server"
+        raise CapabilityMissing(
+            f"ping was not sent: {name} speaks the 2026-07-28 protocol (connected with "
+            "server/discover), which removed ping; Connect (a new server/discover) checks it answers"
+        )
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+        # The SDK warns that ping is gone in the newest era; this session is of an older one.
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        await client.send_ping()
+    return {"round_trip_ms": round((time.perf_counter() - started) * 1000, 3)}
 
 
 def op_complete(ref: dict[str, str], argument: dict[str, str], context: dict[str, str]) -> Operation:

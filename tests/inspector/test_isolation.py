@@ -115,6 +115,7 @@ EXPECTED: dict[str, Expect] = {
     "servers-edit": Expect("POST", FORBIDDEN),
     "servers-toggle": Expect("POST", FORBIDDEN),
     "servers-connect": Expect("POST", FORBIDDEN),
+    "servers-ping": Expect("POST", FORBIDDEN),
     "servers-refresh": Expect("POST", FORBIDDEN),
     "servers-log-level": Expect("POST", FORBIDDEN),
     "servers-tool": Expect("POST", FORBIDDEN),

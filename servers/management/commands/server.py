@@ -10,6 +10,9 @@ server read NAME URI [--json]              read one (fill a template's variables
 server prompts NAME [--json]
 server prompt NAME PROMPT --args JSON [--json]
 server log-level NAME LEVEL                logging/setLevel now, and on each later session
+server ping NAME [--json]                  ping, and the round trip
+server complete NAME (--prompt P | --template URI) ARG VALUE [--context NAME=VALUE ...] [--json]
+                                           completion/complete: suggestions for ARG
 server subscribe NAME URI --for SECONDS    resources/subscribe, print each update, then unsubscribe
 server auth NAME [--client-id ID --client-secret SECRET | --client-metadata-url URL |
                   --grant client_credentials (--client-secret S | --private-key-file PEM --signing-alg ALG) |
@@ -29,6 +32,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from servers import gateway, selectors, services
+from servers.cli import parity
 from servers.commandline import StdioCommandLine
 from servers.forms import schema_errors
 from servers.gateway.config import ERAS
@@ -48,6 +52,7 @@ class Command(StdioCommandLine):
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
+        parity.add_parsers(sub)
         add = sub.add_parser("add", help="register a server: NAME -- COMMAND [ARGS...] or NAME --url URL")
         add.add_argument("name")
         add.add_argument("--url", default="")
@@ -171,6 +176,8 @@ class Command(StdioCommandLine):
             self._prompts(self._server(options["name"]), as_json=options["json"])
         elif action == "auth":
             self._auth(self._server(options["name"]), options)
+        elif action in parity.ACTIONS:
+            parity.run(self, self._server(options["name"]), options)
         elif action == "log-level":
             self._log_level(self._server(options["name"]), options["level"])
         elif action == "subscribe":
