@@ -2,11 +2,13 @@
 
 from django.urls import path
 
-from servers import views
+from servers import config_views, views
 
 urlpatterns = [
     path("", views.server_list, name="servers-list"),
     path("new", views.server_create, name="servers-create"),
+    path("import", config_views.config_import, name="servers-config-import"),
+    path("export.json", config_views.config_export, name="servers-config-export"),
     path("oauth/callback/", views.oauth_callback, name="servers-oauth-callback"),
     path("op/<uuid:public_id>/", views.operation_detail, name="servers-operation"),
     path("op/<uuid:public_id>/state", views.operation_state, name="servers-operation-state"),

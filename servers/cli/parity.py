@@ -1,18 +1,22 @@
 """``server ping`` and ``server complete``: requests the official MCP Inspector's command line
 sends, run and recorded here as every workbench operation is (an ``Operation`` with its exchanges,
-shown on its page and in the server's transcript)."""
+shown on its page and in the server's transcript); and ``server import`` / ``server export`` of
+a host's server configuration (``servers.mcp_config``)."""
 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from servers import services
+from servers import mcp_config, services
 from servers.models import McpServer, Operation
+from servers.vault import is_sealed
 
-ACTIONS = frozenset({"ping", "complete"})
+ACTIONS = frozenset({"ping", "complete", "import", "export"})
 
 
 def add_parsers(sub: Any) -> None:
@@ -37,15 +41,32 @@ def add_parsers(sub: Any) -> None:
         help="an argument already given, as context for the server (repeatable)",
     )
     complete.add_argument("--json", action="store_true")
+    load = sub.add_parser(
+        "import",
+        help="register every server of a host's configuration (Claude, Cursor, VS Code): all or none",
+    )
+    load.add_argument("file", help="the JSON file ('-' for standard input)")
+    load.add_argument("--replace", action="store_true", help="update servers already registered by name")
+    dump = sub.add_parser("export", help="the registry as a host's configuration, secrets as placeholders")
+    dump.add_argument("names", nargs="*", metavar="NAME", help="these servers (default: every one)")
+    dump.add_argument("--format", choices=mcp_config.FORMATS, default="mcpServers")
 
 
-def run(command: BaseCommand, server: McpServer, options: dict[str, Any]) -> None:
-    """Run ``options["action"]`` (one of ``ACTIONS``) on ``server`` and print what it answered.
+def run(command: BaseCommand, options: dict[str, Any]) -> None:
+    """Run ``options["action"]`` (one of ``ACTIONS``) and print what it answered.
 
     Raises:
-        CommandError: bad arguments, or the operation did not end ``ok`` (exit status 1).
+        CommandError: bad arguments or file, or the operation did not end ``ok`` (exit status 1).
     """
-    if options["action"] == "ping":
+    action = options["action"]
+    if action == "import":
+        _import(command, options["file"], replace=options["replace"])
+        return
+    if action == "export":
+        _export(command, options["names"], shape=options["format"])
+        return
+    server = _server(options["name"])
+    if action == "ping":
         operation = _start(server, Operation.Kind.PING)
         shown = f"pong from {server.name} in {_result(operation).get('round_trip_ms', '?')} ms"
     else:
@@ -58,6 +79,45 @@ def run(command: BaseCommand, server: McpServer, options: dict[str, Any]) -> Non
         command.stdout.write(shown)
     if operation.status != Operation.Status.OK:
         raise CommandError(f"{operation.kind} ended with status {operation.status}: {operation.error}")
+
+
+def _import(command: BaseCommand, path: str, *, replace: bool) -> None:
+    try:
+        raw = sys.stdin.buffer.read(mcp_config.MAX_BYTES + 1) if path == "-" else _read(Path(path))
+        saved = mcp_config.import_entries(mcp_config.parse(raw), actor=None, replace=replace, via="cli")
+    except mcp_config.ConfigFileError as exc:
+        raise CommandError(f"{path}: nothing imported: {exc}") from None
+    for server, new in saved:
+        sealed = sum(1 for value in (*server.env.values(), *server.headers.values()) if is_sealed(str(value)))
+        note = f", {sealed} value(s) sealed" if sealed else ""
+        command.stdout.write(
+            f"{'added' if new else 'updated'} {server.name} ({server.get_transport_display()}{note})"
+        )
+
+
+def _read(path: Path) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(mcp_config.MAX_BYTES + 1)
+    except OSError as exc:
+        raise mcp_config.ConfigFileError(f"cannot read it: {exc.strerror or exc}") from None
+
+
+def _export(command: BaseCommand, names: list[str], *, shape: str) -> None:
+    servers = McpServer.objects.order_by("name")
+    if names:
+        servers = servers.filter(name__in=names)
+        missing = sorted(set(names) - {server.name for server in servers})
+        if missing:
+            raise CommandError(f"no server named {', '.join(missing)} (see: manage.py server list)")
+    command.stdout.write(json.dumps(mcp_config.export(servers, shape=shape), indent=2, ensure_ascii=False))
+
+
+def _server(name: str) -> McpServer:
+    try:
+        return McpServer.objects.get(name=name)
+    except McpServer.DoesNotExist:
+        raise CommandError(f"no server named {name!r} (see: manage.py server list)") from None
 
 
 def completion(options: dict[str, Any]) -> dict[str, Any]:

@@ -111,6 +111,8 @@ EXPECTED: dict[str, Expect] = {
     # the workbench: the shared registry (a stdio server only staff may start)
     "servers-list": Expect("GET", NO_LEAK),
     "servers-create": Expect("POST", FORBIDDEN),
+    "servers-config-import": Expect("POST", FORBIDDEN),
+    "servers-config-export": Expect("GET", NO_LEAK),
     "servers-detail": Expect("GET", NO_LEAK),
     "servers-edit": Expect("POST", FORBIDDEN),
     "servers-toggle": Expect("POST", FORBIDDEN),

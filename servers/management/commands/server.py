@@ -13,6 +13,9 @@ server log-level NAME LEVEL                logging/setLevel now, and on each lat
 server ping NAME [--json]                  ping, and the round trip
 server complete NAME (--prompt P | --template URI) ARG VALUE [--context NAME=VALUE ...] [--json]
                                            completion/complete: suggestions for ARG
+server import FILE [--replace]             a host's mcpServers (or VS Code servers) JSON: all or none
+server export [NAME ...] [--format mcpServers|vscode]
+                                           the registry as a host's JSON, secrets as placeholders
 server subscribe NAME URI --for SECONDS    resources/subscribe, print each update, then unsubscribe
 server auth NAME [--client-id ID --client-secret SECRET | --client-metadata-url URL |
                   --grant client_credentials (--client-secret S | --private-key-file PEM --signing-alg ALG) |
@@ -177,7 +180,7 @@ class Command(StdioCommandLine):
         elif action == "auth":
             self._auth(self._server(options["name"]), options)
         elif action in parity.ACTIONS:
-            parity.run(self, self._server(options["name"]), options)
+            parity.run(self, options)
         elif action == "log-level":
             self._log_level(self._server(options["name"]), options["level"])
         elif action == "subscribe":
