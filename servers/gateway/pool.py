@@ -320,19 +320,23 @@ class PooledSession:
 async def _discover(client: Client, name: str) -> Any:
     """``server/discover`` for a session pinned to 2026-07-28.
 
+    Any error answer refuses the pinned version: a server of the initialize era answers an
+    unknown request as its framework does — "method not found", but also "Invalid request
+    parameters" (the Python SDK before 2.x) or "Bad Request: Server not initialized" (the
+    TypeScript SDK over HTTP, before a session) — and none of them speaks 2026-07-28.
+
     Raises:
-        GatewayError: the server does not implement discovery, so it does not offer the pinned
-            version; pinning means no fallback to ``initialize`` (that is the ``auto`` era).
+        GatewayError: the server answered discovery with an error, so it does not offer the
+            pinned version; pinning means no fallback to ``initialize`` (that is the ``auto`` era).
     """
     try:
         return await client.session.send_discover(MODERN_VERSION)
     except MCPError as exc:
-        if exc.error.code != types.METHOD_NOT_FOUND:
-            raise
         raise EraNotOffered(
             f"{name} did not offer the pinned protocol version {MODERN_VERSION}: it answered "
-            f"server/discover with MCP error {exc.error.code} ({exc.error.message}); pin mode has no "
-            "fallback to the initialize handshake; choose the legacy or auto era for this server."
+            f"server/discover with MCP error {exc.error.code} ({exc.error.message}), as a server of "
+            "the initialize era answers a request it does not know; pin mode has no fallback to the "
+            "initialize handshake; choose the legacy or auto era for this server."
         ) from exc
 
 

@@ -16,6 +16,7 @@ from servers.models import McpServer, Operation
 from tests.servers.test_third_party import node_server
 
 LOPSIDED = str(Path(__file__).with_name("lopsided_server.py"))
+OLD_SDK = str(Path(__file__).with_name("discover_refusing_server.py"))
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
@@ -110,3 +111,26 @@ def test_a_call_prints_structured_content_and_its_schema_check_and_sends_nothing
     assert sent == ["initialize", "tools/call"], labels(operation)
     assert operation.output_check == {"checked": True, "valid": True, "errors": []}
     assert McpServer.objects.filter(name="demo-cli").exists()
+
+
+@pytest.mark.parametrize("refusal", ["invalid-params", "not-initialized"])
+def test_a_pinned_era_refused_with_any_error_answer_is_named_in_the_users_words(
+    workbench: None, refusal: str
+) -> None:
+    # Servers on older SDKs do not answer server/discover with "method not found" but with the
+    # error their framework gives any unknown request: a refusal of the pinned era all the same.
+    name = f"old-{refusal}"
+    call_command("server", "add", name, "--era", "modern", "--", sys.executable, OLD_SDK, refusal)
+    with pytest.raises(CommandError) as raised:
+        call_command("server", "tools", name)
+
+    message = str(raised.value)
+    assert "did not offer the pinned protocol version 2026-07-28" in message, message
+    assert "choose the legacy or auto era" in message
+    assert {"invalid-params": "Invalid request parameters", "not-initialized": "Server not initialized"}[
+        refusal
+    ] in message
+
+    # The same server with the legacy era connects (it was the pin, not the server).
+    call_command("server", "add", name, "--era", "legacy", "--", sys.executable, OLD_SDK, refusal)
+    call_command("server", "tools", name)
