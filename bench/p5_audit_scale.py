@@ -18,12 +18,14 @@ Each filter is timed for a common value and a rare one, for the non-staff owner 
 each scope alone (``selectors.scopes.SCOPES``); each scope's p95 is reported with its ratio to
 the default scopes' in the same run (``scope_ratios``). The SQL of every case and its ``EXPLAIN (ANALYZE,
 BUFFERS)`` (a plain ``EXPLAIN`` for slow ones) go to ``bench/results/p5-explain.txt``. The
-unfiltered list is reported beside them.
+unfiltered list is reported beside them. ``BENCH_P5_MAX_EXCHANGES`` (e.g. 100000) stops before
+growing the set past that many exchanges, for a loaded host.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -55,6 +57,9 @@ BUDGET_SECONDS = 15.0
 SLOW_SECONDS = 5.0
 # A page query still running after this is stopped (statement_timeout) and recorded at the bound.
 TIMEOUT_SECONDS = 60.0
+# The largest point to grow the data set to in this run (0: every point the disk holds): growing
+# it is the long part (about ten minutes of CPU per million exchanges), so a loaded host may stop early.
+MAX_EXCHANGES = int(os.environ.get("BENCH_P5_MAX_EXCHANGES", "0") or 0)
 
 
 def list_page(user: Any, filters: ConversationFilters) -> int:
@@ -292,11 +297,18 @@ def run(ctx: Context) -> list[Result]:
     timings: dict[str, list[float]] = {}
     skipped: list[str] = []
     fit_note = ""
+    stop_reason = "does not fit on disk"
     earlier = _curve_read(ctx)
     measured: set[str] = set()
     for size in audit_data.SIZES:
         _, have = audit_data.present()
         label = size_label(size)
+        if MAX_EXCHANGES and size > MAX_EXCHANGES and size > have:
+            skipped = [size_label(s) for s in audit_data.SIZES if s >= size]
+            fit_note = f"{', '.join(skipped)} not measured: BENCH_P5_MAX_EXCHANGES={MAX_EXCHANGES} asked to stop before"
+            ctx.log(f"P5 {label}: past BENCH_P5_MAX_EXCHANGES ({MAX_EXCHANGES:,}): stopping")
+            stop_reason = "past BENCH_P5_MAX_EXCHANGES"
+            break
         if have > size * GROWN_PAST:
             # The set has grown past this point (it is kept, never shrunk): report the point as
             # it was measured when the set had that size, saying when.
@@ -338,6 +350,10 @@ def run(ctx: Context) -> list[Result]:
             ),
         }
         _curve_write(ctx, {**earlier, **{k: v for k, v in points.items() if k in measured}})
+    if not measured:
+        return [
+            not_run(id=ID, name=NAME, unit=UNIT, target=TARGET, reason=fit_note or "no point was measured")
+        ]
     explain_path = ctx.results_dir / "p5-explain.txt"
     explain_path.write_text("\n\n\n".join(explains) + "\n")
     judged_point = [label for label in points if label in measured][-1]
@@ -359,7 +375,7 @@ def run(ctx: Context) -> list[Result]:
             f"{label}: {point['worst']}" for label, point in points.items() if "worst" in point
         )
         + _scopes_note(timings)
-        + (f" · {', '.join(skipped)}: does not fit on disk" if skipped else ""),
+        + (f" · {', '.join(skipped)}: {stop_reason}" if skipped else ""),
     }
     result = judged(
         id=ID,

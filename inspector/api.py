@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.models import User
-from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.urls import reverse
@@ -262,23 +260,6 @@ def _suite_error(exc: SuiteError) -> Response:
     return Response({"detail": str(exc), "field": exc.field}, status=400)
 
 
-class _EvalAPIView(APIView):
-    """An evals endpoint: a body over Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` answers JSON
-    (413, ``field`` ``body``) instead of Django's HTML "Bad Request (400)", which reading
-    ``request.data`` raises as ``RequestDataTooBig`` outside DRF's own exceptions."""
-
-    def handle_exception(self, exc: Exception) -> Response:
-        if isinstance(exc, RequestDataTooBig):
-            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-            detail = (
-                f"the request body is larger than this server accepts (DATA_UPLOAD_MAX_MEMORY_SIZE, "
-                f"{limit} bytes): a suite is at most a million characters; use `manage.py eval run FILE` "
-                "for a bigger file"
-            )
-            return Response({"detail": detail, "field": "body"}, status=413)
-        return super().handle_exception(exc)
-
-
 def _run_summary(run: EvalRun) -> dict[str, object]:
     return {
         "run": str(run.public_id),
@@ -291,7 +272,7 @@ def _run_summary(run: EvalRun) -> dict[str, object]:
 
 
 @method_decorator(login_not_required, name="dispatch")
-class EvalSuiteListView(_EvalAPIView):
+class EvalSuiteListView(APIView):
     """The signed-in user's eval suites (GET), or a new one from its YAML or JSON text (POST).
     A suite that is not valid answers 400 with ``field`` naming where."""
 
@@ -324,7 +305,7 @@ class EvalSuiteListView(_EvalAPIView):
 
 
 @method_decorator(login_not_required, name="dispatch")
-class EvalSuiteDetailView(_EvalAPIView):
+class EvalSuiteDetailView(APIView):
     """One of the user's suites (GET), changed from new text (PUT)."""
 
     authentication_classes = API_AUTHENTICATION
@@ -363,7 +344,7 @@ class EvalSuiteDetailView(_EvalAPIView):
 
 
 @method_decorator(login_not_required, name="dispatch")
-class EvalRunListView(_EvalAPIView):
+class EvalRunListView(APIView):
     """The user's eval runs, newest first (GET; ``?suite=`` one suite's), or a new run of a suite
     (POST: answers 202 at once; read its progress and results at the run's URL)."""
 

@@ -83,6 +83,9 @@ class RunForm(forms.Form):
         min_value=1,
         max_value=MAX_REPEATS,
         label="Repeats",
-        help_text="How many times each case runs in each cell (for models that do not always answer alike).",
+        help_text=(
+            "How many times each case runs in each cell (for models that do not always answer alike); "
+            "a case that states its own repeats runs that many times."
+        ),
         widget=forms.NumberInput(attrs={"min": 1, "max": MAX_REPEATS}),
     )

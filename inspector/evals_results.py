@@ -17,6 +17,7 @@ from decimal import Decimal
 
 from django.db.models import Count, Q, QuerySet
 
+from conversations.escaping import hidden_characters
 from conversations.typealias import JSONDict, JSONValue
 from inspector.evals import selectors as eval_selectors
 from inspector.evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
@@ -39,6 +40,13 @@ STATUS_TONES = {
 FAILURE_LABELS = dict(EvalCaseResult.Failure.choices)
 
 CellKey = tuple[str, str, str]  # model, paradigm, variant
+
+
+def any_hidden(*texts: str) -> bool:
+    """Whether any of ``texts`` holds an invisible or bidirectional character: its row then
+    carries the hidden-characters note (the characters themselves are marked wherever a page
+    shows them, ``inspector.templating``)."""
+    return any(hidden_characters(text) for text in texts)
 
 
 def accuracy_text(accuracy: float | None) -> str:
@@ -184,12 +192,20 @@ class MatrixRow:
     paradigm: str
     cells: list[CellView | None]  # one per variant, in the matrix's column order
 
+    @property
+    def hidden(self) -> bool:
+        return any_hidden(self.model, *(cell.variant for cell in self.cells if cell is not None))
+
 
 @dataclass(frozen=True)
 class Override:
     target: str  # server/tool, or server/tool · parameter
     field: str  # what the text replaces
     text: str
+
+    @property
+    def hidden(self) -> bool:
+        return any_hidden(self.target, self.text)
 
 
 @dataclass
@@ -203,6 +219,10 @@ class VariantView:
     definition_requests: int = 0
     definition_cost: Decimal | None = None
     cost: Decimal | None = None
+
+    @property
+    def hidden(self) -> bool:
+        return any_hidden(self.name) or any(override.hidden for override in self.overrides)
 
     @property
     def cost_text(self) -> str:
@@ -238,6 +258,10 @@ class FailureView:
     kind: str
     reason: str
     conversation_id: str | None
+
+    @property
+    def hidden(self) -> bool:
+        return any_hidden(self.model, self.variant, self.question, self.reason)
 
 
 @dataclass(frozen=True)
@@ -485,6 +509,10 @@ class SuiteRow:
     suite: Suite
     cases: int
     last_run: EvalRun | None
+
+    @property
+    def hidden(self) -> bool:
+        return any_hidden(self.suite.name)
 
     @property
     def last_run_text(self) -> str:

@@ -92,6 +92,10 @@ def _detail_page(
         "form": form or SuiteForm(initial={"document": suite.source}),
         "run_form": run_form or RunForm(initial=_run_defaults(suite)),
         "history": evals_results.suite_history(suite),
+        "hidden": {
+            "name": evals_results.any_hidden(suite.name),
+            "source": evals_results.any_hidden(suite.source),
+        },
     }
     return render(request, "evals/suite_detail.html", context, status=status)
 

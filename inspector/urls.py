@@ -5,10 +5,16 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from inspector import accounts, api, evals_views, paging_views, proxy_views, views
+from inspector import accounts, api, api_errors, evals_views, paging_views, proxy_views, views
 
 # The admin's own login page counts and refuses password guesses like the site's login.
 admin.site.login_form = accounts.ThrottledAdminAuthenticationForm
+
+# Under /api/ every error is JSON; elsewhere the site's own pages (inspector.api_errors).
+handler400 = api_errors.bad_request
+handler403 = api_errors.permission_denied
+handler404 = api_errors.page_not_found
+handler500 = api_errors.server_error
 
 urlpatterns = [
     # Browsers ask for /favicon.ico whatever the page links: the icon, for anyone, signed in or not.

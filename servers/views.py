@@ -28,6 +28,7 @@ from django.urls import reverse
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from conversations.escaping import hidden_characters
 from conversations.record.audit import audit_read
 from servers import grants, mcp_apps, selectors, services
 from servers.forms import (
@@ -522,15 +523,31 @@ def _json_body(request: HttpRequest) -> Any:
         return None
 
 
+def _json_hidden(*values: object) -> bool:
+    """Whether a string in ``values`` (JSON, walked with a stack) holds a hidden character."""
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str) and hidden_characters(value):
+            return True
+        nested = [*value, *value.values()] if isinstance(value, dict) else value
+        stack.extend(nested if isinstance(nested, list) else ())
+    return False
+
+
 def _operation_context(operation: Operation) -> dict[str, Any]:
+    questions = selectors.operation_questions(operation=operation)
     return {
         "operation": operation,
         "server": operation.server,
         "exchanges": selectors.operation_exchanges(operation=operation),
         "log_messages": selectors.operation_log_messages(operation=operation),
         "updates": selectors.operation_updates(operation=operation),
-        "questions": selectors.operation_questions(operation=operation),
+        "questions": questions,
         "diff": selectors.operation_diff(operation=operation),
+        # The row's note on hidden characters (each is marked where shown: inspector.templating).
+        "hidden": _json_hidden(operation.target, operation.arguments, operation.error, operation.result)
+        or _json_hidden(*(question.params for question in questions), *(q.answer for q in questions)),
     }
 
 
@@ -541,12 +558,8 @@ def operation_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
     found = _app_tool(request, operation)
     if found is not None and operation.is_finished and operation.result is not None:
         definition, uri = found
-        context["app"] = {
-            "uri": uri,
-            "tool": definition,
-            "arguments": operation.arguments,
-            "result": operation.result,
-        }
+        context["app"] = {"uri": uri, "tool": definition, "arguments": operation.arguments}
+        context["app"]["result"] = operation.result
     return render(request, "servers/server_operation.html", context)
 
 

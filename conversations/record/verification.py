@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,7 @@ from conversations.record.integrity import (
     turn_seal_mac,
 )
 from conversations.record.summaries import summary_matches
+from conversations.record.transcripts.fields import profile_doc
 
 
 def manifest_verify(*, conversation: Conversation, identity: str, signed: dict[str, Any]) -> ChainReport:
@@ -175,6 +177,7 @@ def conversation_verify(
     try:
         state.walk(conversation)
         if identity is None:
+            _check_import_claims(conversation, key)
             # As stored now: a turn sealed since ``conversation`` was read moved the anchor.
             stored = Conversation.objects.values_list("chain_turns", "chain_head", "chain_anchor").get(
                 pk=conversation.pk
@@ -207,14 +210,61 @@ def import_resealer(conversation: Conversation) -> str:
     """Who imported ``conversation`` from a file that did not verify with this installation's
     key ("" for a conversation recorded here, or imported from a file that did). Its records
     verify under the seal the import made, which proves only that nothing changed since the
-    import, not that the file was ever this installation's record."""
+    import, not that the file was ever this installation's record. An import whose claims carry
+    no seal (``IMPORT_SEAL``: made before they were sealed) is never taken as verified: what
+    its verdict says could have been written since."""
     meta = conversation.imported_meta
     if not isinstance(meta, dict):
         return ""
     verdict = meta.get("verification")
-    if isinstance(verdict, dict) and verdict.get("status") == VERIFIED_HERE:
+    if isinstance(verdict, dict) and verdict.get("status") == VERIFIED_HERE and meta.get(IMPORT_SEAL):
         return ""
     return str(meta.get("imported_by") or "an unknown user")
+
+
+# The key of ``imported_meta`` that holds the seal of an import's claims (``import_seal``).
+IMPORT_SEAL = "seal"
+
+
+def import_claims(conversation: Conversation) -> dict[str, object]:
+    """What the pages and the exports show of an imported conversation outside its turns: every
+    claim the import kept (``imported_meta``: the file's owner, title, model profile, servers,
+    paradigm, tool choice and creation time, the original id, who imported it and when, and what
+    checking the file found) and the conversation row's own fields made from them (its title,
+    owner, model profile, paradigm and tool choice)."""
+    meta = conversation.imported_meta if isinstance(conversation.imported_meta, dict) else {}
+    return {
+        "meta": {key: value for key, value in meta.items() if key != IMPORT_SEAL},
+        "row": {
+            "title": conversation.title,
+            "owner": conversation.owner.get_username(),
+            "model_profile": profile_doc(conversation.model_profile),
+            "paradigm": conversation.paradigm,
+            "tool_choice": conversation.tool_choice,
+            "tool_choice_name": conversation.tool_choice_name,
+        },
+    }
+
+
+def import_seal(conversation: Conversation, key: bytes | None = None) -> str:
+    """The keyed MAC of ``import_claims`` under the conversation's identity: stored in
+    ``imported_meta[IMPORT_SEAL]`` by the import, checked by ``conversation_verify``."""
+    claims = json.dumps(
+        import_claims(conversation), sort_keys=True, ensure_ascii=False, separators=(",", ":")
+    )
+    text = f"tool-call-inspector import claims 1\n{conversation.public_id}\n{claims}"
+    return hmac.digest(key or integrity_key(), text.encode(), "sha256").hex()
+
+
+def _check_import_claims(conversation: Conversation, key: bytes) -> None:
+    meta = conversation.imported_meta
+    if not isinstance(meta, dict) or not meta.get(IMPORT_SEAL):
+        return  # not an import, or one made before claims were sealed (``import_resealer``)
+    if not hmac.compare_digest(str(meta[IMPORT_SEAL]), import_seal(conversation, key)):
+        raise _Broken(
+            "the import's own fields (the owner, title, model profile, servers or tool choice it "
+            "shows, who imported it, or what checking its file found) do not match their seal"
+        )
 
 
 @dataclass

@@ -1,13 +1,16 @@
 """Grading one case: the calls a turn made (read from its recorded steps) against what the case
 expects, and the failure class when they differ.
 
-Expected argument values are matched as a *subset* of the call's arguments. A value is a literal
-(equal, with 1 == 1.0) or a matcher, a one-key object: ``{"exact": value}`` (equal, for a literal
-that looks like a matcher), ``{"oneOf": [v1, v2]}``, ``{"regex": "..."}`` (searched in a string
-value with the ``regex`` package, within ``REGEX_TIMEOUT_SECONDS``: a pattern that backtracks
-catastrophically grades ``error`` naming the matcher, never a hang), ``{"range": [min, max]}`` (a
-number, bounds included). An object that is no matcher is
-matched as a subset again, key by key.
+Expected argument values are matched as a *subset* of the call's arguments (with ``match:
+exact`` on the expected call, as all of them). A value is a literal (equal, with 1 == 1.0) or a
+matcher, a one-key object: ``{"exact": value}`` (equal, for a literal that looks like a matcher),
+``{"oneOf": [v1, v2]}``, ``{"regex": "..."}`` (searched in a string value with the ``regex``
+package, within ``REGEX_TIMEOUT_SECONDS``: a pattern that backtracks catastrophically grades
+``error`` naming the matcher, never a hang), ``{"range": [min, max]}`` (a number, bounds
+included), ``{"schema": {...}}`` (valid against a JSON Schema, draft 2020-12, whose ``pattern``
+searches with the same time limit). An object that is no matcher is
+matched as a subset again, key by key. A case's ``call_count`` is the number of calls the turn
+must make in all, the expected ones among them (fewer: ``no_call``, more: ``extra_call``).
 
 The failure classes, in the order they are looked for (the first found is the case's):
 ``error`` (the turn failed before any call was made), ``parse_failure`` (a call whose arguments
@@ -24,9 +27,10 @@ repair stays visible in the conversation.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+import jsonschema
 import regex  # type: ignore[import-untyped]  # no stubs installed; types-regex would give them
 
 from conversations.typealias import JSONDict, JSONValue
@@ -115,7 +119,7 @@ def _grade(case: Case, facts: TurnFacts) -> Grade:
     if case.expect and not made:
         wanted = ", ".join(call.tool for call in case.expect)
         return Grade("no_call", f"expected a call to {wanted}, but no tool was called")
-    if not case.expect and made:
+    if not case.expect and made and not case.call_count:
         return Grade("extra_call", f"expected no tool call, but {_names(made)} called")
     unmatched = list(made)
     missing: list[ExpectedCall] = []
@@ -134,8 +138,12 @@ def _grade(case: Case, facts: TurnFacts) -> Grade:
         if unmatched:
             return Grade("wrong_tool", f"expected a call to {expected.tool}, but {_names(unmatched)} called")
         return Grade("no_call", f"expected a call to {expected.tool} as well, but it was not made")
-    if unmatched:
+    # With a call_count, calls besides the expected ones are allowed up to that many in all.
+    if unmatched and case.call_count is None:
         return Grade("extra_call", f"{_names(unmatched)} called besides the expected calls")
+    if case.call_count is not None and len(made) != case.call_count:
+        failure = "extra_call" if len(made) > case.call_count else "no_call"
+        return Grade(failure, f"expected {case.call_count} tool call(s) in all, but {len(made)} were made")
     if case.ordered and positions != sorted(positions):
         order = ", ".join(made[index].tool for index in sorted(positions))
         wanted = ", ".join(call.tool for call in case.expect)
@@ -162,12 +170,22 @@ def _names(calls: Sequence[MadeCall]) -> str:
 def _call_matches(expected: ExpectedCall, call: MadeCall) -> bool:
     if call.tool != expected.tool:
         return False
-    return expected.arguments is None or _mismatch(expected.arguments, call.arguments or {}, "") is None
+    return expected.arguments is None or _arguments_mismatch(expected, call) is None
+
+
+def _arguments_mismatch(expected: ExpectedCall, call: MadeCall) -> str | None:
+    """Why the call's arguments do not match: a subset of them, or with ``match: exact`` all."""
+    actual = call.arguments or {}
+    problem = _mismatch(expected.arguments or {}, actual, "")
+    if problem is None and expected.match == "exact":
+        extra = sorted(set(actual) - set(expected.arguments or {}))
+        if extra:
+            return f"argument {extra[0]} was given, but the arguments must be exactly the expected ones"
+    return problem
 
 
 def _argument_reason(expected: ExpectedCall, call: MadeCall) -> str:
-    problem = _mismatch(expected.arguments or {}, call.arguments or {}, "")
-    return f"{expected.tool}: {problem}"
+    return f"{expected.tool}: {_arguments_mismatch(expected, call)}"
 
 
 def _mismatch(expected: JSONDict, actual: JSONDict, path: str) -> str | None:
@@ -207,6 +225,9 @@ def value_mismatch(want: JSONValue, got: JSONValue) -> str | None:
             if isinstance(got, str) and isinstance(operand, str) and regex_search(operand, got):
                 return None
             return f"is {_show(got)}, which does not match /{operand}/"
+        if key == "schema":
+            problem = schema_problem(operand, got)
+            return None if problem is None else f"is {_show(got)}, which does not match its schema: {problem}"
         if key == "range":
             low, high = operand if isinstance(operand, list) and len(operand) == 2 else (None, None)
             if (
@@ -241,6 +262,39 @@ def regex_search(pattern: str, text: str) -> bool:
             f"the regex matcher /{pattern}/ could not decide on {_show(text)} within "
             f"{REGEX_TIMEOUT_SECONDS} s (it backtracks catastrophically): rewrite the pattern"
         ) from None
+
+
+def _pattern(
+    validator: jsonschema.protocols.Validator, pattern: str, instance: object, schema: JSONDict
+) -> Iterator[jsonschema.ValidationError]:
+    """JSON Schema's ``pattern``, searched like the regex matcher: with a time limit."""
+    if isinstance(instance, str) and not regex_search(pattern, instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+# Draft 2020-12, its ``pattern`` searched with a time limit (``regex_search``): Python's ``re``,
+# which ``jsonschema`` uses, has none (``patternProperties``, searched in several keywords, is
+# refused when the suite is read: ``suites.matcher_check``).
+# ``extend`` is jsonschema's documented way to change a keyword; its stubs leave it untyped.
+_SchemaValidator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+    jsonschema.Draft202012Validator, {"pattern": _pattern}
+)
+
+
+def schema_problem(schema: JSONValue, value: JSONValue) -> str | None:
+    """Why ``value`` is not valid against the JSON Schema ``schema`` (None when it is): the
+    most relevant error, ``jsonschema.exceptions.best_match``'s.
+
+    Raises:
+        MatcherError: a pattern of the schema ran out of time.
+    """
+    if not isinstance(schema, (dict, bool)):  # refused when the suite is read (suites.matcher_check)
+        return "the schema matcher holds no JSON Schema"
+    error = jsonschema.exceptions.best_match(_SchemaValidator(schema).iter_errors(value))
+    if error is None:
+        return None
+    where = "/".join(str(part) for part in error.absolute_path)
+    return f"{where}: {error.message}" if where else error.message
 
 
 def _equal(want: JSONValue, got: JSONValue) -> bool:

@@ -151,7 +151,7 @@ def run_results(run: EvalRun) -> JSONDict:
     (mean per case), "conversations" (uuids, in case order), "results" ([{"case", "repeat",
     "status", "failure", "conversation"}], every case run), "failures" ([{"case", "repeat",
     "question", "failure", "reason", "conversation"}]), "previous_accuracy", "regression"}``.
-    ``cases`` counts case runs (cases × repeats).
+    ``cases`` counts case runs (each case × its repeats).
     """
     previous = run_previous(run=run)
     before = _accuracies(previous) if previous is not None else {}
@@ -240,6 +240,7 @@ def _cell_json(cell: EvalCell, before: dict[tuple[str, str, str], float | None])
                 for result in ended
             ),
             k=cell.run.repeats,
+            case_k=_case_repeats(cell.run),
         )
     )
     data.update(
@@ -291,6 +292,17 @@ def _cell_json(cell: EvalCell, before: dict[tuple[str, str, str], float | None])
         }
     )
     return data
+
+
+def _case_repeats(run: EvalRun) -> dict[int, int]:
+    """The repeats of the run's cases that state their own (by case index), from the definition
+    the run was started with."""
+    cases = run.definition.get("cases") if isinstance(run.definition, dict) else None
+    return {
+        index: case["repeats"]
+        for index, case in enumerate(cases if isinstance(cases, list) else [])
+        if isinstance(case, dict) and isinstance(case.get("repeats"), int)
+    }
 
 
 def conversation_overrides(conversation: Conversation) -> dict[str, JSONDict]:

@@ -29,7 +29,7 @@ from servers.models import McpServer, Operation
 from servers.selectors import server_get, server_spawn_refusal
 from servers.services import DEMO_SERVER_NAME, SpawnRefused, demo_server_ensure, operation_start
 
-# One run may not queue more conversations than this (cells × cases × repeats).
+# One run may not queue more conversations than this (cells × each case's repeats).
 MAX_CASE_RUNS = 5000
 
 
@@ -146,7 +146,8 @@ def run_start(
     (``run_dispatch``); without, the caller drives it (``run_execute``).
 
     ``concurrency`` (default ``EVAL_CONCURRENCY``) bounds the turns in flight; ``repeats``
-    (default: the suite's) runs each case that many times per cell. The tools of each server
+    (default: the suite's) runs each case that many times per cell, but a case that states its
+    own ``repeats`` runs that many times. The tools of each server
     a description variant rewords are listed first (a workbench operation of ``user`` from
     ``source``, on the record like any listing), so that a variant naming a tool or parameter
     the server does not have is refused rather than silently changing nothing.
@@ -164,10 +165,11 @@ def run_start(
     if repeats < 1 or concurrency < 1:
         raise ValueError("concurrency and repeats must be at least 1")
     profiles, servers = suite_check(definition=definition, user=user, source=source)
-    total = len(definition.cells) * len(definition.cases) * repeats
+    per_case = definition.case_repeats(repeats)
+    total = len(definition.cells) * sum(per_case)
     if total > MAX_CASE_RUNS:
         raise SuiteError(
-            "", f"{total} case runs (cells × cases × repeats): at most {MAX_CASE_RUNS} in one run"
+            "", f"{total} case runs (cells × each case's repeats): at most {MAX_CASE_RUNS} in one run"
         )
     with transaction.atomic():
         run = EvalRun.objects.create(
@@ -192,8 +194,9 @@ def run_start(
             )
             EvalCaseResult.objects.bulk_create(
                 EvalCaseResult(cell=cell, case_index=index, repeat=repeat, question=case.question)
-                for repeat in range(repeats)
+                for repeat in range(max(per_case))
                 for index, case in enumerate(definition.cases)
+                if repeat < per_case[index]
             )
         if dispatch:
             transaction.on_commit(lambda: run_dispatch(run.pk))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -59,10 +59,13 @@ def percentile(values: Sequence[int], share: float) -> int | None:
     return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
 
 
-def cell_statistics(runs: Iterable[CaseRun], k: int) -> dict[str, object]:
-    """The cell keys of ``eval run --json`` for its ended case runs, k the suite's repeats:
-    ``pass_rate``, ``pass_rate_ci`` ([low, high]), ``k``, ``pass_at_k`` and ``pass_hat_k``
-    (averaged over the cases with at least k ended runs), ``latency_ms_mean``,
+def cell_statistics(
+    runs: Iterable[CaseRun], k: int, case_k: Mapping[int, int] | None = None
+) -> dict[str, object]:
+    """The cell keys of ``eval run --json`` for its ended case runs, k the run's repeats and
+    ``case_k`` the repeats of the cases that state their own (by case index): ``pass_rate``,
+    ``pass_rate_ci`` ([low, high]), ``k``, ``pass_at_k`` and ``pass_hat_k`` (each case's at its
+    own k, averaged over the cases with at least that many ended runs), ``latency_ms_mean``,
     ``latency_ms_p95``, ``tokens_per_case`` and ``cost_per_case`` (a string of US dollars, or
     None without a price)."""
     ended = list(runs)
@@ -72,17 +75,22 @@ def cell_statistics(runs: Iterable[CaseRun], k: int) -> dict[str, object]:
     for run in ended:
         by_case[run.case].append(run.passed)
     k = max(1, k)
-    complete = [(len(results), sum(results)) for results in by_case.values() if len(results) >= k]
+    wanted = {case: max(1, (case_k or {}).get(case, k)) for case in by_case}
+    complete = [
+        (len(results), sum(results), wanted[case])
+        for case, results in by_case.items()
+        if len(results) >= wanted[case]
+    ]
     latencies = [run.latency_ms for run in ended if run.latency_ms is not None]
     costs = [run.cost for run in ended if run.cost is not None]
     return {
         "pass_rate": round(passed / len(ended), 4) if ended else None,
         "pass_rate_ci": [round(interval[0], 4), round(interval[1], 4)] if interval else None,
         "k": k,
-        "pass_at_k": round(sum(_pass_at(n, c, k) for n, c in complete) / len(complete), 4)
+        "pass_at_k": round(sum(_pass_at(n, c, kk) for n, c, kk in complete) / len(complete), 4)
         if complete
         else None,
-        "pass_hat_k": round(sum(_pass_all(n, c, k) for n, c in complete) / len(complete), 4)
+        "pass_hat_k": round(sum(_pass_all(n, c, kk) for n, c, kk in complete) / len(complete), 4)
         if complete
         else None,
         "latency_ms_mean": round(sum(latencies) / len(latencies)) if latencies else None,

@@ -2,7 +2,8 @@
 
 A suite names the model profiles, paradigms and MCP servers to run, optional description
 *variants* (overrides of tool and parameter descriptions, keyed ``server/tool``), a tool_choice,
-and the cases: a question, the calls expected (``[]``: no tool should be called; each argument
+how many times each case runs (``repeats``; a case may say its own), and the cases: a question,
+the calls expected (``[]``: no tool should be called; each argument
 value matched by :mod:`evals.grading`'s matchers) and optionally a text the final answer must
 contain. Every error names the field it is about (``cases[0].expect[0].tool``), so a person can
 find it in their file. The format is described in docs/evals.md.
@@ -18,6 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import jsonschema
 import regex  # type: ignore[import-untyped]  # no stubs installed; types-regex would give them
 import yaml
 
@@ -32,7 +34,7 @@ MAX_CELLS = 200
 MAX_REPEATS = 20
 MAX_NESTING = 32
 MAX_NAME_CHARS = 200  # evals.models.Suite.name
-MATCHER_KEYS = ("exact", "oneOf", "regex", "range")
+MATCHER_KEYS = ("exact", "oneOf", "regex", "range", "schema")
 _TOOL_NAME = re.compile(r"^[^/\s]+/\S+$")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _VARIANT_NAME = re.compile(r"^[\w.-]{1,80}$")
@@ -40,8 +42,13 @@ _TOOL_CHOICES = frozenset(key for key, _ in TOOL_CHOICE_MODES)
 _SUITE_KEYS = frozenset(
     ("name", "models", "paradigms", "servers", "variants", "tool_choice", "tool", "repeats", "cases")
 )
-_CASE_KEYS = frozenset(("question", "expect", "answer_contains", "ordered"))
-_CALL_KEYS = frozenset(("tool", "arguments"))
+_CASE_KEYS = frozenset(
+    ("question", "expect", "answer_contains", "ordered", "in_order", "call_count", "repeats")
+)
+# An expected call's arguments are a subset of the call's (default) or all of them.
+ARGUMENT_MATCHES = ("subset", "exact")
+
+_CALL_KEYS = frozenset(("tool", "arguments", "match"))
 _OVERRIDE_KEYS = frozenset(("description", "parameters"))
 
 
@@ -79,11 +86,15 @@ class ExpectedCall:
 
     tool: str
     arguments: JSONDict | None = None
+    # "exact": the call's arguments are these and no others (each value still may be a matcher).
+    match: str = "subset"
 
     def as_json(self) -> JSONDict:
         data: JSONDict = {"tool": self.tool}
         if self.arguments is not None:
             data["arguments"] = self.arguments
+        if self.match != "subset":
+            data["match"] = self.match
         return data
 
 
@@ -94,13 +105,21 @@ class Case:
     answer_contains: str | None = None
     # The expected calls must be made in their order (other calls may come between them).
     ordered: bool = False
+    # How many tool calls the turn must make in all (None: as many as the expected calls need).
+    call_count: int | None = None
+    # How many times this case runs per cell; None: the run's repeats (the suite's by default).
+    repeats: int | None = None
 
     def as_json(self) -> JSONDict:
         data: JSONDict = {"question": self.question, "expect": [call.as_json() for call in self.expect]}
         if self.answer_contains is not None:
             data["answer_contains"] = self.answer_contains
         if self.ordered:
-            data["ordered"] = True
+            data["in_order"] = True
+        if self.call_count is not None:
+            data["call_count"] = self.call_count
+        if self.repeats is not None:
+            data["repeats"] = self.repeats
         return data
 
 
@@ -118,6 +137,12 @@ class SuiteDefinition:
     tool_choice: str = "auto"
     tool: str = ""  # with tool_choice "named": the tool, as server/tool
     repeats: int = 1
+
+    def case_repeats(self, default: int | None = None) -> list[int]:
+        """How many times each case runs per cell, in case order: its own ``repeats``, else
+        ``default`` (a run's override), else the suite's."""
+        fallback = self.repeats if default is None else default
+        return [case.repeats if case.repeats is not None else fallback for case in self.cases]
 
     @property
     def cells(self) -> list[tuple[str, str, str]]:
@@ -188,9 +213,7 @@ def suite_from_document(document: object) -> SuiteDefinition:
             raise SuiteError("tool", 'with tool_choice "named", the tool to call as "server/tool"')
     elif tool not in ("", None):
         raise SuiteError("tool", 'is only for tool_choice "named"')
-    repeats = document.get("repeats", 1)
-    if not isinstance(repeats, int) or isinstance(repeats, bool) or not 1 <= repeats <= MAX_REPEATS:
-        raise SuiteError("repeats", f"must be a whole number from 1 to {MAX_REPEATS}")
+    repeats = _repeats(document.get("repeats", 1), "repeats")
     cases = _cases(document.get("cases"))
     definition = SuiteDefinition(
         name=name,
@@ -394,6 +417,12 @@ def _override(value: object, path: str) -> ToolOverride:
     return ToolOverride(description=description, parameters=dict(parameters))
 
 
+def _repeats(value: object, path: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_REPEATS:
+        raise SuiteError(path, f"must be a whole number from 1 to {MAX_REPEATS}, not {value!r}")
+    return value
+
+
 def _cases(value: object) -> tuple[Case, ...]:
     if value is None:
         raise SuiteError("cases", "is required")
@@ -421,12 +450,30 @@ def _case(value: object, path: str) -> Case:
     answer = value.get("answer_contains")
     if answer is not None and (not isinstance(answer, str) or not answer):
         raise SuiteError(_path(path, "answer_contains"), f"must be a non-empty string, not {_kind(answer)}")
-    ordered = value.get("ordered", False)
+    # ``in_order`` (``ordered``, its first name, is still read).
+    order_key = "in_order" if "in_order" in value else "ordered"
+    ordered = value.get(order_key, False)
     if not isinstance(ordered, bool):
-        raise SuiteError(_path(path, "ordered"), f"must be true or false, not {_kind(ordered)}")
+        raise SuiteError(_path(path, order_key), f"must be true or false, not {_kind(ordered)}")
     if ordered and len(calls) < 2:
-        raise SuiteError(_path(path, "ordered"), "needs at least two expected calls to put in order")
-    return Case(question=question, expect=calls, answer_contains=answer, ordered=ordered)
+        raise SuiteError(_path(path, order_key), "needs at least two expected calls to put in order")
+    count = value.get("call_count")
+    if count is not None and (
+        not isinstance(count, int) or isinstance(count, bool) or not len(calls) <= count <= MAX_CASES
+    ):
+        raise SuiteError(
+            _path(path, "call_count"),
+            f"must be a whole number of calls, at least the {len(calls)} expected, not {count!r}",
+        )
+    repeats = value.get("repeats")
+    return Case(
+        question=question,
+        expect=calls,
+        answer_contains=answer,
+        ordered=ordered,
+        call_count=count,
+        repeats=None if repeats is None else _repeats(repeats, _path(path, "repeats")),
+    )
 
 
 def _expected_call(value: object, path: str) -> ExpectedCall:
@@ -436,8 +483,13 @@ def _expected_call(value: object, path: str) -> ExpectedCall:
     tool = _text(value, "tool", path)
     if not _TOOL_NAME.match(tool):
         raise SuiteError(_path(path, "tool"), f'must name the tool as "server/tool", not {tool!r}')
+    match = value.get("match", "subset")
+    if match not in ARGUMENT_MATCHES:
+        raise SuiteError(_path(path, "match"), f"must be one of {', '.join(ARGUMENT_MATCHES)}, not {match!r}")
     arguments = value.get("arguments")
     if arguments is None:
+        if match == "exact":
+            raise SuiteError(_path(path, "match"), "exact needs the arguments to match (use {} for none)")
         return ExpectedCall(tool=tool)
     if not isinstance(arguments, dict):
         raise SuiteError(
@@ -445,11 +497,12 @@ def _expected_call(value: object, path: str) -> ExpectedCall:
         )
     for name, expected in arguments.items():
         matcher_check(expected, _path(_path(path, "arguments"), name))
-    return ExpectedCall(tool=tool, arguments=arguments)
+    return ExpectedCall(tool=tool, arguments=arguments, match=str(match))
 
 
 def is_matcher(value: JSONValue) -> bool:
-    """A one-key object whose key is a matcher's (``exact``, ``oneOf``, ``regex``, ``range``)."""
+    """A one-key object whose key is a matcher's (``exact``, ``oneOf``, ``regex``, ``range``,
+    ``schema``)."""
     return isinstance(value, dict) and len(value) == 1 and next(iter(value)) in MATCHER_KEYS
 
 
@@ -458,7 +511,8 @@ def matcher_check(value: object, path: str) -> None:
 
     Raises:
         SuiteError: a matcher with a bad operand (a regex that does not compile, a range that is
-            not two numbers low ≤ high, a oneOf that is not a non-empty list).
+            not two numbers low ≤ high, a oneOf that is not a non-empty list, a schema that is no
+            valid JSON Schema).
     """
     if not isinstance(value, dict):
         return
@@ -477,6 +531,8 @@ def matcher_check(value: object, path: str) -> None:
             regex.compile(operand)  # the package grading searches with (grading.regex_search)
         except regex.error as exc:
             raise SuiteError(where, f"not a valid regular expression: {exc}") from None
+    if key == "schema":
+        _schema_check(operand, where)
     if key == "range":
         bounds = [
             bound
@@ -485,3 +541,32 @@ def matcher_check(value: object, path: str) -> None:
         ]
         if not isinstance(operand, list) or len(operand) != 2 or len(bounds) != 2 or bounds[0] > bounds[1]:
             raise SuiteError(where, "must be [min, max]: two numbers, min ≤ max")
+
+
+def _schema_check(schema: object, path: str) -> None:
+    """A ``schema`` matcher's operand is a valid JSON Schema (draft 2020-12, the one grading
+    validates with) without ``patternProperties`` (its patterns would be searched with Python's
+    ``re``, which has no time limit; grading searches ``pattern`` with one).
+
+    Raises:
+        SuiteError: naming the field.
+    """
+    if not isinstance(schema, (dict, bool)):
+        raise SuiteError(path, f"must be a JSON Schema (an object), not {_kind(schema)}")
+    stack: list[object] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if "patternProperties" in node:
+                raise SuiteError(
+                    path,
+                    "patternProperties is not supported: jsonschema searches its patterns with no "
+                    "time limit (use pattern, or the regex matcher, on the values)",
+                )
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise SuiteError(path, f"not a valid JSON Schema: {exc.message}") from None

@@ -1,6 +1,7 @@
 """Seal rule 4: the server name recorded with each step and exchange, which the pages and the
 exports show, is inside the seal and the export's signature; turns sealed under rule 3 still
-verify under it."""
+verify under it. An import's own fields — what its file claims and what the import found — are
+sealed too."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from django.db import transaction
 from django.test import override_settings
 
 from conversations.models import Conversation, Exchange, Step
@@ -24,7 +26,8 @@ from conversations.record.transcripts.document import transcript_document
 from conversations.record.transcripts.export import transcript_export
 from conversations.record.transcripts.fields import ID_KEYS
 from conversations.record.transcripts.importing import TranscriptError, transcript_import
-from conversations.record.verification import conversation_verify
+from conversations.record.transcripts.otel_import import trace_imports
+from conversations.record.verification import IMPORT_SEAL, VERIFIED_HERE, conversation_verify, import_claims
 from tests.factories import ExchangeFactory, StepFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -127,3 +130,74 @@ def test_a_file_signed_under_rule_3_before_the_rule_was_named_still_verifies(
     imported = transcript_import(data=json.dumps(document), owner=UserFactory())
 
     assert (imported.imported_meta or {})["verification"]["status"] == "signed-elsewhere"
+
+
+def _imported_elsewhere() -> Conversation:
+    """An import of a file signed by another installation (an amber, unverified import)."""
+    return transcript_import(data=json.dumps(_signed_elsewhere()), owner=UserFactory(username="importer"))
+
+
+def _meta_set(conversation: Conversation, key: str, value: object) -> None:
+    meta = dict(conversation.imported_meta or {})
+    meta[key] = value
+    Conversation.objects.filter(pk=conversation.pk).update(imported_meta=meta)
+
+
+def test_every_field_an_imports_document_and_page_show_is_sealed_or_is_this_installations_own() -> None:
+    imported = _imported_elsewhere()
+    assert conversation_verify(conversation=imported).intact
+    block = transcript_document(conversation=imported, signed=False)["conversation"]
+    claims = import_claims(imported)
+
+    shown = set(block) - set(ID_KEYS["conversation"])
+    assert shown <= set(claims["meta"])  # type: ignore[arg-type]
+    # Each field the export shows, each the import added (who, when, what its file proved), and
+    # each of the row's own fields the pages show: changed in the database, the record breaks.
+    forgeries: list[tuple[str, Any]] = [
+        *((f"meta.{key}", key) for key in sorted(shown | {"verification", "imported_by", "original_id"})),
+        ("row.title", {"title": "forged"}),
+        ("row.owner", {"owner": UserFactory(username="mallory")}),
+        ("row.paradigm", {"paradigm": "prompt_xml"}),
+        ("row.tool_choice", {"tool_choice": "none"}),
+    ]
+    for name, change in forgeries:
+        with transaction.atomic():
+            if isinstance(change, str):
+                _meta_set(imported, change, {"forged": True})
+            else:
+                Conversation.objects.filter(pk=imported.pk).update(**change)
+            report = conversation_verify(conversation=Conversation.objects.get(pk=imported.pk))
+            assert not report.intact and "import's own fields" in report.reason, name
+            transaction.set_rollback(True)
+    imported.model_profile.model = "forged-model"
+    imported.model_profile.save()
+    report = conversation_verify(conversation=Conversation.objects.get(pk=imported.pk))
+    assert not report.intact and "import's own fields" in report.reason
+
+
+def test_an_import_claiming_to_be_verified_here_after_the_fact_is_broken_and_never_green() -> None:
+    imported = _imported_elsewhere()
+    assert conversation_verify(conversation=imported).resealed_by == "importer"
+    verdict = dict((imported.imported_meta or {})["verification"])
+
+    _meta_set(imported, "verification", {**verdict, "status": VERIFIED_HERE})
+    assert not conversation_verify(conversation=Conversation.objects.get(pk=imported.pk)).intact
+
+    # Without its seal (an import made before claims were sealed, or a seal removed), an import
+    # is never taken as verified, whatever its verdict says.
+    meta = dict(Conversation.objects.get(pk=imported.pk).imported_meta or {})
+    del meta[IMPORT_SEAL]
+    Conversation.objects.filter(pk=imported.pk).update(imported_meta=meta)
+    report = conversation_verify(conversation=Conversation.objects.get(pk=imported.pk))
+    assert report.intact and report.resealed_by == "importer"
+
+
+def test_an_imported_trace_is_sealed_with_what_its_import_added() -> None:
+    conversation = _sealed()
+    trace = transcript_export(conversation=conversation, fmt="otel")
+    [imported] = trace_imports(data=trace, owner=UserFactory(username="importer"))
+
+    assert conversation_verify(conversation=imported).intact
+    _meta_set(imported, "unmapped", ["forged"])
+
+    assert not conversation_verify(conversation=Conversation.objects.get(pk=imported.pk)).intact

@@ -1,6 +1,7 @@
 """In a real browser, a right-to-left override in a workbench operation's result and in an eval
 case's question and reason is a visible marker, and the text after it is laid out in the order
-it was stored (each letter to the right of the one before), not reversed."""
+it was stored (each letter to the right of the one before), not reversed; the row that holds it
+shows the hidden-characters note."""
 
 from __future__ import annotations
 
@@ -99,6 +100,9 @@ def test_an_override_in_an_operations_result_is_a_marker_and_reverses_nothing(
 
     _reads_as_stored(page, ".block-text pre")
     assert "\u202e" not in page.locator("main").inner_text()
+    # The row says so at its top, before anyone opens the arguments or the JSON.
+    expect(page.locator(".op-summary > .hidden-chars-note")).to_be_visible()
+    expect(page.locator(".op-summary > .hidden-chars-note")).to_contain_text("Hidden characters")
 
 
 def test_an_override_in_an_eval_case_is_a_marker_and_reverses_nothing(browser: Browser, pages: Pages) -> None:
@@ -109,3 +113,5 @@ def test_an_override_in_an_eval_case_is_a_marker_and_reverses_nothing(browser: B
     _reads_as_stored(page, "td")
     _reads_as_stored(page, ".failure-reason")
     assert "\u202e" not in page.locator("main").inner_text()
+    expect(page.locator("tr.eval-failure .hidden-chars-note")).to_be_visible()
+    expect(page.locator(".eval-matrix .hidden-chars-note")).to_have_count(0)

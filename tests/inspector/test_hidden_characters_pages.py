@@ -15,6 +15,7 @@ from django.test import Client
 from django.urls import reverse
 
 from inspector.evals.models import EvalCell
+from inspector.evals_forms import EXAMPLE_SUITE
 from servers.models import Operation
 from tests.factories import McpServerFactory, UserFactory
 from tests.inspector.test_evals_views import _finished_run, _suite
@@ -116,3 +117,87 @@ def test_a_page_without_hidden_characters_is_rendered_unchanged() -> None:
     assert engines["django"].from_string(source).render({"text": "Beijing"}) == (
         '<p title="Beijing">Beijing</p>'
     )
+
+
+NOTE = 'class="hidden-chars-note"'
+
+
+def test_a_workbench_operation_with_hidden_characters_carries_the_rows_note_and_a_clean_one_none(
+    alice: User, alice_client: Client
+) -> None:
+    server = McpServerFactory(name="files", owner=alice)
+    marked, clean = (
+        Operation.objects.create(
+            server=server,
+            user=alice,
+            kind=Operation.Kind.TOOLS_CALL,
+            target="read",
+            arguments={"path": "a"},
+            status=Operation.Status.OK,
+            result={"content": [{"type": "text", "text": text}]},
+        )
+        for text in (f"deep {CITY}", "Beijing")
+    )
+
+    pages = {
+        operation: alice_client.get(reverse("servers-operation", args=[operation.public_id])).content.decode()
+        for operation in (marked, clean)
+    }
+    state = alice_client.get(reverse("servers-operation-state", args=[marked.public_id])).json()["html"]
+
+    summary = pages[marked].split('class="wb-panel op-summary"', 1)[1]
+    assert NOTE in summary.split("</header>", 1)[1].split("<details", 1)[0]
+    assert NOTE in state  # the polled fragment carries it too
+    assert NOTE not in pages[clean]
+
+
+def test_eval_failure_rows_with_hidden_characters_carry_the_note_and_clean_rows_none(
+    alice: Any, alice_client: Client
+) -> None:
+    run = _finished_run(_suite(alice), question=OVERRIDE, reason="no call")
+
+    page = alice_client.get(reverse("inspector-eval-run-results", args=[run.public_id])).content.decode()
+
+    [row] = re.findall(r'<tr class="eval-failure[^"]*">.*?</tr>', page, flags=re.DOTALL)
+    assert NOTE in row and "has-hidden-chars" in row
+    assert page.count(NOTE) == 1  # the matrix rows and the variants hold none
+
+
+def test_a_variant_and_a_matrix_row_with_hidden_characters_carry_the_note(
+    alice: Any, alice_client: Client
+) -> None:
+    run = _finished_run(_suite(alice))
+    cell = EvalCell.objects.get(run=run, variant="terse", paradigm="native")
+    cell.overrides = {"demo/get_weather_forecast": {"description": f"Weather in {CITY}."}}
+    cell.save()
+    run.definition = {**run.definition, "variants": {"plain": {}, "terse": cell.overrides}}
+    run.save()
+    EvalCell.objects.filter(run=run, paradigm="prompt_xml").update(model=f"de{CITY}mo")
+
+    page = alice_client.get(reverse("inspector-eval-run-results", args=[run.public_id])).content.decode()
+
+    [terse] = re.findall(
+        r'<article class="variant" data-variant="terse">.*?</article>', page, flags=re.DOTALL
+    )
+    [plain] = re.findall(
+        r'<article class="variant" data-variant="plain">.*?</article>', page, flags=re.DOTALL
+    )
+    assert NOTE in terse and NOTE not in plain
+    rows = re.findall(r'<th scope="row">.*?</th>', page, flags=re.DOTALL)
+    assert [NOTE in row for row in rows] == [False, True], rows
+
+
+def test_a_suite_with_hidden_characters_is_flagged_on_its_page_and_in_the_list(
+    alice: Any, alice_client: Client
+) -> None:
+    text = EXAMPLE_SUITE.replace("Hello there", OVERRIDE).replace("weather-basics", f"wea{CITY}")
+    suite = _suite(alice, text=text)
+    _suite(alice)  # a clean one beside it
+
+    detail = alice_client.get(reverse("inspector-eval-suite", args=[suite.public_id])).content.decode()
+    listing = alice_client.get(reverse("inspector-evals")).content.decode()
+
+    assert 'id="suite-hidden-note"' in detail
+    assert NOTE in detail.split('class="suite-head"', 1)[1].split("</header>", 1)[0]
+    rows = re.findall(r"<tr>\s*<td>.*?</tr>", listing, flags=re.DOTALL)
+    assert sorted(NOTE in row for row in rows) == [False, True], rows

@@ -39,12 +39,14 @@ from conversations.record.transcripts.fields import (
 )
 from conversations.record.transcripts.schema import transcript_schema
 from conversations.record.verification import (
+    IMPORT_SEAL,
     NOT_VERIFIABLE,
     VERIFIED_HERE,
     VERIFIED_LEGACY,
     VERIFIED_SIGNATURE,
     ChainReport,
     conversation_verify,
+    import_seal,
     manifest_verify,
 )
 from conversations.typealias import JSONDict, JSONValue
@@ -520,7 +522,22 @@ def transcript_import(
                 + ", ".join(differences)
                 + ". The transcript was changed after it was exported; it is not imported."
             )
-        Conversation.objects.filter(pk=conversation.pk).update(imported_meta=meta)
-        conversation.imported_meta = meta
+        imported_meta_store(conversation=conversation, meta=meta)
         conversation_rechain(conversation=conversation, actor_name=owner.get_username())
     return conversation
+
+
+def imported_meta_store(*, conversation: Conversation, meta: JSONDict) -> None:
+    """Store an import's claims (``imported_meta``) with their seal
+    (``verification.import_seal``): from then on a change to any of them, or to the row's fields
+    made from them, breaks the record like a change to a turn."""
+    claims = {key: value for key, value in meta.items() if key != IMPORT_SEAL}
+    Conversation.objects.filter(pk=conversation.pk).update(imported_meta=claims)
+    # Sealed as read back (a stored value may read back escaped: ``conversations.escaping``), so
+    # that verifying reads exactly what was sealed.
+    conversation.refresh_from_db(
+        fields=["imported_meta", "title", "paradigm", "tool_choice", "tool_choice_name"]
+    )
+    stored = cast(JSONDict, conversation.imported_meta)
+    stored[IMPORT_SEAL] = import_seal(conversation)
+    Conversation.objects.filter(pk=conversation.pk).update(imported_meta=stored)

@@ -33,7 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from conversations.loop.providers import OTEL_PROVIDER_NAMES
 from conversations.models import Conversation, Step, Turn
 from conversations.record.transcripts.fields import FORMAT, VERSION
-from conversations.record.transcripts.importing import TranscriptError, transcript_import
+from conversations.record.transcripts.importing import TranscriptError, imported_meta_store, transcript_import
 from conversations.record.transcripts.otel_foreign import genai_attributes
 from conversations.secret_sources import active_redactor
 from conversations.typealias import JSONDict, JSONList, JSONValue
@@ -577,8 +577,7 @@ def _trace_import(*, spans: list[_Span], owner: AbstractBaseUser) -> Conversatio
             f"attributes, not the raw bodies, so it has no hash chain to check{noted}"[:2000],
         },
     )
-    Conversation.objects.filter(pk=conversation.pk).update(imported_meta=meta)
-    conversation.imported_meta = meta
+    imported_meta_store(conversation=conversation, meta=meta)
     return conversation
 
 

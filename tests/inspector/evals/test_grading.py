@@ -171,3 +171,52 @@ def test_a_regex_that_backtracks_catastrophically_grades_a_matcher_error_not_a_h
 
 def test_the_reported_nested_quantifier_is_decided_on_a_long_argument() -> None:
     assert value_mismatch({"regex": "(a+)+b"}, "a" * 64) == f"is {'a' * 64!r}, which does not match /(a+)+b/"
+
+
+SCHEMA = {"type": "object", "properties": {"c": {"type": "number", "minimum": 0}}, "required": ["c"]}
+
+
+def test_a_schema_matcher_holds_a_value_to_a_json_schema_and_says_where_it_fails() -> None:
+    assert value_mismatch({"schema": SCHEMA}, {"c": 3}) is None
+    assert value_mismatch({"schema": {"type": "string", "pattern": "^Bei"}}, "Beijing") is None
+
+    problem = value_mismatch({"schema": SCHEMA}, {"c": -1})
+    assert problem is not None and "does not match its schema" in problem and "c:" in problem
+    missing = value_mismatch({"schema": SCHEMA}, {})
+    assert missing is not None and "'c' is a required property" in missing
+
+
+def test_a_schema_pattern_that_backtracks_grades_a_matcher_error_not_a_hang() -> None:
+    case = _case(ExpectedCall(WEATHER, {"city": {"schema": {"type": "string", "pattern": "(a|aa)+b"}}}))
+
+    grade = grade_case(case, _facts(MadeCall(WEATHER, {"city": "a" * 40})))
+
+    assert grade.failure == "error" and "matcher error" in grade.reason
+
+
+def test_match_exact_refuses_arguments_besides_the_expected_ones() -> None:
+    exact = _case(ExpectedCall(WEATHER, {"city": "Beijing"}, match="exact"))
+    subset = _case(ExpectedCall(WEATHER, {"city": "Beijing"}))
+    with_day = MadeCall(WEATHER, {"city": "Beijing", "day": "tomorrow"})
+
+    assert grade_case(exact, _facts(MadeCall(WEATHER, {"city": "Beijing"}))).passed
+    assert grade_case(subset, _facts(with_day)).passed
+    grade = grade_case(exact, _facts(with_day))
+    assert grade.failure == "wrong_arguments" and "argument day was given" in grade.reason
+
+
+def test_a_call_count_is_the_number_of_calls_in_all() -> None:
+    shanghai = MadeCall(WEATHER, {"city": "Shanghai"})
+    twice = Case(question="q", expect=(ExpectedCall(WEATHER, {"city": "Beijing"}),), call_count=2)
+    any_two = Case(question="q", expect=(), call_count=2)
+
+    assert grade_case(twice, _facts(BEIJING, shanghai)).passed
+    assert grade_case(any_two, _facts(shanghai, BEIJING)).passed
+    few = grade_case(twice, _facts(BEIJING))
+    assert few.failure == "no_call" and "expected 2 tool call(s) in all, but 1" in few.reason
+    assert grade_case(twice, _facts(BEIJING, shanghai, shanghai)).failure == "extra_call"
+    # Without it, a call besides the expected ones is an extra call, and no call is "no call".
+    assert grade_case(
+        _case(ExpectedCall(WEATHER, {"city": "Beijing"})), _facts(BEIJING, shanghai)
+    ).failure == ("extra_call")
+    assert grade_case(_case(), _facts()).passed

@@ -61,6 +61,23 @@ def test_pass_at_1_is_the_pass_rate_and_a_missing_price_gives_no_cost() -> None:
     assert percentile([5, 1, 3, 2, 4], 0.95) == 5 and percentile([], 0.5) is None
 
 
+def test_a_case_with_its_own_repeats_is_scored_at_its_own_k() -> None:
+    runs = [
+        # case 0 (the run's k = 2) passes 1 of 2; case 1 (its own k = 4) passes 3 of 4
+        CaseRun(0, True, 10, 1, None),
+        CaseRun(0, False, 10, 1, None),
+        *(CaseRun(1, True, 10, 1, None) for _ in range(3)),
+        CaseRun(1, False, 10, 1, None),
+    ]
+    stats = cell_statistics(runs, k=2, case_k={1: 4})
+
+    assert stats["pass_rate"] == round(4 / 6, 4) and stats["k"] == 2
+    # pass@k: case 0 at k=2 is 1, case 1 at k=4 is 1; pass^k: 0 and 0.
+    assert stats["pass_at_k"] == 1.0 and stats["pass_hat_k"] == 0.0
+    # Scored at the run's k, case 1's pass^2 would be C(3,2)/C(4,2) = 0.5 and count.
+    assert cell_statistics(runs, k=2)["pass_hat_k"] == 0.25
+
+
 @pytest.fixture
 def _embedded(settings: Settings) -> Iterator[None]:
     settings.TURN_RUNNER = "embedded"
@@ -91,3 +108,42 @@ def test_eval_run_json_gives_every_statistic_of_a_repeated_cell() -> None:
     assert low < 0.5 < high
     assert cell["latency_ms_p95"] >= cell["latency_ms_mean"] > 0
     assert cell["tokens_per_case"] > 0 and cell["cost_per_case"] is None
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("_embedded")
+def test_a_case_with_its_own_repeats_runs_that_many_times_in_every_cell() -> None:
+    alice: User = UserFactory(username="alice")
+    suite = (
+        "name: per-case\nmodels: [demo]\nparadigms: [native, prompt_json]\nservers: [demo]\nrepeats: 1\n"
+        "cases:\n  - {question: 'What is 12 * (3 + 4)?', expect: [{tool: demo/calculate}], repeats: 3}\n"
+        "  - {question: 'What is 2 + 2?', expect: [{tool: demo/calculate}]}\n"
+    )
+    run = run_execute(
+        run=run_start(suite=suite_save(owner=alice, text=suite), user=alice, dispatch=False),
+        poll_seconds=0.05,
+    )
+
+    assert run.status == EvalRun.Status.DONE, run.error
+    assert run.total == 2 * (3 + 1)
+    results = run_results(run)
+    for cell in results["cells"]:  # type: ignore[union-attr]
+        assert cell["cases"] == 4 and cell["finished"] == 4  # type: ignore[index]
+        runs = sorted((item["case"], item["repeat"]) for item in cell["results"])  # type: ignore[index]
+        assert runs == [(0, 0), (0, 1), (0, 2), (1, 0)]
+        assert cell["k"] == 1 and cell["pass_rate"] == 1.0 and cell["pass_hat_k"] == 1.0  # type: ignore[index]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("_embedded")
+def test_a_runs_repeats_replace_the_suites_but_not_a_cases_own() -> None:
+    alice: User = UserFactory(username="alice")
+    suite = (
+        "name: per-case-override\nmodels: [demo]\nparadigms: [native]\nservers: [demo]\nrepeats: 5\n"
+        "cases:\n  - {question: 'What is 12 * (3 + 4)?', expect: [{tool: demo/calculate}], repeats: 2}\n"
+        "  - {question: 'What is 2 + 2?', expect: [{tool: demo/calculate}]}\n"
+    )
+
+    run = run_start(suite=suite_save(owner=alice, text=suite), user=alice, repeats=3, dispatch=False)
+
+    assert run.total == 2 + 3 and run.repeats == 3

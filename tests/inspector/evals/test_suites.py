@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from inspector.evals.suites import MAX_NESTING, MAX_SUITE_CHARS, SuiteError, ToolOverride, parse_suite
+from inspector.evals.suites import (
+    MAX_NESTING,
+    MAX_SUITE_CHARS,
+    SuiteError,
+    ToolOverride,
+    parse_suite,
+    suite_from_document,
+)
 
 EXAMPLE = (Path(__file__).parent / "example_suite.json").read_text()
 
@@ -103,6 +110,9 @@ def test_each_matcher_and_parameter_overrides_are_read() -> None:
         ({"tool_choice": "sometimes"}, "tool_choice", "one of"),
         ({"tool_choice": "named"}, "tool", "server/tool"),
         ({"repeats": 0}, "repeats", "1 to"),
+        ({"cases": [{"question": "q", "expect": [], "repeats": 0}]}, "cases[0].repeats", "1 to"),
+        ({"cases": [{"question": "q", "expect": [], "repeats": 21}]}, "cases[0].repeats", "1 to"),
+        ({"cases": [{"question": "q", "expect": [], "repeats": True}]}, "cases[0].repeats", "1 to"),
         ({"colour": "blue"}, "colour", "unknown field"),
         ({"cases": []}, "cases", "at least one"),
         ({"cases": [{"question": "q"}]}, "cases[0].expect", "is required"),
@@ -145,6 +155,64 @@ def test_each_matcher_and_parameter_overrides_are_read() -> None:
             {"cases": [{"question": "q", "expect": [{"tool": "a/b"}], "ordered": True}]},
             "cases[0].ordered",
             "at least two expected calls",
+        ),
+        (
+            {"cases": [{"question": "q", "expect": [{"tool": "a/b"}], "in_order": True}]},
+            "cases[0].in_order",
+            "at least two expected calls",
+        ),
+        (
+            {"cases": [{"question": "q", "expect": [{"tool": "a/b", "match": "fuzzy"}]}]},
+            "cases[0].expect[0].match",
+            "one of",
+        ),
+        (
+            {"cases": [{"question": "q", "expect": [{"tool": "a/b", "match": "exact"}]}]},
+            "cases[0].expect[0].match",
+            "exact needs",
+        ),
+        (
+            {"cases": [{"question": "q", "expect": [{"tool": "a/b"}, {"tool": "a/c"}], "call_count": 1}]},
+            "cases[0].call_count",
+            "at least the 2 expected",
+        ),
+        (
+            {
+                "cases": [
+                    {
+                        "question": "q",
+                        "expect": [{"tool": "a/b", "arguments": {"x": {"schema": {"type": "nope"}}}}],
+                    }
+                ]
+            },
+            "cases[0].expect[0].arguments.x.schema",
+            "not a valid JSON Schema",
+        ),
+        (
+            {
+                "cases": [
+                    {"question": "q", "expect": [{"tool": "a/b", "arguments": {"x": {"schema": "string"}}}]}
+                ]
+            },
+            "cases[0].expect[0].arguments.x.schema",
+            "must be a JSON Schema",
+        ),
+        (
+            {
+                "cases": [
+                    {
+                        "question": "q",
+                        "expect": [
+                            {
+                                "tool": "a/b",
+                                "arguments": {"x": {"schema": {"patternProperties": {"(a|aa)+b": {}}}}},
+                            }
+                        ],
+                    }
+                ]
+            },
+            "cases[0].expect[0].arguments.x.schema",
+            "patternProperties is not supported",
         ),
     ],
 )
@@ -194,3 +262,26 @@ def test_a_document_nested_thousands_deep_is_refused(opening: str) -> None:
 
 def test_a_yaml_document_nested_deeply_is_refused() -> None:
     assert f"deeper than {MAX_NESTING}" in str(_error("name: x\ncases: " + "[" * 200 + "]" * 200 + "\n"))
+
+
+def test_in_order_call_count_match_and_schema_are_read_and_kept() -> None:
+    text = _with(
+        cases=[
+            {
+                "question": "q",
+                "expect": [
+                    {"tool": "a/b", "arguments": {"x": {"schema": {"type": "integer"}}}, "match": "exact"},
+                    {"tool": "a/c"},
+                ],
+                "in_order": True,
+                "call_count": 3,
+            },
+            {"question": "r", "expect": [{"tool": "a/b"}, {"tool": "a/c"}], "ordered": True},
+        ]
+    )
+    suite = parse_suite(text)
+
+    first, second = suite.cases
+    assert first.ordered and second.ordered and first.call_count == 3
+    assert first.expect[0].match == "exact" and first.expect[1].match == "subset"
+    assert suite_from_document(suite.as_json()) == suite
