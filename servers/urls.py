@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from servers import config_views, views
+from servers import app_views, config_views, views
 
 urlpatterns = [
     path("", views.server_list, name="servers-list"),
@@ -19,10 +19,10 @@ urlpatterns = [
         views.question_answer,
         name="servers-question-answer",
     ),
-    path("op/<uuid:public_id>/app", views.app_open, name="servers-app-open"),
-    path("op/<uuid:public_id>/app/view", views.app_view, name="servers-app-view"),
-    path("op/<uuid:public_id>/app/call", views.app_tool_call, name="servers-app-call"),
-    path("op/<uuid:public_id>/app/traffic", views.app_traffic, name="servers-app-traffic"),
+    path("op/<uuid:public_id>/app", app_views.app_open, name="servers-app-open"),
+    path("op/<uuid:public_id>/app/view", app_views.app_view, name="servers-app-view"),
+    path("op/<uuid:public_id>/app/call", app_views.app_tool_call, name="servers-app-call"),
+    path("op/<uuid:public_id>/app/traffic", app_views.app_traffic, name="servers-app-traffic"),
     path("saved/<uuid:public_id>/run", views.saved_call_run, name="servers-saved-call-run"),
     path("saved/<uuid:public_id>/delete", views.saved_call_delete, name="servers-saved-call-delete"),
     path("<str:name>/", views.server_detail, name="servers-detail"),

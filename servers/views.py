@@ -25,12 +25,12 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from conversations.escaping import hidden_characters
 from conversations.record.audit import audit_read
-from servers import grants, mcp_apps, selectors, services
+from servers import grants, selectors, services
+from servers.app_views import app_tool
 from servers.forms import (
     ELICITATION_FORMATS,
     CompletionForm,
@@ -43,6 +43,8 @@ from servers.forms import (
 )
 from servers.gateway.capabilities import unavailable
 from servers.models import LOG_LEVELS, McpServer, OAuthGrant, Operation, PendingInput, SavedCall
+from servers.view_access import operation_or_404 as _operation
+from servers.view_access import signed_in_user as _user
 
 TRANSCRIPT_PER_PAGE = 50
 # How long Connect (and the OAuth callback) wait for the flow to reach its next stop.
@@ -56,13 +58,6 @@ LIST_KINDS = {
     "templates": Operation.Kind.TEMPLATES_LIST,
     "prompts": Operation.Kind.PROMPTS_LIST,
 }
-
-
-def _user(request: HttpRequest) -> AbstractBaseUser:
-    user = request.user
-    if not isinstance(user, AbstractBaseUser) or not user.is_authenticated:
-        raise PermissionDenied
-    return user
 
 
 def _require_staff(request: HttpRequest) -> AbstractBaseUser:
@@ -91,13 +86,6 @@ def _server(request: HttpRequest, name: str) -> McpServer:
         return selectors.server_get(user=_user(request), name=name)
     except McpServer.DoesNotExist:
         raise Http404("No such server.") from None
-
-
-def _operation(request: HttpRequest, public_id: UUID) -> Operation:
-    try:
-        return selectors.operation_get(user=_user(request), public_id=public_id)
-    except Operation.DoesNotExist:
-        raise Http404("No such operation.") from None
 
 
 def _saved_call(request: HttpRequest, public_id: UUID) -> SavedCall:
@@ -477,52 +465,6 @@ def completion(request: HttpRequest, name: str) -> JsonResponse:
 # --- operations -----------------------------------------------------------------------------
 
 
-def _server_tool(
-    request: HttpRequest, operation: Operation, name: str, *, list_now: bool = False
-) -> dict[str, Any] | None:
-    """A tool of the operation's server by name: as the turn was given it, for the app of a
-    turn's call; else as the server last listed it. A tool for apps only was never offered to the
-    model, so a turn does not hold it: with ``list_now`` the server is listed again (a recorded
-    ``tools/list``) when no listing has it."""
-    if operation.kind == Operation.Kind.APP and operation.step is not None:
-        found = mcp_apps.turn_tool(operation.step.turn.tools, server_id=operation.server_id, name=name)
-        if found is not None:
-            return found
-    user = _user(request)
-    found = selectors.tool_definition(server=operation.server, name=name, user=user)
-    if found is None and list_now:
-        services.operation_start(server=operation.server, user=user, kind=Operation.Kind.TOOLS_LIST)
-        found = selectors.tool_definition(server=operation.server, name=name, user=user)
-    return found
-
-
-def _app_tool(request: HttpRequest, operation: Operation) -> tuple[dict[str, Any], str] | None:
-    """The called tool's definition and its ``ui://`` resource, when the operation is a call of
-    a tool with a UI (as the server last listed it), or the app of a turn's call of one (as the
-    turn was given it)."""
-    if operation.kind not in (Operation.Kind.APP, Operation.Kind.TOOLS_CALL):
-        return None
-    definition = _server_tool(request, operation, operation.target)
-    uri = mcp_apps.ui_resource_uri(definition)
-    return (definition, uri) if definition is not None and uri else None
-
-
-def _app_call(request: HttpRequest, public_id: UUID) -> tuple[Operation, dict[str, Any], str]:
-    """The operation whose app is talking, if the user may see it and it has an app; else 404."""
-    operation = _operation(request, public_id)
-    found = _app_tool(request, operation)
-    if found is None:
-        raise Http404("This operation is not a call of a tool with a UI.")
-    return operation, *found
-
-
-def _json_body(request: HttpRequest) -> Any:
-    try:
-        return json.loads(request.body)
-    except (ValueError, RecursionError):
-        return None
-
-
 def _json_hidden(*values: object) -> bool:
     """Whether a string in ``values`` (JSON, walked with a stack) holds a hidden character."""
     stack = list(values)
@@ -555,7 +497,7 @@ def _operation_context(operation: Operation) -> dict[str, Any]:
 def operation_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
     operation = _operation(request, public_id)
     context = _operation_context(operation) | {"save_form": SaveCallForm()}
-    found = _app_tool(request, operation)
+    found = app_tool(request, operation)
     if found is not None and operation.is_finished and operation.result is not None:
         definition, uri = found
         context["app"] = {"uri": uri, "tool": definition, "arguments": operation.arguments}
@@ -608,110 +550,6 @@ def question_answer(request: HttpRequest, public_id: UUID, question_id: int) -> 
             )
     services.question_answer(question=question, action=action, content=content)
     return redirect("servers-operation", public_id=operation.public_id)
-
-
-# --- MCP Apps (docs/mcp-apps.md) -----------------------------------------------------------
-
-
-@require_POST
-def app_open(request: HttpRequest, public_id: UUID) -> JsonResponse:
-    """Read the called tool's ``ui://`` resource (an ordinary, recorded ``resources/read``) and
-    say where the sandboxed frame loads it from and under which policy."""
-    operation, _tool, uri = _app_call(request, public_id)
-    try:
-        read = services.operation_start(
-            server=operation.server, user=_user(request), kind=Operation.Kind.RESOURCE_READ, target=uri
-        )
-    except services.SpawnRefused as refused:
-        return JsonResponse({"error": str(refused)}, status=STATUS_FORBIDDEN)
-    links = {"read": reverse("servers-operation", kwargs={"public_id": read.public_id})}
-    try:
-        resource = mcp_apps.app_resource(read.result, uri=uri)
-    except mcp_apps.AppResourceError as exc:
-        return JsonResponse({"error": read.error or str(exc), **links}, status=STATUS_BAD_GATEWAY)
-    return JsonResponse(
-        {
-            "view": reverse("servers-app-view", kwargs={"public_id": read.public_id}),
-            "csp": resource.csp,
-            "refused": resource.refused,
-            "permissions": resource.permissions,
-            **links,
-        }
-    )
-
-
-@require_GET
-@xframe_options_sameorigin
-def app_view(request: HttpRequest, public_id: UUID) -> HttpResponse:
-    """An app's HTML, from the ``resources/read`` that fetched it, under its own strict policy
-    (``mcp_apps.csp_header``): the page frames it sandboxed, without same-origin."""
-    read = _operation(request, public_id)
-    if read.kind != Operation.Kind.RESOURCE_READ or not read.target.startswith("ui://"):
-        raise Http404("Not an app resource.")
-    try:
-        resource = mcp_apps.app_resource(read.result, uri=read.target)
-    except mcp_apps.AppResourceError:
-        raise Http404("This read gave no app.") from None
-    response = HttpResponse(resource.html, content_type="text/html; charset=utf-8")
-    response["Content-Security-Policy"] = mcp_apps.csp_header(resource.csp)
-    response["Referrer-Policy"] = "no-referrer"
-    response["Cache-Control"] = "no-store"
-    return response
-
-
-@require_POST
-def app_tool_call(request: HttpRequest, public_id: UUID) -> JsonResponse:
-    """A ``tools/call`` an app asks the host for: only a tool of the same server (as last
-    listed), run and recorded as an ordinary workbench call of the signed-in user."""
-    operation, _tool, _uri = _app_call(request, public_id)
-    body = _json_body(request)
-    name = body.get("name") if isinstance(body, dict) else None
-    arguments = body.get("arguments", {}) if isinstance(body, dict) else None
-    if not isinstance(name, str) or not isinstance(arguments, dict):
-        return JsonResponse({"error": "send {name, arguments}"}, status=STATUS_BAD_REQUEST)
-    try:
-        definition = _server_tool(request, operation, name, list_now=True)
-    except services.SpawnRefused as refused:
-        return JsonResponse({"error": str(refused)}, status=STATUS_FORBIDDEN)
-    if definition is None:
-        return JsonResponse(
-            {"error": f"{operation.server.name} listed no tool named {name[:100]!r}"},
-            status=STATUS_BAD_REQUEST,
-        )
-    try:
-        call = services.operation_start(
-            server=operation.server,
-            user=_user(request),
-            kind=Operation.Kind.TOOLS_CALL,
-            target=name,
-            arguments=arguments,
-            tool=definition,
-        )
-    except services.SpawnRefused as refused:
-        return JsonResponse({"error": str(refused)}, status=STATUS_FORBIDDEN)
-    return JsonResponse(
-        {
-            "result": call.result,
-            "error": call.error,
-            "operation": reverse("servers-operation", kwargs={"public_id": call.public_id}),
-        }
-    )
-
-
-@require_POST
-def app_traffic(request: HttpRequest, public_id: UUID) -> JsonResponse:
-    """The postMessage messages the host page exchanged with the app, to keep in the transcript.
-
-    Untrusted: at most ``BATCH_MESSAGES`` per post, each cut to ``MESSAGE_CHARS``; items that
-    are not ``{"side": "app"|"host", "message": text}`` are refused and counted."""
-    operation, _tool, _uri = _app_call(request, public_id)
-    body = _json_body(request)
-    items = body.get("messages") if isinstance(body, dict) else None
-    if not isinstance(items, list):
-        return JsonResponse({"error": "send {messages: [...]}"}, status=STATUS_BAD_REQUEST)
-    messages = [message for message in map(mcp_apps.app_message, items[: mcp_apps.BATCH_MESSAGES]) if message]
-    kept = services.app_traffic_record(operation=operation, messages=messages)
-    return JsonResponse({"kept": kept, "dropped": len(items) - kept})
 
 
 # --- saved calls ----------------------------------------------------------------------------
