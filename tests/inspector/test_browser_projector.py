@@ -15,6 +15,7 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
@@ -24,13 +25,10 @@ from tests.inspector.test_browser_teaching import AXE, AXE_RUN, CONTRAST, _manag
 
 __all__ = ["browser"]  # the module's Chromium, shared with the teaching tests' fixture
 
-pytestmark = pytest.mark.browser
+# A lesson's pages, in two themes and two sizes, on a machine the other suites share.
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
 PARADIGMS = "native,prompt_xml,prompt_json,structured,intent"
-TEACHING_ON = (
-    "from django.contrib.auth import get_user_model; from inspector.preferences import preference_set; "
-    "preference_set(user=get_user_model().objects.get(username='admin'), teaching=True)"
-)
 # The issue's measure: a 3-step demo turn in teaching mode was 4,893 px tall at 1920×1080 (2,138
 # px measured once folded).
 TWO_SCREENS = 2_200
@@ -53,37 +51,52 @@ class Lesson:
         return path if path.startswith("http") else f"{self.server.base}{path}"
 
 
-def _asked(server: InspectorServer, question: str, *options: str) -> dict[str, object]:
-    found: dict[str, object] = json.loads(_manage(server, "ask", question, *options, "--json"))
-    return found
+# Every conversation of the lesson asked in one process (one start of the app, one demo server
+# session), then teaching mode turned on for the lecturer: printed as JSON, key to transcript.
+ASK_ALL = """
+import io, json
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from inspector.preferences import preference_set
+asked = {}
+for key, args in json.loads(%r).items():
+    out = io.StringIO()
+    call_command("ask", *args, "--json", stdout=out)
+    asked[key] = json.loads(out.getvalue())
+preference_set(user=get_user_model().objects.get(username="admin"), teaching=True)
+print(json.dumps(asked))
+"""
+QUESTIONS = {
+    "weather": [WEATHER],
+    "paradigms": [WEATHER, "--compare", PARADIGMS],
+    "three": [WEATHER, "--compare", "native,prompt_xml,structured"],
+    "malformed": [f"[demo:malformed-json] {WEATHER}"],
+    "missing": [f"[demo:missing-argument] {WEATHER}"],
+    "fallback": [f"[demo:no-native-tools] {WEATHER}", "--paradigm", "auto"],
+}
 
 
-def _page_of(server: InspectorServer, transcript: dict[str, object]) -> str:
-    return f"{server.base}/c/{transcript['conversation']['id']}/"  # type: ignore[index]
+def _page_of(server: InspectorServer, transcript: dict[str, Any]) -> str:
+    return f"{server.base}/c/{transcript['conversation']['id']}/"
 
 
 @pytest.fixture(scope="module")
 def lesson(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lesson]:
     server = InspectorServer(tmp_path_factory.mktemp("projector"))
     server.set_up()
-    weather = _asked(server, WEATHER)
-    paradigms = _asked(server, WEATHER, "--compare", PARADIGMS)
-    three = _asked(server, WEATHER, "--compare", "native,prompt_xml,structured")
-    malformed = _asked(server, f"[demo:malformed-json] {WEATHER}")
-    missing = _asked(server, f"[demo:missing-argument] {WEATHER}")
-    fallback = _asked(server, f"[demo:no-native-tools] {WEATHER}", "--paradigm", "auto")
-    _manage(server, "shell", "-c", TEACHING_ON)
+    printed = _manage(server, "shell", "-c", ASK_ALL % json.dumps(QUESTIONS))
+    asked: dict[str, Any] = json.loads(printed.strip().splitlines()[-1])  # after the shell's banner
     server.start()
     try:
         yield Lesson(
             server,
-            weather=_page_of(server, weather),
-            weather_turn=int(weather["turns"][0]["id"]),  # type: ignore[index]
-            paradigms=f"{server.base}/compare/{paradigms['comparison']}/",
-            three=f"{server.base}/compare/{three['comparison']}/",
-            malformed=_page_of(server, malformed),
-            missing=_page_of(server, missing),
-            fallback=_page_of(server, fallback),
+            weather=_page_of(server, asked["weather"]),
+            weather_turn=int(asked["weather"]["turns"][0]["id"]),
+            paradigms=f"{server.base}/compare/{asked['paradigms']['comparison']}/",
+            three=f"{server.base}/compare/{asked['three']['comparison']}/",
+            malformed=_page_of(server, asked["malformed"]),
+            missing=_page_of(server, asked["missing"]),
+            fallback=_page_of(server, asked["fallback"]),
         )
     finally:
         server.stop()
@@ -255,6 +268,9 @@ def test_the_legends_role_chips_keep_their_words_on_a_phone(
             assert ratio >= 4.5, f"{url} ({scheme}): {name} has contrast {ratio:.2f}:1"
 
 
+INITIALIZE = re.compile(r"^initialize$")
+
+
 def test_a_later_turn_on_a_pooled_session_links_to_the_handshake_shown_in_full(
     browser: Browser, lesson: Lesson
 ) -> None:
@@ -275,8 +291,9 @@ def test_a_later_turn_on_a_pooled_session_links_to_the_handshake_shown_in_full(
     # The first turn shows its handshake in full: initialize, asked and answered.
     first = page.locator("section.turn").nth(0)
     first.locator("section.step.kind-connect summary.step-head").click()
-    handshake = first.locator("article.exchange", has=page.locator(".ex-label", has_text="initialize"))
+    handshake = first.locator("article.exchange", has=page.locator(".ex-label", has_text=INITIALIZE))
     expect(handshake).to_be_visible()
+    expect(first.locator(".ex-label", has_text="notifications/initialized")).to_be_visible()
     expect(handshake.locator(".ex-request")).to_contain_text("protocolVersion")
     expect(handshake.locator(".ex-response")).to_contain_text("serverInfo")
     # The second says where its session was opened, and the link reaches that handshake.
@@ -284,7 +301,7 @@ def test_a_later_turn_on_a_pooled_session_links_to_the_handshake_shown_in_full(
     second.locator("section.step.kind-connect summary.step-head").click()
     origin = second.locator(".session-origins li")
     expect(origin).to_contain_text("opened at turn 1")
-    expect(second.locator("article.exchange .ex-label", has_text="initialize")).to_have_count(0)
+    expect(second.locator("article.exchange .ex-label", has_text=INITIALIZE)).to_have_count(0)
     origin.locator("a").click()
     page.wait_for_url("**#exchange-*")
     target = page.url.split("#")[1]
