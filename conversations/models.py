@@ -648,7 +648,7 @@ class TraceDelivery(models.Model):
 
 
 class UserPreference(models.Model):
-    """How one user likes the pages: teaching mode on or off, and the colour scheme."""
+    """How one user likes the pages: teaching mode on or off, the colour scheme, and the class view."""
 
     class Theme(models.TextChoices):
         SYSTEM = "system", "as the system"
@@ -660,6 +660,9 @@ class UserPreference(models.Model):
         default=False, help_text="Explain every field, name the roles, mark selection and execution."
     )
     theme = models.CharField(max_length=8, choices=Theme.choices, default=Theme.SYSTEM)
+    class_view = models.BooleanField(
+        default=False, help_text="Hide what a first lesson does not need (headers, ids, timings, the seal)."
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

@@ -1,5 +1,5 @@
-"""A user's display preferences (teaching mode, colour scheme): read for every page, written by
-the header's switches."""
+"""A user's display preferences (teaching mode, colour scheme, class view): read for every page,
+written by the header's switches."""
 
 from __future__ import annotations
 
@@ -22,7 +22,11 @@ def preference_get(*, user: AbstractBaseUser | AnonymousUser) -> UserPreference:
 
 
 def preference_set(
-    *, user: AbstractBaseUser, teaching: bool | None = None, theme: str | None = None
+    *,
+    user: AbstractBaseUser,
+    teaching: bool | None = None,
+    theme: str | None = None,
+    class_view: bool | None = None,
 ) -> UserPreference:
     """Change what is given (None: leave as it is) and keep it.
 
@@ -36,6 +40,8 @@ def preference_set(
         fields["teaching"] = teaching
     if theme is not None:
         fields["theme"] = theme
+    if class_view is not None:
+        fields["class_view"] = class_view
     preference, _ = UserPreference.objects.update_or_create(user_id=user.pk, defaults=fields)
     return preference
 

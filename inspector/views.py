@@ -717,17 +717,28 @@ def _back(request: HttpRequest) -> str:
 
 @require_POST
 def preferences_update(request: HttpRequest) -> HttpResponse:
-    """The header's switches: teaching mode (``teaching`` on/off) and the colour scheme (``theme``).
-    A script gets 204; a plain form post goes back where it came from."""
+    """The header's switches: teaching mode (``teaching`` on/off), the class view (``class_view``
+    on/off) and the colour scheme (``theme``). A script gets 204; a plain form post goes back
+    where it came from."""
     teaching = request.POST.get("teaching")
+    class_view = request.POST.get("class_view")
     theme = request.POST.get("theme")
-    if teaching not in (None, "on", "off") or (theme is not None and theme not in THEMES):
+    if (
+        teaching not in (None, "on", "off")
+        or class_view not in (None, "on", "off")
+        or (theme is not None and theme not in THEMES)
+    ):
         return HttpResponse(
-            f"teaching must be on or off; theme one of {', '.join(THEMES)}",
+            f"teaching and class_view must be on or off; theme one of {', '.join(THEMES)}",
             status=STATUS_BAD_REQUEST,
             content_type="text/plain",
         )
-    preference_set(user=_user(request), teaching=None if teaching is None else teaching == "on", theme=theme)
+    preference_set(
+        user=_user(request),
+        teaching=None if teaching is None else teaching == "on",
+        theme=theme,
+        class_view=None if class_view is None else class_view == "on",
+    )
     if request.headers.get("X-Requested-With") == "fetch":
         return HttpResponse(status=204)
     return redirect(_back(request))

@@ -205,7 +205,11 @@ def turn_slides(rows: Sequence[Step]) -> list[Slide]:
                 )
             )
         elif step.kind in {"fallback", "error"}:
-            roles = teaching.Roles("Host", "Host", teaching.STEP_NOTES[step.kind])
+            # An error row is told from what the record says came next (docs/teaching.md §3).
+            went_on = any(later.seq > step.seq for later in rows) or (
+                None if step.turn.status not in step.turn.FINISHED else False
+            )
+            roles = teaching.Roles("Host", "Host", teaching.step_note(step.kind, went_on=went_on))
             slides.append(
                 Slide(
                     step.seq,

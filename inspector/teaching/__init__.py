@@ -24,6 +24,7 @@ from inspector.teaching.fields import (
     note_for,
 )
 from inspector.teaching.loading import FORMATS, Note, Notes, NotesError, notes, notes_load
+from inspector.teaching.markup import note_html
 from inspector.teaching.members import MISSING, sent_tool_choice, top_level_member
 from inspector.teaching.roles import (
     CALL_MARKS,
@@ -36,6 +37,7 @@ from inspector.teaching.roles import (
     call_note,
     call_outcome,
     exchange_roles,
+    step_note,
     turn_tool_choice,
 )
 
@@ -64,9 +66,11 @@ __all__ = [
     "field_names",
     "field_notes",
     "note_for",
+    "note_html",
     "notes",
     "notes_load",
     "sent_tool_choice",
+    "step_note",
     "top_level_member",
     "turn_tool_choice",
 ]

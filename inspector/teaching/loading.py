@@ -49,7 +49,9 @@ SHARED_KEYS = frozenset({"notes"})
 # page, one more would be read by nothing).
 ROW_SECTIONS: Mapping[str, frozenset[str]] = {
     "roles": frozenset({"Host", "Client", "Server", "Model"}),
-    "steps": frozenset({"connect", "decide", "tool", "answer", "fallback", "error"}),
+    "steps": frozenset(
+        {"connect", "decide", "tool", "answer", "fallback", "error", "error_went_on", "error_ended"}
+    ),
     "layers": frozenset(
         {
             "prompt",

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from html import escape
 
 from inspector.teaching.loading import Note, notes
+from inspector.teaching.markup import note_html
 
 _ROWS = notes()
 
@@ -42,11 +44,15 @@ class Roles:
     receiver: str
     text: str
     spec: str = ""
+    # The text as HTML when it names recorded values (a label, a server's name): the note's marks
+    # are tags, the values escaped and never read as marks. Empty: render ``text`` as a note.
+    html: str = ""
 
 
 def _roles(sender: str, receiver: str, key: str, *, label: str, server: str) -> Roles:
     note = _ROWS.exchanges[key]
-    return Roles(sender, receiver, note.text.format(label=label, server=server), note.spec)
+    marked = note_html(note.text).format(label=escape(label), server=escape(server))
+    return Roles(sender, receiver, note.text.format(label=label, server=server), note.spec, marked)
 
 
 def exchange_roles(*, channel: str, direction: str, label: str, server: str) -> Roles:
@@ -79,6 +85,15 @@ def call_outcome(*, status: str, error: str, is_error: bool, sent: bool) -> str:
     if error:
         return "failed"
     return "tool_error" if is_error else "execute"
+
+
+def step_note(kind: str, *, went_on: bool | None = None) -> str:
+    """What a row (step) of ``kind`` is, in one line. For an error row, ``went_on`` says what its
+    record says came next: True when the turn has later rows (the host recovered), False when
+    the turn ended with it, None while that is not known yet (the turn still runs)."""
+    if kind == "error" and went_on is not None:
+        return STEP_NOTES["error_went_on" if went_on else "error_ended"]
+    return STEP_NOTES.get(kind, "")
 
 
 def call_note(outcome: str) -> tuple[str, Note]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from django import template
 from django.http import HttpRequest
+from django.utils.safestring import SafeString, mark_safe
 
-from conversations.models import Exchange, Step, UserPreference
+from conversations.models import Exchange, Step, Turn, UserPreference
 from inspector import teaching
 from inspector.preferences import request_preferences
 
@@ -70,12 +71,29 @@ def teach_fields(context: template.Context, exchange: Exchange, part: str) -> di
         "too_big": too_big,
         "fmt": fmt,
         "part": part,
+        # Kept open when a live update replaces the row (the page's scripts match it by key).
+        "key": f"ex-{exchange.pk}-{part}-fields",
     }
 
 
+@register.filter(is_safe=True)
+def note(text: object) -> SafeString:
+    """A note's text as HTML: escaped first, then its few Markdown marks as tags
+    (:func:`inspector.teaching.note_html`)."""
+    return mark_safe(teaching.note_html(str(text)))
+
+
 @register.filter
-def step_note(kind: str) -> str:
-    return teaching.STEP_NOTES.get(kind, "")
+def step_note(step: Step) -> str:
+    """What this row is; for an error row, whether its turn went on after it, read from the
+    record (a later row), or ended with it."""
+    went_on: bool | None = None
+    if step.kind == Step.Kind.ERROR:
+        if Step.objects.filter(turn_id=step.turn_id, seq__gt=step.seq).exists():
+            went_on = True
+        elif step.turn.status in Turn.FINISHED:
+            went_on = False
+    return teaching.step_note(step.kind, went_on=went_on)
 
 
 @register.filter

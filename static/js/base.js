@@ -1,7 +1,7 @@
 // Every page: the header's switches (teaching mode, colour scheme) kept by a POST (the forms work
 // without this script too; teaching mode then reloads the page, which the server renders with or
 // without its notes), and the keyboard: j/k move between the steps of a conversation, o opens
-// or closes the current step's bodies, t toggles teaching mode, ? shows the help. A page with data-slide-prev/next links (the step-through) also gets ← and →.
+// or closes the current step's bodies and field notes, t toggles teaching mode, c the class view, ? shows the help. A page with data-slide-prev/next links (the step-through) also gets ← and →.
 (function () {
   "use strict";
 
@@ -42,6 +42,27 @@
     teachingForm.addEventListener("submit", function (event) {
       event.preventDefault();
       toggleTeaching();
+    });
+  }
+
+  // The class view only hides and shows what the page already has: no reload.
+  var classViewForm = document.querySelector(".class-view-form");
+  function toggleClassView() {
+    if (!classViewForm) {
+      return;
+    }
+    var on = root.dataset.classView !== "on";
+    var field = classViewForm.querySelector('input[name="class_view"]');
+    root.dataset.classView = on ? "on" : "off";
+    classViewForm.querySelector("#class-view-toggle").setAttribute("aria-checked", on ? "true" : "false");
+    field.value = on ? "on" : "off";
+    post(classViewForm);
+    field.value = on ? "off" : "on";
+  }
+  if (classViewForm) {
+    classViewForm.addEventListener("submit", function (event) {
+      event.preventDefault();
+      toggleClassView();
     });
   }
 
@@ -124,7 +145,7 @@
     if (!step) {
       return;
     }
-    var bodies = step.querySelectorAll("details.payload, details.headers");
+    var bodies = step.querySelectorAll("details.payload, details.headers, details.teach-fields");
     var anyClosed = Array.prototype.some.call(bodies, function (details) {
       return !details.open;
     });
@@ -164,6 +185,9 @@
         break;
       case "t":
         toggleTeaching();
+        break;
+      case "c":
+        toggleClassView();
         break;
       case "?":
         showHelp();

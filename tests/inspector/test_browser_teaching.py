@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect, sync_playwright
 
 from tests.inspector.test_browser import (
     CHROMIUM,
@@ -118,6 +118,11 @@ def _signed_in(
     return page
 
 
+def _unfold(field: Locator) -> None:
+    """Open the folded field notes ``field`` is in, with a click on their one-line summary."""
+    field.locator("xpath=ancestor::details[contains(@class, 'teach-fields')][1]/summary").click()
+
+
 def _overflow(page: Page) -> int:
     """How far the page scrolls sideways (0: it does not)."""
     return int(page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth"))
@@ -145,12 +150,18 @@ def test_teaching_mode_shows_roles_notes_and_the_two_moments_and_is_remembered(
     expect(page.locator(".teach-select .mark-select").first).to_have_text("SELECT")
     expect(page.locator(".teach-execute .mark-execute").first).to_have_text("EXECUTE")
     tool_calls = page.locator(".teach-field", has=page.locator("dt code", has_text="tool_calls")).first
+    # Each body's notes are one folded line until opened (a projector's page stays short).
+    expect(tool_calls).to_be_hidden()
+    _unfold(tool_calls)
     expect(tool_calls).to_be_visible()
     expect(tool_calls.locator("dd")).to_contain_text("selects")
+    expect(tool_calls.locator("dd em")).to_have_text("selects")
     expect(tool_calls.locator("dd a.spec")).to_have_attribute(
         "href", "https://platform.openai.com/docs/guides/function-calling"
     )
-    expect(page.locator(".teach-field dt code", has_text="jsonrpc").first).to_be_visible()
+    jsonrpc = page.locator(".teach-field dt code", has_text="jsonrpc").first
+    _unfold(jsonrpc)
+    expect(jsonrpc).to_be_visible()
     expect(page.locator(".teach-field.no-note")).to_have_count(0)
     # The turn's timeline: one bar per call, drawn by the server.
     expect(page.locator(".waterfall-chart .wf-bar")).to_have_count(4)
@@ -396,7 +407,9 @@ def test_the_teaching_switch_annotates_the_compare_and_workbench_pages(
     expect(page.locator(".teach-legend")).to_be_visible()
     reply = page.locator(".compare-sent .sent-run").first.locator(".sent-reply")
     expect(reply.locator('.teach-roles[data-sender="Host"][data-receiver="Model"]')).to_be_visible()
-    expect(reply.locator(".teach-field dt code", has_text="finish_reason")).to_be_visible()
+    finish_reason = reply.locator(".teach-field dt code", has_text="finish_reason")
+    _unfold(finish_reason)
+    expect(finish_reason).to_be_visible()
     expect(page.locator(".teach-field.no-note")).to_have_count(0)
     assert _overflow(page) == 0
     # The last model call of each run, annotated the same way.
@@ -412,7 +425,9 @@ def test_the_teaching_switch_annotates_the_compare_and_workbench_pages(
         '.teach-roles[data-sender="Client"][data-receiver="Server"]', has_text="EXECUTE"
     ).first
     expect(call).to_be_visible()
-    expect(page.locator(".teach-field dt code", has_text="jsonrpc").first).to_be_visible()
+    jsonrpc = page.locator(".teach-field dt code", has_text="jsonrpc").first
+    _unfold(jsonrpc)
+    expect(jsonrpc).to_be_visible()
     expect(page.locator(".teach-field dt code", has_text="isError").first).to_be_attached()
     expect(page.locator(".teach-field.no-note")).to_have_count(0)
     assert _overflow(page) == 0
