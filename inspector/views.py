@@ -691,7 +691,7 @@ def comparison_summary(request: HttpRequest, public_id: UUID) -> HttpResponse:
 def turn_walk(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
     """One turn, one slide at a time (``?at=N``, from 1): the step-through for a projector."""
     conversation, turn = _turn_read(request, public_id, turn_id, via="step-through")
-    slides = walkthrough.turn_slides(selectors.turn_rows(turn=turn, every_call=True))
+    slides = walkthrough.turn_slides(selectors.turn_rows(turn=turn))
     asked = presentation.plain_number(request.GET.get("at", "1"), most=presentation.SEQ_MAX)
     at = min(max(asked, 1), max(len(slides), 1)) if asked is not None else 1
     context = {

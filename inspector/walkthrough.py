@@ -1,13 +1,20 @@
 """The step-through of one turn: its rows cut into slides, one layer each (the spliced prompt, the
 request, the raw reply, the parsed call, the JSON-RPC request and result, the answer), each with
-who talks to whom and what the layer is — for a projector, one slide on screen at a time."""
+who talks to whom and what the layer is — for a projector, one slide on screen at a time.
+
+A turn of any size makes a step-through of bounded cost: a reply's calls are shown as its row on
+the page shows them (the first and last few, ``selectors.CALLS_HEAD`` and ``CALLS_TAIL``), the
+ones between counted on one slide that sends to the page; and a slide's body is indented, cut
+and annotated only when that slide is shown, never for the whole deck."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 
+from conversations import selectors
 from conversations.escaping import carriable
 from conversations.models import Exchange, Step
 from inspector import teaching
@@ -15,27 +22,53 @@ from inspector import teaching
 # A slide shows at most this much of a body (a projector shows far less); the conversation page
 # has all of it.
 SLIDE_BODY_CHARS = 12_000
+# A body longer than this is cut as it is, neither indented nor annotated field by field: both
+# parse it whole, and a raw body may be tens of megabytes.
+SLIDE_PARSE_CHARS = 1_000_000
 
 
-@dataclass(frozen=True)
+@dataclass
 class Slide:
+    """One slide. ``text`` is what it shows before it is indented and cut (``body``, ``cut``);
+    ``fmt`` the wire format whose field notes it gets (``fields``; "" for none). Both are worked
+    out when the slide is shown, so a deck of many slides costs only the one on screen."""
+
     step_seq: int
     layer: str
     title: str
     roles: teaching.Roles | None
     explanation: str
-    body: str = ""
-    cut: bool = False
+    text: str = ""
     mark: str = ""  # "select" or "execute": the two moments teaching mode points at
-    fields: list[teaching.FieldNote] = field(default_factory=list)
+    fmt: str = ""
+
+    @cached_property
+    def _shown(self) -> tuple[str, bool]:
+        return _pretty(self.text)
+
+    @property
+    def body(self) -> str:
+        return self._shown[0]
+
+    @property
+    def cut(self) -> bool:
+        return self._shown[1]
+
+    @cached_property
+    def fields(self) -> list[teaching.FieldNote]:
+        if not self.fmt or len(self.text) > SLIDE_PARSE_CHARS:
+            return []
+        return teaching.field_notes(self.text, self.fmt)
 
 
 def _pretty(text: str) -> tuple[str, bool]:
-    """The body indented if it is JSON, and cut to ``SLIDE_BODY_CHARS``; and whether it was cut."""
-    try:
-        text = carriable(json.dumps(json.loads(text), indent=2, ensure_ascii=False))
-    except (ValueError, RecursionError):  # RecursionError: a body nested thousands deep
-        pass
+    """The body indented if it is JSON (and not too long to parse), and cut to
+    ``SLIDE_BODY_CHARS``; and whether it was cut."""
+    if len(text) <= SLIDE_PARSE_CHARS:
+        try:
+            text = carriable(json.dumps(json.loads(text), indent=2, ensure_ascii=False))
+        except (ValueError, RecursionError):  # RecursionError: a body nested thousands deep
+            pass
     if len(text) > SLIDE_BODY_CHARS:
         return text[:SLIDE_BODY_CHARS], True
     return text, False
@@ -45,7 +78,6 @@ def _exchange_slide(
     step: Step, exchange: Exchange, part: str, *, layer: str, title: str, mark: str = ""
 ) -> Slide:
     body = exchange.request_body if part == "request" else exchange.response_body
-    fmt = teaching.body_format(channel=exchange.channel, label=exchange.label)
     roles = teaching.exchange_roles(
         channel=exchange.channel,
         direction=exchange.direction,
@@ -54,17 +86,36 @@ def _exchange_slide(
     )
     if part == "response":
         roles = teaching.Roles(roles.receiver, roles.sender, f"The reply to {exchange.label}.", roles.spec)
-    text, cut = _pretty(body)
     return Slide(
         step_seq=step.seq,
         layer=layer,
         title=title,
         roles=roles,
         explanation=teaching.LAYERS[layer],
-        body=text,
-        cut=cut,
+        text=body,
         mark=mark,
-        fields=teaching.field_notes(body, fmt),
+        fmt=teaching.body_format(channel=exchange.channel, label=exchange.label),
+    )
+
+
+def _call_text(call: object) -> str:
+    if not isinstance(call, dict):
+        return ""
+    verdict = "valid" if call.get("valid") else "rejected: " + str(call.get("error", ""))
+    arguments = call.get("arguments", call.get("arguments_text"))
+    return f"{call.get('name')}  {verdict}\n" + json.dumps(arguments, indent=2, ensure_ascii=False)
+
+
+def _calls_text(calls: list[object]) -> str:
+    """The parsed calls of a reply, one paragraph each; of a reply of many, the first and last
+    few (as its row shows them) and how many are between."""
+    head, tail = selectors.CALLS_HEAD, selectors.CALLS_TAIL
+    if len(calls) <= head + tail:
+        return "\n\n".join(filter(None, map(_call_text, calls)))
+    left = len(calls) - head - tail
+    between = f"… {left:,} more calls of this reply (of {len(calls):,}): the conversation page loads them"
+    return "\n\n".join(
+        [*filter(None, map(_call_text, calls[:head])), between, *filter(None, map(_call_text, calls[-tail:]))]
     )
 
 
@@ -72,7 +123,6 @@ def _model_slides(step: Step, exchanges: Sequence[Exchange]) -> list[Slide]:
     slides: list[Slide] = []
     host_model = teaching.Roles("Host", "Model", "What the model reads: text, whatever the paradigm.")
     if step.prompt:
-        text, cut = _pretty(step.prompt)
         slides.append(
             Slide(
                 step.seq,
@@ -80,8 +130,7 @@ def _model_slides(step: Step, exchanges: Sequence[Exchange]) -> list[Slide]:
                 f"#{step.seq} What the model reads",
                 host_model,
                 teaching.LAYERS["prompt"],
-                text,
-                cut,
+                step.prompt,
             )
         )
     for exchange in exchanges:
@@ -95,13 +144,7 @@ def _model_slides(step: Step, exchanges: Sequence[Exchange]) -> list[Slide]:
         slides.append(
             _exchange_slide(step, exchange, "response", layer="response", title=f"#{step.seq} The raw reply")
         )
-    if step.calls:
-        calls = "\n\n".join(
-            f"{call.get('name')}  {'valid' if call.get('valid') else 'rejected: ' + str(call.get('error', ''))}\n"
-            + json.dumps(call.get("arguments", call.get("arguments_text")), indent=2, ensure_ascii=False)
-            for call in step.calls
-            if isinstance(call, dict)
-        )
+    if step.calls and isinstance(step.calls, list):
         slides.append(
             Slide(
                 step.seq,
@@ -109,55 +152,82 @@ def _model_slides(step: Step, exchanges: Sequence[Exchange]) -> list[Slide]:
                 f"#{step.seq} The model selects",
                 teaching.Roles("Model", "Host", teaching.SELECT_NOTE.text, teaching.SELECT_NOTE.spec),
                 teaching.LAYERS["parsed"],
-                calls,
+                _calls_text(step.calls),
                 mark="select",
             )
         )
     return slides
 
 
-def _tool_slides(step: Step) -> list[Slide]:
+def _call_slides(step: Step, child: Step) -> list[Slide]:
     slides: list[Slide] = []
-    for child in step.children.all():
-        for exchange in child.exchanges.all():
-            if exchange.channel != "mcp" or exchange.label == "stderr":
-                continue
-            mark = "execute" if exchange.label == "tools/call" else ""
-            slides.append(
-                _exchange_slide(
-                    step,
-                    exchange,
-                    "request",
-                    layer="rpc_request",
-                    title=f"#{step.seq} The host executes: {exchange.label}",
-                    mark=mark,
-                )
+    for exchange in child.exchanges.all():
+        if exchange.channel != "mcp" or exchange.label == "stderr":
+            continue
+        mark = "execute" if exchange.label == "tools/call" else ""
+        slides.append(
+            _exchange_slide(
+                step,
+                exchange,
+                "request",
+                layer="rpc_request",
+                title=f"#{step.seq} The host executes: {exchange.label}",
+                mark=mark,
             )
-            slides.append(
-                _exchange_slide(
-                    step,
-                    exchange,
-                    "response",
-                    layer="rpc_result",
-                    title=f"#{step.seq} The result of {child.title}",
-                )
+        )
+        slides.append(
+            _exchange_slide(
+                step,
+                exchange,
+                "response",
+                layer="rpc_result",
+                title=f"#{step.seq} The result of {child.title}",
             )
-        if child.error and not child.exchanges.all():
-            slides.append(
-                Slide(
-                    step.seq,
-                    "rpc_request",
-                    f"#{step.seq} Not executed: {child.title}",
-                    None,
-                    teaching.LAYERS["rpc_request"],
-                    child.error,
-                )
+        )
+    if child.error and not child.exchanges.all():
+        slides.append(
+            Slide(
+                step.seq,
+                "rpc_request",
+                f"#{step.seq} Not executed: {child.title}",
+                None,
+                teaching.LAYERS["rpc_request"],
+                child.error,
             )
+        )
+    return slides
+
+
+def _tool_slides(step: Step) -> list[Slide]:
+    """The slides of a row's tool calls: of a row of many (``selectors.turn_rows`` loads only
+    its first and last few), those it loaded, and one slide between that counts the others."""
+    children = list(step.children.all())
+    total = max(getattr(step, selectors.CALLS_COUNT, 0), len(children))
+    head = children[: selectors.CALLS_HEAD] if total > len(children) else children
+    slides = [slide for child in head for slide in _call_slides(step, child)]
+    if total > len(children):
+        left = total - len(children)
+        slides.append(
+            Slide(
+                step.seq,
+                "rpc_request",
+                f"#{step.seq} … {left:,} more tool calls of this reply",
+                teaching.Roles("Host", "Server", teaching.EXECUTE_NOTE.text, teaching.EXECUTE_NOTE.spec),
+                teaching.LAYERS["rpc_request"],
+                f"This reply asked for {total:,} tool calls. The step-through shows the first "
+                f"{selectors.CALLS_HEAD} and the last {selectors.CALLS_TAIL}; the {left:,} between "
+                "are on the conversation page, which loads them on request.",
+            )
+        )
+        slides.extend(
+            slide for child in children[selectors.CALLS_HEAD :] for slide in _call_slides(step, child)
+        )
     return slides
 
 
 def turn_slides(rows: Sequence[Step]) -> list[Slide]:
-    """Every slide of a turn, in the order things happened."""
+    """Every slide of a turn, in the order things happened, from its rows as
+    ``selectors.turn_rows`` loads them (a row of many tool calls with only its first and last)."""
     slides: list[Slide] = []
     for step in rows:
         exchanges = list(step.exchanges.all())

@@ -7,6 +7,11 @@ flag (or Gemini's ``:streamGenerateContent``) whether the answer is an event str
 that already carries the model's earlier turn (a tool result, a repair request) is answered with
 a plain, well-formed final answer, so a turn can end.
 
+A model name ``CASE@PARADIGM`` (``paradigm_model``) has the calls and final answers of the
+abuse cases written as that paradigm reads them (``in_paradigm``): as text for the prompt
+paradigms and structured output, as a label or the bare arguments for intent, whichever its
+request asks for. Without it they are native calls.
+
 Payloads are written as raw JSON text, so what no well-behaved encoder would emit goes out as
 is: ``NaN``, ``1e999999``, lone surrogate escapes (``"\\ud800"``), nesting 10,000 deep.
 """
@@ -136,6 +141,9 @@ def _is_text(value: object) -> bool:
 
 
 def _pieces(text: str, size: int = 7) -> list[str]:
+    # A long text in at most a few thousand pieces: a stream of one event per seven characters
+    # of a reply of 10,000 calls would take minutes to read.
+    size = max(size, len(text) // 2000)
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
@@ -395,12 +403,60 @@ def _compressed(chunks: Iterator[bytes], encoding: str) -> Iterator[bytes]:
     yield compressor.flush()
 
 
-def _abuse(wire: str, case: str, stream: bool, kind: str) -> Answer:
+PARADIGM_MARK = "@"
+# What intent's two requests and its answer call say (conversations/loop/paradigms/intent.py).
+_INTENT_CLASSIFY = "You route a user's request to one tool"
+_INTENT_FILL = "You fill in the arguments for the tool"
+
+
+def paradigm_model(case: str, paradigm: str) -> str:
+    """The model name that has ``case`` answered as ``paradigm`` reads calls."""
+    return f"{case}{PARADIGM_MARK}{paradigm}"
+
+
+def _xml_invoke(name: str, arguments: str) -> str:
+    parameters = "".join(
+        f'<parameter name="{key}">{value if isinstance(value, str) else json.dumps(value)}</parameter>\n'
+        for key, value in json.loads(arguments).items()
+    )
+    return f'<invoke name="{name}">\n{parameters}</invoke>\n'
+
+
+def in_paradigm(paradigm: str, reply: Reply, request: str) -> Reply:
+    """``reply`` written as ``paradigm`` reads a model's reply (``request``: the raw request it
+    answers, which tells intent's classification from its argument filling). A paradigm of one
+    call per decision (structured output, intent) gets all of a reply's calls all the same: as
+    a JSON array of decisions, or a label per line."""
+    calls, final = reply.calls, reply.text if reply.text is not None else ""
+    if paradigm in ("", "native", "auto"):
+        return reply
+    if paradigm == "prompt_xml":
+        text = "<function_calls>\n" + "".join(_xml_invoke(n, a) for n, a in calls) + "</function_calls>"
+    elif paradigm == "prompt_json":
+        objects = [Raw(f'{{"tool": {json.dumps(n)}, "arguments": {a}}}') for n, a in calls]
+        text = dumps(objects[0] if len(objects) == 1 else objects)
+    elif paradigm == "structured":
+        if not calls:
+            return Reply(text=dumps({"decision": {"action": "final_answer", "answer": final}}))
+        decisions = [{"decision": {"action": "call_tool", "tool": n, "arguments": Raw(a)}} for n, a in calls]
+        text = dumps(decisions[0] if len(decisions) == 1 else decisions)
+    elif _INTENT_CLASSIFY in request:
+        return Reply(text="\n".join(n for n, _ in calls) or "none")
+    elif _INTENT_FILL in request and calls:
+        text = calls[0][1]
+    else:
+        return Reply(text=final)
+    return Reply(text=text if calls else final)
+
+
+def _abuse(wire: str, case: str, stream: bool, kind: str, paradigm: str, request: str) -> Answer:
     if case == "many-calls":
         calls = [(TOOL, '{"city": "Paris"}')] * MANY
-        return Answer(200, kind, iter([FORMATS[wire](Reply(calls=calls), stream)]))
+        reply = in_paradigm(paradigm, Reply(calls=calls), request)
+        return Answer(200, kind, iter([FORMATS[wire](reply, stream)]))
     if case == ENDLESS_LINE:
-        return Answer(200, kind, iter([FORMATS[wire](Reply(calls=[(ENDLESS_TOOL, "{}")]), stream)]))
+        reply = in_paradigm(paradigm, Reply(calls=[(ENDLESS_TOOL, "{}")]), request)
+        return Answer(200, kind, iter([FORMATS[wire](reply, stream)]))
     if case == BROTLI:
         return Answer(200, kind, iter([BROTLI_BYTES]), headers={"content-encoding": "br"})
     encoding = BOMBS[case]
@@ -410,13 +466,17 @@ def _abuse(wire: str, case: str, stream: bool, kind: str) -> Answer:
     return Answer(200, kind, body, headers={"content-encoding": encoding}, chunked=True)
 
 
-def answer(wire: str, case: str, stream: bool, continued: bool) -> Answer:
-    """The answer to one request in ``wire`` format for ``case``."""
+def answer(
+    wire: str, case: str, stream: bool, continued: bool, paradigm: str = "", request: str = ""
+) -> Answer:
+    """The answer to one request in ``wire`` format for ``case`` (the abuse cases' calls and
+    final answers written as ``paradigm`` reads them, ``request`` the raw request)."""
     kind = "text/event-stream" if stream else "application/json"
     if continued and case not in STREAM_CASES:
-        return Answer(200, kind, iter([FORMATS[wire](Reply(text="Final answer."), stream)]))
+        final = in_paradigm(paradigm, Reply(text="Final answer."), request)
+        return Answer(200, kind, iter([FORMATS[wire](final, stream)]))
     if case in ABUSE_CASES:
-        return _abuse(wire, case, stream, kind)
+        return _abuse(wire, case, stream, kind, paradigm, request)
     if case in CONTENT_CASES:
         return Answer(200, kind, iter([FORMATS[wire](CONTENT_CASES[case], stream)]))
     if case in RAW_CASES:
@@ -464,13 +524,15 @@ class _Handler(BaseHTTPRequestHandler):
             case, stream = match.group(1), match.group(2) == "streamGenerateContent"
         else:
             case, stream = str(body.get("model")), bool(body.get("stream"))
+        case, _, paradigm = case.partition(PARADIGM_MARK)
         self.server.requests.append((wire, case, stream))
         self.server.accepted.append(self.headers.get("accept-encoding") or "")
         if case == SILENT:
             self.server.closing.wait()
             self.close_connection = True
             return
-        reply = answer(wire, case, stream, _continued(wire, body))
+        text = raw.decode("utf-8", "replace")
+        reply = answer(wire, case, stream, _continued(wire, body), paradigm, text)
         self.send_response(reply.status)
         self.send_header("content-type", reply.content_type)
         for name, value in reply.headers.items():

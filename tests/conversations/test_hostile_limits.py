@@ -4,21 +4,28 @@ client never offered (brotli), a call of an MCP tool that writes one endless std
 case, in every wire format, streamed and not, ends in bounded memory with the limit it met
 recorded and shown.
 
-Peak memory is the process's peak resident size (``resource``): it only grows, so its growth
-over one turn bounds what that turn took. The bounds are generous; without the limits these
-cases take gigabytes (a bomb) or thousands of MCP calls (the calls).
+Every case meets every paradigm, streamed and not (the calls written as the paradigm reads them:
+``hostile_model.in_paradigm``), and every wire format streamed and not (``cells``).
+
+The turn runs here, in the test's process, as ``manage.py ask`` and the in-process runner run
+one; its memory is that process's peak resident size over the turn: the kernel's high-water
+mark (``VmHWM``), reset to the current size just before the turn (``/proc/self/clear_refs``),
+so a peak an earlier test reached hides nothing. The bounds are generous; without the limits
+these cases take gigabytes (a bomb) or thousands of MCP calls (the calls).
 """
 
 from __future__ import annotations
 
-import itertools
 import re
-import resource
 import sys
 from collections.abc import Iterator
+from html import unescape
+from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 from pytest_django.fixtures import Settings
@@ -32,12 +39,19 @@ from servers import gateway
 from servers.models import McpServer
 from servers.services import demo_server_ensure
 from tests.conftest import REPO_ROOT
-from tests.conversations.hostile_model import BOMBS, BROTLI, ENDLESS_LINE, HUGE, MANY, HostileModel
+from tests.conversations.hostile_model import (
+    BOMBS,
+    BROTLI,
+    ENDLESS_LINE,
+    HUGE,
+    MANY,
+    HostileModel,
+    paradigm_model,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 WIRES = list(PROVIDERS)
-# The paradigms that read a text reply take turns over the bombs (the calls need native calling).
 PARADIGM_KEYS = list(PARADIGMS)
 BODY_LIMIT = 4_000_000
 # A few megabytes of HTML at most, whatever the turn held.
@@ -65,9 +79,18 @@ def alice(django_user_model: type[User]) -> User:
     return django_user_model.objects.create_user("alice")
 
 
-def _peak() -> int:
-    """The process's peak resident size in bytes (Linux reports kilobytes)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def _status(field: str) -> int:
+    """A size the kernel reports for this process in ``/proc/self/status``, in bytes."""
+    match = re.search(rf"^{field}:\s+(\d+) kB$", Path("/proc/self/status").read_text(), re.MULTILINE)
+    assert match is not None, f"no {field} in /proc/self/status"
+    return int(match.group(1)) * 1024
+
+
+def _peak_reset() -> int:
+    """Set this process's peak resident size to its current size (Linux, ``clear_refs`` 5) and
+    return that size."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return _status("VmHWM")
 
 
 def _run(
@@ -80,10 +103,12 @@ def _run(
     servers: list,  # type: ignore[type-arg]
     **limits: int,
 ) -> tuple[Turn, int]:
+    """Run one turn of ``case`` here; the turn, and how far above its start this process's
+    resident size rose while it ran."""
     profile = ModelProfile.objects.create(
-        name=f"abuse {case} {wire} {stream}",
+        name=f"abuse {case} {wire} {stream} {paradigm}",
         provider=wire,
-        model=case,
+        model=paradigm_model(case, paradigm),
         base_url=hostile.base_url(wire),
         stream=stream,
         deadline_seconds=600,
@@ -97,10 +122,11 @@ def _run(
         paradigm=paradigm,
         dispatch=False,
     )
-    before = _peak()
+    before = _peak_reset()
     turn_run(turn_id=turn.pk)
+    grown = _status("VmHWM") - before
     turn.refresh_from_db()
-    return turn, _peak() - before
+    return turn, grown
 
 
 def _page(client: Client, alice: User, turn: Turn) -> str:
@@ -112,16 +138,24 @@ def _page(client: Client, alice: User, turn: Turn) -> str:
     return html
 
 
-BOMB_MATRIX = [
-    pytest.param(
-        case,
-        wire,
-        stream,
-        PARADIGM_KEYS[index % len(PARADIGM_KEYS)],
-        id=f"{case}-{wire}-{'stream' if stream else 'whole'}",
-    )
-    for index, (case, wire, stream) in enumerate(itertools.product(BOMBS, WIRES, (False, True)))
-]
+def cells(cases: list[str], paradigms: list[str] = PARADIGM_KEYS) -> list[object]:
+    """Each case through each paradigm, streamed and not; the wire formats take turns so that
+    each case also meets each format streamed and each format not (5 or more paradigms)."""
+    return [
+        pytest.param(
+            case,
+            WIRES[(c + p + s) % len(WIRES)],
+            bool(s),
+            paradigm,
+            id=f"{case}-{paradigm}-{WIRES[(c + p + s) % len(WIRES)]}-{'stream' if s else 'whole'}",
+        )
+        for c, case in enumerate(cases)
+        for p, paradigm in enumerate(paradigms)
+        for s in (0, 1)
+    ]
+
+
+BOMB_MATRIX = cells(list(BOMBS))
 
 
 @pytest.mark.parametrize(("case", "wire", "stream", "paradigm"), BOMB_MATRIX)
@@ -158,15 +192,33 @@ def test_a_body_that_decodes_past_the_limit_fails_the_turn_with_the_cut_recorded
     assert "RESPONSE_BODY_LIMIT" in _page(client, alice, turn)
 
 
-# Streamed, 10,000 calls are 20,000 to 40,000 events: up to a minute on a busy machine.
-@pytest.mark.parametrize(
-    "stream", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["whole", "stream"]
-)
-@pytest.mark.parametrize("wire", WIRES)
+# The paradigms that read several calls from one reply: native calling, XML (an <invoke> each),
+# JSON (an array), and auto (native first). Natively streamed (native, auto), 10,000 calls are
+# 20,000 to 40,000 events: a minute or more on a busy machine (slow); a prompt paradigm's reply
+# is one text.
+MANY_AT_ONCE = ["native", "prompt_xml", "prompt_json", "auto"]
+_NATIVE_STREAM = (pytest.mark.slow, pytest.mark.timeout(600))
+MANY_CELLS = [
+    *(
+        pytest.param(
+            "many-calls", wire, stream, paradigm, id=f"many-calls-{paradigm}-{wire}-{name}", marks=marks
+        )
+        for paradigm in ("native", "auto")
+        for wire in (WIRES if paradigm == "native" else WIRES[:1])
+        for stream, name, marks in ((False, "whole", ()), (True, "stream", _NATIVE_STREAM))
+    ),
+    *cells(["many-calls"], ["prompt_xml", "prompt_json"]),
+]
+# The paradigms of one call per decision (its schema has one tool slot; intent fills one tool):
+# the reply of 10,000 calls is a JSON array of 10,000 decisions, or 10,000 labels.
+ONE_AT_A_TIME = [key for key in PARADIGM_KEYS if key not in MANY_AT_ONCE]
+
+
+@pytest.mark.parametrize(("case", "wire", "stream", "paradigm"), MANY_CELLS)
 def test_a_reply_of_ten_thousand_calls_runs_sixteen_over_mcp_and_the_page_says_so(
-    hostile: HostileModel, alice: User, client: Client, wire: str, stream: bool
+    hostile: HostileModel, alice: User, client: Client, case: str, wire: str, stream: bool, paradigm: str
 ) -> None:
-    turn, grown = _run(hostile, alice, "many-calls", wire, stream, "native", [demo_server_ensure()])
+    turn, grown = _run(hostile, alice, case, wire, stream, paradigm, [demo_server_ensure()])
 
     assert turn.status == Turn.Status.DONE, turn.error
     tools = Step.objects.filter(turn=turn, kind="tool")
@@ -183,22 +235,27 @@ def test_a_reply_of_ten_thousand_calls_runs_sixteen_over_mcp_and_the_page_says_s
     assert note in _page(client, alice, turn)
 
 
-SHAPES = [
-    pytest.param(
-        wire,
-        stream,
-        PARADIGM_KEYS[index % len(PARADIGM_KEYS)],
-        id=f"{wire}-{'stream' if stream else 'whole'}",
-    )
-    for index, (wire, stream) in enumerate(itertools.product(WIRES, (False, True)))
-]
-
-
-@pytest.mark.parametrize(("wire", "stream", "paradigm"), SHAPES)
-def test_a_body_in_an_encoding_never_offered_is_kept_as_it_came_and_not_decoded(
-    hostile: HostileModel, alice: User, client: Client, wire: str, stream: bool, paradigm: str
+@pytest.mark.parametrize(("case", "wire", "stream", "paradigm"), cells(["many-calls"], ONE_AT_A_TIME))
+def test_a_reply_of_ten_thousand_calls_to_a_paradigm_of_one_call_runs_one_at_most(
+    hostile: HostileModel, alice: User, client: Client, case: str, wire: str, stream: bool, paradigm: str
 ) -> None:
-    turn, grown = _run(hostile, alice, BROTLI, wire, stream, paradigm, [])
+    turn, grown = _run(hostile, alice, case, wire, stream, paradigm, [demo_server_ensure()])
+
+    assert turn.status in (Turn.Status.DONE, Turn.Status.FAILED), turn.status
+    decisions = Step.objects.filter(turn=turn, kind="decide").count()
+    sent = Exchange.objects.filter(turn=turn, channel=Exchange.Channel.MCP, label="tools/call").count()
+    assert sent <= max(decisions, 1), (sent, decisions)
+    assert grown < MEMORY_LIMIT, grown
+    page = unescape(_page(client, alice, turn))
+    diagnostics = [str(d) for step in Step.objects.filter(turn=turn) for d in step.diagnostics]
+    assert diagnostics and all(d[:80] in page for d in diagnostics), diagnostics
+
+
+@pytest.mark.parametrize(("case", "wire", "stream", "paradigm"), cells([BROTLI]))
+def test_a_body_in_an_encoding_never_offered_is_kept_as_it_came_and_not_decoded(
+    hostile: HostileModel, alice: User, client: Client, case: str, wire: str, stream: bool, paradigm: str
+) -> None:
+    turn, grown = _run(hostile, alice, case, wire, stream, paradigm, [])
 
     # The client offers what it can decode, and brotli is not installed: never "br".
     assert hostile.accepted and "br" not in hostile.accepted[-1].replace(" ", "").split(",")
@@ -219,23 +276,27 @@ def _broken_server() -> McpServer:
         command=sys.executable,
         args=["-m", "tests.fixtures.broken_server"],
         cwd=str(REPO_ROOT),
-        call_timeout=3,
+        call_timeout=2,
         allow_non_staff_spawn=True,
     )
 
 
-# Each case waits out the call's timeout: every wire once, streamed and whole in turn.
-@pytest.mark.parametrize(
-    ("wire", "stream"),
-    [pytest.param(w, i % 2 == 1, id=f"{w}-{'stream' if i % 2 else 'whole'}") for i, w in enumerate(WIRES)],
-)
+# Each case waits out the call's timeout (2 s).
+@pytest.mark.parametrize(("case", "wire", "stream", "paradigm"), cells([ENDLESS_LINE]))
 def test_a_tool_writing_one_endless_line_ends_the_turn_in_bounded_memory_with_the_cut_shown(
-    hostile: HostileModel, alice: User, client: Client, settings: Settings, wire: str, stream: bool
+    hostile: HostileModel,
+    alice: User,
+    client: Client,
+    settings: Settings,
+    case: str,
+    wire: str,
+    stream: bool,
+    paradigm: str,
 ) -> None:
     settings.MCP_STDOUT_LINE_LIMIT = 1_000_000
     server = _broken_server()
     try:
-        turn, grown = _run(hostile, alice, ENDLESS_LINE, wire, stream, "native", [server])
+        turn, grown = _run(hostile, alice, case, wire, stream, paradigm, [server])
     finally:
         # The server writes on after the call: its session is closed now, not read on meanwhile.
         gateway.close_server(server.pk)
@@ -243,12 +304,18 @@ def test_a_tool_writing_one_endless_line_ends_the_turn_in_bounded_memory_with_th
     # The call ends at its timeout; the model is told and answers: the turn ends.
     assert turn.status == Turn.Status.DONE, turn.error
     tool = Step.objects.get(turn=turn, kind="tool")
-    assert tool.error
+    assert tool.tool_name == "endless_line" and tool.error
     cut = Exchange.objects.filter(
         turn=turn, channel=Exchange.Channel.MCP, error__contains="MCP_STDOUT_LINE_LIMIT"
     )
     assert cut.exists()
+    # What arrived is kept up to the limit, marked; the rest of the line is counted, not held.
     assert max(len(e.response_body) for e in cut) <= 1_000_000
+    assert any(
+        "a line longer than 1,000,000 bytes (MCP_STDOUT_LINE_LIMIT)" in e.error
+        and "the rest is counted and not kept" in e.error
+        for e in cut
+    )
     assert grown < MEMORY_LIMIT, grown
     assert "MCP_STDOUT_LINE_LIMIT" in _page(client, alice, turn)
 
@@ -317,3 +384,29 @@ def test_a_profiles_own_body_limit_replaces_the_global_setting(
 
     assert turn.status == Turn.Status.FAILED
     assert f"{BODY_LIMIT:,} bytes" in turn.error
+
+
+def test_ask_prints_a_turn_of_many_calls_by_its_first_and_last_and_a_count(
+    hostile: HostileModel, django_user_model: type[User]
+) -> None:
+    django_user_model.objects.create_superuser("admin")
+    profile = ModelProfile.objects.create(
+        name="abuse many calls for ask",
+        provider=WIRES[0],
+        model=paradigm_model("many-calls", "native"),
+        base_url=hostile.base_url(WIRES[0]),
+        max_calls_per_reply=40,
+    )
+    out = StringIO()
+
+    call_command(
+        "ask", "What will the weather be like in Paris tomorrow?", "--model", profile.name, stdout=out
+    )
+
+    text = out.getvalue()
+    turn = Turn.objects.get(conversation__model_profile=profile)
+    assert Step.objects.filter(turn=turn, kind="tool").count() == 40
+    assert len(re.findall(r"^    \[\d+\] tool ", text, re.MULTILINE)) == 10
+    assert "… 30 more tool calls of this reply (of 40): " in text
+    assert "… 30 more calls of this reply (of 40)" in text
+    assert f"the reply held {MANY:,} tool calls" in text or f"the reply held {MANY} tool calls" in text

@@ -15,6 +15,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management.color import no_style
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -26,6 +27,7 @@ from conversations.models import Conversation, Step, Turn
 from conversations.record.transcripts.importing import TranscriptError, transcript_import
 from inspector import api, views
 from inspector.fragments import render_catch_up, render_row
+from inspector.management.commands import ask
 from tests.factories import ConversationFactory, ExchangeFactory, StepFactory, TurnFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -290,3 +292,68 @@ def test_an_api_answer_in_pages_is_refused_by_the_import(alice: User) -> None:
 
     with pytest.raises(TranscriptError, match="holds 500 of its 603 steps"):
         transcript_import(data=paged, owner=alice)
+
+
+# --- the step-through and manage.py ask ---------------------------------------------------------
+
+
+def test_the_step_through_of_a_reply_of_ten_thousand_calls_shows_its_first_and_last_calls_and_counts_the_rest(
+    alice: User, bob: User
+) -> None:
+    conversation = ConversationFactory(owner=alice)
+    turn = huge_turn_build(conversation=conversation, calls=CALLS)
+    url = reverse("inspector-turn-walk", args=[conversation.public_id, turn.pk])
+    client = client_for(alice)
+
+    first = client.get(url).content.decode()
+    found = re.search(r"slide 1 of (\d+)", first)
+    assert found is not None
+    total = int(found.group(1))
+    # The connect row, the decision's 4 layers, 10 calls of 2 slides and the one that counts the
+    # rest, the answer's 4: the deck of a reply of 10,000 calls is as long as one of 10.
+    assert total == 1 + 4 + 2 * (selectors.CALLS_HEAD + selectors.CALLS_TAIL) + 1 + 4
+    slides = []
+    for at in range(1, total + 1):
+        response = client.get(url, {"at": at})
+        assert response.status_code == 200
+        assert len(response.content) < 100_000, (at, len(response.content))
+        slides.append(response.content.decode())
+    executed = [slide for slide in slides if 'class="mark-execute"' in slide]
+    numbers = [int(n) for slide in executed for n in re.findall(r"&quot;n&quot;: (\d+)", slide)]
+    assert numbers == [*range(selectors.CALLS_HEAD), *range(CALLS - selectors.CALLS_TAIL, CALLS)]
+    gap = CALLS - selectors.CALLS_HEAD - selectors.CALLS_TAIL
+    [between] = [slide for slide in slides if f"{gap:,} more tool calls of this reply" in slide]
+    assert f"This reply asked for {CALLS:,} tool calls" in between
+    assert slides.index(between) == slides.index(executed[selectors.CALLS_HEAD - 1]) + 2
+    [parsed] = [slide for slide in slides if 'data-layer="parsed"' in slide]
+    assert f"{gap:,} more calls of this reply (of {CALLS:,})" in parsed
+    assert "&quot;n&quot;: 0" in parsed and f"&quot;n&quot;: {CALLS - 1}" in parsed
+    assert "&quot;n&quot;: 5000" not in parsed
+    assert client_for(bob).get(url).status_code == 404
+
+
+def test_ask_prints_a_reply_of_ten_thousand_calls_as_its_first_and_last_and_a_count(alice: User) -> None:
+    conversation = ConversationFactory(owner=alice)
+    turn = huge_turn_build(conversation=conversation, calls=CALLS)
+    gap = CALLS - selectors.CALLS_HEAD - selectors.CALLS_TAIL
+
+    text = "\n".join(ask.turn_report(conversation=conversation, turn=turn, style=no_style()))
+
+    assert len(text) < 20_000, len(text)
+    assert (
+        len(re.findall(r"^    \[\d+\] tool ", text, re.MULTILINE))
+        == selectors.CALLS_HEAD + selectors.CALLS_TAIL
+    )
+    steps = reverse("api-turn-steps", args=[turn.pk])
+    assert f"… {gap:,} more tool calls of this reply (of {CALLS:,}): " in text and f"{steps}?after=0" in text
+    assert f"… {gap:,} more calls of this reply (of {CALLS:,})" in text
+    # The arguments' keys in any order (PostgreSQL's jsonb keeps its own).
+    numbers = {int(n) for n in re.findall(r'"n": (\d+)[,}]', text)}
+    assert numbers == {*range(selectors.CALLS_HEAD), *range(CALLS - selectors.CALLS_TAIL, CALLS)}
+    assert f"Answer: {turn.answer}" in text
+
+    # --json: the API's answer, the first page of steps and where the rest is.
+    [document] = json.loads(ask.turn_json(conversation=conversation))["turns"]
+    assert len(document["steps"]) == api.API_STEPS_PAGE
+    assert document["steps_count"] == CALLS + 3
+    assert document["steps_next"] == f"{steps}?after={api.API_STEPS_PAGE}"

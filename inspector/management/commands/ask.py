@@ -4,6 +4,11 @@ The turn is recorded like any other (it shows up in the web UI under the chosen 
 here, in this process, so the command ends when the turn does. ``--json`` prints the transcript
 the API serves.
 
+A turn of any size prints in bounded time and memory, as its page shows it: a reply of many tool
+calls prints its first and last few calls (``selectors.CALLS_HEAD``, ``CALLS_TAIL``) and how many
+are between; ``--json`` holds a turn's first ``API_STEPS_PAGE`` steps, with ``steps_count`` and
+``steps_next`` (the API's path to the rest), as the API's answer does.
+
 ``--compare native,prompt_xml,...`` asks the same question once per listed run (``paradigm``, with
 ``--model``'s profile, or ``model:paradigm``), one after another, as a comparison the web UI shows
 side by side, and prints a table of what each run cost and chose.
@@ -12,12 +17,13 @@ side by side, and prints a table of what each run cost and chose.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.color import Style
 from django.urls import reverse
 
 from conversations.loop.llm import tool_result_text
@@ -25,8 +31,12 @@ from conversations.loop.paradigms import PARADIGMS
 from conversations.models import TOOL_CHOICE_MODES, Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.presentation import run_summary_json
 from conversations.record.transcripts.document import export_json, transcript_document
+from conversations.record.transcripts.fields import TranscriptDoc
 from conversations.runner import turn_run
 from conversations.selectors import (
+    CALLS_COUNT,
+    CALLS_HEAD,
+    CALLS_TAIL,
     RunSummary,
     comparison_runs,
     profiles_for_form,
@@ -40,6 +50,7 @@ from conversations.services import (
     demo_format_profiles_ensure,
     demo_profile_ensure,
 )
+from inspector.api import API_STEPS_PAGE
 from servers.models import McpServer
 from servers.selectors import servers_for_form
 from servers.services import DEMO_SERVER_NAME, demo_server_ensure
@@ -111,9 +122,10 @@ class Command(BaseCommand):
         turn.refresh_from_db()
 
         if options["json"]:
-            self.stdout.write(export_json(transcript_document(conversation=conversation)))
+            self.stdout.write(turn_json(conversation=conversation))
         else:
-            self._print_turn(conversation, turn)
+            for line in turn_report(conversation=conversation, turn=turn, style=self.style):
+                self.stdout.write(line)
         if turn.status != Turn.Status.DONE:
             raise CommandError(f"the turn {turn.status}: {turn.error or 'no answer'}")
 
@@ -137,7 +149,7 @@ class Command(BaseCommand):
         if options["json"]:
             document = {
                 "comparison": str(comparison.public_id),
-                "runs": [transcript_document(conversation=run.conversation) for run in summaries],
+                "runs": [api_document(conversation=run.conversation) for run in summaries],
                 "summary": [run_summary_json(run) for run in summaries],
             }
             self.stdout.write(json.dumps(document, indent=2))
@@ -169,47 +181,84 @@ class Command(BaseCommand):
             answer = " ".join(run.answer.split()) or f"({run.status}: {run.error or 'no answer'})"
             self.stdout.write(f"{run.paradigm} · {run.profile}: {_cut(answer, ANSWER_LINE_CHARS)}")
 
-    def _print_turn(self, conversation: Conversation, turn: Turn) -> None:
-        profile = conversation.model_profile
-        servers = ", ".join(s.name for s in conversation.servers.order_by("name")) or "none"
-        choice = turn.tool_choice + (f" {turn.tool_choice_name}" if turn.tool_choice_name else "")
-        self.stdout.write(f"Q: {turn.question}")
-        self.stdout.write(
-            f"model {profile}  ·  paradigm {turn.paradigm}  ·  tool choice {choice}  ·  servers {servers}"
-        )
-        self.stdout.write("")
-        for step in turn_rows(turn=turn, every_call=True):
-            self._print_step(step, depth=0)
-            for child in step.children.all():
-                self._print_step(child, depth=1)
-        self.stdout.write("")
-        if turn.status == Turn.Status.DONE:
-            self.stdout.write(self.style.SUCCESS(f"Answer: {turn.answer}"))
-        else:
-            self.stdout.write(self.style.ERROR(f"Turn {turn.status}: {turn.error}"))
-        path = reverse("inspector-conversation", kwargs={"public_id": conversation.public_id})
-        self.stdout.write(f"Conversation {conversation.public_id}  {path}")
 
-    def _print_step(self, step: Step, *, depth: int) -> None:
-        pad = INDENT * depth
-        status = self.style.ERROR(step.status) if step.status == Step.Status.ERROR else step.status
-        self.stdout.write(f"{pad}[{step.seq}] {step.kind} · {status} · {step.title}")
-        for detail in _step_details(step):
-            for line in detail.splitlines() or [""]:
-                self.stdout.write(f"{pad}{INDENT}{line}")
-        for exchange in step.exchanges.all():
-            self.stdout.write(f"{pad}{INDENT}⇄ {_exchange_line(exchange)}")
+def api_document(*, conversation: Conversation) -> TranscriptDoc:
+    """The transcript the API serves: a turn of more than ``API_STEPS_PAGE`` steps holds its
+    first ones, ``steps_count`` and ``steps_next``, the API's path to the next ones."""
+    document = transcript_document(conversation=conversation, steps_per_turn=API_STEPS_PAGE)
+    for turn in document["turns"]:
+        if "steps_count" in turn and turn["steps"]:
+            after = turn["steps"][-1]["seq"]
+            turn["steps_next"] = reverse("api-turn-steps", args=[turn["id"]]) + f"?after={after}"
+    return document
+
+
+def turn_json(*, conversation: Conversation) -> str:
+    """What ``--json`` prints for one turn's conversation."""
+    return export_json(api_document(conversation=conversation))
+
+
+def turn_report(*, conversation: Conversation, turn: Turn, style: Style) -> Iterator[str]:
+    """The lines the command prints for ``turn``: each row and its tool calls with their
+    details and exchanges (of a row of many calls, the first and last few and a count of the
+    others), the answer or the error, and where the conversation is in the browser."""
+    profile = conversation.model_profile
+    servers = ", ".join(s.name for s in conversation.servers.order_by("name")) or "none"
+    choice = turn.tool_choice + (f" {turn.tool_choice_name}" if turn.tool_choice_name else "")
+    yield f"Q: {turn.question}"
+    yield f"model {profile}  ·  paradigm {turn.paradigm}  ·  tool choice {choice}  ·  servers {servers}"
+    yield ""
+    for step in turn_rows(turn=turn):
+        yield from _step_lines(step, depth=0, style=style)
+        children = list(step.children.all())
+        total = max(getattr(step, CALLS_COUNT, 0), len(children))
+        for index, child in enumerate(children):
+            if total > len(children) and index == CALLS_HEAD:
+                yield f"{INDENT}… {_more(total - len(children), total, 'tool calls')}: {_steps_path(turn)}"
+            yield from _step_lines(child, depth=1, style=style)
+    yield ""
+    if turn.status == Turn.Status.DONE:
+        yield style.SUCCESS(f"Answer: {turn.answer}")
+    else:
+        yield style.ERROR(f"Turn {turn.status}: {turn.error}")
+    path = reverse("inspector-conversation", kwargs={"public_id": conversation.public_id})
+    yield f"Conversation {conversation.public_id}  {path}"
+
+
+def _more(left: int, total: int, what: str) -> str:
+    return f"{left:,} more {what} of this reply (of {total:,})"
+
+
+def _steps_path(turn: Turn) -> str:
+    """Where every step of ``turn`` is, for a reader who wants the calls a row leaves out."""
+    return f"every one on the conversation page, or {reverse('api-turn-steps', args=[turn.pk])}?after=0"
+
+
+def _step_lines(step: Step, *, depth: int, style: Style) -> Iterator[str]:
+    pad = INDENT * depth
+    status = style.ERROR(step.status) if step.status == Step.Status.ERROR else step.status
+    yield f"{pad}[{step.seq}] {step.kind} · {status} · {step.title}"
+    for detail in _step_details(step):
+        for line in detail.splitlines() or [""]:
+            yield f"{pad}{INDENT}{line}"
+    for exchange in step.exchanges.all():
+        yield f"{pad}{INDENT}⇄ {_exchange_line(exchange)}"
 
 
 def _step_details(step: Step) -> list[str]:
     """What a reader needs to follow the step: calls and their verdicts, tool input and output."""
     lines: list[str] = []
     if step.kind == Step.Kind.DECIDE:
-        for call in step.calls:
-            verdict = "valid" if call.get("valid") else f"invalid: {call.get('error')}"
-            arguments = call.get("arguments")
-            shown = _compact(arguments) if arguments is not None else repr(call.get("arguments_text", ""))
-            lines.append(f"call {call.get('name')} {shown} — {verdict}")
+        calls = (
+            [call for call in step.calls if isinstance(call, dict)] if isinstance(step.calls, list) else []
+        )
+        if len(calls) > CALLS_HEAD + CALLS_TAIL:
+            left = len(calls) - CALLS_HEAD - CALLS_TAIL
+            lines.extend(_call_line(call) for call in calls[:CALLS_HEAD])
+            lines.append(f"… {_more(left, len(calls), 'calls')}")
+            lines.extend(_call_line(call) for call in calls[-CALLS_TAIL:])
+        else:
+            lines.extend(_call_line(call) for call in calls)
         if step.text:
             lines.append(f"text: {step.text}")
     elif step.kind == Step.Kind.TOOL:
@@ -223,6 +272,13 @@ def _step_details(step: Step) -> list[str]:
     if step.error:
         lines.append(f"error: {step.error}")
     return lines
+
+
+def _call_line(call: dict[str, Any]) -> str:
+    verdict = "valid" if call.get("valid") else f"invalid: {call.get('error')}"
+    arguments = call.get("arguments")
+    shown = _compact(arguments) if arguments is not None else repr(call.get("arguments_text", ""))
+    return f"call {call.get('name')} {shown} — {verdict}"
 
 
 SUMMARY_COLUMNS = (
