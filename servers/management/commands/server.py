@@ -11,6 +11,8 @@ server prompts NAME [--json]
 server prompt NAME PROMPT --args JSON [--json]
 server log-level NAME LEVEL                logging/setLevel now, and on each later session
 server subscribe NAME URI --for SECONDS    resources/subscribe, print each update, then unsubscribe
+server hosts NAME [--host H ...] [--json]  each tool as each host would send it (servers/cli/hosts.py)
+server check NAME [--host H ...] [--strict] [--json]   readiness for CI: exit 0, 1 (--strict), 2, 3
 server auth NAME [--client-id ID --client-secret SECRET | --client-metadata-url URL |
                   --grant client_credentials (--client-secret S | --private-key-file PEM --signing-alg ALG) |
                   --idp-client-id ID --idp-id-token JWT --idp-issuer URL --idp-token-endpoint URL]
@@ -29,6 +31,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from servers import gateway, selectors, services
+from servers.cli import hosts as host_commands
 from servers.commandline import StdioCommandLine
 from servers.forms import schema_errors
 from servers.gateway.config import ERAS
@@ -48,6 +51,7 @@ class Command(StdioCommandLine):
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
+        host_commands.add_parsers(sub)  # hosts, check (servers/cli/hosts.py)
         add = sub.add_parser("add", help="register a server: NAME -- COMMAND [ARGS...] or NAME --url URL")
         add.add_argument("name")
         add.add_argument("--url", default="")
@@ -149,7 +153,9 @@ class Command(StdioCommandLine):
 
     def _dispatch(self, options: dict[str, Any]) -> None:
         action = options["action"]
-        if action == "add":
+        if action in host_commands.ACTIONS:
+            host_commands.run(action, self._server(options["name"]), options, self.stdout)
+        elif action == "add":
             self._add(options)
         elif action == "list":
             self._list()

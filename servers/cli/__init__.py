@@ -1,0 +1,1 @@
+"""Handlers of ``manage.py server`` subcommands that live outside the command's own module."""
