@@ -73,4 +73,7 @@ def listed_tools(*, server: McpServer, user: Viewer) -> ListedTools:
     server sent them."""
     listing = server_listing(server=server, kind=Operation.Kind.TOOLS_LIST, user=user)
     bodies = listing.operation.exchanges.values_list("response_body", flat=True) if listing.operation else []
-    return ListedTools(listing, tools_as_sent(listing.items, bodies))
+    # Only objects are definitions (the SDK's parsing keeps anything else out of a listing, but
+    # a stored row is shown whatever it holds).
+    items = [item for item in listing.items if isinstance(item, dict)]
+    return ListedTools(listing, tools_as_sent(items, bodies))

@@ -73,3 +73,30 @@ def test_a_disabled_server_is_404_for_a_user_without_staff(workbench: None, bob:
     McpServer.objects.filter(pk=server.pk).update(enabled=False)
 
     assert signed_in(bob).get(reverse("servers-hosts", args=[server.name])).status_code == 404
+
+
+def test_what_a_server_lists_is_shown_inert_with_hidden_characters_marked(alice: User) -> None:
+    # A listing as a hostile server might send it: a bidi override in a name, markup in a
+    # description, a schema no host takes. Stored as the workbench stores a listing.
+    server = McpServer.objects.create(name="hostile", transport="http", url="http://127.0.0.1:9/mcp")
+    Operation.objects.create(
+        server=server,
+        user=alice,
+        kind=Operation.Kind.TOOLS_LIST,
+        status=Operation.Status.OK,
+        result=[
+            {
+                "name": "evil\u202etool",
+                "description": "<script>alert(1)</script>",
+                "inputSchema": {"type": "object", "properties": {"x": {"type": "array"}}},
+            },
+            "not a definition",
+        ],
+    )
+    page = signed_in(alice).get(reverse("servers-hosts", args=[server.name]))
+    text = page.content.decode()
+
+    assert page.status_code == 200
+    assert "<script>alert(1)</script>" not in text and "&lt;script&gt;" in text
+    assert "\u202e" not in text and "U+202E" in text
+    assert '<span class="badge verdict-refused" data-host="openai">refused</span>' in text
