@@ -15,6 +15,7 @@ from django.db import models
 from django.utils import timezone
 
 from conversations.escaping import CarriableDecoder
+from conversations.loop.hosts import HOST_CHOICES
 from conversations.loop.paradigms import PARADIGMS
 from conversations.loop.providers import PROVIDERS
 from conversations.loop.splicing import ARGUMENT_MODE_LABELS, ENCODINGS
@@ -123,6 +124,13 @@ class ModelProfile(models.Model):
         blank=True,
         validators=[MinValueValidator(1)],
         help_text="Tool calls sent to MCP servers in one turn. Empty: the AGENT_MAX_CALLS_PER_TURN setting.",
+    )
+    host_preset = models.CharField(
+        max_length=24,
+        blank=True,
+        choices=HOST_CHOICES,
+        help_text="Run as this host: offer the servers' tools as it would (its names, schema rewriting "
+        "and limits; docs/hosts.md). Empty: as this inspector offers them.",
     )
     response_body_limit = models.PositiveBigIntegerField(
         null=True,

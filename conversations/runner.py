@@ -28,6 +28,7 @@ from conversations.counting import definitions_counted, prompt_tools_counted, wi
 from conversations.lifecycle import CANCEL, TurnSignal, turn_claim, turn_unwatch, turn_watch, turns_reap_stale
 from conversations.limits import turn_limits
 from conversations.loop.agent import AgentTurn, PromptRenderer, TurnCancelled, run_agent
+from conversations.loop.hosts import HOSTS, HostPreset, tools_as_host
 from conversations.loop.llm import Message, ToolChoice, ToolDef
 from conversations.loop.paradigms import PARADIGMS
 from conversations.loop.providers import (
@@ -298,12 +299,16 @@ def connect_servers(
     recorder: TurnRecorder,
     signal: TurnSignal | None = None,
     overrides: Callable[[], Overrides | None] | None = None,
+    host: HostPreset | None = None,
+    provider: str = "",
 ) -> Connected:
     """Connect the turn's servers (``toolhost.TurnServers.connect``) as its ``connect`` step; the
     conversation's tool-definition overrides (``conversations.loop.tool_overrides``), read by
     ``overrides`` once the step is open (its row is written meanwhile: it is the first a
     watching page shows), are spliced into the tools offered, and the step's notes name each
-    tool changed."""
+    tool changed. With a ``host`` preset (the profile's ``host_preset``), the tools are then
+    offered as that host would offer them to a ``provider`` model (``tools_as_host``): renamed
+    and rewritten, each marked, and the ones the host refuses withheld (a problem of the step)."""
     count = servers.enabled
     step = recorder.step_open(kind="connect", title=f"connect {count} MCP server(s)")
     connected = servers.connect(redact=recorder.redact, signal=signal)
@@ -311,6 +316,10 @@ def connect_servers(
     if changes:
         connected.tools, notes = tools_overridden(connected.tools, changes)
         connected.notes.extend(notes)
+    if host is not None:
+        connected.tools, notes, problems = tools_as_host(host, connected.tools, provider=provider)
+        connected.notes.extend(notes)
+        connected.problems.extend(problems)
     recorder.step_close(
         step,
         status="error" if connected.problems else "ok",
@@ -425,11 +434,18 @@ def _run_recorded(turn: Turn, signal: TurnSignal, servers: TurnServers, recorder
     """
     turn_id = turn.pk
     try:
-        connected = connect_servers(servers, recorder, signal, lambda: tool_overrides_for(turn.conversation))
+        profile = turn.conversation.model_profile
+        connected = connect_servers(
+            servers,
+            recorder,
+            signal,
+            lambda: tool_overrides_for(turn.conversation),
+            host=HOSTS.get(profile.host_preset),
+            provider=profile.provider,
+        )
         tools = connected.tools
         turn.tools = [tool.as_json() for tool in tools]
         recorder.turn_save("tools")
-        profile = turn.conversation.model_profile
         endpoint = endpoint_for(profile)
         provider = PROVIDERS[profile.provider](endpoint)
         limits = turn_limits(profile)

@@ -52,7 +52,7 @@ class ToolReport:
         return sum(1 for finding in self.findings if finding.level == "warning")
 
 
-def _undescribed(schema: Any, prefix: str = "") -> list[str]:
+def undescribed_parameters(schema: Any, prefix: str = "") -> list[str]:
     """Parameter paths (nested objects included) that carry no description."""
     if not isinstance(schema, dict):
         return []
@@ -62,9 +62,9 @@ def _undescribed(schema: Any, prefix: str = "") -> list[str]:
         path = f"{prefix}{name}"
         if not isinstance(sub, dict) or not str(sub.get("description") or "").strip():
             missing.append(path)
-        missing.extend(_undescribed(sub, f"{path}."))
+        missing.extend(undescribed_parameters(sub, f"{path}."))
         items = sub.get("items") if isinstance(sub, dict) else None
-        missing.extend(_undescribed(items, f"{path}[]."))
+        missing.extend(undescribed_parameters(items, f"{path}[]."))
     return missing
 
 
@@ -99,7 +99,7 @@ def lint_tool(tool: Mapping[str, Any], *, server_name: str) -> list[Finding]:
         findings.append(Finding("warning", f"thin description ({len(description.split())} words)"))
     schema = tool.get("inputSchema")
     schema = schema if isinstance(schema, dict) else {}
-    undescribed = _undescribed(schema)
+    undescribed = undescribed_parameters(schema)
     if undescribed:
         findings.append(Finding("warning", "parameters without a description: " + ", ".join(undescribed)))
     properties = schema.get("properties")

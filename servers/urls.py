@@ -3,6 +3,7 @@
 from django.urls import path
 
 from servers import app_views, config_views, views
+from servers.hosts import views as host_views
 
 urlpatterns = [
     path("", views.server_list, name="servers-list"),
@@ -27,6 +28,7 @@ urlpatterns = [
     path("saved/<uuid:public_id>/delete", views.saved_call_delete, name="servers-saved-call-delete"),
     path("<str:name>/", views.server_detail, name="servers-detail"),
     path("<str:name>/edit", views.server_edit, name="servers-edit"),
+    path("<str:name>/hosts", host_views.server_hosts, name="servers-hosts"),
     path("<str:name>/toggle", views.server_toggle, name="servers-toggle"),
     path("<str:name>/connect", views.server_connect, name="servers-connect"),
     path("<str:name>/ping", views.server_ping, name="servers-ping"),

@@ -32,6 +32,8 @@ FRAMEWORK_FREE = (
     "conversations.loop.wire",
     "conversations.loop.toolhost",
     "conversations.loop.tool_overrides",
+    # The host presets a turn run "as host" applies (docs/hosts.md).
+    "conversations.loop.hosts",
     "conversations.redaction",
     "conversations.typealias",
     # The recorder's announcements (heard by ``inspector.live``).

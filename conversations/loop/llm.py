@@ -102,6 +102,13 @@ class ToolDef:
     # The tool's ``_meta`` as listed (e.g. the ``ui://`` resource of its MCP App); never sent
     # to a model.
     meta: JSONDict | None = None
+    # Set when a host preset rewrote the definition (a turn run "as host", docs/hosts.md): the
+    # preset's key, its verdict and every change from the server's definition. Never sent.
+    host: JSONDict | None = None
+    # The wire flags a host preset sends: OpenAI's ``strict`` (None: left out, the provider's
+    # default) and the Gemini field the schema goes in ("" is ``parameters``).
+    strict: bool | None = None
+    schema_field: str = ""
 
     def as_json(self) -> JSONDict:
         data: JSONDict = {
@@ -117,6 +124,12 @@ class ToolDef:
         }
         if self.meta:
             data["_meta"] = self.meta
+        if self.host is not None:
+            data["host"] = self.host
+        if self.strict is not None:
+            data["strict"] = self.strict
+        if self.schema_field:
+            data["schema_field"] = self.schema_field
         return data
 
     @classmethod
@@ -132,6 +145,9 @@ class ToolDef:
             output_schema=data.get("outputSchema"),
             annotations=data.get("annotations"),
             meta=data.get("_meta") if isinstance(data.get("_meta"), dict) else None,
+            host=data.get("host") if isinstance(data.get("host"), dict) else None,
+            strict=data.get("strict") if isinstance(data.get("strict"), bool) else None,
+            schema_field=str(data.get("schema_field") or ""),
         )
 
 

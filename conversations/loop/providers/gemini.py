@@ -271,6 +271,11 @@ def wire_tools(tools: list[ToolDef]) -> list[JSONValue]:
         declaration: JSONDict = {"name": tool.provider_name}
         if tool.description:
             declaration["description"] = tool.description
+        if tool.schema_field == "parametersJsonSchema":
+            # A host preset that sends JSON Schema as it is (docs/hosts.md).
+            declaration["parametersJsonSchema"] = tool.input_schema
+            declarations.append(declaration)
+            continue
         parameters, _notes = gemini_schema(tool.input_schema)
         if parameters.get("properties"):
             declaration["parameters"] = parameters

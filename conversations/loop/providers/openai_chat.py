@@ -67,6 +67,8 @@ def wire_tool(tool: ToolDef) -> JSONDict:
     function: JSONDict = {"name": tool.provider_name, "parameters": tool.input_schema}
     if tool.description:
         function["description"] = tool.description
+    if tool.strict is not None:  # a host preset's flag (docs/hosts.md)
+        function["strict"] = tool.strict
     return {"type": "function", "function": function}
 
 

@@ -63,7 +63,8 @@ def wire_tool(tool: ToolDef) -> JSONDict:
     if tool.description:
         wire["description"] = tool.description
     wire["parameters"] = tool.input_schema
-    wire["strict"] = False
+    # False unless a host preset asks for strict (docs/hosts.md).
+    wire["strict"] = tool.strict if tool.strict is not None else False
     return wire
 
 

@@ -17,6 +17,8 @@ server import FILE [--replace]             a host's mcpServers (or VS Code serve
 server export [NAME ...] [--format mcpServers|vscode]
                                            the registry as a host's JSON, secrets as placeholders
 server subscribe NAME URI --for SECONDS    resources/subscribe, print each update, then unsubscribe
+server hosts NAME [--host H ...] [--json]  each tool as each host would send it (servers/cli/hosts.py)
+server check NAME [--host H ...] [--strict] [--json]   readiness for CI: exit 0, 1 (--strict), 2, 3
 server auth NAME [--client-id ID --client-secret SECRET | --client-metadata-url URL |
                   --grant client_credentials (--client-secret S | --private-key-file PEM --signing-alg ALG) |
                   --idp-client-id ID --idp-id-token JWT --idp-issuer URL --idp-token-endpoint URL]
@@ -36,6 +38,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from servers import gateway, selectors, services
 from servers.cli import parity
+from servers.cli import hosts as host_commands
 from servers.commandline import StdioCommandLine
 from servers.forms import schema_errors
 from servers.gateway.config import ERAS
@@ -56,6 +59,7 @@ class Command(StdioCommandLine):
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
         parity.add_parsers(sub)
+        host_commands.add_parsers(sub)  # hosts, check (servers/cli/hosts.py)
         add = sub.add_parser("add", help="register a server: NAME -- COMMAND [ARGS...] or NAME --url URL")
         add.add_argument("name")
         add.add_argument("--url", default="")
@@ -157,7 +161,9 @@ class Command(StdioCommandLine):
 
     def _dispatch(self, options: dict[str, Any]) -> None:
         action = options["action"]
-        if action == "add":
+        if action in host_commands.ACTIONS:
+            host_commands.run(action, self._server(options["name"]), options, self.stdout)
+        elif action == "add":
             self._add(options)
         elif action == "list":
             self._list()
