@@ -115,6 +115,7 @@ EXPECTED: dict[str, Expect] = {
     "servers-config-export": Expect("GET", NO_LEAK),
     "servers-detail": Expect("GET", NO_LEAK),
     "servers-edit": Expect("POST", FORBIDDEN),
+    "servers-hosts": Expect("GET", NO_LEAK),
     "servers-toggle": Expect("POST", FORBIDDEN),
     "servers-connect": Expect("POST", FORBIDDEN),
     "servers-ping": Expect("POST", FORBIDDEN),

@@ -37,8 +37,8 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from servers import gateway, selectors, services
-from servers.cli import parity
 from servers.cli import hosts as host_commands
+from servers.cli import parity
 from servers.commandline import StdioCommandLine
 from servers.forms import schema_errors
 from servers.gateway.config import ERAS
