@@ -20,7 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-SHELL_BLOCK = re.compile(r"^```sh\n(.*?)^```", re.MULTILINE | re.DOTALL)
+# A block may be indented (inside a list item): its lines are then indented alike.
+SHELL_BLOCK = re.compile(r"^[ \t]*```sh\n(.*?)^[ \t]*```", re.MULTILINE | re.DOTALL)
 PYTHON = ".venv/bin/python"
 # All of them together: a bound, not a measure (a few seconds of CPU on a quiet host).
 TIMEOUT_SECONDS = 300
@@ -51,10 +52,12 @@ def test_the_manage_lines_of_sh_blocks_are_found_with_their_arguments() -> None:
         '```sh\nmake run\n.venv/bin/python manage.py ask "Hi?" --json   # a comment\n```\n'
         "```\n.venv/bin/python manage.py not-a-shell-block\n```\n"
         "```sh\npython manage.py server list\n```\n"
+        "1. A step:\n\n   ```sh\n   .venv/bin/python manage.py proxy key list\n   ```\n"
     )
     assert manage_lines(text) == [
         '.venv/bin/python manage.py ask "Hi?" --json   # a comment',
         "python manage.py server list",
+        "   .venv/bin/python manage.py proxy key list",
     ]
     assert argv('.venv/bin/python manage.py ask "Hi?" --json  # c')[1:] == [
         "manage.py",
@@ -66,7 +69,7 @@ def test_the_manage_lines_of_sh_blocks_are_found_with_their_arguments() -> None:
 
 def test_the_readme_shows_commands_of_each_part_of_its_tour() -> None:
     commands = {shlex.split(line)[2] for line in manage_lines(README.read_text(encoding="utf-8"))}
-    assert {"ask", "server", "verify"} <= commands
+    assert {"ask", "server", "verify", "proxy"} <= commands
 
 
 # Runs in the subprocess: each line's arguments through manage.py's entry point, its exit status

@@ -12,12 +12,18 @@ credentials (and the proxy key) passed as secrets to mask.
 The one change the proxy makes to traffic: the legacy transport's ``endpoint`` event, which
 tells the host where to POST its messages, is rewritten to point back through the proxy
 (otherwise the host would post straight to the server, unrecorded). docs/proxy-mcp.md.
+
+Behind a load balancer a JSON-RPC request and its response may cross different web processes:
+a server's request arrives on one process's stream and the host answers it in a POST that
+another serves; a legacy POST is answered on the event stream another holds. Such requests wait
+in the cache (``CACHES``: Redis shared by every web process in the scaled deployment), read
+before the answer is passed on, so they pair in whichever process sees the answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import hashlib
 import logging
 import time
 import weakref
@@ -30,6 +36,7 @@ from urllib.parse import quote, urljoin, urlsplit
 import httpx2
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 
@@ -39,7 +46,7 @@ from conversations.proxy.keys import authenticate
 from conversations.proxy.models import ProxyKey
 from conversations.proxy.recording import record_mcp
 from servers.models import McpServer
-from servers.proxy.pairing import HOST, SERVER, Pairer, cut
+from servers.proxy.pairing import HOST, SERVER, TOO_DEEP, Pairer, Shared, cut, read_json
 from servers.proxy.sse import Event, EventReader
 from servers.selectors import server_get
 
@@ -50,8 +57,12 @@ SESSION_HEADER = "x-inspector-session"
 # Not forwarded: what describes one hop (the LLM proxy's set, RFC 9110 §7.6.1), what the
 # client sets anew for the upstream's connection, and the proxy's own session hint.
 HOP_HEADERS = HOP_BY_HOP | {"host", "content-length", SESSION_HEADER}
-# The pairers of the sessions seen lately (a server's request is answered by a later POST).
+# The pairers of the sessions seen lately (their requests in flight, their unfinished lines).
 MAX_SCOPES = 1000
+# How long a request handed to the shared store waits there for its answer. The stream that
+# carried a server's request takes back what is unanswered when it ends (recorded as such); this
+# bounds what a process that died mid-stream leaves behind.
+SHARED_PENDING_SECONDS = 24 * 3600
 _pairers: OrderedDict[tuple[object, ...], Pairer] = OrderedDict()
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx2.AsyncClient] = (
     weakref.WeakKeyDictionary()
@@ -111,6 +122,31 @@ def _client() -> httpx2.AsyncClient:
     return client
 
 
+class CachePending:
+    """The requests of one proxied session that wait for an answer any web process may see, in
+    Django's cache (``pairing.SharedPending``). ``pop`` is a get and a delete: the cache's delete
+    says whether it removed the entry, so of two processes popping one key one gets it."""
+
+    def __init__(self, scope: tuple[object, ...]) -> None:
+        self.scope = repr(scope)
+
+    def _name(self, key: str) -> str:
+        # A JSON-RPC id is the host's or the server's text, of any length: hashed into the name.
+        digest = hashlib.sha256(f"{self.scope}\n{key}".encode("utf-8", "surrogatepass")).hexdigest()
+        return f"proxy-pending:{digest}"
+
+    def put(self, key: str, entry: Shared) -> None:
+        cache.set(self._name(key), entry, timeout=SHARED_PENDING_SECONDS)
+
+    def pop(self, key: str) -> Shared | None:
+        name = self._name(key)
+        found = cache.get(name)
+        if found is None or not cache.delete(name):
+            return None
+        record, sent_at = found
+        return record, sent_at
+
+
 def _pairer(scope: tuple[object, ...]) -> Pairer:
     pairer = _pairers.get(scope)
     if pairer is None:
@@ -118,6 +154,7 @@ def _pairer(scope: tuple[object, ...]) -> Pairer:
             line_limit=settings.MCP_STDOUT_LINE_LIMIT,
             body_limit=settings.EXCHANGE_BODY_LIMIT,
             not_json=("request (not JSON)", "event (not JSON)"),
+            shared=CachePending(scope),
         )
         _pairers[scope] = pairer
         while len(_pairers) > MAX_SCOPES:
@@ -163,17 +200,43 @@ def _record(route: Route, records: Sequence[WireExchange]) -> None:
         connections.close_all()
 
 
-def _outgoing_headers(request: HttpRequest) -> list[tuple[str, str]]:
-    headers = [(name, value) for name, value in request.headers.items() if name.lower() not in HOP_HEADERS]
+def _wire(text: str) -> bytes:
+    """A header as its bytes: the ASGI server handed them over decoded as Latin-1 (ASGI
+    specification, and Django keeps them so), so Latin-1 gives back exactly what the host sent —
+    bytes that are not UTF-8 and control characters included."""
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:  # not from the wire (set by a middleware): its UTF-8
+        return text.encode("utf-8", "surrogatepass")
+
+
+def _outgoing_headers(request: HttpRequest) -> list[tuple[bytes, bytes]]:
+    """The host's headers as it sent them, as bytes (a value is forwarded as it is, whatever its
+    bytes), less the hop-by-hop ones and the proxy's own."""
+    headers = [
+        (_wire(name), _wire(value))
+        for name, value in request.headers.items()
+        if name.lower() not in HOP_HEADERS
+    ]
     length = request.headers.get("content-length")
     if length:
-        headers.append(("content-length", length))
+        headers.append((b"content-length", _wire(length)))
     return headers
 
 
+def _stored(headers: Sequence[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Headers as the record keeps them: each name and value as text, every byte kept
+    (``decode_body``: bytes that are not UTF-8 become escapes the store keeps recoverable)."""
+    return {decode_body(name).lower(): decode_body(value) for name, value in headers}
+
+
 def _incoming_headers(response: httpx2.Response) -> list[tuple[str, str]]:
+    """The server's headers for the host, their bytes unchanged (Django writes a header's text as
+    Latin-1, so its bytes go out as they came in)."""
     return [
-        (name, value) for name, value in response.headers.multi_items() if name.lower() not in HOP_HEADERS
+        (name.decode("latin-1"), value.decode("latin-1"))
+        for name, value in response.headers.raw
+        if name.decode("latin-1").lower() not in HOP_HEADERS
     ]
 
 
@@ -185,6 +248,7 @@ class _Body:
         self.limit = limit
         self.kept = bytearray()
         self.total = 0
+        self.read_ahead = False
 
     def _next(self) -> bytes:
         chunk = self.request.read(CHUNK)
@@ -194,14 +258,34 @@ class _Body:
             self.kept += chunk[:room]
         return chunk
 
+    def start(self) -> bool:
+        """Read the body ahead when its length is known and it fits in the record, so that its
+        record is made (and a response in it paired) before it is passed on: once the server has
+        it, the server may answer on another stream at once. Django's ASGI handler has read the
+        body before calling the view, so this waits on nothing. False for a larger body or one of
+        unknown length: it is streamed and recorded once sent."""
+        length = self.request.headers.get("content-length", "")
+        if not length.isdigit() or int(length) > self.limit:
+            return False
+        while self._next():
+            pass
+        self.read_ahead = True
+        return True
+
     async def chunks(self) -> AsyncIterator[bytes]:
+        if self.read_ahead:
+            view = memoryview(self.kept)
+            for start in range(0, len(view), CHUNK):
+                yield bytes(view[start : start + CHUNK])
+            return
         while chunk := self._next():
             yield chunk
 
     def rest(self) -> None:
         """Read what was not sent (the upstream could not be reached), for the record."""
-        while self._next():
-            pass
+        if not self.read_ahead:
+            while self._next():
+                pass
 
 
 async def forward(
@@ -211,32 +295,43 @@ async def forward(
     url: str,
     scope: tuple[object, ...],
     rewrite_endpoint: Callable[[str], str] | None = None,
+    answered_on_stream: bool = False,
 ) -> HttpResponseBase:
-    """Forward ``request`` to ``url`` and stream the answer back, recording both."""
+    """Forward ``request`` to ``url`` and stream the answer back, recording both.
+
+    ``answered_on_stream``: the request's JSON-RPC response comes on an event stream (the legacy
+    transport's), which another web process may hold: the request waits for it in the shared
+    store."""
     body = _Body(request, _kept_limit())
     method = request.method or "GET"
     has_body = method not in ("GET", "HEAD", "DELETE") or bool(request.headers.get("content-length"))
+    read_ahead = body.start() if has_body else True
     outgoing = _outgoing_headers(request)
     upstream_request = _client().build_request(
         method, url, headers=outgoing, content=body.chunks() if has_body else None
     )
     # httpx adds defaults (its user agent, accept-encoding…): the server gets the host's own
     # (the framing headers for this hop aside).
-    sent = {name.lower() for name, _ in outgoing} | {"host", "content-length", "transfer-encoding"}
+    sent = {name.lower() for name, _ in outgoing} | {b"host", b"content-length", b"transfer-encoding"}
     for name in list(upstream_request.headers.keys()):
-        if name.lower() not in sent:
+        if _wire(name.lower()) not in sent:
             del upstream_request.headers[name]
     path = urlsplit(url).path or "/"
-    stored_headers = {":method": method, ":path": path, **dict(outgoing)}
+    stored_headers = {":method": method, ":path": path, **_stored(outgoing)}
     pairer = _pairer(scope)
     started = time.monotonic()
+    record = _request_record(pairer, body, method, path, stored_headers) if read_ahead else None
+    handed = pairer.hand_off(record) if record is not None and answered_on_stream else None
+    # Not a request waiting for its JSON-RPC response: finished by its HTTP answer.
+    awaits_http = record is not None and handed is None and not pairer.pending(record)
     try:
         upstream = await _client().send(upstream_request, stream=True)
     except httpx2.HTTPError as exc:
-        return _unreachable(route, pairer, body, method, path, stored_headers, exc, started)
-    record = _request_record(pairer, body, method, path, stored_headers)
-    response_headers = {":status": str(upstream.status_code), **dict(upstream.headers.multi_items())}
-    record.response_headers = response_headers
+        return _unreachable(route, pairer, body, method, path, stored_headers, exc, started, record, handed)
+    if record is None:
+        record = _request_record(pairer, body, method, path, stored_headers)
+        awaits_http = not pairer.pending(record)
+    record.response_headers = {":status": str(upstream.status_code), **_stored(upstream.headers.raw)}
     event_stream = upstream.headers.get("content-type", "").startswith("text/event-stream")
     stream = _relay(
         route,
@@ -245,8 +340,8 @@ async def forward(
         upstream,
         event_stream=event_stream,
         rewrite_endpoint=rewrite_endpoint,
-        # Not a request waiting for its JSON-RPC response: finished by its HTTP answer.
-        awaits_http=not pairer.pending(record),
+        awaits_http=awaits_http,
+        handed=handed,
     )
     response = StreamingHttpResponse(stream, status=upstream.status_code)
     for name, value in _incoming_headers(upstream):
@@ -264,15 +359,23 @@ def _request_record(
     pairer: Pairer, body: _Body, method: str, path: str, headers: dict[str, str]
 ) -> WireExchange:
     kept = bytes(body.kept)
-    if body.total and _json_rpc(kept) and body.total == len(kept):
+    whole = body.total == len(kept)
+    value, why = read_json(kept) if body.total and whole else (None, "")
+    if body.total and whole and not why and isinstance(value, dict | list):
         record = pairer.message(HOST, kept)
     elif body.total:
         # Not a message (or too large to read as one): recorded as the host sent it, with the answer.
         text = cut(decode_body(kept), pairer.body_limit)
-        if body.total > len(kept):
+        if not whole:
             text += f"\n… [cut: {body.total:,} bytes in all; the first {len(kept):,} are kept]"
-        label = "not JSON-RPC" if body.total == len(kept) else f"{method} {path} (cut)"
-        record = WireExchange(channel="mcp", label=label, started_at=datetime.now(UTC), request_body=text)
+        label = "not JSON-RPC" if whole else f"{method} {path} (cut)"
+        record = WireExchange(
+            channel="mcp",
+            label=label,
+            started_at=datetime.now(UTC),
+            request_body=text,
+            error=why if why == TOO_DEEP else "",
+        )
     else:
         record = WireExchange(channel="mcp", label=f"{method} {path}", started_at=datetime.now(UTC))
     record.request_headers = headers
@@ -281,14 +384,6 @@ def _request_record(
     # answer: held until then.
     pairer.finished[:] = [done for done in pairer.finished if done is not record]
     return record
-
-
-def _json_rpc(raw: bytes) -> bool:
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return False
-    return isinstance(value, dict | list)
 
 
 def _unreachable(
@@ -300,11 +395,16 @@ def _unreachable(
     headers: dict[str, str],
     exc: httpx2.HTTPError,
     started: float,
+    record: WireExchange | None,
+    handed: str | None,
 ) -> HttpResponse:
     why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     message = f"proxy: could not reach the MCP server {route.server.name!r} ({why})"
     body.rest()
-    record = _request_record(pairer, body, method, path, headers)
+    if record is None:
+        record = _request_record(pairer, body, method, path, headers)
+    if handed is not None:
+        pairer.take_back(handed, record)
     if pairer.pending(record):
         pairer.settle(record, body="", error=message)
     else:
@@ -324,11 +424,13 @@ async def _relay(
     event_stream: bool,
     rewrite_endpoint: Callable[[str], str] | None,
     awaits_http: bool,
+    handed: str | None,
 ) -> AsyncIterator[bytes]:
     """The upstream's body as it arrives; recorded as it streams (events) or once it ends."""
     limit = _kept_limit()
     events = EventReader(limit) if event_stream else None
     kept, total = bytearray(), 0
+    carried: list[tuple[str, WireExchange]] = []  # the server's requests this stream brought
     pending_rewrite = bytearray() if rewrite_endpoint is not None else None
     ended = False
     try:
@@ -347,12 +449,22 @@ async def _relay(
             yield chunk
             if events is not None:
                 for event in events.feed(chunk):
-                    _event(route, pairer, record, event)
+                    carried.extend(_event(route, pairer, event))
         ended = True
     finally:
         await upstream.aclose()
         _finish(
-            route, pairer, record, upstream, bytes(kept), total, events, ended=ended, awaits_http=awaits_http
+            route,
+            pairer,
+            record,
+            upstream,
+            bytes(kept),
+            total,
+            events,
+            ended=ended,
+            awaits_http=awaits_http,
+            handed=handed,
+            carried=carried,
         )
 
 
@@ -369,11 +481,16 @@ def _rewrite_first_endpoint(buffered: bytes, rewrite: Callable[[str], str]) -> t
     return None
 
 
-def _event(route: Route, pairer: Pairer, record: WireExchange, event: Event) -> None:
+def _event(route: Route, pairer: Pairer, event: Event) -> list[tuple[str, WireExchange]]:
+    """Record one event of the server's; a request of the server's is handed to the shared store
+    (the host answers it in a POST of its own, which any web process may serve) and returned
+    with its key there."""
     if event.name not in ("", "message") or not event.data.strip():
-        return
-    pairer.message(SERVER, event.data)
+        return []
+    message = pairer.message(SERVER, event.data)
+    handed = pairer.hand_off(message) if pairer.pending(message) else None
     _store(route, pairer.take())
+    return [(handed, message)] if handed is not None else []
 
 
 def _finish(
@@ -387,8 +504,19 @@ def _finish(
     *,
     ended: bool,
     awaits_http: bool,
+    handed: str | None,
+    carried: Sequence[tuple[str, WireExchange]],
 ) -> None:
     status = upstream.status_code
+    for key, request in carried:
+        # Unanswered (else an answer, in whichever process, took it): recorded as such now.
+        if pairer.take_back(key, request):
+            pairer.settle(
+                request,
+                body="",
+                error="the stream that carried this request ended before the host answered it",
+                status="no response",
+            )
     if events is not None:
         for event, size in events.cut:
             pairer.message(SERVER, event.data, cut_at=size)
@@ -397,14 +525,17 @@ def _finish(
         text += f"\n… [cut: {total:,} bytes in all; the first {len(kept):,} are kept]"
     note = "" if ended else "the host went away before the answer ended; this is what had passed"
     json_answer = upstream.headers.get("content-type", "").startswith("application/json")
+    # The legacy transport answers a POST "202 Accepted" and sends the response on its stream.
+    later = events is None and status == 202
+    if handed is not None and not (later and ended):
+        # Its response will not come on the stream: finished here, unless it came already.
+        pairer.take_back(handed, record)
     if not awaits_http:
         if not pairer.pending(record):
             _store(route, pairer.take())  # answered on its stream, already recorded
             return
         if events is None and json_answer and kept and status < 400 and total == len(kept) and ended:
             pairer.message(SERVER, kept)  # the response, read as a message (it pairs with the request)
-        # The legacy transport answers a POST "202 Accepted" and sends the response on its stream.
-        later = events is None and status == 202
         if pairer.pending(record) and (not ended or (events is None and not later)):
             if status >= 400:
                 error = f"HTTP {status}"
@@ -471,7 +602,7 @@ async def forward_sse_post(request: HttpRequest, route: Route, to: str) -> HttpR
             status=400,
             content_type="text/plain",
         )
-    return await forward(request, route, url=target, scope=sse_scope(route, to))
+    return await forward(request, route, url=target, scope=sse_scope(route, to), answered_on_stream=True)
 
 
 def sse_scope(route: Route, to: str) -> tuple[object, ...]:

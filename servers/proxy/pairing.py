@@ -9,16 +9,26 @@ recorded as the exact text that crossed (bytes that are not UTF-8 kept with
 Labels and directions follow ``conversations.proxy.recording.record_mcp``'s contract: a request's
 label is its method; ``client`` marks host→server requests and notifications, ``server``
 server→host ones; ``local`` marks what is not a message (stderr, a line that is not JSON).
+
+A request waits for its response in the pairer's memory. Over HTTP its response may come in a
+request that another web process serves (a server's request is answered by the host's later
+POST; a legacy SSE POST is answered on the event stream): such a request is handed to a
+``SharedPending`` store that every process reads (``servers.proxy.http``: the cache, Redis in
+the scaled deployment), where the first process to see its answer takes it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Protocol
 
 from conversations.loop.wire import WireExchange, decode_body
+
+log = logging.getLogger(__name__)
 
 HOST = "host"  # bytes the host sent (the server's stdin)
 SERVER = "server"  # bytes the server sent (its stdout)
@@ -34,6 +44,24 @@ def cut(text: str, limit: int) -> str:
 
 def _id_key(value: object) -> str:
     return json.dumps(value)
+
+
+# A request waiting in a ``SharedPending`` store: the record and when it was sent (``time.time()``:
+# another process reads it).
+Shared = tuple[WireExchange, float]
+
+
+class SharedPending(Protocol):
+    """Requests waiting for their answer where every process of the deployment can find them.
+
+    ``pop`` is atomic: of processes popping one key at once, one gets the entry, the others None.
+    Either method may raise when the store cannot be reached; the pairer then keeps the request
+    in its own memory (paired only if its answer comes to this process).
+    """
+
+    def put(self, key: str, entry: Shared) -> None: ...
+
+    def pop(self, key: str) -> Shared | None: ...
 
 
 @dataclass
@@ -57,6 +85,8 @@ class Pairer:
     body_limit: int
     # The labels of what is not a message, from the host and from the server.
     not_json: tuple[str, str] = ("stdin (not JSON)", "stdout (not JSON)")
+    # Where requests handed off (``hand_off``) wait for an answer any process may see.
+    shared: SharedPending | None = None
     finished: list[WireExchange] = field(default_factory=list)
     _lines: dict[str, _Line] = field(default_factory=dict)
     _pending: dict[str, tuple[WireExchange, float]] = field(default_factory=dict)
@@ -93,18 +123,61 @@ class Pairer:
         line.gap += size
         line.total += size
 
-    def settle(self, record: WireExchange, *, body: str, error: str) -> None:
+    def settle(self, record: WireExchange, *, body: str, error: str, status: str = "error") -> None:
         """``record``'s request will get no JSON-RPC response this way (its HTTP answer was an error,
         or the stream ended first): it is finished with ``body`` (what came back) and ``error``."""
         for key, (pending, started) in list(self._pending.items()):
             if pending is record:
                 del self._pending[key]
                 record.response_body = cut(body, self.body_limit)
-                record.status = "error"
+                record.status = status
                 record.error = error
                 record.duration_ms = (time.monotonic() - started) * 1000
                 self.finished.append(record)
                 return
+
+    def hand_off(self, record: WireExchange) -> str | None:
+        """Move ``record``, a request pending here, to the shared store, where its answer pairs with
+        it in whichever process sees that answer. Returns its key there; None when there is no
+        shared store, ``record`` is not pending here, or the store failed (it stays pending here)."""
+        if self.shared is None:
+            return None
+        for key, (pending, started) in list(self._pending.items()):
+            if pending is record:
+                sent_at = time.time() - (time.monotonic() - started)
+                try:
+                    self.shared.put(key, (record, sent_at))
+                except Exception:  # noqa: BLE001 (the store is down: pair it here, as without one)
+                    log.warning("proxy: a pending %s could not be shared; it pairs in this process only", key)
+                    return None
+                del self._pending[key]
+                return key
+        return None
+
+    def take_back(self, key: str, record: WireExchange) -> bool:
+        """Take the request handed off under ``key`` back into this pairer (its answer will not
+        come the shared way: its stream ended, or its HTTP answer was an error), unless an answer
+        took it first. True when ``record`` is pending here again."""
+        found = self._shared_pop(key)
+        if found is None:
+            return False
+        self._pending[key] = (record, found[1])
+        return True
+
+    def _shared_pop(self, key: str) -> tuple[WireExchange, float] | None:
+        """A request waiting in the shared store under ``key``, taken (its start as a
+        ``time.monotonic()`` of this process), or None."""
+        if self.shared is None:
+            return None
+        try:
+            found = self.shared.pop(key)
+        except Exception:  # noqa: BLE001 (the store is down: the answer is recorded unpaired)
+            log.warning("proxy: the shared store of pending requests could not be read for %s", key)
+            return None
+        if found is None:
+            return None
+        record, sent_at = found
+        return record, time.monotonic() - max(0.0, time.time() - sent_at)
 
     def pending(self, record: WireExchange) -> bool:
         return any(pending is record for pending, _ in self._pending.values())
@@ -159,10 +232,12 @@ class Pairer:
         body = cut(text, self.body_limit)
         if cut_at > len(raw):
             body += f"\n… [cut: {cut_at:,} bytes in all; the first {len(raw):,} are kept]"
-        message = None if cut_at > len(raw) else _json(raw)
-        if message is None:
-            why = "cut: too large to keep whole" if cut_at > len(raw) else "not a JSON-RPC message"
-            return self._local(self.not_json[stream != HOST], text if not cut_at else body, why)
+            return self._local(self.not_json[stream != HOST], body, "cut: too large to keep whole")
+        message, why = read_json(raw)
+        if why or message is None:
+            return self._local(
+                self.not_json[stream != HOST], text if not cut_at else body, why or NOT_A_MESSAGE
+            )
         return self._message(stream, message, body)
 
     def _local(self, label: str, body: str, error: str) -> WireExchange:
@@ -200,7 +275,8 @@ class Pairer:
             return record
         if msg_id is not None:
             other = SERVER if stream == HOST else HOST
-            found = self._pending.pop(f"{other}:{_id_key(msg_id)}", None)
+            key = f"{other}:{_id_key(msg_id)}"
+            found = self._pending.pop(key, None) or self._shared_pop(key)
             error = message.get("error")
             if found is None:
                 record = WireExchange(
@@ -238,9 +314,21 @@ def _unpaired(label: str, wall: datetime, origin: str, stream: str, body: str) -
     return record
 
 
-def _json(raw: bytes) -> object | None:
+NOT_A_MESSAGE = "not a JSON-RPC message"
+TOO_DEEP = (
+    "nested deeper than the JSON reader goes (Python's recursion limit): kept as the text that "
+    "crossed, not read as a message"
+)
+
+
+def read_json(raw: bytes) -> tuple[object, str]:
+    """``raw`` read as JSON, and "" — or None and why it could not be (not JSON, not UTF-8, or
+    nested so deep that reading it would exhaust the stack: a hostile line must not stop the
+    recorder)."""
     try:
         value: object = json.loads(raw)
+    except RecursionError:
+        return None, TOO_DEEP
     except ValueError:
-        return None
-    return value
+        return None, NOT_A_MESSAGE
+    return value, ""

@@ -81,6 +81,7 @@ class RawUpstream:
         self.parts: list[bytes] = []
         self.status = 200
         self.content_type = b"text/event-stream"
+        self.extra_headers: list[tuple[bytes, bytes]] = []
         self.hold = False
         self.sent_all = threading.Event()
         self.release = threading.Event()
@@ -95,12 +96,17 @@ class RawUpstream:
             if not message.get("more_body"):
                 break
         self.received.append(bytes(body))
-        self.headers.append({k.decode(): v.decode() for k, v in scope["headers"]})
+        # Latin-1: each byte a character, so a test sees exactly the bytes the proxy sent.
+        self.headers.append({k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]})
         await send(
             {
                 "type": "http.response.start",
                 "status": self.status,
-                "headers": [(b"content-type", self.content_type), (b"mcp-session-id", b"upstream-session")],
+                "headers": [
+                    (b"content-type", self.content_type),
+                    (b"mcp-session-id", b"upstream-session"),
+                    *self.extra_headers,
+                ],
             }
         )
         for part in self.parts:

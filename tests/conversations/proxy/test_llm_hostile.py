@@ -1,0 +1,101 @@
+"""Header values the LLM proxy must pass as they are: bytes that are not UTF-8, a right-to-left
+override and an escape sequence, from the host to the upstream and from the upstream back, and
+the call recorded either way."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
+
+from conversations.models import Exchange
+from conversations.proxy.keys import create_key
+from tests.conversations.proxy.llm_fakes import FakeUpstream, Reply, Served, ServedApp, canned
+from tests.support import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ODD_VALUE = b"\xff\xfe caf\xc3\xa9 \xe2\x80\xae evil \x1b[31m red"
+BODY = b'{"model": "fake", "messages": [{"role": "user", "content": "hi"}]}'
+
+
+@pytest.fixture
+def app() -> Iterator[str]:
+    with ServedApp() as served:
+        yield served.url
+
+
+@pytest.fixture
+def upstream() -> Iterator[tuple[FakeUpstream, str]]:
+    fake = FakeUpstream()
+    fake.release()
+    with Served(fake) as served:
+        yield fake, served.url
+
+
+@pytest.fixture
+def alice() -> User:
+    return get_user_model().objects.create_user("alice")
+
+
+def _recorded(user: User) -> bool:
+    return Exchange.objects.filter(conversation__owner=user, channel="llm").exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "conversations/proxy/forward.py forwards the host's headers as text, which httpx2 encodes "
+        "as ASCII: a value with a byte past 0x7F raises UnicodeEncodeError in build_request, the "
+        "host gets a 500 and nothing is recorded"
+    ),
+)
+def test_a_host_header_of_any_bytes_reaches_the_upstream_as_it_is_and_the_call_is_recorded(
+    app: str, upstream: tuple[FakeUpstream, str], alice: User
+) -> None:
+    fake, base = upstream
+    _, raw = create_key(alice, openai_upstream=f"{base}/v1")
+
+    answer = httpx.post(
+        f"{app}/proxy/{raw}/openai/v1/chat/completions",
+        content=BODY,
+        headers=[(b"Content-Type", b"application/json"), (b"X-Host-Note", ODD_VALUE)],
+        timeout=30,
+    )
+
+    assert answer.status_code == 200
+    assert fake.received[0].header("x-host-note").encode("latin-1") == ODD_VALUE
+    assert wait_until(lambda: _recorded(alice), 30)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "conversations/proxy/forward.py passes the upstream's headers back as httpx2 decoded them "
+        "(UTF-8): Django MIME-encodes a value it cannot write as Latin-1, so the host gets "
+        "'=?utf-8?b?...?=' instead of the bytes the upstream sent"
+    ),
+)
+def test_an_upstream_header_of_utf8_text_reaches_the_host_byte_for_byte(
+    app: str, upstream: tuple[FakeUpstream, str], alice: User
+) -> None:
+    fake, base = upstream
+    _, raw = create_key(alice, openai_upstream=f"{base}/v1")
+    reply = canned("/v1/chat/completions", BODY, b"")
+    fake.next_reply = Reply(
+        reply.chunks, headers=[*reply.headers, ("x-server-note", "caf\u00e9 \u202e evil")]
+    )
+
+    answer = httpx.post(
+        f"{app}/proxy/{raw}/openai/v1/chat/completions",
+        content=BODY,
+        headers={"Content-Type": "application/json"},
+        timeout=30,
+    )
+
+    assert answer.status_code == 200 and answer.content == reply.body
+    assert (b"x-server-note", "caf\u00e9 \u202e evil".encode()) in answer.headers.raw
+    assert wait_until(lambda: _recorded(alice), 30)
