@@ -298,6 +298,8 @@ class SentColumn:
     prompt: str
     prompt_exact: bool
     reply: str
+    # Where the prompt's text comes from (``Step.prompt_source``): what its label may claim.
+    prompt_source: str
     exchange: Exchange | None
     position: int = 0
     calls: int = 0
@@ -379,6 +381,7 @@ def comparison_sent(*, comparison: Comparison, call: SentCall = "first") -> list
                 run=conversation,
                 prompt=step.prompt if step is not None else "",
                 prompt_exact=step.prompt_exact if step is not None else False,
+                prompt_source=step.prompt_source if step is not None else "",
                 reply=exchange.response_body if exchange is not None else "",
                 exchange=exchange,
                 position=step_ids.index(step.pk) + 1 if step is not None else 0,

@@ -12,6 +12,7 @@ from django.db.models import Model
 from django.utils import timezone
 
 from conversations import events
+from conversations.chat_templates import DEMO_CHAT_TEMPLATE, DEMO_CHAT_TEMPLATE_SOURCE
 from conversations.execution import turn_dispatch
 from conversations.lifecycle import turn_signal_local, turn_step_record
 from conversations.loop.providers import PROVIDERS
@@ -221,9 +222,24 @@ def demo_format_profile_names() -> set[str]:
     return {demo_format_profile_name(key, stream=stream) for key in PROVIDERS for stream in (False, True)}
 
 
+def _demo_template(provider: str) -> dict[str, str]:
+    """The chat template fields of a demo profile in ``provider``'s format: the demo's own template
+    for Chat Completions (the format an open-weight engine such as vLLM serves, where the demo
+    renders it and reads the text), none for the hosted formats (docs/chat-templates.md §6)."""
+    if provider != "openai_chat":
+        return {"chat_template": "", "chat_template_source": "", "tokenizer": ""}
+    return {
+        "chat_template": DEMO_CHAT_TEMPLATE,
+        "chat_template_source": DEMO_CHAT_TEMPLATE_SOURCE,
+        # Counted with the tokenizer of the template's family: the demo has none of its own.
+        "tokenizer": "qwen3",
+    }
+
+
 def demo_format_profiles_ensure(*, stream: bool) -> list[ModelProfile]:
     """One demo model profile per provider wire format (served in-process, each in its format),
-    streamed or not, created on first use; in registry order."""
+    streamed or not, created on first use; in registry order. The Chat Completions one carries
+    the demo's chat template."""
     profiles = []
     for key in PROVIDERS:
         profile, _ = ModelProfile.objects.update_or_create(
@@ -234,6 +250,7 @@ def demo_format_profiles_ensure(*, stream: bool) -> list[ModelProfile]:
                 "api_key_env": "DEMO_MODEL_API_KEY",
                 "is_demo": True,
                 "stream": stream,
+                **_demo_template(key),
             },
         )
         profiles.append(profile)
@@ -314,7 +331,8 @@ def profile_probe(*, profile: ModelProfile, client: httpx2.Client | None = None)
 
 
 def demo_profile_ensure() -> ModelProfile:
-    """The demo model profile, created on first use (served in-process by this app)."""
+    """The demo model profile, created on first use (served in-process by this app), with the
+    demo's chat template: its prompts are the exact text the demo reads."""
     profile, _ = ModelProfile.objects.update_or_create(
         name=DEMO_PROFILE_NAME,
         defaults={
@@ -325,6 +343,7 @@ def demo_profile_ensure() -> ModelProfile:
             "native_tools": "yes",
             "structured_output": "yes",
             "parallel_calls": "yes",
+            **_demo_template("openai_chat"),
         },
     )
     return profile

@@ -54,7 +54,8 @@ class ModelProfileFactory(DjangoModelFactory[ModelProfile]):
 
 
 class DemoModelProfileFactory(ModelProfileFactory):
-    """The demo model's profile (one per database, like ``services.demo_profile_ensure``)."""
+    """The demo model's profile (one per database, like ``services.demo_profile_ensure``, but
+    without the demo's chat template: a profile whose prompts are as sent or illustrative)."""
 
     name = "demo"
     base_url = ""

@@ -25,6 +25,8 @@ Modules, in the order a request passes through them:
 * :mod:`~conversations.demo.conventions` — which format the reply must speak (native calls,
   structured output, or a text paradigm's convention read from the system prompt).
 * :mod:`~conversations.demo.understanding` — reading the question: its facts and the best tool.
+* :mod:`~conversations.demo.fit` — the description rule: whether the chosen tool's description
+  fits the question.
 * :mod:`~conversations.demo.arguments` — filling a tool's arguments from those facts.
 * :mod:`~conversations.demo.scenarios` — the ``[demo:…]`` switches that make it misbehave.
 * :mod:`~conversations.demo.replies` — deciding, repairing and writing the answer.

@@ -9,15 +9,19 @@ This module is the entry point; the steps live beside it in the package (see
 
 It lets a class run the real client code, the raw capture, the parser, the validator and the
 repair loop with no API key and no network. It is no language model: it picks a tool by word
-overlap with the tools' names and descriptions, calls it only when the tool's definition says it
-takes what the question gives (among several tools, its description must say so: the demo's
-description sensitivity, docs/evals.md §8), fills arguments with a few patterns guided by each
+overlap with the tools' names and descriptions, calls it only when the tool's description fits
+the question (says it takes what the question gives and refuses none of it: the description
+rule of :mod:`conversations.demo.fit`, docs/evals.md §8), fills arguments with a few patterns guided by each
 tool's JSON Schema, and writes answers from fixed templates labelled ``[demo model]``.
 
 Contract of :func:`complete`:
 
 * A request a real endpoint would refuse gets a 400 with an OpenAI-style error body, worded like
   OpenAI's where the wording is known.
+* It reads the request as an open-weight model behind vLLM reads it: rendered with its chat
+  template (Qwen2.5-7B-Instruct's), the messages and tools read back from that text
+  (:mod:`conversations.demo.prompt`); ``tool_choice``, ``parallel_tool_calls`` and
+  ``response_format`` from the request, as an engine applies them.
 * With no tool results after the last user message, it decides: call tools, or answer in text.
 * With tool results, it repairs once after an error result, else writes the final answer.
 * It speaks the format the request asks for (:data:`conversations.demo.conventions._FORMATS`):
@@ -42,6 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from conversations.demo.conventions import Written, check_response_format, format_type, understand
+from conversations.demo.prompt import through_template
 from conversations.demo.request import Request, RequestError, dump, parse_request
 from conversations.demo.scenarios import DRIP_MARKER_CAP_SECONDS, SLOW_MARKER_CAP_SECONDS
 from conversations.demo.understanding import Question, read_question
@@ -72,9 +77,11 @@ def complete(request: Mapping[str, JSONValue]) -> DemoReply:
     """Answer one Chat Completions request body (already decoded from JSON).
 
     Never raises for bad input: invalid requests become a 400 reply, ``[demo:http-500]`` a 500.
+    The request is rendered with the demo's chat template and the demo decides from that text
+    (:mod:`conversations.demo.prompt`): what the page shows as the prompt is what it reads.
     """
     try:
-        speaking, parsed = understand(parse_request(request))
+        speaking, parsed = understand(through_template(request, parse_request(request)))
     except RequestError as error:
         return DemoReply(400, openai_error_body(error.message, param=error.param, code=error.code))
     question = read_question(parsed.messages)

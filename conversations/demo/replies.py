@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from conversations.demo.arguments import candidate_argument_sets, repaired_arguments
+from conversations.demo.fit import Fit, description_fit
 from conversations.demo.request import Call, Message, Request, Tool, json_or_none, new_call
 from conversations.demo.scenarios import FLAWS, MISBEHAVIOURS
 from conversations.demo.understanding import (
@@ -24,7 +25,6 @@ from conversations.demo.understanding import (
     read_facts,
     score_tool,
     tool_named,
-    unexplained,
 )
 
 ANSWER_PREFIX = "[demo model] "
@@ -132,10 +132,11 @@ def decide(request: Request, question: Question) -> Turn:
         return Turn(f"{ANSWER_PREFIX}I answer without calling a tool, as [demo:no-tool] asks.{fits}")
     if request.choice.mode == "auto" and match.score == 0:
         return Turn(_no_fit_answer(question, candidates))
-    # Among several tools the description must say what the tool takes (docs/evals.md §8).
-    missing = unexplained(match.tool, facts, among=len(candidates)) if request.choice.mode == "auto" else ()
-    if missing:
-        return Turn(_unexplained_answer(match.tool, missing))
+    # The tool's description must fit the question (conversations.demo.fit, docs/evals.md §8).
+    if request.choice.mode == "auto":
+        fit = description_fit(match.tool, facts, among=len(candidates))
+        if not fit.fits:
+            return Turn(_unfit_answer(match.tool, fit))
     argument_sets = candidate_argument_sets(match.tool, facts, match.keyword)
     if not request.parallel:
         argument_sets = argument_sets[:1]
@@ -220,11 +221,14 @@ def _no_fit_answer(question: Question, tools: Sequence[Tool]) -> str:
     )
 
 
-def _unexplained_answer(tool: Tool, missing: Sequence[str]) -> str:
-    return (
-        f"{ANSWER_PREFIX}The tool {tool.name} might fit, but its description does not say that it "
-        f"takes {' or '.join(missing)}, so I answer without calling it."
-    )
+def _unfit_answer(tool: Tool, fit: Fit) -> str:
+    if fit.refuses:
+        why = f"its description says that it does not take {' or '.join(fit.refuses)}"
+    elif not fit.described:
+        why = "it has no description to tell it apart from the other tools"
+    else:
+        why = f"its description does not say that it takes {' or '.join(fit.given)}"
+    return f"{ANSWER_PREFIX}The tool {tool.name} might fit, but {why}, so I answer without calling it."
 
 
 def _quote(text: str) -> str:

@@ -3,10 +3,9 @@
 :func:`read_question` finds the current question and its ``[demo:…]`` markers;
 :func:`read_facts` pulls out places, days, numbers, expressions, unit conversions and quoted
 text; :func:`best_tool` scores each offered tool by word overlap (with stems and synonym groups)
-between the question and the tool's name and description; :func:`unexplained` says which kinds
-of value the question gives that a tool's definition does not say it takes — among several
-tools, that its description does not say it takes (the demo model's description sensitivity,
-docs/evals.md §8).
+between the question and the tool's name and the words its description affirms
+(:func:`read_negations`). Whether the chosen tool's description fits the question is
+:mod:`conversations.demo.fit`'s (the demo model's description rule, docs/evals.md §8).
 
 Pure Python: no Django, no I/O, no randomness.
 """
@@ -102,7 +101,8 @@ _STOPWORDS = frozenset(
 _SYNONYM_GROUPS: tuple[frozenset[str], ...] = (
     frozenset(
         "weather forecast forecasts temperature temperatures rain raining rainy snow snowing sunny "
-        "wind windy climate umbrella humid humidity hot cold".split()
+        "wind windy climate umbrella humid humidity hot cold sky skies cloud clouds cloudy storm "
+        "storms sunshine".split()
     ),
     frozenset(
         "calculate calculator calculation calc compute math maths arithmetic evaluate expression "
@@ -119,6 +119,12 @@ _GROUPS_OF: dict[str, frozenset[int]] = {
     for group in _SYNONYM_GROUPS
     for word in group
 }
+
+
+def synonym_groups_of(word: str) -> frozenset[int]:
+    """The synonym groups a word (or word form) belongs to, by index; empty for most words."""
+    return _GROUPS_OF.get(word, frozenset())
+
 
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _MONTHS = frozenset(
@@ -382,9 +388,9 @@ def best_tool(tools: Sequence[Tool], facts: Facts) -> _Match:
 
 def score_tool(tool: Tool, facts: Facts) -> _Match:
     """Points per question word: 3 when it names the tool, 2 when a synonym does, 1 when the
-    description mentions it or a synonym."""
+    description mentions it or a synonym (not in a negation: "never pass a city" names no city)."""
     name = _Terms.of(word for word in tool_name_words(tool.name) if word not in _STOPWORDS)
-    description = _Terms.of(word for word in words_of(tool.description) if word not in _STOPWORDS)
+    description = _Terms.of(word for word in affirmed_words(tool.description) if word not in _STOPWORDS)
     total = 0
     keyword: str | None = None
     for word in dict.fromkeys((*facts.words, *facts.intents)):
@@ -403,6 +409,36 @@ def score_tool(tool: Tool, facts: Facts) -> _Match:
     return _Match(tool, total, keyword)
 
 
+_CLAUSE_END = re.compile(r"[.:;!?\n]+")
+_NEGATIONS = frozenset("not no never neither nor without cannot none nothing".split())
+_CONTRASTS = frozenset("but only instead except rather".split())
+
+
+def read_negations(text: str) -> tuple[list[str], list[str]]:
+    """The words of ``text`` (as :func:`words_of`) split into affirmed and refused ones. A
+    negation ("not", "never", "neither", "nor", "without", "cannot", "…n't") refuses the rest of
+    its clause (a clause ends at ``.``, ``:``, ``;``, ``!``, ``?`` or a line end), up to a
+    contrast ("but", "only", "instead", "except", "rather")."""
+    affirmed: list[str] = []
+    refused: list[str] = []
+    for clause in _CLAUSE_END.split(text):
+        negated = False
+        for token in _WORD.findall(clause):
+            lowered = token.lower().replace("’", "'")
+            if lowered in _NEGATIONS or lowered.endswith("n't"):
+                negated = True
+            elif lowered in _CONTRASTS:
+                negated = False
+            else:
+                (refused if negated else affirmed).extend(words_of(token))
+    return affirmed, refused
+
+
+def affirmed_words(text: str) -> list[str]:
+    """The words of ``text`` no negation covers (:func:`read_negations`)."""
+    return read_negations(text)[0]
+
+
 def tool_named(name: str, tools: Sequence[Tool]) -> Tool:
     """The tool called ``name``, else the offered tool whose name is closest to it."""
     by_name = {tool.name: tool for tool in tools}
@@ -410,81 +446,3 @@ def tool_named(name: str, tools: Sequence[Tool]) -> Tool:
         return by_name[name]
     closest = difflib.get_close_matches(name, list(by_name), n=1, cutoff=0.0)
     return by_name[closest[0]] if closest else tools[0]
-
-
-# --- Does the definition say what the tool takes? -------------------------------------------
-
-# The kinds of value a question can give, and the words by which a tool's definition (its
-# description, its parameters' names and descriptions) says it takes one.
-_KIND_WORDS: dict[str, frozenset[str]] = {
-    "a place": frozenset(
-        "city cities place places location locations town towns country countries region regions "
-        "where address area areas timezone timezones latitude longitude".split()
-    ),
-    # Scheduling words say a tool takes a day as plainly as "date" does: a meeting is on one.
-    "a day": frozenset(
-        "day days date dates today tomorrow when weekday weekdays week schedule meeting appointment "
-        "event calendar time start".split()
-    ),
-    "an expression": frozenset(
-        "expression expressions arithmetic math calculate calculation compute formula number numbers".split()
-    ),
-    "units": frozenset("unit units convert conversion".split()),
-}
-# A definition with any of these takes free text, which can carry whatever the question gives.
-_FREE_TEXT_WORDS = frozenset("text note notes message content query search input prompt body".split())
-
-
-def _given_kinds(facts: Facts) -> tuple[str, ...]:
-    given = {
-        # Stated as a place ("in Beijing"), not merely a capitalised word.
-        "a place": any(
-            re.search(rf"\b(?:in|for|at)\s+{re.escape(place)}", facts.text, re.IGNORECASE)
-            for place in facts.places
-        ),
-        "a day": facts.day is not None,
-        "an expression": facts.expression is not None,
-        "units": facts.conversion is not None,
-    }
-    return tuple(kind for kind, present in given.items() if present)
-
-
-def definition_words(tool: Tool) -> frozenset[str]:
-    """The word forms of what the request shows of a tool besides its name: its description and
-    its parameters' names and descriptions (only the description when the request lists the
-    tools without their parameters, as an intent classification prompt does)."""
-    words = words_of(tool.description)
-    properties = tool.parameters.get("properties")
-    if isinstance(properties, dict):
-        for name, schema in properties.items():
-            words.extend(tool_name_words(name))
-            if isinstance(schema, dict) and isinstance(schema.get("description"), str):
-                words.extend(words_of(str(schema["description"])))
-    return word_forms_of(words)
-
-
-def unexplained(tool: Tool, facts: Facts, *, among: int = 1) -> tuple[str, ...]:
-    """The kinds of value the question gives (a place it is asked about, a day, an expression,
-    units) when the tool's definition mentions none of them; empty when it mentions one, when it
-    takes free text (a text, a query...), when the question gives none, or when the tool has
-    neither a description nor parameters (its name is all there is).
-
-    Which part of the definition must say it depends on ``among``, how many tools were offered
-    to choose from. A lone tool is read whole: its description and its parameters' names and
-    descriptions. Among several, the tool is routed to by its description, as a model tells a
-    catalogue's tools apart by what each says it does: the description must say it (the
-    parameters are read once the tool is chosen, to fill the arguments). A tool without a
-    description is judged by its parameters even then, as there is nothing else to go on.
-
-    This is what makes the demo model sensitive to descriptions, as real models are: a tool
-    described as "Weather." does not say it takes a city or a day.
-    """
-    kinds = _given_kinds(facts)
-    described = bool(tool.description.strip())
-    if not kinds or not (described or tool.parameters.get("properties")):
-        return ()
-    routed = among > 1 and described
-    mentioned = word_forms_of(words_of(tool.description)) if routed else definition_words(tool)
-    if mentioned & _FREE_TEXT_WORDS or any(mentioned & word_forms_of(_KIND_WORDS[kind]) for kind in kinds):
-        return ()
-    return kinds

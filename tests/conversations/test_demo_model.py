@@ -996,15 +996,6 @@ def test_the_structured_paradigm_routes_a_catalogue_by_its_descriptions_too() ->
     assert UNEXPLAINED in decision["decision"]["answer"]
 
 
-def test_a_catalogue_tool_without_a_description_is_judged_by_its_name_and_parameters() -> None:
-    undescribed = json.loads(json.dumps(WEATHER))
-    undescribed["function"]["description"] = ""
-
-    body = reply_of(ask(BEIJING, tools=_catalogue_with(undescribed)))
-
-    assert [name for name, _ in calls_of(body)] == ["demo__get_weather_forecast"]
-
-
 def test_a_note_taking_tool_takes_free_text_whatever_day_the_question_names() -> None:
     body = reply_of(ask("Remember to call mum on Monday", tools=[NOTES]))
 

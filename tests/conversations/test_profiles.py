@@ -86,6 +86,8 @@ def test_a_pasted_chat_template_makes_the_native_spliced_prompt_exact() -> None:
     alice = User.objects.create_user("alice")
     profile = demo_profile_ensure()
     profile.chat_template = TEMPLATE
+    profile.chat_template_source = ""  # pasted by a user
+    profile.tokenizer = ""  # automatic
     profile.save()
     _, turn = conversation_start(
         owner=alice,
@@ -114,9 +116,12 @@ def test_a_pasted_chat_template_makes_the_native_spliced_prompt_exact() -> None:
 @pytest.mark.usefixtures("_close_sessions")
 def test_without_a_template_the_native_prompt_is_marked_illustrative() -> None:
     alice = User.objects.create_user("alice")
+    profile = demo_profile_ensure()
+    profile.chat_template = ""  # as a hosted model's profile: no template known
+    profile.save()
     _, turn = conversation_start(
         owner=alice,
-        model_profile=demo_profile_ensure(),
+        model_profile=profile,
         question="What will the weather be like in Beijing tomorrow?",
         servers=[demo_server_ensure()],
         dispatch=False,

@@ -15,7 +15,7 @@ from django.test import Client
 from django.urls import reverse
 
 from conversations.loop.splicing import count_tokens
-from conversations.models import Step
+from conversations.models import ModelProfile, Step
 from conversations.pricing import comparison_cost, profile_price_set, tool_definitions_cost
 from conversations.runner import turn_run
 from conversations.selectors import comparison_runs
@@ -40,8 +40,12 @@ def _close_sessions() -> Iterator[None]:
 PARADIGMS = ("native", "structured", "prompt_json", "prompt_xml", "intent")
 
 
-def _compare(owner: object, paradigms: tuple[str, ...] = ("native", "structured", "prompt_xml")) -> object:
-    profile = demo_profile_ensure()
+def _compare(
+    owner: object,
+    paradigms: tuple[str, ...] = ("native", "structured", "prompt_xml"),
+    profile: ModelProfile | None = None,
+) -> object:
+    profile = profile or demo_profile_ensure()
     comparison, turns = comparison_start(
         owner=owner,  # type: ignore[arg-type]
         question=WEATHER,
@@ -109,8 +113,13 @@ def test_the_structured_paradigm_counts_each_tool_as_its_branch_of_the_schema_an
 
 
 def test_one_tool_counts_the_same_on_the_server_page_and_in_a_conversation() -> None:
+    """In a conversation whose rendering is illustrative (a profile without a chat template, as a
+    hosted model's); the demo's own template counts what it splices (docs/chat-templates.md §4)."""
     alice = UserFactory(username="alice")
-    comparison = _compare(alice)
+    profile = demo_profile_ensure()
+    profile.chat_template, profile.tokenizer = "", ""
+    profile.save()
+    comparison = _compare(alice, profile=profile)
     native = Step.objects.filter(
         turn__conversation__comparison=comparison, turn__conversation__paradigm="native", kind="decide"
     ).first()

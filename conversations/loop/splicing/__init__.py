@@ -100,7 +100,7 @@ MAX_PIECES_BY_DIFFERENCE = 100
 class Spliced:
     """The prompt text of one model call, whether it is exact, where it came from, its tokens.
 
-    ``status`` is ``exact``, ``warning``, ``failed`` or ``illustrative`` (see
+    ``status`` is ``exact``, ``warning``, ``failed``, ``as sent`` or ``illustrative`` (see
     :class:`~conversations.loop.splicing.templates.Rendering`); ``exact`` is true only for ``exact``.
     ``warnings`` says what kept a rendered template from being exact.
     """
@@ -142,8 +142,9 @@ def splice(
       ``source`` starts with ``failed:`` and names the template's error.
     * A template whose ``template_source`` says it is a Go template (Ollama) is not Jinja and is
       not rendered; ``source`` says so.
-    * No template, ``prompt_is_ours`` → the messages, role-labelled; ``exact=True`` (the text is
-      exactly what we sent; the provider's chat markup around it is not shown).
+    * No template, ``prompt_is_ours`` → the messages, role-labelled; status ``as sent``,
+      ``exact=False`` (the text is what we sent, but the provider's chat template around it is
+      not known: not the text the model reads).
     * Otherwise → :data:`GENERIC_TEMPLATE`, ``exact=False``, labelled illustrative.
 
     ``arguments`` says how the engine hands tool-call arguments to the template (``object``,
@@ -183,7 +184,13 @@ def splice(
         generic=generic,
     )
     go = "go template" in template_source.lower()  # not rendered: no arguments were passed
-    if arguments_setting and template and template.strip() and not go and rendering.status != "illustrative":
+    if (
+        arguments_setting
+        and template
+        and template.strip()
+        and not go
+        and rendering.status not in ("illustrative", "as sent")
+    ):
         note = setting_note(arguments_setting, parses=parses_arguments(template, arguments_setting))
         rendering.source = f"{rendering.source} — {note}"
     result_pieces, how = result_texts(messages), ""
@@ -206,6 +213,7 @@ def splice(
         tools=tool_pieces,
         results=result_pieces,
         exact=rendering.exact,
+        as_sent=rendering.status == "as sent",
         how=how,
         # The template's family tells the tokenizer only when that template made the text.
         template=template if rendering.status in ("exact", "warning") else None,

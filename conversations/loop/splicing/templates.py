@@ -2,9 +2,10 @@
 
 What "exact" can mean depends on the backend (docs/wire-formats.md §0):
 
-* **Prompt paradigms** write the tool descriptions into the system prompt themselves, so the
-  messages *are* the prompt (the provider only adds its own chat markup around them):
-  :data:`PARADIGM_SOURCE`, rendered role-labelled.
+* **Prompt paradigms** write the tool descriptions into the system prompt themselves. With the
+  model's template they are rendered like any request (exact); without one, the messages are
+  shown role-labelled exactly as they were sent, labelled ``as sent`` (:data:`PARADIGM_SOURCE`):
+  the provider applies its own template around them, which is not known, so never ``exact``.
 * **Open-weight models** read their Jinja chat template applied to the messages and tools. With
   the model's own template (pasted into the profile, or read from the serving engine by
   :mod:`conversations.loop.splicing.engines`) :func:`render_chat_template` reproduces transformers' rendering
@@ -58,7 +59,8 @@ __all__ = [
 ]
 
 GENERIC_SOURCE = "generic ChatML template (illustrative: the provider's own rendering is not observable)"
-PARADIGM_SOURCE = "the messages as the paradigm wrote them (the provider adds its own chat markup)"
+# The label pages show ("as sent — the provider applies its own template") is this prefix.
+PARADIGM_SOURCE = "as sent — the provider applies its own template: the messages as the paradigm wrote them"
 OLLAMA_GO_TEMPLATE_SOURCE = "Ollama Go template (shown as is; not rendered)"
 
 
@@ -144,8 +146,9 @@ class Rendering:
 
     ``status`` is ``"exact"`` (the engine renders exactly this), ``"warning"`` (the template
     rendered, but something it reads was not configured: see ``warnings``), ``"failed"`` (the
-    template failed; ``text`` is a stand-in the source names) or ``"illustrative"`` (no template:
-    the generic rendering). ``exact`` is true only for ``"exact"``.
+    template failed; ``text`` is a stand-in the source names), ``"as sent"`` (no template, a
+    prompt paradigm: the messages as sent, without the provider's markup) or ``"illustrative"``
+    (no template: the generic rendering). ``exact`` is true only for ``"exact"``.
     """
 
     text: str
@@ -219,14 +222,14 @@ def spliced_text(
 
     failed = problem is not None and problem.startswith("failed: ")
     if prompt_is_ours:
+        # The messages exactly as sent, but not the text the model reads: the provider wraps them
+        # in a chat template we do not have (or could not render).
         if problem is None:
-            return Rendering(_plain_rendering(messages), "exact", PARADIGM_SOURCE)
+            return Rendering(_plain_rendering(messages), "as sent", PARADIGM_SOURCE)
         source = (
             f"{problem} — shown instead: {PARADIGM_SOURCE}" if failed else f"{PARADIGM_SOURCE} — {problem}"
         )
-        # Failed: the messages are exact, but not what the template would have made of them. An
-        # unrenderable Go template leaves the messages what they were: the text we sent.
-        return Rendering(_plain_rendering(messages), "failed" if failed else "exact", source)
+        return Rendering(_plain_rendering(messages), "failed" if failed else "as sent", source)
 
     # The generic template is ours and tested; a failure here is a bug and should surface.
     generic = generic if generic is not None else GenericRenderer()

@@ -298,6 +298,7 @@ def token_report(
     tools: Mapping[str, str],
     results: Sequence[str],
     exact: bool,
+    as_sent: bool = False,
     how: str = "",
     template: str | None = None,
     special_tokens: Mapping[str, str] | None = None,
@@ -308,7 +309,8 @@ def token_report(
 
     ``text`` is the whole prompt; ``tools`` each tool's definition text by tool name, and
     ``results`` each tool result's text, as the prompt splices them; ``exact`` says whether
-    ``text`` is the model's real prompt (the note says so when it is not); ``how`` says how the
+    ``text`` is the model's real prompt (the note says so when it is not; ``as_sent``: it is the
+    messages as sent, without the provider's chat markup); ``how`` says how the
     pieces were found (added to the note); ``added_tokens`` are the tokenizer's added tokens (from
     its config), each counted as one token like the special tokens. Never raises: a
     tokenizer that fails gives no counts and a note saying why.
@@ -340,7 +342,9 @@ def token_report(
     if extra:
         many = "token" if len(extra) == 1 else "tokens"
         notes.append(f"the {len(extra)} added {many} of the tokenizer config count as one token each")
-    if not exact:
+    if as_sent:
+        notes.append("the prompt total is of the messages as sent, without the provider's chat markup")
+    elif not exact:
         notes.append("the prompt total is of this illustrative rendering")
     if how and (tool_counts or result_counts):
         notes.append(how)

@@ -394,7 +394,7 @@ def test_splice_prompt_paradigm_shows_the_messages_role_labelled() -> None:
 
     spliced = splice(messages=messages, tools=[GET_TIME], model="gpt-4o-mini", prompt_is_ours=True)
 
-    assert spliced.exact is True
+    assert (spliced.exact, spliced.status) == (False, "as sent")
     assert spliced.source == PARADIGM_SOURCE
     assert spliced.text == (
         "### system\nTools:\n- get_time(tz)\nAnswer with JSON.\n\n"

@@ -85,10 +85,14 @@ def test_a_failing_template_under_a_prompt_paradigm_is_failed_not_exact() -> Non
     assert spliced.source.endswith(f"shown instead: {PARADIGM_SOURCE}")
 
 
-def test_the_paradigm_rendering_without_a_template_stays_exact() -> None:
+def test_the_paradigm_rendering_without_a_template_is_as_sent_never_exact() -> None:
+    """No engine renders the role-labelled messages: they are what was sent, and the provider
+    applies its own template around them (issue 48)."""
     spliced = splice(messages=ASK, tools=[], model="gpt-4o", prompt_is_ours=True)
 
-    assert (spliced.exact, spliced.status, spliced.source) == (True, "exact", PARADIGM_SOURCE)
+    assert (spliced.exact, spliced.status, spliced.source) == (False, "as sent", PARADIGM_SOURCE)
+    assert PARADIGM_SOURCE.startswith("as sent — the provider applies its own template")
+    assert "the messages as sent, without the provider's chat markup" in spliced.tokens.note
 
 
 @pytest.mark.parametrize(
