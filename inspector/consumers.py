@@ -31,13 +31,15 @@ from typing import Any, TypeVar, cast
 from asgiref.sync import sync_to_async
 from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.layers import InMemoryChannelLayer
+from django.conf import settings
 from django.contrib import auth
 from django.http import HttpRequest
 
 from conversations.models import Conversation
 from conversations.record.audit import audit_read
 from conversations.record.exchanges import release_connection
-from conversations.selectors import conversation_get
+from conversations.selectors import conversation_changed_at, conversation_get
 from inspector import live, memory
 from inspector.fragments import (
     Message,
@@ -45,6 +47,7 @@ from inspector.fragments import (
     render_catch_up,
     render_row,
     render_turn,
+    timestamp_iso,
 )
 from inspector.live import StepChanged, StepPartial, TurnChanged
 from inspector.preferences import preference_get
@@ -224,10 +227,29 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         self.group = live.conversation_group(self.conversation.public_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        if isinstance(self.channel_layer, InMemoryChannelLayer):
+            self.watch = asyncio.create_task(self._watch_other_processes())
 
     async def disconnect(self, code: int) -> None:
+        watch = getattr(self, "watch", None)
+        if watch is not None:
+            watch.cancel()
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def _watch_other_processes(self) -> None:
+        """Without Redis the doorbells stay in their process: a row another process stores (a
+        ``manage.py proxy stdio`` beside the embedded server, an ``ask``) rings nothing here. So
+        the socket looks every ``LIVE_WATCH_SECONDS`` whether the conversation changed (one
+        aggregate read) and, when it did, tells the page to catch up (``changed``)."""
+        conversation = self.conversation
+        seen = await _socket_read(lambda: conversation_changed_at(conversation=conversation))
+        while True:
+            await asyncio.sleep(settings.LIVE_WATCH_SECONDS)
+            now = await _socket_read(lambda: conversation_changed_at(conversation=conversation))
+            if now is not None and (seen is None or now > seen):
+                seen = now
+                await self.send_json({"type": "changed", "at": timestamp_iso(now)})
 
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any

@@ -195,6 +195,10 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# Without Redis a doorbell reaches only the sockets of its own process: each socket of the
+# embedded server looks this often whether another process (``proxy stdio``, ``ask``) changed its
+# conversation, and has the page catch up (inspector.consumers).
+LIVE_WATCH_SECONDS = env_float("LIVE_WATCH_SECONDS", 1.0)
 # Counters every web process must share (login throttling) and the sessions' cache
 # (``SESSION_ENGINE``) live in Redis when there is one; embedded, in the process's memory.
 CACHES = {

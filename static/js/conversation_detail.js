@@ -245,6 +245,14 @@
     } else if (message.type === "error") {
       console.warn("inspector:", message.message);
       return;
+    } else if (message.type === "changed") {
+      // Another process stored something (the embedded server hears no doorbell of it): ask for
+      // what changed since the newest thing this page has seen.
+      if (socket && socket.readyState === WebSocket.OPEN) {
+        var since = catchUpFrom();
+        socket.send(JSON.stringify({ type: "catch_up", since: since, view: pageView(since) }));
+      }
+      return;
     } else if (message.type === "caught_up") {
       // Everything the catch-up had for this page has arrived: what it shows is current.
       if (indicator) {

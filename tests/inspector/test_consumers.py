@@ -514,3 +514,29 @@ async def test_a_socket_opens_and_catches_up_while_a_page_holds_the_servers_sync
     ).acount()
     assert opened == 1
     await communicator.disconnect()
+
+
+async def test_without_redis_a_row_another_process_stored_makes_the_page_catch_up(
+    settings: Any,
+) -> None:
+    # The embedded server has no Redis: a row that `proxy stdio` (a process of its own) stores
+    # rings no doorbell here. The socket notices the conversation changed and says so; the page
+    # then catches up and gets the row.
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    settings.LIVE_WATCH_SECONDS = 0.2
+    alice = await User.objects.acreate(username="alice")
+    conversation, turn, _step = await sync_to_async(_conversation)(alice)
+    communicator = await _as(alice, conversation)
+    assert (await communicator.connect())[0]
+    assert await communicator.receive_nothing(timeout=0.8)  # nothing changed: nothing said
+    before = timezone.now()
+
+    stored = await Step.objects.acreate(turn=turn, seq=2, kind="answer", title="answer", text="Rain.")
+
+    changed = await communicator.receive_json_from(timeout=5)
+    assert changed["type"] == "changed" and changed["at"] >= before.isoformat()[:19]
+    await communicator.send_json_to({"type": "catch_up", "since": before.isoformat()})
+    rows = [m["step_id"] for m in await _caught_up(communicator) if m["type"] == "row"]
+    assert rows == [stored.pk]
+    assert await communicator.receive_nothing(timeout=0.8)  # said once per change
+    await communicator.disconnect()
