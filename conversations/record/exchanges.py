@@ -17,7 +17,7 @@ from django.db import connection
 from conversations.escaping import refused_character, storable_text
 from conversations.loop.wire import WireExchange
 from conversations.models import FTS_BODY_CHARS, Exchange
-from conversations.record.store import Batch, record_store
+from conversations.record.store import Batch, model_row, record_store
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
 from conversations.typealias import JSONDict
@@ -102,26 +102,29 @@ def exchange_rows(
             if problem
         ]
         rows.append(
-            Exchange(
-                turn_id=turn_id,
-                conversation_id=conversation_id,
-                step_id=step_id,
-                server_id=record.server_id,
-                server_name=_storable_line(record.server_name, 40),
-                seq=first_seq + offset,
-                channel=record.channel,
-                direction=record.direction,
-                label=_storable_line(record.label, 200),
-                jsonrpc_id=_storable_line(record.jsonrpc_id, 64),
-                request_headers=_storable_headers(record.request_headers, redact),
-                request_body=request_body,
-                response_headers=_storable_headers(record.response_headers, redact),
-                response_body=response_body,
-                response_search=_searchable(record.search_text, redact),
-                status=_storable_line(record.status, 32),
-                error="\n".join([error, *escaped]).strip("\n") if escaped else error,
-                started_at=record.started_at,
-                duration_ms=record.duration_ms,
+            model_row(
+                Exchange,
+                {
+                    "turn_id": turn_id,
+                    "conversation_id": conversation_id,
+                    "step_id": step_id,
+                    "server_id": record.server_id,
+                    "server_name": _storable_line(record.server_name, 40),
+                    "seq": first_seq + offset,
+                    "channel": record.channel,
+                    "direction": record.direction,
+                    "label": _storable_line(record.label, 200),
+                    "jsonrpc_id": _storable_line(record.jsonrpc_id, 64),
+                    "request_headers": _storable_headers(record.request_headers, redact),
+                    "request_body": request_body,
+                    "response_headers": _storable_headers(record.response_headers, redact),
+                    "response_body": response_body,
+                    "response_search": _searchable(record.search_text, redact),
+                    "status": _storable_line(record.status, 32),
+                    "error": "\n".join([error, *escaped]).strip("\n") if escaped else error,
+                    "started_at": record.started_at,
+                    "duration_ms": record.duration_ms,
+                },
             )
         )
     return rows
