@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from conversations.escaping import refused_character, storable_text
 from conversations.loop.wire import WireExchange
@@ -145,9 +145,12 @@ def release_connection(*, always: bool = False) -> None:
     ``always`` (the writer, after each write): a connection that is not pooled is closed too if
     the write left it unusable, so the next write opens a fresh one.
     """
-    if connection.in_atomic_block:
+    # The thread's connection looked up once (each ``connection.x`` is a thread-local lookup): the
+    # loop calls this after every step it hands over, mostly holding no connection at all.
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.connection is None or db.in_atomic_block:
         return
-    if connection.settings_dict["OPTIONS"].get("pool"):
-        connection.close()
+    if db.settings_dict["OPTIONS"].get("pool"):
+        db.close()
     elif always:
-        connection.close_if_unusable_or_obsolete()
+        db.close_if_unusable_or_obsolete()
