@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from typing import cast
 
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from conversations.escaping import refused_character, storable_text
 from conversations.loop.wire import WireExchange
 from conversations.models import FTS_BODY_CHARS, Exchange
-from conversations.record.store import Batch, record_store
+from conversations.record.store import Batch, model_row, record_store
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
 from conversations.typealias import JSONDict
@@ -102,26 +102,29 @@ def exchange_rows(
             if problem
         ]
         rows.append(
-            Exchange(
-                turn_id=turn_id,
-                conversation_id=conversation_id,
-                step_id=step_id,
-                server_id=record.server_id,
-                server_name=_storable_line(record.server_name, 40),
-                seq=first_seq + offset,
-                channel=record.channel,
-                direction=record.direction,
-                label=_storable_line(record.label, 200),
-                jsonrpc_id=_storable_line(record.jsonrpc_id, 64),
-                request_headers=_storable_headers(record.request_headers, redact),
-                request_body=request_body,
-                response_headers=_storable_headers(record.response_headers, redact),
-                response_body=response_body,
-                response_search=_searchable(record.search_text, redact),
-                status=_storable_line(record.status, 32),
-                error="\n".join([error, *escaped]).strip("\n") if escaped else error,
-                started_at=record.started_at,
-                duration_ms=record.duration_ms,
+            model_row(
+                Exchange,
+                {
+                    "turn_id": turn_id,
+                    "conversation_id": conversation_id,
+                    "step_id": step_id,
+                    "server_id": record.server_id,
+                    "server_name": _storable_line(record.server_name, 40),
+                    "seq": first_seq + offset,
+                    "channel": record.channel,
+                    "direction": record.direction,
+                    "label": _storable_line(record.label, 200),
+                    "jsonrpc_id": _storable_line(record.jsonrpc_id, 64),
+                    "request_headers": _storable_headers(record.request_headers, redact),
+                    "request_body": request_body,
+                    "response_headers": _storable_headers(record.response_headers, redact),
+                    "response_body": response_body,
+                    "response_search": _searchable(record.search_text, redact),
+                    "status": _storable_line(record.status, 32),
+                    "error": "\n".join([error, *escaped]).strip("\n") if escaped else error,
+                    "started_at": record.started_at,
+                    "duration_ms": record.duration_ms,
+                },
             )
         )
     return rows
@@ -142,9 +145,12 @@ def release_connection(*, always: bool = False) -> None:
     ``always`` (the writer, after each write): a connection that is not pooled is closed too if
     the write left it unusable, so the next write opens a fresh one.
     """
-    if connection.in_atomic_block:
+    # The thread's connection looked up once (each ``connection.x`` is a thread-local lookup): the
+    # loop calls this after every step it hands over, mostly holding no connection at all.
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.connection is None or db.in_atomic_block:
         return
-    if connection.settings_dict["OPTIONS"].get("pool"):
-        connection.close()
+    if db.settings_dict["OPTIONS"].get("pool"):
+        db.close()
     elif always:
-        connection.close_if_unusable_or_obsolete()
+        db.close_if_unusable_or_obsolete()

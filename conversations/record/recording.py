@@ -59,7 +59,7 @@ from conversations.record.integrity import (
     integrity_key,
     turn_seal,
 )
-from conversations.record.store import Batch, FenceRefused, record_store
+from conversations.record.store import Batch, FenceRefused, model_row, record_store
 from conversations.record.writer import process_writer
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
@@ -293,15 +293,18 @@ class _Batch:
             fields = dict(opening.fields)
             if opening.computed is not None:
                 fields.update(_computed(opening.computed))
-            self.step = Step(
-                id=opening.pk,
-                turn_id=owner.turn.pk,
-                parent_id=opening.parent,
-                seq=opening.seq,
-                kind=opening.kind,
-                started_at=opening.at,
-                updated_at=opening.at,
-                **owner._redacted({"title": opening.title, **fields}, step=opening.pk),
+            self.step = model_row(
+                Step,
+                {
+                    "id": opening.pk,
+                    "turn_id": owner.turn.pk,
+                    "parent_id": opening.parent,
+                    "seq": opening.seq,
+                    "kind": opening.kind,
+                    "started_at": opening.at,
+                    "updated_at": opening.at,
+                    **owner._redacted({"title": opening.title, **fields}, step=opening.pk),
+                },
             )
 
     def ready(self) -> None:

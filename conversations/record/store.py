@@ -26,10 +26,11 @@ written. The guard costs no round trip of its own: it goes out with the batch's 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -63,6 +64,33 @@ class Update:
 
 
 Operation = Insert | Update
+
+M = TypeVar("M", bound=Model)
+
+
+def model_row(model: type[M], values: Mapping[str, Any]) -> M:
+    """A new, unsaved row of ``model``: what ``model(**values)`` makes, made by the model's
+    constructor from positional values (every concrete field in the model's own order, as
+    ``Model.from_db`` calls it), which skips the keyword form's lookup, ``pop`` and missing-key
+    exception per field: about half the cost for the record's rows, made by the thousand.
+
+    ``values`` by attribute name (``turn_id``, not ``turn``); a field not in it gets its default
+    (``Field.get_default``), as the keyword form gives it.
+
+    Raises:
+        TypeError: a name that is not a concrete field's attribute name.
+    """
+    fields = _concrete_fields(model)
+    if not values.keys() <= fields.keys():
+        unknown = ", ".join(sorted(set(values) - set(fields)))
+        raise TypeError(f"{model.__name__} has no field {unknown}")
+    return model(*[values[name] if name in values else field.get_default() for name, field in fields.items()])
+
+
+@functools.cache
+def _concrete_fields(model: type[Model]) -> dict[str, Any]:
+    """The model's concrete fields by attribute name, in the order its constructor takes them."""
+    return {str(field.attname): field for field in model._meta.concrete_fields}
 
 
 class FenceRefused(Exception):

@@ -17,7 +17,7 @@ from conversations.escaping import storable_text
 from conversations.models import AuditEvent, Exchange, Step, Turn
 from conversations.record.orm import OrmStore
 from conversations.record.postgres import COPY_FROM_ROWS, PostgresStore
-from conversations.record.store import Batch, FenceRefused, Insert, RecordStore, record_store
+from conversations.record.store import Batch, FenceRefused, Insert, RecordStore, model_row, record_store
 from tests.factories import StepFactory, TurnFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -282,6 +282,34 @@ def test_an_insert_holds_rows_of_one_model_all_with_ids_or_all_without(turn: Tur
         Insert([_step(turn, 1, 1), _step(turn, None, 2)])
     with pytest.raises(TypeError):
         Insert([_step(turn, 1, 1), _exchange(turn, None, 1)])
+
+
+def _attributes(row: models.Model) -> dict[str, Any]:
+    return {str(field.attname): getattr(row, str(field.attname)) for field in type(row)._meta.concrete_fields}
+
+
+@pytest.mark.django_db(transaction=False)
+def test_a_row_made_by_position_is_the_row_the_keyword_constructor_makes() -> None:
+    """``model_row`` (the recorder's rows: by position, for speed) gives every field the value
+    ``Model(**values)`` gives it, defaults (fresh ones) included, and refuses an unknown name."""
+    started = datetime(2026, 12, 5, 21, 0, tzinfo=UTC)
+    step_values: dict[str, Any] = {
+        "id": 7, "turn_id": 3, "parent_id": None, "seq": 2, "kind": Step.Kind.TOOL, "title": "MiXeD",
+        "started_at": started, "updated_at": started, "arguments": {"x": [1, "ü"]}, "server_name": "demo",
+    }  # fmt: skip
+    exchange_values: dict[str, Any] = {
+        "turn_id": 3, "conversation_id": 4, "step_id": 7, "seq": 1, "channel": Exchange.Channel.MCP,
+        "label": "tools/call", "request_headers": {"a": "b"}, "request_body": "{}", "started_at": started,
+    }  # fmt: skip
+
+    for model, values in ((Step, step_values), (Exchange, exchange_values)):
+        by_position, by_keyword = model_row(model, values), model(**values)
+        assert _attributes(by_position) == _attributes(by_keyword)
+        assert by_position._state.adding and by_position._state.db is None
+    first, second = model_row(Step, step_values), model_row(Step, step_values)
+    assert first.calls == [] and first.calls is not second.calls  # a default made for each row
+    with pytest.raises(TypeError, match="no field turn$"):
+        model_row(Exchange, {**exchange_values, "turn": None})
 
 
 def test_postgresql_takes_the_fast_path_unless_the_orm_is_asked_for(settings: Settings) -> None:
