@@ -10,13 +10,15 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.sessions import CookieMiddleware, SessionMiddleware  # noqa: E402
 
 from conversations import warm_start  # noqa: E402
+from conversations.proxy.front import with_llm_proxy  # noqa: E402
 from inspector.consumers import SocketAuthMiddleware  # noqa: E402
 from inspector.routing import websocket_urlpatterns  # noqa: E402
 from inspector.security import WebsocketOriginValidator  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # The LLM proxy's routes are answered ahead of Django's middleware (conversations.proxy.front).
+        "http": with_llm_proxy(django_asgi_app),
         # Channels' ``AuthMiddlewareStack``, its user read outside the thread pages are rendered in.
         "websocket": WebsocketOriginValidator(
             CookieMiddleware(SessionMiddleware(SocketAuthMiddleware(URLRouter(websocket_urlpatterns))))

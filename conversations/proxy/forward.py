@@ -18,7 +18,8 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from weakref import WeakKeyDictionary
 
@@ -83,9 +84,9 @@ def upstream_client(read_timeout: float) -> httpx2.AsyncClient:
     return client
 
 
-def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
+def forwarded_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """The host's request headers as they go to the upstream: all, less hop-by-hop and ours."""
-    return {name: value for name, value in headers.items() if name.lower() not in _NOT_FORWARDED}
+    return [(name, value) for name, value in headers if name.lower() not in _NOT_FORWARDED]
 
 
 def passed_back(headers: httpx2.Headers) -> list[tuple[str, str]]:
@@ -177,26 +178,38 @@ def error_body(kind: str, message: str) -> dict[str, dict[str, str]]:
     return {"error": {"type": kind, "message": message}}
 
 
-async def relay(
-    request: HttpRequest,
+@dataclass
+class Answer:
+    """The upstream's answer as it goes to the host: its status, its headers less the hop-by-hop
+    ones, and its body bytes as they arrive (``error`` set instead when the upstream could not be
+    reached: the host gets that JSON with ``status``)."""
+
+    status: int
+    reason: str
+    headers: list[tuple[str, str]]
+    body: AsyncGenerator[bytes, None] | None = None
+    error: dict[str, dict[str, str]] | None = None
+
+
+async def pass_on(
+    method: str,
     url: str,
+    headers: Iterable[tuple[str, str]],
+    body: bytes,
     *,
     limit: int,
     read_timeout: float,
     on_done: ExchangeDone,
-) -> HttpResponseBase:
-    """Send ``request`` on to ``url`` and return the upstream's answer as it arrives.
+) -> Answer:
+    """Send the host's request (``method``, ``headers`` as the host sent them, ``body``) on to
+    ``url``; the answer's body is passed on as the upstream sends it.
 
-    The response the host gets streams the upstream's body bytes unchanged, whatever their type;
-    an upstream that cannot be reached gets the host a 502 (a 504 when it did not answer in
+    An upstream that cannot be reached gets the host a 502 (a 504 when it did not answer in
     time) with a JSON body saying why. ``on_done`` is called once with the exchange: when the
     body has ended, broken off, or the host went away (then it holds what had passed).
     """
-    body = request.read()
     client = upstream_client(read_timeout)
-    outgoing = client.build_request(
-        request.method or "POST", url, content=body, headers=forwarded_headers(request.headers)
-    )
+    outgoing = client.build_request(method, url, content=body, headers=forwarded_headers(headers))
     started = datetime.now(UTC)
     t0 = time.monotonic()
     exchange, request_note = _request_record(outgoing, body, limit, started)
@@ -215,16 +228,46 @@ async def relay(
             f"the inspector's proxy could not reach the upstream {where}: {type(exc).__name__}"
             f"{' (timed out)' if timed_out else ''}"
         )
-        return JsonResponse(error_body("upstream_unreachable", message), status=504 if timed_out else 502)
+        return Answer(
+            status=504 if timed_out else 502,
+            reason="",
+            headers=[("content-type", "application/json")],
+            error=error_body("upstream_unreachable", message),
+        )
     capture = Capture(limit, upstream.headers.get("content-encoding", ""))
-    response = StreamingHttpResponse(
-        _passed(upstream, capture, exchange, request_note, t0, on_done),
+    return Answer(
         status=upstream.status_code,
-        reason=upstream.reason_phrase or None,
+        reason=upstream.reason_phrase,
+        headers=passed_back(upstream.headers),
+        body=_passed(upstream, capture, exchange, request_note, t0, on_done),
     )
-    if "content-type" not in upstream.headers:
+
+
+async def relay(
+    request: HttpRequest,
+    url: str,
+    *,
+    limit: int,
+    read_timeout: float,
+    on_done: ExchangeDone,
+) -> HttpResponseBase:
+    """``pass_on`` for a Django view: ``request`` sent on to ``url``, the answer as a streaming
+    response (the LLM routes themselves are served by ``conversations.proxy.front``)."""
+    answer = await pass_on(
+        request.method or "POST",
+        url,
+        request.headers.items(),
+        request.read(),
+        limit=limit,
+        read_timeout=read_timeout,
+        on_done=on_done,
+    )
+    if answer.body is None:
+        return JsonResponse(answer.error, status=answer.status)
+    response = StreamingHttpResponse(answer.body, status=answer.status, reason=answer.reason or None)
+    if not any(name.lower() == "content-type" for name, _ in answer.headers):
         del response["Content-Type"]
-    for name, value in passed_back(upstream.headers):
+    for name, value in answer.headers:
         # Django keeps one value per name; a repeated header (Set-Cookie aside) joins with a comma.
         response[name] = (
             f"{response[name]}, {value}" if name in response and name.lower() != "content-type" else value
@@ -239,7 +282,7 @@ async def _passed(
     request_note: str,
     t0: float,
     on_done: ExchangeDone,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     problem = ""
     try:
         async for chunk in upstream.aiter_raw():

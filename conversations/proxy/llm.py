@@ -6,13 +6,16 @@ format (``ProxyKey.openai_upstream`` is an OpenAI base URL such as ``https://api
 ``anthropic_upstream`` and ``gemini_upstream`` are the hosts' roots, as those SDKs take them).
 The host's own credentials go to the upstream as sent and are never stored: their values are
 handed to the recorder as secrets to mask wherever they appear. The exchange is recorded in a
-thread once the answer has passed (``forward.relay``); the host never waits on the record.
-docs/proxy-llm.md describes the routes.
+thread once the answer has passed (``forward.pass_on``); the host never waits on the record.
+The web process serves these routes through ``conversations.proxy.front``, a plain ASGI
+application ahead of Django's middleware; the views here serve them wherever Django itself
+handles the request (the test client, WSGI). docs/proxy-llm.md describes the routes.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
@@ -54,63 +57,94 @@ ANTHROPIC = Format("anthropic", "anthropic_upstream", "Anthropic")
 GEMINI = Format("gemini", "gemini_upstream", "Gemini")
 
 
-def credentials(request: HttpRequest) -> tuple[str, ...]:
-    """Every credential the host sent: header values whole and as their bare token, and ``?key=``."""
+def credentials(headers: Mapping[str, str], query: str) -> tuple[str, ...]:
+    """Every credential the host sent: header values whole and as their bare token, and ``?key=``.
+
+    ``headers`` is looked up by lower-case name (Django's ``request.headers`` answers any case)."""
     found: list[str] = []
     for name in CREDENTIAL_HEADERS:
-        value = request.headers.get(name, "")
+        value = headers.get(name, "")
         if value:
             found.append(value)
             scheme, _, token = value.partition(" ")
             if token and scheme.lower() in {"bearer", "basic", "token"}:
                 found.append(token.strip())
-    found.extend(
-        value for name, value in parse_qsl(request.META.get("QUERY_STRING", "")) if name == "key" and value
-    )
+    found.extend(value for name, value in parse_qsl(query) if name == "key" and value)
     return tuple(dict.fromkeys(found))
 
 
-def _refusal(status: int, kind: str, message: str) -> JsonResponse:
-    return JsonResponse(forward.error_body(kind, message), status=status)
+@dataclass(frozen=True)
+class Refusal:
+    """Why a call is not forwarded: the status and the JSON body the host gets."""
+
+    status: int
+    body: dict[str, dict[str, str]]
 
 
-async def _forward(request: HttpRequest, raw_key: str, form: Format, path: str) -> HttpResponseBase:
-    if request.method != "POST":
-        return _refusal(405, "method_not_allowed", f"the proxy forwards POST only here, not {request.method}")
-    key = await sync_to_async(_authenticated, thread_sensitive=False)(raw_key)
+def refusal(status: int, kind: str, message: str) -> Refusal:
+    return Refusal(status, forward.error_body(kind, message))
+
+
+NOT_POST = "the proxy forwards POST only here, not {method}"
+BAD_KEY = refusal(401, "invalid_proxy_key", "unknown or revoked inspector proxy key")
+
+
+async def key_for(raw_key: str) -> ProxyKey | None:
+    """The key ``raw_key`` is (None: unknown or revoked): from this process's recent keys while
+    fresh (``keys.KEY_CACHE_SECONDS``), else looked up in a thread."""
+    key = keys.RECENT.get(raw_key)
     if key is None:
-        return _refusal(401, "invalid_proxy_key", "unknown or revoked inspector proxy key")
+        key = await sync_to_async(keys.RECENT.authenticate, thread_sensitive=False)(raw_key)
+    return key
+
+
+def upstream_url(key: ProxyKey, form: Format, path: str, query: str) -> str | Refusal:
+    """Where the call goes: ``path`` under the key's upstream for ``form``, with the host's query."""
     base: str = getattr(key, form.upstream_field)
     if not base:
-        return _refusal(
+        return refusal(
             502,
             "no_upstream",
             f"this proxy key has no {form.title} upstream: set its {form.upstream_field.replace('_', ' ')}",
         )
-    query = request.META.get("QUERY_STRING", "")
-    url = f"{base.rstrip('/')}/{path}" + (f"?{query}" if query else "")
-    secrets = (raw_key, *credentials(request))
-    session = request.headers.get(SESSION_HEADER) or None
+    return f"{base.rstrip('/')}/{path}" + (f"?{query}" if query else "")
+
+
+def recorder(
+    key: ProxyKey, raw_key: str, form: Format, headers: Mapping[str, str], query: str
+) -> forward.ExchangeDone:
+    """What records a finished exchange of ``key``: a recorder thread, handed the host's
+    credentials and the proxy key as secrets to mask."""
+    secrets = (raw_key, *credentials(headers, query))
+    session = headers.get(SESSION_HEADER.lower()) or None
 
     def on_done(exchange: WireExchange) -> None:
         RECORDERS.submit(_record, key, session, form.fmt, exchange, secrets)
 
+    return on_done
+
+
+def _refused(refused: Refusal) -> JsonResponse:
+    return JsonResponse(refused.body, status=refused.status)
+
+
+async def _forward(request: HttpRequest, raw_key: str, form: Format, path: str) -> HttpResponseBase:
+    if request.method != "POST":
+        return _refused(refusal(405, "method_not_allowed", NOT_POST.format(method=request.method)))
+    key = await key_for(raw_key)
+    if key is None:
+        return _refused(BAD_KEY)
+    query = request.META.get("QUERY_STRING", "")
+    url = upstream_url(key, form, path, query)
+    if isinstance(url, Refusal):
+        return _refused(url)
     return await forward.relay(
         request,
         url,
         limit=settings.RESPONSE_BODY_LIMIT,
         read_timeout=settings.MODEL_TIMEOUT_SECONDS,
-        on_done=on_done,
+        on_done=recorder(key, raw_key, form, request.headers, query),
     )
-
-
-def _authenticated(raw_key: str) -> ProxyKey | None:
-    # The connection goes back at once: a stream may last minutes, and holding one for each
-    # would exhaust the pool at a few dozen concurrent streams.
-    try:
-        return keys.authenticate(raw_key)
-    finally:
-        connections.close_all()
 
 
 def _record(

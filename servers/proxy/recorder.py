@@ -1,9 +1,16 @@
-"""The stdio proxy's recorder: a thread that turns copies of the forwarded bytes into records.
+"""The stdio proxy's recorder: turns copies of the forwarded bytes into records, off the byte path.
 
-The byte pumps only ``tap`` what they forwarded (a queue put, never a wait); everything else —
-splitting lines, pairing, storing, spooling — happens here, off the byte path. Memory is
-bounded: past ``queue_limit`` queued bytes a chunk is not queued, only counted, and the record
-of the line it belonged to says how much was not kept.
+The byte pumps only ``tap`` what they forwarded (never a wait); everything else — splitting
+lines, pairing, storing, spooling — happens in the recorder's own process (``manage.py proxy
+stdio``: ``start(own_process=True)``) or in a thread of the proxy's process (as inside a test). In its own process the recorder's CPU is not the pumps'
+interpreter's: ``tap`` writes the chunk, framed, to a pipe (one non-blocking write; what the
+pipe cannot take at once waits in memory and goes when it can), and a thread of the recorder's
+process reads the frames into the queue a thread recorder is fed by directly. The recorder's
+process ignores the signals a terminal sends its process group and ends when the pipe does (the
+proxy closed it, or died): it records what it was sent first, so a proxy killed after passing
+bytes on does not lose their record. Memory is bounded: past ``queue_limit`` bytes waiting (in
+the queue, or for the pipe) a chunk is not kept, only counted, and the record of the line it
+belonged to says how much was not kept.
 
 Storing: ``store(session, server_name, records)`` (``record_mcp`` in production) raises
 ``django.db.Error`` when the database is unreachable; the records then go to the spool, and the
@@ -14,7 +21,14 @@ spooled behind it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import fcntl
+import os
 import queue
+import select
+import signal
+import struct
 import sys
 import threading
 import time
@@ -22,9 +36,10 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from django.db import Error as DatabaseError
+from django.db import connections
 
 from conversations.loop.wire import WireExchange
-from servers.proxy.pairing import Pairer
+from servers.proxy.pairing import HOST, SERVER, STDERR, Pairer
 from servers.proxy.spool import Spool, redacted
 
 Store = Callable[[str | None, str, Sequence[WireExchange]], object]
@@ -32,6 +47,15 @@ FLUSH_SECONDS = 0.2
 FIRST_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
 _END = ("", None, 0)
+# A frame on the pipe to the recorder's process: the stream's code (high bit: a chunk only
+# counted, not sent), the chunk's length, then the chunk.
+_FRAME = struct.Struct(">BI")
+_CODES = {HOST: 1, SERVER: 2, STDERR: 3}
+_STREAMS = {code: stream for stream, code in _CODES.items()}
+_COUNTED_ONLY = 0x80
+# What the pipe to the recorder's process holds before a write has to wait (Linux: F_SETPIPE_SZ).
+PIPE_BYTES = 1 << 20
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class KeyRefused(Exception):
@@ -72,12 +96,31 @@ class Recorder:
         self._backoff = FIRST_BACKOFF
         self._retry_at = 0.0
         self._thread = threading.Thread(target=self._run, name="proxy-recorder", daemon=True)
+        # The recorder's own process: its id and the pipe's writing end (None: a thread records).
+        self._child: int | None = None
+        self._pipe: int | None = None
+        self._backlog = bytearray()
+        self._pipe_loop: asyncio.AbstractEventLoop | None = None
 
-    def start(self) -> None:
-        self._thread.start()
+    @property
+    def in_own_process(self) -> bool:
+        return self._child is not None
+
+    def start(self, *, own_process: bool = False) -> None:
+        """Start recording: in a thread, or with ``own_process`` in a process of its own — when
+        this one has no other thread (forking a process with threads can leave the child a lock
+        no one will release; then it is a thread after all)."""
+        if own_process and threading.active_count() == 1:
+            self._fork()
+        else:
+            self._thread.start()
 
     def tap(self, stream: str, data: bytes) -> None:
         """A copy of bytes just forwarded on ``stream``. Never blocks."""
+        if self._child is not None:
+            if self._pipe is not None:  # else the recorder's process is gone: nothing records
+                self._send(stream, data)
+            return
         with self._lock:
             keep = self._queued + len(data) <= self.queue_limit
             if keep:
@@ -86,9 +129,158 @@ class Recorder:
 
     def finish(self, timeout: float) -> bool:
         """The session ended: record what is left. False if that took longer than ``timeout``."""
+        if self._child is not None:
+            return self._finish_child(timeout)
         self._queue.put(_END)
         self._thread.join(timeout)
         return not self._thread.is_alive()
+
+    # The recorder in its own process: the proxy's side.
+
+    def _fork(self) -> None:
+        read_end, write_end = os.pipe()
+        with contextlib.suppress(AttributeError, OSError):
+            fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        self.log.flush()
+        child = os.fork()
+        if child == 0:
+            os.close(write_end)
+            code = 1
+            try:
+                self._child_main(read_end)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(read_end)
+        os.set_blocking(write_end, False)
+        self._child, self._pipe = child, write_end
+
+    def _send(self, stream: str, data: bytes) -> None:
+        assert self._pipe is not None
+        if len(self._backlog) + len(data) > self.queue_limit:
+            frame = _FRAME.pack(_CODES[stream] | _COUNTED_ONLY, len(data))
+        else:
+            frame = _FRAME.pack(_CODES[stream], len(data)) + data
+        if self._backlog:
+            self._backlog += frame
+            return
+        try:
+            written = os.write(self._pipe, frame)
+        except BlockingIOError:
+            written = 0
+        except OSError:
+            self._lost_child()
+            return
+        if written < len(frame):
+            self._backlog += frame[written:]
+            self._wait_for_pipe()
+
+    def _wait_for_pipe(self) -> None:
+        """Send the backlog when the pipe can take it (from the event loop the pumps run on)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop: finish() sends what is left
+        if self._pipe_loop is None and self._pipe is not None:
+            self._pipe_loop = loop
+            loop.add_writer(self._pipe, self._drain)
+
+    def _drain(self) -> None:
+        if self._pipe is None:
+            return
+        try:
+            written = os.write(self._pipe, self._backlog)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._lost_child()
+            return
+        del self._backlog[:written]
+        if not self._backlog and self._pipe_loop is not None:
+            self._pipe_loop.remove_writer(self._pipe)
+            self._pipe_loop = None
+
+    def _lost_child(self) -> None:
+        if self._pipe_loop is not None and self._pipe is not None:
+            with contextlib.suppress(Exception):
+                self._pipe_loop.remove_writer(self._pipe)
+        self._pipe_loop = None
+        if self._pipe is not None:
+            os.close(self._pipe)
+        self._pipe = None
+        self._backlog.clear()
+        self.log.write("proxy: the recorder's process ended early; traffic passes on, it is not recorded\n")
+        self.log.flush()
+
+    def _finish_child(self, timeout: float) -> bool:
+        assert self._child is not None
+        deadline = time.monotonic() + timeout
+        if self._pipe is not None:
+            if self._pipe_loop is not None:
+                with contextlib.suppress(Exception):
+                    self._pipe_loop.remove_writer(self._pipe)
+            view = memoryview(bytes(self._backlog))
+            while view and time.monotonic() < deadline:
+                select.select([], [self._pipe], [], max(0.0, deadline - time.monotonic()))
+                try:
+                    view = view[os.write(self._pipe, view) :]
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    break
+            os.close(self._pipe)  # the recorder's process reads to here, records what is left, ends
+            self._pipe = None
+        while time.monotonic() < deadline:
+            done, _ = os.waitpid(self._child, os.WNOHANG)
+            if done:
+                return True
+            time.sleep(0.01)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self._child, signal.SIGKILL)
+        os.waitpid(self._child, 0)
+        return False
+
+    # The recorder in its own process: the recorder's side.
+
+    def _child_main(self, read_end: int) -> None:
+        for number in _SIGNALS:
+            signal.signal(number, signal.SIG_IGN)
+        # The host's stdin and stdout are the proxy's alone: the host sees the proxy's stdout end
+        # when the proxy ends, not when its recorder does.
+        quiet = os.open(os.devnull, os.O_RDWR)
+        os.dup2(quiet, 0)
+        os.dup2(quiet, 1)
+        os.close(quiet)
+        reader = threading.Thread(
+            target=self._read_frames, args=(read_end,), name="proxy-frames", daemon=True
+        )
+        reader.start()
+        try:
+            self._run()
+        finally:
+            self.log.flush()
+            connections.close_all()
+
+    def _read_frames(self, read_end: int) -> None:
+        with os.fdopen(read_end, "rb") as pipe:
+            while True:
+                head = pipe.read(_FRAME.size)
+                if len(head) < _FRAME.size:
+                    break
+                code, size = _FRAME.unpack(head)
+                stream = _STREAMS.get(code & ~_COUNTED_ONLY & 0xFF)
+                if stream is None:
+                    break
+                if code & _COUNTED_ONLY:
+                    self._queue.put((stream, None, size))
+                    continue
+                data = pipe.read(size)
+                if len(data) < size:
+                    break
+                with self._lock:
+                    self._queued += size
+                self._queue.put((stream, data, 0))
+        self._queue.put(_END)
 
     def _run(self) -> None:
         self._retry()  # what an earlier proxy of this key left in the spool

@@ -78,7 +78,9 @@ def proxy_stdio(command: Sequence[str], *, raw_key: str, name: str, session: str
         secrets=(raw_key,),
         queue_limit=settings.PROXY_QUEUE_LIMIT,
     )
-    recorder.start()
+    # Recording costs CPU the byte pumps would otherwise wait behind (the GIL): it runs in a
+    # process of its own (bench P13).
+    recorder.start(own_process=True)
     try:
         return asyncio.run(run(command, recorder))
     finally:

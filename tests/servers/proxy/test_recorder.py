@@ -1,0 +1,92 @@
+"""The stdio proxy's recorder in a process of its own (``Recorder.start(own_process=True)``, as
+``manage.py proxy stdio`` starts it): it records in another process than the one that taps the
+bytes, ends once it has recorded what it was sent, and keeps recording what a proxy that was
+killed had already passed on. Each case runs in a fresh interpreter of its own: a process with
+threads (this one) does not fork its recorder."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.servers.proxy.support import REPO
+from tests.support import wait_until
+
+# The proxy's side: a recorder whose store writes each record, with the storing process's id,
+# to OUT; two messages tapped, then finished (or, with KILL set, the proxy killed at once).
+SCRIPT = """
+import json, os, signal, sys
+import django
+django.setup()
+from servers.proxy.pairing import HOST, SERVER, Pairer
+from servers.proxy.recorder import Recorder
+from servers.proxy.spool import Spool
+out, var, kill = sys.argv[1], sys.argv[2], sys.argv[3] == "kill"
+
+def store(session, server_name, records):
+    with open(out, "a") as kept:
+        for record in records:
+            kept.write(json.dumps({"pid": os.getpid(), "label": record.label,
+                                   "size": len(record.request_body) + len(record.response_body)}) + "\\n")
+
+from pathlib import Path
+recorder = Recorder(store=store, spool=Spool(Path(var), "tci_test-key"),
+                    pairer=Pairer(line_limit=10_000_000, body_limit=10_000_000),
+                    session=None, server_name="tee")
+recorder.start(own_process=True)
+print(json.dumps({"pid": os.getpid(), "own": recorder.in_own_process}), flush=True)
+recorder.tap(HOST, b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t"}}\\n')
+recorder.tap(SERVER, b'{"jsonrpc":"2.0","id":1,"result":{"content":[]}}\\n')
+recorder.tap(HOST, b'{"jsonrpc":"2.0","id":2,"method":"ping"}\\n')
+# Finishing: a chunk larger than the pipe takes at once (it waits in memory for finish).
+tail = b"" if kill else b"x" * 3_000_000 + b"\\n"
+recorder.tap(SERVER, b'{"jsonrpc":"2.0","id":2,"result":{}}\\n' + tail)
+if kill:
+    os.kill(os.getpid(), signal.SIGKILL)
+print(json.dumps({"finished": recorder.finish(30)}), flush=True)
+"""
+
+
+def _run(tmp_path: Path, mode: str) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    out = tmp_path / "records.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VAR_DIR": str(tmp_path / "var")}
+    env.setdefault("DJANGO_SETTINGS_MODULE", "inspector.settings")
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(out), str(tmp_path / "var"), mode],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    printed = [json.loads(line) for line in done.stdout.splitlines()]
+    return printed, _records(out, 2)
+
+
+def _records(out: Path, count: int) -> list[dict[str, object]]:
+    # The recorder's process may outlive a killed proxy by a moment: bounded wait for its lines.
+    assert wait_until(lambda: out.exists() and len(out.read_text().splitlines()) >= count, 30)
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_a_recorder_of_its_own_records_in_another_process_and_has_finished_when_finish_returns(
+    tmp_path: Path,
+) -> None:
+    printed, records = _run(tmp_path, "finish")
+
+    assert printed[0]["own"] is True
+    assert printed[1] == {"finished": True}
+    assert [record["label"] for record in records] == ["tools/call", "ping", "stdout (not JSON)"]
+    assert printed[0]["pid"] not in {record["pid"] for record in records}
+    # The chunk larger than the pipe holds at once went whole.
+    assert records[2]["size"] == 3_000_000
+
+
+def test_what_a_killed_proxy_had_passed_on_is_still_recorded(tmp_path: Path) -> None:
+    printed, records = _run(tmp_path, "kill")
+
+    assert len(printed) == 1  # the proxy died before finishing
+    assert [record["label"] for record in records] == ["tools/call", "ping"]
