@@ -1,4 +1,16 @@
+from typing import Any
+
 from django.db import migrations, models
+
+from conversations.secret_sources import watch_sql
+
+
+def watch_again(apps: Any, schema_editor: Any) -> None:
+    """SQLite rebuilds the table to add a NOT NULL column, and a rebuild drops its triggers:
+    watch the profiles' key variables again (0029's triggers; PostgreSQL keeps its own)."""
+    if schema_editor.connection.vendor == "sqlite":
+        for statement in watch_sql("sqlite", "conversations_modelprofile", ("api_key_env",)):
+            schema_editor.execute(statement)
 
 
 class Migration(migrations.Migration):
@@ -28,4 +40,5 @@ class Migration(migrations.Migration):
                 max_length=24,
             ),
         ),
+        migrations.RunPython(watch_again, migrations.RunPython.noop),
     ]

@@ -186,6 +186,12 @@ def _store(route: Route, records: Sequence[WireExchange]) -> None:
     task.add_done_callback(_storing.discard)
 
 
+def stores_pending() -> int:
+    """How many groups of records this process has yet to store (a server shutting down, or a
+    test ending, waits for none to be left)."""
+    return sum(1 for task in list(_storing) if not task.done())
+
+
 def _record(route: Route, records: Sequence[WireExchange]) -> None:
     try:
         record_mcp(

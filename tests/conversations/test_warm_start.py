@@ -91,7 +91,9 @@ def test_a_worker_process_loads_every_profiles_tokenizer_and_compiles_its_templa
     assert report is not None and report.problems == []
     assert {TOOL_ENCODING, "cl100k_base", "llama3.1"} <= set(report.encodings)
     assert {TOOL_ENCODING, "cl100k_base", "llama3.1"} <= loaded_encodings()
-    assert report.templates == 1
+    # The Llama profile's template and the demo's own (Qwen2.5-Instruct's, which the demo reads).
+    assert report.templates == 2
+    assert "qwen3" in report.encodings  # the demo profile's tokenizer
     # The in-process demo model's way in (its transport, the URLconf) is ready too.
     assert report.demo_model
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import uvicorn
 
+from servers.proxy.http import stores_pending
 from tests.servers.test_third_party import node_server
 from tests.support import wait_until
 
@@ -48,8 +49,12 @@ def served(app: Any) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
+        # The proxy stores its records off the byte path, after a stream ends: let what the
+        # test's last exchanges left be stored before the server (and the test's database) go.
+        wait_until(lambda: stores_pending() == 0, 15)
         server.should_exit = True
         thread.join(10)
+        wait_until(lambda: stores_pending() == 0, 5)
 
 
 @contextmanager
