@@ -10,14 +10,14 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.sessions import CookieMiddleware, SessionMiddleware  # noqa: E402
 
 from conversations import warm_start  # noqa: E402
-from conversations.proxy.front import with_llm_proxy  # noqa: E402
 from inspector.consumers import SocketAuthMiddleware  # noqa: E402
+from inspector.proxy_front import with_llm_proxy  # noqa: E402
 from inspector.routing import websocket_urlpatterns  # noqa: E402
 from inspector.security import WebsocketOriginValidator  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        # The LLM proxy's routes are answered ahead of Django's middleware (conversations.proxy.front).
+        # The LLM proxy's routes are answered ahead of Django's middleware (inspector.proxy_front).
         "http": with_llm_proxy(django_asgi_app),
         # Channels' ``AuthMiddlewareStack``, its user read outside the thread pages are rendered in.
         "websocket": WebsocketOriginValidator(

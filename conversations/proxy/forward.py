@@ -252,7 +252,7 @@ async def relay(
     on_done: ExchangeDone,
 ) -> HttpResponseBase:
     """``pass_on`` for a Django view: ``request`` sent on to ``url``, the answer as a streaming
-    response (the LLM routes themselves are served by ``conversations.proxy.front``)."""
+    response (the LLM routes themselves are served by ``inspector.proxy_front``)."""
     answer = await pass_on(
         request.method or "POST",
         url,

@@ -7,7 +7,7 @@ format (``ProxyKey.openai_upstream`` is an OpenAI base URL such as ``https://api
 The host's own credentials go to the upstream as sent and are never stored: their values are
 handed to the recorder as secrets to mask wherever they appear. The exchange is recorded in a
 thread once the answer has passed (``forward.pass_on``); the host never waits on the record.
-The web process serves these routes through ``conversations.proxy.front``, a plain ASGI
+The web process serves these routes through ``inspector.proxy_front``, a plain ASGI
 application ahead of Django's middleware; the views here serve them wherever Django itself
 handles the request (the test client, WSGI). docs/proxy-llm.md describes the routes.
 """

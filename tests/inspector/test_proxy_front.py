@@ -1,4 +1,4 @@
-"""The LLM proxy's routes answered ahead of Django (``conversations.proxy.front``, dispatched by
+"""The LLM proxy's routes answered ahead of Django (``inspector.proxy_front``, dispatched by
 ``inspector.asgi``): a proxied call never enters Django's request handling, yet gets what the
 middleware chain gave it — the app's security headers, the ALLOWED_HOSTS check, the HTTPS
 redirect — and every other path still reaches Django."""
@@ -15,9 +15,9 @@ from django.core.signals import request_started
 from django.test import override_settings
 
 from conversations.models import Exchange
-from conversations.proxy.front import route
 from conversations.proxy.keys import create_key
 from conversations.proxy.models import ProxyKey
+from inspector.proxy_front import route
 from tests.conversations.proxy.llm_fakes import FakeUpstream, Reply, Served, ServedApp
 from tests.support import wait_until
 
