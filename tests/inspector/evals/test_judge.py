@@ -13,6 +13,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
+from xml.etree import ElementTree
 
 import httpx2
 import pytest
@@ -27,6 +28,7 @@ from inspector.evals.comparing import runs_compare
 from inspector.evals.driver import run_execute
 from inspector.evals.judging import MAX_REPLY_CHARS, VerdictError, verdict_read
 from inspector.evals.models import EvalCaseResult, EvalRun
+from inspector.evals.reports import junit_xml
 from inspector.evals.selectors import run_results
 from inspector.evals.services import run_start, suite_save, suite_save_checked
 from inspector.evals.suites import SuiteError, parse_suite
@@ -255,6 +257,17 @@ def test_judged_cases_pass_fail_or_error_through_real_turns_and_each_judge_is_re
     assert (cell["passed"], cell["wrong_answer"], cell["error"]) == (1, 1, 2)
     [failure] = [item for item in cell["failures"] if item["question"] == "What is 3 + 3?"]
     assert failure["judge_conversation"] == str(results["What is 3 + 3?"].judge_conversation.public_id)  # type: ignore[union-attr]
+    junit = ElementTree.fromstring(junit_xml(run_results(run)))
+    failures = {case.get("name"): case.find("failure") for case in junit.iter("testcase")}
+    judged_types = {
+        name: None if failure is None else failure.get("type") for name, failure in failures.items()
+    }
+    assert judged_types == {
+        "native/demo/default: What is 2 + 2?": None,
+        "native/demo/default: What is 3 + 3?": "wrong_answer",
+        "native/demo/default: What is 4 + 4?": "error",
+        "native/demo/default: What is 5 + 5?": "error",
+    }
     cases = {case["question"]: case["change"] for case in runs_compare(run, run)["cells"][0]["cases"]}  # type: ignore[index]
     assert cases == dict.fromkeys(REPLIES, "same")
 
