@@ -10,10 +10,11 @@ lower than in the suite's previous done run (``evals.selectors.run_previous``'s 
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 
@@ -258,6 +259,7 @@ class FailureView:
     kind: str
     reason: str
     conversation_id: str | None
+    judge_conversation_id: str | None = None  # where the case's judge was asked, if it has one
 
     @property
     def hidden(self) -> bool:
@@ -339,6 +341,7 @@ def run_results(run: EvalRun, document: JSONDict) -> RunResults:
                 continue
             kind = str(failure.get("failure", ""))
             conversation = failure.get("conversation")
+            judged = failure.get("judge_conversation")
             failures.append(
                 FailureView(
                     model=model,
@@ -349,6 +352,7 @@ def run_results(run: EvalRun, document: JSONDict) -> RunResults:
                     kind=str(FAILURE_LABELS.get(kind, kind or "failed")),
                     reason=str(failure.get("reason", "")),
                     conversation_id=conversation if isinstance(conversation, str) else None,
+                    judge_conversation_id=judged if isinstance(judged, str) else None,
                 )
             )
     columns = list(variants)
@@ -567,3 +571,56 @@ def suite_summary(definition: JSONValue) -> SuiteSummary:
         variants=_strings(data.get("variants")) or ["default"],
         cases=_case_count(data),
     )
+
+
+# --- Two runs compared (the page of ``eval compare``) ---------------------------------------------
+
+CHANGE_TONES = {"regressed": "error", "fixed": "ok", "same": "plain", "new": "plain", "gone": "plain"}
+
+
+@dataclass(frozen=True)
+class BaselineChoice:
+    run: EvalRun
+    chosen: bool
+
+    @property
+    def label(self) -> str:
+        return f"{self.run.created_at:%Y-%m-%d %H:%M:%S} · {self.run.status} · {self.run.passed}/{self.run.total} passed"
+
+
+def baseline_choices(run: EvalRun, chosen: EvalRun | None) -> list[BaselineChoice]:
+    """The runs ``run`` may be compared with on its page: the suite's other runs (its owner's,
+    newest first, at most ``HISTORY_RUNS``), ``chosen`` (default: the run before it) marked."""
+    chosen = chosen or eval_selectors.run_previous(run=run)
+    runs = (
+        EvalRun.objects.filter(suite_id=run.suite_id, owner_id=run.owner_id)
+        .exclude(pk=run.pk)
+        .order_by("-created_at", "-pk")[:HISTORY_RUNS]
+    )
+    return [BaselineChoice(other, chosen is not None and other.pk == chosen.pk) for other in runs]
+
+
+def comparison_view(comparison: dict[str, Any]) -> dict[str, Any]:
+    """``evals.comparing.runs_compare``'s document, for the page: each cell and case with its
+    change's tone and whether it holds invisible characters, each cell's changes counted."""
+    cells = []
+    for cell in comparison["cells"]:
+        cases = [
+            {
+                **case,
+                "tone": CHANGE_TONES.get(case["change"], "plain"),
+                "hidden": any_hidden(case["question"]),
+            }
+            for case in cell["cases"]
+        ]
+        counts = Counter(case["change"] for case in cases)
+        cells.append(
+            {
+                **cell,
+                "cases": cases,
+                "tone": CHANGE_TONES.get(cell["change"], "plain"),
+                "hidden": any_hidden(cell["model"], cell["variant"]),
+                "counts": [(change, counts[change]) for change in CHANGE_TONES if counts[change]],
+            }
+        )
+    return {**comparison, "cells": cells}

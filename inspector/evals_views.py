@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 from inspector import evals_results
 from inspector.evals import selectors as eval_selectors
 from inspector.evals import services as eval_services
+from inspector.evals.comparing import runs_compare
 from inspector.evals.models import EvalRun, Suite
 from inspector.evals.suites import SuiteError
 from inspector.evals_forms import EXAMPLE_SUITE, RunForm, SuiteForm, SuiteUploadForm
@@ -211,6 +212,7 @@ def run_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
         "suite": run.suite,
         "progress": evals_results.run_progress(run),
         "results": _results(request, run),
+        "choices": evals_results.baseline_choices(run, None),
     }
     return render(request, "evals/run_detail.html", context)
 
@@ -232,3 +234,26 @@ def run_results(request: HttpRequest, public_id: UUID) -> HttpResponse:
         "results": _results(request, run),
     }
     return render(request, "evals/_results.html", context)
+
+
+@require_GET
+def run_compare(request: HttpRequest, public_id: UUID) -> HttpResponse:
+    """The run compared case by case with a baseline run (``?baseline=<run id>``, one of the
+    user's; anyone else's is a 404): what ``eval compare BASELINE RUN`` prints, as
+    ``evals.comparing.runs_compare`` computes it. Without a baseline, the picker alone."""
+    run = _run(request, public_id)
+    baseline: EvalRun | None = None
+    chosen = request.GET.get("baseline", "")
+    if chosen:
+        try:
+            baseline = _run(request, UUID(chosen))
+        except ValueError:
+            raise Http404("No such eval run.") from None
+    context = {
+        "run": run,
+        "suite": run.suite,
+        "baseline": baseline,
+        "choices": evals_results.baseline_choices(run, baseline),
+        "comparison": evals_results.comparison_view(runs_compare(baseline, run)) if baseline else None,
+    }
+    return render(request, "evals/run_compare.html", context)

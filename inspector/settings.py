@@ -220,6 +220,8 @@ EMBEDDED_RUNNER_THREADS = env_int("EMBEDDED_RUNNER_THREADS", 16)
 # and how often a run's driver looks for turns that have ended.
 EVAL_CONCURRENCY = env_int("EVAL_CONCURRENCY", 4)
 EVAL_POLL_SECONDS = env_float("EVAL_POLL_SECONDS", 0.25)
+# How long a case's judge (a model-graded check) may take to answer (docs/evals.md).
+EVAL_JUDGE_SECONDS = env_float("EVAL_JUDGE_SECONDS", 120.0)
 # A run whose driver took no step for this long is taken over by a live process (evals.execution).
 EVAL_DRIVER_WINDOW_SECONDS = env_float("EVAL_DRIVER_WINDOW_SECONDS", 60.0)
 # Turn lifecycle (conversations.lifecycle): a running turn heart-beats every TURN_HEARTBEAT_SECONDS;

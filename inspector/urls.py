@@ -78,6 +78,7 @@ urlpatterns = [
     ),
     path("evals/runs/<uuid:public_id>/results", evals_views.run_results, name="inspector-eval-run-results"),
     path("evals/runs/<uuid:public_id>/cancel", evals_views.run_cancel, name="inspector-eval-run-cancel"),
+    path("evals/runs/<uuid:public_id>/compare", evals_views.run_compare, name="inspector-eval-run-compare"),
     path("accounts/login/", accounts.LoginView.as_view(), name="login"),
     path("accounts/token", accounts.token_detail, name="inspector-token"),
     path("accounts/preferences", views.preferences_update, name="inspector-preferences"),

@@ -20,12 +20,13 @@ from conversations.lifecycle import runner_name
 from conversations.loop.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
 from conversations.models import Step, Turn
 from conversations.pricing import tool_definitions_requests, tool_definitions_tokens, turn_cost
-from conversations.services import conversation_start
+from conversations.services import TurnNotCancellable, conversation_start, turn_cancel
 from conversations.typealias import JSONValue
 from inspector.evals.grading import Grade, MadeCall, TurnFacts, grade_case, is_parse_problem
+from inspector.evals.judging import judge_grade, judge_overdue, judge_start
 from inspector.evals.models import EvalCaseResult, EvalRun
 from inspector.evals.selectors import Progress, run_progress
-from inspector.evals.suites import Case, SuiteDefinition, suite_from_document
+from inspector.evals.suites import Case, Judge, SuiteDefinition, suite_from_document
 from servers.models import McpServer
 
 _NOT_SENT = "not sent: "
@@ -58,7 +59,7 @@ def run_advance(*, run: EvalRun, driver: str = "") -> bool:
         in_flight = 0
         running = (
             EvalCaseResult.objects.filter(cell__run=run, status=EvalCaseResult.Status.RUNNING)
-            .select_related("cell__profile", "conversation")
+            .select_related("cell__profile", "conversation", "judge_conversation")
             .order_by("pk")
         )
         for result in running:
@@ -70,7 +71,15 @@ def run_advance(*, run: EvalRun, driver: str = "") -> bool:
                 # Its runner died (a process stopped): no verdict on the model; asked again.
                 _retry(result)
                 continue
-            _grade(result, definition.cases[result.case_index], turn)
+            case = definition.cases[result.case_index]
+            facts, grade = _facts_and_grade(case, turn)
+            if grade.passed and case.judge is not None:
+                judged = _judge_step(run, result, case.judge, facts)
+                if judged is None:  # the judge has not answered yet
+                    in_flight += 1
+                    continue
+                grade = judged
+            _grade(result, turn, facts, grade)
             run.finished += 1
             run.passed += result.status == EvalCaseResult.Status.PASSED
         free = run.concurrency - in_flight
@@ -106,14 +115,17 @@ def _retry(result: EvalCaseResult) -> None:
     stays among the owner's conversations, as recorded."""
     result.status = EvalCaseResult.Status.PENDING
     result.conversation = None
+    result.judge_conversation = None
     result.started_at = None
-    result.save(update_fields=["status", "conversation", "started_at"])
+    result.save(update_fields=["status", "conversation", "judge_conversation", "started_at"])
 
 
-def _case_turn(result: EvalCaseResult) -> Turn | None:
-    if result.conversation is None:
+def _case_turn(result: EvalCaseResult, *, judge: bool = False) -> Turn | None:
+    """The first turn of the case's conversation (with ``judge``, of its judge's)."""
+    conversation = result.judge_conversation if judge else result.conversation
+    if conversation is None:
         return None
-    return result.conversation.turns.order_by("seq").first()
+    return conversation.turns.order_by("seq").first()
 
 
 def _start_case(
@@ -151,15 +163,55 @@ def _start_case(
     return 1
 
 
-def _grade(result: EvalCaseResult, case: Case, turn: Turn | None) -> None:
+def _facts_and_grade(case: Case, turn: Turn | None) -> tuple[TurnFacts, Grade]:
+    """The case's grade by its own checks (its judge, if any, comes after: ``_judge_step``)."""
     if turn is None:
         grade = Grade(
             EvalCaseResult.Failure.ERROR, "the case's conversation was deleted before it was graded"
         )
-        facts = TurnFacts(status="failed", error=grade.reason, answer="", calls=())
-    else:
-        facts = turn_facts(turn)
-        grade = grade_case(case, facts)
+        return TurnFacts(status="failed", error=grade.reason, answer="", calls=()), grade
+    facts = turn_facts(turn)
+    return facts, grade_case(case, facts)
+
+
+def _judge_step(run: EvalRun, result: EvalCaseResult, judge: Judge, facts: TurnFacts) -> Grade | None:
+    """One step of a case's judge (``evals.judging``): start its conversation, or wait for it
+    (None: not answered yet), or grade by its verdict; a judge past ``EVAL_JUDGE_SECONDS`` is
+    cancelled and the case graded ``error``. Its turn interrupted (its runner died): asked again."""
+    if result.judge_conversation is None:
+        conversation = judge_start(owner=run.owner, judge=judge, question=result.question, facts=facts)
+        if conversation is None:
+            return Grade(
+                EvalCaseResult.Failure.ERROR,
+                f"the judge's model profile {judge.profile!r} was deleted (or is now the demo)",
+            )
+        result.judge_conversation = conversation
+        result.save(update_fields=["judge_conversation"])
+        return None
+    turn = _case_turn(result, judge=True)
+    if turn is None:
+        return Grade(EvalCaseResult.Failure.ERROR, "the judge's conversation holds no turn")
+    if turn.status == Turn.Status.INTERRUPTED:
+        result.judge_conversation = None
+        result.save(update_fields=["judge_conversation"])
+        return None
+    if not turn.is_finished:
+        if not judge_overdue(turn, timezone.now()):
+            return None
+        try:
+            turn_cancel(turn=turn, actor=None)
+        except TurnNotCancellable:  # it ended meanwhile: graded at the next step
+            return None
+        return Grade(
+            EvalCaseResult.Failure.ERROR,
+            f"the judge ({judge.profile}) gave no verdict within {float(settings.EVAL_JUDGE_SECONDS):g} s; "
+            "its turn was cancelled",
+        )
+    usages = Step.objects.filter(turn=turn).exclude(usage={}).values_list("usage", flat=True)
+    return judge_grade(judge, turn, sum(_usage_count(usage, USAGE_OUTPUT_KEYS) for usage in usages))
+
+
+def _grade(result: EvalCaseResult, turn: Turn | None, facts: TurnFacts, grade: Grade) -> None:
     usages = (
         list(Step.objects.filter(turn=turn).exclude(usage={}).values_list("usage", flat=True)) if turn else []
     )

@@ -174,6 +174,11 @@ class EvalCaseResult(models.Model):
     conversation = models.ForeignKey(
         "conversations.Conversation", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The conversation in which the case's judge (a model-graded check, ``evals.judging``) was
+    # asked: recorded like any other, owned by the run's owner, so the verdict can be audited.
+    judge_conversation = models.ForeignKey(
+        "conversations.Conversation", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     failure = models.CharField(max_length=20, choices=Failure.choices, blank=True)
     reason = models.TextField(blank=True)

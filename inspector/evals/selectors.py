@@ -149,8 +149,9 @@ def run_results(run: EvalRun) -> JSONDict:
     "pass_at_k", "pass_hat_k", "latency_ms_mean", "latency_ms_p95", "tokens_per_case",
     "cost_per_case"), "cost" (US dollars as a string; null without a price), "latency_ms"
     (mean per case), "conversations" (uuids, in case order), "results" ([{"case", "repeat",
-    "status", "failure", "conversation"}], every case run), "failures" ([{"case", "repeat",
-    "question", "failure", "reason", "conversation"}]), "previous_accuracy", "regression"}``.
+    "status", "failure", "conversation", "judge_conversation"}], every case run), "failures"
+    ([{"case", "repeat", "question", "failure", "reason", "conversation", "judge_conversation"}];
+    ``judge_conversation``: where a case's judge was asked, or null), "previous_accuracy", "regression"}``.
     ``cases`` counts case runs (each case × its repeats).
     """
     previous = run_previous(run=run)
@@ -183,7 +184,7 @@ def _cells(run: EvalRun) -> list[EvalCell]:
             Prefetch(
                 "results",
                 queryset=EvalCaseResult.objects.order_by("case_index", "repeat").select_related(
-                    "conversation"
+                    "conversation", "judge_conversation"
                 ),
             )
         )
@@ -270,6 +271,9 @@ def _cell_json(cell: EvalCell, before: dict[tuple[str, str, str], float | None])
                     "failure": result.failure,
                     "latency_ms": result.latency_ms,
                     "conversation": str(result.conversation.public_id) if result.conversation else None,
+                    "judge_conversation": (
+                        str(result.judge_conversation.public_id) if result.judge_conversation else None
+                    ),
                 }
                 for result in results
             ],
@@ -281,6 +285,9 @@ def _cell_json(cell: EvalCell, before: dict[tuple[str, str, str], float | None])
                     "failure": result.failure,
                     "reason": result.reason,
                     "conversation": str(result.conversation.public_id) if result.conversation else None,
+                    "judge_conversation": (
+                        str(result.judge_conversation.public_id) if result.judge_conversation else None
+                    ),
                 }
                 for result in ended
                 if result.failure

@@ -13,6 +13,7 @@ import difflib
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from conversations.models import Conversation, ModelProfile, Turn
@@ -118,12 +119,12 @@ def run_results_read(*, run: EvalRun, actor: AbstractBaseUser, via: str) -> JSON
     conversation asked, called and answered, as a comparison shows its runs. Access is the
     caller's to check (``selectors.run_get``)."""
     results = run_results(run)
+    cases = EvalCaseResult.objects.filter(cell__run=run)
     audit_reads(
         actor=actor,
         conversations=Conversation.objects.filter(
-            pk__in=EvalCaseResult.objects.filter(cell__run=run, conversation__isnull=False).values(
-                "conversation_id"
-            )
+            Q(pk__in=cases.filter(conversation__isnull=False).values("conversation_id"))
+            | Q(pk__in=cases.filter(judge_conversation__isnull=False).values("judge_conversation_id"))
         ),
         via=via,
         subject=f"eval run {run.public_id}",
@@ -215,6 +216,7 @@ def suite_check(
         SuiteError: naming the field and, for a tool, the closest name the server has.
     """
     profiles = _profiles(definition)
+    _judges_check(definition)
     servers = _servers(definition, user)
     _tools_check(definition, servers, user, source)
     return profiles, servers
@@ -228,9 +230,35 @@ def _profiles(definition: SuiteDefinition) -> dict[str, ModelProfile]:
             continue
         profile = ModelProfile.objects.filter(name=name, imported_by__isnull=True).first()
         if profile is None:
-            raise SuiteError(f"models[{index}]", f"no model profile named {name!r}")
+            raise SuiteError(f"models[{index}]", _no_such_profile(name))
         profiles[name] = profile
     return profiles
+
+
+def _judges_check(definition: SuiteDefinition) -> None:
+    """Every case's judge names a model profile that exists and is no demo: the demo model
+    cannot judge (its replies follow rules about tools, not rubrics; docs/evals.md).
+
+    Raises:
+        SuiteError: at ``cases[N].judge.profile``, with the closest real profile name.
+    """
+    for index, case in enumerate(definition.cases):
+        if case.judge is None:
+            continue
+        where = f"cases[{index}].judge.profile"
+        name = case.judge.profile
+        profile = ModelProfile.objects.filter(name=name, imported_by__isnull=True).first()
+        if name == DEMO_PROFILE_NAME or (profile is not None and profile.is_demo):
+            raise SuiteError(where, "the demo model cannot judge; choose a real profile")
+        if profile is None:
+            raise SuiteError(where, _no_such_profile(name))
+
+
+def _no_such_profile(name: str) -> str:
+    names = list(ModelProfile.objects.filter(imported_by__isnull=True).values_list("name", flat=True))
+    closest = difflib.get_close_matches(name, names, n=1)
+    hint = f"; did you mean {closest[0]!r}?" if closest else ""
+    return f"no model profile named {name!r}{hint}"
 
 
 def _servers(definition: SuiteDefinition, user: AbstractBaseUser) -> list[McpServer]:

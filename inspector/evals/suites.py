@@ -5,7 +5,7 @@ A suite names the model profiles, paradigms and MCP servers to run, optional des
 how many times each case runs (``repeats``; a case may say its own), and the cases: a question,
 the calls expected (``[]``: no tool should be called; each argument
 value matched by :mod:`evals.grading`'s matchers) and optionally a text the final answer must
-contain. Every error names the field it is about (``cases[0].expect[0].tool``), so a person can
+contain and a model that judges the turn against a rubric (``judge``, :mod:`evals.judging`). Every error names the field it is about (``cases[0].expect[0].tool``), so a person can
 find it in their file. The format is described in docs/evals.md.
 
 Pure Python: reads no database (whether a named profile or server exists is checked when a run
@@ -43,12 +43,18 @@ _SUITE_KEYS = frozenset(
     ("name", "models", "paradigms", "servers", "variants", "tool_choice", "tool", "repeats", "cases")
 )
 _CASE_KEYS = frozenset(
-    ("question", "expect", "answer_contains", "ordered", "in_order", "call_count", "repeats")
+    ("question", "expect", "answer_contains", "ordered", "in_order", "call_count", "repeats", "judge")
 )
 # An expected call's arguments are a subset of the call's (default) or all of them.
 ARGUMENT_MATCHES = ("subset", "exact")
 
 _CALL_KEYS = frozenset(("tool", "arguments", "match"))
+_JUDGE_KEYS = frozenset(("profile", "rubric", "pass_when"))
+# A judge scores from JUDGE_SCORES[0] to JUDGE_SCORES[1]; without pass_when, DEFAULT_PASS_WHEN passes.
+JUDGE_SCORES = (0, 10)
+DEFAULT_PASS_WHEN: JSONDict = {"range": [7, 10]}
+MAX_RUBRIC_CHARS = 4000
+_PASS_WHEN_MATCHERS = frozenset(("exact", "oneOf", "range"))
 _OVERRIDE_KEYS = frozenset(("description", "parameters"))
 
 
@@ -99,6 +105,20 @@ class ExpectedCall:
 
 
 @dataclass(frozen=True)
+class Judge:
+    """A model-graded check of a case (``evals.judging``): the model profile that judges, the
+    rubric it judges by, and which of its scores (0-10) pass — a literal or a matcher
+    (``exact``, ``oneOf``, ``range``) on the score."""
+
+    profile: str
+    rubric: str
+    pass_when: JSONValue = field(default_factory=lambda: dict(DEFAULT_PASS_WHEN))
+
+    def as_json(self) -> JSONDict:
+        return {"profile": self.profile, "rubric": self.rubric, "pass_when": self.pass_when}
+
+
+@dataclass(frozen=True)
 class Case:
     question: str
     expect: tuple[ExpectedCall, ...]  # empty: no tool should be called
@@ -109,6 +129,8 @@ class Case:
     call_count: int | None = None
     # How many times this case runs per cell; None: the run's repeats (the suite's by default).
     repeats: int | None = None
+    # A model that judges the turn once every other check has passed (None: no judge).
+    judge: Judge | None = None
 
     def as_json(self) -> JSONDict:
         data: JSONDict = {"question": self.question, "expect": [call.as_json() for call in self.expect]}
@@ -120,6 +142,8 @@ class Case:
             data["call_count"] = self.call_count
         if self.repeats is not None:
             data["repeats"] = self.repeats
+        if self.judge is not None:
+            data["judge"] = self.judge.as_json()
         return data
 
 
@@ -466,6 +490,7 @@ def _case(value: object, path: str) -> Case:
             f"must be a whole number of calls, at least the {len(calls)} expected, not {count!r}",
         )
     repeats = value.get("repeats")
+    judge = value.get("judge")
     return Case(
         question=question,
         expect=calls,
@@ -473,7 +498,40 @@ def _case(value: object, path: str) -> Case:
         ordered=ordered,
         call_count=count,
         repeats=None if repeats is None else _repeats(repeats, _path(path, "repeats")),
+        judge=None if judge is None else _judge(judge, _path(path, "judge")),
     )
+
+
+def _judge(value: object, path: str) -> Judge:
+    """A case's ``judge``: ``{profile, rubric, pass_when?}`` (whether the profile exists, and
+    is no demo, is checked with the suite's models: ``evals.services.suite_check``).
+
+    Raises:
+        SuiteError: naming the field.
+    """
+    if not isinstance(value, dict):
+        raise SuiteError(path, f"must be an object with profile and rubric, not {_kind(value)}")
+    _no_unknown_keys(value, _JUDGE_KEYS, path)
+    profile = _text(value, "profile", path)
+    rubric = _text(value, "rubric", path)
+    if len(rubric) > MAX_RUBRIC_CHARS:
+        raise SuiteError(_path(path, "rubric"), f"{len(rubric)} characters long: at most {MAX_RUBRIC_CHARS}")
+    where = _path(path, "pass_when")
+    pass_when = value.get("pass_when", dict(DEFAULT_PASS_WHEN))
+    low, high = JUDGE_SCORES
+    if isinstance(pass_when, dict):
+        if not is_matcher(pass_when) or next(iter(pass_when)) not in _PASS_WHEN_MATCHERS:
+            raise SuiteError(
+                where,
+                f"must be a score ({low}-{high}) or a matcher on it: {{range: [min, max]}}, "
+                "{oneOf: [...]} or {exact: n}",
+            )
+        matcher_check(pass_when, where)
+    elif isinstance(pass_when, bool) or not isinstance(pass_when, int) or not low <= pass_when <= high:
+        raise SuiteError(
+            where, f"must be a whole score from {low} to {high} or a matcher on it, not {pass_when!r}"
+        )
+    return Judge(profile=profile, rubric=rubric, pass_when=pass_when)
 
 
 def _expected_call(value: object, path: str) -> ExpectedCall:

@@ -1,14 +1,16 @@
 """A real browser on the eval pages, against the real server on the embedded default: a bad suite
 is refused naming the field (and the text stays in the box), a good one is saved and run, the
 progress bar fills to the end and the results appear without a reload, a failing case opens its
-conversation; a second user gets 404 on the suite and the run; and no eval page scrolls sideways
-on a phone, in dark mode too. One server for the module."""
+conversation; a second user gets 404 on the suite and the run; a regression planted between two
+real runs shows on the comparison page as ``eval compare --json`` has it (and is a 404 to a second
+user); and no eval page scrolls sideways on a phone, in dark mode too. One server for the module."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -46,6 +48,7 @@ class Evals:
     server: InspectorServer
     suite_url: str = ""
     run_url: str = ""
+    compare_url: str = ""
 
 
 @pytest.fixture(scope="module")
@@ -179,12 +182,56 @@ def test_another_user_gets_404_on_the_suite_and_the_run(browser: Browser, evals:
     page.context.close()
 
 
+GATE = (
+    "name: browser-gate\nmodels: [demo]\nparadigms: [native]\nservers: [demo]\ncases:\n"
+    "  - {question: 'What is 2 + 2?', expect: [{tool: demo/calculate}]}\n"
+    "  - {question: 'What will the weather be like in Paris today?', expect: [{tool: TOOL}]}\n"
+)
+
+
+def test_a_regression_planted_between_two_real_runs_shows_on_the_comparison_page(
+    browser: Browser, evals: Evals, tmp_path: Path
+) -> None:
+    suite = tmp_path / "gate.yaml"
+    suite.write_text(GATE.replace("TOOL", "demo/get_weather_forecast"))
+    first = json.loads(_manage(evals.server, "eval", "run", str(suite), "--json"))["run"]
+    suite.write_text(GATE.replace("TOOL", "demo/calculate"))  # the weather case now fails
+    second = json.loads(_manage(evals.server, "eval", "run", str(suite), "--json"))["run"]
+    cli = json.loads(_manage(evals.server, "eval", "compare", first, second, "--json"))
+    page = _signed_in(browser, _setting(evals))
+
+    page.goto(f"{evals.server.base}/evals/runs/{second}/")
+    expect(page.locator("#compare-baseline")).to_have_value(first)  # the run before, picked
+    page.locator("#compare-form [type=submit]").click()
+    page.wait_for_url(f"**/evals/runs/{second}/compare?baseline={first}")
+
+    expect(page.locator("#compare-summary")).to_contain_text("1 case regressed, 0 fixed")
+    rows = page.locator("tr.compare-case")
+    expect(rows).to_have_count(2)
+    shown = [
+        (row.get_attribute("data-change"), row.locator(".compare-question").inner_text())
+        for row in rows.all()
+    ]
+    assert shown == [(case["change"], case["question"]) for case in cli["cells"][0]["cases"]]
+    assert shown[1] == ("regressed", "What will the weather be like in Paris today?")
+    expect(page.locator('tr.compare-case[data-change="regressed"]')).to_contain_text("1/1")
+    page.screenshot(path=str(evals.server.var_dir / "browser-eval-compare.png"), full_page=True)
+    page.context.close()
+    evals.compare_url = page.url
+
+    bob = _bob(browser, evals)
+    response = bob.goto(evals.compare_url)
+    assert response is not None and response.status == 404
+    bob.context.close()
+
+
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_no_eval_page_scrolls_sideways_on_a_phone(browser: Browser, evals: Evals, scheme: str) -> None:
     if not evals.run_url:
         pytest.fail("the suite was not run (see the first test)")
     page = _signed_in(browser, _setting(evals), width=390, height=844, color_scheme=scheme)
-    for url in (f"{evals.server.base}/evals/", evals.suite_url, evals.run_url):
+    pages = (evals.compare_url, f"{evals.server.base}/evals/", evals.suite_url, evals.run_url)
+    for url in filter(None, pages):
         page.goto(url)
         assert _overflow(page) == 0, f"{url} scrolls sideways at 390 px ({scheme})"
         page.screenshot(
