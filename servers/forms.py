@@ -99,6 +99,13 @@ class ServerForm(forms.Form):
         label="Sampling model",
         help_text="Answers the server's sampling requests; empty: sampling is not offered.",
     )
+    sampling_review = forms.BooleanField(
+        required=False,
+        initial=False,
+        label="Review sampling requests",
+        help_text="Show each sampling request before the model is called: you may edit it, approve "
+        "or refuse it (refused, or not reviewed in time: the server hears 'User rejected').",
+    )
     elicitation = forms.BooleanField(
         required=False, initial=True, help_text="Let the server ask you for input."
     )
@@ -135,6 +142,7 @@ class ServerForm(forms.Form):
             "call_timeout": server.call_timeout,
             "roots": "\n".join(f"{r.get('uri', '')} {r.get('name', '')}".strip() for r in server.roots),
             "sampling_profile": server.sampling_profile,
+            "sampling_review": server.sampling_review,
             "elicitation": server.elicitation,
             "enabled": server.enabled,
             "allow_non_staff_spawn": server.allow_non_staff_spawn,
@@ -197,6 +205,7 @@ class ServerForm(forms.Form):
             "call_timeout",
             "roots",
             "sampling_profile",
+            "sampling_review",
             "elicitation",
             "enabled",
             "allow_non_staff_spawn",
@@ -262,7 +271,13 @@ def schema_errors(
 
 
 class ToolCallForm(forms.Form):
-    """The arguments of a manual call, checked against the tool's inputSchema before sending."""
+    """The arguments of a manual call, checked against the tool's inputSchema before sending.
+
+    ``send_anyway``: the user chose to send arguments that break the schema (to see how the
+    server's own validation answers): the errors are kept in ``overridden`` instead of refusing.
+    Text that is not a JSON object is refused either way. ``schema_failed``: the arguments
+    were refused for the schema alone (the page then offers to send them anyway).
+    """
 
     arguments = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false", "class": "raw-json"}),
@@ -270,9 +285,14 @@ class ToolCallForm(forms.Form):
         label="Arguments (JSON)",
     )
 
-    def __init__(self, *args: Any, schema: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, schema: dict[str, Any] | None = None, send_anyway: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.schema = schema or {"type": "object"}
+        self.send_anyway = send_anyway
+        self.overridden: list[str] = []
+        self.schema_failed = False
 
     def clean_arguments(self) -> dict[str, Any]:
         try:
@@ -282,7 +302,10 @@ class ToolCallForm(forms.Form):
         if not isinstance(value, dict):
             raise forms.ValidationError("the arguments must be a JSON object")
         errors = schema_errors(self.schema, value)
-        if errors:
+        if errors and self.send_anyway:
+            self.overridden = errors
+        elif errors:
+            self.schema_failed = True
             raise forms.ValidationError(errors)
         return value
 

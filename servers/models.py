@@ -73,6 +73,11 @@ class McpServer(models.Model):
         related_name="+",
         help_text="The model that answers the server's sampling requests (none: sampling is not offered).",
     )
+    sampling_review = models.BooleanField(
+        default=False,
+        help_text="Workbench: show each sampling request to the user, who may edit, approve or refuse "
+        "it before the model is called (off: the model answers at once).",
+    )
     elicitation = models.BooleanField(
         default=True, help_text="Offer elicitation: the server may ask the workbench user for input."
     )
@@ -213,6 +218,9 @@ class Operation(models.Model):
     # The server's sampling requests answered during the operation, in order: the seq of the
     # nested model call's exchange and what became of each parameter (servers.sampling).
     sampling = models.JSONField(default=list, blank=True)
+    # A tools/call sent on purpose with arguments that break the tool's inputSchema ("send
+    # anyway"): the validation errors the user overrode, as they were shown. Empty: none.
+    invalid_arguments = models.JSONField(default=list, blank=True)
     cancel_requested = models.BooleanField(default=False)
     saved_call = models.ForeignKey(
         "SavedCall", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
@@ -247,7 +255,9 @@ class Operation(models.Model):
 
 
 class PendingInput(models.Model):
-    """A server's elicitation request waiting for the workbench user's answer."""
+    """A server's request waiting for the workbench user: an elicitation to answer, or (``kind``
+    ``sampling``) a sampling request to review — ``accept`` is approved, ``decline`` refused,
+    ``expired`` not reviewed in time; ``answer`` then holds the fields the user edited."""
 
     class Status(models.TextChoices):
         WAITING = "waiting"
@@ -263,6 +273,10 @@ class PendingInput(models.Model):
     answer = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     answered_at = models.DateTimeField(null=True, blank=True)
+    # Who answered (empty: nobody — it expired, or the operation answered it by itself).
+    answered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["created_at", "id"]

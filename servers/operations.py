@@ -44,7 +44,7 @@ from servers.grants import (
     run_secrets,
 )
 from servers.models import McpServer, Operation, PendingInput
-from servers.sampling import sampling_answer
+from servers.sampling import USER_REJECTED, USER_REJECTED_CODE, review_apply, sampling_answer
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,14 @@ CANCEL_CHECK_SECONDS = 0.5
 # How long the server's requests wait for a person (elicitation) before they are cancelled.
 ANSWER_WAIT_SECONDS: float = getattr(settings, "WORKBENCH_ANSWER_WAIT_SECONDS", 120.0)
 THREADS: int = getattr(settings, "WORKBENCH_THREADS", 8)
+
+
+def review_seconds() -> float:
+    """How long a sampling request waits for its review (``McpServer.sampling_review``) before it
+    is refused: ``settings.WORKBENCH_SAMPLING_REVIEW_SECONDS``, by default as long as a question."""
+    return float(getattr(settings, "WORKBENCH_SAMPLING_REVIEW_SECONDS", ANSWER_WAIT_SECONDS))
+
+
 # The longest a subscription stays open (it holds one workbench thread while it waits).
 SUBSCRIPTION_SECONDS: float = getattr(settings, "WORKBENCH_SUBSCRIPTION_SECONDS", 1800.0)
 # Longer than any operation lasts (a subscription, a person signing in or answering): one still
@@ -134,6 +142,8 @@ class _Recorder:
         self._redact = redact
         self._oauth = oauth
         self.seq = 0
+        # Written just before the first ``tools/call`` (a note of what the user chose to send).
+        self.before_call: WireExchange | None = None
         # Every record written, by id (the record kept alive, so the id stays its own): its row,
         # and whether that row is still waiting for the answer.
         self._written: dict[int, tuple[WireExchange, int, bool]] = {}
@@ -147,6 +157,11 @@ class _Recorder:
         fresh = [record for record in records if not self._seen(record)]
         if not fresh:
             return
+        note = self.before_call
+        if note is not None and fresh[0].label == "tools/call":
+            self.before_call = None
+            note.started_at = fresh[0].started_at - timedelta(microseconds=1)
+            fresh.insert(0, note)
         rows = exchange_rows(fresh, turn_id=None, step_id=None, redact=self.redact, first_seq=self.seq + 1)
         self.seq += len(rows)
         for record, row in zip(fresh, rows, strict=True):
@@ -159,6 +174,20 @@ class _Recorder:
             self.operation.exchanges.add(*rows)
         for record, row in zip(fresh, rows, strict=True):
             self._written[id(record)] = (record, row.pk, row.status == PENDING)
+
+    def note(self, label: str, detail: dict[str, Any]) -> WireExchange:
+        """A record of the workbench's own (``direction`` local: never on the wire), for the
+        operation and the server's transcript: what the user decided, and why."""
+        server = self.operation.server
+        return WireExchange(
+            channel=Exchange.Channel.MCP,
+            label=label[:200],
+            started_at=timezone.now(),
+            direction=Exchange.Direction.LOCAL,
+            request_body=json.dumps(detail, ensure_ascii=False),
+            server_id=server.pk,
+            server_name=server.name,
+        )
 
     def _seen(self, record: WireExchange) -> bool:
         """True for a record already written; a pending one's row is completed if it is answered."""
@@ -188,6 +217,8 @@ def _operation_for(
     if operation.kind == kind.TOOLS_CALL:
         # A person may need to answer the server mid-call: the call waits for them too.
         timeout = config.call_timeout + (ANSWER_WAIT_SECONDS if config.elicitation else 0)
+        if config.sampling and operation.server.sampling_review:
+            timeout += review_seconds()
         execution = (tool or {}).get("execution")
         as_task = isinstance(execution, dict) and execution.get("taskSupport") == "required"
         return gateway.op_call_tool(operation.target, arguments, timeout, as_task=as_task)
@@ -319,20 +350,10 @@ class _Follower:
             if profile is None:
                 question.refuse("this server has no sampling model configured in the workbench")
                 return
-            answer = sampling_answer(profile=profile, params=question.params)
-            if answer.exchange is not None:
-                self.recorder.record([answer.exchange])
-            self.operation.sampling.append(
-                {
-                    "exchange": self.recorder.seq if answer.exchange is not None else None,
-                    "parameters": self.recorder.redact.json(answer.parameters),
-                }
-            )
-            Operation.objects.filter(pk=self.operation.pk).update(sampling=self.operation.sampling)
-            if answer.result is None:
-                question.refuse(answer.error)
-            else:
-                question.answer(answer.result)
+            if server.sampling_review:
+                self._review(question)
+                return
+            self._sample(question, question.params)
             return
         pending = PendingInput.objects.create(
             operation=self.operation, kind=question.kind, params=self.recorder.redact.json(question.params)
@@ -345,23 +366,91 @@ class _Follower:
             return
         self.waiting[pending.pk] = (pending, question, time.monotonic() + ANSWER_WAIT_SECONDS)
 
+    def _sample(self, question: Question, params: dict[str, Any]) -> None:
+        """Answer a sampling request with the server's model profile, recording the model call."""
+        profile = self.operation.server.sampling_profile
+        if profile is None:
+            question.refuse("this server has no sampling model configured in the workbench")
+            return
+        answer = sampling_answer(profile=profile, params=params)
+        if answer.exchange is not None:
+            self.recorder.record([answer.exchange])
+        self.operation.sampling.append(
+            {
+                "exchange": self.recorder.seq if answer.exchange is not None else None,
+                "parameters": self.recorder.redact.json(answer.parameters),
+            }
+        )
+        Operation.objects.filter(pk=self.operation.pk).update(sampling=self.operation.sampling)
+        if answer.result is None:
+            question.refuse(answer.error)
+        else:
+            question.answer(answer.result)
+
+    def _review(self, question: Question) -> None:
+        """Hold a sampling request for the user to see, edit, approve or refuse (a
+        ``PendingInput`` of kind ``sampling``); with nobody to ask (the CLI) it is refused."""
+        pending = PendingInput.objects.create(
+            operation=self.operation, kind="sampling", params=self.recorder.redact.json(question.params)
+        )
+        if self.operation.source != Operation.Source.WEB:
+            reason = (
+                "the server's sampling requests are reviewed in the workbench, and nobody reviews this one"
+            )
+            PendingInput.objects.filter(pk=pending.pk).update(
+                status=PendingInput.Status.EXPIRED, answer={"reason": reason}, answered_at=timezone.now()
+            )
+            self._refused(question, reason)
+            return
+        self.waiting[pending.pk] = (pending, question, time.monotonic() + review_seconds())
+
+    def _reviewed(self, row: PendingInput, question: Question) -> None:
+        """Carry out a review's decision: the (edited) request to the model, or the refusal."""
+        who = row.answered_by.get_username() if row.answered_by is not None else ""
+        when = row.answered_at.isoformat() if row.answered_at is not None else ""
+        edits = (row.answer or {}).get("edited") or {}
+        if row.status == PendingInput.Status.ACCEPTED:
+            label = f"workbench: sampling request approved by {who}" + (" (edited)" if edits else "")
+            detail = {"decision": "approved", "by": who, "at": when, "edited": edits}
+            self.recorder.record([self.recorder.note(label, detail)])
+            self._sample(question, review_apply(question.params, edits))
+            return
+        self._refused(question, f"refused by {who}", by=who, at=when)
+
+    def _refused(self, question: Question, reason: str, *, by: str = "", at: str = "") -> None:
+        """Answer a reviewed sampling request with the specification's "user rejected" error."""
+        detail = {"decision": "refused", "reason": reason, "by": by, "at": at or timezone.now().isoformat()}
+        self.recorder.record([self.recorder.note(f"workbench: sampling request refused ({reason})", detail)])
+        question.refuse(f"{USER_REJECTED}: {reason}", code=USER_REJECTED_CODE)
+
     def _check_answers(self) -> None:
         if not self.waiting:
             return
-        answered = PendingInput.objects.filter(pk__in=list(self.waiting)).exclude(
-            status=PendingInput.Status.WAITING
+        answered = (
+            PendingInput.objects.filter(pk__in=list(self.waiting))
+            .exclude(status=PendingInput.Status.WAITING)
+            .select_related("answered_by")
         )
         for row in answered:
             _, question, _ = self.waiting.pop(row.pk)
-            question.answer(row.answer or {"action": row.status})
+            if question.kind == "sampling":
+                self._reviewed(row, question)
+            else:
+                question.answer(row.answer or {"action": row.status})
         now = time.monotonic()
         for pk, (_row, question, deadline) in list(self.waiting.items()):
             if now > deadline:
                 del self.waiting[pk]
-                PendingInput.objects.filter(pk=pk, status=PendingInput.Status.WAITING).update(
+                expired = PendingInput.objects.filter(pk=pk, status=PendingInput.Status.WAITING).update(
                     status=PendingInput.Status.EXPIRED, answered_at=timezone.now()
                 )
-                question.refuse(f"no answer within {ANSWER_WAIT_SECONDS:.0f} s")
+                if question.kind != "sampling":
+                    question.refuse(f"no answer within {ANSWER_WAIT_SECONDS:.0f} s")
+                elif expired:
+                    self._refused(question, f"not reviewed within {review_seconds():g} s")
+                else:
+                    # Answered in the same instant: the answer stands.
+                    self.waiting[pk] = (_row, question, deadline)
 
     def _check_cancel(self) -> None:
         now = time.monotonic()
@@ -374,7 +463,10 @@ class _Follower:
                 return
             self.cancelled = True
             for _, question, _ in self.waiting.values():
-                question.answer({"action": "cancel"})
+                if question.kind == "sampling":
+                    question.refuse(f"{USER_REJECTED}: the operation was cancelled", code=USER_REJECTED_CODE)
+                else:
+                    question.answer({"action": "cancel"})
             self.running.cancel()
 
     def _expire_all(self) -> None:
@@ -430,11 +522,16 @@ def operation_run(
     except ConfigError as exc:
         return _finish(operation, status=Operation.Status.ERROR, error=str(exc))
     recorder = _Recorder(operation, active_redactor(secrets=run_secrets(server=server, oauth=oauth)), oauth)
+    if operation.invalid_arguments:
+        recorder.before_call = recorder.note(
+            "workbench: arguments sent anyway (they break the tool's inputSchema)",
+            {"deliberately_invalid": True, "overridden": operation.invalid_arguments},
+        )
     stop = threading.Event()
     running = gateway.begin(
         config,
         _operation_for(operation, config, tool, arguments, stop=stop),
-        answer_wait=ANSWER_WAIT_SECONDS + 5,
+        answer_wait=ANSWER_WAIT_SECONDS + (review_seconds() if server.sampling_review else 0) + 5,
         fresh=operation.kind == Operation.Kind.CONNECT,
     )
     # A subscription's length is its own (it waits for updates, not for an answer).

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from conversations.escaping import hidden_characters
 from conversations.loop.llm import Message
 from conversations.loop.providers import PROVIDERS, ModelRequest, ProviderError
 from conversations.loop.wire import WireExchange
@@ -129,3 +130,99 @@ def sampling_answer(*, profile: ModelProfile, params: dict[str, Any]) -> Samplin
         "stopReason": STOP_REASONS.get(reply.finish_reason, reply.finish_reason),
     }
     return SamplingAnswer(result, "", reply.exchange, parameters)
+
+
+# --- the review step (McpServer.sampling_review) ---------------------------------------------
+
+# The error a refused request is answered with: the MCP specification's sampling chapter, "Error
+# Handling" (2025-06-18 and 2025-11-25), names code -1 and this message for "user rejected".
+USER_REJECTED_CODE = -1
+USER_REJECTED = "User rejected sampling request"
+# The longest system prompt or message a reviewer may type (the form refuses more).
+EDIT_MAX_CHARS = 100_000
+
+
+def message_text(message: Any) -> str | None:
+    """The text of a sampling message a reviewer can edit: one text block (alone or in a list);
+    None for anything else (an image, audio, tool use or result, several blocks), shown as is."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, list) and len(content) == 1:
+        content = content[0]
+    if isinstance(content, dict) and content.get("type") == "text" and isinstance(content.get("text"), str):
+        return str(content["text"])
+    return None
+
+
+def review_rows(params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request's messages as the review form shows them: {"index", "role", "text", "raw",
+    "hidden"} with ``text`` None for a message that cannot be edited (its JSON is shown instead)
+    and ``hidden`` true when the text holds an invisible or bidirectional character (the page
+    then shows it revealed beside the editable text)."""
+    messages = params.get("messages")
+    rows = []
+    for index, message in enumerate(messages if isinstance(messages, list) else []):
+        if isinstance(message, dict):
+            text = message_text(message)
+            rows.append(
+                {
+                    "index": index,
+                    "role": str(message.get("role", "")),
+                    "text": text,
+                    "raw": message,
+                    "hidden": text is not None and hidden_characters(text),
+                }
+            )
+    return rows
+
+
+def review_edits(shown: dict[str, Any], form: Any) -> tuple[dict[str, Any], str]:
+    """What the reviewer changed in the form (``form``: a QueryDict or mapping) against the
+    request as it was shown (``shown``, the stored, redacted params), and an error ("" if none).
+
+    Only what differs is kept — ``systemPrompt`` (text), ``maxTokens`` (a positive integer) and
+    ``messages`` ({index: new text}) — so a part the reviewer left alone is sent as the server
+    wrote it, secrets the page showed masked included.
+    """
+    edits: dict[str, Any] = {}
+    if "systemPrompt" in form:
+        text = str(form.get("systemPrompt", "")).replace("\r\n", "\n")
+        if len(text) > EDIT_MAX_CHARS:
+            return {}, f"the system prompt is longer than {EDIT_MAX_CHARS} characters"
+        if text != str(shown.get("systemPrompt") or ""):
+            edits["systemPrompt"] = text
+    raw = str(form.get("maxTokens", "")).strip()
+    if raw:
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 7) or not 1 <= int(raw) <= 1_000_000:
+            return {}, "maxTokens must be a whole number from 1 to 1000000"
+        if int(raw) != shown.get("maxTokens"):
+            edits["maxTokens"] = int(raw)
+    changed: dict[str, str] = {}
+    for row in review_rows(shown):
+        name = f"message-{row['index']}"
+        if row["text"] is None or name not in form:
+            continue
+        text = str(form.get(name, "")).replace("\r\n", "\n")
+        if len(text) > EDIT_MAX_CHARS:
+            return {}, f"message {row['index'] + 1} is longer than {EDIT_MAX_CHARS} characters"
+        if text != row["text"]:
+            changed[str(row["index"])] = text
+    if changed:
+        edits["messages"] = changed
+    return edits, ""
+
+
+def review_apply(params: dict[str, Any], edits: dict[str, Any]) -> dict[str, Any]:
+    """The server's request (``params``, as received) with the reviewer's ``edits`` applied."""
+    edited = dict(params)
+    if "systemPrompt" in edits:
+        edited["systemPrompt"] = edits["systemPrompt"]
+    if "maxTokens" in edits:
+        edited["maxTokens"] = edits["maxTokens"]
+    changed = edits.get("messages") or {}
+    messages = list(edited.get("messages") or [])
+    for index, message in enumerate(messages):
+        if str(index) in changed and isinstance(message, dict):
+            messages[index] = {**message, "content": {"type": "text", "text": changed[str(index)]}}
+    if changed:
+        edited["messages"] = messages
+    return edited

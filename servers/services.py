@@ -48,6 +48,7 @@ AUDITED_FIELDS = (
     "call_timeout",
     "roots",
     "sampling_profile_id",
+    "sampling_review",
     "elicitation",
     "enabled",
     "allow_non_staff_spawn",
@@ -247,12 +248,15 @@ def operation_start(
     background: bool = False,
     redirect: Callable[[str], Awaitable[str]] | None = None,
     elicitation: str = "",
+    invalid_arguments: list[str] | None = None,
 ) -> Operation:
     """Create an operation and run it: here and now, or (``background``) in the workbench pool.
 
     A background operation is followed by polling it; anything else is finished on return.
     ``elicitation`` (run here and now only): how to answer the server's elicitation requests
     when nobody follows the operation, one of ``operations.ELICITATION_PRESETS``.
+    ``invalid_arguments``: a tool call the user chose to send although its arguments break the
+    tool's inputSchema ("send anyway"): the validation errors they overrode, kept with it.
 
     Raises:
         SpawnRefused: the server starts a process and ``user`` may not start it
@@ -270,6 +274,7 @@ def operation_start(
         # Stored redacted from the start (a secret typed into a tool form is sent, never kept).
         arguments=active_redactor(secrets=user_run_secrets(server=server, user=user)).json(arguments),
         saved_call=saved_call,
+        invalid_arguments=list(invalid_arguments or []),
         runner=runner_name(),
     )
     if background:
@@ -371,14 +376,39 @@ def operation_cancel(*, operation: Operation) -> None:
     Operation.objects.filter(pk=operation.pk, status=Operation.Status.RUNNING).update(cancel_requested=True)
 
 
-def question_answer(*, question: PendingInput, action: str, content: dict[str, Any] | None) -> bool:
+def question_answer(
+    *,
+    question: PendingInput,
+    action: str,
+    content: dict[str, Any] | None,
+    user: AbstractBaseUser | None = None,
+) -> bool:
     """Record the user's answer to an elicitation; False when it is no longer waiting."""
     with transaction.atomic():
         row = PendingInput.objects.select_for_update().get(pk=question.pk)
         if row.status != PendingInput.Status.WAITING:
             return False
         row.mark_answered(action=action, content=content if action == "accept" else None)
-        row.save(update_fields=["status", "answer", "answered_at"])
+        row.answered_by = user  # type: ignore[assignment]
+        row.save(update_fields=["status", "answer", "answered_at", "answered_by"])
+    return True
+
+
+def sampling_review_decide(
+    *, question: PendingInput, user: AbstractBaseUser, approve: bool, edits: dict[str, Any]
+) -> bool:
+    """Record ``user``'s review of a held sampling request: approved (with ``edits``, what they
+    changed: ``sampling.review_edits``) or refused. The thread running the operation carries it
+    out. False when it is no longer waiting (decided, expired, or its operation ended)."""
+    with transaction.atomic():
+        row = PendingInput.objects.select_for_update().get(pk=question.pk)
+        if row.status != PendingInput.Status.WAITING or row.kind != "sampling":
+            return False
+        row.status = PendingInput.Status.ACCEPTED if approve else PendingInput.Status.DECLINED
+        row.answer = {"action": row.status, "edited": edits if approve else {}}
+        row.answered_at = timezone.now()
+        row.answered_by = user  # type: ignore[assignment]
+        row.save(update_fields=["status", "answer", "answered_at", "answered_by"])
     return True
 
 

@@ -43,6 +43,7 @@ from servers.forms import (
 )
 from servers.gateway.capabilities import unavailable
 from servers.models import LOG_LEVELS, McpServer, OAuthGrant, Operation, PendingInput, SavedCall
+from servers.sampling import review_edits, review_rows
 from servers.view_access import operation_or_404 as _operation
 from servers.view_access import signed_in_user as _user
 
@@ -343,7 +344,8 @@ def tool_detail(request: HttpRequest, name: str, tool: str) -> HttpResponse:
         return _tool_page(
             request, server, definition, ToolCallForm(initial={"arguments": initial}, schema=schema)
         )
-    form = ToolCallForm(request.POST, schema=schema)
+    # "Send anyway": the second button the page offers once the arguments failed the schema.
+    form = ToolCallForm(request.POST, schema=schema, send_anyway=request.POST.get("send_anyway") == "1")
     if not form.is_valid():
         return _tool_page(request, server, definition, form, STATUS_BAD_REQUEST)
     started = _start(
@@ -354,6 +356,7 @@ def tool_detail(request: HttpRequest, name: str, tool: str) -> HttpResponse:
         arguments=form.cleaned_data["arguments"],
         tool=definition,
         background=True,
+        invalid_arguments=form.overridden,
     )
     if isinstance(started, HttpResponse):
         return started
@@ -479,6 +482,12 @@ def _json_hidden(*values: object) -> bool:
 
 def _operation_context(operation: Operation) -> dict[str, Any]:
     questions = selectors.operation_questions(operation=operation)
+    for question in questions:
+        if question.kind == "sampling":
+            # The held request's messages as the review form shows them.
+            question.review_rows = review_rows(question.params)  # type: ignore[attr-defined]
+            system = question.params.get("systemPrompt")
+            question.system_hidden = isinstance(system, str) and hidden_characters(system)  # type: ignore[attr-defined]
     return {
         "operation": operation,
         "server": operation.server,
@@ -488,7 +497,13 @@ def _operation_context(operation: Operation) -> dict[str, Any]:
         "questions": questions,
         "diff": selectors.operation_diff(operation=operation),
         # The row's note on hidden characters (each is marked where shown: inspector.templating).
-        "hidden": _json_hidden(operation.target, operation.arguments, operation.error, operation.result)
+        "hidden": _json_hidden(
+            operation.target,
+            operation.arguments,
+            operation.error,
+            operation.result,
+            operation.invalid_arguments,
+        )
         or _json_hidden(*(question.params for question in questions), *(q.answer for q in questions)),
     }
 
@@ -527,6 +542,8 @@ def question_answer(request: HttpRequest, public_id: UUID, question_id: int) -> 
         question = selectors.question_get(user=_user(request), operation=operation, question_id=question_id)
     except PendingInput.DoesNotExist:
         raise Http404("No such question.") from None
+    if question.kind == "sampling":
+        return _sampling_review(request, operation, question)
     action = request.POST.get("action", "decline")
     if action not in {"accept", "decline", "cancel"}:
         return HttpResponse("Unknown action.", status=STATUS_BAD_REQUEST)
@@ -548,7 +565,25 @@ def question_answer(request: HttpRequest, public_id: UUID, question_id: int) -> 
                 status=STATUS_BAD_REQUEST,
                 content_type="text/plain; charset=utf-8",
             )
-    services.question_answer(question=question, action=action, content=content)
+    services.question_answer(question=question, action=action, content=content, user=_user(request))
+    return redirect("servers-operation", public_id=operation.public_id)
+
+
+def _sampling_review(request: HttpRequest, operation: Operation, question: PendingInput) -> HttpResponse:
+    """The user's decision on a held sampling request: approve (as edited) or refuse."""
+    action = request.POST.get("action", "")
+    if action not in {"approve", "refuse"}:
+        return HttpResponse("Approve or refuse?", status=STATUS_BAD_REQUEST)
+    edits: dict[str, Any] = {}
+    if action == "approve":
+        edits, error = review_edits(question.params, request.POST)
+        if error:
+            return HttpResponse(
+                f"Not sent: {error}.", status=STATUS_BAD_REQUEST, content_type="text/plain; charset=utf-8"
+            )
+    services.sampling_review_decide(
+        question=question, user=_user(request), approve=action == "approve", edits=edits
+    )
     return redirect("servers-operation", public_id=operation.public_id)
 
 
@@ -571,6 +606,8 @@ def saved_call_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
 @require_POST
 def saved_call_run(request: HttpRequest, public_id: UUID) -> HttpResponse:
     saved = _saved_call(request, public_id)
+    definition = selectors.tool_definition(server=saved.server, name=saved.tool, user=_user(request))
+    schema = (definition or {}).get("inputSchema")
     started = _start(
         request,
         saved.server,
@@ -578,8 +615,11 @@ def saved_call_run(request: HttpRequest, public_id: UUID) -> HttpResponse:
         target=saved.tool,
         arguments=saved.arguments,
         saved_call=saved,
-        tool=selectors.tool_definition(server=saved.server, name=saved.tool, user=_user(request)),
+        tool=definition,
         background=True,
+        # Run again as saved: arguments that break the tool's schema (saved from a "send anyway",
+        # or the schema changed since) are sent, and marked as such.
+        invalid_arguments=schema_errors(schema, saved.arguments) if isinstance(schema, dict) else [],
     )
     if isinstance(started, HttpResponse):
         return started

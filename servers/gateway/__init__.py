@@ -232,20 +232,22 @@ class Question:
 
     ``params`` is the request's params as JSON. Answer with ``answer(result_json)`` (the
     protocol's result object) or ``refuse(message)``; both may be called from any thread.
+    ``refuse(message, code=...)`` answers a sampling request with that JSON-RPC error code.
     """
 
     kind: str
     params: dict[str, Any]
-    _future: asyncio.Future[dict[str, Any] | str]
+    _future: asyncio.Future[dict[str, Any] | str | types.ErrorData]
     _loop: asyncio.AbstractEventLoop
 
     def answer(self, result: dict[str, Any]) -> None:
         self._loop.call_soon_threadsafe(self._settle, result)
 
-    def refuse(self, message: str) -> None:
-        self._loop.call_soon_threadsafe(self._settle, message)
+    def refuse(self, message: str, code: int | None = None) -> None:
+        value = message if code is None else types.ErrorData(code=code, message=message)
+        self._loop.call_soon_threadsafe(self._settle, value)
 
-    def _settle(self, value: dict[str, Any] | str) -> None:
+    def _settle(self, value: dict[str, Any] | str | types.ErrorData) -> None:
         if not self._future.done():
             self._future.set_result(value)
 
@@ -260,7 +262,7 @@ class _HandOff:
         self.events = events
         self.wait_seconds = wait_seconds
 
-    async def _ask(self, kind: str, params: Any) -> dict[str, Any] | str:
+    async def _ask(self, kind: str, params: Any) -> dict[str, Any] | str | types.ErrorData:
         loop = asyncio.get_running_loop()
         question = Question(
             kind=kind,
@@ -278,6 +280,8 @@ class _HandOff:
         self, params: types.CreateMessageRequestParams
     ) -> types.CreateMessageResult | types.ErrorData:
         answer = await self._ask("sampling", params)
+        if isinstance(answer, types.ErrorData):
+            return answer
         if isinstance(answer, str):
             return types.ErrorData(code=types.INVALID_REQUEST, message=answer)
         try:
@@ -289,6 +293,8 @@ class _HandOff:
 
     async def elicit(self, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
         answer = await self._ask("elicitation", params)
+        if isinstance(answer, types.ErrorData):
+            return types.ElicitResult(action="decline")
         if isinstance(answer, str):
             return types.ElicitResult(action="cancel" if "no answer" in answer else "decline")
         return types.ElicitResult.model_validate(answer)

@@ -1,6 +1,6 @@
 // An operation page: while it runs, poll its state and redraw its body (records arrive as the
 // server sends them, a request as soon as it is sent, marked pending until answered); questions
-// from the server (elicitation) get a small form.
+// from the server (elicitation) get a small form; a sampling request held for review, its own.
 (function () {
   "use strict";
 
@@ -141,6 +141,11 @@
     }
     window.setTimeout(poll, 600);
   }
+
+  // A sampling request under review: once the user edits it, polling keeps the form as typed.
+  box.addEventListener("input", (event) => {
+    if (event.target.closest && event.target.closest(".review-form")) dirty = true;
+  });
 
   bindQuestions();
   window.setTimeout(poll, 300);

@@ -239,6 +239,10 @@
     raw.value = JSON.stringify(value || {}, null, 2);
   }
 
+  // Refused arguments stay exactly as typed (the form would drop or reshape what breaks the
+  // schema): the raw JSON is what "send anyway" sends, until the user unticks hand-editing.
+  if (document.getElementById("argument-errors")) rawOnly.checked = true;
+
   let initial;
   try { initial = JSON.parse(raw.value || "{}"); } catch (e) { initial = undefined; }
   if (initial && typeof initial === "object" && Object.keys(initial).length) {
@@ -255,5 +259,8 @@
     if (rawOnly.checked) document.getElementById("raw-editor").open = true;
     else sync();
   });
-  if (document.getElementById("argument-errors")) document.getElementById("raw-editor").open = true;
+  if (document.getElementById("argument-errors")) {
+    document.getElementById("raw-editor").open = true;
+    host.querySelectorAll("input, select, textarea, button").forEach((node) => { node.disabled = true; });
+  }
 })();

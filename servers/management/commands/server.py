@@ -4,7 +4,7 @@ server add NAME -- COMMAND [ARGS...]       a stdio server
 server add NAME --url URL [--sse]          a streamable HTTP (or legacy HTTP+SSE) server
 server list
 server tools NAME [--json]
-server call NAME TOOL --args JSON [--json] [--elicitation accept-defaults|decline|cancel]
+server call NAME TOOL --args JSON [--json] [--send-anyway] [--elicitation accept-defaults|decline|cancel]
 server resources NAME [--json]             its resources and resource templates
 server read NAME URI [--json]              read one (fill a template's variables yourself)
 server prompts NAME [--json]
@@ -81,6 +81,12 @@ class Command(StdioCommandLine):
         call.add_argument("tool")
         call.add_argument("--args", dest="arguments", default="{}", help="the arguments as a JSON object")
         call.add_argument("--json", action="store_true")
+        call.add_argument(
+            "--send-anyway",
+            action="store_true",
+            help="send arguments that break the tool's inputSchema as they are (to test the server's "
+            "own validation); the call is recorded as deliberately invalid",
+        )
         call.add_argument(
             "--elicitation",
             choices=ELICITATION_PRESETS,
@@ -176,6 +182,7 @@ class Command(StdioCommandLine):
                 options["arguments"],
                 as_json=options["json"],
                 elicitation=options["elicitation"],
+                send_anyway=options["send_anyway"],
             )
         elif action == "resources":
             self._resources(self._server(options["name"]), as_json=options["json"])
@@ -300,7 +307,16 @@ class Command(StdioCommandLine):
         for finding in overall:
             self.stdout.write(f"{finding.level}: {finding.message}")
 
-    def _call(self, server: McpServer, tool: str, raw: str, *, as_json: bool, elicitation: str = "") -> None:
+    def _call(
+        self,
+        server: McpServer,
+        tool: str,
+        raw: str,
+        *,
+        as_json: bool,
+        elicitation: str = "",
+        send_anyway: bool = False,
+    ) -> None:
         try:
             arguments = json.loads(raw)
         except ValueError as exc:
@@ -308,12 +324,16 @@ class Command(StdioCommandLine):
         if not isinstance(arguments, dict):
             raise CommandError("--args must be a JSON object")
         definition = selectors.tool_definition(server=server, name=tool, user=None)
+        errors: list[str] = []
         if definition is not None and isinstance(definition.get("inputSchema"), dict):
             errors = schema_errors(definition["inputSchema"], arguments)
-            if errors:
+            if errors and not send_anyway:
                 raise CommandError(
-                    "not sent: the arguments do not match the inputSchema:\n  " + "\n  ".join(errors)
+                    "not sent: the arguments do not match the inputSchema (--send-anyway sends them "
+                    "as they are):\n  " + "\n  ".join(errors)
                 )
+            if errors:
+                self.stderr.write("sent anyway, recorded as deliberately invalid:\n  " + "\n  ".join(errors))
         operation = services.operation_start(
             server=server,
             user=None,
@@ -323,6 +343,7 @@ class Command(StdioCommandLine):
             source=Operation.Source.CLI,
             tool=definition,
             elicitation=elicitation,
+            invalid_arguments=errors,
         )
         self._elicitations(operation, elicitation)
         if as_json:
