@@ -3,9 +3,9 @@
 A proxied model call needs none of what Django's middleware chain gives a page — no session, no
 CSRF token, no login (the key in the path authenticates) — and paid for it on every call: the
 request through the chain in a thread of its own and back, before the first byte could go out.
-Here a call matching one of the routes of ``conversations.proxy.urls`` is read off the ASGI
-connection, its key checked (``llm.key_for``: from the process's recent keys, else in a
-thread), and passed on with ``forward.pass_on``; each chunk of the answer is sent to the host as
+Here a call matching one of the routes of ``conversations.proxy.urls`` has its key checked
+(``llm.key_for``: from the process's recent keys, else in a thread) and is passed on with
+``forward.pass_on``, its body streamed to the upstream as the ASGI server hands it over; each chunk of the answer is sent to the host as
 it arrives, and the exchange recorded after, off the event loop, exactly as the Django views do.
 Every other request goes on to Django unchanged.
 

@@ -1,11 +1,13 @@
 """Pass one HTTP request through to an upstream and its answer back, as it arrives, and capture both.
 
-The host's request goes out with its own headers (its credentials included) less the hop-by-hop
-ones; the upstream's answer comes back with its status, its headers (less the hop-by-hop ones)
+The host's request goes out with its own headers (its credentials included, each the bytes the
+host sent) less the hop-by-hop ones, its body streamed on as it arrives; the upstream's answer
+comes back with its status, its headers (less the hop-by-hop ones)
 and its body bytes exactly as they came over the wire — a compressed body stays compressed, a
 stream is handed on chunk by chunk, never gathered first. Beside the bytes that pass, a
 ``Capture`` keeps what the record needs: the body with its content-encoding undone, at most
-``limit`` bytes of it (the rest is passed on and only counted; the record is marked cut).
+``limit`` bytes of it (the rest is passed on and only counted; the record is marked cut), for
+the request's body as for the answer's.
 
 When the answer has ended — completely, broken off by the upstream, or abandoned by a host that
 went away — ``on_done`` gets the exchange as far as it got. It is called on the event loop and
