@@ -112,6 +112,11 @@ def passed_back(headers: httpx2.Headers) -> list[tuple[str, str]]:
     ]
 
 
+# A piece of a body smaller than this is copied into the record's buffer; a bigger one is kept
+# as it came.
+SMALL_PIECE = 4096
+
+
 class Capture:
     """What the record keeps of a body passing by: at most ``limit`` bytes, content-encoding undone.
 
@@ -125,7 +130,11 @@ class Capture:
         self.encoding = encoding.strip().lower()
         self.wire_bytes = 0
         self.cut = False
-        self._kept = bytearray()
+        # Big pieces as they came (no copy on the byte path), small ones gathered in ``_small``
+        # (a stream of tiny pieces costs no list entry each); joined once for the record.
+        self._kept: list[bytes] = []
+        self._small = bytearray()
+        self._size = 0
         self._inflate: zlib._Decompress | None = None  # noqa: SLF001 (the stdlib's own type name)
         self._undecoded = ""
         if self.encoding in {"gzip", "x-gzip"}:
@@ -141,22 +150,28 @@ class Capture:
             return
         if self._inflate is not None:
             try:
-                data = self._inflate.decompress(data, self.limit - len(self._kept) + 1)
+                data = self._inflate.decompress(data, self.limit - self._size + 1)
             except zlib.error as exc:
                 self._inflate = None
                 self._undecoded = (
                     f"its {self.encoding} body could not be inflated ({exc}); the rest is kept as it came"
                 )
-        room = self.limit - len(self._kept)
+        room = self.limit - self._size
         if len(data) > room:
-            self._kept += data[:room]
+            data = data[:room]
             self.cut = True
+        self._size += len(data)
+        if len(data) < SMALL_PIECE:
+            self._small += data
             return
-        self._kept += data
+        if self._small:
+            self._kept.append(bytes(self._small))
+            self._small.clear()
+        self._kept.append(data)
 
     @property
     def body(self) -> bytes:
-        return bytes(self._kept)
+        return b"".join([*self._kept, self._small])
 
     @property
     def note(self) -> str:
