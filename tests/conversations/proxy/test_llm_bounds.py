@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import re
+import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -217,3 +218,28 @@ def test_a_record_step_gives_back_what_the_process_grew_by_even_when_it_fails(
     assert answer.status_code == 200
     assert wait_until(lambda: failures == ["openai_chat"] and llm.RECORDERS.idle, 30)
     assert memory.resident_bytes() - before < 16 * MB
+
+
+def test_a_host_that_goes_away_while_sending_its_body_leaves_a_record_of_what_came(
+    app: str, upstream: tuple[FakeUpstream, str], alice: User
+) -> None:
+    _, base = upstream
+    _, raw = create_key(alice, openai_upstream=f"{base}/v1")
+    host, port = app.removeprefix("http://").split(":")
+    sent = b'{"model": "fake", "messages": [' + b" " * 20_000
+
+    with socket.create_connection((host, int(port)), timeout=30) as connection:
+        connection.sendall(
+            f"POST /proxy/{raw}/openai/v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {10 * MB}\r\n\r\n".encode()
+            + sent
+        )
+    # The host is gone: what it had sent is recorded, marked.
+    assert wait_until(lambda: _stored(alice), 30)
+    exchange = Exchange.objects.get(conversation__owner=alice)
+    assert "the host went away while sending its request body" in exchange.error
+    assert exchange.request_body.encode() == sent[: len(exchange.request_body.encode())]
+
+
+def _stored(user: User) -> bool:
+    return Exchange.objects.filter(conversation__owner=user, channel="llm").exists()
