@@ -114,7 +114,7 @@ def turn_for(
         current.question = question
         current.model_name = model[:120]
         return current
-    if current is not None and current is not session.turn and question is not None:
+    if current is not None and current.pk != session.turn_id and question is not None:
         # A late call that asks a question of its own: the turn begun after it that asks the
         # same (its first call was stored first), begun from now on at this call.
         after = (
