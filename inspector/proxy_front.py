@@ -162,8 +162,22 @@ class _Body:
     def __init__(self, receive: Receive) -> None:
         self.receive = receive
         self.ended = False
+        self.head = b""
+
+    async def start(self) -> bool:
+        """Read the first piece (``head``): a body that came in one message (the usual model
+        call) then goes to the upstream with its headers in one write. False: the host went away."""
+        message = await self.receive()
+        if message["type"] == "http.disconnect":
+            return False
+        self.ended = not message.get("more_body", False)
+        self.head = message.get("body", b"")
+        return True
 
     async def __aiter__(self) -> AsyncGenerator[bytes, None]:
+        if self.head:
+            head, self.head = self.head, b""
+            yield head
         while not self.ended:
             message = await self.receive()
             if message["type"] == "http.disconnect":
@@ -247,15 +261,21 @@ async def _call(
     if isinstance(url, llm.Refusal):
         await _refuse(send, receive, request, url)
         return
+    on_done = llm.recorder(key, raw_key, form, request.headers, request.query)
     body = _Body(receive)
+    if not await body.start():
+        forward.host_gone_first(request.method, url, request.items, on_done)
+        return
     answer = await forward.pass_on(
         request.method,
         url,
         request.items,
-        body,
+        # A body that came whole in its first message goes as bytes (one write with the
+        # headers); a longer one streams on as it arrives.
+        body.head if body.ended else body,
         limit=settings.RESPONSE_BODY_LIMIT,
         read_timeout=settings.MODEL_TIMEOUT_SECONDS,
-        on_done=llm.recorder(key, raw_key, form, request.headers, request.query),
+        on_done=on_done,
     )
     if answer is None:  # the host went away while sending its body
         return

@@ -330,6 +330,23 @@ async def pass_on(
     )
 
 
+def host_gone_first(method: str, url: str, headers: Iterable[tuple[str, str]], on_done: ExchangeDone) -> None:
+    """Record a call whose host went away before the first piece of its body came: nothing was
+    forwarded (the upstream never saw it), and the record says so."""
+    client = upstream_client(WRITE_TIMEOUT_SECONDS)
+    outgoing = client.build_request(method, url, headers=forwarded_headers(headers))
+    exchange = WireExchange(
+        channel="llm",
+        label=_label(outgoing),
+        started_at=datetime.now(UTC),
+        request_headers={name.lower(): value for name, value in outgoing.headers.multi_items()},
+        status="error",
+        error="the host went away before sending its request body; nothing was forwarded",
+        duration_ms=0.0,
+    )
+    _done(on_done, exchange)
+
+
 async def _request_pieces(request: HttpRequest, size: int = 65_536) -> AsyncGenerator[bytes, None]:
     while piece := request.read(size):
         yield piece
