@@ -3,9 +3,9 @@
 A proxied model call needs none of what Django's middleware chain gives a page — no session, no
 CSRF token, no login (the key in the path authenticates) — and paid for it on every call: the
 request through the chain in a thread of its own and back, before the first byte could go out.
-Here a call matching one of the routes of ``conversations.proxy.urls`` is read off the ASGI
-connection, its key checked (``llm.key_for``: from the process's recent keys, else in a
-thread), and passed on with ``forward.pass_on``; each chunk of the answer is sent to the host as
+Here a call matching one of the routes of ``conversations.proxy.urls`` has its key checked
+(``llm.key_for``: from the process's recent keys, else in a thread) and is passed on with
+``forward.pass_on``, its body streamed to the upstream as the ASGI server hands it over; each chunk of the answer is sent to the host as
 it arrives, and the exchange recorded after, off the event loop, exactly as the Django views do.
 Every other request goes on to Django unchanged.
 
@@ -154,16 +154,48 @@ def security_headers(request: _Request, present: set[str]) -> list[tuple[str, st
     return added
 
 
-async def _read_body(receive: Receive) -> bytes | None:
-    """The request's body, or None when the host went away before sending it whole."""
-    body = bytearray()
-    while True:
-        message = await receive()
+class _Body:
+    """The request's body as it arrives, piece by piece (never gathered here): iterating raises
+    ``forward.HostGone`` when the host goes away before sending it whole. ``ended``: it has
+    come whole (reading on would wait for the next message, the host's disconnect)."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.receive = receive
+        self.ended = False
+        self.head = b""
+
+    async def start(self) -> bool:
+        """Read the first piece (``head``): a body that came in one message (the usual model
+        call) then goes to the upstream with its headers in one write. False: the host went away."""
+        message = await self.receive()
         if message["type"] == "http.disconnect":
-            return None
-        body += message.get("body", b"")
-        if not message.get("more_body", False):
-            return bytes(body)
+            return False
+        self.ended = not message.get("more_body", False)
+        self.head = message.get("body", b"")
+        return True
+
+    async def __aiter__(self) -> AsyncGenerator[bytes, None]:
+        if self.head:
+            head, self.head = self.head, b""
+            yield head
+        while not self.ended:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                raise forward.HostGone
+            self.ended = not message.get("more_body", False)
+            piece = message.get("body", b"")
+            if piece:
+                yield piece
+
+    async def drained(self) -> bool:
+        """Read the rest to its end and let it go (a refused call, an upstream not reached: the
+        connection is then ready for the host's next request); False when the host went away."""
+        try:
+            async for _ in self:
+                pass
+        except forward.HostGone:
+            return False
+        return True
 
 
 async def _start(send: Send, request: _Request, status: int, headers: list[tuple[str, str]]) -> None:
@@ -189,47 +221,67 @@ async def _json(send: Send, request: _Request, status: int, data: dict[str, dict
     await _whole(send, request, status, json.dumps(data).encode(), [("Content-Type", "application/json")])
 
 
+def _refused(request: _Request) -> llm.Refusal | None:
+    """Why the front refuses ``request`` before looking at its key, if it does (a 301's body
+    names no error: ``_refuse`` sends the redirect)."""
+    if not _host_allowed(request.host):
+        return llm.refusal(400, "disallowed_host", "this Host is not served here")
+    if settings.SECURE_SSL_REDIRECT and not request.secure:
+        return llm.refusal(301, "", "")
+    if request.method != "POST":
+        return llm.refusal(405, "method_not_allowed", llm.NOT_POST.format(method=request.method))
+    return None
+
+
+async def _refuse(send: Send, receive: Receive, request: _Request, refused: llm.Refusal) -> None:
+    # The body is read to its end first, as Django does: the connection is then ready for the
+    # host's next request whatever the answer.
+    if not await _Body(receive).drained():
+        return
+    if refused.status == 301:
+        location = f"https://{request.host}{request.path}" + (f"?{request.query}" if request.query else "")
+        await _whole(send, request, 301, b"", [("Location", location)])
+    else:
+        await _json(send, request, refused.status, refused.body)
+
+
 async def _call(
     scope: Scope, receive: Receive, send: Send, raw_key: str, form: llm.Format, path: str
 ) -> None:
     request = _Request(scope)
-    # Read first, as Django does: the connection is then ready for the host's next request
-    # whatever the answer.
-    body = await _read_body(receive)
-    if body is None:
-        return
-    if not _host_allowed(request.host):
-        await _json(
-            send, request, 400, llm.refusal(400, "disallowed_host", "this Host is not served here").body
-        )
-        return
-    if settings.SECURE_SSL_REDIRECT and not request.secure:
-        location = f"https://{request.host}{request.path}" + (f"?{request.query}" if request.query else "")
-        await _whole(send, request, 301, b"", [("Location", location)])
-        return
-    if request.method != "POST":
-        refused = llm.refusal(405, "method_not_allowed", llm.NOT_POST.format(method=request.method))
-        await _json(send, request, refused.status, refused.body)
+    refused = _refused(request)
+    if refused is not None:
+        await _refuse(send, receive, request, refused)
         return
     key = await llm.key_for(raw_key)
     if key is None:
-        await _json(send, request, llm.BAD_KEY.status, llm.BAD_KEY.body)
+        await _refuse(send, receive, request, llm.BAD_KEY)
         return
     url = llm.upstream_url(key, form, path, request.query)
     if isinstance(url, llm.Refusal):
-        await _json(send, request, url.status, url.body)
+        await _refuse(send, receive, request, url)
+        return
+    on_done = llm.recorder(key, raw_key, form, request.headers, request.query)
+    body = _Body(receive)
+    if not await body.start():
+        forward.host_gone_first(request.method, url, request.items, on_done)
         return
     answer = await forward.pass_on(
         request.method,
         url,
         request.items,
-        body,
+        # A body that came whole in its first message goes as bytes (one write with the
+        # headers); a longer one streams on as it arrives.
+        body.head if body.ended else body,
         limit=settings.RESPONSE_BODY_LIMIT,
         read_timeout=settings.MODEL_TIMEOUT_SECONDS,
-        on_done=llm.recorder(key, raw_key, form, request.headers, request.query),
+        on_done=on_done,
     )
+    if answer is None:  # the host went away while sending its body
+        return
     if answer.body is None:
-        await _json(send, request, answer.status, answer.error or {})
+        if await body.drained():
+            await _json(send, request, answer.status, answer.error or {})
         return
     await _start(send, request, answer.status, answer.headers)
     await _stream(send, receive, answer.body)

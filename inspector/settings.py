@@ -384,6 +384,11 @@ DISPLAY_MAX_CHARS = env_int("DISPLAY_MAX_CHARS", 200_000)
 # The stdio MCP proxy (manage.py proxy stdio): the most bytes of forwarded traffic waiting to be
 # recorded; past it a chunk is passed on and only counted (docs/proxy-mcp.md).
 PROXY_QUEUE_LIMIT = env_int("PROXY_QUEUE_LIMIT", 64_000_000)
+# The LLM proxy: the most records (and characters of their bodies and headers) waiting in a web
+# process to be stored; past them a call is recorded as a marked stub, past twice the count not
+# at all and counted (docs/decisions/0300-llm-proxy-recorder-bounded.md).
+PROXY_RECORD_QUEUE_COUNT = env_int("PROXY_RECORD_QUEUE_COUNT", 1000)
+PROXY_RECORD_QUEUE_LIMIT = env_int("PROXY_RECORD_QUEUE_LIMIT", 256_000_000)
 
 # The demo model, served by this app at /demo-model/v1, keyed so it is no open endpoint.
 DEMO_MODEL_API_KEY = (

@@ -1,11 +1,13 @@
 """Pass one HTTP request through to an upstream and its answer back, as it arrives, and capture both.
 
-The host's request goes out with its own headers (its credentials included) less the hop-by-hop
-ones; the upstream's answer comes back with its status, its headers (less the hop-by-hop ones)
+The host's request goes out with its own headers (its credentials included, each the bytes the
+host sent) less the hop-by-hop ones, its body streamed on as it arrives; the upstream's answer
+comes back with its status, its headers (less the hop-by-hop ones)
 and its body bytes exactly as they came over the wire — a compressed body stays compressed, a
 stream is handed on chunk by chunk, never gathered first. Beside the bytes that pass, a
 ``Capture`` keeps what the record needs: the body with its content-encoding undone, at most
-``limit`` bytes of it (the rest is passed on and only counted; the record is marked cut).
+``limit`` bytes of it (the rest is passed on and only counted; the record is marked cut), for
+the request's body as for the answer's.
 
 When the answer has ended — completely, broken off by the upstream, or abandoned by a host that
 went away — ``on_done`` gets the exchange as far as it got. It is called on the event loop and
@@ -18,7 +20,7 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from weakref import WeakKeyDictionary
@@ -84,15 +86,35 @@ def upstream_client(read_timeout: float) -> httpx2.AsyncClient:
     return client
 
 
-def forwarded_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The host's request headers as they go to the upstream: all, less hop-by-hop and ours."""
-    return [(name, value) for name, value in headers if name.lower() not in _NOT_FORWARDED]
+def forwarded_headers(
+    headers: Iterable[tuple[str, str]], *, streamed: bool = False
+) -> list[tuple[bytes, bytes]]:
+    """The host's request headers as they go to the upstream: all, less hop-by-hop and ours, as
+    the bytes the host sent (``headers`` are text as servers give it, each byte one Latin-1
+    character: RFC 9110 §5.5). A ``streamed`` body keeps the host's ``Content-Length`` (the
+    client frames a body it has whole itself)."""
+    dropped = _NOT_FORWARDED - {"content-length"} if streamed else _NOT_FORWARDED
+    return [
+        (name.encode("latin-1"), value.encode("latin-1"))
+        for name, value in headers
+        if name.lower() not in dropped
+    ]
 
 
 def passed_back(headers: httpx2.Headers) -> list[tuple[str, str]]:
     """The upstream's response headers as they go to the host: all, less hop-by-hop (the host's
-    connection has its own framing)."""
-    return [(name, value) for name, value in headers.multi_items() if name.lower() not in HOP_BY_HOP]
+    connection has its own framing), each the bytes the upstream sent read as Latin-1 (one
+    character a byte), so the host gets them back byte for byte whatever their encoding."""
+    return [
+        (name.decode("latin-1"), value.decode("latin-1"))
+        for name, value in headers.raw
+        if name.lower().decode("latin-1") not in HOP_BY_HOP
+    ]
+
+
+# A piece of a body smaller than this is copied into the record's buffer; a bigger one is kept
+# as it came.
+SMALL_PIECE = 4096
 
 
 class Capture:
@@ -108,7 +130,11 @@ class Capture:
         self.encoding = encoding.strip().lower()
         self.wire_bytes = 0
         self.cut = False
-        self._kept = bytearray()
+        # Big pieces as they came (no copy on the byte path), small ones gathered in ``_small``
+        # (a stream of tiny pieces costs no list entry each); joined once for the record.
+        self._kept: list[bytes] = []
+        self._small = bytearray()
+        self._size = 0
         self._inflate: zlib._Decompress | None = None  # noqa: SLF001 (the stdlib's own type name)
         self._undecoded = ""
         if self.encoding in {"gzip", "x-gzip"}:
@@ -124,22 +150,28 @@ class Capture:
             return
         if self._inflate is not None:
             try:
-                data = self._inflate.decompress(data, self.limit - len(self._kept) + 1)
+                data = self._inflate.decompress(data, self.limit - self._size + 1)
             except zlib.error as exc:
                 self._inflate = None
                 self._undecoded = (
                     f"its {self.encoding} body could not be inflated ({exc}); the rest is kept as it came"
                 )
-        room = self.limit - len(self._kept)
+        room = self.limit - self._size
         if len(data) > room:
-            self._kept += data[:room]
+            data = data[:room]
             self.cut = True
+        self._size += len(data)
+        if len(data) < SMALL_PIECE:
+            self._small += data
             return
-        self._kept += data
+        if self._small:
+            self._kept.append(bytes(self._small))
+            self._small.clear()
+        self._kept.append(data)
 
     @property
     def body(self) -> bytes:
-        return bytes(self._kept)
+        return b"".join([*self._kept, self._small])
 
     @property
     def note(self) -> str:
@@ -158,19 +190,34 @@ def _label(request: httpx2.Request) -> str:
     return f"{request.method} {request.url.path}"
 
 
-def _request_record(
-    request: httpx2.Request, body: bytes, limit: int, started: datetime
-) -> tuple[WireExchange, str]:
-    kept = Capture(limit)
-    kept.feed(body)
-    exchange = WireExchange(
-        channel="llm",
-        label=_label(request),
-        started_at=started,
-        request_headers={name.lower(): value for name, value in request.headers.multi_items()},
-        request_body=decode_body(kept.body),
-    )
-    return exchange, (f"request body: {kept.note}" if kept.cut else "")
+class HostGone(Exception):
+    """The host went away before its request body had come whole (raised by a body it sends)."""
+
+
+Body = bytes | AsyncIterable[bytes]
+
+
+class _Sent:
+    """The host's body on its way to the upstream, as it arrives: each piece handed on as it came
+    and fed to ``capture`` (which keeps at most its limit), never gathered whole."""
+
+    def __init__(self, body: AsyncIterable[bytes], capture: Capture) -> None:
+        self.pieces = aiter(body)
+        self.capture = capture
+
+    async def __aiter__(self) -> AsyncGenerator[bytes, None]:
+        async for piece in self.pieces:
+            self.capture.feed(piece)
+            yield piece
+
+    async def rest(self) -> None:
+        """What the upstream did not take (it could not be reached), read for the record."""
+        async for piece in self.pieces:
+            self.capture.feed(piece)
+
+
+def _request_note(capture: Capture) -> str:
+    return f"request body: {capture.note}" if capture.cut else ""
 
 
 def error_body(kind: str, message: str) -> dict[str, dict[str, str]]:
@@ -195,33 +242,72 @@ async def pass_on(
     method: str,
     url: str,
     headers: Iterable[tuple[str, str]],
-    body: bytes,
+    body: Body,
     *,
     limit: int,
     read_timeout: float,
     on_done: ExchangeDone,
-) -> Answer:
-    """Send the host's request (``method``, ``headers`` as the host sent them, ``body``) on to
-    ``url``; the answer's body is passed on as the upstream sends it.
+) -> Answer | None:
+    """Send the host's request (``method``, ``headers`` as the host sent them, ``body``: bytes,
+    or its pieces as they arrive, which go on as they come) on to ``url``; the answer's body is
+    passed on as the upstream sends it. The record keeps at most ``limit`` bytes of each body.
 
     An upstream that cannot be reached gets the host a 502 (a 504 when it did not answer in
     time) with a JSON body saying why. ``on_done`` is called once with the exchange: when the
-    body has ended, broken off, or the host went away (then it holds what had passed).
+    body has ended, broken off, or the host went away (then it holds what had passed). None: the
+    host went away while sending its body (``HostGone``), and there is nobody to answer.
     """
     client = upstream_client(read_timeout)
-    outgoing = client.build_request(method, url, content=body, headers=forwarded_headers(headers))
+    sent = Capture(limit)
+    streamed = not isinstance(body, bytes)
+    if isinstance(body, bytes):
+        sent.feed(body)
+        content: bytes | _Sent = body
+    else:
+        content = _Sent(body, sent)
+    outgoing = client.build_request(
+        method, url, content=content, headers=forwarded_headers(headers, streamed=streamed)
+    )
     started = datetime.now(UTC)
     t0 = time.monotonic()
-    exchange, request_note = _request_record(outgoing, body, limit, started)
+    exchange = WireExchange(
+        channel="llm",
+        label=_label(outgoing),
+        started_at=started,
+        request_headers={name.lower(): value for name, value in outgoing.headers.multi_items()},
+    )
     try:
         upstream = await client.send(outgoing, stream=True)
-    except httpx2.HTTPError as exc:
+    except (httpx2.HTTPError, HostGone) as exc:
+        gone = isinstance(exc, HostGone)
+        if isinstance(content, _Sent) and not gone:
+            try:
+                await content.rest()
+            except HostGone:
+                gone = True
+        exchange.request_body = decode_body(sent.body)
+        exchange.duration_ms = (time.monotonic() - t0) * 1000
+        if gone:
+            exchange.status = "error"
+            exchange.error = "; ".join(
+                filter(
+                    None,
+                    [
+                        f"the host went away while sending its request body; the {sent.wire_bytes:,} "
+                        "bytes received until then are kept",
+                        _request_note(sent),
+                    ],
+                )
+            )
+            _done(on_done, exchange)
+            return None
         timed_out = isinstance(exc, httpx2.TimeoutException)
         exchange.status = "timeout" if timed_out else "error"
         exchange.error = "; ".join(
-            filter(None, [f"the upstream could not be reached: {type(exc).__name__}: {exc}", request_note])
+            filter(
+                None, [f"the upstream could not be reached: {type(exc).__name__}: {exc}", _request_note(sent)]
+            )
         )
-        exchange.duration_ms = (time.monotonic() - t0) * 1000
         _done(on_done, exchange)
         where = f"{outgoing.url.scheme}://{outgoing.url.netloc.decode('ascii', 'replace')}"
         message = (
@@ -234,13 +320,36 @@ async def pass_on(
             headers=[("content-type", "application/json")],
             error=error_body("upstream_unreachable", message),
         )
+    exchange.request_body = decode_body(sent.body)
     capture = Capture(limit, upstream.headers.get("content-encoding", ""))
     return Answer(
         status=upstream.status_code,
         reason=upstream.reason_phrase,
         headers=passed_back(upstream.headers),
-        body=_passed(upstream, capture, exchange, request_note, t0, on_done),
+        body=_passed(upstream, capture, exchange, _request_note(sent), t0, on_done),
     )
+
+
+def host_gone_first(method: str, url: str, headers: Iterable[tuple[str, str]], on_done: ExchangeDone) -> None:
+    """Record a call whose host went away before the first piece of its body came: nothing was
+    forwarded (the upstream never saw it), and the record says so."""
+    client = upstream_client(WRITE_TIMEOUT_SECONDS)
+    outgoing = client.build_request(method, url, headers=forwarded_headers(headers))
+    exchange = WireExchange(
+        channel="llm",
+        label=_label(outgoing),
+        started_at=datetime.now(UTC),
+        request_headers={name.lower(): value for name, value in outgoing.headers.multi_items()},
+        status="error",
+        error="the host went away before sending its request body; nothing was forwarded",
+        duration_ms=0.0,
+    )
+    _done(on_done, exchange)
+
+
+async def _request_pieces(request: HttpRequest, size: int = 65_536) -> AsyncGenerator[bytes, None]:
+    while piece := request.read(size):
+        yield piece
 
 
 async def relay(
@@ -257,11 +366,13 @@ async def relay(
         request.method or "POST",
         url,
         request.headers.items(),
-        request.read(),
+        _request_pieces(request),
         limit=limit,
         read_timeout=read_timeout,
         on_done=on_done,
     )
+    if answer is None:  # Django has the body whole before the view runs: never the case here
+        return JsonResponse(error_body("host_gone", "the request body did not arrive whole"), status=400)
     if answer.body is None:
         return JsonResponse(answer.error, status=answer.status)
     response = StreamingHttpResponse(answer.body, status=answer.status, reason=answer.reason or None)

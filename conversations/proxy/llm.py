@@ -15,8 +15,7 @@ handles the request (the test client, WSGI). docs/proxy-llm.md describes the rou
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
@@ -30,6 +29,7 @@ from django.views.decorators.csrf import csrf_exempt
 from conversations.loop.wire import WireExchange
 from conversations.proxy import forward, keys, recording
 from conversations.proxy.models import ProxyKey
+from conversations.proxy.pending import PendingRecords
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +38,12 @@ SESSION_HEADER = "X-Inspector-Session"
 CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
 
 # Records are written here, off the event loop, a few at a time: a burst of finished streams
-# queues its records rather than opening a database connection each.
-RECORDERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="proxy-record")
+# queues its records rather than opening a database connection each. What waits is bounded
+# (``pending``: PROXY_RECORD_QUEUE_COUNT, PROXY_RECORD_QUEUE_LIMIT).
+RECORDERS = PendingRecords(workers=4, name="proxy-record")
+# Called in the recorder thread after each record, stored or not (the web process gives back
+# what a big record grew it by: ``inspector.memory.release_if_grown``, hooked in by the UI).
+AFTER_RECORD: list[Callable[[], object]] = []
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,7 @@ def recorder(
     session = headers.get(SESSION_HEADER.lower()) or None
 
     def on_done(exchange: WireExchange) -> None:
-        RECORDERS.submit(_record, key, session, form.fmt, exchange, secrets)
+        RECORDERS.submit(key.pk, exchange, lambda queued: _record(key, session, form.fmt, queued, secrets))
 
     return on_done
 
@@ -156,6 +160,11 @@ def _record(
         logger.exception("a proxied model call could not be recorded (%s)", exchange.label)
     finally:
         connections.close_all()
+        for hook in AFTER_RECORD:
+            try:
+                hook()
+            except Exception:
+                logger.exception("a hook after a proxied model call's record failed")
 
 
 @login_not_required

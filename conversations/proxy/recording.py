@@ -83,7 +83,13 @@ def _model_call(
     )
     with transaction.atomic():
         proxy = session_for(key, hint=session, now=now, fmt=fmt)
-        turn = turn_for(proxy, question=redact.text(read.question), model=read.model, now=now)
+        turn = turn_for(
+            proxy,
+            question=redact.text(read.question),
+            model=read.model,
+            now=now,
+            started_at=exchange.started_at,
+        )
         if not read.error and not read.calls:
             turn.answer = read.text
         step = NewStep(
@@ -136,7 +142,9 @@ def _mcp(
     with transaction.atomic():
         proxy = session_for(key, hint=session, now=now, fmt="")
         _learn_tools(proxy, server_name, records)
-        turn = turn_for(proxy, question=None, model="", now=now)
+        turn = turn_for(
+            proxy, question=None, model="", now=now, started_at=min(r.started_at for r in records)
+        )
         written = write_steps(session=proxy, turn=turn, steps=steps, redact=redact)
         _touch(proxy, now)
     return [row.pk for row in written]

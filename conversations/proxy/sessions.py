@@ -5,9 +5,11 @@ under that hint always goes to the same one; without, it goes to the key's lates
 session unless that has been quiet for ``PROXY_SESSION_GAP_SECONDS``, when a new one begins.
 
 A session's turns follow the host's questions: a model call whose last user text differs from
-the current turn's question begins a new turn (the model calls that carry tool results back
-carry the same question, so a whole agent run is one turn, as in the loop). MCP traffic goes to
-the current turn; before any model call, to a turn without a question.
+the question of the turn current when the call began begins a new turn (the model calls that
+carry tool results back carry the same question, so a whole agent run is one turn, as in the
+loop). MCP traffic goes to the turn current when it began; before any model call, to a turn
+without a question. "When" is the record's own start time, not the order records are stored
+in (``turn_for``).
 """
 
 from __future__ import annotations
@@ -85,10 +87,24 @@ def _profile(key: ProxyKey, fmt: str) -> ModelProfile:
     return profile
 
 
-def turn_for(session: ProxySession, *, question: str | None, model: str, now: datetime) -> Turn:
-    """The turn a record goes into: the session's current one, or a new one when a model call
-    asks a different question (``question`` None: MCP traffic, never a new question)."""
+def turn_for(
+    session: ProxySession,
+    *,
+    question: str | None,
+    model: str,
+    now: datetime,
+    started_at: datetime | None = None,
+) -> Turn:
+    """The turn a record goes into, chosen by when the record was made (``started_at``; ``now``
+    when not known), not by when it is stored: records are stored in another order than they
+    were made (the LLM proxy's recorder threads, the stdio proxy's batches). That is the turn
+    current when the record began — the session's latest one, or for a late record the latest
+    one begun by then — or a new one when a model call asks a different question (``question``
+    None: MCP traffic, never a new question)."""
+    when = started_at or now
     current = session.turn
+    if current is not None and _begun(current) > when:
+        current = _at(session, when) or current
     if current is not None and (question is None or question == current.question):
         if model and not current.model_name:
             current.model_name = model[:120]
@@ -98,6 +114,18 @@ def turn_for(session: ProxySession, *, question: str | None, model: str, now: da
         current.question = question
         current.model_name = model[:120]
         return current
+    if current is not None and current.pk != session.turn_id and question is not None:
+        # A late call that asks a question of its own: the turn begun after it that asks the
+        # same (its first call was stored first), begun from now on at this call.
+        after = (
+            session.conversation.turns.filter(seq__gt=current.seq, question=question).order_by("seq").first()
+        )
+        if (
+            after is not None
+            and not session.conversation.turns.filter(seq__gt=current.seq, seq__lt=after.seq).exists()
+        ):
+            after.started_at = min(_begun(after), when)
+            return after
     seq = (session.conversation.turns.aggregate(last=Max("seq"))["last"] or 0) + 1
     turn = Turn.objects.create(
         conversation=session.conversation,
@@ -108,11 +136,24 @@ def turn_for(session: ProxySession, *, question: str | None, model: str, now: da
         tool_choice="",
         model_name=model[:120],
         created_at=now,
-        started_at=now,
-        finished_at=now,
+        started_at=when,
+        finished_at=when,
     )
-    session.turn = turn
+    if session.turn is None or _begun(session.turn) <= when:
+        # A late call's new turn is not the one the session's traffic goes to now.
+        session.turn = turn
     return turn
+
+
+def _begun(turn: Turn) -> datetime:
+    return turn.started_at or turn.created_at
+
+
+def _at(session: ProxySession, when: datetime) -> Turn | None:
+    """The session's latest turn begun by ``when``; its first turn when all began later."""
+    turns = session.conversation.turns
+    begun = turns.filter(started_at__lte=when).order_by("-started_at", "-seq").first()
+    return begun or turns.order_by("seq").first()
 
 
 def _has_model_call(turn: Turn) -> bool:

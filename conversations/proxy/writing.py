@@ -27,7 +27,7 @@ from conversations.models import Exchange, Step, Turn
 from conversations.proxy.linking import link_turn
 from conversations.proxy.models import ProxySession
 from conversations.record.exchanges import exchange_rows
-from conversations.record.integrity import GENESIS, chain_head_query, exchange_digest, integrity_key
+from conversations.record.integrity import GENESIS, exchange_digest, integrity_key, turn_seal
 from conversations.record.recording import turn_end_save
 from conversations.record.store import Batch, record_store
 from conversations.redaction import Redactor
@@ -81,7 +81,9 @@ def write_steps(
     session's row is locked. Returns the exchange rows written, in order."""
     last_step = Step.objects.filter(turn=turn).aggregate(last=Max("seq"))["last"] or 0
     last_exchange = Exchange.objects.filter(turn=turn).aggregate(last=Max("seq"))["last"] or 0
-    head = chain_head_query(turn.conversation_id).first() or GENESIS
+    # The chain runs in turn order: a record of an earlier turn than the latest (stored late)
+    # follows that turn's last exchange, and the turns after it are chained on again below.
+    head = _head_through(turn) or GENESIS
     key = integrity_key()
     rows = [
         Step(
@@ -135,8 +137,40 @@ def write_steps(
         ]
     )
     turn_end_save(turn=turn, redact=redact)
+    _rechain_after(turn, head, key)
     transaction.on_commit(functools.partial(_announce, session, turn, changed))
     return exchanges
+
+
+def _head_through(turn: Turn) -> str | None:
+    """The hash of the last exchange of ``turn`` and the turns before it."""
+    return (
+        Exchange.objects.filter(turn__conversation_id=turn.conversation_id, turn__seq__lte=turn.seq)
+        .order_by("-turn__seq", "-seq", "-id")
+        .values_list("hash", flat=True)
+        .first()
+    )
+
+
+def _rechain_after(turn: Turn, head: str, key: bytes) -> None:
+    """Chain the exchanges of the turns after ``turn`` on from ``head`` (its last exchange's
+    hash, which a record stored late changed) and seal those turns again, in order. Nothing to
+    do for the session's latest turn, the usual case."""
+    later = list(Turn.objects.filter(conversation_id=turn.conversation_id, seq__gt=turn.seq).order_by("seq"))
+    if not later:
+        return
+    rechained = Batch()
+    for after in later:
+        for row in Exchange.objects.filter(turn=after).order_by("seq", "id"):
+            row.prev_hash = head
+            row.hash = head = exchange_digest(row, turn_seq=after.seq, previous=head, key=key)
+            rechained.update(Exchange, row.pk, {"prev_hash": row.prev_hash, "hash": row.hash})
+    if rechained:
+        record_store().write(rechained)
+    for after in later:
+        if after.seal:
+            after.conversation = turn.conversation
+            turn_seal(turn=after)
 
 
 def _announce(session: ProxySession, turn: Turn, changed: list[int]) -> None:

@@ -35,12 +35,22 @@ def free_port() -> int:
 
 
 class Served:
-    """An ASGI ``app`` served by uvicorn on a free localhost port, in a thread of this process."""
+    """An ASGI ``app`` served by uvicorn on a free localhost port, in a thread of this process.
+    ``own_headers`` False: uvicorn adds no ``Date`` and ``Server`` of its own (as daphne, which
+    serves the app, adds neither where the app sent its own)."""
 
-    def __init__(self, app: Asgi) -> None:
+    def __init__(self, app: Asgi, *, own_headers: bool = True) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", lifespan="off")
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="error",
+            lifespan="off",
+            server_header=own_headers,
+            date_header=own_headers,
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -65,8 +75,8 @@ class ServedApp(Served):
     the test process is not made one, so nothing of it outlives the test.
     """
 
-    def __init__(self) -> None:
-        super().__init__(application)
+    def __init__(self, *, own_headers: bool = True) -> None:
+        super().__init__(application, own_headers=own_headers)
 
     def __enter__(self) -> ServedApp:
         request_started.disconnect(sender=ASGIHandler, dispatch_uid="inspector-serving-start")

@@ -16,23 +16,17 @@ from conversations.models import Step
 from conversations.proxy.keys import create_key
 from conversations.proxy.models import ProxyKey, ProxySession
 from conversations.proxy.recording import record_mcp, record_model_call
+from conversations.record.verification import conversation_verify
 from tests.conversations.proxy.wire import chat_call, tools_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TOKYO = {"timezone": "Asia/Tokyo"}
-REASON = (
-    "conversations/proxy/recording.py chooses a record's turn by the order records are stored "
-    "(sessions.turn_for gets no time of the record): a call of the first question stored after "
-    "the second question's first call starts a third turn, and a late tools/call lands in the "
-    "second question's turn, unlinked"
-)
 
 
 def _key() -> ProxyKey:
     return create_key(get_user_model().objects.create_user("alice"), name="laptop")[0]
 
 
-@pytest.mark.xfail(strict=True, reason=REASON)
 def test_a_model_call_stored_after_the_next_questions_first_call_stays_in_its_turn() -> None:
     key = _key()
     start = timezone.now()
@@ -67,9 +61,12 @@ def test_a_model_call_stored_after_the_next_questions_first_call_stays_in_its_tu
         "What time is it in Tokyo?",
         "And in Lima?",
     ]
+    first = conversation.turns.get(seq=1)
+    assert first.answer == "Noon." and first.steps.filter(kind="decide").count() == 2
+    # The late record joined the chain in turn order: the turn after it is chained on and sealed again.
+    assert conversation_verify(conversation=conversation).intact
 
 
-@pytest.mark.xfail(strict=True, reason=REASON)
 def test_a_tools_call_stored_after_the_next_questions_first_call_is_linked_in_its_turn() -> None:
     key = _key()
     start = timezone.now()
@@ -90,3 +87,33 @@ def test_a_tools_call_stored_after_the_next_questions_first_call_is_linked_in_it
 
     tool = Step.objects.get(turn__conversation__proxy_session__key=key, kind="tool")
     assert tool.parent is not None and tool.parent.calls[0]["linked_by"] == "arguments"
+    assert tool.turn.question == "What time is it in Tokyo?"
+    assert conversation_verify(conversation=tool.turn.conversation).intact
+
+
+def test_a_late_call_of_a_question_asked_later_joins_that_questions_turn() -> None:
+    key = _key()
+    start = timezone.now()
+    first = chat_call(question="What time is it in Tokyo?", text="Noon.")
+    second = chat_call(
+        question="And in Lima?", calls=[("call_2", "get_current_time", {"timezone": "America/Lima"})]
+    )
+    second_answered = chat_call(question="And in Lima?", tool_results=[("call_2", "22:00")], text="Ten.")
+
+    record_model_call(key, session="s", fmt="openai_chat", exchange=replace(first, started_at=start))
+    record_model_call(
+        key,
+        session="s",
+        fmt="openai_chat",
+        exchange=replace(second_answered, started_at=start + timedelta(seconds=3)),
+    )
+    # The second question's first call, stored after its second.
+    record_model_call(
+        key, session="s", fmt="openai_chat", exchange=replace(second, started_at=start + timedelta(seconds=2))
+    )
+
+    conversation = ProxySession.objects.get(key=key).conversation
+    turns = list(conversation.turns.order_by("seq"))
+    assert [turn.question for turn in turns] == ["What time is it in Tokyo?", "And in Lima?"]
+    assert turns[1].steps.count() == 2 and turns[1].started_at == start + timedelta(seconds=2)
+    assert conversation_verify(conversation=conversation).intact
