@@ -15,8 +15,6 @@ from datetime import UTC, datetime
 from uuid import UUID
 
 from django.contrib import messages
-from django.contrib.auth.base_user import AbstractBaseUser
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -33,6 +31,7 @@ from conversations.record.audit import audit_read
 from conversations.record.transcripts.export import BINARY_FORMATS, EXPORT_FORMATS, MEDIA_TYPES, ExportFormat
 from conversations.record.transcripts.importing import TranscriptError
 from conversations.record.verification import conversation_verify
+from conversations.signed_in import signed_in_user as _user
 from conversations.typealias import JSONDict
 from inspector import charts, fragments, walkthrough
 from inspector.forms import (
@@ -75,14 +74,6 @@ EXPORT_SUFFIXES: dict[ExportFormat, str] = {
     "otlp": "otlp.pb",
 }
 BODY_PARTS = ("request", "response")
-
-
-def _user(request: HttpRequest) -> AbstractBaseUser:
-    """The signed-in user (the middleware lets no one else through; this narrows the type)."""
-    user = request.user
-    if not isinstance(user, AbstractBaseUser) or not user.is_authenticated:
-        raise PermissionDenied
-    return user
 
 
 def _conversation(request: HttpRequest, public_id: UUID) -> Conversation:
