@@ -8,6 +8,7 @@ the app — so it needs no nonces and no third-party package.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,7 +16,9 @@ from urllib.parse import urlsplit
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
+from django.core.signals import setting_changed
 from django.db import DatabaseError, connection
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 from django.http.request import split_domain_port, validate_host
 from django.middleware.clickjacking import XFrameOptionsMiddleware
@@ -92,21 +95,30 @@ def _unused(request: HttpRequest) -> HttpResponse:
     raise AssertionError("the middleware's response is given to it, never asked of a view")
 
 
-def django_security_headers(*, secure: bool) -> list[tuple[str, str]]:
+@functools.cache
+def django_security_headers(*, secure: bool) -> tuple[tuple[str, str], ...]:
     """What Django's ``SecurityMiddleware`` and ``XFrameOptionsMiddleware`` add to a response to a
     request over HTTPS or not (HSTS, ``X-Content-Type-Options``, ``Referrer-Policy``,
-    ``Cross-Origin-Opener-Policy``, ``X-Frame-Options``), from the settings they read now.
+    ``Cross-Origin-Opener-Policy``, ``X-Frame-Options``), from the settings.
 
     Asked of the two middleware themselves, on an empty response: a response made outside
     Django's chain (``inspector.proxy_front``) then carries exactly what a page does, the same
-    spelling of every value included, however the settings are written.
+    spelling of every value included, however the settings are written. Asked once per process
+    (a few hundred microseconds: a request and a response made), again when a setting changes.
     """
     response = HttpResponse()
     before = set(response.headers)
     request = _Asked(secure=secure)
     XFrameOptionsMiddleware(_unused).process_response(request, response)
     SecurityMiddleware(_unused).process_response(request, response)
-    return [(name, value) for name, value in response.items() if name not in before]
+    return tuple((name, value) for name, value in response.items() if name not in before)
+
+
+@receiver(setting_changed)
+def _settings_changed(**_: object) -> None:
+    """A test's ``override_settings``: the headers are asked again (Django's own middleware read
+    theirs when made; the front asks at its next answer)."""
+    django_security_headers.cache_clear()
 
 
 def security_headers(*, secure: bool, host: str | None) -> list[tuple[str, str]]:
