@@ -13,12 +13,11 @@ from __future__ import annotations
 from uuid import UUID
 
 from django.contrib import messages
-from django.contrib.auth.base_user import AbstractBaseUser
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from conversations.signed_in import signed_in_user as _user
 from inspector import evals_results
 from inspector.evals import selectors as eval_selectors
 from inspector.evals import services as eval_services
@@ -28,14 +27,6 @@ from inspector.evals.suites import SuiteError
 from inspector.evals_forms import EXAMPLE_SUITE, RunForm, SuiteForm, SuiteUploadForm
 
 STATUS_BAD_REQUEST = 400
-
-
-def _user(request: HttpRequest) -> AbstractBaseUser:
-    """The signed-in user (the middleware lets no one else through; this narrows the type)."""
-    user = request.user
-    if not isinstance(user, AbstractBaseUser) or not user.is_authenticated:
-        raise PermissionDenied
-    return user
 
 
 def _suite(request: HttpRequest, public_id: UUID) -> Suite:

@@ -28,7 +28,7 @@ from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
 from conversations.proxy import forward, llm
-from inspector.security import csp_header_value
+from inspector import security
 
 # As Django's ASGIHandler takes them (django-stubs).
 Scope = dict[str, Any]
@@ -124,34 +124,11 @@ def _host_allowed(host: str) -> bool:
 
 
 def security_headers(request: _Request, present: set[str]) -> list[tuple[str, str]]:
-    """The app's own security headers (SecurityMiddleware's, XFrameOptionsMiddleware's and
-    ``inspector.security``'s CSP) for an answer whose headers are ``present`` (lower-case)."""
-    added: list[tuple[str, str]] = []
-
-    def add(name: str, value: str) -> None:
-        if name.lower() not in present:
-            added.append((name, value))
-
-    if settings.SECURE_HSTS_SECONDS and request.secure:
-        value = f"max-age={settings.SECURE_HSTS_SECONDS}"
-        if settings.SECURE_HSTS_INCLUDE_SUBDOMAINS:
-            value += "; includeSubDomains"
-        if settings.SECURE_HSTS_PRELOAD:
-            value += "; preload"
-        add("Strict-Transport-Security", value)
-    if settings.SECURE_CONTENT_TYPE_NOSNIFF:
-        add("X-Content-Type-Options", "nosniff")
-    if settings.SECURE_REFERRER_POLICY:
-        policy = settings.SECURE_REFERRER_POLICY
-        add("Referrer-Policy", policy if isinstance(policy, str) else ",".join(policy))
-    if settings.SECURE_CROSS_ORIGIN_OPENER_POLICY:
-        add("Cross-Origin-Opener-Policy", settings.SECURE_CROSS_ORIGIN_OPENER_POLICY)
-    add("X-Frame-Options", str(getattr(settings, "X_FRAME_OPTIONS", "DENY")).upper())
-    policy_map = {directive: list(sources) for directive, sources in settings.SECURE_CSP.items()}
-    websocket = f"{'wss' if request.secure else 'ws'}://{request.host}"
-    policy_map["connect-src"] = [*policy_map.get("connect-src", []), websocket]
-    add("Content-Security-Policy", csp_header_value(policy_map))
-    return added
+    """The app's own security headers (``inspector.security.security_headers``: what Django's
+    middleware and the CSP add to a page) for an answer whose headers are ``present`` (lower-case)."""
+    host = request.host if _host_allowed(request.host) else None
+    every = security.security_headers(secure=request.secure, host=host)
+    return [(name, value) for name, value in every if name.lower() not in present]
 
 
 class _Body:

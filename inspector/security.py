@@ -1,5 +1,5 @@
-"""Hardening that every request and websocket passes: the health probe, the Content-Security-Policy
-and the websocket's origin check.
+"""Hardening that every request and websocket passes: the health probe, the Content-Security-Policy,
+the security headers of a response made outside Django's chain, and the websocket's origin check.
 
 Django 5.2 has no CSP middleware (6.0 adds one, reading a ``SECURE_CSP`` dict of the same shape as
 ours, so the swap is one line); the policy here is static — no inline script or style anywhere in
@@ -8,6 +8,7 @@ the app — so it needs no nonces and no third-party package.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,9 +16,13 @@ from urllib.parse import urlsplit
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
+from django.core.signals import setting_changed
 from django.db import DatabaseError, connection
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 from django.http.request import split_domain_port, validate_host
+from django.middleware.clickjacking import XFrameOptionsMiddleware
+from django.middleware.security import SecurityMiddleware
 from django.utils.deprecation import MiddlewareMixin
 from django.utils.http import is_same_domain
 
@@ -47,30 +52,82 @@ class HealthCheckMiddleware(MiddlewareMixin):
         return HttpResponse("ok\n", content_type="text/plain")
 
 
-class ContentSecurityPolicyMiddleware(MiddlewareMixin):
-    """Adds ``settings.SECURE_CSP`` as the ``Content-Security-Policy`` of every response that has none.
+def csp_for(*, secure: bool, host: str | None) -> str:
+    """The ``Content-Security-Policy`` of every response: ``settings.SECURE_CSP`` with the page's
+    own websocket origin in ``connect-src`` (``ws://host:port``, ``wss://`` over HTTPS).
 
-    ``connect-src`` also names the page's own websocket origin (``ws://host:port``, ``wss://``
-    over HTTPS): CSP Level 3 counts it as ``'self'``, but WebKit (Safari) did not until 2022,
-    and without it the page's live rows would be blocked there.
+    CSP Level 3 counts that origin as ``'self'``, but WebKit (Safari) did not until 2022, and
+    without it the page's live rows would be blocked there. ``host`` None (a Host outside
+    ALLOWED_HOSTS) gives the policy as it stands: a foreign name never enters the header.
     """
+    policy = {directive: list(sources) for directive, sources in settings.SECURE_CSP.items()}
+    if host is not None:
+        policy["connect-src"] = [*policy.get("connect-src", []), f"{'wss' if secure else 'ws'}://{host}"]
+    return csp_header_value(policy)
 
-    def __init__(self, get_response: Any) -> None:
-        super().__init__(get_response)
-        self.policy = {directive: list(sources) for directive, sources in settings.SECURE_CSP.items()}
-        self.header = csp_header_value(self.policy)
+
+class ContentSecurityPolicyMiddleware(MiddlewareMixin):
+    """Adds ``csp_for`` the request as the ``Content-Security-Policy`` of every response that has none."""
 
     def process_response(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
         if "Content-Security-Policy" in response:
             return response
         try:
-            websocket = f"{'wss' if request.is_secure() else 'ws'}://{request.get_host()}"
+            host: str | None = request.get_host()
         except DisallowedHost:
-            response["Content-Security-Policy"] = self.header  # the 400 for a foreign Host
-            return response
-        policy = {**self.policy, "connect-src": [*self.policy.get("connect-src", []), websocket]}
-        response["Content-Security-Policy"] = csp_header_value(policy)
+            host = None  # the 400 for a foreign Host
+        response["Content-Security-Policy"] = csp_for(secure=request.is_secure(), host=host)
         return response
+
+
+class _Asked(HttpRequest):
+    """A request that is over HTTPS or not, and nothing else: what Django's header middleware read."""
+
+    def __init__(self, *, secure: bool) -> None:
+        super().__init__()
+        self.secure = secure
+
+    def is_secure(self) -> bool:
+        return self.secure
+
+
+def _unused(request: HttpRequest) -> HttpResponse:
+    raise AssertionError("the middleware's response is given to it, never asked of a view")
+
+
+@functools.cache
+def django_security_headers(*, secure: bool) -> tuple[tuple[str, str], ...]:
+    """What Django's ``SecurityMiddleware`` and ``XFrameOptionsMiddleware`` add to a response to a
+    request over HTTPS or not (HSTS, ``X-Content-Type-Options``, ``Referrer-Policy``,
+    ``Cross-Origin-Opener-Policy``, ``X-Frame-Options``), from the settings.
+
+    Asked of the two middleware themselves, on an empty response: a response made outside
+    Django's chain (``inspector.proxy_front``) then carries exactly what a page does, the same
+    spelling of every value included, however the settings are written. Asked once per process
+    (a few hundred microseconds: a request and a response made), again when a setting changes.
+    """
+    response = HttpResponse()
+    before = set(response.headers)
+    request = _Asked(secure=secure)
+    XFrameOptionsMiddleware(_unused).process_response(request, response)
+    SecurityMiddleware(_unused).process_response(request, response)
+    return tuple((name, value) for name, value in response.items() if name not in before)
+
+
+@receiver(setting_changed)
+def _settings_changed(**_: object) -> None:
+    """A test's ``override_settings``: the headers are asked again (Django's own middleware read
+    theirs when made; the front asks at its next answer)."""
+    django_security_headers.cache_clear()
+
+
+def security_headers(*, secure: bool, host: str | None) -> list[tuple[str, str]]:
+    """Every security header a page gets (``django_security_headers`` and ``csp_for``), for a
+    response made outside Django's middleware chain."""
+    return [
+        *django_security_headers(secure=secure),
+        ("Content-Security-Policy", csp_for(secure=secure, host=host)),
+    ]
 
 
 def _headers(scope: Mapping[str, Any]) -> dict[str, str]:

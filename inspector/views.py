@@ -15,8 +15,6 @@ from datetime import UTC, datetime
 from uuid import UUID
 
 from django.contrib import messages
-from django.contrib.auth.base_user import AbstractBaseUser
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -33,6 +31,7 @@ from conversations.record.audit import audit_read
 from conversations.record.transcripts.export import BINARY_FORMATS, EXPORT_FORMATS, MEDIA_TYPES, ExportFormat
 from conversations.record.transcripts.importing import TranscriptError
 from conversations.record.verification import conversation_verify
+from conversations.signed_in import signed_in_user as _user
 from conversations.typealias import JSONDict
 from inspector import charts, fragments, walkthrough
 from inspector.forms import (
@@ -75,14 +74,6 @@ EXPORT_SUFFIXES: dict[ExportFormat, str] = {
     "otlp": "otlp.pb",
 }
 BODY_PARTS = ("request", "response")
-
-
-def _user(request: HttpRequest) -> AbstractBaseUser:
-    """The signed-in user (the middleware lets no one else through; this narrows the type)."""
-    user = request.user
-    if not isinstance(user, AbstractBaseUser) or not user.is_authenticated:
-        raise PermissionDenied
-    return user
 
 
 def _conversation(request: HttpRequest, public_id: UUID) -> Conversation:
@@ -689,19 +680,14 @@ def comparison_summary(request: HttpRequest, public_id: UUID) -> HttpResponse:
 
 @require_GET
 def turn_walk(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
-    """One turn, one slide at a time (``?at=N``, from 1): the step-through for a projector."""
+    """One turn, one slide at a time (``?at=N``, from 1, or ``last``): the step-through for a
+    projector. A turn of many rows has pages of them (``&page=P``), read one at a time."""
     conversation, turn = _turn_read(request, public_id, turn_id, via="step-through")
-    slides = walkthrough.turn_slides(selectors.turn_rows(turn=turn))
-    asked = presentation.plain_number(request.GET.get("at", "1"), most=presentation.SEQ_MAX)
-    at = min(max(asked, 1), max(len(slides), 1)) if asked is not None else 1
-    context = {
-        "conversation": conversation,
-        "turn": turn,
-        "slide": slides[at - 1] if slides else None,
-        "at": at,
-        "total": len(slides),
-        "steps": sorted({slide.step_seq for slide in slides}),
-    }
+    page = presentation.plain_number(request.GET.get("page", "1"), most=presentation.SEQ_MAX)
+    raw_at = request.GET.get("at", "1")
+    at = None if raw_at == "last" else presentation.plain_number(raw_at, most=presentation.SEQ_MAX) or 1
+    deck = walkthrough.turn_deck(turn, page=page or 1, at=at)
+    context = {"conversation": conversation, "turn": turn, "deck": deck}
     return render(request, "inspector/turn_walk.html", context)
 
 

@@ -4,8 +4,10 @@ who talks to whom and what the layer is — for a projector, one slide on screen
 
 A turn of any size makes a step-through of bounded cost: a reply's calls are shown as its row on
 the page shows them (the first and last few, ``selectors.CALLS_HEAD`` and ``CALLS_TAIL``), the
-ones between counted on one slide that sends to the page; and a slide's body is indented, cut
-and annotated only when that slide is shown, never for the whole deck."""
+ones between counted on one slide that sends to the page; a turn of many rows is read a page of
+rows at a time (``ROWS_PAGE``, as the conversation page reads them: docs/decisions/0130), the
+page of the slide on screen; and a slide's body is indented, cut and annotated only when that
+slide is shown, never for the whole deck."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from functools import cached_property
 
 from conversations import selectors
 from conversations.escaping import carriable
-from conversations.models import Exchange, Step
+from conversations.models import Exchange, Step, Turn
 from inspector import teaching
 
 # A slide shows at most this much of a body (a projector shows far less); the conversation page
@@ -25,6 +27,9 @@ SLIDE_BODY_CHARS = 12_000
 # A body longer than this is cut as it is, neither indented nor annotated field by field: both
 # parse it whole, and a raw body may be tens of megabytes.
 SLIDE_PARSE_CHARS = 1_000_000
+# The rows of a turn one page of the step-through reads and numbers its slides in: a turn of
+# more has pages (``?page=``), and a turn of thousands of rows costs what one of this many does.
+ROWS_PAGE = selectors.ROWS_BATCH
 
 
 @dataclass
@@ -225,9 +230,10 @@ def _tool_slides(step: Step) -> list[Slide]:
     return slides
 
 
-def turn_slides(rows: Sequence[Step]) -> list[Slide]:
+def turn_slides(rows: Sequence[Step], *, more_after: bool = False) -> list[Slide]:
     """Every slide of a turn, in the order things happened, from its rows as
-    ``selectors.turn_rows`` loads them (a row of many tool calls with only its first and last)."""
+    ``selectors.turn_rows`` loads them (a row of many tool calls with only its first and last);
+    or of a page of its rows, ``more_after`` saying whether rows follow the page's."""
     slides: list[Slide] = []
     for step in rows:
         exchanges = list(step.exchanges.all())
@@ -276,8 +282,10 @@ def turn_slides(rows: Sequence[Step]) -> list[Slide]:
             )
         elif step.kind in {"fallback", "error"}:
             # An error row is told from what the record says came next (docs/teaching.md §3).
-            went_on = any(later.seq > step.seq for later in rows) or (
-                None if step.turn.status not in step.turn.FINISHED else False
+            went_on = (
+                any(later.seq > step.seq for later in rows)
+                or more_after
+                or (None if step.turn.status not in step.turn.FINISHED else False)
             )
             roles = teaching.Roles("Host", "Host", teaching.step_note(step.kind, went_on=went_on))
             slides.append(
@@ -294,3 +302,60 @@ def turn_slides(rows: Sequence[Step]) -> list[Slide]:
             slides.extend(_model_slides(step, llm))
             slides.extend(_tool_slides(step))
     return slides
+
+
+@dataclass
+class Deck:
+    """The slides of one page of a turn's rows, and where the slide on screen stands in it."""
+
+    slides: list[Slide]
+    page: int  # from 1
+    pages: int
+    at: int  # the slide on screen, from 1 (0: the page has none)
+    rows: int  # the turn's rows in all
+    first_row: int  # the page's first and last rows, numbered from 1 in the turn
+    last_row: int
+
+    @property
+    def slide(self) -> Slide | None:
+        return self.slides[self.at - 1] if self.at else None
+
+    def _query(self, page: int, at: int | str) -> str:
+        return f"?at={at}" if page == 1 else f"?page={page}&at={at}"
+
+    @property
+    def previous(self) -> str | None:
+        """The query of the slide before (the previous page's last), or None at the first."""
+        if self.at > 1:
+            return self._query(self.page, self.at - 1)
+        return self._query(self.page - 1, "last") if self.page > 1 else None
+
+    @property
+    def next(self) -> str | None:
+        """The query of the slide after (the next page's first), or None at the last."""
+        if self.at < len(self.slides):
+            return self._query(self.page, self.at + 1)
+        return self._query(self.page + 1, 1) if self.page < self.pages else None
+
+
+def turn_deck(turn: Turn, *, page: int, at: int | None) -> Deck:
+    """Page ``page`` (from 1; past the last: the last) of the turn's step-through, with its slide
+    ``at`` on screen (from 1; None: its last). Reads that page's rows alone (``ROWS_PAGE``)."""
+    page = max(page, 1)
+    read = selectors.turn_rows_page(turn=turn, start=(page - 1) * ROWS_PAGE, size=ROWS_PAGE)
+    pages = max(1, -(-read.total // ROWS_PAGE))
+    if page > pages:  # past the turn's last page (a link of before its rows changed): the last
+        page = pages
+        read = selectors.turn_rows_page(turn=turn, start=(page - 1) * ROWS_PAGE, size=ROWS_PAGE)
+    slides = turn_slides(read.rows, more_after=read.more)
+    shown = len(slides) if at is None else at
+    first_row = (page - 1) * ROWS_PAGE + 1
+    return Deck(
+        slides=slides,
+        page=page,
+        pages=pages,
+        at=min(max(shown, 1), len(slides)),
+        rows=read.total,
+        first_row=first_row,
+        last_row=first_row + len(read.rows) - 1,
+    )

@@ -12,10 +12,10 @@ from django.urls import reverse
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 from django.views.decorators.http import require_GET, require_POST
 
+from conversations.signed_in import signed_in_user as _user
 from servers import mcp_apps, selectors, services
 from servers.models import Operation
 from servers.view_access import operation_or_404 as _operation
-from servers.view_access import signed_in_user as _user
 
 STATUS_BAD_REQUEST = 400
 STATUS_FORBIDDEN = 403

@@ -7,26 +7,19 @@ from __future__ import annotations
 import json
 
 from django.contrib import messages
-from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
+from conversations.signed_in import signed_in_user
 from servers import mcp_config, selectors
-
-
-def _user(request: HttpRequest) -> AbstractBaseUser:
-    user = request.user
-    if not isinstance(user, AbstractBaseUser) or not user.is_authenticated:
-        raise PermissionDenied
-    return user
 
 
 @require_POST
 def config_import(request: HttpRequest) -> HttpResponse:
     """Register every server of the pasted or uploaded configuration, or none (the reason shown)."""
-    user = _user(request)
+    user = signed_in_user(request)
     if not getattr(user, "is_staff", False):
         raise PermissionDenied("Only staff may register servers.")
     upload = request.FILES.get("file")
@@ -52,7 +45,7 @@ def config_export(request: HttpRequest) -> HttpResponse:
     shape = request.GET.get("format", "mcpServers")
     if shape not in mcp_config.FORMATS:
         shape = "mcpServers"
-    document = mcp_config.export(selectors.server_list(user=_user(request)), shape=shape)
+    document = mcp_config.export(selectors.server_list(user=signed_in_user(request)), shape=shape)
     filename = "mcp.json" if shape == "vscode" else "mcpServers.json"
     response = HttpResponse(
         json.dumps(document, indent=2, ensure_ascii=False), content_type="application/json; charset=utf-8"

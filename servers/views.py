@@ -29,6 +29,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from conversations.escaping import hidden_characters
 from conversations.record.audit import audit_read
+from conversations.signed_in import signed_in_user as _user
 from servers import grants, selectors, services
 from servers.app_views import app_tool
 from servers.forms import (
@@ -45,7 +46,6 @@ from servers.gateway.capabilities import unavailable
 from servers.models import LOG_LEVELS, McpServer, OAuthGrant, Operation, PendingInput, SavedCall
 from servers.sampling import review_edits, review_rows
 from servers.view_access import operation_or_404 as _operation
-from servers.view_access import signed_in_user as _user
 
 TRANSCRIPT_PER_PAGE = 50
 # How long Connect (and the OAuth callback) wait for the flow to reach its next stop.

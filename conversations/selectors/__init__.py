@@ -32,6 +32,7 @@ from conversations.selectors.rows import (
     MODEL_CALL_KINDS,
     PREVIOUS_PROMPT,
     ROWS_BATCH,
+    RowsPage,
     RowVersion,
     conversation_changed_at,
     conversation_turns,
@@ -49,6 +50,7 @@ from conversations.selectors.rows import (
     turn_row_count_before,
     turn_row_counts,
     turn_rows,
+    turn_rows_page,
     turns_rows,
 )
 from conversations.selectors.search import (
@@ -91,6 +93,7 @@ __all__ = [
     "MODEL_CALL_KINDS",
     "PREVIOUS_PROMPT",
     "ROWS_BATCH",
+    "RowsPage",
     "RowVersion",
     "RunRow",
     "RunSummary",
@@ -127,6 +130,7 @@ __all__ = [
     "turn_row_count_before",
     "turn_row_counts",
     "turn_rows",
+    "turn_rows_page",
     "turn_search_document",
     "turns_rows",
     "visible_to",

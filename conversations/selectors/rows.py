@@ -132,6 +132,25 @@ def turn_rows(
     return loaded
 
 
+class RowsPage(NamedTuple):
+    """A page of a turn's rows (``turn_rows_page``)."""
+
+    rows: list[Step]
+    total: int  # the turn's rows in all
+    more: bool  # whether a row follows the page's last
+
+
+def turn_rows_page(*, turn: Turn, start: int, size: int) -> RowsPage:
+    """The ``size`` rows of the turn from the one numbered ``start`` (0-based, in order), loaded
+    as ``turn_rows`` loads them, with how many the turn has and whether one comes after: the
+    same few queries, and ``size + 1`` rows made at most, whatever the turn's size."""
+    count = Step.objects.filter(turn=turn, parent__isnull=True).count()
+    page = list(_rows().filter(turn=turn)[start : start + size + 1]) if start < count else []
+    rows = _loaded(page[:size])
+    _note_previous_prompts(rows, from_first=start == 0)
+    return RowsPage(rows, count, len(page) > size)
+
+
 def turns_rows(*, turns: Sequence[Turn]) -> dict[int, list[Step]]:
     """Every top-level step of each of ``turns``, as ``turn_rows`` gives a whole turn's (children
     and exchanges loaded, in order), by turn id, read together: a page of several short turns

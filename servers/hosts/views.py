@@ -7,27 +7,19 @@ server they may not see.
 
 from __future__ import annotations
 
-from django.contrib.auth.base_user import AbstractBaseUser
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from conversations.signed_in import signed_in_user
 from servers import selectors
 from servers.hosts import reports
 from servers.models import McpServer
 
 
-def _user(request: HttpRequest) -> AbstractBaseUser:
-    user = request.user
-    if not isinstance(user, AbstractBaseUser) or not user.is_authenticated:
-        raise PermissionDenied
-    return user
-
-
 @require_GET
 def server_hosts(request: HttpRequest, name: str) -> HttpResponse:
-    user = _user(request)
+    user = signed_in_user(request)
     try:
         server = selectors.server_get(user=user, name=name)
     except McpServer.DoesNotExist:

@@ -6,18 +6,22 @@ redirect — and every other path still reaches Django."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx2
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
+from django.core.asgi import get_asgi_application
+from django.core.handlers.asgi import ASGIHandler
 from django.core.signals import request_started
 from django.test import override_settings
 
+from conversations.execution import serving_start
 from conversations.models import Exchange
 from conversations.proxy.keys import create_key
 from conversations.proxy.models import ProxyKey
-from inspector.proxy_front import route
+from inspector.proxy_front import route, with_llm_proxy
 from tests.conversations.proxy.llm_fakes import FakeUpstream, Reply, Served, ServedApp
 from tests.support import wait_until
 
@@ -166,3 +170,95 @@ def test_a_method_other_than_post_gets_405_with_a_json_body(app: str, alice: Use
 
     assert response.status_code == 405
     assert response.json()["error"]["type"] == "method_not_allowed"
+
+
+# The headers that make a response safe to show, beside what it is (type, length, cookies, ...).
+SECURITY_HEADERS = (
+    "strict-transport-security",
+    "x-content-type-options",
+    "referrer-policy",
+    "cross-origin-opener-policy",
+    "x-frame-options",
+    "content-security-policy",
+)
+# What a page carries that is not about its safety.
+PAGE_HEADERS = {
+    "content-type",
+    "content-length",
+    "vary",
+    "set-cookie",
+    "cache-control",
+    "expires",
+    "date",
+    "server",
+}
+# A deployment's hardened settings (docs/deployment.md), each one different from the default,
+# behind a TLS-terminating proxy that says so in X-Forwarded-Proto.
+HARDENED = {
+    "DEBUG": False,
+    "SECURE_PROXY_SSL_HEADER": ("HTTP_X_FORWARDED_PROTO", "https"),
+    "SECURE_HSTS_SECONDS": 31_536_000,
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS": True,
+    "SECURE_HSTS_PRELOAD": True,
+    "SECURE_REFERRER_POLICY": "no-referrer, strict-origin-when-cross-origin",
+    "SECURE_CROSS_ORIGIN_OPENER_POLICY": "same-origin-allow-popups",
+    "X_FRAME_OPTIONS": "sameorigin",
+}
+
+
+@contextmanager
+def _served_with(changed: dict[str, object]) -> Iterator[str]:
+    """The app, its middleware built under ``changed`` settings (Django's read theirs once, when
+    the handler is made), served as ``ServedApp`` serves it."""
+    with override_settings(**changed):
+        request_started.disconnect(sender=ASGIHandler, dispatch_uid="inspector-serving-start")
+        try:
+            with Served(with_llm_proxy(get_asgi_application())) as served:
+                yield served.url
+        finally:
+            request_started.connect(serving_start, sender=ASGIHandler, dispatch_uid="inspector-serving-start")
+
+
+@pytest.mark.parametrize("hardened", [False, True], ids=["default", "hardened"])
+def test_a_proxied_answer_and_a_page_carry_the_same_security_headers(
+    upstream: tuple[FakeUpstream, str], alice: User, hardened: bool
+) -> None:
+    _, base = upstream
+    _, raw = _key(alice, base)
+    headers = {"x-forwarded-proto": "https"} if hardened else {}
+
+    with _served_with(HARDENED if hardened else {}) as app:
+        answer = httpx2.post(
+            f"{app}/proxy/{raw}/openai/v1/chat/completions", content=CHAT, headers=headers, timeout=30
+        )
+        page = httpx2.get(f"{app}/accounts/login/", headers=headers, timeout=30)
+
+    assert (answer.status_code, page.status_code) == (200, 200)
+    # The list is the page's whole: a header a page gains is one the front must give too.
+    assert set(page.headers) - PAGE_HEADERS <= set(SECURITY_HEADERS)
+    of_page = {name: page.headers.get_list(name) for name in SECURITY_HEADERS}
+    of_answer = {name: answer.headers.get_list(name) for name in SECURITY_HEADERS}
+    assert of_answer == of_page
+    if hardened:
+        assert of_page["strict-transport-security"] == ["max-age=31536000; includeSubDomains; preload"]
+        assert "wss://127.0.0.1:" in of_page["content-security-policy"][0]
+    else:
+        assert of_page["strict-transport-security"] == []
+        assert "ws://127.0.0.1:" in of_page["content-security-policy"][0]
+
+
+def test_a_foreign_hosts_400_names_no_foreign_origin_in_its_policy(
+    app: str, upstream: tuple[FakeUpstream, str], alice: User
+) -> None:
+    _, base = upstream
+    _, raw = _key(alice, base)
+    foreign = {"host": "evil.example"}
+
+    answer = httpx2.post(
+        f"{app}/proxy/{raw}/openai/v1/chat/completions", content=CHAT, headers=foreign, timeout=30
+    )
+    page = httpx2.get(f"{app}/accounts/login/", headers=foreign, timeout=30)
+
+    assert (answer.status_code, page.status_code) == (400, 400)
+    assert "evil.example" not in answer.headers["content-security-policy"]
+    assert answer.headers["content-security-policy"] == page.headers["content-security-policy"]
