@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from django.db import IntegrityError, connection, models, transaction
+from django.db import DataError, IntegrityError, connection, models, transaction
 from pytest_django.fixtures import Settings
 
 from conversations.escaping import storable_text
@@ -49,7 +49,7 @@ def _step(turn: Turn, pk: int | None, seq: int, **values: Any) -> Step:
     return Step(pk=pk, turn_id=turn.pk, seq=seq, kind=Step.Kind.DECIDE, **{"title": f"step {seq}", **values})
 
 
-def _exchange(turn: Turn, step: Step | None, seq: int, **values: Any) -> Exchange:
+def _exchange(turn: Turn, step: Step | None, seq: int = 0, **values: Any) -> Exchange:
     return Exchange(
         turn_id=turn.pk,
         conversation_id=turn.conversation_id,
@@ -202,6 +202,60 @@ def test_many_new_rows_at_once_are_written_whole_with_their_ids(store: RecordSto
         (row.pk, text, {"n": [n, None]}) for n, (row, text) in enumerate(zip(rows, texts, strict=True))
     ]
     assert Step.objects.get(pk=step_id).text == "after the rows"
+
+
+@pytest.mark.parametrize("rows", [1, COPY_FROM_ROWS], ids=["pipelined", "copied"])
+def test_every_column_types_edge_values_come_back_as_they_were_given(
+    store: RecordStore, turn: Turn, rows: int
+) -> None:
+    """Each column type's extremes, also by ``COPY``: the largest integers, a float's extremes,
+    times at the calendar's ends and with odd offsets, ``COPY``'s own markers, empty texts and
+    JSON beside NULLs."""
+    values: list[dict[str, Any]] = [
+        {
+            "seq": 2**31 - 1 - n,
+            "chain_version": 32767,
+            "duration_ms": [1e308, -0.0, 5e-324, None][n % 4],
+            "started_at": [
+                datetime(1, 1, 1, 0, 0, tzinfo=UTC),
+                datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+                datetime(2026, 3, 29, 2, 30, 0, 1, tzinfo=timezone(timedelta(hours=-9, minutes=-30))),
+            ][n % 3],
+            # The search index reads from ``search_start + 1``: its last integer is one less.
+            "search_start": [None, 0, 2**31 - 2][n % 3],
+            "request_headers": [{}, {"big": 2**63 - 1, "small": -(2**63)}, {"f": 0.1}][n % 3],
+            "response_body": ["", "\\x00 \\N \\. not NULs", "\u202e\u200b bidi"][n % 3],
+            "jsonrpc_id": "",
+        }
+        for n in range(rows)
+    ]
+    batch = Batch()
+    batch.insert([_exchange(turn, None, **row) for row in values])
+
+    store.write(batch)
+
+    fields = list(values[0])
+    stored = list(Exchange.objects.filter(turn=turn).order_by("-seq").values(*fields))
+    assert stored == values
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("store_class", [OrmStore, PostgresStore], ids=["orm", "postgres"])
+@pytest.mark.parametrize("rows", [1, COPY_FROM_ROWS], ids=["pipelined", "copied"])
+def test_a_value_too_long_for_its_column_fails_the_whole_batch(
+    store_class: type[RecordStore], turn: Turn, rows: int
+) -> None:
+    """PostgreSQL checks a column's declared length however a value arrives (bound, or in a
+    ``COPY``): the batch fails whole and its rows keep no id."""
+    fresh = [_exchange(turn, None, n, status="x" * (33 if n == rows - 1 else 3)) for n in range(rows)]
+    batch = Batch()
+    batch.insert(fresh)
+
+    with pytest.raises(DataError):
+        store_class().write(batch)
+
+    assert not Exchange.objects.filter(turn=turn).exists()
+    assert {row.pk for row in fresh} == {None}
 
 
 def test_texts_the_record_made_storable_from_nul_and_lone_surrogates_are_stored_as_given(
