@@ -228,7 +228,18 @@ def operation_get(*, user: AbstractBaseUser, public_id: Any) -> Operation:
 
 
 def operation_exchanges(*, operation: Operation) -> list[Exchange]:
-    return list(operation.exchanges.order_by("seq", "started_at", "id"))
+    """An operation's messages in the order they crossed the wire: by the time the capture saw
+    each one sent or received (``started_at``), not by the order they were recorded in (``seq``).
+
+    Over HTTP a notification is recorded only once its HTTP response arrives, so a request sent
+    after it (``tools/call`` after ``notifications/initialized``) can be recorded first. Each
+    message gets ``recorded_as``: its place in the recording order where that differs from its
+    place here (0 where they agree), for the page to show.
+    """
+    exchanges = list(operation.exchanges.order_by("started_at", "seq", "id"))
+    for place, exchange in enumerate(exchanges, 1):
+        setattr(exchange, "recorded_as", exchange.seq if exchange.seq and exchange.seq != place else 0)  # noqa: B010
+    return exchanges
 
 
 def operation_questions(*, operation: Operation) -> list[PendingInput]:
