@@ -71,7 +71,8 @@ def _json_body(request: HttpRequest) -> Any:
 @require_POST
 def app_open(request: HttpRequest, public_id: UUID) -> JsonResponse:
     """Read the called tool's ``ui://`` resource (an ordinary, recorded ``resources/read``) and
-    say where the sandboxed frame loads it from and under which policy."""
+    say where the sandboxed frame loads it from and under which policy; for an app viewed
+    before, also the tool calls it made then with the answers it got (the page replays them)."""
     operation, _tool, uri = _app_call(request, public_id)
     try:
         read = services.operation_start(
@@ -84,12 +85,17 @@ def app_open(request: HttpRequest, public_id: UUID) -> JsonResponse:
         resource = mcp_apps.app_resource(read.result, uri=uri)
     except mcp_apps.AppResourceError as exc:
         return JsonResponse({"error": read.error or str(exc), **links}, status=STATUS_BAD_GATEWAY)
+    # Viewed before: the page shows what the app's tool calls were answered then, and calls the
+    # server again only when the user asks (the page's "Re-run" button).
+    recorded = selectors.app_recorded_calls(operation=operation)
     return JsonResponse(
         {
             "view": reverse("servers-app-view", kwargs={"public_id": read.public_id}),
             "csp": resource.csp,
             "refused": resource.refused,
             "permissions": resource.permissions,
+            "replay": recorded is not None,
+            "recorded": [call.as_json() for call in recorded or []],
             **links,
         }
     )

@@ -232,3 +232,49 @@ def app_message(item: Any) -> AppMessage | None:
     return AppMessage(
         side=item["side"], label=label[:200], text=text, jsonrpc_id=jsonrpc_id, is_error=is_error
     )
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """A ``tools/call`` an app made through the host, and the answer the host gave it, as the
+    transcript kept them (redacted, possibly cut: what was recorded, not what a new call would give)."""
+
+    name: str
+    arguments: Any
+    result: Any = None
+    error: str = ""
+
+    def as_json(self) -> JSONDict:
+        return {"name": self.name, "arguments": self.arguments, "result": self.result, "error": self.error}
+
+
+def _parsed(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def recorded_calls(rows: list[tuple[str, str, str, str]]) -> list[RecordedCall]:
+    """The app's tool calls and their answers, from its recorded messages in recording order:
+    ``(label, jsonrpc_id, request_body, response_body)``. Each ``app → host tools/call`` is paired
+    with the first host answer (result or error) with its id that follows it; a call the host
+    never answered is left out."""
+    waiting: dict[str, tuple[str, Any]] = {}
+    calls: list[RecordedCall] = []
+    for label, jsonrpc_id, request_body, response_body in rows:
+        if label == f"{SIDES['app']} tools/call" and jsonrpc_id:
+            params = (_parsed(request_body) or {}).get("params")
+            if isinstance(params, dict) and isinstance(params.get("name"), str):
+                waiting[jsonrpc_id] = (params["name"], params.get("arguments") or {})
+        elif label in (f"{SIDES['host']} result", f"{SIDES['host']} error") and jsonrpc_id in waiting:
+            name, arguments = waiting.pop(jsonrpc_id)
+            answer = _parsed(response_body)
+            if not isinstance(answer, dict):
+                calls.append(RecordedCall(name, arguments, error="the recorded answer is not kept whole"))
+            elif "error" in answer:
+                error = answer["error"] if isinstance(answer["error"], dict) else {}
+                calls.append(RecordedCall(name, arguments, error=str(error.get("message", ""))[:500]))
+            else:
+                calls.append(RecordedCall(name, arguments, result=answer.get("result")))
+    return calls

@@ -24,7 +24,7 @@ from conversations.counting import tools_as_sent
 from conversations.models import AuditEvent, Conversation, Exchange, Step
 from conversations.selectors import conversation_list, visible_to
 from servers.lint import Finding, Neighbourhood, ToolReport, lint_catalog
-from servers.mcp_apps import turn_tool, ui_resource_uri
+from servers.mcp_apps import APP_LABEL_RE, RecordedCall, recorded_calls, turn_tool, ui_resource_uri
 from servers.models import McpServer, OAuthGrant, Operation, PendingInput, SavedCall
 from servers.operations import SUBSCRIPTION_SECONDS
 
@@ -228,7 +228,30 @@ def operation_get(*, user: AbstractBaseUser, public_id: Any) -> Operation:
 
 
 def operation_exchanges(*, operation: Operation) -> list[Exchange]:
-    return list(operation.exchanges.order_by("seq", "started_at", "id"))
+    """An operation's messages in the order they crossed the wire: by the time the capture saw
+    each one sent or received (``started_at``), not by the order they were recorded in (``seq``).
+
+    Over HTTP a notification is recorded only once its HTTP response arrives, so a request sent
+    after it (``tools/call`` after ``notifications/initialized``) can be recorded first. Each
+    message gets ``recorded_as``: its place in the recording order where that differs from its
+    place here (0 where they agree), for the page to show.
+    """
+    exchanges = list(operation.exchanges.order_by("started_at", "seq", "id"))
+    for place, exchange in enumerate(exchanges, 1):
+        setattr(exchange, "recorded_as", exchange.seq if exchange.seq and exchange.seq != place else 0)  # noqa: B010
+    return exchanges
+
+
+def app_recorded_calls(*, operation: Operation) -> list[RecordedCall] | None:
+    """The tool calls an operation's app made through the host when it was last viewed, with the
+    answers it was given (``mcp_apps.recorded_calls``); None when the app was never viewed (no
+    app message is recorded), so the view is a first one and runs live."""
+    rows = list(
+        operation.exchanges.filter(label__regex=APP_LABEL_RE)
+        .order_by("seq", "id")
+        .values_list("label", "jsonrpc_id", "request_body", "response_body")
+    )
+    return recorded_calls(rows) if rows else None
 
 
 def operation_questions(*, operation: Operation) -> list[PendingInput]:

@@ -35,6 +35,7 @@ from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuth
 from mcp.client.auth.utils import (
     build_protected_resource_metadata_discovery_urls,
     create_oauth_metadata_request,
+    extract_field_from_www_auth,
     extract_resource_metadata_from_www_auth,
     handle_protected_resource_response,
 )
@@ -248,11 +249,16 @@ class RecordingAuth(httpx2.Auth):
         # (a step's own record is made before that: a refreshed token must be masked after it).
         self.learn = learn
         self.challenge = ""
+        # Authorizations started after a refusal of the MCP request, over this auth's life.
+        self.attempts = 0
 
     async def async_auth_flow(
         self, request: httpx2.Request
     ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         flow = self.inner.async_auth_flow(request)
+        # The MCP request's last answer, and how many times this flow authorized again after one.
+        answer: httpx2.Response | None = None
+        reauthorized = 0
         try:
             outgoing = await flow.__anext__()
             while True:
@@ -260,6 +266,7 @@ class RecordingAuth(httpx2.Auth):
                 wall = datetime.now(UTC)
                 response = yield outgoing
                 if outgoing is request:
+                    answer = response
                     if response.status_code in (401, 403):
                         self.challenge = response.headers.get("www-authenticate", "") or str(
                             response.status_code
@@ -278,10 +285,16 @@ class RecordingAuth(httpx2.Auth):
                 if self.learn is not None:
                     self.learn(self.settings.secrets())
                 if outgoing is not request:
+                    if response is answer:
+                        # Refused, the provider starts authorizing again.
+                        reauthorized += 1
+                        self.attempts += 1
                     outgoing.extensions = {**outgoing.extensions, FLOW_STEP: True}
         except StopAsyncIteration:
             if self.learn is not None:
                 self.learn(self.settings.secrets())
+            if reauthorized and answer is not None and _insufficient_scope(answer):
+                self._scope_refused_again(answer)
             return
         except Exception as exc:
             if self.on_failure is not None:
@@ -289,6 +302,33 @@ class RecordingAuth(httpx2.Auth):
             raise
         finally:
             await flow.aclose()
+
+    def _scope_refused_again(self, answer: httpx2.Response) -> None:
+        """Say, in the user's words, that a step-up did not satisfy the server.
+
+        The SDK re-authorizes once per request on ``403 insufficient_scope`` (with the scopes
+        the challenge names) and retries; when the retry is refused the same way it hands the
+        403 on, which the session reports only as "Server returned an error response".
+        """
+        if self.on_failure is None:
+            return
+        asked = extract_field_from_www_auth(answer, "scope") or ""
+        tokens = self.settings.store.tokens
+        granted = (tokens.scope if tokens is not None else None) or ""
+        if asked and set(asked.split()) <= set(granted.split()):
+            token = "the new token carries them, yet the server refuses it"
+        else:
+            token = f"the authorization server granted only: {granted[:300] or 'no scope named'}"
+        said = extract_field_from_www_auth(answer, "error_description")
+        attempts = f"{self.attempts} authorization attempt{'s' if self.attempts != 1 else ''}"
+        self.on_failure(
+            self.mask(
+                "the server refused again with 403 insufficient_scope after the client re-authorized "
+                f"with the scopes it asked for ({asked[:300] or 'none named'}); {token}. The client "
+                f"stopped after {attempts} rather than loop"
+                + (f". The server said: {said[:300]}" if said else "")
+            )
+        )
 
     def _accept_legacy_issuer(
         self, request: httpx2.Request, response: httpx2.Response, wall: datetime
@@ -666,6 +706,12 @@ def recording_auth(
 
     return RecordingAuth(
         provider_for(server_url, settings, http, record), settings, record, body_limit, on_failure, learn
+    )
+
+
+def _insufficient_scope(response: httpx2.Response) -> bool:
+    return (
+        response.status_code == 403 and extract_field_from_www_auth(response, "error") == "insufficient_scope"
     )
 
 

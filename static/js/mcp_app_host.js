@@ -1,6 +1,9 @@
 // The host side of an MCP App (the io.modelcontextprotocol/ui extension; docs/mcp-apps.md):
 // frame the tool's ui:// resource sandboxed without this page's origin, answer the JSON-RPC it
 // speaks over postMessage, and post every message both ways to the server's transcript.
+// An app viewed before is replayed: its tool calls are answered with what was recorded then
+// (nothing is re-run, nothing recorded again) until the user presses "Re-run the app's tool
+// calls", which reloads it live (each call a new recorded operation).
 // Only messages whose source is that frame are read; what the app sends is untrusted and is
 // only ever shown as text.
 (function () {
@@ -27,6 +30,8 @@
   let opened = null;
   let toolDataSent = false;
   let recorded = 0;
+  // While replaying: the recorded calls not yet answered from (null: live).
+  let replay = null;
   const queue = [];
   let sending = false;
 
@@ -88,6 +93,7 @@
   }
 
   function record(side, message) {
+    if (replay) return; // a replay's messages were recorded when the app was first viewed
     recorded += 1;
     if (recorded > RECORD_AT_MOST) {
       if (recorded === RECORD_AT_MOST + 1) note(`The app sent more than ${RECORD_AT_MOST} messages: later ones are not recorded.`);
@@ -146,9 +152,24 @@
     send({ jsonrpc: "2.0", method: "ui/notifications/tool-result", params: app.result });
   }
 
+  function replayed(name, args) {
+    const wanted = textOf(args);
+    let index = replay.findIndex((call) => call.name === name && textOf(call.arguments) === wanted);
+    if (index < 0) index = replay.findIndex((call) => call.name === name);
+    if (index < 0) {
+      note(`The app called the tool ${name.slice(0, 100)}: not re-run (this view shows what was recorded; press “Re-run the app's tool calls” to call the server).`);
+      throw new Error(`not re-run: ${name.slice(0, 100)} was not called when this app was recorded`);
+    }
+    const [call] = replay.splice(index, 1);
+    note(`The app called the tool ${name.slice(0, 100)}: answered with the recorded result (not re-run).`);
+    if (call.error) throw new Error(String(call.error).slice(0, 500));
+    return call.result;
+  }
+
   async function callTool(params) {
     const name = typeof params.name === "string" ? params.name : "";
     const args = params.arguments && typeof params.arguments === "object" && !Array.isArray(params.arguments) ? params.arguments : {};
+    if (replay) return replayed(name, args);
     const answer = await post(box.dataset.callUrl, { name, arguments: args });
     const link = answer.body.operation ? Object.assign(document.createElement("a"), { href: answer.body.operation, textContent: "the call" }) : null;
     note(`The app called the tool ${name.slice(0, 100)}.`, link);
@@ -255,6 +276,34 @@
       return;
     }
     opened = answer.body;
+    if (opened.replay) {
+      replay = Array.isArray(opened.recorded) ? opened.recorded.slice() : [];
+      rerunButton();
+    }
+    load();
+    if ((opened.permissions || []).length) note(`The app asked for permissions that are not granted: ${opened.permissions.join(", ")}.`);
+    if ((opened.refused || []).length) note(`CSP entries that are not plain scheme://host sources were left out: ${opened.refused.join(" ")}.`);
+  }
+
+  function rerunButton() {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "button";
+    button.id = "mcp-app-rerun";
+    button.textContent = "Re-run the app's tool calls";
+    button.addEventListener("click", () => {
+      // Live from here on: the app is loaded again, its calls reach the server as new
+      // operations and its messages are recorded.
+      replay = null;
+      toolDataSent = false;
+      button.remove();
+      load();
+    });
+    status.after(button);
+  }
+
+  function load() {
+    if (frame) frame.remove();
     frame = document.createElement("iframe");
     // Scripts only: no same-origin (the app cannot reach this page, its cookies or the API),
     // no forms, no popups, no top navigation.
@@ -264,9 +313,9 @@
     frame.title = `The app of ${app.uri}`;
     frame.src = opened.view;
     holder.append(frame);
-    status.textContent = "The app is loaded.";
-    if ((opened.permissions || []).length) note(`The app asked for permissions that are not granted: ${opened.permissions.join(", ")}.`);
-    if ((opened.refused || []).length) note(`CSP entries that are not plain scheme://host sources were left out: ${opened.refused.join(" ")}.`);
+    status.textContent = replay
+      ? "The app is loaded, replaying what was recorded when it was first viewed: its tool calls are answered from the record, not run again."
+      : "The app is loaded.";
   }
 
   open();

@@ -122,7 +122,8 @@ CLIENT_OTHER = [name for name in SCENARIOS["client"] if not name.startswith("aut
 SERVER_APPLICABLE = [name for name in SCENARIOS["server"] if name not in NOT_APPLICABLE]
 # Tests that read a scenario's run without being parametrized by it.
 NEEDS_SCENARIOS = {
-    "test_each_cli_command_ends_its_http_session_with_a_delete": ("elicitation-sep1034-client-defaults",)
+    "test_each_cli_command_ends_its_http_session_with_a_delete": ("elicitation-sep1034-client-defaults",),
+    "test_a_step_up_the_server_keeps_refusing_is_said_in_the_users_words": ("auth/scope-retry-limit",),
 }
 
 
@@ -258,6 +259,22 @@ def test_each_cli_command_ends_its_http_session_with_a_delete(
 
     assert "POST" in received and received[-1] == "DELETE", output[-3000:]
     assert "Session termination failed" not in output
+
+
+def test_a_step_up_the_server_keeps_refusing_is_said_in_the_users_words(
+    client_runs: dict[str, Future[tuple[list[dict[str, Any]], str]]],
+) -> None:
+    # The scenario's server answers every authorized request 403 insufficient_scope (scope
+    # mcp:admin), whatever the token carries; `server auth` must say that, not "an error response".
+    checks, output = client_runs["auth/scope-retry-limit"].result(timeout=SCENARIO_TIMEOUT_MS / 1000 + 60)
+    attempts = [check for check in checks if check.get("id") == "scope-retry-auth-attempt"]
+
+    assert (
+        "the server refused again with 403 insufficient_scope after the client re-authorized with "
+        "the scopes it asked for (mcp:admin); the new token carries them, yet the server refuses it"
+    ) in output, output[-3000:]
+    assert f"stopped after {len(attempts)} authorization attempt" in output
+    assert "Server returned an error response" not in output
 
 
 @pytest.mark.parametrize("scenario", CLIENT_AUTH)

@@ -240,3 +240,67 @@ def test_the_ui_resource_is_found_under_either_key_and_in_a_base64_blob() -> Non
         mcp_apps.app_resource({"contents": [{"mimeType": "text/plain", "text": "x"}]}, uri="ui://c")
     with pytest.raises(mcp_apps.AppResourceError):
         mcp_apps.app_resource({"contents": [{"mimeType": "text/html", "blob": "!!"}]}, uri="ui://c")
+
+
+def test_recorded_calls_pair_each_app_call_with_the_hosts_answer_and_survive_hostile_records() -> None:
+    call = (
+        '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"increment","arguments":{"by":41}}}'
+    )
+    answer = '{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"counter at 42"}]}}'
+    refused = '{"jsonrpc":"2.0","id":2,"error":{"code":-32603,"message":"apps listed no tool named \'x\'"}}'
+    rows = [
+        ("app → host tools/call", "1", call, ""),
+        ("host → app result", "1", "", answer),
+        ("app → host tools/call", "2", call.replace('"id":1', '"id":2').replace("increment", "x"), ""),
+        ("host → app error", "2", "", refused),
+        # Hostile or broken: not JSON, params not an object, an answer to nothing, never answered.
+        ("app → host tools/call", "3", "{not json", ""),
+        ("app → host tools/call", "4", '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":"nope"}', ""),
+        ("host → app result", "9", "", answer),
+        ("app → host tools/call", "5", call.replace('"id":1', '"id":5'), ""),
+        ("app → host tools/call", "6", call.replace('"id":1', '"id":6'), ""),
+        ("host → app result", "6", "", "cut short {"),
+    ]
+
+    calls = mcp_apps.recorded_calls(rows)
+
+    assert [(c.name, c.arguments, c.error) for c in calls] == [
+        ("increment", {"by": 41}, ""),
+        ("x", {"by": 41}, "apps listed no tool named 'x'"),
+        ("increment", {"by": 41}, "the recorded answer is not kept whole"),
+    ]
+    assert calls[0].result == {"content": [{"type": "text", "text": "counter at 42"}]}
+    assert mcp_apps.recorded_calls([]) == []
+
+
+def test_an_app_opened_again_is_given_its_recorded_calls_to_replay_and_a_first_view_none(
+    client: Client, workbench: None, alice: User
+) -> None:
+    client.force_login(alice)
+    operation = call(client, app_server(), "counter", {})
+    first = client.post(f"/servers/op/{operation.public_id}/app").json()
+    assert first["replay"] is False and first["recorded"] == []
+    request = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "increment", "arguments": {}},
+    }
+    answer = {"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "counter at 2"}]}}
+    post_json(
+        client,
+        f"/servers/op/{operation.public_id}/app/traffic",
+        {
+            "messages": [
+                {"side": "app", "message": json.dumps(request)},
+                {"side": "host", "message": json.dumps(answer)},
+            ]
+        },
+    )
+
+    again = client.post(f"/servers/op/{operation.public_id}/app").json()
+
+    assert again["replay"] is True
+    assert again["recorded"] == [
+        {"name": "increment", "arguments": {}, "result": answer["result"], "error": ""}
+    ]

@@ -165,6 +165,50 @@ def test_an_app_renders_sandboxed_calls_a_tool_through_the_host_resizes_and_its_
     assert dialogs == []
 
 
+def _increments(page: Page, base: str) -> int:
+    """How many ``increment`` calls the apps server's transcript holds (each an operation)."""
+    rows = page.request.get(f"{base}/servers/apps/transcript.json?method=tools/call").json()["messages"]
+    return sum(
+        1 for row in rows if row["label"] == "tools/call" and "increment" in json.dumps(row["request"])
+    )
+
+
+def test_an_app_viewed_again_shows_what_was_recorded_and_re_runs_its_calls_only_when_asked(
+    inspector_with_apps: InspectorServer, page: Page
+) -> None:
+    base = inspector_with_apps.base
+    _log_in(page, base)
+    sized = "app → host ui/notifications/size-changed"
+    before = [row["label"] for row in _transcript_shows(page, base, "apps", [])].count(sized)
+    _call(page, base, "apps", "counter", '{"start": 3}')
+    app = page.frame_locator("#mcp-app-iframe")
+    expect(app.locator("#called")).to_have_text("called: counter at 42", timeout=20_000)
+    expect(page.locator("#mcp-app-rerun")).to_have_count(0)
+    # The first view's messages are recorded (the size request is the app's last).
+    _transcript_shows(page, base, "apps", [sized], count=(sized, before + 1))
+    calls = _increments(page, base)
+
+    page.reload()
+
+    # The record, not a new call: the same answers, and no new operation.
+    expect(app.locator("#called")).to_have_text("called: counter at 42", timeout=20_000)
+    expect(app.locator("#called")).to_have_attribute("data-refused", "apps listed no tool named 'not-a-tool'")
+    expect(page.locator("#mcp-app-status")).to_contain_text("replaying what was recorded")
+    expect(page.locator("#mcp-app-notes")).to_contain_text("answered with the recorded result (not re-run)")
+    assert _increments(page, base) == calls
+    # A replay records nothing again.
+    labels = [row["label"] for row in _transcript_shows(page, base, "apps", [sized])]
+    assert labels.count(sized) == before + 1
+
+    page.locator("#mcp-app-rerun").click()
+
+    expect(page.locator("#mcp-app-rerun")).to_have_count(0)
+    expect(page.locator("#mcp-app-notes a", has_text="the call").first).to_be_visible(timeout=20_000)
+    expect(app.locator("#called")).to_have_text("called: counter at 42", timeout=20_000)
+    assert _increments(page, base) == calls + 1
+    _transcript_shows(page, base, "apps", [sized], count=(sized, before + 2))
+
+
 def test_a_hostile_app_flooding_the_host_with_huge_and_malformed_messages_does_not_break_the_page(
     inspector_with_apps: InspectorServer, page: Page
 ) -> None:

@@ -624,3 +624,44 @@ def test_a_newer_connect_ends_the_sign_in_still_waiting_and_only_its_own_callbac
     assert isinstance(outcome, AuthorizationRequired) and "newer sign-in" in str(outcome)
     assert took < 5
     assert grant_callback_store(user=alice, state="first-state", url="http://x/cb?state=first-state") is None
+
+
+def test_a_step_up_the_server_still_refuses_says_so_on_the_command_line(
+    fake: FakeAuthorization, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The authorization server grants only "read": the step-up to "read admin" cannot succeed.
+    fake.knobs = Knobs(challenge_scope="read", granted_scopes=("read",))
+    add(fake)
+    call_command("server", "auth", "guarded")
+    fake.seen.clear()
+
+    with pytest.raises(CommandError, match="admin ended with status error"):
+        call_command("server", "call", "guarded", "admin")
+
+    said = capsys.readouterr().err
+    assert "refused again with 403 insufficient_scope after the client re-authorized" in said, said
+    assert "with the scopes it asked for (read admin)" in said
+    assert "the authorization server granted only: read." in said
+    assert "stopped after 1 authorization attempt rather than loop" in said
+    assert [entry["path"] for entry in fake.seen].count("/authorize") == 1
+    operation = Operation.objects.filter(kind=Operation.Kind.TOOLS_CALL).get()
+    assert "refused again with 403 insufficient_scope" in operation.error
+
+
+def test_a_step_up_the_server_still_refuses_says_so_on_the_operations_page(
+    fake: FakeAuthorization, alice: User, client: Client
+) -> None:
+    fake.knobs = Knobs(challenge_scope="read", granted_scopes=("read",))
+    server = add(fake)
+    grant_ensure(server=server, user=alice)
+    assert operation_start(server=server, user=alice, kind=Operation.Kind.CONNECT).status == "ok"
+
+    operation = operation_start(
+        server=server, user=alice, kind=Operation.Kind.TOOLS_CALL, target="admin", arguments={}
+    )
+
+    assert operation.status == Operation.Status.ERROR
+    client.force_login(alice)
+    page = client.get(f"/servers/op/{operation.public_id}/").content.decode()
+    assert "refused again with 403 insufficient_scope after the client re-authorized" in page
+    assert "(read admin)" in page

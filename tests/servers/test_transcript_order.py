@@ -1,0 +1,49 @@
+"""An operation's transcript in wire order: by the time each message was sent or received (the
+capture's own time), not by the order the messages were recorded in, against the demo server
+over streamable HTTP (where a notification is recorded only once its HTTP response arrives, so
+``tools/list`` sent after ``notifications/initialized`` was recorded, and shown, before it)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.test import Client
+
+from servers import selectors
+from servers.models import McpServer, Operation
+from servers.services import operation_start
+from tests.servers.test_gateway_http import demo_http_url as demo_http_url  # noqa: F401 — the fixture
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+def test_an_operations_messages_are_shown_in_wire_order_with_the_recording_order_where_it_differs(
+    demo_http_url: str,  # noqa: F811
+    workbench: None,
+    alice: User,
+    client: Client,
+) -> None:
+    call_command("server", "add", "http-demo", "--url", demo_http_url)
+    server = McpServer.objects.get(name="http-demo")
+    operation = operation_start(server=server, user=alice, kind=Operation.Kind.TOOLS_LIST)
+    assert operation.status == Operation.Status.OK, operation.error
+
+    shown = selectors.operation_exchanges(operation=operation)
+    labels = [exchange.label for exchange in shown]
+
+    assert labels.index("initialize") < labels.index("notifications/initialized") < labels.index("tools/list")
+    assert [exchange.started_at for exchange in shown] == sorted(exchange.started_at for exchange in shown)
+    # Where the recording order differs from the wire order, the page says where it was recorded.
+    client.force_login(alice)
+    page = client.get(f"/servers/op/{operation.public_id}/").content.decode()
+    for place, exchange in enumerate(shown, 1):
+        article = re.search(rf'<article[^>]* id="msg-{exchange.pk}".*?</header>', page, re.S)
+        assert article is not None
+        marked = f"recorded #{exchange.seq}" in article.group(0)
+        assert marked == (exchange.seq != place), (exchange.label, exchange.seq, place)
+    # The recording order really differed here (else this test shows nothing): the
+    # notification's record waited for its HTTP response.
+    assert sorted(shown, key=lambda exchange: exchange.seq) != shown
