@@ -377,9 +377,11 @@ def _body(text: str) -> Any:
 
 
 def transcript_export(*, exchanges: QuerySet[Exchange]) -> list[dict[str, Any]]:
-    """The transcript as JSON documents: bodies parsed where they are JSON (as stored, redacted)."""
+    """The transcript as JSON documents: bodies parsed where they are JSON (as stored, redacted),
+    each with ``seq``, its place in the recording order (the caller orders them)."""
     return [
         {
+            "seq": exchange.seq,
             "started_at": exchange.started_at.isoformat(),
             "direction": exchange.direction,
             "channel": exchange.channel,

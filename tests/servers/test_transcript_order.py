@@ -5,6 +5,7 @@ over streamable HTTP (where a notification is recorded only once its HTTP respon
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -47,3 +48,20 @@ def test_an_operations_messages_are_shown_in_wire_order_with_the_recording_order
     # The recording order really differed here (else this test shows nothing): the
     # notification's record waited for its HTTP response.
     assert sorted(shown, key=lambda exchange: exchange.seq) != shown
+
+
+def test_the_command_lines_json_lists_an_operations_messages_in_wire_order(
+    demo_http_url: str,  # noqa: F811
+    workbench: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    call_command("server", "add", "http-demo", "--url", demo_http_url)
+    capsys.readouterr()
+    call_command("server", "call", "http-demo", "calculate", "--args", '{"expression": "1 + 1"}', "--json")
+    exported = json.loads(capsys.readouterr().out)["exchanges"]
+
+    labels = [message["label"] for message in exported]
+    assert labels.index("initialize") < labels.index("notifications/initialized") < labels.index("tools/call")
+    times = [message["started_at"] for message in exported]
+    assert times == sorted(times)
+    assert sorted(message["seq"] for message in exported) == list(range(1, len(exported) + 1))

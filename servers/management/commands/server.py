@@ -357,7 +357,7 @@ class Command(StdioCommandLine):
                         "error": operation.error,
                         "result": operation.result,
                         "exchanges": selectors.transcript_export(
-                            exchanges=operation.exchanges.order_by("seq")
+                            exchanges=operation.exchanges.order_by("started_at", "seq", "id")
                         ),
                     },
                     indent=2,
@@ -605,7 +605,9 @@ class Command(StdioCommandLine):
                 "status": operation.status,
                 "error": operation.error,
                 "result": operation.result,
-                "exchanges": selectors.transcript_export(exchanges=operation.exchanges.order_by("seq")),
+                "exchanges": selectors.transcript_export(
+                    exchanges=operation.exchanges.order_by("started_at", "seq", "id")
+                ),
             },
             indent=2,
             ensure_ascii=False,
