@@ -16,15 +16,20 @@ once does not hold back the rows its sockets wait for, nor the rows the pages. A
 opening (its user, access, audit and preference reads) and its catch-up are read in threads of
 their own too (``SOCKET_READS``, several: a class reconnecting at once waits on the database side
 by side), so a class whose sockets reconnect while its pages load is not queued behind them.
+
+Without Redis (the embedded default) the doorbells of another process never reach this one: the
+sockets of a conversation share one watch of it (``ConversationWatches``), which reads whether it
+changed once a tick and tells each of them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Hashable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any, TypeVar, cast
 
@@ -53,6 +58,8 @@ from inspector.live import StepChanged, StepPartial, TurnChanged
 from inspector.preferences import preference_get
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
@@ -164,6 +171,100 @@ async def _socket_read(work: Callable[[], T]) -> T:
     return await sync_to_async(_released, thread_sensitive=False, executor=SOCKET_READS)(work)
 
 
+# The longest a conversation's watch waits between reads while the database is away: after a
+# failed read it waits twice as long as before, from ``LIVE_WATCH_SECONDS`` up to this.
+WATCH_BACKOFF_MOST_SECONDS = 30.0
+# Before a watch's first read succeeds nothing is known: its first stamp counts as a change.
+_NOTHING_SEEN = datetime.min.replace(tzinfo=UTC)
+
+
+class _Watch:
+    """The watch of one conversation: its sockets and the task that reads for them."""
+
+    def __init__(self, conversation: Conversation) -> None:
+        self.conversation = conversation
+        self.sockets: set[ConversationConsumer] = set()
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _changed_at(self) -> datetime | None:
+        conversation = self.conversation
+        return await _socket_read(lambda: conversation_changed_at(conversation=conversation))
+
+    async def _run(self) -> None:
+        """Read once, then every ``LIVE_WATCH_SECONDS``; a stamp newer than the last seen is told
+        to every socket as ``changed``. A failed read (the database away, a lock held too long) is
+        logged and tried again later, backing off; the first read after it compares with what was
+        seen before, so a change made meanwhile is still told."""
+        seen: datetime | None = None
+        failures = 0
+        first = True
+        while True:
+            if not first:
+                interval = float(settings.LIVE_WATCH_SECONDS)
+                await asyncio.sleep(min(interval * 2**failures, max(interval, WATCH_BACKOFF_MOST_SECONDS)))
+            try:
+                now = await self._changed_at()
+            except Exception:  # the watch must outlive the database's absences
+                failures = min(failures + 1, 16)
+                if first:
+                    seen, first = _NOTHING_SEEN, False
+                logger.warning(
+                    "could not read whether conversation %s changed (%d time(s) in a row)",
+                    self.conversation.public_id,
+                    failures,
+                    exc_info=True,
+                )
+                continue
+            failures = 0
+            if first:
+                seen, first = now, False
+                continue
+            if now is not None and (seen is None or now > seen):
+                seen = now
+                await self._tell({"type": "changed", "at": timestamp_iso(now)})
+
+    async def _tell(self, message: dict[str, str]) -> None:
+        for socket in list(self.sockets):
+            try:
+                await socket.send_json(message)
+            except Exception:  # one socket gone wrong must not keep the news from the others
+                logger.exception("could not tell a socket that its conversation changed")
+
+
+class ConversationWatches:
+    """The watches of this process's conversations, one per conversation however many sockets
+    watch it: started with its first socket (``join``), stopped with its last (``leave``). A
+    class of 30 sockets on one conversation makes one read a tick, not 30."""
+
+    def __init__(self) -> None:
+        self._watches: dict[int, _Watch] = {}
+
+    def join(self, socket: ConversationConsumer) -> None:
+        key = socket.conversation.pk
+        watch = self._watches.get(key)
+        if watch is None or watch.task.done() or watch.task.get_loop() is not asyncio.get_running_loop():
+            if watch is not None:
+                watch.task.cancel()
+            watch = self._watches[key] = _Watch(socket.conversation)
+        watch.sockets.add(socket)
+
+    def leave(self, socket: ConversationConsumer) -> None:
+        key = socket.conversation.pk
+        watch = self._watches.get(key)
+        if watch is None:
+            return
+        watch.sockets.discard(socket)
+        if not watch.sockets:
+            watch.task.cancel()
+            del self._watches[key]
+
+    def __len__(self) -> int:
+        return len(self._watches)
+
+
+watches = ConversationWatches()
+
+
 class SocketAuthMiddleware:
     """Puts the user of the socket's session cookie in ``scope["user"]`` (Django's
     ``auth.get_user`` on the session ``SessionMiddleware`` opened, as channels' ``AuthMiddleware``
@@ -191,6 +292,9 @@ def _admitted(user: Any, public_id: str) -> tuple[Conversation, bool] | None:
     except Conversation.DoesNotExist:
         return None
     audit_read(actor=user, conversation=conversation, via="websocket")
+    # Asked here, once (it is cached on the conversation the socket keeps), not by the socket's
+    # first doorbell: that is a new turn's status, just before its first row (P2).
+    conversation.read_only  # noqa: B018
     return conversation, preference_get(user=user).teaching
 
 
@@ -198,6 +302,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
     conversation: Conversation
     group: str
     teaching: bool = False
+    watching: bool = False
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Channels first tidies the database connections of the server's thread for synchronous
@@ -228,28 +333,17 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         if isinstance(self.channel_layer, InMemoryChannelLayer):
-            self.watch = asyncio.create_task(self._watch_other_processes())
+            # Without Redis the doorbells stay in their process: a row another process stores (a
+            # ``manage.py proxy stdio`` beside the embedded server, an ``ask``) rings nothing here.
+            # The conversation's watch tells the page to catch up (``changed``) instead.
+            self.watching = True
+            watches.join(self)
 
     async def disconnect(self, code: int) -> None:
-        watch = getattr(self, "watch", None)
-        if watch is not None:
-            watch.cancel()
+        if self.watching:
+            watches.leave(self)
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
-
-    async def _watch_other_processes(self) -> None:
-        """Without Redis the doorbells stay in their process: a row another process stores (a
-        ``manage.py proxy stdio`` beside the embedded server, an ``ask``) rings nothing here. So
-        the socket looks every ``LIVE_WATCH_SECONDS`` whether the conversation changed (one
-        aggregate read) and, when it did, tells the page to catch up (``changed``)."""
-        conversation = self.conversation
-        seen = await _socket_read(lambda: conversation_changed_at(conversation=conversation))
-        while True:
-            await asyncio.sleep(settings.LIVE_WATCH_SECONDS)
-            now = await _socket_read(lambda: conversation_changed_at(conversation=conversation))
-            if now is not None and (seen is None or now > seen):
-                seen = now
-                await self.send_json({"type": "changed", "at": timestamp_iso(now)})
 
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any

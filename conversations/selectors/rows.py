@@ -270,10 +270,14 @@ def turn_row_counts(*, conversation: Conversation, turns: list[Turn] | None = No
 
 
 def conversation_changed_at(*, conversation: Conversation) -> datetime | None:
-    """The newest ``updated_at`` of any turn or step of ``conversation`` (None: nothing yet)."""
-    steps = Step.objects.filter(turn__conversation=conversation).aggregate(at=Max("updated_at"))["at"]
-    turns = conversation.turns.aggregate(at=Max("updated_at"))["at"]
-    stamps: list[datetime] = [stamp for stamp in (steps, turns) if stamp is not None]
+    """The newest ``updated_at`` of any turn or step of ``conversation`` (None: nothing yet), in
+    one query (the live watch asks it every tick: ``inspector.consumers.ConversationWatches``).
+    Both maxima come from one join of its turns and their steps: a turn repeated once per step
+    changes no maximum."""
+    found = Conversation.objects.filter(pk=conversation.pk).aggregate(
+        turn_at=Max("turns__updated_at"), step_at=Max("turns__steps__updated_at")
+    )
+    stamps: list[datetime] = [stamp for stamp in (found["step_at"], found["turn_at"]) if stamp is not None]
     return max(stamps, default=None)
 
 
@@ -289,12 +293,15 @@ def step_get(*, conversation: Conversation, step_id: int) -> Step | None:
 
 def turn_get(*, conversation: Conversation, turn_id: int) -> Turn | None:
     """One turn of ``conversation`` (read as ``conversation_turns`` reads them)."""
-    turn = (
+    # One turn by its id: no order (``first()`` would sort by the model's ordering, which joins
+    # the conversation): every turn doorbell's read (P2).
+    one = (
         Turn.objects.filter(pk=turn_id, conversation=conversation)
         .defer("transcript", "seal_steps")
         .select_related("trace_delivery")
-        .first()
+        .order_by()
     )
+    turn = next(iter(one[:1]), None)
     if turn is not None:
         turn.conversation = conversation  # the one the caller holds: no read of it again
     return turn
