@@ -234,11 +234,15 @@ def operation_exchanges(*, operation: Operation) -> list[Exchange]:
     Over HTTP a notification is recorded only once its HTTP response arrives, so a request sent
     after it (``tools/call`` after ``notifications/initialized``) can be recorded first. Each
     message gets ``recorded_as``: its place in the recording order where that differs from its
-    place here (0 where they agree), for the page to show.
+    place here (0 where they agree), and ``recorded_at``, when it was complete and so recorded
+    (its start plus its duration), for the page to show.
     """
     exchanges = list(operation.exchanges.order_by("started_at", "seq", "id"))
     for place, exchange in enumerate(exchanges, 1):
         setattr(exchange, "recorded_as", exchange.seq if exchange.seq and exchange.seq != place else 0)  # noqa: B010
+        # A message is recorded once it is complete: its response's end, the record's time.
+        done = exchange.started_at + timedelta(milliseconds=exchange.duration_ms or 0)
+        setattr(exchange, "recorded_at", done)  # noqa: B010
     return exchanges
 
 

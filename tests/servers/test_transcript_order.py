@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, timedelta
 
 import pytest
 from django.contrib.auth.models import User
@@ -45,6 +46,12 @@ def test_an_operations_messages_are_shown_in_wire_order_with_the_recording_order
         assert article is not None
         marked = f"recorded #{exchange.seq}" in article.group(0)
         assert marked == (exchange.seq != place), (exchange.label, exchange.seq, place)
+        if marked:  # with the time it was recorded: once complete, its start plus its duration
+            recorded_at = exchange.started_at + timedelta(milliseconds=exchange.duration_ms or 0)
+            assert (
+                f'datetime="{recorded_at.astimezone(UTC).isoformat(timespec="microseconds")}"'
+                in article.group(0)
+            )
     # The recording order really differed here (else this test shows nothing): the
     # notification's record waited for its HTTP response.
     assert sorted(shown, key=lambda exchange: exchange.seq) != shown
