@@ -4,6 +4,7 @@ model's tool call and the tool's result, and keep the tools the model was offere
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from django.test import Client
 from django.urls import reverse
 
 from conversations.models import Conversation
+from conversations.record.transcripts.export import transcript_export
 from conversations.services import conversation_import
 from tests.factories import UserFactory
 
@@ -59,3 +61,25 @@ def test_the_import_command_takes_both_recorded_traces(
     for name in FILES:
         call_command("import", str(RECORDED / name), "--user", "alice")
     assert Conversation.objects.filter(owner=alice).count() == 2
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", FILES)
+def test_a_re_exported_recorded_trace_keeps_the_trace_and_span_ids_of_its_model_calls(
+    alice: User, name: str
+) -> None:
+    data = (RECORDED / name).read_bytes()
+    source = json.loads(data)
+    chats = {
+        (s["traceId"], s["spanId"])
+        for rs in source["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for s in ss["spans"]
+        if s["name"] != "turn"
+    }
+    imported = conversation_import(data=data, actor=alice, source=name)
+
+    exported = json.loads(transcript_export(conversation=imported, fmt="otel"))
+
+    spans = [s for rs in exported["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+    assert {(s["traceId"], s["spanId"]) for s in spans if s["name"] != "invoke_agent"} == chats

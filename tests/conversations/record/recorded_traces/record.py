@@ -7,6 +7,7 @@ app (``make run``) whose ``DEMO_MODEL_API_KEY`` is set in the environment::
     python record.py openllmetry|openinference OUT.json [BASE_URL]
 """
 
+import base64
 import json
 import os
 import sys
@@ -58,6 +59,13 @@ def main(which: str, out: str, base_url: str) -> None:
         )
         client.chat.completions.create(model="demo", messages=messages, tools=TOOLS)
     document = MessageToDict(encode_spans(exporter.get_finished_spans()))
+    # Protobuf's JSON mapping writes bytes as base64; OTLP/JSON writes trace and span ids as hex.
+    for resource in document["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if span.get(key):
+                        span[key] = base64.b64decode(span[key]).hex()
     with open(out, "w", encoding="utf-8") as file:
         json.dump(document, file, indent=1, ensure_ascii=False)
 
