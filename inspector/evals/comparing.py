@@ -3,6 +3,11 @@ passes in the baseline and in the run, and whether it regressed (passed less oft
 (more often) or stayed; cells and cases only one of them ran are listed as such. What
 ``eval compare A B`` prints and ``eval run --baseline … --fail-on-regression`` gates on.
 
+The gate is a cell's pass rate below the 95% (Wilson) interval of the same cell's pass rate in
+the baseline (``below_baseline``), not any one case passing less often: with repeats a model
+that passed a case 9 times in 10 and now 8 would otherwise fail CI on noise (decision 0390).
+The cases that flipped are listed either way.
+
 Cases are matched by their question (a suite edited between the runs keeps its unchanged cases
 comparable even when their order moved).
 """
@@ -15,6 +20,7 @@ from typing import Any
 
 from conversations.typealias import JSONDict
 from inspector.evals.models import EvalCaseResult, EvalRun
+from inspector.evals.statistics import wilson_interval
 
 CellKey = tuple[str, str, str]
 
@@ -73,8 +79,11 @@ def _change(before: _Tally | None, after: _Tally | None) -> str:
 def runs_compare(baseline: EvalRun, run: EvalRun) -> JSONDict:
     """``{"baseline", "run", "regression", "regressed", "fixed", "cells": [{"model", "paradigm",
     "variant", "baseline", "run" ("passed/ended" or null), "baseline_pass_rate", "pass_rate",
-    "change", "cases": [{"question", "baseline", "run", "change"}]}]}``; ``change`` is one of
-    ``regressed``, ``fixed``, ``same``, ``new`` (not in the baseline) or ``gone`` (not in the run)."""
+    "baseline_pass_rate_ci" ([low, high] or null), "below_baseline", "change", "cases":
+    [{"question", "baseline", "run", "change"}]}]}``; ``change`` is one of ``regressed``,
+    ``fixed``, ``same``, ``new`` (not in the baseline) or ``gone`` (not in the run);
+    ``regression`` is whether any cell is ``below_baseline`` (its pass rate under the low end of
+    the baseline cell's 95% interval)."""
     before, after = _tallies(baseline), _tallies(run)
     cells: list[dict[str, Any]] = []
     for key in [*after, *(key for key in before if key not in after)]:
@@ -93,6 +102,8 @@ def runs_compare(baseline: EvalRun, run: EvalRun) -> JSONDict:
                 }
             )
         changes = {case["change"] for case in cases}
+        interval = wilson_interval(old.total.passed, old.total.ended) if old else None
+        rate = new.total.rate if new else None
         cells.append(
             {
                 "model": key[0],
@@ -103,7 +114,9 @@ def runs_compare(baseline: EvalRun, run: EvalRun) -> JSONDict:
                 "baseline_pass_rate": round(old.total.rate, 4)
                 if old and old.total.rate is not None
                 else None,
-                "pass_rate": round(new.total.rate, 4) if new and new.total.rate is not None else None,
+                "pass_rate": round(rate, 4) if rate is not None else None,
+                "baseline_pass_rate_ci": [round(interval[0], 4), round(interval[1], 4)] if interval else None,
+                "below_baseline": interval is not None and rate is not None and rate < interval[0],
                 "change": (
                     "new"
                     if old is None
@@ -123,7 +136,7 @@ def runs_compare(baseline: EvalRun, run: EvalRun) -> JSONDict:
     return {
         "baseline": str(baseline.public_id),
         "run": str(run.public_id),
-        "regression": regressed > 0,
+        "regression": any(cell["below_baseline"] for cell in cells),
         "regressed": regressed,
         "fixed": fixed,
         "cells": cells,  # type: ignore[dict-item]
@@ -140,6 +153,12 @@ def comparison_lines(comparison: dict[str, Any]) -> list[str]:
         lines.append(
             f"{cell['model']} · {cell['paradigm']} · {cell['variant']}: "
             f"{cell['baseline'] or '—'} → {cell['run'] or '—'}  {cell['change']}"
+            + (
+                f", below the baseline's 95% interval [{cell['baseline_pass_rate_ci'][0]:.2f}, "
+                f"{cell['baseline_pass_rate_ci'][1]:.2f}]"
+                if cell.get("below_baseline")
+                else ""
+            )
         )
         for case in cell["cases"]:
             if case["change"] != "same":
@@ -147,3 +166,17 @@ def comparison_lines(comparison: dict[str, Any]) -> list[str]:
                     f"    {case['change']:<9} {case['baseline'] or '—'} → {case['run'] or '—'}  {case['question']}"
                 )
     return lines
+
+
+def regression_message(comparison: dict[str, Any]) -> str:
+    """Why the gate failed: the cells below their baseline's interval and the cases that flipped."""
+    below = [cell for cell in comparison["cells"] if cell["below_baseline"]]
+    flipped = [case["question"] for cell in below for case in cell["cases"] if case["change"] == "regressed"]
+    names = "; ".join(
+        f"{cell['model']} · {cell['paradigm']} · {cell['variant']} {cell['baseline']} → {cell['run']}"
+        for cell in below
+    )
+    return (
+        f"{len(below)} cell(s) passed below the baseline run {comparison['baseline']}'s 95% "
+        f"interval: {names}; the cases that flipped: {' | '.join(flipped) or 'none'}"
+    )

@@ -2,7 +2,8 @@
 
 OpenLLMetry (``llm.request.type``, ``gen_ai.prompt.N.*``, ``gen_ai.completion.N.*``,
 ``traceloop.span.kind``) and OpenInference (``openinference.span.kind``, ``llm.input_messages.N.*``,
-``llm.output_messages.N.*``, ``tool.*``, ``input.value``/``output.value``) each flatten the same
+``llm.output_messages.N.*``, ``llm.tools.N.tool.json_schema``, ``tool.*``,
+``input.value``/``output.value``) each flatten the same
 facts into attributes of their own. ``genai_attributes`` returns the GenAI attributes those stand
 for (``gen_ai.operation.name``, ``gen_ai.input.messages``, ``gen_ai.tool.call.result`` ...) and the
 names it read, so the import maps them like any GenAI span and lists only the rest as unmapped.
@@ -76,6 +77,10 @@ def _model(attrs: dict[str, JSONValue], prompt: str, completion: str, read: set[
         "gen_ai.input.messages": json.dumps(_messages(attrs, prompt, "user"), ensure_ascii=False),
         "gen_ai.output.messages": json.dumps(_messages(attrs, completion, "assistant"), ensure_ascii=False),
     }
+    tools = [_json(raw.get("tool.json_schema")) for raw in _indexed(attrs, "llm.tools.")]
+    if tools:  # OpenInference: llm.tools.N.tool.json_schema, each one request's tool as JSON
+        read.update(k for k in attrs if k.startswith("llm.tools."))
+        mapped["gen_ai.tool.definitions"] = json.dumps(tools, ensure_ascii=False)
     for target, names in (
         ("gen_ai.request.model", ("gen_ai.request.model", "llm.model_name", "gen_ai.response.model")),
         ("gen_ai.system", ("gen_ai.system", "llm.provider", "llm.system")),

@@ -445,7 +445,7 @@ def _turn(spans: list[_Span], turn_seq: int, mapping: _Mapping) -> JSONDict:
         "tool_choice": str((root.attributes.get("inspector.tool_choice") if root else None) or "auto")[:10],
         "tool_choice_name": "",
         "model": model[:120],
-        "tools": [],
+        "tools": offered_tools(models),
         "transcript": [],
         "created_at": _iso(start),
         "started_at": _iso(start),
@@ -453,6 +453,31 @@ def _turn(spans: list[_Span], turn_seq: int, mapping: _Mapping) -> JSONDict:
         "steps": cast(JSONValue, steps),
         "exchanges": [],
     }
+
+
+def offered_tools(models: list[_Span]) -> JSONList:
+    """The tools the trace's model calls were offered (``gen_ai.tool.definitions``, in the
+    conventions' shape or the OpenAI request's ``{"type": "function", "function": {...}}``), as
+    the turn's tool list (``name``, ``description``, ``inputSchema``), each name once."""
+    tools: dict[str, JSONDict] = {}
+    for span in models:
+        definitions = _json_attr(span.attributes.get("gen_ai.tool.definitions"))
+        for definition in definitions if isinstance(definitions, list) else []:
+            if not isinstance(definition, dict):
+                continue
+            inner = definition.get("function")
+            fields = inner if isinstance(inner, dict) else definition
+            name = fields.get("name")
+            if not isinstance(name, str) or not name or name in tools:
+                continue
+            schema = fields.get("parameters")
+            description = fields.get("description")
+            tools[name] = {
+                "name": name[:200],
+                "description": description if isinstance(description, str) else "",
+                "inputSchema": schema if isinstance(schema, dict) else {"type": "object", "properties": {}},
+            }
+    return list(tools.values())
 
 
 def trace_document(spans: list[_Span]) -> tuple[JSONDict, list[str], str]:

@@ -99,6 +99,10 @@ def test_the_page_shows_the_planted_regression_as_eval_compare_json_does(
     assert f'data-regressed="{cli["regressed"]}" data-fixed="{cli["fixed"]}"' in html
     assert [cell["change"] for cell in cli["cells"]] == ["regressed"]
     assert 'data-change="regressed"' in html.split('class="compare-cell"')[1].split(">")[0]
+    # 2/2 → 2/3 stays inside 2/2's 95% interval: listed as regressed, but not what fails the gate.
+    assert cli["regression"] is False and cli["cells"][0]["below_baseline"] is False
+    assert 'data-below-baseline="false"' in html.split('class="compare-cell"')[1].split(">")[0]
+    assert "below the baseline&#x27;s 95% interval" in html or "below the baseline's 95% interval" in html
     # The other way round the case was fixed and the new one is gone.
     back = _client(admin).get(f"/evals/runs/{first.public_id}/compare", {"baseline": str(second.public_id)})
     assert [change for change, _ in ROW.findall(back.content.decode())] == ["same", "fixed", "gone"]

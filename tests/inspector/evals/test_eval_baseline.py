@@ -1,6 +1,6 @@
 """``eval run --baseline RUN_ID|latest --fail-on-regression`` and ``eval compare A B``: two runs
-compared case by case (``inspector.evals.comparing``), a CI gate on a case that passed less often
-than in the baseline, and the refusals (no baseline, another user's run)."""
+compared case by case (``inspector.evals.comparing``), a CI gate on a cell whose pass rate is
+below the baseline's 95% interval, and the refusals (no baseline, another user's run)."""
 
 from __future__ import annotations
 
@@ -60,10 +60,10 @@ def _suite(tmp_path: Path, tool: str) -> str:
     return str(path)
 
 
-def test_a_case_that_passes_less_often_than_in_the_baseline_fails_the_gate(
+def test_a_cell_below_the_baseline_interval_fails_the_gate_listing_the_flipped_case(
     admin: User, tmp_path: Path
 ) -> None:
-    out, _, code = _eval("run", _suite(tmp_path, "demo/get_weather_forecast"), "--json")
+    out, _, code = _eval("run", _suite(tmp_path, "demo/get_weather_forecast"), "--repeats", "2", "--json")
     assert code == 0
     first = json.loads(out)["run"]
 
@@ -71,6 +71,8 @@ def test_a_case_that_passes_less_often_than_in_the_baseline_fails_the_gate(
     out, _, code = _eval(
         "run",
         _suite(tmp_path, "demo/get_weather_forecast"),
+        "--repeats",
+        "2",
         "--json",
         "--baseline",
         "latest",
@@ -81,26 +83,59 @@ def test_a_case_that_passes_less_often_than_in_the_baseline_fails_the_gate(
     assert same["baseline"] == first and same["regression"] is False
     assert [case["change"] for case in same["cells"][0]["cases"]] == ["same", "same"]
 
-    # The second case now expects another tool: it regressed; the gate exits 4 and names it.
+    # The second case now expects another tool: 2/4 is below 4/4's interval [0.51, 1]; the gate
+    # exits 4 and names the cell and the case that flipped.
     out, err, code = _eval(
-        "run", _suite(tmp_path, "demo/calculate"), "--baseline", first, "--fail-on-regression"
+        "run",
+        _suite(tmp_path, "demo/calculate"),
+        "--repeats",
+        "2",
+        "--baseline",
+        first,
+        "--fail-on-regression",
     )
     assert code == EXIT_REGRESSION
-    assert "1 case(s) passed less often than in the baseline run" in err
-    assert "regressed 1/1 → 0/1  What will the weather be like in Paris today?" in out
+    assert "1 cell(s) passed below the baseline run" in err and "demo · native · default 4/4 → 2/4" in err
+    assert "What will the weather be like in Paris today?" in err
+    assert "regressed 2/2 → 0/2  What will the weather be like in Paris today?" in out
+    assert "below the baseline's 95% interval [0.51, 1.00]" in out
 
     third = EvalRun.objects.order_by("-created_at", "-pk").first()
     assert third is not None
     out, _, code = _eval("compare", first, str(third.public_id), "--json")
     compared = json.loads(out)
     assert code == 0 and compared["regressed"] == 1 and compared["fixed"] == 0
+    assert compared["regression"] is True
     cell = compared["cells"][0]
-    assert (cell["baseline"], cell["run"], cell["change"]) == ("2/2", "1/2", "regressed")
+    assert (cell["baseline"], cell["run"], cell["change"]) == ("4/4", "2/4", "regressed")
     assert (cell["baseline_pass_rate"], cell["pass_rate"]) == (1.0, 0.5)
+    assert cell["baseline_pass_rate_ci"] == [0.5101, 1.0] and cell["below_baseline"] is True
 
     # The other way round, the same case was fixed.
     out, _, _ = _eval("compare", str(third.public_id), first, "--json")
     assert json.loads(out)["fixed"] == 1
+
+
+def test_a_flip_within_the_baseline_interval_is_listed_but_does_not_fail_the_gate(
+    admin: User, tmp_path: Path
+) -> None:
+    """One case of three flipping (3/3 → 2/3) stays inside 3/3's interval [0.44, 1]: the noise a
+    gate on any single case would fail CI on. It is listed as regressed; the exit code is 0."""
+    three = SUITE + "  - {question: 'Hello there', expect: []}\n"
+    path = tmp_path / "three.yaml"
+    path.write_text(three.replace("TOOL", "demo/get_weather_forecast"))
+    _, _, code = _eval("run", str(path))
+    assert code == 0
+    path.write_text(three.replace("TOOL", "demo/calculate"))
+
+    out, _, code = _eval("run", str(path), "--json", "--baseline", "latest", "--fail-on-regression")
+
+    assert code == 0
+    compared = json.loads(out)["baseline"]
+    assert compared["regression"] is False and compared["regressed"] == 1
+    cell = compared["cells"][0]
+    assert (cell["baseline"], cell["run"], cell["below_baseline"]) == ("3/3", "2/3", False)
+    assert cell["baseline_pass_rate_ci"][0] < 2 / 3
 
 
 def test_the_gate_needs_a_baseline_and_never_reads_another_users_run(admin: User, tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ Celery workers when ``REDIS_URL`` is set). A progress line goes to stderr, and n
 until the run ends: the INFO log lines of the turns it runs (each turn sealed...) are held back
 while it runs, warnings still show. The results (a table, or with ``--json`` one JSON object) go
 to stdout. The exit code is non-zero when the run did not finish, any cell's accuracy is
-below ``--min-accuracy``, or, with ``--fail-on-regression``, any case passed less often than in
-the baseline run (``inspector.evals.comparing``). ``eval compare A B`` prints that comparison
+below ``--min-accuracy``, or, with ``--fail-on-regression``, a cell's pass rate is below the 95%
+interval of the baseline run's (``inspector.evals.comparing``). ``eval compare A B`` prints that comparison
 of two runs, case by case.
 """
 
@@ -28,7 +28,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from inspector.evals.comparing import comparison_lines, runs_compare
+from inspector.evals.comparing import comparison_lines, regression_message, runs_compare
 from inspector.evals.driver import run_execute
 from inspector.evals.models import EvalRun, Suite
 from inspector.evals.reports import junit_xml, progress_line, results_table
@@ -79,7 +79,8 @@ class Command(BaseCommand):
         run.add_argument(
             "--fail-on-regression",
             action="store_true",
-            help=f"With --baseline: exit with code {EXIT_REGRESSION} when any case passed less often than in it.",
+            help=f"With --baseline: exit with code {EXIT_REGRESSION} when a cell's pass rate is below the 95%% "
+            "interval of its pass rate in the baseline.",
         )
         list_ = commands.add_parser("list", help="List your runs, newest first.")
         list_.add_argument("--json", action="store_true")
@@ -173,8 +174,7 @@ class Command(BaseCommand):
 
         if options["fail_on_regression"] and comparison is not None and comparison["regression"]:
             raise CommandError(
-                f"{comparison['regressed']} case(s) passed less often than in the baseline run "
-                f"{comparison['baseline']}",
+                regression_message(comparison),
                 returncode=EXIT_REGRESSION,
             )
 
