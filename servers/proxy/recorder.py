@@ -200,21 +200,24 @@ class Recorder:
     def _send(self, stream: str, data: bytes) -> None:
         assert self._pipe is not None
         if len(self._backlog) + len(data) > self.queue_limit:
-            frame = _FRAME.pack(_CODES[stream] | _COUNTED_ONLY, len(data))
+            head, data = _FRAME.pack(_CODES[stream] | _COUNTED_ONLY, len(data)), b""
         else:
-            frame = _FRAME.pack(_CODES[stream], len(data)) + data
+            head = _FRAME.pack(_CODES[stream], len(data))
         if self._backlog:
-            self._backlog += frame
+            self._backlog += head
+            self._backlog += data
             return
         try:
-            written = os.write(self._pipe, frame)
+            # Head and chunk in one system call, the chunk not copied.
+            written = os.writev(self._pipe, (head, data))
         except BlockingIOError:
             written = 0
         except OSError:
             self._lost_child()
             return
-        if written < len(frame):
-            self._backlog += frame[written:]
+        if written < len(head) + len(data):
+            self._backlog += head[written:]
+            self._backlog += memoryview(data)[max(0, written - len(head)) :]
             self._wait_for_pipe()
 
     def _wait_for_pipe(self) -> None:
