@@ -17,6 +17,11 @@ Storing: ``store(session, server_name, records)`` (``record_mcp`` in production)
 spool is imported when a retry (exponential backoff, at most ``MAX_BACKOFF`` seconds apart)
 finds the database back. Records are kept in order: while anything is spooled, new records are
 spooled behind it.
+
+A failure while recording costs what it hit, never the rest of the session (decision 0310): only
+``OperationalError`` and ``InterfaceError`` mean "away"; a group refused for any other reason is
+stored one record at a time, a bad record stored marked (``marked``) or kept beside the spool;
+every failure is logged and the loop goes on.
 """
 
 from __future__ import annotations
