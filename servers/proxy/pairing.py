@@ -108,7 +108,7 @@ class Pairer:
             line.total += len(piece)
             if end < 0:
                 return
-            self._line(stream, line, ended=True)
+            self._safe_line(stream, line, ended=True)
             self._lines[stream] = line = _Line()
             start = end + 1
 
@@ -190,7 +190,7 @@ class Pairer:
         """The streams ended: a line left unfinished and every request still unanswered are recorded."""
         for stream, line in list(self._lines.items()):
             if line.total:
-                self._line(stream, line, ended=False)
+                self._safe_line(stream, line, ended=False)
         self._lines.clear()
         now = time.monotonic()
         for record, started in self._pending.values():
@@ -203,6 +203,21 @@ class Pairer:
     def take(self) -> list[WireExchange]:
         records, self.finished = self.finished, []
         return records
+
+    def kept_raw(self, stream: str, data: bytes, error: str) -> WireExchange:
+        """``data``, bytes that crossed on ``stream``, recorded as they are (not read as a message),
+        marked with ``error``: what the recorder keeps of what it failed to read."""
+        label = "stderr" if stream == STDERR else self.not_json[stream != HOST]
+        return self._local(label, decode_body(data), error)
+
+    def _safe_line(self, stream: str, line: _Line, *, ended: bool) -> None:
+        """``_line``, and when reading the line fails (no line should make it, but a hostile one
+        must not stop the recorder), the line kept as the bytes that crossed, marked."""
+        try:
+            self._line(stream, line, ended=ended)
+        except Exception as exc:  # noqa: BLE001 (whatever it was, the line is kept and recording goes on)
+            log.warning("proxy: reading a line failed (%s); it is kept as its bytes", type(exc).__name__)
+            self.kept_raw(stream, bytes(line.kept), f"{READ_FAILED} ({failure(exc)})")
 
     def _line(self, stream: str, line: _Line, *, ended: bool) -> None:
         raw = bytes(line.kept)
@@ -271,7 +286,16 @@ class Pairer:
                 direction=origin,
                 request_body=body,
             )
-            self._pending[f"{stream}:{_id_key(msg_id)}"] = (record, now)
+            key = f"{stream}:{_id_key(msg_id)}"
+            earlier = self._pending.pop(key, None)
+            if earlier is not None:
+                # The id is reused while its first request waits: that one is finished here
+                # (the answer that comes pairs with the later one), not lost under it.
+                earlier[0].status = "no response"
+                earlier[0].error = REUSED_ID
+                earlier[0].duration_ms = (now - earlier[1]) * 1000
+                self.finished.append(earlier[0])
+            self._pending[key] = (record, now)
             return record
         if msg_id is not None:
             other = SERVER if stream == HOST else HOST
@@ -315,6 +339,18 @@ def _unpaired(label: str, wall: datetime, origin: str, stream: str, body: str) -
 
 
 NOT_A_MESSAGE = "not a JSON-RPC message"
+REUSED_ID = (
+    "a later request reused its id before an answer came (an answer to that id is paired with the later one)"
+)
+READ_FAILED = "the recorder failed reading this line; it is kept as the bytes that crossed"
+
+
+def failure(exc: BaseException) -> str:
+    """An exception in one line: its type and the first line of its message."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300]}" if text else type(exc).__name__
+
+
 TOO_DEEP = (
     "nested deeper than the JSON reader goes (Python's recursion limit): kept as the text that "
     "crossed, not read as a message"

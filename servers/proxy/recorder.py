@@ -17,6 +17,11 @@ Storing: ``store(session, server_name, records)`` (``record_mcp`` in production)
 spool is imported when a retry (exponential backoff, at most ``MAX_BACKOFF`` seconds apart)
 finds the database back. Records are kept in order: while anything is spooled, new records are
 spooled behind it.
+
+A failure while recording costs what it hit, never the rest of the session (decision 0310): only
+``OperationalError`` and ``InterfaceError`` mean "away"; a group refused for any other reason is
+stored one record at a time, a bad record stored marked (``marked``) or kept beside the spool;
+every failure is logged and the loop goes on.
 """
 
 from __future__ import annotations
@@ -35,11 +40,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from django.db import Error as DatabaseError
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 
+from conversations.escaping import escaped_text
 from conversations.loop.wire import WireExchange
-from servers.proxy.pairing import HOST, SERVER, STDERR, Pairer
+from servers.proxy.pairing import HOST, SERVER, STDERR, Pairer, failure
 from servers.proxy.spool import Spool, redacted
 
 Store = Callable[[str | None, str, Sequence[WireExchange]], object]
@@ -56,10 +61,49 @@ _COUNTED_ONLY = 0x80
 # What the pipe to the recorder's process holds before a write has to wait (Linux: F_SETPIPE_SZ).
 PIPE_BYTES = 1 << 20
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Failures logged one by one; past this many, one in every ``_LOG_EVERY`` (a hostile peer must not
+# flood the host's log).
+_LOG_FIRST = 20
+_LOG_EVERY = 1000
 
 
 class KeyRefused(Exception):
     """The proxy key is unknown or revoked: nothing can be recorded under it."""
+
+
+class DatabaseAway(Exception):
+    """The database is unreachable; ``unstored`` are the records of the group not stored (the
+    spool keeps them)."""
+
+    def __init__(self, cause: BaseException, unstored: Sequence[WireExchange]) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.unstored = list(unstored)
+
+
+def is_away(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database cannot be reached (retry later), rather than that it
+    refused these records (``DataError``, ``IntegrityError``…: retrying them would fail again)."""
+    return isinstance(exc, OperationalError | InterfaceError)
+
+
+def marked(record: WireExchange, exc: BaseException) -> WireExchange:
+    """What is stored of ``record`` when storing it failed: a local record of its bodies, each as a
+    JSON string literal (ASCII; ``json.loads`` gives the text back), marked with why."""
+    return WireExchange(
+        channel=record.channel,
+        label="not stored as a message",
+        started_at=record.started_at,
+        direction="local",
+        request_body=escaped_text(record.request_body) if record.request_body else "",
+        response_body=escaped_text(record.response_body) if record.response_body else "",
+        status="error",
+        error=(
+            f"the recorder could not store this record ({failure(exc)}); its label was "
+            f"{escaped_text(record.label[:200])} and its bodies are kept as JSON string literals"
+        ),
+        duration_ms=record.duration_ms,
+    )
 
 
 class Recorder:
@@ -88,11 +132,14 @@ class Recorder:
         self.log = log if log is not None else sys.stderr
         self.stored = 0  # records stored (directly or from the spool), for tests and the final line
         self.spooled = 0
+        self.failures = 0  # failures while recording, each logged (see _LOG_FIRST)
+        self.lost = 0  # records that could be neither stored nor kept on disk
         self.refused = False
         self._queue: queue.SimpleQueue[tuple[str, bytes | None, int]] = queue.SimpleQueue()
         self._queued = 0
         self._lock = threading.Lock()
         self._down = False
+        self._ended = False  # the end of what is tapped was read (recording finishes what is left)
         self._backoff = FIRST_BACKOFF
         self._retry_at = 0.0
         self._thread = threading.Thread(target=self._run, name="proxy-recorder", daemon=True)
@@ -158,21 +205,24 @@ class Recorder:
     def _send(self, stream: str, data: bytes) -> None:
         assert self._pipe is not None
         if len(self._backlog) + len(data) > self.queue_limit:
-            frame = _FRAME.pack(_CODES[stream] | _COUNTED_ONLY, len(data))
+            head, data = _FRAME.pack(_CODES[stream] | _COUNTED_ONLY, len(data)), b""
         else:
-            frame = _FRAME.pack(_CODES[stream], len(data)) + data
+            head = _FRAME.pack(_CODES[stream], len(data))
         if self._backlog:
-            self._backlog += frame
+            self._backlog += head
+            self._backlog += data
             return
         try:
-            written = os.write(self._pipe, frame)
+            # Head and chunk in one system call, the chunk not copied.
+            written = os.writev(self._pipe, (head, data))
         except BlockingIOError:
             written = 0
         except OSError:
             self._lost_child()
             return
-        if written < len(frame):
-            self._backlog += frame[written:]
+        if written < len(head) + len(data):
+            self._backlog += head[written:]
+            self._backlog += memoryview(data)[max(0, written - len(head)) :]
             self._wait_for_pipe()
 
     def _wait_for_pipe(self) -> None:
@@ -262,6 +312,14 @@ class Recorder:
             connections.close_all()
 
     def _read_frames(self, read_end: int) -> None:
+        try:
+            self._read_pipe(read_end)
+        except Exception as exc:  # noqa: BLE001 (the recorder must still end and store what it has)
+            self._failed("reading the proxy's pipe", exc)
+        finally:
+            self._queue.put(_END)
+
+    def _read_pipe(self, read_end: int) -> None:
         with os.fdopen(read_end, "rb") as pipe:
             while True:
                 head = pipe.read(_FRAME.size)
@@ -280,13 +338,19 @@ class Recorder:
                 with self._lock:
                     self._queued += size
                 self._queue.put((stream, data, 0))
-        self._queue.put(_END)
 
     def _run(self) -> None:
         self._retry()  # what an earlier proxy of this key left in the spool
+        while True:
+            try:
+                self._recording()
+                return
+            except Exception as exc:  # noqa: BLE001 (a failure costs what it hit, never the session)
+                self._failed("recording", exc)
+
+    def _recording(self) -> None:
         last_flush = time.monotonic()
-        ended = False
-        while not ended:
+        while not self._ended:
             timeout = None
             if self.pairer.finished:
                 timeout = max(0.0, last_flush + FLUSH_SECONDS - time.monotonic())
@@ -299,7 +363,7 @@ class Recorder:
                 item = None
             while item is not None:
                 if item is _END:
-                    ended = True
+                    self._ended = True
                     break
                 self._feed(item)
                 try:
@@ -308,8 +372,8 @@ class Recorder:
                     item = None
             if self._down and time.monotonic() >= self._retry_at:
                 self._retry()
-            if ended or time.monotonic() - last_flush >= FLUSH_SECONDS:
-                records = self.pairer.close() if ended else self.pairer.take()
+            if self._ended or time.monotonic() - last_flush >= FLUSH_SECONDS:
+                records = self.pairer.close() if self._ended else self.pairer.take()
                 self._deliver(records)
                 last_flush = time.monotonic()
         if self._down:
@@ -322,24 +386,99 @@ class Recorder:
             return
         with self._lock:
             self._queued -= len(data)
-        self.pairer.feed(stream, data)
+        try:
+            self.pairer.feed(stream, data)
+        except Exception as exc:  # noqa: BLE001 (the pairer reads each line safely; this is the last guard)
+            self._failed("reading a chunk", exc)
+            self.pairer.kept_raw(stream, data, f"the recorder failed reading this chunk ({failure(exc)})")
 
     def _deliver(self, records: list[WireExchange]) -> None:
         if not records or self.refused:
             return
         if not self._down:
             try:
-                self.store(self.session, self.server_name, records)
+                self.stored += self._store(self.session, self.server_name, records)
             except KeyRefused:
                 self._refuse()
                 return
-            except DatabaseError as exc:
-                self._went_down(exc)
+            except DatabaseAway as exc:
+                self._went_down(exc.cause)
+                records = exc.unstored
             else:
-                self.stored += len(records)
                 return
-        self.spool.write(self.session, self.server_name, [redacted(r, self.secrets) for r in records])
+        try:
+            self.spool.write(self.session, self.server_name, [redacted(r, self.secrets) for r in records])
+        except Exception as exc:  # noqa: BLE001 (a full disk: these are lost, said so; recording goes on)
+            self.lost += len(records)
+            self._failed(f"spooling {len(records)} records to {self.spool.path} (they are lost)", exc)
+            return
         self.spooled += len(records)
+
+    def _store(self, session: str | None, server_name: str, records: Sequence[WireExchange]) -> int:
+        """Store ``records``; returns how many were stored as they are or marked. A group the
+        database refuses is stored one record at a time, so a bad record costs only itself: it is
+        stored marked (``marked``), else kept on disk beside the spool (``_reject``).
+
+        Raises:
+            KeyRefused: the key is unknown or revoked.
+            DatabaseAway: the database is unreachable (``unstored``: what was not stored).
+        """
+        try:
+            self.store(session, server_name, records)
+            return len(records)
+        except KeyRefused:
+            raise
+        except Exception as exc:  # noqa: BLE001 (anything but "away" is about these records)
+            if is_away(exc):
+                raise DatabaseAway(exc, records) from exc
+            problem = exc
+        if len(records) > 1:
+            stored = 0
+            for index, record in enumerate(records):
+                try:
+                    stored += self._store(session, server_name, [record])
+                except DatabaseAway as exc:
+                    raise DatabaseAway(exc.cause, records[index:]) from exc.cause
+            return stored
+        (record,) = records
+        self._failed(f"storing a {record.label[:60]!r} record (it is stored marked)", problem)
+        try:
+            self.store(session, server_name, [marked(record, problem)])
+            return 1
+        except KeyRefused:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if is_away(exc):
+                raise DatabaseAway(exc, records) from exc
+            self._reject(session, server_name, record, exc)
+            return 0
+
+    def _reject(
+        self, session: str | None, server_name: str, record: WireExchange, exc: BaseException
+    ) -> None:
+        """Keep a record the database refused even marked in a file beside the spool (never imported)."""
+        path = self.spool.path.with_suffix(".rejected")
+        try:
+            self.spool.write(session, server_name, [redacted(record, self.secrets)], path=path)
+        except Exception as again:  # noqa: BLE001
+            self.lost += 1
+            self._failed("keeping a refused record on disk (it is lost)", again)
+            return
+        self._failed(f"storing the record marked; it is kept in {path}", exc)
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        """Log a failure while recording (the first ``_LOG_FIRST``, then one in ``_LOG_EVERY``)."""
+        self.failures += 1
+        if self.failures > _LOG_FIRST and self.failures % _LOG_EVERY:
+            return
+        try:
+            self.log.write(
+                f"proxy: recording failed {what} ({failure(exc)}); traffic passes on, recording goes on"
+                f"{f' ({self.failures} failures so far)' if self.failures > _LOG_FIRST else ''}\n"
+            )
+            self.log.flush()
+        except Exception:  # noqa: BLE001, S110 (a log that cannot be written must not stop recording)
+            pass
 
     def _went_down(self, exc: BaseException) -> None:
         if not self._down:
@@ -360,15 +499,18 @@ class Recorder:
 
     def _retry(self) -> None:
         """Import the spool (this process's and any an earlier one of this key left)."""
-        if self.refused or not self.spool.pending():
-            self._down = False
-            return
         try:
-            self.stored += self.spool.import_all(self.store)
+            if self.refused or not self.spool.pending():
+                self._down = False
+                return
+            self.stored += self.spool.import_all(self._store)
         except KeyRefused:
             self._refuse()
-        except DatabaseError as exc:
-            self._went_down(exc)
+        except DatabaseAway as exc:
+            self._went_down(exc.cause)
+        except Exception as exc:  # noqa: BLE001 (an unreadable spool file stays for a later proxy)
+            self._failed("importing the spool", exc)
+            self._down = False
         else:
             if self._down:
                 self.log.write("proxy: the database is back; the spooled records are imported\n")

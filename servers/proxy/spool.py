@@ -66,8 +66,16 @@ class Spool:
         self.prefix = fingerprint(raw_key)
         self.path = self.folder / f"{self.prefix}-{os.getpid()}-{time.time_ns()}.jsonl"
 
-    def write(self, session: str | None, server_name: str, records: Sequence[WireExchange]) -> None:
-        descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    def write(
+        self,
+        session: str | None,
+        server_name: str,
+        records: Sequence[WireExchange],
+        *,
+        path: Path | None = None,
+    ) -> None:
+        """Append ``records`` to the spool file (or to ``path``, a file of the spool's folder)."""
+        descriptor = os.open(path or self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(descriptor, "a", encoding="utf-8", errors="surrogateescape") as out:
             for record in records:
                 line = {**asdict(record), "started_at": record.started_at.isoformat()}
@@ -82,7 +90,8 @@ class Spool:
         """Import every spool file of this key; returns how many records were imported.
 
         Raises:
-            django.db.Error: the database is still unreachable (the file is kept).
+            Whatever ``importer`` raises (the database is still unreachable): the file is kept,
+            less what was imported.
         """
         count = 0
         for path in self.pending():
@@ -102,10 +111,14 @@ class Spool:
                     importer(session, server_name, records)
                     done.append((session, server_name))
                     count += len(records)
-            except BaseException:
-                # Put back only what was not imported, so a retry stores nothing twice.
+            except BaseException as exc:
+                # Put back only what was not imported, so a retry stores nothing twice (an
+                # importer that stored part of a group says which records it did not store).
                 for group in done:
                     del groups[group]
+                unstored = getattr(exc, "unstored", None)
+                if isinstance(unstored, list) and groups:
+                    groups[next(iter(groups))] = unstored
                 self._rewrite(path, groups)
                 claimed.unlink()
                 raise

@@ -137,3 +137,28 @@ def test_when_the_recorder_falls_behind_traffic_still_passes_and_the_gap_is_mark
     assert out == b"".join(tee_server.SCRIPT) + tee_server.TAIL
     assert status == 7
     assert any("recorder was behind" in record.error for record in store.records)
+
+
+def test_a_host_whose_stdin_and_stdout_are_regular_files_is_proxied_byte_for_byte(tmp_path: Path) -> None:
+    source, sink, errors = tmp_path / "in", tmp_path / "out", tmp_path / "err"
+    source.write_bytes(b"".join(HOST_PIECES))
+    store = ListStore()
+    recorder = _recorder(tmp_path, store)
+    recorder.start()
+    received = tmp_path / "received"
+    with source.open("rb") as host_in, sink.open("wb") as host_out, errors.open("wb") as host_err:
+        status = asyncio.run(
+            run(
+                [sys.executable, str(TEE), str(received), "3"],
+                recorder,
+                stdin_fd=host_in.fileno(),
+                stdout_fd=host_out.fileno(),
+                stderr_fd=host_err.fileno(),
+            )
+        )
+    assert recorder.finish(30)
+    assert status == 3
+    assert received.read_bytes() == b"".join(HOST_PIECES)
+    assert sink.read_bytes() == b"".join(tee_server.SCRIPT) + tee_server.TAIL
+    assert errors.read_bytes() == tee_server.STDERR
+    assert "tools/call" in [record.label for record in store.records]
