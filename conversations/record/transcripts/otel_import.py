@@ -374,12 +374,15 @@ def _turn(spans: list[_Span], turn_seq: int, mapping: _Mapping) -> JSONDict:
     ids = {span.span_id for span in spans}
     roots = [span for span in spans if span.parent_id not in ids]
     root = next((s for s in roots if s.operation == "invoke_agent"), None)
+    # Another tool's trace may have a root of its own that maps to no step (an agent's "turn", an
+    # HTTP request): its id is kept as the turn's, so a re-export adds no span a backend lacks.
+    own_root = root or (roots[0] if len(roots) == 1 and not _maps_to_a_step(roots[0]) else None)
     ordered = sorted(spans, key=lambda s: (_recorded_seq(s) or 1 << 30, s.start))
     steps: list[JSONDict] = []
     kept_steps: dict[str, JSONValue] = {}
     mapping.span_ids[str(turn_seq)] = {
         "trace": spans[0].trace_id,
-        "root": root.span_id if root else None,
+        "root": own_root.span_id if own_root else None,
         "steps": cast(JSONValue, kept_steps),
     }
     by_call: dict[str, int] = {}

@@ -83,3 +83,13 @@ def test_a_re_exported_recorded_trace_keeps_the_trace_and_span_ids_of_its_model_
 
     spans = [s for rs in exported["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
     assert {(s["traceId"], s["spanId"]) for s in spans if s["name"] != "invoke_agent"} == chats
+    # The source's own root (the recorder's "turn" span) is the re-export's turn: no new span id,
+    # so sending the re-export to the same backend adds no span.
+    roots = {
+        (s["traceId"], s["spanId"])
+        for rs in source["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for s in ss["spans"]
+        if s["name"] == "turn"
+    }
+    assert {(s["traceId"], s["spanId"]) for s in spans if s["name"] == "invoke_agent"} == roots
