@@ -96,6 +96,7 @@ EXPECTED: dict[str, Expect] = {
     "inspector-eval-run-progress": Expect("GET", NOT_FOUND),
     "inspector-eval-run-results": Expect("GET", NOT_FOUND),
     "inspector-eval-run-cancel": Expect("POST", NOT_FOUND),
+    "inspector-eval-run-compare": Expect("GET", NOT_FOUND),
     # the workbench: what alice did
     "servers-operation": Expect("GET", NOT_FOUND),
     "servers-operation-state": Expect("GET", NOT_FOUND),
