@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.migrations.operations.base import Operation
+from django.db.migrations.state import ProjectState
 
 from conversations.models import ModelProfile, RedactionRule, SecretsChange
 from conversations.redaction import Redactor, redactor, remember
@@ -188,10 +190,16 @@ class WatchAgain(Operation):
         self.table = table
         self.columns = tuple(columns)
 
-    def state_forwards(self, app_label: str, state: Any) -> None:
+    def state_forwards(self, app_label: str, state: ProjectState) -> None:
         pass
 
-    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+    def database_forwards(
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: ProjectState,
+        to_state: ProjectState,
+    ) -> None:
         if schema_editor.connection.vendor == "sqlite":
             for statement in [
                 *unwatch_sql("sqlite", self.table),
@@ -199,7 +207,13 @@ class WatchAgain(Operation):
             ]:
                 schema_editor.execute(statement)
 
-    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+    def database_backwards(
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: ProjectState,
+        to_state: ProjectState,
+    ) -> None:
         self.database_forwards(app_label, schema_editor, from_state, to_state)
 
     def describe(self) -> str:
