@@ -449,6 +449,10 @@ class ExchangeQuerySet(models.QuerySet["Exchange"]):
 # A tsvector holds at most 1 MB; 200,000 characters of the most varied text stay well below it,
 # and a body is cut there (the SQLite fallback reads whole bodies).
 FTS_BODY_CHARS = 200_000
+# The most an exchange's ``search_start`` and ``search_length`` hold: they are 32-bit integer
+# columns and the search index reads from ``search_start + 1``, which must fit one too. A request
+# whose span lies past it is indexed from its start instead (``record.exchanges.request_search_span``).
+SEARCH_SPAN_MOST = 2**31 - 2
 
 
 class Exchange(models.Model):
@@ -512,7 +516,8 @@ class Exchange(models.Model):
     # What full-text search indexes of ``request_body`` (PostgreSQL): all of it when these are
     # NULL, else ``search_length`` characters from offset ``search_start``. A model request
     # repeats the turn's history, so the writer indexes only what it adds to the turn's previous
-    # request (``strings.changed_span``) and, once the turn has ended, its last one whole.
+    # request (``strings.changed_span``) and, once the turn has ended, its last one whole. Both
+    # at most ``SEARCH_SPAN_MOST``.
     search_start = models.PositiveIntegerField(null=True, blank=True, editable=False)
     search_length = models.PositiveIntegerField(null=True, blank=True, editable=False)
     # What full-text search indexes in place of ``response_body`` unless empty (PostgreSQL): a

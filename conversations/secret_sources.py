@@ -17,11 +17,14 @@ by the next build.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+from django.db.migrations.operations.base import Operation
+from django.db.migrations.state import ProjectState
 
 from conversations.models import ModelProfile, RedactionRule, SecretsChange
 from conversations.redaction import Redactor, redactor, remember
@@ -31,13 +34,28 @@ SecretSource = Callable[[], Iterable[str]]
 
 _sources: list[SecretSource] = []
 
+# The tables secrets are read from, each with the columns they are read from: what the
+# database's triggers watch (``watch_sql``, installed by the migrations of the app that owns
+# each table). This app's own; a source registers the tables it reads.
+_watched: dict[str, tuple[str, ...]] = {
+    RedactionRule._meta.db_table: ("name", "pattern", "enabled"),
+    ModelProfile._meta.db_table: ("api_key_env",),
+}
 
-def secret_source_register(source: SecretSource) -> None:
+
+def secret_source_register(source: SecretSource, *, watched: Mapping[str, Sequence[str]]) -> None:
     """Have ``configured_secrets`` ask ``source`` too (once, however often it is registered).
-    The tables ``source`` reads must be watched (``watch_sql``, in their app's migrations), or a
-    change to them is not seen until something watched changes."""
+    ``watched`` names the tables ``source`` reads, each with the columns it reads: they must be
+    watched (``watch_sql``, in their app's migrations), or a change to them is not seen until
+    something watched changes; a test checks every one is, after all migrations."""
     if source not in _sources:
         _sources.append(source)
+    _watched.update({table: tuple(columns) for table, columns in watched.items()})
+
+
+def watched_tables() -> dict[str, tuple[str, ...]]:
+    """Every table secrets are read from, with the columns its triggers must watch."""
+    return dict(_watched)
 
 
 def configured_secrets() -> list[str]:
@@ -130,7 +148,8 @@ def watch_sql(vendor: str, table: str, columns: Sequence[str]) -> list[str]:
     an update that leaves them alone logs nothing). Only PostgreSQL and SQLite are supported.
     Used by migrations, so what it writes must stay as it is; a new form gets a new function.
     SQLite drops a table's triggers when a migration rebuilds the table (many schema changes
-    do): such a migration must watch it again (a test checks every watched table's triggers)."""
+    do): such a migration changes it inside ``kept_watched`` (a test checks every watched
+    table's triggers after all migrations)."""
     log = SecretsChange._meta.db_table
     logged = _LOGGED.format(log=log, token=_TOKEN[vendor])
     if vendor == "postgresql":
@@ -156,3 +175,54 @@ def unwatch_sql(vendor: str, table: str) -> list[str]:
     names = ("written", "updated") if vendor == "postgresql" else ("inserted", "deleted", "updated")
     on = f" ON {table}" if vendor == "postgresql" else ""
     return [f"DROP TRIGGER IF EXISTS {table}_secrets_{name}{on}" for name in names]
+
+
+class WatchAgain(Operation):
+    """A migration operation that installs ``watch_sql``'s triggers on ``table`` again on SQLite,
+    both ways (dropping any left first, so it may run where they survived); nothing elsewhere
+    (PostgreSQL keeps a table's triggers through ``ALTER TABLE``). Use it through
+    ``kept_watched``."""
+
+    reduces_to_sql = False
+    reversible = True
+
+    def __init__(self, table: str, columns: Sequence[str]) -> None:
+        self.table = table
+        self.columns = tuple(columns)
+
+    def state_forwards(self, app_label: str, state: ProjectState) -> None:
+        pass
+
+    def database_forwards(
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: ProjectState,
+        to_state: ProjectState,
+    ) -> None:
+        if schema_editor.connection.vendor == "sqlite":
+            for statement in [
+                *unwatch_sql("sqlite", self.table),
+                *watch_sql("sqlite", self.table, self.columns),
+            ]:
+                schema_editor.execute(statement)
+
+    def database_backwards(
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: ProjectState,
+        to_state: ProjectState,
+    ) -> None:
+        self.database_forwards(app_label, schema_editor, from_state, to_state)
+
+    def describe(self) -> str:
+        return f"Watch {self.table} for secrets again (SQLite)"
+
+
+def kept_watched(table: str, columns: Sequence[str], *operations: Operation) -> list[Operation]:
+    """``operations`` (schema changes to the watched ``table``) with ``table`` watched again
+    after them, whichever way the migration runs: SQLite rebuilds a table for many schema
+    changes, forwards and backwards, and the rebuild drops its triggers. ``columns`` are the
+    ones watched at that point of the history (``watch_sql``)."""
+    return [WatchAgain(table, columns), *operations, WatchAgain(table, columns)]

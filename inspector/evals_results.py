@@ -4,24 +4,24 @@ by side with their token cost and overriding text, the failing cases with their 
 run's progress, and a suite's runs over time as a server-rendered SVG bar chart with regressions
 flagged (no script and no charting library, like :mod:`inspector.charts`).
 
-A regression is a done run in which some cell (the same model, paradigm and variant) scored
-lower than in the suite's previous done run (``evals.selectors.run_previous``'s rule).
+A regression is a done run in which some cell (the same model, paradigm and variant) passed
+below the 95% interval of its pass rate in the suite's previous done run
+(``evals.selectors.run_previous``): the gate's rule, ``evals.comparing.below_baseline``.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
-
 from conversations.escaping import hidden_characters
 from conversations.typealias import JSONDict, JSONValue
+from inspector.evals import comparing
 from inspector.evals import selectors as eval_selectors
-from inspector.evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
+from inspector.evals.models import EvalCaseResult, EvalRun, Suite
 
 HISTORY_RUNS = 30  # the suite page charts its newest runs, up to this many
 BANDS = 4  # accuracy bands above zero: acc-0 (< 25 %) … acc-4 (100 %)
@@ -429,28 +429,15 @@ class History:
         return sum(row.regressed for row in self.rows)
 
 
-def _cell_scores(runs: Iterable[EvalRun]) -> dict[int, dict[CellKey, tuple[int, int]]]:
-    """Per run, per cell key: (passed, graded) case runs — one query for all of them."""
-    graded = Q(results__status__in=[EvalCaseResult.Status.PASSED, EvalCaseResult.Status.FAILED])
-    cells: QuerySet[EvalCell] = EvalCell.objects.filter(run__in=list(runs))
-    rows = cells.values("run_id", "model", "paradigm", "variant").annotate(
-        passed=Count("results", filter=Q(results__status=EvalCaseResult.Status.PASSED)),
-        graded=Count("results", filter=graded),
-    )
-    scores: dict[int, dict[CellKey, tuple[int, int]]] = defaultdict(dict)
-    for row in rows:
-        key = (str(row["model"]), str(row["paradigm"]), str(row["variant"]))
-        passed, graded_count = scores[row["run_id"]].get(key, (0, 0))
-        scores[row["run_id"]][key] = (passed + int(row["passed"]), graded_count + int(row["graded"]))
-    return scores
-
-
-def regressed_cells(previous: dict[CellKey, float], current: dict[CellKey, float]) -> list[str]:
-    """The cells scored in both whose accuracy fell, as ``model · paradigm · variant: a → b``."""
+def regressed_cells(
+    cells: dict[CellKey, tuple[int, int]], baseline: dict[CellKey, tuple[int, int]]
+) -> list[str]:
+    """The cells below the baseline's interval (``comparing.below_baseline``, the gate's rule),
+    as ``model · paradigm · variant: a → b`` (their pass rates)."""
     return [
-        f"{' · '.join(key)}: {accuracy_text(previous[key])} → {accuracy_text(score)}"
-        for key, score in current.items()
-        if key in previous and score < previous[key] - eval_selectors.REGRESSION_TOLERANCE
+        f"{' · '.join(key)}: {accuracy_text(baseline[key][0] / baseline[key][1])} → "
+        f"{accuracy_text(cells[key][0] / cells[key][1])}"
+        for key in comparing.cells_below_baseline(cells, baseline)
     ]
 
 
@@ -484,27 +471,22 @@ def _chart(rows: Sequence[HistoryRow]) -> HistoryChart:
 
 def suite_history(suite: Suite, *, limit: int = HISTORY_RUNS) -> History:
     """The suite's newest runs with their accuracy, each done run compared with the done run
-    before it (two queries, however many runs)."""
+    before it by the gate's rule (``comparing.history_compared``: three queries, however many
+    runs)."""
     runs = list(EvalRun.objects.filter(suite=suite).order_by("-created_at", "-id")[:limit])
     runs.reverse()  # oldest first: each is compared with what came before
-    scores = _cell_scores(runs)
-    previous: dict[CellKey, float] = {}  # the cells of the last done run so far
-    oldest_first: list[HistoryRow] = []
-    for run in runs:
-        cells = scores.get(run.pk, {})
-        current = {key: passed / graded for key, (passed, graded) in cells.items() if graded}
-        finished = run.status == EvalRun.Status.DONE
-        flagged = regressed_cells(previous, current) if finished else []
-        oldest_first.append(
-            HistoryRow(
-                run=run,
-                passed=sum(passed for passed, _ in cells.values()),
-                cases=sum(graded for _, graded in cells.values()),
-                regressed_cells=flagged,
-            )
+    before = eval_selectors.run_previous(run=runs[0]) if runs else None
+    oldest_first = [
+        HistoryRow(
+            run=entry.run,
+            passed=sum(passed for passed, _ in entry.cells.values()),
+            cases=sum(ended for _, ended in entry.cells.values()),
+            regressed_cells=regressed_cells(entry.cells, entry.baseline)
+            if entry.baseline is not None
+            else [],
         )
-        if finished:
-            previous = current
+        for entry in comparing.history_compared(runs, before=before)
+    ]
     return History(rows=list(reversed(oldest_first)), chart=_chart(oldest_first))
 
 

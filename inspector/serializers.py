@@ -190,7 +190,10 @@ class EvalCellSerializer(serializers.Serializer[Any]):
     results = EvalCaseRunSerializer(many=True)
     failures = EvalFailureSerializer(many=True)
     previous_accuracy = serializers.FloatField(allow_null=True)
-    regression = serializers.BooleanField()
+    regression = serializers.BooleanField(
+        help_text="The pass rate is below the 95% interval of this cell's in the previous finished run "
+        "(the rule of eval compare and --fail-on-regression)."
+    )
 
 
 class EvalResultsSerializer(serializers.Serializer[Any]):
@@ -206,5 +209,7 @@ class EvalResultsSerializer(serializers.Serializer[Any]):
     repeats = serializers.IntegerField()
     progress = EvalProgressSerializer()
     previous_run = serializers.UUIDField(allow_null=True)
-    regression = serializers.BooleanField(help_text="A cell's accuracy fell below the previous run's.")
+    regression = serializers.BooleanField(
+        help_text="Some cell's pass rate is below the 95% interval of its pass rate in the previous finished run."
+    )
     cells = EvalCellSerializer(many=True)

@@ -14,10 +14,11 @@ class ServersConfig(AppConfig):
         from conversations.lifecycle import stale_check_register
         from conversations.loop.toolhost import server_source_register
         from conversations.secret_sources import secret_source_register
+        from servers.models import McpServer
         from servers.operations import operations_end_stale
         from servers.selectors import server_secret_values
         from servers.toolhost import conversation_servers
 
         server_source_register(conversation_servers)
-        secret_source_register(server_secret_values)
+        secret_source_register(server_secret_values, watched={McpServer._meta.db_table: ("env", "headers")})
         stale_check_register(operations_end_stale)

@@ -1,16 +1,9 @@
-from typing import Any
-
 from django.db import migrations, models
 
-from conversations.secret_sources import watch_sql
+from conversations.secret_sources import kept_watched
 
-
-def watch_again(apps: Any, schema_editor: Any) -> None:
-    """SQLite rebuilds the table to add a NOT NULL column, and a rebuild drops its triggers:
-    watch the profiles' key variables again (0029's triggers; PostgreSQL keeps its own)."""
-    if schema_editor.connection.vendor == "sqlite":
-        for statement in watch_sql("sqlite", "conversations_modelprofile", ("api_key_env",)):
-            schema_editor.execute(statement)
+# SQLite rebuilds the table to add a NOT NULL column, and a rebuild drops its triggers: the
+# profiles' key variables are watched again after it (0029's triggers; PostgreSQL keeps its own).
 
 
 class Migration(migrations.Migration):
@@ -18,7 +11,9 @@ class Migration(migrations.Migration):
         ("conversations", "0036_userpreference_class_view"),
     ]
 
-    operations = [
+    operations = kept_watched(
+        "conversations_modelprofile",
+        ("api_key_env",),
         migrations.AddField(
             model_name="modelprofile",
             name="host_preset",
@@ -40,5 +35,4 @@ class Migration(migrations.Migration):
                 max_length=24,
             ),
         ),
-        migrations.RunPython(watch_again, migrations.RunPython.noop),
-    ]
+    )

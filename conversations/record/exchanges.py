@@ -16,10 +16,11 @@ from django.db import DEFAULT_DB_ALIAS, connections
 
 from conversations.escaping import refused_character, storable_text
 from conversations.loop.wire import WireExchange
-from conversations.models import FTS_BODY_CHARS, Exchange
+from conversations.models import FTS_BODY_CHARS, SEARCH_SPAN_MOST, Exchange
 from conversations.record.store import Batch, model_row, record_store
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
+from conversations.strings import changed_span
 from conversations.typealias import JSONDict
 
 # A cut made before the recorder saw the text (the MCP capture cuts at the same limit): its marker
@@ -45,6 +46,20 @@ def storable_body(text: str) -> tuple[str, str | None]:
     if earlier is not None and problem is None:
         stored = stored[: earlier.start()]
     return stored[:limit] + f"\n… [cut by the inspector: {total} characters in all]", problem
+
+
+def request_search_span(
+    previous: str, current: str, *, most: int = SEARCH_SPAN_MOST
+) -> tuple[int, int] | None:
+    """What full-text search indexes of a model request that follows ``previous`` in its turn,
+    as ``(search_start, search_length)``: the part it adds (``strings.changed_span``). None: the
+    request is indexed from its start, as a turn's first one is: it shares nothing with
+    ``previous``, or its span starts or runs past what the columns hold (``most``, the
+    ``SEARCH_SPAN_MOST`` of ``models``; the request itself is stored whole all the same)."""
+    start, length = changed_span(previous, current)
+    if length == len(current) or start > most or length > most:
+        return None
+    return start, length
 
 
 def _storable_line(text: str, limit: int) -> str:

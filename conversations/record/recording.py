@@ -51,7 +51,7 @@ from conversations.loop.providers.streaming import SNAPSHOT_TAIL_CHARS, DeltaCal
 from conversations.loop.wire import WireExchange
 from conversations.models import Exchange, Step, Turn
 from conversations.record.connections import BIG_RECORD_CHARS
-from conversations.record.exchanges import exchange_rows, release_connection
+from conversations.record.exchanges import exchange_rows, release_connection, request_search_span
 from conversations.record.integrity import (
     GENESIS,
     chain_head_query,
@@ -63,7 +63,6 @@ from conversations.record.store import Batch, FenceRefused, model_row, record_st
 from conversations.record.writer import process_writer
 from conversations.redaction import Redactor
 from conversations.secret_sources import active_redactor
-from conversations.strings import changed_span
 
 logger = logging.getLogger(__name__)
 
@@ -675,9 +674,9 @@ class TurnRecorder:
         previous, self._last_request = self._last_request, row.request_body
         if previous is None:
             return
-        start, length = changed_span(previous, row.request_body)
-        if length < len(row.request_body):
-            row.search_start, row.search_length = start, length
+        span = request_search_span(previous, row.request_body)
+        if span is not None:
+            row.search_start, row.search_length = span
 
     def turn_changed(self) -> None:
         events.emit(events.TurnChanged(conversation_id=self.conversation_id, turn_id=self.turn.pk))

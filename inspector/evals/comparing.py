@@ -15,14 +15,83 @@ comparable even when their order moved).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db.models import Count, Q
+
 from conversations.typealias import JSONDict
-from inspector.evals.models import EvalCaseResult, EvalRun
+from inspector.evals.models import EvalCaseResult, EvalCell, EvalRun
 from inspector.evals.statistics import wilson_interval
 
 CellKey = tuple[str, str, str]
+# A cell's case runs: (passed, ended).
+Tally = tuple[int, int]
+
+
+def below_baseline(run: Tally, baseline: Tally) -> bool:
+    """The regression rule, the only one (decision 0390): a cell's pass rate is below the low end
+    of the 95% (Wilson) interval of the same cell's pass rate in the baseline. False when either
+    has no ended case run. The gate, ``eval compare``, a run's JSON and the suite's history ask it."""
+    interval = wilson_interval(*baseline)
+    passed, ended = run
+    return interval is not None and ended > 0 and passed / ended < interval[0]
+
+
+def cells_below_baseline(run: Mapping[CellKey, Tally], baseline: Mapping[CellKey, Tally]) -> list[CellKey]:
+    """The cells of ``run`` that ``baseline`` ran too and that are ``below_baseline``, in ``run``'s order."""
+    return [key for key, tally in run.items() if key in baseline and below_baseline(tally, baseline[key])]
+
+
+def runs_cell_tallies(runs: Iterable[EvalRun]) -> dict[int, dict[CellKey, Tally]]:
+    """Per run (by id), per cell key: its case runs' ``(passed, ended)``, one query for all the
+    runs (cells of the same key in one run summed, as ``runs_compare`` sums them)."""
+    ended = Q(results__status__in=[EvalCaseResult.Status.PASSED, EvalCaseResult.Status.FAILED])
+    rows = (
+        EvalCell.objects.filter(run__in=list(runs))
+        .order_by("run_id", "position")
+        .values("run_id", "model", "paradigm", "variant")
+        .annotate(
+            passed=Count("results", filter=Q(results__status=EvalCaseResult.Status.PASSED)),
+            ended=Count("results", filter=ended),
+        )
+    )
+    tallies: dict[int, dict[CellKey, Tally]] = defaultdict(dict)
+    for row in rows:
+        key = (str(row["model"]), str(row["paradigm"]), str(row["variant"]))
+        passed, count = tallies[row["run_id"]].get(key, (0, 0))
+        tallies[row["run_id"]][key] = (passed + int(row["passed"]), count + int(row["ended"]))
+    return dict(tallies)
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One run of a suite's history: its cells' tallies, the done run it is compared with (None:
+    not compared, being the first or not done) and the cells below that run's interval."""
+
+    run: EvalRun
+    cells: dict[CellKey, Tally]
+    baseline: dict[CellKey, Tally] | None
+    below: list[CellKey]
+
+
+def history_compared(runs: Sequence[EvalRun], *, before: EvalRun | None) -> list[HistoryEntry]:
+    """``runs`` of one suite, oldest first, each done one compared with the done run before it
+    (``before``: the one before the first of ``runs``, ``selectors.run_previous``) by
+    ``below_baseline``; two queries at most, however many runs."""
+    tallies = runs_cell_tallies([*runs, *([before] if before is not None else [])])
+    previous = tallies.get(before.pk, {}) if before is not None else None
+    entries: list[HistoryEntry] = []
+    for run in runs:
+        cells = tallies.get(run.pk, {})
+        done = run.status == EvalRun.Status.DONE
+        baseline = previous if done else None
+        below = cells_below_baseline(cells, baseline) if baseline is not None else []
+        entries.append(HistoryEntry(run=run, cells=cells, baseline=baseline, below=below))
+        if done:
+            previous = cells
+    return entries
 
 
 @dataclass
@@ -116,7 +185,9 @@ def runs_compare(baseline: EvalRun, run: EvalRun) -> JSONDict:
                 else None,
                 "pass_rate": round(rate, 4) if rate is not None else None,
                 "baseline_pass_rate_ci": [round(interval[0], 4), round(interval[1], 4)] if interval else None,
-                "below_baseline": interval is not None and rate is not None and rate < interval[0],
+                "below_baseline": old is not None
+                and new is not None
+                and below_baseline((new.total.passed, new.total.ended), (old.total.passed, old.total.ended)),
                 "change": (
                     "new"
                     if old is None

@@ -87,7 +87,8 @@ def results_table(results: JSONDict) -> list[str]:
     regressions = [cell for cell in _cells(results) if cell.get("regression")]
     for cell in regressions:
         lines.append(
-            f"regression: {cell_name(cell)} fell from {cell.get('previous_accuracy')} to {cell.get('accuracy')}"
+            f"regression: {cell_name(cell)} fell from {cell.get('previous_accuracy')} to "
+            f"{cell.get('accuracy')}, below the previous run's 95% interval"
         )
     if results.get("error"):
         lines.append(f"error: {results.get('error')}")

@@ -16,12 +16,11 @@ from django.db.models import Prefetch, QuerySet
 from conversations.models import Conversation
 from conversations.pricing import definitions_cost
 from conversations.typealias import JSONDict
+from inspector.evals.comparing import CellKey, Tally, below_baseline, history_compared, runs_cell_tallies
 from inspector.evals.models import EvalCaseResult, EvalCell, EvalRun, Suite
 from inspector.evals.statistics import CaseRun, cell_statistics
 
 FAILURE_CLASSES: tuple[str, ...] = tuple(EvalCaseResult.Failure.values)
-# An accuracy this much lower than the previous run's, in a cell both ran, is a regression.
-REGRESSION_TOLERANCE = 1e-9
 
 
 class Progress(TypedDict):
@@ -104,12 +103,14 @@ def run_previous(*, run: EvalRun) -> EvalRun | None:
 
 def run_history(*, suite: Suite, limit: int = 50) -> list[JSONDict]:
     """The suite's runs over time, oldest first (the last ``limit``): each run's id, when, status,
-    passed of finished case runs, accuracy (0..1, null before any ended) and whether it fell
-    below the finished run before it (``regression``; per cell, ``run_results`` says which)."""
+    passed of finished case runs, accuracy (0..1, null before any ended) and whether, done, it
+    has a cell below the finished run before it by the gate's rule (``regression``:
+    ``comparing.below_baseline``; per cell, ``run_results`` says which)."""
     runs = list(EvalRun.objects.filter(suite=suite).order_by("-created_at", "-pk")[:limit])[::-1]
+    entries = history_compared(runs, before=run_previous(run=runs[0]) if runs else None)
     history: list[JSONDict] = []
-    previous: float | None = None
-    for run in runs:
+    for entry in entries:
+        run = entry.run
         accuracy = run.passed / run.finished if run.finished else None
         history.append(
             {
@@ -120,16 +121,9 @@ def run_history(*, suite: Suite, limit: int = 50) -> list[JSONDict]:
                 "finished": run.finished,
                 "total": run.total,
                 "accuracy": round(accuracy, 4) if accuracy is not None else None,
-                "regression": (
-                    run.status == EvalRun.Status.DONE
-                    and accuracy is not None
-                    and previous is not None
-                    and accuracy < previous - REGRESSION_TOLERANCE
-                ),
+                "regression": bool(entry.below),
             }
         )
-        if run.status == EvalRun.Status.DONE and accuracy is not None:
-            previous = accuracy
     return history
 
 
@@ -155,7 +149,7 @@ def run_results(run: EvalRun) -> JSONDict:
     ``cases`` counts case runs (each case × its repeats).
     """
     previous = run_previous(run=run)
-    before = _accuracies(previous) if previous is not None else {}
+    before = runs_cell_tallies([previous]).get(previous.pk, {}) if previous is not None else {}
     cells = [_cell_json(cell, before) for cell in _cells(run)]
     return {
         "run": str(run.public_id),
@@ -191,12 +185,6 @@ def _cells(run: EvalRun) -> list[EvalCell]:
     )
 
 
-def _accuracies(run: EvalRun) -> dict[tuple[str, str, str], float | None]:
-    return {
-        (cell.model, cell.paradigm, cell.variant): _accuracy(list(cell.results.all())) for cell in _cells(run)
-    }
-
-
 def _accuracy(results: list[EvalCaseResult]) -> float | None:
     ended = [result for result in results if result.is_finished]
     if not ended:
@@ -204,7 +192,7 @@ def _accuracy(results: list[EvalCaseResult]) -> float | None:
     return sum(1 for result in ended if result.status == EvalCaseResult.Status.PASSED) / len(ended)
 
 
-def _cell_json(cell: EvalCell, before: dict[tuple[str, str, str], float | None]) -> JSONDict:
+def _cell_json(cell: EvalCell, before: dict[CellKey, Tally]) -> JSONDict:
     results = list(cell.results.all())
     ended = [result for result in results if result.is_finished]
     passed = sum(1 for result in ended if result.status == EvalCaseResult.Status.PASSED)
@@ -292,10 +280,8 @@ def _cell_json(cell: EvalCell, before: dict[tuple[str, str, str], float | None])
                 for result in ended
                 if result.failure
             ],
-            "previous_accuracy": round(previous, 4) if previous is not None else None,
-            "regression": (
-                accuracy is not None and previous is not None and accuracy < previous - REGRESSION_TOLERANCE
-            ),
+            "previous_accuracy": round(previous[0] / previous[1], 4) if previous and previous[1] else None,
+            "regression": previous is not None and below_baseline((passed, len(ended)), previous),
         }
     )
     return data

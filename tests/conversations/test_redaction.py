@@ -395,27 +395,3 @@ def test_a_secret_another_process_commits_is_masked_here_at_once() -> None:
     thread.join()
 
     assert _masks(SECRET_TEXT)
-
-
-@pytest.mark.django_db
-def test_every_table_secrets_are_read_from_is_watched_after_all_migrations() -> None:
-    # SQLite rebuilds a table for many schema changes and drops its triggers with it: a later
-    # migration that does so must watch the table again, or changes to it would go unseen.
-    from django.db import connection
-
-    from conversations.models import ModelProfile, RedactionRule
-    from servers.models import McpServer
-
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SELECT tgrelid::regclass::text, tgname FROM pg_trigger WHERE NOT tgisinternal")
-        else:
-            cursor.execute("SELECT tbl_name, name FROM sqlite_master WHERE type = 'trigger'")
-        triggers = {(table.strip('"'), name) for table, name in cursor.fetchall()}
-    kinds = (
-        ("written", "updated") if connection.vendor == "postgresql" else ("inserted", "deleted", "updated")
-    )
-
-    for model in (RedactionRule, ModelProfile, McpServer):
-        table = model._meta.db_table
-        assert {(table, f"{table}_secrets_{kind}") for kind in kinds} <= triggers, table

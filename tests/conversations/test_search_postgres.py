@@ -13,12 +13,12 @@ from typing import Any
 import httpx2
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import DataError, connection, transaction
 
 from conversations.loop.providers.base import ModelReply, ModelRequest
 from conversations.loop.providers.openai_chat import OpenAIChatProvider
 from conversations.loop.wire import WireExchange
-from conversations.models import FTS_BODY_CHARS, Exchange, Step
+from conversations.models import FTS_BODY_CHARS, SEARCH_SPAN_MOST, Exchange, Step
 from conversations.record.exchanges import exchange_rows
 from conversations.record.recording import TurnRecorder, index_last_request_whole
 from conversations.redaction import redactor
@@ -312,3 +312,15 @@ def test_each_default_scope_uses_its_own_index(alice: User) -> None:
     for index in ("turn_question", "turn_answer", "step_call", "step_result"):
         assert f"conversations_{index}_gin" in plan, plan
     assert "conversations_exchange_search_gin" not in plan
+
+
+def test_the_search_span_columns_hold_search_span_most_and_not_one_more() -> None:
+    # Why the recorder keeps no span past SEARCH_SPAN_MOST (``record.exchanges.request_search_span``):
+    # one more and the index's ``search_start + 1`` overflows, and the insert, with its whole
+    # batch of the record, would be refused.
+    step = StepFactory()
+    ExchangeFactory(step=step, search_start=SEARCH_SPAN_MOST, search_length=SEARCH_SPAN_MOST)
+
+    with pytest.raises(DataError, match="out of range"), transaction.atomic():
+        ExchangeFactory(step=step, search_start=SEARCH_SPAN_MOST + 1, search_length=1)
+    assert Exchange.objects.filter(step=step).count() == 1

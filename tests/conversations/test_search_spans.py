@@ -9,6 +9,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conversations.models import SEARCH_SPAN_MOST
+from conversations.record.exchanges import request_search_span
 from conversations.strings import changed_span
 
 BOUNDS = (" ", '"', "\n")
@@ -72,3 +74,25 @@ def test_identical_bodies_give_an_empty_span_and_unrelated_ones_the_whole_body()
     start, length = changed_span(previous, current)
     assert current[start : start + length] == "abcd"
     assert changed_span("alpha", "omega") == (0, 5)
+
+
+def _request(messages: list[str]) -> str:
+    return json.dumps({"messages": [{"role": "user", "content": m} for m in messages], "tools": ["calc"]})
+
+
+def test_a_request_is_indexed_by_its_span_only_where_the_columns_hold_it_else_from_its_start() -> None:
+    previous = _request(["What is the weather in Lagos?"])
+    current = _request(["What is the weather in Lagos?", "Sunny and 31 C in Lagos"])
+    start, length = changed_span(previous, current)
+    assert 0 < start and 0 < length
+
+    assert request_search_span(previous, current) == (start, length)
+    # At the columns' ceiling the span is kept; past it (a start or a length the 32-bit columns,
+    # read from search_start + 1, cannot hold) none is: the request, stored whole all the same,
+    # is indexed from its start, as a turn's first request is.
+    assert request_search_span(previous, current, most=max(start, length)) == (start, length)
+    assert request_search_span(previous, current, most=start - 1) is None
+    assert request_search_span(previous, current, most=length - 1) is None
+    # A request that shares nothing with the previous one is indexed whole anyway.
+    assert request_search_span("alpha", "omega") is None
+    assert SEARCH_SPAN_MOST == 2**31 - 2

@@ -405,11 +405,13 @@ def test_the_suite_page_flags_a_run_that_scored_lower_than_the_one_before(
     assert page.count('class="regressed"') == 1  # one bar in the chart
 
 
-def test_regressions_compare_each_cell_with_the_latest_finished_run_that_had_it() -> None:
+def test_regressions_are_the_cells_below_the_baseline_interval_that_both_ran() -> None:
+    # 10/10 → 5/10 is below 10/10's interval; a cell the baseline did not run is not compared.
     assert evals_results.regressed_cells(
-        {("m", "p", "v"): 1.0}, {("m", "p", "v"): 0.5, ("m", "q", "v"): 0.0}
+        {("m", "p", "v"): (5, 10), ("m", "q", "v"): (0, 1)}, {("m", "p", "v"): (10, 10)}
     ) == ["m · p · v: 100% → 50%"]
-    assert evals_results.regressed_cells({("m", "p", "v"): 0.5}, {("m", "p", "v"): 0.5}) == []
+    # 9/10 → 8/10 is lower, but inside 9/10's interval: not a regression (decision 0390).
+    assert evals_results.regressed_cells({("m", "p", "v"): (8, 10)}, {("m", "p", "v"): (9, 10)}) == []
 
 
 # ---- access and hostile strings ----------------------------------------------------------------

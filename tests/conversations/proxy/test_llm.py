@@ -5,7 +5,7 @@ credential of the host's is stored."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
@@ -13,7 +13,6 @@ import httpx2
 import openai
 import pytest
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db import DatabaseError
 from google import genai
@@ -23,32 +22,13 @@ from conversations.models import Exchange
 from conversations.proxy import recording
 from conversations.proxy.keys import create_key, revoke
 from conversations.proxy.models import ProxyKey, ProxySession
-from tests.conversations.proxy.llm_fakes import FakeUpstream, Served, ServedApp, database_text, free_port
+from tests.conversations.proxy.llm_fakes import FakeUpstream, database_text, free_port
 from tests.support import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 HOST_KEY = "sk-host-own-credential-5d1e9b7a"
 FORMATS = ("openai_chat", "openai_responses", "anthropic", "gemini")
-
-
-@pytest.fixture
-def app() -> Iterator[str]:
-    with ServedApp() as served:
-        yield served.url
-
-
-@pytest.fixture
-def upstream() -> Iterator[tuple[FakeUpstream, str]]:
-    fake = FakeUpstream()
-    with Served(fake) as served:
-        yield fake, served.url
-        fake.release()
-
-
-@pytest.fixture
-def alice() -> User:
-    return get_user_model().objects.create_user("alice")
 
 
 def _key(user: User, base: str, *, openai_path: str = "/v1") -> tuple[ProxyKey, str]:

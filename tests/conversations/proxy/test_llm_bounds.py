@@ -17,7 +17,6 @@ from typing import Any
 
 import httpx
 import pytest
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db import DatabaseError
 from pytest_django.fixtures import Settings
@@ -28,7 +27,7 @@ from conversations.proxy import llm, recording
 from conversations.proxy.keys import create_key
 from conversations.proxy.pending import PendingRecords
 from inspector import memory
-from tests.conversations.proxy.llm_fakes import FakeUpstream, Served, ServedApp
+from tests.conversations.proxy.llm_fakes import FakeUpstream
 from tests.support import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -38,22 +37,10 @@ MB = 1024 * 1024
 
 
 @pytest.fixture
-def app() -> Iterator[str]:
-    with ServedApp() as served:
-        yield served.url
-
-
-@pytest.fixture
-def upstream() -> Iterator[tuple[FakeUpstream, str]]:
-    fake = FakeUpstream()
-    fake.release()
-    with Served(fake) as served:
-        yield fake, served.url
-
-
-@pytest.fixture
-def alice() -> User:
-    return get_user_model().objects.create_user("alice")
+def upstream(upstream: tuple[FakeUpstream, str]) -> tuple[FakeUpstream, str]:
+    """This module's calls are answered at once: the fake's stream is never held back."""
+    upstream[0].release()
+    return upstream
 
 
 def _exchange(body: str = "x" * 100) -> WireExchange:

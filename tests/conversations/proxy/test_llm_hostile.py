@@ -4,16 +4,13 @@ the call recorded either way."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 
 from conversations.models import Exchange
 from conversations.proxy.keys import create_key
-from tests.conversations.proxy.llm_fakes import FakeUpstream, Reply, Served, ServedApp, canned
+from tests.conversations.proxy.llm_fakes import FakeUpstream, Reply, ServedApp, canned
 from tests.support import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,22 +20,10 @@ BODY = b'{"model": "fake", "messages": [{"role": "user", "content": "hi"}]}'
 
 
 @pytest.fixture
-def app() -> Iterator[str]:
-    with ServedApp() as served:
-        yield served.url
-
-
-@pytest.fixture
-def upstream() -> Iterator[tuple[FakeUpstream, str]]:
-    fake = FakeUpstream()
-    fake.release()
-    with Served(fake) as served:
-        yield fake, served.url
-
-
-@pytest.fixture
-def alice() -> User:
-    return get_user_model().objects.create_user("alice")
+def upstream(upstream: tuple[FakeUpstream, str]) -> tuple[FakeUpstream, str]:
+    """This module's calls are answered at once: the fake's stream is never held back."""
+    upstream[0].release()
+    return upstream
 
 
 def _recorded(user: User) -> bool:
