@@ -173,12 +173,16 @@ def _insert(cursor: Cursor[Any], db: BaseDatabaseWrapper, rows: Sequence[Model])
             row.pk = pk
     with_ids = rows[0].pk is not None
     statement, fields = _insert_statement(model, with_ids=with_ids, copy=copied)
-    values = [[field.get_db_prep_save(field.pre_save(row, True), db) for field in fields] for row in rows]
     if copied:
+        # Each row prepared as it goes out: psycopg sends the stream a buffer at a time, so the
+        # server stores the first rows while the next ones are prepared.
         with cursor.copy(statement) as copy:
-            for row_values in values:
-                copy.write_row(row_values)
-    elif with_ids:
+            for row in rows:
+                copy.write_row([field.get_db_prep_save(field.pre_save(row, True), db) for field in fields])
+        _saved(rows, db)
+        return
+    values = [[field.get_db_prep_save(field.pre_save(row, True), db) for field in fields] for row in rows]
+    if with_ids:
         cursor.executemany(statement, values)
     else:
         # A cursor of its own: in a pipeline, a cursor's results include those of the statements
@@ -191,6 +195,10 @@ def _insert(cursor: Cursor[Any], db: BaseDatabaseWrapper, rows: Sequence[Model])
                     raise RuntimeError(f"an insert into {model._meta.db_table} returned no id")
                 row.pk = found[0]
                 returning.nextset()
+    _saved(rows, db)
+
+
+def _saved(rows: Sequence[Model], db: BaseDatabaseWrapper) -> None:
     for row in rows:
         row._state.adding = False
         row._state.db = db.alias

@@ -32,7 +32,6 @@ Between writes connections go back to the pool, so a turn waiting on a model hol
 
 from __future__ import annotations
 
-import copy
 import functools
 import logging
 import threading
@@ -385,7 +384,9 @@ def _write(batches: Sequence[_Batch]) -> None:
     unsaved: list[Step] = []
     updates: dict[int, dict[str, Any]] = {}
     exchanges: list[Exchange] = []
-    batches_steps = {batch.step.pk: batch.step for batch in batches if batch.step is not None}
+    # The values a step opened in this write had before its updates were applied to it: should
+    # the write fail, they are put back, and each batch is retried alone as it was made.
+    replaced: list[tuple[Step, str, Any]] = []
     fences: dict[int, int] = {}
     for batch in batches:
         if batch.owner.claim is not None:
@@ -395,10 +396,8 @@ def _write(batches: Sequence[_Batch]) -> None:
         for pk, fields in batch.updates.items():
             step = opened.get(pk)
             if step is not None:
-                if step is batches_steps.get(pk):
-                    # A copy: should this write fail, the batch is retried alone, as it was made.
-                    step = opened[pk] = copy.copy(step)
                 for name, value in fields.items():
+                    replaced.append((step, name, getattr(step, name)))
                     setattr(step, name, value)
             else:
                 updates.setdefault(pk, {}).update(fields)
@@ -417,7 +416,12 @@ def _write(batches: Sequence[_Batch]) -> None:
         write.update(Turn, pk, values)
     for pk, fields in updates.items():
         write.update(Step, pk, fields)
-    record_store().write(write)
+    try:
+        record_store().write(write)
+    except BaseException:
+        for step, name, value in reversed(replaced):
+            setattr(step, name, value)
+        raise
 
 
 def _big(record: WireExchange) -> bool:

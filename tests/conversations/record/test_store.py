@@ -258,6 +258,42 @@ def test_a_value_too_long_for_its_column_fails_the_whole_batch(
     assert {row.pk for row in fresh} == {None}
 
 
+class _RefusesMarked(models.CharField):  # type: ignore[type-arg]
+    """A custom field whose preparation refuses one value (raised while the rows are prepared)."""
+
+    def get_prep_value(self, value: Any) -> Any:
+        if value == "refused":
+            raise ValueError("this field refuses the value")
+        return super().get_prep_value(value)
+
+
+@pytest.mark.parametrize("rows", [1, COPY_FROM_ROWS + 3], ids=["pipelined", "copied"])
+def test_a_value_its_field_refuses_to_prepare_fails_the_whole_batch(
+    store: RecordStore, turn: Turn, rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The field's error is raised as it is, also when the rows before it were already on their
+    way to the database (the fast path's ``COPY`` prepares each row as it sends it)."""
+    monkeypatch.setattr(Exchange._meta.get_field("label"), "__class__", _RefusesMarked)
+    # A body big enough that the rows before the refused one fill psycopg's send buffer.
+    fresh = [
+        _exchange(turn, None, n, label="refused" if n == rows - 1 else "fine", response_body="x" * 4000)
+        for n in range(rows)
+    ]
+    existing = StepFactory(turn=turn, seq=1, text="before")
+    batch = Batch()
+    batch.update(Step, existing.pk, {"text": "changed"})
+    batch.insert(fresh)
+
+    with pytest.raises(ValueError, match="refuses the value"):
+        store.write(batch)
+
+    assert not Exchange.objects.filter(turn=turn).exists()
+    assert Step.objects.get(pk=existing.pk).text == "before"
+    assert {row.pk for row in fresh} == {None}
+    # The connection is usable after it.
+    assert Step.objects.filter(turn=turn).count() == 1
+
+
 def test_texts_the_record_made_storable_from_nul_and_lone_surrogates_are_stored_as_given(
     store: RecordStore, turn: Turn
 ) -> None:
