@@ -49,12 +49,6 @@ from servers.proxy.spool import Spool, redacted
 
 Store = Callable[[str | None, str, Sequence[WireExchange]], object]
 FLUSH_SECONDS = 0.2
-# At most this share of the time goes to storing while messages keep coming: a store that took
-# ``t`` seconds is followed by at least ``t * (1 / STORE_SHARE - 1)`` of gathering. A group's
-# store reads back its whole turn to seal it, so it grows with the session (MCP traffic never
-# starts a turn); at a fixed interval a long busy session spent ever more of a core on it, a
-# core the host and the server wait for on a small machine (bench P13.mcp, decision 0401).
-STORE_SHARE = 0.2
 FIRST_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
 _END = ("", None, 0)
@@ -356,11 +350,10 @@ class Recorder:
 
     def _recording(self) -> None:
         last_flush = time.monotonic()
-        interval = FLUSH_SECONDS
         while not self._ended:
             timeout = None
             if self.pairer.finished:
-                timeout = max(0.0, last_flush + interval - time.monotonic())
+                timeout = max(0.0, last_flush + FLUSH_SECONDS - time.monotonic())
             if self._down:
                 wait = max(0.0, self._retry_at - time.monotonic())
                 timeout = wait if timeout is None else min(timeout, wait)
@@ -379,12 +372,10 @@ class Recorder:
                     item = None
             if self._down and time.monotonic() >= self._retry_at:
                 self._retry()
-            if self._ended or time.monotonic() - last_flush >= interval:
+            if self._ended or time.monotonic() - last_flush >= FLUSH_SECONDS:
                 records = self.pairer.close() if self._ended else self.pairer.take()
-                began = time.monotonic()
                 self._deliver(records)
                 last_flush = time.monotonic()
-                interval = max(FLUSH_SECONDS, (last_flush - began) * (1 / STORE_SHARE - 1))
         if self._down:
             self._retry()
 
