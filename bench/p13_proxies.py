@@ -5,12 +5,27 @@ and ``bench.p13_proxy_mcp`` (``P13.mcp``, a 200-call MCP stdio session)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from bench import p13_proxy_llm, p13_proxy_mcp
 from bench.context import Context
-from bench.stats import Result
+from bench.stats import Result, guarded
 
 ID = "P13"
 
 
 def run(ctx: Context) -> list[Result]:
-    return [*p13_proxy_llm.run(ctx), *p13_proxy_mcp.run(ctx)]
+    # Each half reports its own results (and each result its own error): one that breaks, even
+    # before its first result, does not turn the others into errors.
+    try:
+        llm = p13_proxy_llm.run(ctx)
+    except Exception as exc:  # noqa: BLE001 — the LLM half's own error
+        llm = [guarded(id, _raise(exc)) for id in (p13_proxy_llm.ID, p13_proxy_llm.STREAMS_ID)]
+    return [*llm, guarded(p13_proxy_mcp.ID, lambda: p13_proxy_mcp.run(ctx)[0])]
+
+
+def _raise(exc: Exception) -> Callable[[], Result]:
+    def again() -> Result:
+        raise exc
+
+    return again

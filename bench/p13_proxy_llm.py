@@ -14,6 +14,10 @@ Two results, each a ratio taken in one run:
   Each proxied call's record is stored before the next call (how long after its stream that
   took is reported): the record is written in the web process after the stream, and reading a
   1 MB reply takes CPU a stream beside it would share (the concurrent measure includes that).
+  Measured beside it in the same run, the floors (``bench.p13_floors``): the same call through a
+  bare ASGI relay under the same daphne (no key, no capture, no record) and through a bare TCP
+  relay; reported as floor ÷ direct and proxy ÷ floor, so what part of the overhead is the
+  product's own can be read (the judged figure stays proxy ÷ direct).
 * ``P13.streams`` — 200 concurrent streamed replies (100 kB each) through the proxy ÷ the same 200
   direct, in the scaled deployment (PostgreSQL; "not run" without it), and every exchange stored:
   the measure waits until the 200 records are in the database and reports how long after the
@@ -25,7 +29,10 @@ The machine may be shared (the load average is in the details).
 from __future__ import annotations
 
 import asyncio
+import socket
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -38,9 +45,10 @@ import httpx2
 
 from bench import fixtures
 from bench.context import Context
+from bench.environment import REPO_ROOT
 from bench.p11_streaming import stream_body
-from bench.processes import WebServer, cpu_seconds
-from bench.stats import Result, also_within, judged, not_run, summary
+from bench.processes import WebServer, cpu_seconds, free_port
+from bench.stats import Result, also_within, guarded, judged, not_run, summary
 from conversations.models import Exchange
 from conversations.proxy.keys import create_key
 
@@ -149,42 +157,87 @@ def _stored(key_id: int, hint: str) -> int:
     ).count()
 
 
+@contextmanager
+def _tcp_relay(upstream_root: str) -> Iterator[str]:
+    """The TCP floor (``bench.p13_floors tcp``) in a process of its own, in front of the upstream."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.p13_floors", "tcp", str(port), upstream_root.removeprefix("http://")],
+        cwd=REPO_ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the TCP floor relay did not start") from None
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
 def run(ctx: Context) -> list[Result]:
-    repeats = ctx.repeats(full=15, quick=5)
     owner = fixtures.user("bench-p13-llm")
     fixtures.purge(owner)
-    results: list[Result] = []
+    with _upstream() as root, WebServer(name="bench-p13-llm-web") as web:
+        # Each result stands on its own: one that breaks reports its own error, not the other's.
+        return [
+            guarded(ID, lambda: _one_stream(ctx, owner, root, web)),
+            guarded(STREAMS_ID, lambda: _streams(ctx, owner, root, web)),
+        ]
+
+
+def _one_stream(ctx: Context, owner: Any, root: str, web: WebServer) -> Result:
+    repeats = ctx.repeats(full=15, quick=5)
     with (
-        _upstream() as root,
-        WebServer(name="bench-p13-llm-web") as web,
+        WebServer(
+            name="bench-p13-llm-floor",
+            application="bench.p13_floors:application",
+            env={"BENCH_P13_UPSTREAM": f"{root}/{BIG}"},
+        ) as floor,
+        _tcp_relay(root) as tcp,
         httpx2.Client(timeout=120) as client,
     ):
         key, raw = create_key(owner, name="bench P13", openai_upstream=f"{root}/{BIG}/v1")
-        direct_url = f"{root}/{BIG}/v1/chat/completions"
-        proxy_url = f"{web.base}/proxy/{raw}/openai/v1/chat/completions"
+        urls = {
+            "direct": f"{root}/{BIG}/v1/chat/completions",
+            "proxy": f"{web.base}/proxy/{raw}/openai/v1/chat/completions",
+            # The floors: a bare ASGI relay under the same daphne, and a bare TCP relay.
+            "floor": f"{floor.base}/relay/v1/chat/completions",
+            "tcp": f"{tcp}/{BIG}/v1/chat/completions",
+        }
         expected = stream_body("text", BIG)
         hint = f"bench-{uuid.uuid4().hex[:8]}"
         ratios: list[float] = []
-        firsts: dict[str, list[float]] = {"direct": [], "proxy": []}
-        totals: dict[str, list[float]] = {"direct": [], "proxy": []}
+        floor_ratios: list[float] = []
+        tcp_ratios: list[float] = []
+        over_floor: list[float] = []
+        firsts: dict[str, list[float]] = {way: [] for way in urls}
+        totals: dict[str, list[float]] = {way: [] for way in urls}
         # Seconds from a proxied stream's end until its record is stored. Each call waits for
         # the last one's record: the record is written in the web process, beside the streams
         # (its CPU is the concurrent measure's business), and this one times the pass-through.
         stored_after: list[float] = []
-        proxy_cpu: list[float] = []
-        assert web.process is not None
-        web_pid = web.process.pid
+        cpu_ms: dict[str, list[float]] = {"proxy": [], "floor": []}
+        pids = {"proxy": web.pid, "floor": floor.pid}
+        ways = list(urls)
         for repeat in range(repeats + 1):
-            order = [("direct", direct_url), ("proxy", proxy_url)]
+            # Every way in turn, the order rotated and reversed from one repeat to the next.
+            order = ways[repeat % len(ways) :] + ways[: repeat % len(ways)]
             if repeat % 2:
                 order.reverse()
             measured: dict[str, tuple[float, float]] = {}
-            for way, url in order:
-                cpu = cpu_seconds(web_pid) if way == "proxy" else 0.0
-                first, total, body = _timed(client, url, hint)
-                if way == "proxy" and repeat:
-                    # The web process's CPU for passing the stream on (its record starts after).
-                    proxy_cpu.append(cpu_seconds(web_pid) - cpu)
+            for way in order:
+                cpu = cpu_seconds(pids[way]) if way in pids else 0.0
+                first, total, body = _timed(client, urls[way], hint)
+                if way in pids and repeat:
+                    # The web process's CPU for passing the stream on (the product's record starts after).
+                    cpu_ms[way].append((cpu_seconds(pids[way]) - cpu) * 1000)
                 if body != expected:
                     raise RuntimeError(
                         f"the {way} stream came back changed ({len(body)} bytes of {len(expected)})"
@@ -198,36 +251,52 @@ def run(ctx: Context) -> list[Result]:
                 firsts[way].append(first)
                 totals[way].append(total)
             ratios.append(measured["proxy"][1] / measured["direct"][1])
+            floor_ratios.append(measured["floor"][1] / measured["direct"][1])
+            tcp_ratios.append(measured["tcp"][1] / measured["direct"][1])
+            over_floor.append(measured["proxy"][1] / measured["floor"][1])
             ctx.log(
-                f"repeat {repeat}: {ratios[-1]:.3f}×, first byte +"
-                f"{(measured['proxy'][0] - measured['direct'][0]) * 1000:.2f} ms"
+                f"repeat {repeat}: {ratios[-1]:.3f}× (floor {floor_ratios[-1]:.3f}×, tcp {tcp_ratios[-1]:.3f}×), "
+                f"first byte +{(measured['proxy'][0] - measured['direct'][0]) * 1000:.2f} ms "
+                f"(floor +{(measured['floor'][0] - measured['direct'][0]) * 1000:.2f} ms)"
             )
-        added_ms = (statistics.median(firsts["proxy"]) - statistics.median(firsts["direct"])) * 1000
-        result = judged(
-            id=ID,
-            name=NAME,
-            unit=UNIT,
-            target=TARGET,
-            limit=LIMIT,
-            samples=ratios,
-            details={
-                "summary": (
-                    f"1 MB: direct {statistics.median(totals['direct']) * 1000:.1f} ms, proxy "
-                    f"{statistics.median(totals['proxy']) * 1000:.1f} ms; first byte direct "
-                    f"{statistics.median(firsts['direct']) * 1000:.2f} ms, proxy "
-                    f"{statistics.median(firsts['proxy']) * 1000:.2f} ms; the web process's CPU per "
-                    f"proxied call {statistics.median(proxy_cpu) * 1000:.0f} ms"
-                ),
-                "first_byte_added_ms": round(added_ms, 3),
-                "stored_after_s": summary(stored_after),
-                "web_cpu_ms_per_proxied_call": summary([c * 1000 for c in proxy_cpu]),
-                "direct_ms": summary([t * 1000 for t in totals["direct"]]),
-                "proxy_ms": summary([t * 1000 for t in totals["proxy"]]),
-            },
-        )
-        results.append(also_within(result, what="first byte added (ms)", value=added_ms, limit=TTFB_LIMIT_MS))
-        results.append(_streams(ctx, owner, root, web))
-    return results
+
+    def ms(values: list[float]) -> float:
+        return statistics.median(values) * 1000
+
+    def added(way: str) -> float:
+        return ms(firsts[way]) - ms(firsts["direct"])
+
+    result = judged(
+        id=ID,
+        name=NAME,
+        unit=UNIT,
+        target=TARGET,
+        limit=LIMIT,
+        samples=ratios,
+        details={
+            "summary": (
+                f"1 MB: direct {ms(totals['direct']):.1f} ms, proxy {ms(totals['proxy']):.1f} ms, floor "
+                f"(bare ASGI relay, same daphne) {ms(totals['floor']):.1f} ms, TCP relay "
+                f"{ms(totals['tcp']):.1f} ms; ÷ direct: proxy {statistics.median(ratios):.2f}×, floor "
+                f"{statistics.median(floor_ratios):.2f}×, TCP {statistics.median(tcp_ratios):.2f}×; proxy ÷ "
+                f"floor {statistics.median(over_floor):.2f}×; first byte direct {ms(firsts['direct']):.2f} ms, "
+                f"added: proxy +{added('proxy'):.2f}, floor +{added('floor'):.2f}, TCP +{added('tcp'):.2f} ms; "
+                f"web process CPU per call: proxy {statistics.median(cpu_ms['proxy']):.0f} ms, floor "
+                f"{statistics.median(cpu_ms['floor']):.0f} ms"
+            ),
+            "first_byte_added_ms": round(added("proxy"), 3),
+            "floor_first_byte_added_ms": round(added("floor"), 3),
+            "tcp_first_byte_added_ms": round(added("tcp"), 3),
+            "floor_x_direct": summary(floor_ratios),
+            "tcp_x_direct": summary(tcp_ratios),
+            "proxy_x_floor": summary(over_floor),
+            "stored_after_s": summary(stored_after),
+            "web_cpu_ms_per_proxied_call": summary(cpu_ms["proxy"]),
+            "floor_cpu_ms_per_call": summary(cpu_ms["floor"]),
+            **{f"{way}_ms": summary([t * 1000 for t in totals[way]]) for way in urls},
+        },
+    )
+    return also_within(result, what="first byte added (ms)", value=added("proxy"), limit=TTFB_LIMIT_MS)
 
 
 def _streams(ctx: Context, owner: Any, root: str, web: WebServer) -> Result:

@@ -1,11 +1,12 @@
 """P13 (MCP half): a 200-call MCP stdio session through the recording proxy ÷ the same session direct.
 
 The host is the official ``mcp`` SDK's stdio client; the server is ``mcp-server-time``. Each
-repeat runs the session four times, direct-proxy-proxy-direct (then the reverse): connect,
+repeat runs the session six times, direct-proxy-floor-floor-proxy-direct (then the reverse): connect,
 initialize, then 200 ``tools/call``s of ``get_current_time``, one after another. Timed: the 200
 calls (the proxy's own start — Django's setup, once per host session — is reported beside them,
 not in the ratio). Through the proxy every message is recorded into the key's session, by the
-proxy's recorder thread, while the calls run. Target: the median ratio ≤ 1.10.
+proxy's recorder thread, while the calls run. Target: the median ratio ≤ 1.10. The floor is the same session through a bare stdio relay
+(``bench.p13_floors``), reported beside as floor ÷ direct and proxy ÷ floor.
 
 The machine may be shared (the load average is in the details): a ratio taken in one run, each
 repeat's pair back to back, is what holds up under it.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import sys
 import time
 
@@ -72,29 +74,36 @@ def run(ctx: Context) -> list[Result]:
         "--",
         *SERVER,
     ]
+    # The floor: the same session through a bare stdio relay (``bench.p13_floors``: bytes copied
+    # both ways, nothing recorded), so the part of the overhead that is the product's own shows.
+    floor = [sys.executable, "-m", "bench.p13_floors", "stdio", "--", *SERVER]
+    commands = {"direct": SERVER, "proxy": proxied, "floor": floor}
     ratios: list[float] = []
-    direct_ms: list[float] = []
-    proxy_ms: list[float] = []
-    proxy_start_ms: list[float] = []
-    direct_start_ms: list[float] = []
-    # Warm both paths once (imports, the server's own first-call costs), untimed.
-    for command in (SERVER, proxied):
+    floor_ratios: list[float] = []
+    over_floor: list[float] = []
+    calls_ms: dict[str, list[float]] = {kind: [] for kind in commands}
+    start_ms: dict[str, list[float]] = {kind: [] for kind in commands}
+    # Warm every path once (imports, the server's own first-call costs), untimed.
+    for command in commands.values():
         asyncio.run(_session(command, 5))
     for repeat in range(repeats):
-        # ABBA (then BAAB): a drift of the machine's load within a repeat weighs on both alike.
-        order = [("direct", SERVER), ("proxy", proxied), ("proxy", proxied), ("direct", SERVER)]
+        # ABCCBA (then reversed): a drift of the machine's load within a repeat weighs on all alike.
+        order = ["direct", "proxy", "floor", "floor", "proxy", "direct"]
         if repeat % 2:
-            order = [order[1], order[0], order[0], order[1]]
-        timed: dict[str, float] = {"direct": 0.0, "proxy": 0.0}
-        for kind, command in order:
-            start, seconds = asyncio.run(_session(command, calls))
+            order.reverse()
+        timed = dict.fromkeys(commands, 0.0)
+        for kind in order:
+            start, seconds = asyncio.run(_session(commands[kind], calls))
             timed[kind] += seconds
-            (proxy_start_ms if kind == "proxy" else direct_start_ms).append(start * 1000)
+            start_ms[kind].append(start * 1000)
         ratios.append(timed["proxy"] / timed["direct"])
-        direct_ms.append(timed["direct"] * 500)
-        proxy_ms.append(timed["proxy"] * 500)
+        floor_ratios.append(timed["floor"] / timed["direct"])
+        over_floor.append(timed["proxy"] / timed["floor"])
+        for kind, seconds in timed.items():
+            calls_ms[kind].append(seconds * 500)
         ctx.log(
-            f"P13 MCP {repeat + 1}/{repeats}: {ratios[-1]:.2f}× ({proxy_ms[-1]:.0f} vs {direct_ms[-1]:.0f} ms)"
+            f"P13 MCP {repeat + 1}/{repeats}: {ratios[-1]:.2f}× ({calls_ms['proxy'][-1]:.0f} vs "
+            f"{calls_ms['direct'][-1]:.0f} ms; floor {floor_ratios[-1]:.2f}×, {calls_ms['floor'][-1]:.0f} ms)"
         )
     recorded = Exchange.objects.filter(
         step__turn__conversation__proxy_session__in=ProxySession.objects.filter(key__user_id=owner.pk),
@@ -110,12 +119,19 @@ def run(ctx: Context) -> list[Result]:
             samples=ratios,
             details={
                 "calls_per_session": calls,
-                "direct_calls_ms": summary(direct_ms),
-                "proxy_calls_ms": summary(proxy_ms),
-                "direct_start_ms": summary(direct_start_ms),
-                "proxy_start_ms": summary(proxy_start_ms),
+                **{f"{kind}_calls_ms": summary(values) for kind, values in calls_ms.items()},
+                **{f"{kind}_start_ms": summary(values) for kind, values in start_ms.items()},
+                "floor_x_direct": summary(floor_ratios),
+                "proxy_x_floor": summary(over_floor),
                 "tools_call_exchanges_recorded": recorded,
-                "summary": f"{repeats} sessions each way of {calls} calls; {recorded} tools/call recorded",
+                "summary": (
+                    f"{repeats * 2} sessions each way of {calls} calls: direct "
+                    f"{statistics.median(calls_ms['direct']):.0f} ms, proxy "
+                    f"{statistics.median(calls_ms['proxy']):.0f} ms, floor (bare stdio relay) "
+                    f"{statistics.median(calls_ms['floor']):.0f} ms; ÷ direct: proxy "
+                    f"{statistics.median(ratios):.2f}×, floor {statistics.median(floor_ratios):.2f}×; proxy ÷ floor "
+                    f"{statistics.median(over_floor):.2f}×; {recorded} tools/call recorded"
+                ),
             },
         )
     ]

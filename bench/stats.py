@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -104,3 +105,15 @@ def also_within(result: Result, *, what: str, value: float, limit: float) -> Res
 
 def not_run(*, id: str, name: str, unit: str, target: str, reason: str) -> Result:
     return Result(id=id, name=name, unit=unit, target=target, status="not run", reason=reason)
+
+
+def guarded(id: str, measure: Callable[[], Result]) -> Result:
+    """``measure()``, or a result of ``id`` with its error when it raises: a measure that reports
+    several results keeps the others when one of them breaks."""
+    try:
+        return measure()
+    except Exception as exc:  # noqa: BLE001 — this result's error, not the others'
+        traceback.print_exc()
+        return Result(
+            id=id, name="", unit="", target="", status="error", reason=f"{type(exc).__name__}: {exc}"
+        )

@@ -20,6 +20,7 @@ stand-in encoding.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import os
@@ -145,6 +146,9 @@ def warm_start() -> WarmStart:
 def _run(reason: str) -> None:
     global _report
     report = warm_start()
+    # What the warm start loaded is kept for the process's life: out of the collector's walk.
+    gc.collect()
+    gc.freeze()
     _report = report
     _done.set()
     logger.info(

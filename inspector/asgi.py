@@ -10,6 +10,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.sessions import CookieMiddleware, SessionMiddleware  # noqa: E402
 
 from conversations import warm_start  # noqa: E402
+from inspector import memory  # noqa: E402
 from inspector.consumers import SocketAuthMiddleware  # noqa: E402
 from inspector.proxy_front import with_llm_proxy  # noqa: E402
 from inspector.routing import websocket_urlpatterns  # noqa: E402
@@ -26,6 +27,9 @@ application = ProtocolTypeRouter(
     }
 )
 
+# What the process holds once set up is kept for its life: no full collection walks it again
+# (inspector.memory; the warm start freezes what it loads too).
+memory.freeze_what_started()
 # The web process is what imports this module (daphne, uvicorn): it loads what its first turn
 # would load on its way (tokenizers, chat templates) in the background (WARM_START).
 warm_start.start_in_background("web")

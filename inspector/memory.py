@@ -89,6 +89,15 @@ def release_if_grown() -> bool:
     return True
 
 
+def freeze_what_started() -> None:
+    """Move every object alive now out of the collector's generations for good (``gc.freeze``):
+    what a process holds once it has started (modules, settings, URL patterns, tokenizers) is
+    never garbage, and no later collection walks it again. Called when a process has started
+    (``inspector.asgi``, the warm start); what was made before is collected first."""
+    gc.collect()
+    gc.freeze()
+
+
 def trim() -> bool:
     """``malloc_trim(0)``: glibc returns the free memory of all its arenas; whether it could
     (False elsewhere than glibc, or when nothing was returned)."""

@@ -83,3 +83,21 @@ def test_a_worker_gives_back_what_a_turn_task_grew_it_by() -> None:
     )
 
     assert memory.resident_bytes() - before < 16 * MB
+
+
+def test_what_a_process_holds_once_started_is_out_of_the_collectors_walk() -> None:
+    class Cycle:
+        other: object = None
+
+    kept = Cycle()
+    kept.other = kept
+    try:
+        memory.freeze_what_started()
+        assert gc.get_freeze_count() > 0
+        # Made after: still collected when it becomes garbage.
+        made = Cycle()
+        made.other = made
+        del made
+        assert gc.collect() >= 1
+    finally:
+        gc.unfreeze()

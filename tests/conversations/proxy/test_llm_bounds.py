@@ -142,10 +142,10 @@ def test_a_flood_of_concurrent_calls_all_pass_and_every_one_is_recorded_or_count
     with ThreadPoolExecutor(max_workers=calls) as hosts:
         answers = list(hosts.map(call, range(calls)))
     assert all(answer.status_code == 200 for answer in answers)
-    assert wait_until(lambda: llm.RECORDERS.idle, 60)
+    assert wait_until(lambda: llm.idle(), 60)
     # One more once the queue is empty: it carries the count of any call dropped before it.
     assert call(calls).status_code == 200
-    assert wait_until(lambda: llm.RECORDERS.idle, 60)
+    assert wait_until(lambda: llm.idle(), 60)
 
     rows = list(Exchange.objects.filter(conversation__owner=alice, channel="llm"))
     counted = sum(
@@ -203,7 +203,7 @@ def test_a_record_step_gives_back_what_the_process_grew_by_even_when_it_fails(
     )
 
     assert answer.status_code == 200
-    assert wait_until(lambda: failures == ["openai_chat"] and llm.RECORDERS.idle, 30)
+    assert wait_until(lambda: failures == ["openai_chat"] and llm.idle(), 30)
     assert memory.resident_bytes() - before < 16 * MB
 
 

@@ -1,0 +1,130 @@
+"""P13's floors: the least any relay costs on this host, measured in the same run as the product.
+
+A proxy is one more hop: on a 2-core host where the direct path already keeps both cores busy
+(the host, the upstream), any relay between them costs something. These relays do nothing but
+pass bytes on, so the product's overhead can be read against them (as P1 reads the product
+against its bare loop):
+
+* ``application`` — a bare ASGI app under the same daphne as the product, with the same HTTP
+  client (``httpx2``): it reads the request, sends it to ``BENCH_P13_UPSTREAM`` plus the path
+  under ``/relay``, and streams the answer's bytes back in the messages they arrived in. No key,
+  no capture, no record, no security headers. (``P13.llm``'s floor.)
+* ``python -m bench.p13_floors tcp PORT HOST:PORT`` — an asyncio TCP relay: each connection
+  piped to a connection of its own to the upstream, bytes both ways, no HTTP parsed at all. The
+  least any relay can cost here.
+* ``python -m bench.p13_floors stdio -- COMMAND [ARGS...]`` — a stdio relay: the command
+  started with pipes, a thread per direction copying bytes as they come, nothing recorded.
+  (``P13.mcp``'s floor.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import httpx2
+
+CHUNK = 65_536
+_HOP = {b"connection", b"transfer-encoding", b"keep-alive"}
+_DROPPED = {b"host", b"content-length", *_HOP}
+_clients: dict[asyncio.AbstractEventLoop, httpx2.AsyncClient] = {}
+
+
+async def application(
+    scope: dict[str, Any],
+    receive: Callable[[], Awaitable[Mapping[str, Any]]],
+    send: Callable[[Mapping[str, Any]], Awaitable[None]],
+) -> None:
+    if scope["type"] != "http":
+        return
+    body = b""
+    more = True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    if scope["method"] != "POST" or not scope["path"].startswith("/relay/"):
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+        return
+    loop = asyncio.get_running_loop()
+    client = _clients.get(loop) or _clients.setdefault(loop, httpx2.AsyncClient(timeout=120))
+    url = os.environ["BENCH_P13_UPSTREAM"] + scope["path"].removeprefix("/relay")
+    headers = [(name, value) for name, value in scope["headers"] if name.lower() not in _DROPPED]
+    response = await client.send(
+        client.build_request("POST", url, content=body, headers=headers), stream=True
+    )
+    try:
+        passed = [(name, value) for name, value in response.headers.raw if name.lower() not in _HOP]
+        await send({"type": "http.response.start", "status": response.status_code, "headers": passed})
+        async for chunk in response.aiter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        await response.aclose()
+
+
+async def _tcp(port: int, upstream: str) -> None:
+    host, _, upstream_port = upstream.rpartition(":")
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(CHUNK):
+                writer.write(data)
+                await writer.drain()
+        finally:
+            writer.close()
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(host, int(upstream_port))
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True)
+
+    server = await asyncio.start_server(connection, "127.0.0.1", port)
+    async with server:
+        await server.serve_forever()
+
+
+def _stdio(command: list[str]) -> int:
+    server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert server.stdin is not None and server.stdout is not None and server.stderr is not None
+
+    def copy(source: int, target: int, close: Callable[[], None] | None) -> None:
+        try:
+            while data := os.read(source, CHUNK):
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(target, view) :]
+        except OSError:
+            pass
+        if close is not None:
+            close()
+
+    threads = [
+        threading.Thread(target=copy, args=(0, server.stdin.fileno(), server.stdin.close), daemon=True),
+        threading.Thread(target=copy, args=(server.stdout.fileno(), 1, None)),
+        threading.Thread(target=copy, args=(server.stderr.fileno(), 2, None)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads[1:]:
+        thread.join()
+    return server.wait()
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["tcp"]:
+        asyncio.run(_tcp(int(argv[1]), argv[2]))
+        return 0
+    if argv[:2] == ["stdio", "--"]:
+        return _stdio(argv[2:])
+    sys.stderr.write("usage: python -m bench.p13_floors tcp PORT HOST:PORT | stdio -- COMMAND [ARGS...]\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
