@@ -27,7 +27,7 @@ from conversations.models import Exchange, Step, Turn
 from conversations.proxy.linking import link_turn
 from conversations.proxy.models import ProxySession
 from conversations.record.exchanges import exchange_rows
-from conversations.record.integrity import GENESIS, exchange_digest, integrity_key, turn_seal
+from conversations.record.integrity import GENESIS, Grown, exchange_digest, integrity_key, turn_seal
 from conversations.record.recording import turn_end_save
 from conversations.record.store import Batch, record_store
 from conversations.redaction import Redactor
@@ -136,7 +136,9 @@ def write_steps(
             *(s.finished_at or s.started_at for s in steps),
         ]
     )
-    turn_end_save(turn=turn, redact=redact)
+    # The turn's seal covered its steps up to ``last_step``: only what this write added or
+    # changed is read back for the new one.
+    turn_end_save(turn=turn, redact=redact, grown=Grown(sealed=last_step, changed=changed))
     _rechain_after(turn, head, key)
     transaction.on_commit(functools.partial(_announce, session, turn, changed))
     return exchanges

@@ -57,7 +57,7 @@ from django.db.models import QuerySet
 
 from conversations.models import AuditEvent, Conversation, Exchange, Step, Turn
 from conversations.record.store import Batch, record_store
-from conversations.record.summaries import turn_summary
+from conversations.record.summaries import TurnSummary, summary_extended, turn_summary
 from conversations.record.transcripts.fields import ID_KEYS, step_doc, turn_doc
 
 logger = logging.getLogger(__name__)
@@ -305,8 +305,17 @@ def _turn_records(turn: Turn) -> TurnRecords:
     )
 
 
-def step_digests(key: bytes, identity: str, turn: Turn, records: TurnRecords, rule: int) -> list[str]:
-    seqs = {step.pk: step.seq for step in records.steps}
+def step_digests(
+    key: bytes,
+    identity: str,
+    turn: Turn,
+    records: TurnRecords,
+    rule: int,
+    parents: Mapping[int, int] | None = None,
+) -> list[str]:
+    """The digest of each of ``records.steps``; ``parents``: the seq of each step of the turn a
+    step names as its parent (default: those among ``records.steps``)."""
+    seqs = {step.pk: step.seq for step in records.steps} if parents is None else parents
     by_step: dict[int | None, list[tuple[int | None, str, str]]] = {}
     for exchange in records.exchanges:
         by_step.setdefault(exchange[0], []).append(exchange)
@@ -332,13 +341,30 @@ def turn_seal_mac(
     previous: str,
     rule: int,
 ) -> str:
+    stepless = [row for row in records.exchanges if row[0] is None]
+    head = records.exchanges[-1][1] if records.exchanges else ""
+    return _seal_mac(key, identity, turn, digests, _Rest(stepless, head), previous, rule)
+
+
+@dataclass(frozen=True)
+class _Rest:
+    """What a turn's seal holds of its exchanges beside its steps' digests: the step-less ones'
+    (step id, hash, server name) and the hash of its last one ("" when none)."""
+
+    stepless: Sequence[tuple[int | None, str, str]]
+    head: str
+
+
+def _seal_mac(
+    key: bytes, identity: str, turn: Turn, digests: list[str], rest: _Rest, previous: str, rule: int
+) -> str:
     content = {
         "conversation": identity,
         "previous": previous,
         "turn": _turn_content(turn, rule),
         "steps": digests,
-        "exchanges": _exchanges_sealed([row for row in records.exchanges if row[0] is None], rule),
-        "head": records.exchanges[-1][1] if records.exchanges else "",
+        "exchanges": _exchanges_sealed(rest.stepless, rule),
+        "head": rest.head,
     }
     return _mac(key, SEAL_TAGS[rule][1] + _canonical(content))
 
@@ -386,13 +412,88 @@ def _neighbours(turn: Turn) -> _Neighbours:
 # --- sealing -------------------------------------------------------------------------------------
 
 
-def turn_seal(*, turn: Turn, actor_name: str = "system") -> str:
+@dataclass(frozen=True)
+class Grown:
+    """What one write added to a turn that grows by writes, each sealed (a proxy session's turn):
+    the turn's seal covered its steps 1 to ``sealed``, and ``changed`` are the ids of the steps
+    written since (new ones, seq ``sealed`` + 1 on, and earlier ones given new links: a changed
+    earlier step keeps the kind, usage, server and tool its summary counted)."""
+
+    sealed: int
+    changed: Sequence[int]
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What a seal is made of besides the turn's own row: its steps' digests, its exchanges'
+    ``_Rest`` and what the conversation list shows of it."""
+
+    digests: list[str]
+    rest: _Rest
+    summary: TurnSummary
+
+
+def _whole_parts(key: bytes, identity: str, turn: Turn) -> _Parts:
+    """The turn's every step and exchange read back."""
+    records = _turn_records(turn)
+    digests = step_digests(key, identity, turn, records, SEAL_RULE)
+    stepless = [row for row in records.exchanges if row[0] is None]
+    head = records.exchanges[-1][1] if records.exchanges else ""
+    return _Parts(digests, _Rest(stepless, head), turn_summary(records.steps))
+
+
+def _grown_parts(key: bytes, identity: str, turn: Turn, grown: Grown) -> _Parts | None:
+    """The seal's parts from the turn's previous seal and the steps ``grown`` names, read back
+    with their exchanges (a bounded read, whatever the turn's size); None when the previous seal
+    is not one this can extend (another rule, or not over steps 1 to ``grown.sealed``): then
+    the whole turn is read back. A step changed behind the writes' back keeps the digest its
+    seal gave it, so verification still finds it: a write never seals over it."""
+    before = turn.seal_steps
+    if not isinstance(before, list) or len(before) != grown.sealed:
+        return None
+    tools = turn.tools_called
+    if grown.sealed and (not turn.seal or turn.seal_rule != SEAL_RULE or not isinstance(tools, list)):
+        return None
+    steps = list(Step.objects.filter(turn_id=turn.pk, pk__in=grown.changed).order_by("seq", "id"))
+    added = [step for step in steps if step.seq > grown.sealed]
+    if [step.seq for step in added] != list(range(grown.sealed + 1, grown.sealed + len(added) + 1)):
+        return None
+    if any(step.seq < 1 for step in steps):
+        return None
+    previous = TurnSummary(turn.usage_total, tools) if grown.sealed and isinstance(tools, list) else None
+    summary = summary_extended(previous, added)
+    if summary is None:
+        return None
+    ids = [step.pk for step in steps]
+    parents = {step.parent_id for step in steps if step.parent_id} - set(ids)
+    seqs = {step.pk: step.seq for step in steps}
+    seqs.update(Step.objects.filter(turn_id=turn.pk, pk__in=parents).values_list("pk", "seq"))
+    rows = Exchange.objects.filter(turn_id=turn.pk).order_by("seq", "id")
+    records = TurnRecords(
+        steps, list(rows.filter(step_id__in=ids).values_list("step_id", "hash", "server_name"))
+    )
+    digests = list(before)
+    for step, digest in zip(steps, step_digests(key, identity, turn, records, SEAL_RULE, seqs), strict=True):
+        if step.seq <= grown.sealed:
+            digests[step.seq - 1] = digest
+        else:
+            digests.append(digest)
+    stepless = list(rows.filter(step__isnull=True).values_list("step_id", "hash", "server_name"))
+    head = rows.reverse().values_list("hash", flat=True).first() or ""
+    return _Parts(digests, _Rest(stepless, head), summary)
+
+
+def turn_seal(*, turn: Turn, actor_name: str = "system", grown: Grown | None = None) -> str:
     """Seal an ended turn and anchor its conversation on it; returns the seal.
 
     Call it when the turn's final fields are saved and every step and exchange of it is
     committed (it reads them back: what is sealed is exactly what is stored). The seal, the
     conversation's anchor and an ``AuditEvent`` ("sealed") are written in one transaction; the
     seal is also logged, which puts the head outside the database too.
+
+    ``grown``: the turn was sealed before this write and grew by it (``Grown``): only what the
+    write added is read back, the rest of the seal is the previous seal's. The seal is the same
+    as from the whole turn read back (verification reads it all).
     """
     key = integrity_key()
     conversation = turn.conversation
@@ -401,15 +502,13 @@ def turn_seal(*, turn: Turn, actor_name: str = "system") -> str:
     # a failure here fails the whole end.
     with transaction.atomic(savepoint=False):
         fresh = Turn.objects.select_for_update().get(pk=turn.pk)
-        records = _turn_records(fresh)
-        digests = step_digests(key, identity, fresh, records, SEAL_RULE)
+        parts = _grown_parts(key, identity, fresh, grown) if grown is not None else None
+        parts = parts or _whole_parts(key, identity, fresh)
+        digests, summary = parts.digests, parts.summary
         neighbours = _neighbours(fresh)
-        seal = turn_seal_mac(
-            key, identity, fresh, records, digests, neighbours.previous or GENESIS, SEAL_RULE
-        )
+        seal = _seal_mac(key, identity, fresh, digests, parts.rest, neighbours.previous or GENESIS, SEAL_RULE)
         count, head = neighbours.anchored(fresh, seal)
         anchor = anchor_mac(key, identity, count, head)
-        summary = turn_summary(records.steps)
         # The seal, the anchor and the audit event in one write (one transaction: the record store),
         # with what the conversation list shows of the turn (``conversations.record.summaries``).
         seal_write = Batch()

@@ -53,6 +53,7 @@ from conversations.record.connections import BIG_RECORD_CHARS
 from conversations.record.exchanges import exchange_rows, release_connection, request_search_span
 from conversations.record.integrity import (
     GENESIS,
+    Grown,
     chain_head_query,
     exchange_digest,
     integrity_key,
@@ -141,6 +142,7 @@ def turn_end_save(
     update_fields: Sequence[str] | None = None,
     if_running: bool = False,
     claim: int | None = None,
+    grown: Grown | None = None,
 ) -> str | None:
     """Write an ended turn (an ordinary, synchronous commit), its texts redacted, have search
     index its last request whole (``index_last_request_whole``) and seal it
@@ -153,8 +155,8 @@ def turn_end_save(
     it, so the save keeps them; if another process has ended the turn meanwhile (its heartbeat was
     lost) nothing is written, and that ending's status is returned (``missing`` for a turn
     deleted). ``claim`` (with ``if_running``): only while the turn runs under this claim (the
-    runner's: see ``store``'s fencing); a turn claimed again meanwhile is ``reclaimed``. Returns
-    None once written.
+    runner's: see ``store``'s fencing); a turn claimed again meanwhile is ``reclaimed``. ``grown``:
+    see ``integrity.turn_seal``. Returns None once written.
     """
     redact = redact or active_redactor()
     names = (
@@ -171,7 +173,7 @@ def turn_end_save(
                 return ended
         index_last_request_whole(turn.pk)
         turn.save(update_fields=update_fields)
-        turn_seal(turn=turn)
+        turn_seal(turn=turn, grown=grown)
     return None
 
 

@@ -88,6 +88,34 @@ def turn_summary(steps: Iterable[Step]) -> TurnSummary:
     return TurnSummary(total, tools)
 
 
+def summary_extended(previous: TurnSummary | None, steps: Iterable[Step]) -> TurnSummary | None:
+    """What ``turn_summary`` gives for the steps ``previous`` summarized (None: no step) and
+    ``steps`` after them, from ``previous`` (a stored summary) without reading those steps; None
+    when ``previous`` cannot tell (no tokens while ``steps`` report some: none were reported, or
+    more than the column holds)."""
+    if previous is None:
+        return turn_summary(steps)
+    if not all(isinstance(entry, list) for entry in previous.tools_called):
+        return None
+    total = previous.usage_total
+    tools = [list(entry) for entry in previous.tools_called]
+    seen = {tuple(entry) for entry in tools}
+    for step in steps:
+        count = step_tokens(step.usage)
+        if count is not None:
+            if total is None:
+                return None
+            total += count
+        if step.kind == Step.Kind.TOOL:
+            called = (step.server_id, step.server_name, step.tool_name)
+            if called not in seen:
+                seen.add(called)
+                tools.append(list(called))
+    if total is not None and total > _BIGINT_MOST:
+        total = None
+    return TurnSummary(total, tools)
+
+
 def summary_matches(usage_total: object, tools_called: object, steps: Iterable[Step]) -> bool:
     """Whether a stored summary is what ``steps`` give (verification: the steps were just checked
     against their seal). A tool's server id is a link to a live row, not part of the record (the

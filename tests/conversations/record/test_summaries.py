@@ -19,7 +19,7 @@ from django.urls import reverse
 from conversations import selectors
 from conversations.models import Conversation, Step, Turn
 from conversations.record.integrity import turn_seal
-from conversations.record.summaries import step_tokens, turn_summary
+from conversations.record.summaries import step_tokens, summary_extended, turn_summary
 from conversations.record.verification import conversation_verify
 from conversations.selectors import ConversationFilters, conversation_rows, conversation_search, tool_label
 from tests.factories import ConversationFactory, McpServerFactory, StepFactory, TurnFactory, UserFactory
@@ -365,3 +365,27 @@ def test_a_summary_of_another_shape_is_reported_broken_not_raised(kept: Any) -> 
 
     assert not report.intact
     assert "summary in the conversation list" in report.reason
+
+
+def _step(kind: str, usage: Any = None, tool: str = "") -> Step:
+    return Step(kind=kind, usage=usage, server_name="time" if tool else "", tool_name=tool)
+
+
+@pytest.mark.parametrize("split", range(6))
+def test_a_summary_extended_by_later_steps_is_the_summary_of_all_of_them(split: int) -> None:
+    steps = [
+        _step("connect"),
+        _step("decide", {"total_tokens": 10}),
+        _step("tool", tool="now"),
+        _step("decide", {"total_tokens": 2**63 - 5}),
+        _step("tool", tool="now"),
+        _step("tool", tool="later"),
+    ]
+    before, after = steps[:split], steps[split:]
+    previous = turn_summary(before) if before else None
+    extended = summary_extended(previous, after)
+    reported = any(step_tokens(step.usage) is not None for step in after)
+    if previous is not None and previous.usage_total is None and reported:
+        assert extended is None  # no tokens so far: none reported, or past the column
+    else:
+        assert extended == turn_summary(steps)
