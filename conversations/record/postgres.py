@@ -8,7 +8,9 @@ read before the commit). Many new rows of one model (``COPY_FROM_ROWS``) go by `
 their ids taken from the table's sequence first, the values streamed with no statement per row.
 ``COPY`` cannot run in a pipeline, so such a batch takes a round trip per operation; the
 recorder's usual writes are small and stay pipelined. Statements are composed with
-``psycopg.sql`` (identifiers quoted by psycopg), once per table and column set.
+``psycopg.sql`` (identifiers quoted by psycopg) and rendered to their bytes once per table and
+column set: psycopg renders a composed statement again at every ``executemany``, which cost
+more than binding the few rows a write holds.
 
 Values are what the ORM would send: each field's ``pre_save`` for a new row, then its
 ``get_db_prep_save`` (a custom field's preparation is applied, as ``bulk_create`` applies it).
@@ -113,21 +115,27 @@ def _guard(cursor: Cursor[Any], batch: Batch) -> None:
 
 
 @functools.cache
-def _guard_statement() -> sql.Composed:
+def _guard_statement() -> bytes:
     """Keep the turn's claim if it still runs under the given one; else -1, which the table's
     check refuses (the statement, and the transaction, fail)."""
     claim = sql.Identifier(str(Turn._meta.get_field("claim").column))
     status = sql.Identifier(str(Turn._meta.get_field("status").column))
-    return sql.SQL(
-        "UPDATE {} SET {} = CASE WHEN {} = %s AND {} = %s THEN {} ELSE -1 END WHERE {} = %s"
-    ).format(
-        sql.Identifier(Turn._meta.db_table),
-        claim,
-        claim,
-        status,
-        claim,
-        sql.Identifier(str(Turn._meta.pk.column)),
+    return _rendered(
+        sql.SQL("UPDATE {} SET {} = CASE WHEN {} = %s AND {} = %s THEN {} ELSE -1 END WHERE {} = %s").format(
+            sql.Identifier(Turn._meta.db_table),
+            claim,
+            claim,
+            status,
+            claim,
+            sql.Identifier(str(Turn._meta.pk.column)),
+        )
     )
+
+
+def _rendered(statement: sql.Composable) -> bytes:
+    """The statement's text, as psycopg renders it for a connection (UTF-8, every connection
+    Django opens): identifiers quoted as ``PQescapeIdentifier`` quotes them."""
+    return statement.as_bytes(None)
 
 
 def _operations(cursor: Cursor[Any], db: BaseDatabaseWrapper, operations: Sequence[Operation]) -> None:
@@ -205,20 +213,20 @@ def _saved(rows: Sequence[Model], db: BaseDatabaseWrapper) -> None:
 
 
 @functools.lru_cache(maxsize=32)
-def _insert_statement(model: type[Model], *, with_ids: bool, copy: bool) -> tuple[sql.Composed, _Fields]:
+def _insert_statement(model: type[Model], *, with_ids: bool, copy: bool) -> tuple[bytes, _Fields]:
     """The ``COPY`` of the model's rows, or the ``INSERT`` of one (with its id, or returning the
     id it is given)."""
     fields = tuple(field for field in model._meta.concrete_fields if with_ids or not field.primary_key)
     table = sql.Identifier(model._meta.db_table)
     columns = sql.SQL(", ").join(sql.Identifier(str(field.column)) for field in fields)
     if copy:
-        return sql.SQL("COPY {} ({}) FROM STDIN").format(table, columns), fields
+        return _rendered(sql.SQL("COPY {} ({}) FROM STDIN").format(table, columns)), fields
     statement = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
         table, columns, sql.SQL(", ").join(sql.Placeholder() * len(fields))
     )
     if not with_ids:
         statement += sql.SQL(" RETURNING {}").format(sql.Identifier(str(model._meta.pk.column)))
-    return statement, fields
+    return _rendered(statement), fields
 
 
 def _update(cursor: Cursor[Any], db: BaseDatabaseWrapper, updates: Sequence[Update]) -> None:
@@ -237,7 +245,7 @@ def _update(cursor: Cursor[Any], db: BaseDatabaseWrapper, updates: Sequence[Upda
 
 
 @functools.lru_cache(maxsize=256)
-def _update_statement(model: type[Model], names: tuple[str, ...]) -> tuple[sql.Composed, _Fields]:
+def _update_statement(model: type[Model], names: tuple[str, ...]) -> tuple[bytes, _Fields]:
     fields = tuple(cast("Field[Any, Any]", model._meta.get_field(name)) for name in names)
     parts: list[sql.Composable] = [
         sql.SQL("{} = %s").format(sql.Identifier(str(field.column))) for field in fields
@@ -246,4 +254,4 @@ def _update_statement(model: type[Model], names: tuple[str, ...]) -> tuple[sql.C
     statement = sql.SQL("UPDATE {} SET {} WHERE {} = %s").format(
         sql.Identifier(model._meta.db_table), assignments, sql.Identifier(str(model._meta.pk.column))
     )
-    return statement, fields
+    return _rendered(statement), fields

@@ -184,12 +184,11 @@ _LIFECYCLE_FIELDS = ("heartbeat_at", "cancel_requested_at", "cancel_requested_by
 def _ended_elsewhere(turn: Turn, claim: int | None) -> str | None:
     """Lock the running turn's row; the status another process ended it with, if it has (else
     None, with the lifecycle fields it holds now copied onto ``turn``)."""
-    found = (
-        Turn.objects.select_for_update()
-        .filter(pk=turn.pk)
-        .values_list("status", "claim", *_LIFECYCLE_FIELDS)
-        .first()
+    # One row by its id: no ``first()``, whose ordering Django would build for it too.
+    rows = (
+        Turn.objects.select_for_update().filter(pk=turn.pk).values_list("status", "claim", *_LIFECYCLE_FIELDS)
     )
+    found = next(iter(rows), None)
     if not found:
         return "missing"
     status, held, *lifecycle = found

@@ -140,6 +140,27 @@ def test_a_first_turn_reads_no_history_and_a_follow_up_reads_the_turn_before_it(
     assert [(m.role, m.content) for m in history] == [("user", "first?"), ("assistant", "one")]
 
 
+def test_a_follow_up_to_an_unfinished_turn_reads_its_question_and_answer_after_the_history_before_it(
+    alice: User, django_assert_num_queries: Any
+) -> None:
+    conversation = ConversationFactory(owner=alice)
+    transcript = [{"role": "user", "content": "first?"}, {"role": "assistant", "content": "one"}]
+    TurnFactory(conversation=conversation, seq=1, question="first?", answer="one", transcript=transcript)
+    TurnFactory(conversation=conversation, seq=2, question="second?", answer="half an answer")
+    TurnFactory(conversation=conversation, seq=3, question="unanswered?", answer="")
+    fourth = TurnFactory(conversation=conversation, seq=4, question="fourth?")
+
+    with django_assert_num_queries(3):
+        history = runner._history(fourth)
+    assert [(m.role, m.content) for m in history] == [
+        ("user", "first?"),
+        ("assistant", "one"),
+        ("user", "second?"),
+        ("assistant", "half an answer"),
+        ("user", "unanswered?"),
+    ]
+
+
 def test_a_follow_up_turn_reuses_the_pooled_server_and_carries_the_history(alice: User) -> None:
     conversation, first = _run(alice, WEATHER)
     second = turn_start(conversation=conversation, question="And in Paris today?", dispatch=False)

@@ -410,6 +410,39 @@ def test_postgresql_takes_the_fast_path_unless_the_orm_is_asked_for(settings: Se
 
 
 @pytest.mark.postgres
+def test_the_fast_paths_statements_made_once_are_the_text_psycopg_makes_for_the_connection() -> None:
+    from psycopg import sql
+
+    from conversations.record import postgres
+
+    connection.ensure_connection()
+    raw = connection.connection
+    for model in (Step, Exchange, Turn, AuditEvent):
+        for with_ids in (True, False):
+            for copy in (True, False):
+                made, fields = postgres._insert_statement(model, with_ids=with_ids, copy=copy)
+                columns = sql.SQL(", ").join(sql.Identifier(str(field.column)) for field in fields)
+                table = sql.Identifier(model._meta.db_table)
+                if copy:
+                    expected = sql.SQL("COPY {} ({}) FROM STDIN").format(table, columns)
+                else:
+                    expected = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+                        table, columns, sql.SQL(", ").join(sql.Placeholder() * len(fields))
+                    )
+                    if not with_ids:
+                        expected += sql.SQL(" RETURNING {}").format(
+                            sql.Identifier(str(model._meta.pk.column))
+                        )
+                assert made == expected.as_bytes(raw)
+    made, _ = postgres._update_statement(Step, ("status", "finished_at"))
+    assert made == b'UPDATE "conversations_step" SET "status" = %s, "finished_at" = %s WHERE "id" = %s'
+    assert postgres._guard_statement() == (
+        b'UPDATE "conversations_turn" SET "claim" = CASE WHEN "claim" = %s AND "status" = %s'
+        b' THEN "claim" ELSE -1 END WHERE "id" = %s'
+    )
+
+
+@pytest.mark.postgres
 def test_the_fast_path_refuses_a_database_that_is_not_postgresql(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(connection, "vendor", "sqlite")
     with pytest.raises(RuntimeError):
