@@ -206,7 +206,7 @@ def _call_slides(step: Step, child: Step) -> list[Slide]:
 def _tool_slides(step: Step) -> list[Slide]:
     """The slides of a row's tool calls: of a row of many (``selectors.turn_rows`` loads only
     its first and last few), those it loaded, and one slide between that counts the others."""
-    children = list(step.children.all())
+    children = selectors.loaded_calls(step)
     total = max(getattr(step, selectors.CALLS_COUNT, 0), len(children))
     head = children[: selectors.CALLS_HEAD] if total > len(children) else children
     slides = [slide for child in head for slide in _call_slides(step, child)]

@@ -86,23 +86,29 @@ def _loaded(rows: Iterable[Step], *, every_call: bool = False) -> list[Step]:
     """``rows`` with their tool calls (``_tool_calls``: of a row with many, only the first and
     last few, unless ``every_call``) and every one's exchanges (``_step_exchanges``),
     prefetched: two more queries in all, however many turns
-    the rows are of (the exchanges of the rows and of their tool calls are read together)."""
+    the rows are of (the exchanges of the rows and of their tool calls are read together).
+    A row known to have no tool call (most: a connect step, an answer) is given none at all, not
+    even an empty prefetch: ``loaded_calls`` answers for it (a live row's read is one query, and
+    the building of another, less: P2)."""
     rows = list(rows)
     many = [row.pk for row in rows if getattr(row, CALLS_COUNT, 0) > CALLS_HEAD + CALLS_TAIL]
     calls = _tool_calls()
     if many and not every_call:
         calls = calls.filter(Q(pk__in=_ends_of(many)) | ~Q(parent_id__in=many))
-    # Rows known to have no tool call (most: a connect step, an answer) are given none without
-    # asking the database: a live row's read is one query less (P2).
-    callless = [row for row in rows if getattr(row, CALLS_COUNT, None) == 0]
     with_calls = [row for row in rows if getattr(row, CALLS_COUNT, None) != 0]
-    if callless:
-        prefetch_related_objects(callless, Prefetch("children", queryset=Step.objects.none()))
     if with_calls:
         prefetch_related_objects(with_calls, Prefetch("children", queryset=calls))
-    steps = [*rows, *(child for row in rows for child in row.children.all())]
+    steps = [*rows, *(child for row in with_calls for child in row.children.all())]
     prefetch_related_objects(steps, Prefetch("exchanges", queryset=_step_exchanges()))
     return rows
+
+
+def loaded_calls(row: Step) -> list[Step]:
+    """The tool calls a row read by this module was loaded with (``_loaded``), in order: none,
+    without a query, for a row known to have none (``CALLS_COUNT`` 0)."""
+    if getattr(row, CALLS_COUNT, None) == 0:
+        return []
+    return list(row.children.all())
 
 
 def row_calls(*, row: Step, start: int, stop: int) -> list[Step]:

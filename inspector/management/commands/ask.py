@@ -39,6 +39,7 @@ from conversations.selectors import (
     CALLS_TAIL,
     RunSummary,
     comparison_runs,
+    loaded_calls,
     profiles_for_form,
     turn_rows,
 )
@@ -210,7 +211,7 @@ def turn_report(*, conversation: Conversation, turn: Turn, style: Style) -> Iter
     yield ""
     for step in turn_rows(turn=turn):
         yield from _step_lines(step, depth=0, style=style)
-        children = list(step.children.all())
+        children = loaded_calls(step)
         total = max(getattr(step, CALLS_COUNT, 0), len(children))
         for index, child in enumerate(children):
             if total > len(children) and index == CALLS_HEAD:
