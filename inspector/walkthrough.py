@@ -236,7 +236,7 @@ def turn_slides(rows: Sequence[Step], *, more_after: bool = False) -> list[Slide
     or of a page of its rows, ``more_after`` saying whether rows follow the page's."""
     slides: list[Slide] = []
     for step in rows:
-        exchanges = list(step.exchanges.all())
+        exchanges = selectors.loaded_exchanges(step)
         llm = [exchange for exchange in exchanges if exchange.channel == "llm"]
         if step.kind == "connect":
             listing = [

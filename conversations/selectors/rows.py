@@ -10,6 +10,7 @@ from typing import NamedTuple, cast
 
 from django.db.models import (
     Count,
+    Exists,
     F,
     Max,
     Model,
@@ -28,6 +29,9 @@ from conversations.models import Conversation, Exchange, ModelProfile, Step, Tur
 # The attribute each row ``_rows`` reads carries: how many tool calls it has in all (``_loaded``
 # gives it only the first and last few of them when they are many).
 CALLS_COUNT = "calls_count"
+# And whether it has any exchange: a row with none (every step's first doorbell, before its
+# call is recorded) is given none without a query of them (``loaded_exchanges``).
+HAS_EXCHANGES = "has_exchanges"
 
 
 # What a row shows of the server a step or an exchange names, and of a step's turn (a model
@@ -75,7 +79,12 @@ def _rows() -> QuerySet[Step]:
         # every row read, they made most of a row's read).
         .select_related("server", "turn")
         .defer(*_unshown("server"), *_unshown("turn"))
-        .annotate(**{CALLS_COUNT: Coalesce(Subquery(calls.values("n")), 0)})
+        .annotate(
+            **{
+                CALLS_COUNT: Coalesce(Subquery(calls.values("n")), 0),
+                HAS_EXCHANGES: Exists(Exchange.objects.filter(step=OuterRef("pk"))),
+            }
+        )
         .order_by("seq")
     )
 
@@ -130,7 +139,11 @@ def _loaded(rows: Iterable[Step], *, every_call: bool = False) -> list[Step]:
         if many and not every_call:
             calls = calls.filter(Q(pk__in=_ends_of(many)) | ~Q(parent_id__in=many))
         prefetch_related_objects(with_calls, Prefetch("children", queryset=calls))
-    steps = [*rows, *(child for row in with_calls for child in row.children.all())]
+    # A row known to have no exchange is not asked for them (``loaded_exchanges``).
+    steps = [
+        *(row for row in rows if getattr(row, HAS_EXCHANGES, True)),
+        *(child for row in with_calls for child in row.children.all()),
+    ]
     prefetch_related_objects(steps, Prefetch("exchanges", queryset=_step_exchanges()))
     return rows
 
@@ -141,6 +154,14 @@ def loaded_calls(row: Step) -> list[Step]:
     if getattr(row, CALLS_COUNT, None) == 0:
         return []
     return list(row.children.all())
+
+
+def loaded_exchanges(step: Step) -> list[Exchange]:
+    """The exchanges a row or tool call read by this module was loaded with (``_loaded``), in
+    order: none, without a query, for a row known to have none (``HAS_EXCHANGES`` false)."""
+    if getattr(step, HAS_EXCHANGES, None) is False:
+        return []
+    return list(step.exchanges.all())
 
 
 def row_calls(*, row: Step, start: int, stop: int) -> list[Step]:

@@ -60,6 +60,25 @@ def test_a_connect_rows_doorbell_is_two_queries_the_row_and_its_exchanges() -> N
     assert _tables(queries) == ["conversations_step", "conversations_exchange"]
 
 
+def test_a_just_opened_rows_doorbell_is_one_query_and_shows_no_exchange() -> None:
+    # Every step's first doorbell names it before any of its calls is recorded (P2's first row:
+    # the connect step, opened): the row's read says it has no exchange, none is asked for.
+    conversation, turn = _running_turn()
+    step = StepFactory(turn=turn, seq=1, kind="connect", title="connect", status=Step.Status.RUNNING)
+
+    with CaptureQueriesContext(connection) as queries:
+        message = render_row(conversation=conversation, step_id=step.pk)
+
+    assert message is not None and 'class="ex-' not in message["html"]
+    assert _tables(queries) == ["conversations_step"]
+    # Once its exchange is stored, the next doorbell shows it.
+    ExchangeFactory(turn=turn, step=step, mcp=True, seq=1)
+    with CaptureQueriesContext(connection) as queries:
+        message = render_row(conversation=conversation, step_id=step.pk)
+    assert message is not None and 'class="ex-' in message["html"]
+    assert _tables(queries) == ["conversations_step", "conversations_exchange"]
+
+
 def test_a_model_call_rows_doorbell_reads_its_tool_calls_too() -> None:
     conversation, turn = _running_turn()
     decide = StepFactory(turn=turn, seq=1, kind="decide", title="model call 1")

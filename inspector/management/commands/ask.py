@@ -40,6 +40,7 @@ from conversations.selectors import (
     RunSummary,
     comparison_runs,
     loaded_calls,
+    loaded_exchanges,
     profiles_for_form,
     turn_rows,
 )
@@ -242,7 +243,7 @@ def _step_lines(step: Step, *, depth: int, style: Style) -> Iterator[str]:
     for detail in _step_details(step):
         for line in detail.splitlines() or [""]:
             yield f"{pad}{INDENT}{line}"
-    for exchange in step.exchanges.all():
+    for exchange in loaded_exchanges(step):
         yield f"{pad}{INDENT}⇄ {_exchange_line(exchange)}"
 
 
