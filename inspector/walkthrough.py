@@ -206,7 +206,7 @@ def _call_slides(step: Step, child: Step) -> list[Slide]:
 def _tool_slides(step: Step) -> list[Slide]:
     """The slides of a row's tool calls: of a row of many (``selectors.turn_rows`` loads only
     its first and last few), those it loaded, and one slide between that counts the others."""
-    children = list(step.children.all())
+    children = selectors.loaded_calls(step)
     total = max(getattr(step, selectors.CALLS_COUNT, 0), len(children))
     head = children[: selectors.CALLS_HEAD] if total > len(children) else children
     slides = [slide for child in head for slide in _call_slides(step, child)]
@@ -236,7 +236,7 @@ def turn_slides(rows: Sequence[Step], *, more_after: bool = False) -> list[Slide
     or of a page of its rows, ``more_after`` saying whether rows follow the page's."""
     slides: list[Slide] = []
     for step in rows:
-        exchanges = list(step.exchanges.all())
+        exchanges = selectors.loaded_exchanges(step)
         llm = [exchange for exchange in exchanges if exchange.channel == "llm"]
         if step.kind == "connect":
             listing = [

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
-from typing import NamedTuple
+from functools import cache
+from typing import NamedTuple, cast
 
 from django.db.models import (
     Count,
+    Exists,
     F,
     Max,
+    Model,
     OuterRef,
     Prefetch,
     Q,
@@ -26,25 +29,62 @@ from conversations.models import Conversation, Exchange, ModelProfile, Step, Tur
 # The attribute each row ``_rows`` reads carries: how many tool calls it has in all (``_loaded``
 # gives it only the first and last few of them when they are many).
 CALLS_COUNT = "calls_count"
+# And whether it has any exchange: a row with none (every step's first doorbell, before its
+# call is recorded) is given none without a query of them (``loaded_exchanges``).
+HAS_EXCHANGES = "has_exchanges"
+
+
+# What a row shows of the server a step or an exchange names, and of a step's turn (a model
+# call's row shows the turn's tool_choice, a tool's row its tools, a connect row where its pooled
+# session was opened: ``inspector.handshakes``; teaching notes ask its status). The rest of them
+# is left unread: a row read selects and converts a third of the columns it did (P2, every
+# doorbell builds these queries), and a finished turn's message history, seal digests, tool
+# counts and error are not decoded for every row. A field left out is still read if something
+# asks it, one query for that row; tests/inspector/test_fragments_queries.py holds a row's render
+# (teaching on and off, of each kind) to its queries.
+SERVER_SHOWN = frozenset({"id", "name"})
+TURN_SHOWN = frozenset(
+    {"id", "conversation", "seq", "asked_by", "status", "tool_choice", "tool_choice_name", "tools", "runner"}
+)
+
+
+@cache
+def _unshown(relation: str) -> tuple[str, ...]:
+    """The fields of ``relation`` (``server`` or ``turn``) a row leaves unread, as ``defer`` names them."""
+    shown = SERVER_SHOWN if relation == "server" else TURN_SHOWN
+    # The server's model through the relation (``servers`` imports ``conversations``, never back).
+    model = cast("type[Model]", Step._meta.get_field(relation).related_model)
+    return tuple(
+        f"{relation}__{field.name}" for field in model._meta.concrete_fields if field.name not in shown
+    )
 
 
 def _step_exchanges() -> QuerySet[Exchange]:
-    """A row's exchanges as it shows them: in the order they happened, each with its server."""
-    return Exchange.objects.select_related("server").order_by("seq", "id")
+    """A row's exchanges as it shows them: in the order they happened, each with its server's name."""
+    return Exchange.objects.select_related("server").defer(*_unshown("server")).order_by("seq", "id")
 
 
+@cache
 def _rows() -> QuerySet[Step]:
     """A page's rows (top-level steps), in order, each with its server and turn and how many
-    tool calls it has (``CALLS_COUNT``): ``_loaded`` gives them their tool calls and exchanges."""
+    tool calls it has (``CALLS_COUNT``): ``_loaded`` gives them their tool calls and exchanges.
+
+    Built once: every reader refines it (``filter``, ``order_by``), which makes a new queryset
+    and leaves this one as it was, never evaluated (every doorbell's row read built it anew)."""
     calls = Step.objects.filter(parent=OuterRef("pk")).order_by().values("parent").annotate(n=Count("pk"))
     return (
         Step.objects.filter(parent__isnull=True)
-        # The turn too: a model call's row shows the turn's tool_choice, a tool's its tools. Not
-        # what no row shows and a finished turn holds much of: its whole message history and the
-        # digests of its seal (decoded for every row read, they made most of a row's read).
+        # The turn too, of it only what a row shows (``TURN_SHOWN``): not what a finished turn
+        # holds much of, its whole message history and the digests of its seal (decoded for
+        # every row read, they made most of a row's read).
         .select_related("server", "turn")
-        .defer("turn__transcript", "turn__seal_steps")
-        .annotate(**{CALLS_COUNT: Coalesce(Subquery(calls.values("n")), 0)})
+        .defer(*_unshown("server"), *_unshown("turn"))
+        .annotate(
+            **{
+                CALLS_COUNT: Coalesce(Subquery(calls.values("n")), 0),
+                HAS_EXCHANGES: Exists(Exchange.objects.filter(step=OuterRef("pk"))),
+            }
+        )
         .order_by("seq")
     )
 
@@ -61,10 +101,11 @@ ROWS_BATCH = 50
 
 
 def _tool_calls() -> QuerySet[Step]:
-    """A row's tool calls as it shows them: in order, each with its server and turn."""
+    """A row's tool calls as it shows them: in order, each with its server and turn (what a row
+    shows of them)."""
     return (
         Step.objects.select_related("server", "turn")
-        .defer("turn__transcript", "turn__seal_steps")
+        .defer(*_unshown("server"), *_unshown("turn"))
         .order_by("seq")
     )
 
@@ -86,23 +127,41 @@ def _loaded(rows: Iterable[Step], *, every_call: bool = False) -> list[Step]:
     """``rows`` with their tool calls (``_tool_calls``: of a row with many, only the first and
     last few, unless ``every_call``) and every one's exchanges (``_step_exchanges``),
     prefetched: two more queries in all, however many turns
-    the rows are of (the exchanges of the rows and of their tool calls are read together)."""
+    the rows are of (the exchanges of the rows and of their tool calls are read together).
+    A row known to have no tool call (most: a connect step, an answer) is given none at all, not
+    even an empty prefetch: ``loaded_calls`` answers for it (a live row's read is one query, and
+    the building of another, less: P2)."""
     rows = list(rows)
-    many = [row.pk for row in rows if getattr(row, CALLS_COUNT, 0) > CALLS_HEAD + CALLS_TAIL]
-    calls = _tool_calls()
-    if many and not every_call:
-        calls = calls.filter(Q(pk__in=_ends_of(many)) | ~Q(parent_id__in=many))
-    # Rows known to have no tool call (most: a connect step, an answer) are given none without
-    # asking the database: a live row's read is one query less (P2).
-    callless = [row for row in rows if getattr(row, CALLS_COUNT, None) == 0]
     with_calls = [row for row in rows if getattr(row, CALLS_COUNT, None) != 0]
-    if callless:
-        prefetch_related_objects(callless, Prefetch("children", queryset=Step.objects.none()))
     if with_calls:
+        many = [row.pk for row in rows if getattr(row, CALLS_COUNT, 0) > CALLS_HEAD + CALLS_TAIL]
+        calls = _tool_calls()
+        if many and not every_call:
+            calls = calls.filter(Q(pk__in=_ends_of(many)) | ~Q(parent_id__in=many))
         prefetch_related_objects(with_calls, Prefetch("children", queryset=calls))
-    steps = [*rows, *(child for row in rows for child in row.children.all())]
+    # A row known to have no exchange is not asked for them (``loaded_exchanges``).
+    steps = [
+        *(row for row in rows if getattr(row, HAS_EXCHANGES, True)),
+        *(child for row in with_calls for child in row.children.all()),
+    ]
     prefetch_related_objects(steps, Prefetch("exchanges", queryset=_step_exchanges()))
     return rows
+
+
+def loaded_calls(row: Step) -> list[Step]:
+    """The tool calls a row read by this module was loaded with (``_loaded``), in order: none,
+    without a query, for a row known to have none (``CALLS_COUNT`` 0)."""
+    if getattr(row, CALLS_COUNT, None) == 0:
+        return []
+    return list(row.children.all())
+
+
+def loaded_exchanges(step: Step) -> list[Exchange]:
+    """The exchanges a row or tool call read by this module was loaded with (``_loaded``), in
+    order: none, without a query, for a row known to have none (``HAS_EXCHANGES`` false)."""
+    if getattr(step, HAS_EXCHANGES, None) is False:
+        return []
+    return list(step.exchanges.all())
 
 
 def row_calls(*, row: Step, start: int, stop: int) -> list[Step]:

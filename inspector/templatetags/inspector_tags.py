@@ -41,7 +41,7 @@ from conversations.pricing import (
     tool_definitions_cost,
     turn_cost,
 )
-from conversations.selectors import CALLS_HEAD, CALLS_TAIL, RunSummary
+from conversations.selectors import CALLS_HEAD, CALLS_TAIL, RunSummary, loaded_exchanges
 from conversations.typealias import JSONValue
 from inspector.fragments import timestamp_iso
 from inspector.handshakes import Origin, session_origins
@@ -423,14 +423,14 @@ def prompt_body(step: Step, conversation: object = None) -> dict[str, object]:
 
 @register.filter
 def llm_exchanges(step: Step) -> list[Exchange]:
-    """The model calls of a step (prefetched exchanges, no query)."""
-    return [e for e in step.exchanges.all() if e.channel == Exchange.Channel.LLM]
+    """The model calls of a step (its exchanges as loaded: ``selectors.loaded_exchanges``)."""
+    return [e for e in loaded_exchanges(step) if e.channel == Exchange.Channel.LLM]
 
 
 @register.filter
 def mcp_exchanges(step: Step) -> list[Exchange]:
-    """The JSON-RPC messages of a step, notifications and stderr included (prefetched)."""
-    return [e for e in step.exchanges.all() if e.channel == Exchange.Channel.MCP]
+    """The JSON-RPC messages of a step, notifications and stderr included (as loaded)."""
+    return [e for e in loaded_exchanges(step) if e.channel == Exchange.Channel.MCP]
 
 
 @register.filter

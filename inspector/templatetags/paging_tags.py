@@ -15,7 +15,7 @@ from django import template
 from django.urls import reverse
 
 from conversations.models import Conversation, Step
-from conversations.selectors import CALLS_BATCH, CALLS_COUNT, CALLS_HEAD, CALLS_TAIL, ROWS_BATCH
+from conversations.selectors import CALLS_BATCH, CALLS_COUNT, CALLS_HEAD, CALLS_TAIL, ROWS_BATCH, loaded_calls
 from conversations.typealias import JSONValue
 
 register = template.Library()
@@ -81,7 +81,7 @@ def _conversation(step: Step, conversation: object) -> Conversation:
 def tool_calls_shown(step: Step, conversation: object = None) -> CutCalls:
     """The tool calls (child steps) of a row as its page shows them: all when they are few;
     else the first and last few the row was loaded with (``selectors.turn_rows``)."""
-    loaded = list(step.children.all())
+    loaded = loaded_calls(step)
     total = max(getattr(step, CALLS_COUNT, 0), len(loaded))
     if total <= len(loaded):
         return CutCalls(part="tools", total=total, head=list(loaded))

@@ -625,12 +625,16 @@ def test_a_row_without_tool_calls_is_read_in_two_queries_and_shows_none(
     with django_assert_num_queries(2):
         row = selectors.step_row(conversation=turn.conversation, step_id=answer.pk)
         assert row is not None
-        assert list(row.children.all()) == []
+        assert selectors.loaded_calls(row) == []
         assert [exchange.step_id for exchange in row.exchanges.all()] == [answer.pk]
     with django_assert_num_queries(2):
         assert render_row(conversation=turn.conversation, step_id=answer.pk) is not None
     # A page of both kinds: the calls of the row that has them, none for the other.
-    rows = {row.pk: [child.title for child in row.children.all()] for row in selectors.turn_rows(turn=turn)}
+    with django_assert_num_queries(3):
+        rows = {
+            row.pk: [child.title for child in selectors.loaded_calls(row)]
+            for row in selectors.turn_rows(turn=turn)
+        }
     assert rows[answer.pk] == [] and sorted(len(calls) for calls in rows.values()) == [0, 2]
 
 

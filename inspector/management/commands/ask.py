@@ -39,6 +39,8 @@ from conversations.selectors import (
     CALLS_TAIL,
     RunSummary,
     comparison_runs,
+    loaded_calls,
+    loaded_exchanges,
     profiles_for_form,
     turn_rows,
 )
@@ -210,7 +212,7 @@ def turn_report(*, conversation: Conversation, turn: Turn, style: Style) -> Iter
     yield ""
     for step in turn_rows(turn=turn):
         yield from _step_lines(step, depth=0, style=style)
-        children = list(step.children.all())
+        children = loaded_calls(step)
         total = max(getattr(step, CALLS_COUNT, 0), len(children))
         for index, child in enumerate(children):
             if total > len(children) and index == CALLS_HEAD:
@@ -241,7 +243,7 @@ def _step_lines(step: Step, *, depth: int, style: Style) -> Iterator[str]:
     for detail in _step_details(step):
         for line in detail.splitlines() or [""]:
             yield f"{pad}{INDENT}{line}"
-    for exchange in step.exchanges.all():
+    for exchange in loaded_exchanges(step):
         yield f"{pad}{INDENT}⇄ {_exchange_line(exchange)}"
 
 
