@@ -59,3 +59,22 @@ def test_one_conversation_is_read_with_its_profile_and_owner_in_one_query_and_a_
             assert (found.model_profile.pk, found.owner.pk) == (conversation.model_profile_id, owner.pk)
     with pytest.raises(Conversation.DoesNotExist):
         selectors.conversation_get(user=stranger, public_id=conversation.public_id)
+
+
+def test_a_lookup_without_the_owner_reads_the_profile_and_leaves_the_owner_to_a_later_query(
+    django_assert_num_queries: Any,
+) -> None:
+    """The question's POST needs the owner's id, not the owner: ``with_owner=False`` joins the
+    profile only, and the owner, if asked for, is read then."""
+    owner, mate, stranger = (User.objects.create_user(name) for name in ("owner", "mate", "stranger"))
+    Team.objects.create(name="class").members.add(owner, mate)
+    conversation = ConversationFactory(owner=owner)
+
+    for user, queries in ((owner, 1), (mate, 2)):
+        with django_assert_num_queries(queries):
+            found = selectors.conversation_get(user=user, public_id=conversation.public_id, with_owner=False)
+            assert (found.model_profile.pk, found.owner_id) == (conversation.model_profile_id, owner.pk)
+        with django_assert_num_queries(1):
+            assert found.owner == owner
+    with pytest.raises(Conversation.DoesNotExist):
+        selectors.conversation_get(user=stranger, public_id=conversation.public_id, with_owner=False)
