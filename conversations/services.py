@@ -69,9 +69,15 @@ def turn_start(
     question = (redact or active_redactor()).text(question)
     with transaction.atomic():
         # The conversation's row lock, then its last turn.
-        list(Conversation.objects.select_for_update().filter(pk=conversation.pk).values_list("pk", flat=True))
+        # Unordered (the default ordering would sort the one row), by the column itself.
+        list(
+            Conversation.objects.select_for_update()
+            .filter(pk=conversation.pk)
+            .order_by()
+            .values_list("pk", flat=True)
+        )
         previous = (
-            Turn.objects.filter(conversation=conversation)
+            Turn.objects.filter(conversation_id=conversation.pk)
             .order_by("-seq")
             .values_list("seq", "status")
             .first()

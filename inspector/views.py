@@ -76,10 +76,10 @@ EXPORT_SUFFIXES: dict[ExportFormat, str] = {
 BODY_PARTS = ("request", "response")
 
 
-def _conversation(request: HttpRequest, public_id: UUID) -> Conversation:
+def _conversation(request: HttpRequest, public_id: UUID, *, with_owner: bool = True) -> Conversation:
     """One of the user's conversations; anyone else's is a 404, exactly like a missing one."""
     try:
-        return selectors.conversation_get(user=_user(request), public_id=public_id)
+        return selectors.conversation_get(user=_user(request), public_id=public_id, with_owner=with_owner)
     except Conversation.DoesNotExist:
         raise Http404("No such conversation.") from None
 
@@ -311,7 +311,8 @@ def conversation_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
 
 @require_POST
 def turn_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
-    conversation = _conversation(request, public_id)
+    # The owner's id is all the question needs; a refused one's page reads the owner then.
+    conversation = _conversation(request, public_id, with_owner=False)
     form = QuestionForm(request.POST)
     if not form.is_valid():
         return _detail_page(request, conversation, form, status=STATUS_BAD_REQUEST)

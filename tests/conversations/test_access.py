@@ -80,8 +80,8 @@ def _opens(user: User | AnonymousUser, conversation: Conversation, public_id: ob
 
 
 def test_one_conversation_opens_for_exactly_whom_the_list_shows_it(people: dict[str, User]) -> None:
-    """The lookup every page, API call and socket starts from (one compiled query with the team
-    mates in it) agrees with the list's rule for every persona and every owner: the user's own,
+    """The lookup every page, API call and socket starts from (the row, then the rule decided on
+    its owner) agrees with the list's rule for every persona and every owner: the user's own,
     a team mate's and an outsider's, by its UUID or as text."""
     conversations = [ConversationFactory(owner=people[name]) for name in ("alice", "bob", "carol")]
     viewers: dict[str, User | AnonymousUser] = {**people, "anonymous": AnonymousUser()}
