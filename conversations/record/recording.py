@@ -188,11 +188,11 @@ def _ended_elsewhere(turn: Turn, claim: int | None, update_fields: Sequence[str]
     ``_NOT_ENDED``) by one ``UPDATE``, which locks its row, while it runs (under ``claim``); else
     the status another process ended it with."""
     turn.updated_at = timezone.now()  # the field's ``auto_now``, which ``update`` does not apply
-    update_fields = update_fields or [
-        f.name
-        for f in Turn._meta.concrete_fields
-        if not (f.primary_key or f.is_relation or f.name in _NOT_ENDED)
-    ]
+    if update_fields is None:
+        fields = Turn._meta.concrete_fields
+        update_fields = [
+            f.name for f in fields if not (f.primary_key or f.is_relation or f.name in _NOT_ENDED)
+        ]
     running = Turn.objects.filter(pk=turn.pk, status=Turn.Status.RUNNING)
     if claim is not None:
         running = running.filter(claim=claim)
