@@ -358,29 +358,54 @@ def _history(turn: Turn) -> list[Message]:
 
 
 def _history_before(conversation_id: int, seq: int) -> list[Message]:
-    """What the model is told of the turns before the one numbered ``seq``: the last one's
-    transcript. Only the four columns it uses are read (the turn's row holds its tools, the
-    request history and more: building and converting that read cost more than the rest)."""
+    """What the model is told of the turns before the one numbered ``seq``: the transcript of the
+    latest one that has one, then the question and answer of each turn after it (turns that
+    never finished), in order. Only the columns it uses are read (the turn's row holds its
+    tools, the request history and more: building and converting that read cost more than the
+    rest), in three queries at most however many turns never finished (and one more for each
+    imported turn whose empty transcript is not ``[]``)."""
     if seq <= 1:
         # A conversation's turns are numbered from 1 (asked, replayed or imported alike): the
         # first has none before it, and a new conversation's first turn reads nothing here.
         return []
+    earlier = Turn.objects.filter(conversation_id=conversation_id)
     previous = (
-        Turn.objects.filter(conversation_id=conversation_id, seq__lt=seq)
+        earlier.filter(seq__lt=seq)
         .order_by("-seq")
         .values_list("seq", "transcript", "question", "answer")
         .first()
     )
     if previous is None:
         return []
-    previous_seq, transcript, question, answer = previous
-    if transcript:
-        return [Message.from_json(m) for m in transcript]
-    # A turn that never finished has no transcript: keep at least its question and answer.
-    history = _history_before(conversation_id, previous_seq)
-    history.append(Message(role="user", content=question))
-    if answer:
-        history.append(Message(role="assistant", content=answer))
+    upto, transcript, question, answer = previous
+    # A turn that never finished has no transcript (``[]``, the field's default; an import may
+    # bring another empty value): keep at least its question and answer, after what the turns
+    # before it give. Those are read at once: the latest turn before it with a transcript, then
+    # the question and answer of every turn between the two.
+    unfinished: list[tuple[str, str]] = []
+    while not transcript:
+        unfinished.append((question, answer))
+        if upto <= 1:  # the first turn: none before it
+            break
+        latest = (
+            earlier.filter(seq__lt=upto)
+            .exclude(transcript=[])
+            .order_by("-seq")
+            .values_list("seq", "transcript", "question", "answer")
+            .first()
+        )
+        since = latest[0] if latest is not None else 0
+        if since < upto - 1:
+            between = earlier.filter(seq__gt=since, seq__lt=upto).order_by("-seq")
+            unfinished.extend(between.values_list("question", "answer"))
+        if latest is None:
+            break
+        upto, transcript, question, answer = latest
+    history = [Message.from_json(m) for m in transcript] if transcript else []
+    for question, answer in reversed(unfinished):
+        history.append(Message(role="user", content=question))
+        if answer:
+            history.append(Message(role="assistant", content=answer))
     return history
 
 

@@ -44,6 +44,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -358,6 +359,11 @@ class _Rest:
 def _seal_mac(
     key: bytes, identity: str, turn: Turn, digests: list[str], rest: _Rest, previous: str, rule: int
 ) -> str:
+    return _mac(key, _seal_text(identity, turn, digests, rest, previous, rule))
+
+
+def _seal_text(identity: str, turn: Turn, digests: list[str], rest: _Rest, previous: str, rule: int) -> str:
+    """What a turn's seal is the MAC of."""
     content = {
         "conversation": identity,
         "previous": previous,
@@ -366,7 +372,20 @@ def _seal_mac(
         "exchanges": _exchanges_sealed(rest.stepless, rule),
         "head": rest.head,
     }
-    return _mac(key, SEAL_TAGS[rule][1] + _canonical(content))
+    return SEAL_TAGS[rule][1] + _canonical(content)
+
+
+# A number PostgreSQL's ``jsonb`` gives back otherwise than Python wrote it: a float written with
+# a positive exponent (1e+16 and up; it comes back an integer) or a negative zero (it comes back
+# 0.0). Found as text, it may be in a string too: then the turn is read back all the same.
+_NOT_RETURNED_AS_WRITTEN = re.compile(r"[0-9][eE]\+|-0\.0(?![0-9])")
+
+
+def _as_stored(text: str) -> bool:
+    """Whether a seal's text, made from a turn's fields as they were written, is also what they
+    are once read back: every value but a JSON one comes back as written (texts, integers,
+    datetimes to the microsecond, in UTC); a JSON one does but for the numbers above."""
+    return _NOT_RETURNED_AS_WRITTEN.search(text) is None
 
 
 def anchor_mac(key: bytes, identity: str, turns: int, head: str) -> str:
@@ -483,7 +502,9 @@ def _grown_parts(key: bytes, identity: str, turn: Turn, grown: Grown) -> _Parts 
     return _Parts(digests, _Rest(stepless, head), summary)
 
 
-def turn_seal(*, turn: Turn, actor_name: str = "system", grown: Grown | None = None) -> str:
+def turn_seal(
+    *, turn: Turn, actor_name: str = "system", grown: Grown | None = None, written: bool = False
+) -> str:
     """Seal an ended turn and anchor its conversation on it; returns the seal.
 
     Call it when the turn's final fields are saved and every step and exchange of it is
@@ -494,6 +515,11 @@ def turn_seal(*, turn: Turn, actor_name: str = "system", grown: Grown | None = N
     ``grown``: the turn was sealed before this write and grew by it (``Grown``): only what the
     write added is read back, the rest of the seal is the previous seal's. The seal is the same
     as from the whole turn read back (verification reads it all).
+
+    ``written`` (without ``grown``): the caller has just written every field of the turn the
+    seal covers from ``turn`` itself, in its transaction (which holds the row's lock since):
+    its row is not read back, unless a JSON value of it may come back otherwise than written
+    (``_as_stored``). The seal is the same as from the row read back.
     """
     key = integrity_key()
     conversation = turn.conversation
@@ -501,12 +527,18 @@ def turn_seal(*, turn: Turn, actor_name: str = "system", grown: Grown | None = N
     # Inside the caller's transaction when there is one (``recording.turn_end_save``): no savepoint,
     # a failure here fails the whole end.
     with transaction.atomic(savepoint=False):
-        fresh = Turn.objects.select_for_update().get(pk=turn.pk)
+        as_written = written and grown is None
+        fresh = turn if as_written else Turn.objects.select_for_update().get(pk=turn.pk)
         parts = _grown_parts(key, identity, fresh, grown) if grown is not None else None
         parts = parts or _whole_parts(key, identity, fresh)
         digests, summary = parts.digests, parts.summary
         neighbours = _neighbours(fresh)
-        seal = _seal_mac(key, identity, fresh, digests, parts.rest, neighbours.previous or GENESIS, SEAL_RULE)
+        previous = neighbours.previous or GENESIS
+        text = _seal_text(identity, fresh, digests, parts.rest, previous, SEAL_RULE)
+        if as_written and not _as_stored(text):
+            fresh = Turn.objects.select_for_update().get(pk=turn.pk)
+            text = _seal_text(identity, fresh, digests, parts.rest, previous, SEAL_RULE)
+        seal = _mac(key, text)
         count, head = neighbours.anchored(fresh, seal)
         anchor = anchor_mac(key, identity, count, head)
         # The seal, the anchor and the audit event in one write (one transaction: the record store),

@@ -150,13 +150,12 @@ def turn_end_save(
     committed before (``TurnRecorder.drain``): the seal covers what is stored.
 
     ``update_fields``: only these fields are written (and redacted). ``if_running`` (its runner):
-    only while the turn is still running in the database. Its row is locked and read first, and
-    the lifecycle fields other processes write (heartbeat, cancel request, runner) are taken from
-    it, so the save keeps them; if another process has ended the turn meanwhile (its heartbeat was
-    lost) nothing is written, and that ending's status is returned (``missing`` for a turn
-    deleted). ``claim`` (with ``if_running``): only while the turn runs under this claim (the
-    runner's: see ``store``'s fencing); a turn claimed again meanwhile is ``reclaimed``. ``grown``:
-    see ``integrity.turn_seal``. Returns None once written.
+    only while the turn still runs in the database, by one conditional ``UPDATE`` that leaves the
+    lifecycle fields other processes write (heartbeat, cancel request, runner) as they are; if
+    another process ended the turn meanwhile (its heartbeat was lost) nothing is written, and
+    that ending's status is returned (``missing``: deleted). ``claim`` (with ``if_running``):
+    only while the turn runs under this claim (``store``'s fencing), else ``reclaimed``.
+    ``grown``: see ``integrity.turn_seal``. Returns None once written.
     """
     redact = redact or active_redactor()
     names = (
@@ -168,38 +167,42 @@ def turn_end_save(
         setattr(turn, name, value)
     with transaction.atomic():
         if if_running:
-            ended = _ended_elsewhere(turn, claim)
+            ended = _ended_elsewhere(turn, claim, update_fields)
             if ended is not None:
                 return ended
+        else:
+            turn.save(update_fields=update_fields)
         index_last_request_whole(turn.pk)
-        turn.save(update_fields=update_fields)
-        turn_seal(turn=turn, grown=grown)
+        # With no ``update_fields`` every field the seal covers was just written from ``turn``.
+        turn_seal(turn=turn, grown=grown, written=update_fields is None)
     return None
 
 
-# What a runner's turn may have had written by other processes while it ran.
-_LIFECYCLE_FIELDS = ("heartbeat_at", "cancel_requested_at", "cancel_requested_by", "runner")
+# What other processes write to a running turn (its lifecycle), and what its seal writes after.
+_NOT_ENDED = {"heartbeat_at", "cancel_requested_at", "cancel_requested_by", "runner", "claim"}
+_NOT_ENDED |= {"seal", "seal_steps", "seal_rule", "usage_total", "tools_called"}
 
 
-def _ended_elsewhere(turn: Turn, claim: int | None) -> str | None:
-    """Lock the running turn's row; the status another process ended it with, if it has (else
-    None, with the lifecycle fields it holds now copied onto ``turn``)."""
-    # One row by its id: no ``first()``, whose ordering Django would build for it too.
-    rows = (
-        Turn.objects.select_for_update().filter(pk=turn.pk).values_list("status", "claim", *_LIFECYCLE_FIELDS)
-    )
-    found = next(iter(rows), None)
-    if not found:
+def _ended_elsewhere(turn: Turn, claim: int | None, update_fields: Sequence[str] | None) -> str | None:
+    """Write the running turn's end (``update_fields``, or its every field but its id, its links and
+    ``_NOT_ENDED``) by one ``UPDATE``, which locks its row, while it runs (under ``claim``); else
+    the status another process ended it with."""
+    turn.updated_at = timezone.now()  # the field's ``auto_now``, which ``update`` does not apply
+    if update_fields is None:
+        fields = Turn._meta.concrete_fields
+        update_fields = [
+            f.name for f in fields if not (f.primary_key or f.is_relation or f.name in _NOT_ENDED)
+        ]
+    running = Turn.objects.filter(pk=turn.pk, status=Turn.Status.RUNNING)
+    if claim is not None:
+        running = running.filter(claim=claim)
+    if running.update(**{name: getattr(turn, name) for name in update_fields}):
+        return None
+    # Not written: why, as the row is now (running, but not under ``claim``: claimed again).
+    status = Turn.objects.filter(pk=turn.pk).values_list("status", flat=True).first()
+    if status is None:
         return "missing"
-    status, held, *lifecycle = found
-    if status != Turn.Status.RUNNING:
-        return str(status)
-    if claim is not None and held != claim:
-        return "reclaimed"
-    turn.claim = held
-    for name, value in zip(_LIFECYCLE_FIELDS, lifecycle, strict=True):
-        setattr(turn, name, value)
-    return None
+    return "reclaimed" if status == Turn.Status.RUNNING else str(status)
 
 
 # Step ids are reserved from the sequence this many at a time at first (with the turn's starting
