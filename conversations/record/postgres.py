@@ -37,7 +37,8 @@ one synchronisation; the store raises ``FenceRefused``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, cast
 
@@ -194,15 +195,16 @@ def _insert(cursor: Cursor[Any], db: BaseDatabaseWrapper, rows: Sequence[Model])
             row.pk = pk
     with_ids = rows[0].pk is not None
     statement, fields = _insert_statement(model, with_ids=with_ids, copy=copied)
+    preparers = [(_pre_save(field), field.get_db_prep_save) for field in fields]
     if copied:
         # Each row prepared as it goes out: psycopg sends the stream a buffer at a time, so the
         # server stores the first rows while the next ones are prepared.
         with cursor.copy(statement) as copy:
             for row in rows:
-                copy.write_row([field.get_db_prep_save(field.pre_save(row, True), db) for field in fields])
+                copy.write_row([prepare(value(row), db) for value, prepare in preparers])
         _saved(rows, db)
         return
-    values = [[field.get_db_prep_save(field.pre_save(row, True), db) for field in fields] for row in rows]
+    values = [[prepare(value(row), db) for value, prepare in preparers] for row in rows]
     if with_ids:
         cursor.executemany(statement, values)
     else:
@@ -217,6 +219,19 @@ def _insert(cursor: Cursor[Any], db: BaseDatabaseWrapper, rows: Sequence[Model])
                 row.pk = found[0]
                 returning.nextset()
     _saved(rows, db)
+
+
+def _pre_save(field: Field[Any, Any]) -> Callable[[Model], Any]:
+    """A new row's value of ``field`` before it is saved: ``field.pre_save(row, add=True)``, or,
+    where the field's class keeps ``Field.pre_save`` (which returns the attribute as it is), the
+    attribute read directly: one Python call less for each value of most columns."""
+    if type(field).pre_save is Field.pre_save:
+        return operator.attrgetter(str(field.attname))
+    return functools.partial(_pre_save_new, field)
+
+
+def _pre_save_new(field: Field[Any, Any], row: Model) -> Any:
+    return field.pre_save(row, True)
 
 
 def _saved(rows: Sequence[Model], db: BaseDatabaseWrapper) -> None:

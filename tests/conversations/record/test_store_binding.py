@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conversations.models import Exchange, Step, Turn
+from conversations.models import Exchange, RedactionRule, Step, Turn
 from conversations.record.postgres import COPY_FROM_ROWS, PostgresStore
 from conversations.record.store import Batch
 from tests.factories import TurnFactory
@@ -79,3 +79,19 @@ def test_the_fast_path_binds_every_rows_values_on_the_server(
         "it's step 3",
     ]
     assert Exchange.objects.filter(turn=turn, request_body='{"quote": "\'"}').count() == rows
+
+
+@pytest.mark.parametrize("rows", [3, COPY_FROM_ROWS], ids=["pipelined", "copied"])
+def test_a_field_that_sets_its_value_before_saving_still_does(rows: int) -> None:
+    """The fast path reads most values straight from the row (their fields keep
+    ``Field.pre_save``); a field that sets its own (``auto_now_add``) is still asked."""
+    before = datetime.now(UTC)
+    rules = [RedactionRule(name=f"rule-{n}", pattern="x") for n in range(rows)]
+    assert all(rule.created_at is None for rule in rules)
+    batch = Batch()
+    batch.insert(rules)
+    PostgresStore().write(batch)
+
+    assert all(rule.created_at is not None and rule.created_at >= before for rule in rules)
+    stored = dict(RedactionRule.objects.values_list("name", "created_at"))
+    assert stored == {rule.name: rule.created_at for rule in rules}
