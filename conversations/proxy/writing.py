@@ -10,26 +10,25 @@ conversation behind, and a failure leaves nothing. The doorbells ring after the 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from django.db import transaction
-from django.db.models import Max
+from django.db import connection, connections, transaction
+from django.db.models import Field, Model
 
 from conversations import events
 from conversations.escaping import storable_json, storable_text
-from conversations.loop.wire import WireExchange, safe_headers
+from conversations.loop.wire import WireExchange
 from conversations.models import Exchange, Step, Turn
 from conversations.proxy.linking import link_turn
 from conversations.proxy.models import ProxySession
 from conversations.record.exchanges import exchange_rows
 from conversations.record.integrity import GENESIS, Grown, exchange_digest, integrity_key, turn_seal
 from conversations.record.recording import turn_end_save
-from conversations.record.store import Batch, record_store
+from conversations.record.store import Batch, model_row, record_store
 from conversations.redaction import Redactor
 
 # Step fields that may carry model or tool text (and so secrets): as the recorder's.
@@ -46,17 +45,6 @@ class NewStep:
     finished_at: datetime | None
     records: Sequence[WireExchange]
     fields: dict[str, Any] = field(default_factory=dict)
-
-
-def stored_record(record: WireExchange, redact: Redactor) -> WireExchange:
-    """A copy of ``record`` whose headers have every credential-named value masked and whose
-    label and error are redacted (``exchange_rows`` redacts the bodies and header values)."""
-    return dataclasses.replace(
-        record,
-        label=redact.text(record.label),
-        request_headers=safe_headers(record.request_headers),
-        response_headers=safe_headers(record.response_headers),
-    )
 
 
 def _field_value(name: str, value: Any, redact: Redactor) -> Any:
@@ -78,56 +66,75 @@ def write_steps(
 ) -> list[Exchange]:
     """Insert ``steps`` and their exchanges into ``turn`` (the latest of the session), link what
     can be linked, write the turn and seal it. Inside the caller's transaction, after the
-    session's row is locked. Returns the exchange rows written, in order."""
-    last_step = Step.objects.filter(turn=turn).aggregate(last=Max("seq"))["last"] or 0
-    last_exchange = Exchange.objects.filter(turn=turn).aggregate(last=Max("seq"))["last"] or 0
+    session's row is locked. Returns the exchange rows written, in order.
+
+    Where they go on (the last seqs, the chain's head, on PostgreSQL the new rows' ids) is read
+    in one query, and the steps and exchanges are then written together (elsewhere the steps
+    first, for the ids the database gives them)."""
+    start = _starting_points(turn, steps=len(steps), exchanges=sum(len(new.records) for new in steps))
     # The chain runs in turn order: a record of an earlier turn than the latest (stored late)
     # follows that turn's last exchange, and the turns after it are chained on again below.
-    head = _head_through(turn) or GENESIS
+    head = start.head or GENESIS
     key = integrity_key()
     rows = [
-        Step(
-            turn_id=turn.pk,
-            seq=last_step + offset,
-            kind=new.kind,
-            started_at=new.started_at,
-            updated_at=new.finished_at or new.started_at,
-            finished_at=new.finished_at,
-            **{
-                name: _field_value(name, value, redact)
-                for name, value in {"title": new.title, **new.fields}.items()
+        model_row(
+            Step,
+            {
+                "id": start.step_ids[offset - 1] if start.step_ids else None,
+                "turn_id": turn.pk,
+                "seq": start.last_step + offset,
+                "kind": new.kind,
+                "started_at": new.started_at,
+                "updated_at": new.finished_at or new.started_at,
+                "finished_at": new.finished_at,
+                **{
+                    name: _field_value(name, value, redact)
+                    for name, value in {"title": new.title, **new.fields}.items()
+                },
             },
         )
         for offset, new in enumerate(steps, start=1)
     ]
-    inserted = Batch()
-    inserted.insert(rows)
-    record_store().write(inserted)
+    written = Batch()
+    if start.step_ids:
+        # Ids the tables' sequences gave ahead: the steps go out with their exchanges, one write.
+        written.insert(rows)
+    else:
+        inserted = Batch()
+        inserted.insert(rows)
+        record_store().write(inserted)
     exchanges: list[Exchange] = []
-    seq = last_exchange + 1
+    seq = start.last_exchange + 1
     for row, new in zip(rows, steps, strict=True):
         made = exchange_rows(
-            [stored_record(record, redact) for record in new.records],
+            new.records,
             turn_id=turn.pk,
             conversation_id=turn.conversation_id,
             step_id=row.pk,
             redact=redact,
             first_seq=seq,
+            proxied=True,
         )
         seq += len(made)
         for exchange in made:
             exchange.prev_hash = head
             exchange.hash = head = exchange_digest(exchange, turn_seq=turn.seq, previous=head, key=key)
         exchanges.extend(made)
-    written = Batch()
+    if start.exchange_ids:
+        for exchange, pk in zip(exchanges, start.exchange_ids, strict=True):
+            exchange.pk = pk
     written.insert(exchanges)
     record_store().write(written)
     # The links read the new rows back, so they are made once those are written.
     changed = [row.pk for row in rows]
+    # The page row of each changed step, where known without a read (``_announce``).
+    parents: dict[int, int | None] = {row.pk: row.parent_id for row in rows}
     linked = Batch()
     for pk, values in link_turn(turn, tools=session.tools):
         linked.update(Step, pk, values)
         changed.append(pk)
+        if "parent_id" in values:
+            parents[pk] = values["parent_id"]
     if linked:
         record_store().write(linked)
     turn.finished_at = max(
@@ -136,21 +143,91 @@ def write_steps(
             *(s.finished_at or s.started_at for s in steps),
         ]
     )
+    if turn.conversation_id == session.conversation_id:
+        # One read of the conversation for the seal (``turn_seal``) and the doorbells.
+        turn.conversation = session.conversation
     # The turn's seal covered its steps up to ``last_step``: only what this write added or
     # changed is read back for the new one.
-    turn_end_save(turn=turn, redact=redact, grown=Grown(sealed=last_step, changed=changed))
-    _rechain_after(turn, head, key)
-    transaction.on_commit(functools.partial(_announce, session, turn, changed))
+    turn_end_save(turn=turn, redact=redact, grown=Grown(sealed=start.last_step, changed=changed))
+    if start.later:
+        _rechain_after(turn, head, key)
+    transaction.on_commit(functools.partial(_announce, session, turn, changed, parents))
     return exchanges
 
 
-def _head_through(turn: Turn) -> str | None:
-    """The hash of the last exchange of ``turn`` and the turns before it."""
+@dataclass(frozen=True)
+class _Start:
+    """Where a write into a turn goes on: its last step's and exchange's seq (0: none), the hash
+    its exchanges chain on from and, on PostgreSQL, the ids of the new
+    steps and exchanges (empty elsewhere: the database gives them as they are written)."""
+
+    last_step: int
+    last_exchange: int
+    head: str | None
+    # Whether the conversation has turns after this one (their chain goes on from this one's).
+    later: bool
+    step_ids: list[int]
+    exchange_ids: list[int]
+
+
+def _starting_points(turn: Turn, *, steps: int, exchanges: int) -> _Start:
+    """``_Start`` for ``steps`` new steps and ``exchanges`` new exchanges of ``turn``, in one
+    query (on PostgreSQL the ids from each table's own sequence: those the database would have
+    given the rows)."""
+    reserve = connection.vendor == "postgresql"
+    conversation, seq = turn.conversation_id, turn.seq
+    params = [
+        turn.pk,
+        turn.pk,
+        conversation,
+        seq,
+        conversation,
+        seq,
+        *([steps, exchanges] if reserve else []),
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_starting_points_sql(connection.alias, with_ids=reserve), params)
+        found = cursor.fetchone()
+    if found is None:
+        raise RuntimeError("the starting points' query returned no row")
+    last_step, last_exchange, head, later, *ids = found
+    step_ids, exchange_ids = ([int(pk) for pk in got] for got in ids) if reserve else ([], [])
+    return _Start(last_step or 0, last_exchange or 0, head, bool(later), step_ids, exchange_ids)
+
+
+@functools.cache
+def _starting_points_sql(alias: str, *, with_ids: bool) -> str:
+    """The statement of ``_starting_points``, made once per database. Its parameters: the turn's
+    id twice, its conversation's id and seq twice, then with ``with_ids`` how many step and
+    exchange ids to reserve. The head is the hash of the last exchange, in chain order, of the
+    turn and the turns before it."""
+    quote = connections[alias].ops.quote_name
+
+    def column(model: type[Model], name: str) -> str:
+        return quote(str(cast("Field[Any, Any]", model._meta.get_field(name)).column))
+
+    steps, exchanges, turns = (quote(model._meta.db_table) for model in (Step, Exchange, Turn))
+    seq, turn_of = column(Turn, "seq"), column(Turn, "conversation")
+    reserved = ""
+    if with_ids:
+        reserved = "".join(
+            f", ARRAY(SELECT nextval(pg_get_serial_sequence('{table}', '{model._meta.pk.column}'))"
+            " FROM generate_series(1, %s))"
+            for table, model in ((steps, Step), (exchanges, Exchange))
+        )
+    head = (
+        f"SELECT e.{column(Exchange, 'hash')} FROM {exchanges} e"
+        f" INNER JOIN {turns} t ON t.{column(Turn, 'id')} = e.{column(Exchange, 'turn')}"
+        f" WHERE t.{turn_of} = %s AND t.{seq} <= %s"
+        f" ORDER BY t.{seq} DESC, e.{column(Exchange, 'seq')} DESC, e.{column(Exchange, 'id')} DESC LIMIT 1"
+    )
     return (
-        Exchange.objects.filter(turn__conversation_id=turn.conversation_id, turn__seq__lte=turn.seq)
-        .order_by("-turn__seq", "-seq", "-id")
-        .values_list("hash", flat=True)
-        .first()
+        f"SELECT (SELECT {column(Step, 'seq')} FROM {steps} WHERE {column(Step, 'turn')} = %s"
+        f" ORDER BY {column(Step, 'seq')} DESC LIMIT 1),"
+        f" (SELECT {column(Exchange, 'seq')} FROM {exchanges} WHERE {column(Exchange, 'turn')} = %s"
+        f" ORDER BY {column(Exchange, 'seq')} DESC LIMIT 1),"
+        f" ({head}),"
+        f" EXISTS (SELECT 1 FROM {turns} WHERE {turn_of} = %s AND {seq} > %s){reserved}"
     )
 
 
@@ -175,10 +252,14 @@ def _rechain_after(turn: Turn, head: str, key: bytes) -> None:
             turn_seal(turn=after)
 
 
-def _announce(session: ProxySession, turn: Turn, changed: list[int]) -> None:
-    """Ring the page's doorbells for the written rows (a tool step's row is its parent's)."""
+def _announce(session: ProxySession, turn: Turn, changed: list[int], known: dict[int, int | None]) -> None:
+    """Ring the page's doorbells for the written rows (a tool step's row is its parent's).
+    ``known``: the parents of the steps this write made or moved; the others' are read."""
     conversation_id = session.conversation.public_id
-    parents = dict(Step.objects.filter(pk__in=changed).values_list("pk", "parent_id"))
+    parents = dict(known)
+    unknown = [pk for pk in changed if pk not in known]
+    if unknown:
+        parents.update(Step.objects.filter(pk__in=unknown).values_list("pk", "parent_id"))
     events.emit(events.TurnChanged(conversation_id=conversation_id, turn_id=turn.pk))
     for pk in dict.fromkeys(parents.get(pk) or pk for pk in changed):
         events.emit(events.StepChanged(conversation_id=conversation_id, turn_id=turn.pk, step_id=pk))

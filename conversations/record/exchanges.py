@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from conversations.escaping import refused_character, storable_text
-from conversations.loop.wire import WireExchange
+from conversations.loop.wire import WireExchange, safe_headers
 from conversations.models import FTS_BODY_CHARS, SEARCH_SPAN_MOST, Exchange
 from conversations.record.store import Batch, model_row, record_store
 from conversations.redaction import Redactor
@@ -98,10 +98,14 @@ def exchange_rows(
     redact: Redactor,
     first_seq: int = 0,
     conversation_id: int | None = None,
+    proxied: bool = False,
 ) -> list[Exchange]:
     """Unsaved ``Exchange`` rows for captured records, in order, redacted.
 
     ``conversation_id`` is the turn's conversation (``Exchange.conversation``), when there is a turn.
+    ``proxied``: records a recording proxy passed on, which may carry the host's credentials:
+    every credential-named header value is masked (``wire.safe_headers``) and the label is
+    redacted too.
     """
     if turn_id is not None and conversation_id is None:
         raise ValueError("an exchange of a turn needs the turn's conversation_id")
@@ -111,6 +115,9 @@ def exchange_rows(
         request_body, request_problem = storable_body(redact.text(record.request_body))
         response_body, response_problem = storable_body(redact.text(record.response_body))
         error, _ = storable_body(redact.text(record.error))
+        label = redact.text(record.label) if proxied else record.label
+        request_headers = safe_headers(record.request_headers) if proxied else record.request_headers
+        response_headers = safe_headers(record.response_headers) if proxied else record.response_headers
         escaped = [
             f"the inspector escaped the {what} body: {problem}"
             for what, problem in (("request", request_problem), ("response", response_problem))
@@ -128,11 +135,11 @@ def exchange_rows(
                     "seq": first_seq + offset,
                     "channel": record.channel,
                     "direction": record.direction,
-                    "label": _storable_line(record.label, 200),
+                    "label": _storable_line(label, 200),
                     "jsonrpc_id": _storable_line(record.jsonrpc_id, 64),
-                    "request_headers": _storable_headers(record.request_headers, redact),
+                    "request_headers": _storable_headers(request_headers, redact),
                     "request_body": request_body,
-                    "response_headers": _storable_headers(record.response_headers, redact),
+                    "response_headers": _storable_headers(response_headers, redact),
                     "response_body": response_body,
                     "response_search": _searchable(record.search_text, redact),
                     "status": _storable_line(record.status, 32),
