@@ -12,6 +12,7 @@ match). Where no such turn is found, the row says so rather than guess.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from conversations.models import Exchange, Step
 
@@ -27,25 +28,39 @@ class Origin:
     exchange_id: int | None = None  # its handshake exchange
 
 
-def _sessions(step: Step) -> dict[str, dict[str, object]]:
-    result = step.result if isinstance(step.result, dict) else {}
-    return {name: info for name, info in result.items() if isinstance(info, dict)}
+class _Connect(NamedTuple):
+    """An earlier connect step, as much of it as ``session_origins`` reads."""
+
+    pk: int
+    result: object
+    turn_id: int
+    turn_seq: int
+
+
+def _opened(result: object) -> dict[str, dict[str, object]]:
+    """The sessions a connect step's ``result`` names, by server."""
+    sessions = result if isinstance(result, dict) else {}
+    return {name: info for name, info in sessions.items() if isinstance(info, dict)}
 
 
 def session_origins(step: Step) -> list[Origin]:
     """For each server whose session ``step`` (a connect step) reused, where it was opened."""
     reused: dict[str, int] = {}
-    for name, info in _sessions(step).items():
+    for name, info in _opened(step.result).items():
         generation = info.get("generation")
         if not info.get("spawned") and isinstance(generation, int):
             reused[name] = generation
     if not reused:
         return []
     turn = step.turn
-    earlier = []
-    if turn.runner:
-        earlier = list(
-            Step.objects.filter(
+    earlier: list[_Connect] = []
+    # A conversation's first turn has none before it (turns are numbered from 1): nothing to read.
+    if turn.runner and turn.seq > 1:
+        # As values, not steps: every closed connect row a page or a doorbell renders asks this
+        # (P2's first row, once its step is closed), and the four values are all it uses.
+        earlier = [
+            _Connect(*values)
+            for values in Step.objects.filter(
                 turn__conversation_id=turn.conversation_id,
                 turn__seq__lt=turn.seq,
                 turn__runner=turn.runner,
@@ -53,17 +68,16 @@ def session_origins(step: Step) -> list[Origin]:
                 kind=Step.Kind.CONNECT,
             )
             .order_by("-turn__seq")
-            .only("pk", "result", "turn_id", "turn__seq")
-            .select_related("turn")
-        )
+            .values_list("pk", "result", "turn_id", "turn__seq")
+        ]
     origins = []
     for name, generation in sorted(reused.items()):
         opener = next(
             (
                 candidate
                 for candidate in earlier
-                if _sessions(candidate).get(name, {}).get("spawned")
-                and _sessions(candidate)[name].get("generation") == generation
+                if _opened(candidate.result).get(name, {}).get("spawned")
+                and _opened(candidate.result)[name].get("generation") == generation
             ),
             None,
         )
@@ -71,10 +85,10 @@ def session_origins(step: Step) -> list[Origin]:
             origins.append(Origin(name, generation))
             continue
         handshake = (
-            Exchange.objects.filter(step=opener, server_name=name, label__in=HANDSHAKES)
+            Exchange.objects.filter(step_id=opener.pk, server_name=name, label__in=HANDSHAKES)
             .order_by("seq")
             .values_list("pk", flat=True)
             .first()
         )
-        origins.append(Origin(name, generation, opener.turn.seq, opener.turn_id, handshake))
+        origins.append(Origin(name, generation, opener.turn_seq, opener.turn_id, handshake))
     return origins

@@ -301,13 +301,14 @@ def _case_repeats(run: EvalRun) -> dict[int, int]:
 def conversation_overrides(conversation: Conversation) -> dict[str, JSONDict]:
     """The tool-definition overrides of the eval cell the conversation runs a case of (empty
     for any other conversation): the source registered with ``conversations.loop.tool_overrides``."""
-    # Every turn asks this: read by the case result alone (the cells' default order, by their
-    # run's creation time, joined a third table and sorted for nothing: a conversation runs one
-    # case).
-    overrides = (
-        EvalCaseResult.objects.filter(conversation=conversation)
-        .order_by("pk")
-        .values_list("cell__overrides", flat=True)
-        .first()
+    # Every turn asks this, as its connect step is being written (P2): read by the case result
+    # alone, by the conversation's id, unordered (the cells' default order, by their run's
+    # creation time, joined a third table, and any order is built for nothing: a conversation
+    # runs one case).
+    found = (
+        EvalCaseResult.objects.filter(conversation_id=conversation.pk)
+        .order_by()
+        .values_list("cell__overrides", flat=True)[:1]
     )
+    overrides = next(iter(found), None)
     return dict(overrides) if isinstance(overrides, dict) else {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -83,3 +84,31 @@ def test_a_session_opened_in_another_conversation_is_said_to_be_so_never_linked(
     assert str(Exchange.objects.get(turn=opened, label="initialize").pk) not in re.findall(
         r"#exchange-(\d+)", text
     )
+
+
+def test_a_first_turns_reused_session_is_told_without_a_read_and_a_later_turns_with_one(
+    django_assert_num_queries: Any,
+) -> None:
+    # Every closed connect row a doorbell renders asks where its sessions were opened: a
+    # conversation's first turn has no turn before it to have opened them.
+    alice, bob = UserFactory(username="alice"), UserFactory(username="bob")
+    profile, demo = demo_profile_ensure(), demo_server_ensure()
+    _, opened = conversation_start(
+        owner=bob, model_profile=profile, question=WEATHER, servers=[demo], dispatch=False
+    )
+    turn_run(turn_id=opened.pk)
+    conversation, first = conversation_start(
+        owner=alice, model_profile=profile, question=WEATHER, servers=[demo], dispatch=False
+    )
+    turn_run(turn_id=first.pk)
+    second = turn_start(conversation=conversation, question="And in Paris?", dispatch=False)
+    turn_run(turn_id=second.pk)
+    first_row, second_row = (
+        Step.objects.select_related("turn").get(turn=turn, kind="connect") for turn in (first, second)
+    )
+
+    with django_assert_num_queries(0):
+        assert [(o.server, o.turn_seq) for o in session_origins(first_row)] == [("demo", None)]
+    # The second turn's read of the turns before it finds none that opened the session either.
+    with django_assert_num_queries(1):
+        assert [(o.server, o.turn_seq) for o in session_origins(second_row)] == [("demo", None)]
