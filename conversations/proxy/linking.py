@@ -77,17 +77,11 @@ def _arguments(value: JSONValue) -> JSONValue:
 def link_turn(turn: Turn, *, tools: dict[str, list[str]]) -> list[tuple[int, dict[str, Any]]]:
     """Link the turn's unlinked tool steps to its model steps' unlinked calls; returns the step
     updates to write, ``(step id, fields)``. ``tools``: each server's tool names."""
-    # Both sides are needed for a link. The loose tool steps are read first and the model steps
-    # only when there is one: every record of a session runs this, and a turn of many text
-    # replies (no tool step) would otherwise read every reply back whole, each time. Only the
-    # columns a match reads are read (a model step holds its reply's text and prompt).
-    loose = list(
-        Step.objects.filter(turn=turn, kind=Step.Kind.TOOL, parent__isnull=True)
-        .order_by("seq")
-        .only("id", "seq", "started_at", "server_name", "tool_name", "arguments")
-    )
-    if not loose:
-        return []
+    # Every record of a session runs this, under the session's lock: what it reads must not grow
+    # with the replies already stored. Only model steps that asked for calls are read (a turn of
+    # text replies reads no row), only once a tool step waits for its link (a session of MCP
+    # traffic alone reads no tool step), and of each only the columns a match compares (a model
+    # step holds its reply's text and prompt).
     pending = [
         step
         for step in Step.objects.filter(turn=turn, kind=Step.Kind.DECIDE)
@@ -97,6 +91,13 @@ def link_turn(turn: Turn, *, tools: dict[str, list[str]]) -> list[tuple[int, dic
         if isinstance(step.calls, list) and any(_unlinked(call) for call in step.calls)
     ]
     if not pending:
+        return []
+    loose = list(
+        Step.objects.filter(turn=turn, kind=Step.Kind.TOOL, parent__isnull=True)
+        .order_by("seq")
+        .only("id", "seq", "started_at", "server_name", "tool_name", "arguments")
+    )
+    if not loose:
         return []
     bodies = dict(
         Exchange.objects.filter(step__in=loose, label="tools/call", direction=Exchange.Direction.CLIENT)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
+from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext
 
 from conversations.models import Step
@@ -37,19 +38,27 @@ def _reads_a_reply(sql: str) -> bool:
     return STEP_TEXT in sql or STEP_PROMPT in sql
 
 
-def test_a_turn_of_text_replies_is_linked_without_reading_its_model_steps() -> None:
+def test_a_turn_of_text_replies_is_linked_without_loading_its_model_steps() -> None:
     key = _key()
     for _ in range(3):
         record_model_call(key, session="s", fmt="openai_chat", exchange=chat_call(text=LONG_REPLY))
     turn = ProxySession.objects.get(key=key).conversation.turns.get()
     assert Step.objects.filter(turn=turn, kind="decide").count() == 3
+    loaded = [0]
 
-    with CaptureQueriesContext(connection) as queries:
-        assert linking.link_turn(turn, tools={}) == []
+    def seen(**_: object) -> None:
+        loaded[0] += 1
 
-    # One read, of the tool steps waiting for a link (none): no model step is read back.
+    post_init.connect(seen, sender=Step, weak=False)
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            assert linking.link_turn(turn, tools={}) == []
+    finally:
+        post_init.disconnect(seen, sender=Step)
+
+    # One read, of the model steps that asked for calls (none): no step row is loaded.
     [only] = [query["sql"] for query in queries.captured_queries]
-    assert "'decide'" not in only and not _reads_a_reply(only)
+    assert loaded == [0] and not _reads_a_reply(only), only
 
 
 def test_a_link_made_in_a_record_reads_no_replys_text_or_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
