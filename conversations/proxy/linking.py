@@ -77,14 +77,26 @@ def _arguments(value: JSONValue) -> JSONValue:
 def link_turn(turn: Turn, *, tools: dict[str, list[str]]) -> list[tuple[int, dict[str, Any]]]:
     """Link the turn's unlinked tool steps to its model steps' unlinked calls; returns the step
     updates to write, ``(step id, fields)``. ``tools``: each server's tool names."""
+    # Every record of a session runs this, under the session's lock: what it reads must not grow
+    # with the replies already stored. Only model steps that asked for calls are read (a turn of
+    # text replies reads no row), only once a tool step waits for its link (a session of MCP
+    # traffic alone reads no tool step), and of each only the columns a match compares (a model
+    # step holds its reply's text and prompt).
     pending = [
         step
-        for step in Step.objects.filter(turn=turn, kind=Step.Kind.DECIDE).order_by("seq")
+        for step in Step.objects.filter(turn=turn, kind=Step.Kind.DECIDE)
+        .exclude(calls=[])
+        .order_by("seq")
+        .only("id", "seq", "started_at", "calls")
         if isinstance(step.calls, list) and any(_unlinked(call) for call in step.calls)
     ]
     if not pending:
         return []
-    loose = list(Step.objects.filter(turn=turn, kind=Step.Kind.TOOL, parent__isnull=True).order_by("seq"))
+    loose = list(
+        Step.objects.filter(turn=turn, kind=Step.Kind.TOOL, parent__isnull=True)
+        .order_by("seq")
+        .only("id", "seq", "started_at", "server_name", "tool_name", "arguments")
+    )
     if not loose:
         return []
     bodies = dict(
