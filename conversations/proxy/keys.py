@@ -25,10 +25,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db import connection
 from django.utils import timezone
 
 from conversations.proxy.models import ProxyKey
+from conversations.record.connections import handed_back
 
 KEY_PREFIX = "tci_"
 # What a page shows of a key: the prefix and the first random characters.
@@ -77,19 +77,14 @@ def authenticate(raw_key: str) -> ProxyKey | None:
     """The key ``raw_key`` is, with its user; None when it is unknown or revoked (the route
     answers 401). Notes when it was last used (at most once a minute).
 
-    A database connection it had to open is closed again before it returns (outside a
-    transaction): a proxy looks keys up from threads that then wait on a stream for minutes,
-    and a connection left to such a thread is one the pool no longer has. A connection the
-    calling thread already held is left as it was.
+    A database connection it had to open is handed back before it returns
+    (``conversations.record.connections.handed_back``): a proxy looks keys up from threads that
+    then wait on a stream for minutes.
     """
     if not well_formed(raw_key):
         return None
-    opened_here = connection.connection is None
-    try:
+    with handed_back():
         return _authenticate(raw_key)
-    finally:
-        if opened_here and not connection.in_atomic_block:
-            connection.close()
 
 
 def _authenticate(raw_key: str) -> ProxyKey | None:

@@ -19,6 +19,11 @@ try finds a working connection or waits for a new one. A connection the server h
 on since it was handed back (a quiet socket: a server that ends a session says so and closes it)
 is lent without the test's round trip.
 
+A thread that looks something up and then waits on a stream for minutes (the proxies' routes)
+hands its connection back first (:func:`handed_back`): a pooled connection kept by such a thread
+is one the pool no longer has, and is never handed back if the stream is cut off (a server
+shutting down cancels its requests before Django's end-of-request signal).
+
 This module imports no models: the log filter is named in ``settings.LOGGING``, which is
 configured before Django's apps are loaded.
 """
@@ -28,7 +33,11 @@ from __future__ import annotations
 import logging
 import select
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+from django.db import connection as default_connection
 
 # A record this long (characters of a body) makes the connection that carried it not worth
 # keeping: its buffers would stay at least this size.
@@ -50,6 +59,18 @@ def discard_connection(connection: Any) -> None:
         _discarded.add(raw)
         raw.close()  # returned closed: psycopg_pool drops it and opens a replacement
     connection.close()
+
+
+@contextmanager
+def handed_back() -> Iterator[None]:
+    """Run the block, then close (hand back to the pool) the default connection if the block
+    opened it, outside a transaction. A connection the thread already held is left as it was."""
+    opened_here = default_connection.connection is None
+    try:
+        yield
+    finally:
+        if opened_here and not default_connection.in_atomic_block:
+            default_connection.close()
 
 
 def connection_usable(conn: Any) -> bool:

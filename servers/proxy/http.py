@@ -45,6 +45,7 @@ from conversations.proxy.forward import HOP_BY_HOP
 from conversations.proxy.keys import authenticate
 from conversations.proxy.models import ProxyKey
 from conversations.proxy.recording import record_mcp
+from conversations.record.connections import handed_back
 from servers.models import McpServer
 from servers.proxy.pairing import HOST, SERVER, TOO_DEEP, Pairer, Shared, cut, read_json
 from servers.proxy.sse import Event, EventReader
@@ -88,14 +89,20 @@ def route_resolve(
     request: HttpRequest, *, raw_key: str, server_name: str, transport: str
 ) -> Route | HttpResponse:
     """The route of a proxied request, or the answer that refuses it: 401 for an unknown or revoked
-    key, 404 for a server the key's user may not see or that does not speak ``transport``."""
-    key = authenticate(raw_key)
-    if key is None:
-        return HttpResponse("proxy: unknown or revoked proxy key\n", status=401, content_type="text/plain")
-    try:
-        server = server_get(user=key.user, name=server_name)
-    except McpServer.DoesNotExist:
-        server = None
+    key, 404 for a server the key's user may not see or that does not speak ``transport``.
+
+    The request's thread then waits on a stream that may stay open for hours: a connection this
+    opened is handed back first (``handed_back``), not when the request ends."""
+    with handed_back():
+        key = authenticate(raw_key)
+        if key is None:
+            return HttpResponse(
+                "proxy: unknown or revoked proxy key\n", status=401, content_type="text/plain"
+            )
+        try:
+            server = server_get(user=key.user, name=server_name)
+        except McpServer.DoesNotExist:
+            server = None
     if server is None or server.transport != transport or not server.url:
         return HttpResponse(
             f"proxy: no {transport} MCP server named {server_name!r} for this key\n",

@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import httpx2
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connections
 from mcp import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
@@ -25,6 +26,7 @@ from conversations.proxy.keys import create_key
 from conversations.proxy.models import ProxyKey
 from inspector.asgi import application
 from servers.models import McpServer
+from servers.proxy.http import stores_pending
 from tests.servers.proxy.http_harness import RawUpstream, everything, free_port, served
 from tests.servers.proxy.support import recorded
 from tests.support import wait_until
@@ -236,3 +238,36 @@ def test_an_oversize_body_is_passed_whole_and_recorded_cut_and_marked(app_url: s
     assert any("cut" in row.request_body and f"{len(body):,}" in row.request_body for row in rows), [
         (row.label, row.request_body[-200:], row.response_body[-200:]) for row in rows
     ]
+
+
+def _lent(pool: Any) -> int:
+    stats = pool.get_stats()
+    return int(stats["pool_size"] - stats["pool_available"])
+
+
+@pytest.mark.postgres
+def test_an_open_stream_holds_no_pooled_connection(app_url: str) -> None:
+    """A host's GET stream may stay open for hours: the route is resolved in the database, and the
+    connection that took is handed back before the stream starts, not when it ends (a pool of
+    twenty would otherwise be used up by twenty open streams)."""
+    key, raw = _key()
+    fake = RawUpstream()
+    fake.hold = True
+    pool = cast(Any, connections["default"]).pool
+    streams = {
+        "http": b'data: {"jsonrpc":"2.0","method":"notifications/message","params":{"data":"first"}}\n\n',
+        "sse": b"event: endpoint\ndata: /messages?sessionId=first\n\n",
+    }
+    with served(fake) as upstream:
+        _server("raw", f"{upstream}/mcp")
+        for transport, first in streams.items():
+            McpServer.objects.filter(name="raw").update(transport=transport)
+            fake.parts = [first]
+            before = _lent(pool)
+            path = "mcp" if transport == "http" else "sse"
+            with httpx.stream("GET", f"{app_url}/proxy/{raw}/{path}/raw", timeout=30) as answer:
+                assert answer.status_code == 200 and b"first" in next(answer.iter_raw())
+                # What passed is stored in threads that hand their connection back when done.
+                assert wait_until(lambda: stores_pending() == 0, 15)
+                assert _lent(pool) == before, f"an open {transport} stream holds a pooled connection"
+        fake.release.set()
