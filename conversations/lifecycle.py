@@ -146,6 +146,7 @@ class _Watcher:
         self.lock = threading.Lock()
         self.reaping = False
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
         # When the last beat and the last check were (monotonic); each is due its interval later,
         # as the settings say now.
         self._last_beat = float("-inf")
@@ -171,12 +172,23 @@ class _Watcher:
     def ensure_thread(self) -> None:
         with self.lock:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="turn-lifecycle", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._loop, args=(self._stopping,), name="turn-lifecycle", daemon=True
+                )
                 self._thread.start()
 
-    def _loop(self) -> None:
-        while True:
-            time.sleep(settings.TURN_CANCEL_POLL_SECONDS)
+    def stop(self, timeout: float) -> None:
+        """End the thread after its current pass (waiting up to ``timeout`` seconds for it); a
+        later ``watch`` starts a new one."""
+        with self.lock:
+            thread, self._thread = self._thread, None
+            stopping, self._stopping = self._stopping, threading.Event()
+        stopping.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _loop(self, stopping: threading.Event) -> None:
+        while not stopping.wait(settings.TURN_CANCEL_POLL_SECONDS):
             try:
                 self.tick()
             except Exception:  # the thread must outlive a database outage
@@ -300,6 +312,16 @@ def turn_signal_local(*, turn_id: int, by: str) -> bool:
         return False
     signal.stop(kind=CANCEL, by=by, reason=f"cancelled by {by or 'a user'}")
     return True
+
+
+def lifecycle_stop(*, timeout: float = 10.0) -> None:
+    """Stop this process's lifecycle thread (beats, cancel polls, stale checks) after its current
+    pass: before its database goes away (a test run's end), where it would otherwise go on
+    trying and logging every second. Turns still watched are no longer beaten."""
+    with _watcher_lock:
+        watcher = _watcher
+    if watcher is not None:
+        watcher.stop(timeout)
 
 
 def lifecycle_start() -> bool:

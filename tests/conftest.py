@@ -268,8 +268,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
     """pytest-django's, and before the test database is dropped: a warning for each session of
-    it still open in this process's other threads, naming where it was taken."""
+    it still open in this process's other threads, naming where it was taken. The turn
+    lifecycle thread is stopped first: it would go on checking a database that is gone."""
     yield
+    from conversations.lifecycle import lifecycle_stop
+
+    lifecycle_stop()
     database = connections["default"]
     if database.vendor != "postgresql":
         return

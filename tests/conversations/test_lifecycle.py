@@ -23,7 +23,7 @@ from django.utils import timezone
 from pytest_django.fixtures import Settings
 
 from conversations.execution import turns_resume_queued
-from conversations.lifecycle import turn_claim, turn_unwatch, turn_watch, turns_reap_stale
+from conversations.lifecycle import lifecycle_stop, turn_claim, turn_unwatch, turn_watch, turns_reap_stale
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.record.recording import TurnRecorder
 from conversations.record.verification import conversation_verify
@@ -180,6 +180,29 @@ def test_a_running_turn_keeps_heart_beating_while_other_turns_start_all_the_time
     finally:
         turn_unwatch(turn_id=turn.pk)
     assert beat
+
+
+def _lifecycle_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "turn-lifecycle"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_lifecycle_thread_stops_when_told_and_a_later_turn_starts_it_again(
+    alice: User, fast_lifecycle: Settings
+) -> None:
+    turn = _running(alice, beat_seconds_ago=30)
+    turn_watch(turn_id=turn.pk)
+    try:
+        assert _lifecycle_threads()
+        lifecycle_stop()
+        # Stopped after its pass: no thread left checking a database that may be going away.
+        assert not _lifecycle_threads()
+        before = Turn.objects.get(pk=turn.pk).heartbeat_at
+        turn_watch(turn_id=turn.pk)
+        assert len(_lifecycle_threads()) == 1
+        assert wait_until(lambda: Turn.objects.get(pk=turn.pk).heartbeat_at != before, 5)
+    finally:
+        turn_unwatch(turn_id=turn.pk)
 
 
 @pytest.mark.django_db
