@@ -83,8 +83,8 @@ def test_the_fast_path_binds_every_rows_values_on_the_server(
 
 @pytest.mark.parametrize("rows", [3, COPY_FROM_ROWS], ids=["pipelined", "copied"])
 def test_a_field_that_sets_its_value_before_saving_still_does(rows: int) -> None:
-    """The fast path reads most values straight from the row (their fields keep
-    ``Field.pre_save``); a field that sets its own (``auto_now_add``) is still asked."""
+    """Each value is the field's ``pre_save`` of the new row, as the ORM's own insert asks: a
+    field that sets its own (``auto_now_add``) does."""
     before = datetime.now(UTC)
     rules = [RedactionRule(name=f"rule-{n}", pattern="x") for n in range(rows)]
     assert all(rule.created_at is None for rule in rules)
