@@ -14,10 +14,9 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from django.db import connection, connections, transaction
-from django.db.models import Field, Model
+from django.db import transaction
 
 from conversations import events
 from conversations.escaping import storable_json, storable_text
@@ -28,6 +27,7 @@ from conversations.proxy.models import ProxySession
 from conversations.record.exchanges import exchange_rows
 from conversations.record.integrity import GENESIS, Grown, exchange_digest, integrity_key, turn_seal
 from conversations.record.recording import turn_end_save
+from conversations.record.starting import starting_points
 from conversations.record.store import Batch, model_row, record_store
 from conversations.redaction import Redactor
 
@@ -172,62 +172,16 @@ class _Start:
 
 def _starting_points(turn: Turn, *, steps: int, exchanges: int) -> _Start:
     """``_Start`` for ``steps`` new steps and ``exchanges`` new exchanges of ``turn``, in one
-    query (on PostgreSQL the ids from each table's own sequence: those the database would have
-    given the rows)."""
-    reserve = connection.vendor == "postgresql"
-    conversation, seq = turn.conversation_id, turn.seq
-    params = [
-        turn.pk,
-        turn.pk,
-        conversation,
-        seq,
-        conversation,
-        seq,
-        *([steps, exchanges] if reserve else []),
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(_starting_points_sql(connection.alias, with_ids=reserve), params)
-        found = cursor.fetchone()
-    if found is None:
-        raise RuntimeError("the starting points' query returned no row")
-    last_step, last_exchange, head, later, *ids = found
-    step_ids, exchange_ids = ([int(pk) for pk in got] for got in ids) if reserve else ([], [])
-    return _Start(last_step or 0, last_exchange or 0, head, bool(later), step_ids, exchange_ids)
-
-
-@functools.cache
-def _starting_points_sql(alias: str, *, with_ids: bool) -> str:
-    """The statement of ``_starting_points``, made once per database. Its parameters: the turn's
-    id twice, its conversation's id and seq twice, then with ``with_ids`` how many step and
-    exchange ids to reserve. The head is the hash of the last exchange, in chain order, of the
-    turn and the turns before it."""
-    quote = connections[alias].ops.quote_name
-
-    def column(model: type[Model], name: str) -> str:
-        return quote(str(cast("Field[Any, Any]", model._meta.get_field(name)).column))
-
-    steps, exchanges, turns = (quote(model._meta.db_table) for model in (Step, Exchange, Turn))
-    seq, turn_of = column(Turn, "seq"), column(Turn, "conversation")
-    reserved = ""
-    if with_ids:
-        reserved = "".join(
-            f", ARRAY(SELECT nextval(pg_get_serial_sequence('{table}', '{model._meta.pk.column}'))"
-            " FROM generate_series(1, %s))"
-            for table, model in ((steps, Step), (exchanges, Exchange))
-        )
-    head = (
-        f"SELECT e.{column(Exchange, 'hash')} FROM {exchanges} e"
-        f" INNER JOIN {turns} t ON t.{column(Turn, 'id')} = e.{column(Exchange, 'turn')}"
-        f" WHERE t.{turn_of} = %s AND t.{seq} <= %s"
-        f" ORDER BY t.{seq} DESC, e.{column(Exchange, 'seq')} DESC, e.{column(Exchange, 'id')} DESC LIMIT 1"
-    )
-    return (
-        f"SELECT (SELECT {column(Step, 'seq')} FROM {steps} WHERE {column(Step, 'turn')} = %s"
-        f" ORDER BY {column(Step, 'seq')} DESC LIMIT 1),"
-        f" (SELECT {column(Exchange, 'seq')} FROM {exchanges} WHERE {column(Exchange, 'turn')} = %s"
-        f" ORDER BY {column(Exchange, 'seq')} DESC LIMIT 1),"
-        f" ({head}),"
-        f" EXISTS (SELECT 1 FROM {turns} WHERE {turn_of} = %s AND {seq} > %s){reserved}"
+    query (``record.starting``). The head is the hash of the last exchange, in chain order, of
+    the turn and the turns before it."""
+    found = starting_points(turn, head_up_to_turn=True, later=True, step_ids=steps, exchange_ids=exchanges)
+    return _Start(
+        found["last_step"],
+        found["last_exchange"],
+        found["head"],
+        bool(found["later"]),
+        found["step_ids"],
+        found["exchange_ids"],
     )
 
 

@@ -54,7 +54,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import QuerySet
 
 from conversations.models import AuditEvent, Conversation, Exchange, Step, Turn
 from conversations.record.store import Batch, record_store
@@ -591,16 +590,6 @@ def conversation_rechain(*, conversation: Conversation, actor_name: str) -> None
         turn.conversation = conversation
         if turn.is_finished:
             turn_seal(turn=turn, actor_name=actor_name)
-
-
-def chain_head_query(conversation_id: int) -> QuerySet[Exchange, str]:
-    """The hash of the conversation's latest exchange, as a query (at most one value): usable
-    as a subquery, so a turn's recorder reads it with its other starting points at once."""
-    return (
-        Exchange.objects.filter(turn__conversation_id=conversation_id)
-        .order_by("-turn__seq", "-seq", "-id")
-        .values_list("hash", flat=True)[:1]
-    )
 
 
 # --- signed manifests (exports) -------------------------------------------------------------------

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from conversations import events
@@ -54,11 +54,11 @@ from conversations.record.exchanges import exchange_rows, release_connection, re
 from conversations.record.integrity import (
     GENESIS,
     Grown,
-    chain_head_query,
     exchange_digest,
     integrity_key,
     turn_seal,
 )
+from conversations.record.starting import starting_points
 from conversations.record.store import Batch, FenceRefused, model_row, record_store
 from conversations.record.writer import process_writer
 from conversations.redaction import Redactor
@@ -446,38 +446,14 @@ def _reserve_ids(model: type[Step], count: int) -> list[int]:
 
 def _starting_points(turn: Turn, ids: int = 0) -> tuple[int, int, str | None, list[int]]:
     """The turn's last step and exchange numbers, the hash of the conversation's latest
-    exchange (``integrity.chain_head_query``) and ``ids`` fresh step ids (PostgreSQL: as
-    ``_reserve_ids`` gives them), in one query: every turn reads them, and the first steps it
-    opens need no round trip of their own for their ids."""
-    reserve = ids if connection.vendor == "postgresql" else 0
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _starting_points_sql(connection.alias, with_ids=bool(reserve)),
-            [turn.pk, turn.pk, turn.conversation_id, *([reserve] if reserve else [])],
-        )
-        row = cursor.fetchone()
-    if not row:
+    exchange and ``ids`` fresh step ids (PostgreSQL: as ``_reserve_ids`` gives them), in one
+    query (``record.starting``): every turn reads them, and the first steps it opens need no
+    round trip of their own for their ids. A turn that is gone has none of them."""
+    try:
+        found = starting_points(turn, step_ids=ids)
+    except Turn.DoesNotExist:
         return 0, 0, None, []
-    return row[0] or 0, row[1] or 0, row[2], [int(pk) for pk in row[3]] if reserve else []
-
-
-@functools.cache
-def _starting_points_sql(alias: str, *, with_ids: bool) -> str:
-    """The statement of ``_starting_points``, made once per database (its parameters: the turn's
-    id twice, then its conversation's, then with ``with_ids`` how many step ids to reserve)."""
-    quote = connections[alias].ops.quote_name
-    steps, exchanges = quote(Step._meta.db_table), quote(Exchange._meta.db_table)
-    head, params = chain_head_query(0).query.sql_with_params()
-    if list(params) != [0]:
-        raise RuntimeError(f"the chain head query takes the conversation's id alone, not {params}")
-    reserved = ""
-    if with_ids:
-        sequence = f"pg_get_serial_sequence('{quote(Step._meta.db_table)}', '{Step._meta.pk.column}')"
-        reserved = f", ARRAY(SELECT nextval({sequence}) FROM generate_series(1, %s))"
-    return (
-        f"SELECT (SELECT seq FROM {steps} WHERE turn_id = %s ORDER BY seq DESC LIMIT 1),"
-        f" (SELECT seq FROM {exchanges} WHERE turn_id = %s ORDER BY seq DESC LIMIT 1), ({head}){reserved}"
-    )
+    return found["last_step"], found["last_exchange"], found["head"], found["step_ids"]
 
 
 class TurnRecorder:
