@@ -41,7 +41,7 @@ def _frame_name(frame: str) -> str:
     path = where.rstrip(")").rsplit(":", 1)[0]
     if "site-packages/" in path:
         path = path.split("site-packages/", 1)[1]
-    elif "/work/" in path or path.startswith("/"):
+    elif path.startswith("/"):
         for marker in PROJECT_DIRS:
             if marker in path:
                 path = marker + path.split(marker, 1)[1]

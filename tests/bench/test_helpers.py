@@ -85,9 +85,9 @@ def test_the_fake_model_counts_only_the_tool_results_of_the_current_question() -
 
 def test_a_profile_summary_puts_samples_in_areas_and_project_functions() -> None:
     collapsed = (
-        "MainThread;turn_run (/work/main/conversations/runner.py:1);_send (/work/main/inspector/live.py:2);"
+        "MainThread;turn_run (/srv/inspector/conversations/runner.py:1);_send (/srv/inspector/inspector/live.py:2);"
         "__call__ (/x/site-packages/asgiref/sync.py:3) 3\n"
-        "MainThread;turn_run (/work/main/conversations/runner.py:1);execute (/x/site-packages/psycopg/cursor.py:4) 1\n"
+        "MainThread;turn_run (/srv/inspector/conversations/runner.py:1);execute (/x/site-packages/psycopg/cursor.py:4) 1\n"
     )
     result = summarise(collapsed)
     assert result["samples"] == 4
