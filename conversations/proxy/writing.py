@@ -179,7 +179,7 @@ def _starting_points(turn: Turn, *, steps: int, exchanges: int) -> _Start:
         found["last_step"],
         found["last_exchange"],
         found["head"],
-        bool(found["later"]),
+        found["later"],
         found["step_ids"],
         found["exchange_ids"],
     )

@@ -47,6 +47,7 @@ from django.db.models import Field, Model
 from psycopg import Connection, Cursor, sql
 
 from conversations.models import Turn
+from conversations.record.starting import NEXT_IDS, next_ids_params
 from conversations.record.store import (
     Batch,
     FenceRefused,
@@ -186,10 +187,7 @@ def _insert(cursor: Cursor[Any], db: BaseDatabaseWrapper, rows: Sequence[Model])
     model = type(rows[0])
     copied = _copied(Insert(rows))
     if copied and rows[0].pk is None:
-        cursor.execute(
-            "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
-            [db.ops.quote_name(model._meta.db_table), model._meta.pk.column, len(rows)],
-        )
+        cursor.execute(NEXT_IDS, next_ids_params(model, len(rows), alias=db.alias))
         for row, (pk,) in zip(rows, cursor.fetchall(), strict=True):
             row.pk = pk
     with_ids = rows[0].pk is not None

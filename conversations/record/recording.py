@@ -58,7 +58,7 @@ from conversations.record.integrity import (
     integrity_key,
     turn_seal,
 )
-from conversations.record.starting import starting_points
+from conversations.record.starting import NEXT_IDS, next_ids_params, starting_points
 from conversations.record.store import Batch, FenceRefused, model_row, record_store
 from conversations.record.writer import process_writer
 from conversations.redaction import Redactor
@@ -434,13 +434,8 @@ def _big(record: WireExchange) -> bool:
 
 def _reserve_ids(model: type[Step], count: int) -> list[int]:
     """``count`` fresh ids from the table's own sequence (the ids the database would have given)."""
-    table = model._meta.db_table
-    column = model._meta.pk.column
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
-            [connection.ops.quote_name(table), column, count],
-        )
+        cursor.execute(NEXT_IDS, next_ids_params(model, count))
         return [int(row[0]) for row in cursor.fetchall()]
 
 

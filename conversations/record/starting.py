@@ -34,15 +34,20 @@ _VALUES = ("turn", "conversation", "seq", "step_ids", "exchange_ids")
 _STAND_INS = {name: 2_147_483_000 + n for n, name in enumerate(_VALUES)}
 
 
+# ``count`` fresh ids of a table from its own sequence (the ids the database would have given its
+# next rows); its parameters are ``next_ids_params``.
+NEXT_IDS = "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)"
+
+
+def next_ids_params(model: type[Model], count: Any, *, alias: str = "default") -> list[Any]:
+    """The parameters of ``NEXT_IDS`` for ``count`` ids of ``model``'s table."""
+    return [connections[alias].ops.quote_name(model._meta.db_table), model._meta.pk.column, count]
+
+
 def reserved_ids(model: type[Model], count: Any) -> RawSQL:
-    """``count`` fresh ids of ``model``'s table (a list), from the table's own sequence:
-    PostgreSQL only (psycopg reads its array as a list)."""
-    table = connections["default"].ops.quote_name(model._meta.db_table)
-    return RawSQL(
-        "ARRAY(SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s))",
-        [table, model._meta.pk.column, count],
-        output_field=Field(),
-    )
+    """``count`` fresh ids of ``model``'s table (a list) as an expression: PostgreSQL only
+    (psycopg reads its array as a list)."""
+    return RawSQL(f"ARRAY({NEXT_IDS})", next_ids_params(model, count), output_field=Field())
 
 
 class Shape(NamedTuple):
