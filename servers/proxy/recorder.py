@@ -2,15 +2,16 @@
 
 The byte pumps only ``tap`` what they forwarded (never a wait); everything else — splitting
 lines, pairing, storing, spooling — happens in the recorder's own process (``manage.py proxy
-stdio``: ``start(own_process=True)``) or in a thread of the proxy's process (as inside a test). In its own process the recorder's CPU is not the pumps'
-interpreter's: ``tap`` writes the chunk, framed, to a pipe (one non-blocking write; what the
-pipe cannot take at once waits in memory and goes when it can), and a thread of the recorder's
-process reads the frames into the queue a thread recorder is fed by directly. The recorder's
-process ignores the signals a terminal sends its process group and ends when the pipe does (the
-proxy closed it, or died): it records what it was sent first, so a proxy killed after passing
-bytes on does not lose their record. Memory is bounded: past ``queue_limit`` bytes waiting (in
-the queue, or for the pipe) a chunk is not kept, only counted, and the record of the line it
-belonged to says how much was not kept.
+stdio``: ``start(own_process=True)``) or in a thread of the proxy's process (as inside a test).
+In its own process the recorder's CPU is not the pumps' interpreter's, and it runs nicer than the
+proxy (``RECORDER_NICENESS``): ``tap`` writes the chunk, framed, to a pipe (one non-blocking
+write; what the pipe cannot take at once waits in memory and goes when it can), and a thread of
+the recorder's process reads the frames into the queue a thread recorder is fed by directly. The
+recorder's process ignores the signals a terminal sends its process group and ends when the pipe
+does (the proxy closed it, or died): it records what it was sent first, so a proxy killed after
+passing bytes on does not lose their record. Memory is bounded: past ``queue_limit`` bytes
+waiting (in the queue, or for the pipe) a chunk is not kept, only counted, and the record of the
+line it belonged to says how much was not kept.
 
 Storing: ``store(session, server_name, records)`` (``record_mcp`` in production) raises
 ``django.db.Error`` when the database is unreachable; the records then go to the spool, and the
@@ -60,6 +61,11 @@ _STREAMS = {code: stream for stream, code in _CODES.items()}
 _COUNTED_ONLY = 0x80
 # What the pipe to the recorder's process holds before a write has to wait (Linux: F_SETPIPE_SZ).
 PIPE_BYTES = 1 << 20
+# How much nicer than the proxy its recorder's process runs (Linux ``nice``): where the cores are
+# busy, the host, the pumps and the server, which a round trip waits for in turn, go first, and
+# recording catches up in their gaps (decision 0550). Its share of a busy core shrinks, never to
+# nothing (no starvation, unlike ``SCHED_IDLE``).
+RECORDER_NICENESS = 10
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Failures logged one by one; past this many, one in every ``_LOG_EVERY`` (a hostile peer must not
 # flood the host's log).
@@ -295,6 +301,9 @@ class Recorder:
     def _child_main(self, read_end: int) -> None:
         for number in _SIGNALS:
             signal.signal(number, signal.SIG_IGN)
+        # Before its threads start: they inherit it.
+        with contextlib.suppress(OSError):
+            os.nice(RECORDER_NICENESS)
         # The host's stdin and stdout are the proxy's alone: the host sees the proxy's stdout end
         # when the proxy ends, not when its recorder does.
         quiet = os.open(os.devnull, os.O_RDWR)

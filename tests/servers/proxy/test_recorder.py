@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from servers.proxy.recorder import RECORDER_NICENESS
 from tests.servers.proxy.support import REPO
 from tests.support import wait_until
 
@@ -29,7 +30,8 @@ out, var, kill = sys.argv[1], sys.argv[2], sys.argv[3] == "kill"
 def store(session, server_name, records):
     with open(out, "a") as kept:
         for record in records:
-            kept.write(json.dumps({"pid": os.getpid(), "label": record.label,
+            kept.write(json.dumps({"pid": os.getpid(), "nice": os.getpriority(os.PRIO_PROCESS, 0),
+                                   "label": record.label,
                                    "size": len(record.request_body) + len(record.response_body)}) + "\\n")
 
 from pathlib import Path
@@ -37,7 +39,8 @@ recorder = Recorder(store=store, spool=Spool(Path(var), "tci_test-key"),
                     pairer=Pairer(line_limit=10_000_000, body_limit=10_000_000),
                     session=None, server_name="tee")
 recorder.start(own_process=True)
-print(json.dumps({"pid": os.getpid(), "own": recorder.in_own_process}), flush=True)
+print(json.dumps({"pid": os.getpid(), "own": recorder.in_own_process,
+                  "nice": os.getpriority(os.PRIO_PROCESS, 0)}), flush=True)
 recorder.tap(HOST, b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t"}}\\n')
 recorder.tap(SERVER, b'{"jsonrpc":"2.0","id":1,"result":{"content":[]}}\\n')
 recorder.tap(HOST, b'{"jsonrpc":"2.0","id":2,"method":"ping"}\\n')
@@ -83,6 +86,14 @@ def test_a_recorder_of_its_own_records_in_another_process_and_has_finished_when_
     assert printed[0]["pid"] not in {record["pid"] for record in records}
     # The chunk larger than the pipe holds at once went whole.
     assert records[2]["size"] == 3_000_000
+
+
+def test_the_recorders_process_is_nicer_than_the_proxy(tmp_path: Path) -> None:
+    """Where the cores are busy, the host, the pumps and the server go first (decision 0550)."""
+    printed, records = _run(tmp_path, "finish")
+
+    assert printed[0]["nice"] < 19  # else nothing could be nicer
+    assert {record["nice"] for record in records} == {min(19, printed[0]["nice"] + RECORDER_NICENESS)}
 
 
 def test_what_a_killed_proxy_had_passed_on_is_still_recorded(tmp_path: Path) -> None:
