@@ -24,7 +24,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from conversations.loop.wire import WireExchange, decode_body
 
@@ -62,6 +62,23 @@ class SharedPending(Protocol):
     def put(self, key: str, entry: Shared) -> None: ...
 
     def pop(self, key: str) -> Shared | None: ...
+
+
+class Dropped(NamedTuple):
+    """A chunk that passed while the recorder was behind: not kept, only described, so that the
+    lines it ended still end where they did."""
+
+    size: int
+    first: int = -1  # the index of its first newline (-1: it has none)
+    last: int = -1  # the index of its last newline
+    newlines: int = 0
+
+    @classmethod
+    def of(cls, data: bytes) -> Dropped:
+        first = data.find(b"\n")
+        if first < 0:
+            return cls(len(data))
+        return cls(len(data), first, data.rfind(b"\n"), data.count(b"\n"))
 
 
 @dataclass
@@ -112,16 +129,35 @@ class Pairer:
             self._lines[stream] = line = _Line()
             start = end + 1
 
-    def lost(self, stream: str, size: int) -> None:
-        """``size`` bytes passed on ``stream`` that the recorder could not keep (it was behind)."""
+    def lost(self, stream: str, dropped: Dropped) -> None:
+        """A chunk passed on ``stream`` that the recorder could not keep (it was behind): the line
+        it continued ends at its first newline, the whole lines inside it are recorded as one
+        note of what passed, and what follows its last newline starts the next line."""
         if stream == STDERR:
             self._local(
-                "stderr", "", f"{size:,} bytes of stderr passed while the recorder was behind; not kept"
+                "stderr",
+                "",
+                f"{dropped.size:,} bytes of stderr passed while the recorder was behind; not kept",
             )
             return
         line = self._lines.setdefault(stream, _Line())
-        line.gap += size
-        line.total += size
+        if dropped.first < 0:
+            line.gap += dropped.size
+            line.total += dropped.size
+            return
+        line.gap += dropped.first
+        line.total += dropped.first
+        self._safe_line(stream, line, ended=True)
+        if dropped.newlines > 1:
+            whole = dropped.newlines - 1
+            self._local(
+                self.not_json[stream != HOST],
+                "",
+                f"{whole:,} line{'s' if whole > 1 else ''} ({dropped.last - dropped.first - 1:,} bytes) "
+                f"passed while the recorder was behind and {'are' if whole > 1 else 'is'} not kept",
+            )
+        rest = dropped.size - dropped.last - 1
+        self._lines[stream] = _Line(total=rest, gap=rest)
 
     def settle(self, record: WireExchange, *, body: str, error: str, status: str = "error") -> None:
         """``record``'s request will get no JSON-RPC response this way (its HTTP answer was an error,

@@ -10,8 +10,9 @@ the recorder's process reads the frames into the queue a thread recorder is fed 
 recorder's process ignores the signals a terminal sends its process group and ends when the pipe
 does (the proxy closed it, or died): it records what it was sent first, so a proxy killed after
 passing bytes on does not lose their record. Memory is bounded: past ``queue_limit`` bytes
-waiting (in the queue, or for the pipe) a chunk is not kept, only counted, and the record of the
-line it belonged to says how much was not kept.
+waiting (in the queue, or for the pipe) a chunk is not kept, only described (``Dropped``: its
+size and where its newlines were), so the lines it ended still end there, and the record of each
+line it touched says how much was not kept.
 
 Storing: ``store(session, server_name, records)`` (``record_mcp`` in production) raises
 ``django.db.Error`` when the database is unreachable; the records then go to the spool, and the
@@ -45,17 +46,21 @@ from django.db import InterfaceError, OperationalError, connections
 
 from conversations.escaping import escaped_text
 from conversations.loop.wire import WireExchange
-from servers.proxy.pairing import HOST, SERVER, STDERR, Pairer, failure
+from servers.proxy.pairing import HOST, SERVER, STDERR, Dropped, Pairer, failure
 from servers.proxy.spool import Spool, redacted
 
 Store = Callable[[str | None, str, Sequence[WireExchange]], object]
 FLUSH_SECONDS = 0.2
 FIRST_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
-_END = ("", None, 0)
-# A frame on the pipe to the recorder's process: the stream's code (high bit: a chunk only
-# counted, not sent), the chunk's length, then the chunk.
+# What the queue carries: a stream's chunk kept, or (no bytes) the description of one not kept.
+_Item = tuple[str, bytes | None, Dropped]
+_KEPT = Dropped(0)
+_END: _Item = ("", None, _KEPT)
+# A frame on the pipe to the recorder's process: the stream's code (high bit: a chunk not kept,
+# only described), the length of what follows, then the chunk (or its description).
 _FRAME = struct.Struct(">BI")
+_DROPPED = struct.Struct(">Qqqq")
 _CODES = {HOST: 1, SERVER: 2, STDERR: 3}
 _STREAMS = {code: stream for stream, code in _CODES.items()}
 _COUNTED_ONLY = 0x80
@@ -141,7 +146,7 @@ class Recorder:
         self.failures = 0  # failures while recording, each logged (see _LOG_FIRST)
         self.lost = 0  # records that could be neither stored nor kept on disk
         self.refused = False
-        self._queue: queue.SimpleQueue[tuple[str, bytes | None, int]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._queued = 0
         self._lock = threading.Lock()
         self._down = False
@@ -178,7 +183,7 @@ class Recorder:
             keep = self._queued + len(data) <= self.queue_limit
             if keep:
                 self._queued += len(data)
-        self._queue.put((stream, data, 0) if keep else (stream, None, len(data)))
+        self._queue.put((stream, data, _KEPT) if keep else (stream, None, Dropped.of(data)))
 
     def finish(self, timeout: float) -> bool:
         """The session ended: record what is left. False if that took longer than ``timeout``."""
@@ -211,7 +216,9 @@ class Recorder:
     def _send(self, stream: str, data: bytes) -> None:
         assert self._pipe is not None
         if len(self._backlog) + len(data) > self.queue_limit:
-            head, data = _FRAME.pack(_CODES[stream] | _COUNTED_ONLY, len(data)), b""
+            # Not kept, but where its newlines were is: the lines it ended end there.
+            data = _DROPPED.pack(*Dropped.of(data))
+            head = _FRAME.pack(_CODES[stream] | _COUNTED_ONLY, len(data))
         else:
             head = _FRAME.pack(_CODES[stream], len(data))
         if self._backlog:
@@ -338,15 +345,15 @@ class Recorder:
                 stream = _STREAMS.get(code & ~_COUNTED_ONLY & 0xFF)
                 if stream is None:
                     break
-                if code & _COUNTED_ONLY:
-                    self._queue.put((stream, None, size))
-                    continue
                 data = pipe.read(size)
                 if len(data) < size:
                     break
+                if code & _COUNTED_ONLY:
+                    self._queue.put((stream, None, Dropped(*_DROPPED.unpack(data))))
+                    continue
                 with self._lock:
                     self._queued += size
-                self._queue.put((stream, data, 0))
+                self._queue.put((stream, data, _KEPT))
 
     def _run(self) -> None:
         self._retry()  # what an earlier proxy of this key left in the spool
@@ -388,10 +395,10 @@ class Recorder:
         if self._down:
             self._retry()
 
-    def _feed(self, item: tuple[str, bytes | None, int]) -> None:
-        stream, data, lost = item
+    def _feed(self, item: _Item) -> None:
+        stream, data, dropped = item
         if data is None:
-            self.pairer.lost(stream, lost)
+            self.pairer.lost(stream, dropped)
             return
         with self._lock:
             self._queued -= len(data)

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from servers.proxy.recorder import RECORDER_NICENESS
 from tests.servers.proxy.support import REPO
 from tests.support import wait_until
@@ -101,3 +103,62 @@ def test_what_a_killed_proxy_had_passed_on_is_still_recorded(tmp_path: Path) -> 
 
     assert len(printed) == 1  # the proxy died before finishing
     assert [record["label"] for record in records] == ["tools/call", "ping"]
+
+
+# A chunk larger than the recorder may hold is passed on but not kept: only its description
+# reaches the recorder. The newlines in it still end the lines they ended.
+DROPPED_SCRIPT = """
+import json, sys
+import django
+django.setup()
+from pathlib import Path
+from servers.proxy.pairing import HOST, SERVER, Pairer
+from servers.proxy.recorder import Recorder
+from servers.proxy.spool import Spool
+out, var, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+
+def store(session, server_name, records):
+    with open(out, "a") as kept:
+        for record in records:
+            kept.write(json.dumps({"label": record.label, "error": record.error}) + "\\n")
+
+recorder = Recorder(store=store, spool=Spool(Path(var), "tci_test-key"),
+                    pairer=Pairer(line_limit=10_000, body_limit=10_000),
+                    session=None, server_name="tee", queue_limit=1000)
+recorder.start(own_process=mode == "own")
+print(json.dumps({"own": recorder.in_own_process}), flush=True)
+big = b'{"jsonrpc":"2.0","method":"notifications/big","params":{"x":"' + b"x" * 2000 + b'"}}\\n'
+recorder.tap(HOST, big + b'{"jsonrpc":"2.0","id":7,"method":"ping"}\\n{"jsonrpc":')
+recorder.tap(HOST, b'"2.0","method":"notifications/cut"}\\n')
+recorder.tap(SERVER, b'{"jsonrpc":"2.0","id":7,"result":{}}\\n')
+recorder.tap(HOST, b'{"jsonrpc":"2.0","method":"notifications/after"}\\n')
+print(json.dumps({"finished": recorder.finish(30)}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["own", "thread"])
+def test_a_chunk_too_large_to_keep_still_ends_its_lines_so_the_next_messages_are_read(
+    tmp_path: Path, mode: str
+) -> None:
+    out = tmp_path / "records.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VAR_DIR": str(tmp_path / "var")}
+    env.setdefault("DJANGO_SETTINGS_MODULE", "inspector.settings")
+    done = subprocess.run(
+        [sys.executable, "-c", DROPPED_SCRIPT, str(out), str(tmp_path / "var"), mode],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    printed = [json.loads(line) for line in done.stdout.splitlines()]
+    assert printed == [{"own": mode == "own"}, {"finished": True}], done.stderr[-2000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+
+    labels = [record["label"] for record in records]
+    assert "notifications/after" in labels, records
+    assert "response to unknown id" in labels  # its ping passed in the chunk not kept
+    behind = [record["error"] for record in records if "recorder was behind" in record["error"]]
+    assert any("2,064 bytes of it passed" in error for error in behind), behind
+    assert any("1 line (40 bytes) passed" in error for error in behind), behind
+    assert any("11 bytes of it passed" in error for error in behind), behind
