@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any, cast
 
@@ -17,6 +18,7 @@ import httpx2
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connections
+from django.test import RequestFactory
 from mcp import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
@@ -26,7 +28,7 @@ from conversations.proxy.keys import create_key
 from conversations.proxy.models import ProxyKey
 from inspector.asgi import application
 from servers.models import McpServer
-from servers.proxy.http import stores_pending
+from servers.proxy.http import Route, route_resolve, stores_pending
 from tests.servers.proxy.http_harness import RawUpstream, everything, free_port, served
 from tests.servers.proxy.support import recorded
 from tests.support import wait_until
@@ -282,3 +284,26 @@ def test_an_open_stream_holds_no_pooled_connection(app_url: str) -> None:
             # Closed: its request has ended before the next stream is counted.
             assert wait_until(back_to_rest, 15)
         fake.release.set()
+
+
+def test_the_route_is_resolved_without_keeping_a_connection() -> None:
+    """The route is resolved in the thread that then waits on the stream for as long as it is
+    open: the connection its reads opened is closed before it returns, not when the request ends
+    (a stream cancelled by a server shutting down never ends its request)."""
+    _, raw = _key()
+    _server("raw", "http://127.0.0.1:9/mcp")
+    request = RequestFactory().get("/")
+    seen: dict[str, object] = {}
+
+    def resolve() -> None:
+        try:
+            seen["route"] = route_resolve(request, raw_key=raw, server_name="raw", transport="http")
+            seen["open"] = connections["default"].connection is not None
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=resolve)
+    thread.start()
+    thread.join(30)
+    assert isinstance(seen["route"], Route)
+    assert seen["open"] is False
