@@ -55,20 +55,24 @@ print(json.dumps({"finished": recorder.finish(30)}), flush=True)
 """
 
 
-def _run(tmp_path: Path, mode: str) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
-    out = tmp_path / "records.jsonl"
+def _script(tmp_path: Path, script: str, mode: str) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a fresh interpreter with its records file, var dir and ``mode``."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "VAR_DIR": str(tmp_path / "var")}
     env.setdefault("DJANGO_SETTINGS_MODULE", "inspector.settings")
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(out), str(tmp_path / "var"), mode],
+    return subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "records.jsonl"), str(tmp_path / "var"), mode],
         cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def _run(tmp_path: Path, mode: str) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    done = _script(tmp_path, SCRIPT, mode)
     printed = [json.loads(line) for line in done.stdout.splitlines()]
-    return printed, _records(out, 2)
+    return printed, _records(tmp_path / "records.jsonl", 2)
 
 
 def _records(out: Path, count: int) -> list[dict[str, object]]:
@@ -140,20 +144,10 @@ print(json.dumps({"finished": recorder.finish(30)}), flush=True)
 def test_a_chunk_too_large_to_keep_still_ends_its_lines_so_the_next_messages_are_read(
     tmp_path: Path, mode: str
 ) -> None:
-    out = tmp_path / "records.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "VAR_DIR": str(tmp_path / "var")}
-    env.setdefault("DJANGO_SETTINGS_MODULE", "inspector.settings")
-    done = subprocess.run(
-        [sys.executable, "-c", DROPPED_SCRIPT, str(out), str(tmp_path / "var"), mode],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _script(tmp_path, DROPPED_SCRIPT, mode)
     printed = [json.loads(line) for line in done.stdout.splitlines()]
     assert printed == [{"own": mode == "own"}, {"finished": True}], done.stderr[-2000:]
-    records = [json.loads(line) for line in out.read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
 
     labels = [record["label"] for record in records]
     assert "notifications/after" in labels, records
