@@ -63,7 +63,7 @@ _FRAME = struct.Struct(">BI")
 _DROPPED = struct.Struct(">Qqqq")
 _CODES = {HOST: 1, SERVER: 2, STDERR: 3}
 _STREAMS = {code: stream for stream, code in _CODES.items()}
-_COUNTED_ONLY = 0x80
+_NOT_KEPT = 0x80
 # What the pipe to the recorder's process holds before a write has to wait (Linux: F_SETPIPE_SZ).
 PIPE_BYTES = 1 << 20
 # How much nicer than the proxy its recorder's process runs (Linux ``nice``): where the cores are
@@ -218,7 +218,7 @@ class Recorder:
         if len(self._backlog) + len(data) > self.queue_limit:
             # Not kept, but where its newlines were is: the lines it ended end there.
             data = _DROPPED.pack(*Dropped.of(data))
-            head = _FRAME.pack(_CODES[stream] | _COUNTED_ONLY, len(data))
+            head = _FRAME.pack(_CODES[stream] | _NOT_KEPT, len(data))
         else:
             head = _FRAME.pack(_CODES[stream], len(data))
         if self._backlog:
@@ -342,13 +342,13 @@ class Recorder:
                 if len(head) < _FRAME.size:
                     break
                 code, size = _FRAME.unpack(head)
-                stream = _STREAMS.get(code & ~_COUNTED_ONLY & 0xFF)
+                stream = _STREAMS.get(code & ~_NOT_KEPT & 0xFF)
                 if stream is None:
                     break
                 data = pipe.read(size)
                 if len(data) < size:
                     break
-                if code & _COUNTED_ONLY:
+                if code & _NOT_KEPT:
                     self._queue.put((stream, None, Dropped(*_DROPPED.unpack(data))))
                     continue
                 with self._lock:
