@@ -32,6 +32,8 @@ from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+NEVER = 10.0**9  # seconds
+
 SUITE = (
     "name: resumable\nmodels: [demo]\nparadigms: [native]\nservers: [demo]\ncases:\n"
     "  - {question: 'What is 2 + 2?', expect: [{tool: demo/calculate}]}\n"
@@ -43,6 +45,10 @@ SUITE = (
 @pytest.fixture(autouse=True)
 def _embedded(settings: Settings) -> Iterator[None]:
     settings.TURN_RUNNER = "embedded"
+    # These tests call the stale checks themselves. The process's lifecycle thread, started by
+    # an earlier test of this process, runs them every TURN_REAP_SECONDS, and would take over
+    # a run whose driver died before the test's own call does.
+    settings.TURN_REAP_SECONDS = NEVER
     yield
     gateway.close_all()
 
