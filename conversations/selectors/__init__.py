@@ -54,6 +54,7 @@ from conversations.selectors.rows import (
     turn_row_counts,
     turn_rows,
     turn_rows_page,
+    turn_trace_delivery,
     turns_rows,
 )
 from conversations.selectors.search import (
@@ -138,6 +139,7 @@ __all__ = [
     "turn_rows",
     "turn_rows_page",
     "turn_search_document",
+    "turn_trace_delivery",
     "turns_rows",
     "visible_to",
 ]

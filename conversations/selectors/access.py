@@ -19,6 +19,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from conversations.models import Conversation, ProxySession, Turn
+from conversations.selectors.lone_reads import lone_conversation
 
 _Owned = TypeVar("_Owned", bound=Model)
 
@@ -81,6 +82,17 @@ def _listed(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
     )
 
 
+def conversation_query(*, public_id: UUID | str, with_owner: bool = True) -> QuerySet[Conversation]:
+    """The conversation with ``public_id``, with its model profile and (``with_owner``) its
+    owner: what ``conversation_get`` reads (as ``lone_conversation``), before access is decided."""
+    # Unordered, as ``get`` reads: one row at most (the public id is unique).
+    return (
+        Conversation.objects.filter(public_id=public_id)
+        .select_related("model_profile", *(("owner",) if with_owner else ()))
+        .order_by()
+    )
+
+
 def conversation_get(
     *, user: AbstractBaseUser | AnonymousUser, public_id: UUID | str, with_owner: bool = True
 ) -> Conversation:
@@ -99,13 +111,11 @@ def conversation_get(
     """
     if not user.is_authenticated:
         raise Conversation.DoesNotExist("no such conversation")
-    # Unordered, as ``get`` reads: one row at most (the public id is unique).
-    found = (
-        Conversation.objects.filter(public_id=public_id)
-        .select_related("model_profile", *(("owner",) if with_owner else ()))
-        .order_by()
-        .get()
-    )
+    # The read of every page, question and socket (P2): one statement written once
+    # (``lone_conversation``), the same row as ``conversation_query`` (a test holds the two equal).
+    found = lone_conversation(public_id=public_id, with_owner=with_owner)
+    if found is None:
+        raise Conversation.DoesNotExist("no such conversation")
     if not (getattr(user, "is_staff", False) or _sees_owners(user, owner_id=found.owner_id)):
         raise Conversation.DoesNotExist("no such conversation")
     return found

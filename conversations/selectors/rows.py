@@ -24,7 +24,15 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, RowNumber
 
-from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
+from conversations.models import Conversation, Exchange, ModelProfile, Step, TraceDelivery, Turn
+from conversations.selectors.lone_reads import (
+    SERVER_SHOWN,
+    TRACE_DELIVERY_READ,
+    TURN_SHOWN,
+    lone_row,
+    lone_row_exchanges,
+    lone_turn,
+)
 
 # The attribute each row ``_rows`` reads carries: how many tool calls it has in all (``_loaded``
 # gives it only the first and last few of them when they are many).
@@ -32,20 +40,9 @@ CALLS_COUNT = "calls_count"
 # And whether it has any exchange: a row with none (every step's first doorbell, before its
 # call is recorded) is given none without a query of them (``loaded_exchanges``).
 HAS_EXCHANGES = "has_exchanges"
-
-
-# What a row shows of the server a step or an exchange names, and of a step's turn (a model
-# call's row shows the turn's tool_choice, a tool's row its tools, a connect row where its pooled
-# session was opened: ``inspector.handshakes``; teaching notes ask its status). The rest of them
-# is left unread: a row read selects and converts a third of the columns it did (P2, every
-# doorbell builds these queries), and a finished turn's message history, seal digests, tool
-# counts and error are not decoded for every row. A field left out is still read if something
-# asks it, one query for that row; tests/inspector/test_fragments_queries.py holds a row's render
-# (teaching on and off, of each kind) to its queries.
-SERVER_SHOWN = frozenset({"id", "name"})
-TURN_SHOWN = frozenset(
-    {"id", "conversation", "seq", "asked_by", "status", "tool_choice", "tool_choice_name", "tools", "runner"}
-)
+# And, on a lone row read by ``step_row``, its exchanges as ``lone_row_exchanges`` read them (the
+# row is then not given them again by ``_loaded``'s prefetch).
+EXCHANGES_READ = "exchanges_read"
 
 
 @cache
@@ -141,7 +138,7 @@ def _loaded(rows: Iterable[Step], *, every_call: bool = False) -> list[Step]:
         prefetch_related_objects(with_calls, Prefetch("children", queryset=calls))
     # A row known to have no exchange is not asked for them (``loaded_exchanges``).
     steps = [
-        *(row for row in rows if getattr(row, HAS_EXCHANGES, True)),
+        *(row for row in rows if getattr(row, HAS_EXCHANGES, True) and not hasattr(row, EXCHANGES_READ)),
         *(child for row in with_calls for child in row.children.all()),
     ]
     prefetch_related_objects(steps, Prefetch("exchanges", queryset=_step_exchanges()))
@@ -161,7 +158,8 @@ def loaded_exchanges(step: Step) -> list[Exchange]:
     order: none, without a query, for a row known to have none (``HAS_EXCHANGES`` false)."""
     if getattr(step, HAS_EXCHANGES, None) is False:
         return []
-    return list(step.exchanges.all())
+    read: list[Exchange] | None = getattr(step, EXCHANGES_READ, None)
+    return list(step.exchanges.all() if read is None else read)
 
 
 def row_calls(*, row: Step, start: int, stop: int) -> list[Step]:
@@ -248,9 +246,17 @@ def _note_previous_prompts(rows: list[Step], *, from_first: bool) -> None:
 def step_row(*, conversation: Conversation, step_id: int) -> Step | None:
     """One row of a conversation, loaded for rendering as ``_rows`` loads a page's; None if it is
     not this conversation's (or not a row: a tool call is shown under its row)."""
-    # One row by its id: no order to compile (every doorbell's read, P2).
-    one = _rows().filter(pk=step_id, turn__conversation=conversation).order_by()
-    return next(iter(_loaded(one)), None)
+    # Every doorbell's read (P2): one statement written once (``lone_row``), the same columns
+    # and counts as ``_rows()`` (a test holds the two equal), then loaded as a page's row is.
+    row = lone_row(
+        conversation_id=conversation.pk, step_id=step_id, calls_count=CALLS_COUNT, has_exchanges=HAS_EXCHANGES
+    )
+    if row is None:
+        return None
+    # A row with tool calls has its exchanges read with theirs (``_loaded``: one query for all).
+    if getattr(row, HAS_EXCHANGES) and not getattr(row, CALLS_COUNT):
+        setattr(row, EXCHANGES_READ, lone_row_exchanges(step_id=row.pk))
+    return _loaded([row])[0]
 
 
 def _rows_changed(conversation: Conversation, since: datetime, steps: QuerySet[Step]) -> QuerySet[Step]:
@@ -352,18 +358,23 @@ def step_get(*, conversation: Conversation, step_id: int) -> Step | None:
 
 def turn_get(*, conversation: Conversation, turn_id: int) -> Turn | None:
     """One turn of ``conversation`` (read as ``conversation_turns`` reads them)."""
-    # One turn by its id: no order (``first()`` would sort by the model's ordering, which joins
-    # the conversation): every turn doorbell's read (P2).
-    one = (
-        Turn.objects.filter(pk=turn_id, conversation=conversation)
-        .defer("transcript", "seal_steps")
-        .select_related("trace_delivery")
-        .order_by()
-    )
-    turn = next(iter(one[:1]), None)
+    # Every turn doorbell's read (P2): one statement written once (``lone_turn``), the same
+    # columns as ``conversation_turns`` (a test holds the two equal).
+    turn = lone_turn(conversation_id=conversation.pk, turn_id=turn_id)
     if turn is not None:
         turn.conversation = conversation  # the one the caller holds: no read of it again
     return turn
+
+
+def turn_trace_delivery(turn: Turn) -> TraceDelivery | None:
+    """The trace delivery of ``turn``, None for none: as read with it (``turn_get``,
+    ``conversation_turns``), else one query."""
+    if hasattr(turn, TRACE_DELIVERY_READ):
+        return cast("TraceDelivery | None", getattr(turn, TRACE_DELIVERY_READ))
+    try:
+        return turn.trace_delivery
+    except TraceDelivery.DoesNotExist:
+        return None
 
 
 def exchange_get(*, conversation: Conversation, exchange_id: int) -> Exchange | None:

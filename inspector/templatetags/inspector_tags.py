@@ -30,7 +30,7 @@ from conversations.escaping import carriable, hidden_characters, hidden_marked, 
 from conversations.limits import Limit, profile_limits
 from conversations.loop.paradigms import PARADIGMS
 from conversations.loop.providers import USAGE_INPUT_KEYS, USAGE_OUTPUT_KEYS
-from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
+from conversations.models import Conversation, Exchange, ModelProfile, Step, TraceDelivery, Turn
 from conversations.presentation import PromptChange, pretty_json, step_prompt_change
 from conversations.pricing import (
     MILLION,
@@ -41,7 +41,7 @@ from conversations.pricing import (
     tool_definitions_cost,
     turn_cost,
 )
-from conversations.selectors import CALLS_HEAD, CALLS_TAIL, RunSummary, loaded_exchanges
+from conversations.selectors import CALLS_HEAD, CALLS_TAIL, RunSummary, loaded_exchanges, turn_trace_delivery
 from conversations.typealias import JSONValue
 from inspector.fragments import timestamp_iso
 from inspector.handshakes import Origin, session_origins
@@ -467,6 +467,12 @@ def iso(moment: object) -> str:
 def paradigm_label(key: str) -> str:
     paradigm = PARADIGMS.get(key)
     return paradigm.label if paradigm is not None else key
+
+
+@register.filter
+def trace_delivery(turn: Turn) -> TraceDelivery | None:
+    """The turn's trace to the OTLP collector, None for none (``selectors.turn_trace_delivery``)."""
+    return turn_trace_delivery(turn)
 
 
 @register.filter

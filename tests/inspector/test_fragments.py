@@ -626,7 +626,7 @@ def test_a_row_without_tool_calls_is_read_in_two_queries_and_shows_none(
         row = selectors.step_row(conversation=turn.conversation, step_id=answer.pk)
         assert row is not None
         assert selectors.loaded_calls(row) == []
-        assert [exchange.step_id for exchange in row.exchanges.all()] == [answer.pk]
+        assert [exchange.step_id for exchange in selectors.loaded_exchanges(row)] == [answer.pk]
     with django_assert_num_queries(2):
         assert render_row(conversation=turn.conversation, step_id=answer.pk) is not None
     # A page of both kinds: the calls of the row that has them, none for the other.
