@@ -186,7 +186,15 @@ def _statements(vendor: str) -> _Statements:
     )
 
 
-def _server(part: _Part, values: Sequence[Any]) -> Model | None:
+def _one(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
+    """The first row ``sql`` answers with ``params`` (None: none)."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        found: tuple[Any, ...] | None = cursor.fetchone()
+    return found
+
+
+def _joined(part: _Part, values: Sequence[Any]) -> Model | None:
     """The model of a left join's values (a server, a trace delivery): None where the join found
     none (its id, the first column, is null)."""
     return None if values[0] is None else part.made(values)
@@ -197,9 +205,7 @@ def lone_row(*, conversation_id: int, step_id: int, calls_count: str, has_exchan
     shows of them, as ``rows._rows()`` reads them) and its two counts set as the attributes
     named ``calls_count`` and ``has_exchanges``; None if it is no row of that conversation."""
     statements = _statements(connection.vendor)
-    with connection.cursor() as cursor:
-        cursor.execute(statements.row, [step_id, conversation_id])
-        found = cursor.fetchone()
+    found = _one(statements.row, [step_id, conversation_id])
     if found is None:
         return None
     counted = len(statements.step.attnames)
@@ -208,7 +214,7 @@ def lone_row(*, conversation_id: int, step_id: int, calls_count: str, has_exchan
     setattr(step, calls_count, int(found[counted]))
     setattr(step, has_exchanges, bool(found[counted + 1]))
     step.turn = cast(Turn, statements.turn.made(found[counted + 2 : turned]))
-    step.server = _server(statements.server, found[turned:])  # type: ignore[assignment]
+    step.server = _joined(statements.server, found[turned:])  # type: ignore[assignment]
     return step
 
 
@@ -223,7 +229,7 @@ def lone_row_exchanges(*, step_id: int) -> list[Exchange]:
     exchanges = []
     for values in found:
         exchange = cast(Exchange, statements.exchange.made(values[:width]))
-        exchange.server = _server(statements.exchange_server, values[width:])  # type: ignore[assignment]
+        exchange.server = _joined(statements.exchange_server, values[width:])  # type: ignore[assignment]
         exchanges.append(exchange)
     return exchanges
 
@@ -233,14 +239,12 @@ def lone_turn(*, conversation_id: int, turn_id: int) -> Turn | None:
     (neither its message history nor its seal's digests), with its trace delivery (the
     attribute ``TRACE_DELIVERY_READ``, None for none); None if it is not that conversation's."""
     statements = _statements(connection.vendor)
-    with connection.cursor() as cursor:
-        cursor.execute(statements.lone_turn, [turn_id, conversation_id])
-        found = cursor.fetchone()
+    found = _one(statements.lone_turn, [turn_id, conversation_id])
     if found is None:
         return None
     width = len(statements.turn_whole.attnames)
     turn = cast(Turn, statements.turn_whole.made(found[:width]))
-    delivery = _server(statements.delivery, found[width:])
+    delivery = _joined(statements.delivery, found[width:])
     if delivery is not None:
         turn.trace_delivery = cast(TraceDelivery, delivery)
     setattr(turn, TRACE_DELIVERY_READ, delivery)
@@ -258,9 +262,7 @@ def lone_conversation(*, public_id: UUID | str, with_owner: bool) -> Conversatio
     statements = _statements(connection.vendor)
     sql = statements.conversation_with_owner if with_owner else statements.conversation
     key = Conversation._meta.get_field("public_id").get_db_prep_value(public_id, connection)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [key])
-        found = cursor.fetchone()
+    found = _one(sql, [key])
     if found is None:
         return None
     width = 1 + len(statements.conversation_part.attnames)
