@@ -78,10 +78,10 @@ def _part(model: type[Model], shown: frozenset[str] | None = None) -> tuple[_Par
     return _Part(model, [field.attname for field in fields], converters), fields
 
 
-# A turn's fields as a page reads them: all but its whole message history and its seal's digests.
-TURN_READ = tuple(
-    field.name for field in Turn._meta.concrete_fields if field.name not in {"transcript", "seal_steps"}
-)
+# What a page leaves unread of a turn: its whole message history and its seal's digests.
+TURN_UNREAD = ("transcript", "seal_steps")
+# A turn's fields as a page reads them: all the others.
+TURN_READ = tuple(field.name for field in Turn._meta.concrete_fields if field.name not in TURN_UNREAD)
 # The attribute a turn read here carries: its trace delivery, or None for none (a reverse
 # one-to-one relation keeps no "none" but through ``select_related``).
 TRACE_DELIVERY_READ = "trace_delivery_read"
@@ -194,6 +194,14 @@ def _one(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
     return found
 
 
+def _an_id(model: type[Model], value: int) -> bool:
+    """Whether ``value`` lies in the range of ``model``'s primary key column. An id past it names
+    no row (the ORM answers it with none) and SQLite refuses to bind it, so these reads answer
+    none without asking (a turn's page takes its id from the URL)."""
+    low, high = connection.ops.integer_field_range(model._meta.pk.get_internal_type())
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
 def _joined(part: _Part, values: Sequence[Any]) -> Model | None:
     """The model of a left join's values (a server, a trace delivery): None where the join found
     none (its id, the first column, is null)."""
@@ -204,6 +212,8 @@ def lone_row(*, conversation_id: int, step_id: int, calls_count: str, has_exchan
     """The top-level step ``step_id`` of the conversation, with its turn and server (what a row
     shows of them, as ``rows._rows()`` reads them) and its two counts set as the attributes
     named ``calls_count`` and ``has_exchanges``; None if it is no row of that conversation."""
+    if not _an_id(Step, step_id):
+        return None
     statements = _statements(connection.vendor)
     found = _one(statements.row, [step_id, conversation_id])
     if found is None:
@@ -238,6 +248,8 @@ def lone_turn(*, conversation_id: int, turn_id: int) -> Turn | None:
     """The turn ``turn_id`` of the conversation, as ``rows.conversation_turns`` reads a page's
     (neither its message history nor its seal's digests), with its trace delivery (the
     attribute ``TRACE_DELIVERY_READ``, None for none); None if it is not that conversation's."""
+    if not _an_id(Turn, turn_id):
+        return None
     statements = _statements(connection.vendor)
     found = _one(statements.lone_turn, [turn_id, conversation_id])
     if found is None:

@@ -29,6 +29,7 @@ from conversations.selectors.lone_reads import (
     SERVER_SHOWN,
     TRACE_DELIVERY_READ,
     TURN_SHOWN,
+    TURN_UNREAD,
     lone_row,
     lone_row_exchanges,
     lone_turn,
@@ -304,7 +305,7 @@ def conversation_turns(
     given). ``transcript`` (the whole message history, large on a long conversation) and
     ``seal_steps`` (a digest per step), never shown, are deferred: they load if something reads them.
     Each turn's trace delivery, which its status block shows, comes with it (one join)."""
-    turns = conversation.turns.defer("transcript", "seal_steps").select_related("trace_delivery")
+    turns = conversation.turns.defer(*TURN_UNREAD).select_related("trace_delivery")
     if since is not None:
         turns = turns.filter(updated_at__gte=since)
     if before_seq is not None:

@@ -15,7 +15,9 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Model
 from django.template.loader import render_to_string
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
 from conversations import selectors
 from conversations.models import Conversation, Exchange, ProxySession, Step, TraceDelivery, Turn
@@ -179,6 +181,22 @@ def test_a_lone_row_is_none_for_a_tool_call_another_conversations_row_or_no_row(
     for step_id in (call.pk, other.pk, 10**9):
         assert selectors.step_row(conversation=conversation, step_id=step_id) is None
         assert _orm_row(conversation, step_id) is None
+
+
+def test_an_id_past_the_columns_range_names_no_row_or_turn_as_the_orm_answers_it() -> None:
+    conversation, (connect, *_rest) = _conversation_of_every_shape()
+    client = Client()
+    client.force_login(conversation.owner)
+
+    for huge in (2**63, -(2**63) - 1, 10**30):
+        assert selectors.step_row(conversation=conversation, step_id=huge) is None
+        assert _orm_row(conversation, huge) is None
+        assert selectors.turn_get(conversation=conversation, turn_id=huge) is None
+        assert _orm_turn(conversation, huge) is None
+    # A turn's page takes the id from its URL: past the range it is a 404, not a failure.
+    page = client.get(reverse("inspector-turn", args=[conversation.public_id, 10**30]))
+    assert page.status_code == 404
+    assert selectors.turn_get(conversation=conversation, turn_id=connect.turn_id) is not None
 
 
 def test_a_lone_row_without_tool_calls_or_exchanges_is_one_query_and_renders_without_another() -> None:
