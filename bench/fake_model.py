@@ -75,6 +75,37 @@ def reply_for(payload: dict[str, Any], steps: int) -> dict[str, Any]:
     }
 
 
+# A streamed reply's pieces, in characters (each piece one event).
+STREAM_PIECE = 16
+
+
+def _stream_event(delta: dict[str, object], finish: str | None = None) -> bytes:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return b"data: " + json.dumps({"object": "chat.completion.chunk", "choices": [choice]}).encode() + b"\n\n"
+
+
+def stream_body(kind: str, size: int) -> bytes:
+    """An event stream whose reply (text, or one call's arguments) is ``size`` characters."""
+    words = ("lorem ipsum dolor sit amet, consectetur adipiscing elit " * (size // 50 + 1))[:size]
+    pieces = [words[i : i + STREAM_PIECE] for i in range(0, size, STREAM_PIECE)]
+    out = bytearray()
+    if kind == "text":
+        for piece in pieces:
+            out += _stream_event({"content": piece})
+        out += _stream_event({}, "stop")
+    else:
+        arguments = json.dumps({"text": words})
+        head = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "echo", "arguments": ""}}
+        out += _stream_event({"tool_calls": [head]})
+        for i in range(0, len(arguments), STREAM_PIECE):
+            out += _stream_event(
+                {"tool_calls": [{"index": 0, "function": {"arguments": arguments[i : i + STREAM_PIECE]}}]}
+            )
+        out += _stream_event({}, "tool_calls")
+    out += b"data: [DONE]\n\n"
+    return bytes(out)
+
+
 class _Stats:
     """Requests served and the most that were in flight at once (``GET /stats``)."""
 

@@ -26,6 +26,7 @@ import httpx2
 
 from bench import fixtures
 from bench.context import Context
+from bench.fake_model import stream_body
 from bench.stats import Result, judged, summary
 from conversations.loop.llm import Message
 from conversations.loop.providers import Endpoint, ModelRequest
@@ -35,35 +36,9 @@ from conversations.record.recording import TurnRecorder
 
 ID, NAME, UNIT, TARGET, LIMIT = "P11", "streamed reply", "×", "≤ 2× of a bare client at 1 MB", 2.0
 SIZES = (10_000, 100_000, 1_000_000)
-PIECE = 16
 KINDS = ("text", "call")
 # The 1 MB time may exceed ten times the 100 kB time by this much and still count as linear.
 LINEAR_SLACK = 1.5
-
-
-def _event(delta: dict[str, object], finish: str | None = None) -> bytes:
-    choice = {"index": 0, "delta": delta, "finish_reason": finish}
-    return b"data: " + json.dumps({"object": "chat.completion.chunk", "choices": [choice]}).encode() + b"\n\n"
-
-
-def stream_body(kind: str, size: int) -> bytes:
-    """An event stream whose reply (text, or one call's arguments) is ``size`` characters."""
-    words = ("lorem ipsum dolor sit amet, consectetur adipiscing elit " * (size // 50 + 1))[:size]
-    pieces = [words[i : i + PIECE] for i in range(0, size, PIECE)]
-    out = bytearray()
-    if kind == "text":
-        for piece in pieces:
-            out += _event({"content": piece})
-        out += _event({}, "stop")
-    else:
-        arguments = json.dumps({"text": words})
-        head = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "echo", "arguments": ""}}
-        out += _event({"tool_calls": [head]})
-        for i in range(0, len(arguments), PIECE):
-            out += _event({"tool_calls": [{"index": 0, "function": {"arguments": arguments[i : i + PIECE]}}]})
-        out += _event({}, "tool_calls")
-    out += b"data: [DONE]\n\n"
-    return bytes(out)
 
 
 class _Handler(BaseHTTPRequestHandler):

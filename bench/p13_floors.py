@@ -15,6 +15,15 @@ against its bare loop):
 * ``python -m bench.p13_floors stdio -- COMMAND [ARGS...]`` — a stdio relay: the command
   started with pipes, a thread per direction copying bytes as they come, nothing recorded.
   (``P13.mcp``'s floor.)
+
+And the upstream both P13 halves' model calls go to, in a process of its own as a real upstream
+is (in the client's process it would share the client's interpreter lock, which slowed the
+direct path to half its speed and made a relay look faster than no relay, decision 0580):
+
+* ``python -m bench.p13_floors upstream`` — a stdlib HTTP server on a free port of 127.0.0.1
+  (it prints ``READY PORT``): a POST to ``/{size}/...`` answers with an OpenAI Chat
+  Completions event stream whose reply is ``size`` characters (``bench.fake_model.stream_body``),
+  ``BLOCK`` bytes to a write.
 """
 
 from __future__ import annotations
@@ -25,9 +34,12 @@ import subprocess
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx2
+
+from bench.fake_model import stream_body
 
 CHUNK = 65_536
 _HOP = {b"connection", b"transfer-encoding", b"keep-alive"}
@@ -116,13 +128,62 @@ def _stdio(command: list[str]) -> int:
     return server.wait()
 
 
+BLOCK = 16_384
+
+
+class _UpstreamHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Upstream
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 — the base class's name
+        return
+
+    def do_POST(self) -> None:  # noqa: N802 — the stdlib's handler name
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        body = self.server.body(int(self.path.split("/")[1]))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        for start in range(0, len(body), BLOCK):
+            self.wfile.write(body[start : start + BLOCK])
+
+
+class _Upstream(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _UpstreamHandler)
+        self.bodies: dict[int, bytes] = {}
+        self.lock = threading.Lock()
+
+    def body(self, size: int) -> bytes:
+        with self.lock:
+            if size not in self.bodies:
+                self.bodies[size] = stream_body("text", size)
+            return self.bodies[size]
+
+
+def _serve_upstream() -> int:
+    server = _Upstream()
+    sys.stdout.write(f"READY {server.server_address[1]}\n")
+    sys.stdout.flush()
+    server.serve_forever()
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv == ["upstream"]:
+        return _serve_upstream()
     if argv[:1] == ["tcp"]:
         asyncio.run(_tcp(int(argv[1]), argv[2]))
         return 0
     if argv[:2] == ["stdio", "--"]:
         return _stdio(argv[2:])
-    sys.stderr.write("usage: python -m bench.p13_floors tcp PORT HOST:PORT | stdio -- COMMAND [ARGS...]\n")
+    sys.stderr.write(
+        "usage: python -m bench.p13_floors tcp PORT HOST:PORT | stdio -- COMMAND [ARGS...] | upstream\n"
+    )
     return 2
 
 

@@ -1,7 +1,8 @@
 """P13 (LLM half): model calls through the LLM recording proxy ÷ the same calls straight to the upstream.
 
-The upstream is a local server (stdlib, 127.0.0.1) that answers an OpenAI Chat Completions
-request with an event stream; the proxy is the product as deployed (``daphne
+The upstream is a local server (stdlib, 127.0.0.1, in a process of its own as a real upstream is:
+``bench.p13_floors upstream``) that answers an OpenAI Chat Completions request with an event
+stream; the proxy is the product as deployed (``daphne
 inspector.asgi:application``) at ``/proxy/<key>/openai/v1/chat/completions``, the key's upstream
 that server. The host is a plain HTTP client reading the body bytes as they arrive. Each repeat
 makes the call both ways, back to back, alternating which goes first.
@@ -33,12 +34,10 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx2
@@ -46,7 +45,7 @@ import httpx2
 from bench import fixtures
 from bench.context import Context
 from bench.environment import REPO_ROOT
-from bench.p11_streaming import stream_body
+from bench.fake_model import stream_body
 from bench.processes import WebServer, cpu_seconds, free_port
 from bench.stats import Result, also_within, guarded, judged, not_run, summary
 from conversations.models import Exchange
@@ -59,45 +58,24 @@ STREAMS_TARGET = "all 200 stored; ratio reported"
 CONCURRENT = 200
 BIG, SMALL = 1_000_000, 100_000
 REQUEST = b'{"model": "bench", "stream": true, "messages": [{"role": "user", "content": "stream it"}]}'
-BLOCK = 16_384
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 — the base class's name
-        return
-
-    def do_POST(self) -> None:  # noqa: N802 — the stdlib's handler name
-        self.rfile.read(int(self.headers.get("content-length") or 0))
-        body = self.server.bodies[self.path.split("/")[1]]
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        for start in range(0, len(body), BLOCK):
-            self.wfile.write(body[start : start + BLOCK])
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 1024
-    bodies: dict[str, bytes]
 
 
 @contextmanager
 def _upstream() -> Iterator[str]:
-    """The upstream's root: ``{root}/{size}/v1/chat/completions`` streams a reply of that size."""
-    server = _Server(("127.0.0.1", 0), _Handler)
-    server.bodies = {str(size): stream_body("text", size) for size in (BIG, SMALL)}
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    """The upstream's root, in a process of its own (``bench.p13_floors upstream``):
+    ``{root}/{size}/v1/chat/completions`` streams a reply of that size."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.p13_floors", "upstream"], cwd=REPO_ROOT, stdout=subprocess.PIPE
+    )
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        assert process.stdout is not None
+        ready = process.stdout.readline().split()
+        if ready[:1] != [b"READY"]:
+            raise RuntimeError("the P13 upstream did not start")
+        yield f"http://127.0.0.1:{int(ready[1])}"
     finally:
-        server.shutdown()
-        server.server_close()
+        process.terminate()
+        process.wait(timeout=10)
 
 
 def _timed(client: httpx2.Client, url: str, hint: str) -> tuple[float, float, bytes]:
