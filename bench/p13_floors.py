@@ -20,10 +20,10 @@ And the upstream both P13 halves' model calls go to, in a process of its own as 
 is (in the client's process it would share the client's interpreter lock, which slowed the
 direct path to half its speed and made a relay look faster than no relay, decision 0580):
 
-* ``python -m bench.p13_floors upstream`` — a stdlib HTTP server on a free port of 127.0.0.1
-  (it prints ``READY PORT``): a POST to ``/{size}/...`` answers with an OpenAI Chat
-  Completions event stream whose reply is ``size`` characters (``bench.fake_model.stream_body``),
-  ``BLOCK`` bytes to a write.
+* ``python -m bench.p13_floors upstream SIZE [SIZE...]`` — a stdlib HTTP server on a free port
+  of 127.0.0.1 (it prints ``READY PORT`` once each reply is made): a POST to ``/{size}/...``
+  answers with an OpenAI Chat Completions event stream whose reply is ``size`` characters
+  (``bench.fake_model.stream_body``), ``BLOCK`` bytes to a write; another path is a 404.
 """
 
 from __future__ import annotations
@@ -140,7 +140,10 @@ class _UpstreamHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 — the stdlib's handler name
         self.rfile.read(int(self.headers.get("content-length") or 0))
-        body = self.server.body(int(self.path.split("/")[1]))
+        body = self.server.bodies.get(self.path.split("/")[1])
+        if body is None:
+            self.send_error(404)
+            return
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("content-length", str(len(body)))
@@ -153,20 +156,14 @@ class _Upstream(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
 
-    def __init__(self) -> None:
+    def __init__(self, sizes: list[int]) -> None:
         super().__init__(("127.0.0.1", 0), _UpstreamHandler)
-        self.bodies: dict[int, bytes] = {}
-        self.lock = threading.Lock()
-
-    def body(self, size: int) -> bytes:
-        with self.lock:
-            if size not in self.bodies:
-                self.bodies[size] = stream_body("text", size)
-            return self.bodies[size]
+        # Made before the first call, so that no call's time includes making its reply.
+        self.bodies = {str(size): stream_body("text", size) for size in sizes}
 
 
-def _serve_upstream() -> int:
-    server = _Upstream()
+def _serve_upstream(sizes: list[int]) -> int:
+    server = _Upstream(sizes)
     sys.stdout.write(f"READY {server.server_address[1]}\n")
     sys.stdout.flush()
     server.serve_forever()
@@ -174,15 +171,15 @@ def _serve_upstream() -> int:
 
 
 def main(argv: list[str]) -> int:
-    if argv == ["upstream"]:
-        return _serve_upstream()
+    if argv[:1] == ["upstream"] and argv[1:] and all(size.isdigit() for size in argv[1:]):
+        return _serve_upstream([int(size) for size in argv[1:]])
     if argv[:1] == ["tcp"]:
         asyncio.run(_tcp(int(argv[1]), argv[2]))
         return 0
     if argv[:2] == ["stdio", "--"]:
         return _stdio(argv[2:])
     sys.stderr.write(
-        "usage: python -m bench.p13_floors tcp PORT HOST:PORT | stdio -- COMMAND [ARGS...] | upstream\n"
+        "usage: python -m bench.p13_floors tcp PORT HOST:PORT | stdio -- COMMAND [ARGS...] | upstream SIZE...\n"
     )
     return 2
 

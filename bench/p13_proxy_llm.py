@@ -63,9 +63,11 @@ REQUEST = b'{"model": "bench", "stream": true, "messages": [{"role": "user", "co
 @contextmanager
 def _upstream() -> Iterator[str]:
     """The upstream's root, in a process of its own (``bench.p13_floors upstream``):
-    ``{root}/{size}/v1/chat/completions`` streams a reply of that size."""
+    ``{root}/{size}/v1/chat/completions`` streams a reply of that size (``BIG`` or ``SMALL``)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.p13_floors", "upstream"], cwd=REPO_ROOT, stdout=subprocess.PIPE
+        [sys.executable, "-m", "bench.p13_floors", "upstream", str(BIG), str(SMALL)],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
     )
     try:
         assert process.stdout is not None
