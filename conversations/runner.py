@@ -152,6 +152,10 @@ class AbandonableProvider:
                 last[:] = [partial]
                 on_delta(partial)
 
+        if on_delta is not None:
+            # Names the callback it relays, so a throttle behind it still spares the stream
+            # the snapshots it would drop (``PartialEmitter``).
+            functools.update_wrapper(relay, on_delta, assigned=(), updated=())
         call = functools.partial(
             self.inner.complete, request, on_delta=relay if on_delta is not None else None
         )

@@ -54,6 +54,7 @@ from conversations.loop.providers.base import Endpoint, ModelReply, ModelRequest
 from conversations.loop.providers.excerpts import WireExcerpts, dicts, first
 from conversations.loop.providers.http import (
     SYNTHESIZED_ID_PREFIX,
+    SynthesizedCallIds,
     compact_json,
     error_detail,
     json_object,
@@ -64,7 +65,6 @@ from conversations.loop.providers.http import (
     reply_read,
     stream_error,
     string_or_none,
-    synthesized_call_id,
 )
 from conversations.loop.providers.streaming import (
     SNAPSHOT_CALLS,
@@ -427,13 +427,14 @@ def _reply(response: JSONDict, exchange: WireExchange, seed: str) -> ModelReply:
     parts = list_or_empty(object_or_empty(candidate.get("content")).get("parts"))
     texts: list[str] = []
     calls: list[ToolCall] = []
+    ids = SynthesizedCallIds(seed)
     for part in parts:
         part = object_or_empty(part)
         if "functionCall" in part:
             function_call = object_or_empty(part.get("functionCall"))
             calls.append(
                 ToolCall(
-                    id=string_or_none(function_call.get("id")) or synthesized_call_id(seed, len(calls)),
+                    id=string_or_none(function_call.get("id")) or ids(len(calls)),
                     name=string_or_none(function_call.get("name")) or "",
                     arguments_text=compact_json(function_call.get("args") or {}),
                 )

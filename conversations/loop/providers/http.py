@@ -571,12 +571,28 @@ def compact_json(value: JSONValue) -> str:
 
 
 def synthesized_call_id(seed: str, index: int) -> str:
-    """A stable id for the ``index``-th call of a reply whose wire gave it none.
+    """A stable id for the ``index``-th call of a reply whose wire gave it none: from the
+    SHA-256 of ``{seed}#{index}`` (docs/wire-formats.md §10.7). A reply that needs several uses
+    ``SynthesizedCallIds``, which reads its seed once."""
+    return SynthesizedCallIds(seed)(index)
 
-    See docs/wire-formats.md §10.7.
-    """
-    digest = hashlib.sha256(f"{seed}#{index}".encode()).hexdigest()[:16]
-    return f"{SYNTHESIZED_ID_PREFIX}{digest}_{index}"
+
+class SynthesizedCallIds:
+    """``synthesized_call_id(seed, index)`` for one reply's calls: the seed (the reply's body,
+    megabytes for a hostile one) is hashed once, on the first call that needs an id, and each id
+    hashes only its ``#index`` on top of that."""
+
+    def __init__(self, seed: str) -> None:
+        self._seed: str | None = seed
+        self._hashed = hashlib.sha256()
+
+    def __call__(self, index: int) -> str:
+        if self._seed is not None:
+            self._hashed.update(self._seed.encode())
+            self._seed = None
+        hashed = self._hashed.copy()
+        hashed.update(f"#{index}".encode())
+        return f"{SYNTHESIZED_ID_PREFIX}{hashed.hexdigest()[:16]}_{index}"
 
 
 def string_or_none(value: JSONValue) -> str | None:

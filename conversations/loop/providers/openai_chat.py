@@ -32,6 +32,7 @@ from conversations.loop.llm import Message, ToolCall, ToolChoice, ToolDef
 from conversations.loop.providers.base import Endpoint, ModelReply, ModelRequest
 from conversations.loop.providers.excerpts import WireExcerpts, dicts, first
 from conversations.loop.providers.http import (
+    SynthesizedCallIds,
     bearer_auth,
     compact_json,
     endpoint_transport,
@@ -44,7 +45,6 @@ from conversations.loop.providers.http import (
     reply_read,
     stream_error,
     string_or_none,
-    synthesized_call_id,
 )
 from conversations.loop.providers.streaming import (
     SNAPSHOT_CALLS,
@@ -150,11 +150,12 @@ def _reply(
     """The neutral reply for an assistant ``message`` (as sent whole, or as assembled from a stream)."""
     calls: list[ToolCall] = []
     extra: JSONDict = {}
+    ids = SynthesizedCallIds(seed)
     for index, raw in enumerate(list_or_empty(message.get("tool_calls"))):
         if not isinstance(raw, dict) or raw.get("type", "function") != "function":
             continue
         function = object_or_empty(raw.get("function"))
-        call_id = string_or_none(raw.get("id")) or synthesized_call_id(seed, index)
+        call_id = string_or_none(raw.get("id")) or ids(index)
         calls.append(
             ToolCall(
                 id=call_id,

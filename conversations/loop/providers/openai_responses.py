@@ -31,6 +31,7 @@ from conversations.loop.providers.excerpts import (
     first,
 )
 from conversations.loop.providers.http import (
+    SynthesizedCallIds,
     bearer_auth,
     compact_json,
     json_object,
@@ -41,7 +42,6 @@ from conversations.loop.providers.http import (
     reply_read,
     stream_error,
     string_or_none,
-    synthesized_call_id,
 )
 from conversations.loop.providers.streaming import (
     SNAPSHOT_CALLS,
@@ -148,6 +148,7 @@ def _reply(response: JSONDict, exchange: WireExchange, seed: str) -> ModelReply:
     texts: list[str] = []
     refusals: list[str] = []
     calls: list[ToolCall] = []
+    ids = SynthesizedCallIds(seed)
     for item in list_or_empty(response.get("output")):
         if not isinstance(item, dict):
             continue
@@ -161,7 +162,7 @@ def _reply(response: JSONDict, exchange: WireExchange, seed: str) -> ModelReply:
         elif item.get("type") == "function_call":
             calls.append(
                 ToolCall(
-                    id=string_or_none(item.get("call_id")) or synthesized_call_id(seed, len(calls)),
+                    id=string_or_none(item.get("call_id")) or ids(len(calls)),
                     name=string_or_none(item.get("name")) or "",
                     arguments_text=_arguments_text(item.get("arguments")),
                 )

@@ -12,6 +12,7 @@ and the call goes on.
 from __future__ import annotations
 
 import codecs
+import inspect
 import logging
 import re
 import time
@@ -101,22 +102,32 @@ class Throttled:
 
 @dataclass
 class PartialEmitter:
-    """Calls ``callback`` with each new snapshot an assembler offers, skipping repeats; a snapshot
-    a ``Throttled`` callback would drop is not even built."""
+    """Calls ``callback`` with each new snapshot an assembler offers, skipping repeats.
+
+    Behind a ``Throttled`` callback (found through wrappers that name it as their
+    ``__wrapped__``, as ``functools.update_wrapper`` does) a snapshot is built at most once per
+    interval: not while the throttle would drop it, nor again within an interval of one that was
+    built and showed nothing new. A snapshot walks the reply so far, so building one at every
+    event would make a reply of thousands of calls cost the square of its length."""
 
     callback: DeltaCallback | None
     last: PartialReply = field(default_factory=PartialReply)
 
     def __post_init__(self) -> None:
         # Asked once per event of a long stream: the throttle's state is read here directly.
-        self._throttle = self.callback if isinstance(self.callback, Throttled) else None
+        behind = inspect.unwrap(self.callback) if self.callback is not None else None
+        self._throttle = behind if isinstance(behind, Throttled) else None
+        self._built_at = float("-inf")
 
     def offer(self, snapshot: Callable[[], PartialReply]) -> None:
-        throttle = self._throttle
-        if throttle is not None and time.monotonic() - throttle.last_sent < throttle.interval:
-            return
         if self.callback is None:
             return
+        throttle = self._throttle
+        if throttle is not None:
+            now = time.monotonic()
+            if now - max(throttle.last_sent, self._built_at) < throttle.interval:
+                return
+            self._built_at = now
         partial = snapshot()
         if len(partial.calls) > SNAPSHOT_CALLS:
             partial = PartialReply(text=partial.text, calls=partial.calls[:SNAPSHOT_CALLS])

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx2
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conversations.loop.providers import http
 from conversations.loop.providers.base import ProviderError
+from conversations.loop.providers.gemini import GeminiProvider
 from conversations.loop.providers.http import (
     SseEvent,
+    SynthesizedCallIds,
     call_abandoned,
     error_detail,
     json_object,
@@ -22,6 +27,7 @@ from conversations.loop.providers.http import (
     read_streamed,
     synthesized_call_id,
 )
+from conversations.loop.wire import WireExchange
 
 
 def test_events_are_split_on_blank_lines_with_their_names() -> None:
@@ -64,6 +70,50 @@ def test_synthesized_ids_are_stable_per_seed_and_position() -> None:
     assert synthesized_call_id("body", 0) != synthesized_call_id("body", 1)
     assert synthesized_call_id("body", 0) != synthesized_call_id("other", 0)
     assert synthesized_call_id("body", 0).startswith("synth_")
+    # The derivation stays what stored records were given (docs/wire-formats.md §10.7).
+    digest = hashlib.sha256("bodé#12".encode()).hexdigest()[:16]
+    assert synthesized_call_id("bodé", 12) == f"synth_{digest}_12"
+    ids = SynthesizedCallIds("bodé")
+    assert [ids(index) for index in (12, 0, 12)] == [synthesized_call_id("bodé", i) for i in (12, 0, 12)]
+
+
+def test_a_reply_of_ten_thousand_calls_without_ids_reads_its_body_once_for_their_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each id is derived from the whole reply: hashing it again for each call made a reply of
+    # ten thousand id-less calls cost the square of its length (a minute of a worker's CPU).
+    parts = [{"functionCall": {"name": "echo", "args": {"n": index}}} for index in range(10_000)]
+    body = json.dumps({"candidates": [{"content": {"role": "model", "parts": parts}}]})
+    seventh = synthesized_call_id(body, 7)
+    hashed = 0
+    sha256 = hashlib.sha256
+
+    class Counted:
+        """SHA-256, counting the bytes it is given."""
+
+        def __init__(self, data: bytes = b"", inner: Any = None) -> None:
+            self.inner = inner if inner is not None else sha256()
+            self.update(data)
+
+        def update(self, data: bytes) -> None:
+            nonlocal hashed
+            hashed += len(data)
+            self.inner.update(data)
+
+        def copy(self) -> Counted:
+            return Counted(inner=self.inner.copy())
+
+        def hexdigest(self) -> str:
+            return str(self.inner.hexdigest())
+
+    monkeypatch.setattr(http.hashlib, "sha256", Counted)
+    exchange = WireExchange(channel="llm", label="generateContent", started_at=datetime.now(UTC))
+
+    reply = GeminiProvider.recorded_reply(body, exchange, stream=False)
+
+    assert len({call.id for call in reply.tool_calls}) == 10_000
+    assert reply.tool_calls[7].id == seventh
+    assert hashed < 2 * len(body.encode()), hashed
 
 
 # JSON values of every kind, and texts around them: whitespace, extra data, cut, not JSON.

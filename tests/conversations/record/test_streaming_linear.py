@@ -4,11 +4,15 @@ live display's snapshots are bounded and built only when one is due. (Wall time 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from conversations.lifecycle import TurnSignal
+from conversations.loop.providers.base import ModelReply, ModelRequest
 from conversations.loop.providers.openai_chat import _ChunkAssembler
+from conversations.loop.providers.openai_responses import _ItemAssembler
 from conversations.loop.providers.streaming import (
     SNAPSHOT_TAIL_CHARS,
     PartialEmitter,
@@ -17,8 +21,10 @@ from conversations.loop.providers.streaming import (
     Throttled,
     parse_sse,
 )
+from conversations.loop.wire import WireExchange
 from conversations.record import recording
 from conversations.record.recording import TurnRecorder
+from conversations.runner import AbandonableProvider
 from inspector import live
 from tests.factories import TurnFactory
 
@@ -40,6 +46,70 @@ def test_a_snapshot_is_built_only_when_the_display_would_take_it() -> None:
         emitter.offer(snapshot)
 
     assert built == 1 and len(shown) == 1
+
+
+def test_a_snapshot_that_shows_nothing_is_not_built_again_before_the_next_is_due() -> None:
+    # A stream's events may show nothing for a long while (events of no known type, an item with
+    # nothing to show yet): nothing is sent, and nothing may be built at every event either.
+    shown: list[PartialReply] = []
+    emitter = PartialEmitter(Throttled(shown.append, interval=3600))
+    built = 0
+
+    def snapshot() -> PartialReply:
+        nonlocal built
+        built += 1
+        return PartialReply()
+
+    for _ in range(100_000):
+        emitter.offer(snapshot)
+
+    assert built == 1 and shown == []
+
+
+class _ManyCalls:
+    """A provider streaming a Responses reply of ``CALLS`` function calls to its ``on_delta``."""
+
+    CALLS = 10_000
+
+    def __init__(self) -> None:
+        self.assembler: _ItemAssembler | None = None
+
+    def complete(self, request: ModelRequest, *, on_delta: Any = None) -> ModelReply:
+        self.assembler = _ItemAssembler(emitter=PartialEmitter(on_delta))
+        for index in range(self.CALLS):
+            item = {"type": "function_call", "call_id": f"c{index}", "name": "echo", "arguments": ""}
+            self.assembler.add({"type": "response.output_item.added", "output_index": index, "item": item})
+            self.assembler.add(
+                {"type": "response.function_call_arguments.delta", "output_index": index, "delta": "{}"}
+            )
+        exchange = WireExchange(channel="llm", label="responses", started_at=datetime.now(UTC))
+        return ModelReply(text=None, tool_calls=[], finish_reason="tool_calls", exchange=exchange)
+
+
+def test_a_reply_of_ten_thousand_calls_through_a_turns_provider_builds_few_snapshots(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A turn's provider hands the model call a relay of the display's callback: the throttle
+    # behind the relay must still keep snapshots from being built at each of the 20,000 events
+    # (each one walks every call so far: a minute and more of a worker's CPU for one reply).
+    inner = _ManyCalls()
+    built = 0
+    original = _ItemAssembler.partial
+
+    def counted(self: _ItemAssembler) -> PartialReply:
+        nonlocal built
+        built += 1
+        return original(self)
+
+    monkeypatch.setattr(_ItemAssembler, "partial", counted)
+    shown: list[PartialReply] = []
+    provider = AbandonableProvider(inner=inner, signal=TurnSignal(turn_id=1))  # type: ignore[arg-type]
+    request = ModelRequest(messages=[])
+
+    provider.complete(request, on_delta=Throttled(shown.append, interval=3600))
+
+    assert len(shown) == 1 and shown[0].calls[0].id == "c0"
+    assert built == 1
 
 
 def test_a_megabyte_reply_gives_snapshots_of_its_tail_only() -> None:
