@@ -1,5 +1,5 @@
 """A real tracing backend reads our traces fully: Arize Phoenix, in a virtual environment of its
-own (``var/phoenix-venv``, built once and kept), receives a turn's trace from the exporter and
+own (in the user's cache directory, built once per pinned version and kept across checkouts), receives a turn's trace from the exporter and
 gives back, through its REST API, the messages of each model call, the tool's arguments and
 result, the model, the token counts and the nesting (docs/traces.md §7)."""
 
@@ -30,12 +30,17 @@ from conversations.runner import turn_run
 from conversations.services import conversation_start, demo_format_profiles_ensure, demo_profile_ensure
 from servers import gateway
 from servers.services import demo_server_ensure
-from tests.conftest import REPO_ROOT
 from tests.support import wait_until
 
 # Pinned: the version docs/traces.md §7 names. A change of pin installs the new one.
 PHOENIX_VERSION = "20.26.1"
-PHOENIX_VENV = REPO_ROOT / "var" / "phoenix-venv"
+# Outside the checkout: a clean clone (as CI makes for every run) would build it again, which
+# took three minutes of the suite. The version in the name: a change of pin builds beside it.
+PHOENIX_VENV = (
+    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    / "tool-call-inspector"
+    / f"phoenix-venv-{PHOENIX_VERSION}"
+)
 PHOENIX_STAMP = PHOENIX_VENV / f".installed-arize-phoenix-{PHOENIX_VERSION}"
 INSTALL_SECONDS = 600
 START_SECONDS = 120
@@ -55,7 +60,7 @@ def _free_port() -> int:
 
 
 def phoenix_venv() -> Path:
-    """``var/phoenix-venv`` with the pinned arize-phoenix, built unless its stamp says it is there.
+    """``PHOENIX_VENV`` with the pinned arize-phoenix, built unless its stamp says it is there.
 
     Phoenix stays out of the project's environment (its dependencies are not the MCP SDK's). A
     lock file keeps two test runs from building it at once; pip's own cache makes a rebuild quick.
