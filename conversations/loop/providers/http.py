@@ -570,17 +570,12 @@ def compact_json(value: JSONValue) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def synthesized_call_id(seed: str, index: int) -> str:
-    """A stable id for the ``index``-th call of a reply whose wire gave it none: from the
-    SHA-256 of ``{seed}#{index}`` (docs/wire-formats.md §10.7). A reply that needs several uses
-    ``SynthesizedCallIds``, which reads its seed once."""
-    return SynthesizedCallIds(seed)(index)
-
-
 class SynthesizedCallIds:
-    """``synthesized_call_id(seed, index)`` for one reply's calls: the seed (the reply's body,
-    megabytes for a hostile one) is hashed once, on the first call that needs an id, and each id
-    hashes only its ``#index`` on top of that."""
+    """Stable ids for the calls of one reply whose wire gave them none (docs/wire-formats.md
+    §10.7): the ``index``-th is ``synth_``, the first 16 hex digits of the SHA-256 of
+    ``{seed}#{index}``, ``_{index}``. The seed (the reply's body, megabytes for a hostile one) is
+    hashed once, on the first call that needs an id, and each id hashes only its ``#index`` on
+    top of that."""
 
     def __init__(self, seed: str) -> None:
         self._seed: str | None = seed

@@ -25,7 +25,6 @@ from conversations.loop.providers.http import (
     json_object,
     parse_sse,
     read_streamed,
-    synthesized_call_id,
 )
 from conversations.loop.wire import WireExchange
 
@@ -65,16 +64,20 @@ def test_every_providers_error_envelope_gives_its_message() -> None:
     assert error_detail("Bad Gateway", "HTTP 502") == "HTTP 502"
 
 
+def _synthesized(seed: str, index: int) -> str:
+    return SynthesizedCallIds(seed)(index)
+
+
 def test_synthesized_ids_are_stable_per_seed_and_position() -> None:
-    assert synthesized_call_id("body", 0) == synthesized_call_id("body", 0)
-    assert synthesized_call_id("body", 0) != synthesized_call_id("body", 1)
-    assert synthesized_call_id("body", 0) != synthesized_call_id("other", 0)
-    assert synthesized_call_id("body", 0).startswith("synth_")
+    assert _synthesized("body", 0) == _synthesized("body", 0)
+    assert _synthesized("body", 0) != _synthesized("body", 1)
+    assert _synthesized("body", 0) != _synthesized("other", 0)
+    assert _synthesized("body", 0).startswith("synth_")
     # The derivation stays what stored records were given (docs/wire-formats.md §10.7).
     digest = hashlib.sha256("bodé#12".encode()).hexdigest()[:16]
-    assert synthesized_call_id("bodé", 12) == f"synth_{digest}_12"
+    assert _synthesized("bodé", 12) == f"synth_{digest}_12"
     ids = SynthesizedCallIds("bodé")
-    assert [ids(index) for index in (12, 0, 12)] == [synthesized_call_id("bodé", i) for i in (12, 0, 12)]
+    assert [ids(index) for index in (12, 0, 12)] == [_synthesized("bodé", i) for i in (12, 0, 12)]
 
 
 def test_a_reply_of_ten_thousand_calls_without_ids_reads_its_body_once_for_their_ids(
@@ -84,7 +87,7 @@ def test_a_reply_of_ten_thousand_calls_without_ids_reads_its_body_once_for_their
     # ten thousand id-less calls cost the square of its length (a minute of a worker's CPU).
     parts = [{"functionCall": {"name": "echo", "args": {"n": index}}} for index in range(10_000)]
     body = json.dumps({"candidates": [{"content": {"role": "model", "parts": parts}}]})
-    seventh = synthesized_call_id(body, 7)
+    seventh = _synthesized(body, 7)
     hashed = 0
     sha256 = hashlib.sha256
 
