@@ -11,7 +11,8 @@ against its bare loop):
   no capture, no record, no security headers. (``P13.llm``'s floor.)
 * ``python -m bench.p13_floors tcp PORT HOST:PORT`` — an asyncio TCP relay: each connection
   piped to a connection of its own to the upstream, bytes both ways, no HTTP parsed at all. The
-  least any relay can cost here.
+  least a relay in Python can cost here (P13.llm measures ``socat``, the same relay in C, beside
+  it where the host has it).
 * ``python -m bench.p13_floors stdio -- COMMAND [ARGS...]`` — a stdio relay: the command
   started with pipes, a thread per direction copying bytes as they come, nothing recorded.
   (``P13.mcp``'s floor.)

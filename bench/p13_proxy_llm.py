@@ -16,9 +16,10 @@ Two results, each a ratio taken in one run:
   took is reported): the record is written in the web process after the stream, and reading a
   1 MB reply takes CPU a stream beside it would share (the concurrent measure includes that).
   Measured beside it in the same run, the floors (``bench.p13_floors``): the same call through a
-  bare ASGI relay under the same daphne (no key, no capture, no record) and through a bare TCP
-  relay; reported as floor ÷ direct and proxy ÷ floor, so what part of the overhead is the
-  product's own can be read (the judged figure stays proxy ÷ direct).
+  bare ASGI relay under the same daphne (no key, no capture, no record), through a bare TCP
+  relay in Python, and through ``socat`` (the same TCP relay in C, where the host has it: the
+  least any relay costs here). They are reported as floor ÷ direct and proxy ÷ floor, so what
+  part of the overhead is the product's own can be read (the judged figure stays proxy ÷ direct).
 * ``P13.streams`` — 200 concurrent streamed replies (100 kB each) through the proxy ÷ the same 200
   direct, in the scaled deployment (PostgreSQL; "not run" without it), and every exchange stored:
   the measure waits until the 200 records are in the database and reports how long after the
@@ -30,6 +31,7 @@ The machine may be shared (the load average is in the details).
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
 import statistics
 import subprocess
@@ -37,7 +39,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import httpx2
@@ -57,6 +59,7 @@ STREAMS_ID, STREAMS_NAME = "P13.streams", "200 concurrent proxied streams, every
 STREAMS_TARGET = "all 200 stored; ratio reported"
 CONCURRENT = 200
 BIG, SMALL = 1_000_000, 100_000
+SOCAT = shutil.which("socat")
 REQUEST = b'{"model": "bench", "stream": true, "messages": [{"role": "user", "content": "stream it"}]}'
 
 
@@ -138,13 +141,9 @@ def _stored(key_id: int, hint: str) -> int:
 
 
 @contextmanager
-def _tcp_relay(upstream_root: str) -> Iterator[str]:
-    """The TCP floor (``bench.p13_floors tcp``) in a process of its own, in front of the upstream."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.p13_floors", "tcp", str(port), upstream_root.removeprefix("http://")],
-        cwd=REPO_ROOT,
-    )
+def _relay(command: list[str], port: int, what: str) -> Iterator[str]:
+    """A floor relay (``command``, listening on ``port``) in a process of its own, in front of the upstream."""
+    process = subprocess.Popen(command, cwd=REPO_ROOT)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -153,12 +152,31 @@ def _tcp_relay(upstream_root: str) -> Iterator[str]:
                 break
             except OSError:
                 if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the TCP floor relay did not start") from None
+                    raise RuntimeError(f"the {what} floor relay did not start") from None
                 time.sleep(0.05)
         yield f"http://127.0.0.1:{port}"
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def _tcp_relay(upstream_root: str) -> AbstractContextManager[str]:
+    """The Python TCP floor (``bench.p13_floors tcp``)."""
+    port = free_port()
+    upstream = upstream_root.removeprefix("http://")
+    return _relay([sys.executable, "-m", "bench.p13_floors", "tcp", str(port), upstream], port, "TCP")
+
+
+def _socat_relay(upstream_root: str) -> AbstractContextManager[str | None]:
+    """The same TCP floor in C (``socat``, a process forked for each connection), or None without it."""
+    if SOCAT is None:
+        return nullcontext(None)
+    port = free_port()
+    upstream = upstream_root.removeprefix("http://")
+    # ``nodelay`` on both sides, as daphne, httpx and asyncio set it on theirs: without it the
+    # request's second write waits for the first's acknowledgement, about 40 ms here.
+    listen = f"TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,nodelay"
+    return _relay([SOCAT, "-b", str(65_536), listen, f"TCP:{upstream},nodelay"], port, "socat")
 
 
 def run(ctx: Context) -> list[Result]:
@@ -181,6 +199,7 @@ def _one_stream(ctx: Context, owner: Any, root: str, web: WebServer) -> Result:
             env={"BENCH_P13_UPSTREAM": f"{root}/{BIG}"},
         ) as floor,
         _tcp_relay(root) as tcp,
+        _socat_relay(root) as socat,
         httpx2.Client(timeout=120) as client,
     ):
         key, raw = create_key(owner, name="bench P13", openai_upstream=f"{root}/{BIG}/v1")
@@ -191,11 +210,14 @@ def _one_stream(ctx: Context, owner: Any, root: str, web: WebServer) -> Result:
             "floor": f"{floor.base}/relay/v1/chat/completions",
             "tcp": f"{tcp}/{BIG}/v1/chat/completions",
         }
+        if socat is not None:
+            urls["socat"] = f"{socat}/{BIG}/v1/chat/completions"
         expected = stream_body("text", BIG)
         hint = f"bench-{uuid.uuid4().hex[:8]}"
         ratios: list[float] = []
         floor_ratios: list[float] = []
         tcp_ratios: list[float] = []
+        socat_ratios: list[float] = []
         over_floor: list[float] = []
         firsts: dict[str, list[float]] = {way: [] for way in urls}
         totals: dict[str, list[float]] = {way: [] for way in urls}
@@ -233,6 +255,8 @@ def _one_stream(ctx: Context, owner: Any, root: str, web: WebServer) -> Result:
             ratios.append(measured["proxy"][1] / measured["direct"][1])
             floor_ratios.append(measured["floor"][1] / measured["direct"][1])
             tcp_ratios.append(measured["tcp"][1] / measured["direct"][1])
+            if "socat" in measured:
+                socat_ratios.append(measured["socat"][1] / measured["direct"][1])
             over_floor.append(measured["proxy"][1] / measured["floor"][1])
             ctx.log(
                 f"repeat {repeat}: {ratios[-1]:.3f}× (floor {floor_ratios[-1]:.3f}×, tcp {tcp_ratios[-1]:.3f}×), "
@@ -246,6 +270,13 @@ def _one_stream(ctx: Context, owner: Any, root: str, web: WebServer) -> Result:
     def added(way: str) -> float:
         return ms(firsts[way]) - ms(firsts["direct"])
 
+    # The least a relay costs here at all: the TCP floor in C, no interpreter.
+    socat_summary = (
+        f"socat relay (C) {ms(totals['socat']):.1f} ms, {statistics.median(socat_ratios):.2f}× direct, first "
+        f"byte +{added('socat'):.2f} ms"
+        if socat_ratios
+        else "socat relay not run (no socat on this host)"
+    )
     result = judged(
         id=ID,
         name=NAME,
@@ -262,13 +293,21 @@ def _one_stream(ctx: Context, owner: Any, root: str, web: WebServer) -> Result:
                 f"floor {statistics.median(over_floor):.2f}×; first byte direct {ms(firsts['direct']):.2f} ms, "
                 f"added: proxy +{added('proxy'):.2f}, floor +{added('floor'):.2f}, TCP +{added('tcp'):.2f} ms; "
                 f"web process CPU per call: proxy {statistics.median(cpu_ms['proxy']):.0f} ms, floor "
-                f"{statistics.median(cpu_ms['floor']):.0f} ms"
+                f"{statistics.median(cpu_ms['floor']):.0f} ms; {socat_summary}"
             ),
             "first_byte_added_ms": round(added("proxy"), 3),
             "floor_first_byte_added_ms": round(added("floor"), 3),
             "tcp_first_byte_added_ms": round(added("tcp"), 3),
             "floor_x_direct": summary(floor_ratios),
             "tcp_x_direct": summary(tcp_ratios),
+            **(
+                {
+                    "socat_x_direct": summary(socat_ratios),
+                    "socat_first_byte_added_ms": round(added("socat"), 3),
+                }
+                if socat_ratios
+                else {}
+            ),
             "proxy_x_floor": summary(over_floor),
             "stored_after_s": summary(stored_after),
             "web_cpu_ms_per_proxied_call": summary(cpu_ms["proxy"]),

@@ -1,12 +1,14 @@
 """P13 (MCP half): a 200-call MCP stdio session through the recording proxy ÷ the same session direct.
 
 The host is the official ``mcp`` SDK's stdio client; the server is ``mcp-server-time``. Each
-repeat runs the session six times, direct-proxy-floor-floor-proxy-direct (then the reverse): connect,
+repeat runs the session six times, direct-proxy-floor-floor-proxy-direct (then the reverse;
+eight with ``socat`` after the floor): connect,
 initialize, then 200 ``tools/call``s of ``get_current_time``, one after another. Timed: the 200
 calls (the proxy's own start — Django's setup, once per host session — is reported beside them,
 not in the ratio). Through the proxy every message is recorded into the key's session, by the
 proxy's recorder thread, while the calls run. Target: the median ratio ≤ 1.10. The floor is the same session through a bare stdio relay
-(``bench.p13_floors``), reported beside as floor ÷ direct and proxy ÷ floor.
+(``bench.p13_floors``), reported beside as floor ÷ direct and proxy ÷ floor; and, where the host has
+``socat``, through it (the same relay in C: the least any relay costs here), reported ÷ direct.
 
 The machine may be shared (the load average is in the details): a ratio taken in one run, each
 repeat's pair back to back, is what holds up under it.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -79,9 +82,14 @@ def run(ctx: Context) -> list[Result]:
     # both ways, nothing recorded), so the part of the overhead that is the product's own shows.
     floor = [sys.executable, "-m", "bench.p13_floors", "stdio", "--", *SERVER]
     commands = {"direct": SERVER, "proxy": proxied, "floor": floor}
+    # The same relay in C, where the host has it: the least any relay costs here.
+    socat = shutil.which("socat")
+    if socat is not None:
+        commands["socat"] = [socat, "-b", str(65_536), "STDIO", "EXEC:" + " ".join(SERVER) + ",pipes"]
     ratios: list[float] = []
     floor_ratios: list[float] = []
     over_floor: list[float] = []
+    socat_ratios: list[float] = []
     calls_ms: dict[str, list[float]] = {kind: [] for kind in commands}
     start_ms: dict[str, list[float]] = {kind: [] for kind in commands}
     # Warm every path once (imports, the server's own first-call costs), untimed.
@@ -89,7 +97,8 @@ def run(ctx: Context) -> list[Result]:
         asyncio.run(_session(command, 5))
     for repeat in range(repeats):
         # ABCCBA (then reversed): a drift of the machine's load within a repeat weighs on all alike.
-        order = ["direct", "proxy", "floor", "floor", "proxy", "direct"]
+        half: list[str] = [kind for kind in ("direct", "proxy", "floor", "socat") if kind in commands]
+        order = half + half[::-1]
         if repeat % 2:
             order.reverse()
         timed = dict.fromkeys(commands, 0.0)
@@ -100,6 +109,8 @@ def run(ctx: Context) -> list[Result]:
         ratios.append(timed["proxy"] / timed["direct"])
         floor_ratios.append(timed["floor"] / timed["direct"])
         over_floor.append(timed["proxy"] / timed["floor"])
+        if "socat" in timed:
+            socat_ratios.append(timed["socat"] / timed["direct"])
         for kind, seconds in timed.items():
             calls_ms[kind].append(seconds * 500)
         ctx.log(
@@ -124,6 +135,7 @@ def run(ctx: Context) -> list[Result]:
                 **{f"{kind}_start_ms": summary(values) for kind, values in start_ms.items()},
                 "floor_x_direct": summary(floor_ratios),
                 "proxy_x_floor": summary(over_floor),
+                **({"socat_x_direct": summary(socat_ratios)} if socat_ratios else {}),
                 "tools_call_exchanges_recorded": recorded,
                 "summary": (
                     f"{repeats * 2} sessions each way of {calls} calls: direct "
@@ -131,7 +143,14 @@ def run(ctx: Context) -> list[Result]:
                     f"{statistics.median(calls_ms['proxy']):.0f} ms, floor (bare stdio relay) "
                     f"{statistics.median(calls_ms['floor']):.0f} ms; ÷ direct: proxy "
                     f"{statistics.median(ratios):.2f}×, floor {statistics.median(floor_ratios):.2f}×; proxy ÷ floor "
-                    f"{statistics.median(over_floor):.2f}×; {recorded} tools/call recorded"
+                    f"{statistics.median(over_floor):.2f}×; "
+                    + (
+                        f"socat relay (C) {statistics.median(calls_ms['socat']):.0f} ms, "
+                        f"{statistics.median(socat_ratios):.2f}× direct; "
+                        if socat_ratios
+                        else "socat relay not run (no socat on this host); "
+                    )
+                    + f"{recorded} tools/call recorded"
                 ),
             },
         )
