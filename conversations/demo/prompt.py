@@ -87,6 +87,8 @@ def read_prompt(text: str) -> tuple[tuple[Message, ...], tuple[Tool, ...]]:
     the call in the same position of the turn before it."""
     messages: list[Message] = []
     tools: tuple[Tool, ...] = ()
+    # The calls read so far: each assistant turn's ids go on from them.
+    calls = 0
     turns = text.split(_START)[1:]
     for index, turn in enumerate(turns):
         closed = _END in turn
@@ -97,7 +99,8 @@ def read_prompt(text: str) -> tuple[tuple[Message, ...], tuple[Tool, ...]]:
         if role == "system" and not messages and _TOOLS_HEAD in body:
             body, tools = _read_tools(body)
         if role == "assistant":
-            messages.append(_read_assistant(body, calls_before=_calls_count(messages)))
+            messages.append(_read_assistant(body, calls_before=calls))
+            calls += len(messages[-1].calls)
         elif role == "user" and body.startswith(_RESPONSE_OPEN) and body.endswith(_RESPONSE_CLOSE):
             messages.extend(_read_responses(body, messages))
         elif role in _ROLES:
@@ -130,10 +133,6 @@ def _read_tools(system: str) -> tuple[str, tuple[Tool, ...]]:
                 )
             )
     return content, tuple(tools)
-
-
-def _calls_count(messages: list[Message]) -> int:
-    return sum(len(message.calls) for message in messages)
 
 
 def _tagged_calls(body: str) -> tuple[str, list[str]]:

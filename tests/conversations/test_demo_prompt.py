@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -236,3 +237,32 @@ def test_every_demo_step_equals_transformers_rendering_of_the_shipped_template(
     for step, body in _model_steps(paradigm, scenario):
         assert step.prompt_exact
         assert step.prompt == transformers_rendering(body)
+
+
+def test_a_long_prompt_is_read_in_work_that_grows_with_it_not_with_its_square() -> None:
+    """Each assistant turn's call ids continue from the calls before it: counted as the prompt is
+    read, not by summing every message before it again (a long conversation's prompt, or a
+    hostile one, would cost the square of its turns). Work is counted in Python calls made."""
+    turns = 2_000
+    prompt = "<|im_start|>user\nAdd.<|im_end|>\n" + "".join(
+        '<|im_start|>assistant\n<tool_call>\n{"name": "calculate", "arguments": {"expression": "1+1"}}\n'
+        "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n2\n</tool_response><|im_end|>\n"
+        for _ in range(turns)
+    )
+    calls = 0
+
+    def count(frame: object, event: str, arg: object) -> None:
+        nonlocal calls
+        if event in {"call", "c_call"}:
+            calls += 1
+
+    sys.setprofile(count)
+    try:
+        messages, _ = read_prompt(prompt)
+    finally:
+        sys.setprofile(None)
+
+    ids = [call.id for message in messages for call in message.calls]
+    assert ids == [f"call_{n}" for n in range(1, turns + 1)]
+    assert [message.tool_call_id for message in messages if message.role == "tool"] == ids
+    assert calls < 100 * turns  # about 57 a turn; summing every message again made 8 million here
