@@ -161,24 +161,26 @@ def _text_history(
     """Messages with posted results turned back into tool messages (answering calls of the
     assistant message before them) and corrections into instructions, not questions."""
     decoded: list[Message] = []
+    # Where the last assistant message is in ``decoded`` (None: none yet), kept as it is read.
+    last_assistant: int | None = None
     for message in messages:
         posted = read_results(message.text) if message.role == "user" else []
         if posted:
-            _attach_calls(decoded, posted)
+            if last_assistant is not None:
+                _attach_calls(decoded, last_assistant, posted)
             decoded.extend(Message("tool", result_text(item), tool_call_id=item.call_id) for item in posted)
         elif message.role == "user" and _CORRECTION.match(message.text):
             decoded.append(Message("system", message.text))
         else:
+            if message.role == "assistant":
+                last_assistant = len(decoded)
             decoded.append(message)
     return tuple(decoded)
 
 
-def _attach_calls(decoded: list[Message], posted: Sequence[_Posted]) -> None:
+def _attach_calls(decoded: list[Message], index: int, posted: Sequence[_Posted]) -> None:
     # The results name their calls, so the calls need not be parsed out of the reply text
     # (which may be broken on purpose).
-    index = max((i for i, message in enumerate(decoded) if message.role == "assistant"), default=None)
-    if index is None:
-        return
     calls = tuple(Call(item.call_id, item.name, "{}") for item in posted)
     decoded[index] = replace(decoded[index], calls=decoded[index].calls + calls)
 

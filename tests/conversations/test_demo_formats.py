@@ -4,6 +4,7 @@ and its answer back out (the views' tests cover the HTTP side)."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -257,3 +258,41 @@ def test_chat_passes_through_without_its_stream_fields() -> None:
     }
 
     assert CHAT.to_chat(body, None) == {"model": "demo", "messages": []}
+
+
+def test_a_long_text_paradigm_history_is_decoded_in_work_that_grows_with_it() -> None:
+    """Posted results answer the calls of the assistant message before them: that message is
+    known as the history is read, not found by scanning everything decoded so far at each
+    posted result (a long conversation's history, or a hostile one, would cost its square).
+    Work is counted in Python calls made."""
+    from conversations.demo.conventions import understand
+    from conversations.demo.request import Message, Request, ToolChoice
+
+    rounds = 2_000
+    messages = [Message("system", "Call tools with <function_calls> blocks."), Message("user", "Add.")]
+    for n in range(rounds):
+        messages.append(
+            Message("assistant", f'<function_calls><invoke name="calculate">{n}</invoke></function_calls>')
+        )
+        result = f'<function_result call_id="c{n}" name="calculate">\n{n}\n</function_result>'
+        messages.append(Message("user", result))
+    request = Request("demo", tuple(messages), (), ToolChoice("auto"), True, "", "")
+    calls = 0
+
+    def count(frame: object, event: str, arg: object) -> None:
+        nonlocal calls
+        if event in {"call", "c_call"}:
+            calls += 1
+
+    sys.setprofile(count)
+    try:
+        _, decoded = understand(request)
+    finally:
+        sys.setprofile(None)
+
+    assistants = [message for message in decoded.messages if message.role == "assistant"]
+    assert [call.id for message in assistants for call in message.calls] == [f"c{n}" for n in range(rounds)]
+    assert [message.tool_call_id for message in decoded.messages if message.role == "tool"] == [
+        f"c{n}" for n in range(rounds)
+    ]
+    assert calls < 100 * rounds  # about 28 a round; scanning everything decoded made 2 million here
