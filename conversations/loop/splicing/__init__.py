@@ -234,13 +234,19 @@ def splice(
 # --- Step-to-step difference ---------------------------------------------------------------------
 
 
+# The most line pairs the line matcher compares in one diff (its work grows with their product).
+MAX_DIFF_PAIRS = 4_000_000
+
+
 def prompt_diff(previous: str, current: str) -> list[tuple[str, str]]:
     """What changed in the prompt between two steps, line by line: ``(op, text)`` chunks.
 
     ``op`` is ``"same"``, ``"added"`` or ``"removed"``; neighbouring lines with the same op are
     merged into one chunk and keep their line ends, so the ``same``+``added`` texts joined give
     ``current`` and the ``same``+``removed`` texts joined give ``previous``. A replaced block is
-    reported as its removed lines, then its added lines.
+    reported as its removed lines, then its added lines. Lines the two share at the start and
+    the end are ``same`` at once; when what lies between is more than ``MAX_DIFF_PAIRS`` line
+    pairs to compare, it is reported replaced whole.
     """
     old = previous.splitlines(keepends=True)
     new = current.splitlines(keepends=True)
@@ -255,12 +261,31 @@ def prompt_diff(previous: str, current: str) -> list[tuple[str, str]]:
         else:
             chunks.append((op, text))
 
-    # autojunk off: prompts repeat lines (blank lines, tags) that must not be treated as noise.
-    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            emit("same", old[i1:i2])
-        else:
-            emit("removed", old[i1:i2])
-            emit("added", new[j1:j2])
+    # The lines both share at the start and at the end are the same without asking the matcher,
+    # whose work grows with the product of the lines it compares: a step's prompt is the one
+    # before and what the step added, so what is left to match is small.
+    shorter = min(len(old), len(new))
+    head = 0
+    while head < shorter and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < shorter - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    old_middle, new_middle = old[head : len(old) - tail], new[head : len(new) - tail]
+    emit("same", old[:head])
+    if len(old_middle) * len(new_middle) > MAX_DIFF_PAIRS:
+        # Past this the matcher could hold a web process for minutes: the rest is shown as
+        # replaced whole (still a diff that rebuilds both prompts).
+        emit("removed", old_middle)
+        emit("added", new_middle)
+    else:
+        # autojunk off: prompts repeat lines (blank lines, tags) that must not be treated as noise.
+        matcher = difflib.SequenceMatcher(a=old_middle, b=new_middle, autojunk=False)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag == "equal":
+                emit("same", old_middle[i1:i2])
+            else:
+                emit("removed", old_middle[i1:i2])
+                emit("added", new_middle[j1:j2])
+    emit("same", old[len(old) - tail :])
     return chunks
