@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import sys
 import time
 import weakref
 from collections import OrderedDict
@@ -444,19 +445,18 @@ async def _relay(
     events = EventReader(limit) if event_stream else None
     kept, total = bytearray(), 0
     carried: list[tuple[str, WireExchange]] = []  # the server's requests this stream brought
-    pending_rewrite = bytearray() if rewrite_endpoint is not None else None
+    held = EndpointRewrite(rewrite_endpoint) if rewrite_endpoint is not None else None
     ended = False
     try:
         async for chunk in upstream.aiter_raw():
             total += len(chunk)
             if len(kept) < limit:
                 kept += chunk[: limit - len(kept)]
-            if pending_rewrite is not None and rewrite_endpoint is not None:
-                pending_rewrite += chunk
-                rewritten = _rewrite_first_endpoint(bytes(pending_rewrite), rewrite_endpoint)
-                if rewritten is None:
+            if held is not None:
+                released = held.feed(chunk)
+                if released is None:
                     continue
-                (chunk, endpoint), pending_rewrite = rewritten, None
+                (chunk, endpoint), held = released, None
                 # The session's POSTs are answered on this stream: pair them in one place.
                 pairer = _pairer(sse_scope(route, endpoint))
             yield chunk
@@ -481,17 +481,32 @@ async def _relay(
         )
 
 
-def _rewrite_first_endpoint(buffered: bytes, rewrite: Callable[[str], str]) -> tuple[bytes, str] | None:
-    """The buffered start of a legacy SSE stream with its ``endpoint`` event pointed back through
-    the proxy; None while that event has not fully arrived."""
-    reader = EventReader(len(buffered) + 1)
-    for event in reader.feed(buffered):
-        if event.name == "endpoint":
-            start = buffered.index(event.raw)
-            original = event.data.decode("utf-8", "replace")
-            replaced = f"event: endpoint\ndata: {rewrite(original)}\n\n".encode()
-            return buffered[:start] + replaced + buffered[start + len(event.raw) :], original
-    return None
+class EndpointRewrite:
+    """The start of a legacy SSE stream, held back until its ``endpoint`` event has fully arrived
+    and then passed on with that event pointed back through the proxy.
+
+    Each chunk is read once, as it comes, not the whole held start again at every chunk. What is
+    held has no bound of its own: it is whatever the server sends before its endpoint event."""
+
+    def __init__(self, rewrite: Callable[[str], str]) -> None:
+        self.rewrite = rewrite
+        self.held = bytearray()
+        self.events = EventReader(sys.maxsize)  # an endpoint event is read whole, however long
+
+    def feed(self, chunk: bytes) -> tuple[bytes, str] | None:
+        """What is held, ``chunk`` included, with the endpoint event rewritten, and the endpoint
+        the server named; None while that event has not fully arrived."""
+        self.held += chunk
+        for event in self.events.feed(chunk):
+            if event.name == "endpoint":
+                # Where the reader found it, not a search for its bytes: an earlier event may
+                # hold the same bytes inside its data.
+                start = event.start
+                original = event.data.decode("utf-8", "replace")
+                replaced = f"event: endpoint\ndata: {self.rewrite(original)}\n\n".encode()
+                end = start + len(event.raw)
+                return b"".join((self.held[:start], replaced, self.held[end:])), original
+        return None
 
 
 def _event(route: Route, pairer: Pairer, event: Event) -> list[tuple[str, WireExchange]]:
