@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ def _normal(name: str) -> str:
     return _SEPARATORS.sub("", name.lower())
 
 
-def name_matches(called: str, *, server: str, tool: str, server_tools: list[str]) -> bool:
+def name_matches(called: str, *, server: str, tool: str, server_tools: Collection[str]) -> bool:
     """Whether a model's call named ``called`` can be the server's tool ``tool``: the same name,
     or the name behind a prefix that ends in a separator and names the server (``mcp__time__``,
     ``time_``, ``time.``) or is the host's ``mcp`` marker. A name that is itself another tool of
@@ -104,10 +105,10 @@ def link_turn(turn: Turn, *, tools: dict[str, list[str]]) -> list[tuple[int, dic
         .order_by("seq")
         .values_list("step_id", "request_body")
     )
-    candidates = [_Tool(step, call_id_of(bodies.get(step.pk, ""))) for step in loose]
+    candidates = _Candidates([_Tool(step, call_id_of(bodies.get(step.pk, ""))) for step in loose], tools)
     # A tools/call that names a call of this turn is linked to that call only.
     asked = {call.get("id") for step in pending for call in step.calls if isinstance(call, dict)}
-    for tool in candidates:
+    for tool in candidates.all:
         tool.claimed = tool.call_id is not None and tool.call_id in asked
     now = timezone.now()
     updates: list[tuple[int, dict[str, Any]]] = []
@@ -117,7 +118,7 @@ def link_turn(turn: Turn, *, tools: dict[str, list[str]]) -> list[tuple[int, dic
         for index, call in enumerate(calls):
             if not _unlinked(call):
                 continue
-            found, how = _match(call, decide, candidates, tools)
+            found, how = candidates.match(call, decide)
             if found is None:
                 continue
             found.used = True
@@ -133,21 +134,41 @@ def _unlinked(call: JSONValue) -> bool:
     return isinstance(call, dict) and not call.get("linked_by")
 
 
-def _match(
-    call: JSONDict, decide: Step, candidates: list[_Tool], tools: dict[str, list[str]]
-) -> tuple[_Tool | None, str]:
-    call_id = call.get("id")
-    for tool in candidates:
-        if not tool.used and tool.call_id is not None and tool.call_id == call_id:
-            return tool, "call_id"
-    name = str(call.get("name") or "")
-    for tool in candidates:
-        step = tool.step
-        if tool.used or tool.claimed or step.started_at < decide.started_at:
-            continue
-        server = step.server_name
-        if not name_matches(name, server=server, tool=step.tool_name, server_tools=tools.get(server, [])):
-            continue
-        if _arguments(call.get("arguments")) == _arguments(step.arguments):
-            return tool, "arguments"
-    return None, ""
+class _Candidates:
+    """A turn's loose tool steps, indexed by the call id their tools/call carries and by the tool
+    they ran, so that a call is matched against the steps of the tools its name can be, not
+    every loose step (calls to a host's own tools never link and stay loose all turn)."""
+
+    def __init__(self, tools: list[_Tool], server_tools: dict[str, list[str]]) -> None:
+        self.all = tools
+        self.known = {server: frozenset(names) for server, names in server_tools.items()}
+        self.by_id: dict[str, list[_Tool]] = {}
+        self.by_tool: dict[tuple[str, str], list[_Tool]] = {}
+        for tool in tools:  # in seq order
+            if tool.call_id is not None:
+                self.by_id.setdefault(tool.call_id, []).append(tool)
+            self.by_tool.setdefault((tool.step.server_name, tool.step.tool_name), []).append(tool)
+
+    def match(self, call: JSONDict, decide: Step) -> tuple[_Tool | None, str]:
+        """The loose step that ran ``call`` of ``decide``, and how it was found: by the call id,
+        else the first step after the reply of a tool the call's name can be, with equal
+        arguments."""
+        call_id = call.get("id")
+        for tool in self.by_id.get(call_id, ()) if isinstance(call_id, str) else ():
+            if not tool.used:
+                return tool, "call_id"
+        name = str(call.get("name") or "")
+        arguments = _arguments(call.get("arguments"))
+        first: _Tool | None = None
+        for (server, tool_name), steps in self.by_tool.items():
+            if not name_matches(name, server=server, tool=tool_name, server_tools=self.known.get(server, ())):
+                continue
+            for tool in steps:
+                step = tool.step
+                if tool.used or tool.claimed or step.started_at < decide.started_at:
+                    continue
+                if arguments == _arguments(step.arguments):
+                    if first is None or step.seq < first.step.seq:
+                        first = tool
+                    break
+        return (first, "arguments") if first is not None else (None, "")

@@ -3,10 +3,13 @@ tool's name as the host namespaced it and equal arguments; what stays unlinked i
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.contrib.auth import get_user_model
 
 from conversations.models import Exchange, Step
+from conversations.proxy import linking
 from conversations.proxy.keys import create_key
 from conversations.proxy.linking import name_matches
 from conversations.proxy.models import ProxyKey, ProxySession
@@ -139,3 +142,44 @@ def test_a_call_no_tools_call_ran_is_shown_unlinked() -> None:
     conversation = ProxySession.objects.get(key=key).conversation
     [step] = transcript_document(conversation=conversation)["turns"][0]["steps"]
     assert step["calls"][0]["executed_exchange"] is None and step["calls"][0]["linked_by"] is None  # type: ignore[index]
+
+
+def test_calls_no_tools_call_will_run_cost_a_later_record_no_pass_over_every_tool_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Calls to a host's own tools never link, and tools/calls whose arguments no call asked for
+    neither: both stay loose for the rest of the turn. A later record matches each call only
+    against the tools its name can be, not against every loose tool step (which made each record
+    cost their product: here 150 × 150 name comparisons)."""
+    key = _key()
+    record_mcp(
+        key, session="s", server_name="time", records=[tools_list(["get_current_time", "convert_time"])]
+    )
+    loose = 150
+    record_model_call(
+        key,
+        session="s",
+        fmt="openai_chat",
+        exchange=chat_call(calls=[(f"call_{n}", f"host_builtin_{n % 7}", {"n": n}) for n in range(loose)]),
+    )
+    record_mcp(
+        key,
+        session="s",
+        server_name="time",
+        records=[tools_call("convert_time", {"n": n}, rpc_id=100 + n) for n in range(loose)],
+    )
+    proxy = ProxySession.objects.get(key=key)
+    compared = 0
+    real = linking.name_matches
+
+    def counted(called: str, **kwargs: Any) -> bool:
+        nonlocal compared
+        compared += 1
+        return real(called, **kwargs)
+
+    monkeypatch.setattr(linking, "name_matches", counted)
+
+    updates = linking.link_turn(proxy.conversation.turns.get(), tools=proxy.tools)
+
+    assert updates == []
+    assert compared == loose  # one a call: the one tool the loose steps ran
