@@ -24,6 +24,16 @@ from dataclasses import dataclass
 
 from conversations.typealias import JSONValue
 
+# An e-mail address. Its local part is the whole run of local-part characters before the "@": it
+# starts where no such character precedes it, not at any word boundary (tried from each boundary of
+# a run like "a.a.a…" that ends in no address, the run was scanned to its end each time: time
+# quadratic in its length, minutes for a megabyte a host, server or model sends). So an address
+# whose local part starts inside the previous one's domain run ("a@b.io-c@d.io", "a@b.io@c.io")
+# is matched as part of that one.
+_EMAIL_LOCAL = r"[A-Za-z0-9._%+\-]"
+_EMAIL_AT_DOMAIN = r"@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}\b"
+_EMAIL = rf"(?<!{_EMAIL_LOCAL}){_EMAIL_LOCAL}+{_EMAIL_AT_DOMAIN}(?:{_EMAIL_LOCAL}*{_EMAIL_AT_DOMAIN})*"
+
 BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
     (
         "api_key",
@@ -34,7 +44,7 @@ BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
         r"|AIza[0-9A-Za-z_\-]{35})",
     ),
     ("bearer_token", r"(?i)\bbearer\s+[A-Za-z0-9._~+/=\-]{8,}"),
-    ("email", r"\b[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}\b"),
+    ("email", _EMAIL),
     # This installation's recording-proxy keys (``conversations.proxy.keys``): a host may send one
     # anywhere (a URL it echoes, a prompt), and no route is trusted to have named it.
     ("proxy_key", r"\btci_[A-Za-z0-9_\-]{43}"),
