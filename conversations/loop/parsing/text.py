@@ -51,19 +51,23 @@ INVENTED_RESULT = re.compile(
 )
 # The JSON convention splices results back as "Tool execution result: …" (simple-chatbot).
 INVENTED_RESULT_LINE = re.compile(r"^[ \t]*tool (?:execution )?result\s*:", re.I | re.M)
-_FENCE_LANGS = r"(?:xml|jsonl?|json5|javascript|js|python|text|plaintext)"
-# What may sit right before a call when it was fenced or pasted from a chat UI:
-# "```xml", "~~~", "xml Copy code", or a bare language tag on its own line.
-_FENCE_BEFORE = re.compile(
-    rf"(?:(?:```|~~~)[ \t]*[\w+.-]*|(?:\b{_FENCE_LANGS}[ \t]*)?copy[ \t]*code"
-    rf"|(?:\A|(?<=\n))[ \t]*{_FENCE_LANGS})\s*\Z",
-    re.I,
+_FENCE_LANGS = ("xml", "jsonl", "json", "json5", "javascript", "js", "python", "text", "plaintext")
+# What may sit right before a call when it was fenced or pasted from a chat UI: "```xml", "~~~",
+# "xml Copy code", or a bare language tag on its own line, several in a row. They are read in one
+# pass backwards from the call, so this pattern is matched against the reversed prose and spells
+# each one backwards; each alternative is where the nearest opener starts when it matches.
+_LANGS_BACKWARDS = "|".join(name[::-1] for name in _FENCE_LANGS)
+_FENCE_BEFORE_BACKWARDS = re.compile(
+    rf"""(?:\s*+(?:
+        [\w+.-]*+[ \t]*+(?:```|~~~)                          # ```xml
+      | (?:{_LANGS_BACKWARDS})[ \t]*+(?=\n|\Z)               # xml, alone on its line
+      | edoc[ \t]*+ypoc(?:[ \t]*+(?:{_LANGS_BACKWARDS})\b)?   # xml Copy code
+    ))*+""",
+    re.I | re.X,
 )
 _FENCE_AFTER = re.compile(r"\A\s*(?:```|~~~)[ \t]*(?=\n|\Z)")
-_WHOLE_FENCE = re.compile(
-    r"\A\s*(?:```|~~~)[ \t]*[\w+.-]*[ \t]*(?:copy[ \t]*code)?[ \t]*\n(.*?)\n?[ \t]*(?:```|~~~)?\s*\Z",
-    re.I | re.S,
-)
+# The opening line of a fence around the whole reply; its inside runs to the closing fence, if any.
+_WHOLE_FENCE_OPEN = re.compile(r"\A\s*+(?:```|~~~)[ \t]*+[\w+.-]*[ \t]*+(?:copy[ \t]*+code)?[ \t]*+\n", re.I)
 
 
 def as_text(value: object) -> str:
@@ -120,12 +124,10 @@ def thinking_diagnostic(thoughts: list[str], calls_inside: int) -> list[str]:
 
 
 def _strip_fence_before(prose: str) -> tuple[str, bool]:
-    """``prose`` without the fence opener (or chat-UI copy artefact) that ends it."""
-    stripped = False
-    while match := _FENCE_BEFORE.search(prose):
-        prose = prose[: match.start()]
-        stripped = True
-    return prose, stripped
+    """``prose`` without the fence openers (or chat-UI copy artefacts) that end it."""
+    openers = _FENCE_BEFORE_BACKWARDS.match(prose[::-1])
+    length = openers.end() if openers else 0
+    return prose[: len(prose) - length], length > 0
 
 
 def _strip_fence_after(prose: str) -> tuple[str, bool]:
@@ -163,9 +165,18 @@ def prose_around(text: str, spans: Sequence[tuple[int, int]], diagnostics: list[
 
 
 def unfence_whole(text: str) -> tuple[str, bool]:
-    """The inside of a fence that wraps the entire reply, else the reply unchanged."""
-    match = _WHOLE_FENCE.match(text)
-    return (match.group(1), True) if match else (text, False)
+    """The inside of a fence that wraps the entire reply, else the reply unchanged.
+
+    The inside ends before the trailing whitespace, or before a closing fence that ends the
+    reply and the spaces and one line break before it.
+    """
+    opener = _WHOLE_FENCE_OPEN.match(text)
+    if opener is None:
+        return text, False
+    inside = text[opener.end() :].rstrip()
+    if inside.endswith(("```", "~~~")):
+        inside = inside[:-3].rstrip(" \t").removesuffix("\n")
+    return inside, True
 
 
 def offered_list(names: Iterable[str], limit: int = 10) -> str:

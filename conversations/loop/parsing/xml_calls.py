@@ -41,7 +41,8 @@ _VALUE_END = re.compile(
     rf"<{NS}parameter\b[^<>]*>|{_INVOKE_CLOSE.pattern}|<{NS}invoke\b[^<>]*>|{_CALLS_CLOSE.pattern}", re.I
 )
 _ATTRIBUTE = re.compile(r"""([\w:.-]+)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+))""")
-_TRAILING_TAG = re.compile(r"<(/?)(?:[\w.-]+:)?(\w*)([^<>]*)\Z")
+# Possessive: a name backtracking into the rest would cost the square of the tag's length.
+_TRAILING_TAG = re.compile(r"<(/?)(?:[\w.-]++:)?(\w*+)([^<>]*+)\Z")
 _TAG_NAMES = ("function_calls", "invoke", "parameter")
 _WHOLE_CDATA = re.compile(r"\A\s*<!\[CDATA\[(.*)\]\]>\s*\Z", re.S)
 _CDATA_OR_ENTITY = re.compile(
