@@ -1,12 +1,17 @@
-"""Small helpers the tests share: waiting for a condition, and a database connection of a test's own."""
+"""Small helpers the tests share: waiting for a condition, a database connection of a test's own,
+and a count of the work a call does."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import psycopg
 from django.db import connection
+
+T = TypeVar("T")
 
 
 def wait_until(condition: Callable[[], object], seconds: float, step: float = 0.05) -> bool:
@@ -26,3 +31,22 @@ def other_connection() -> psycopg.Connection[tuple[object, ...]]:
     return psycopg.connect(
         host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"] or None, dbname=db["NAME"]
     )
+
+
+def python_calls(work: Callable[[], T]) -> tuple[T, int]:
+    """``work()``'s result and how many Python calls it made (functions and builtins alike): a
+    count of work that does not depend on the host's speed, for a test that holds a cost to the
+    size of its input."""
+    calls = 0
+
+    def count(frame: object, event: str, arg: object) -> None:
+        nonlocal calls
+        if event in {"call", "c_call"}:
+            calls += 1
+
+    sys.setprofile(count)
+    try:
+        result = work()
+    finally:
+        sys.setprofile(None)
+    return result, calls

@@ -4,7 +4,6 @@ and its answer back out (the views' tests cover the HTTP side)."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
@@ -16,6 +15,7 @@ from conversations.demo.model import complete
 from conversations.demo.openai_chat import CHAT
 from conversations.demo.openai_responses import RESPONSES
 from conversations.typealias import JSONDict
+from tests.support import python_calls
 
 BEIJING = "What will the weather be like in Beijing tomorrow?"
 PARAMETERS: JSONDict = {
@@ -277,18 +277,7 @@ def test_a_long_text_paradigm_history_is_decoded_in_work_that_grows_with_it() ->
         result = f'<function_result call_id="c{n}" name="calculate">\n{n}\n</function_result>'
         messages.append(Message("user", result))
     request = Request("demo", tuple(messages), (), ToolChoice("auto"), True, "", "")
-    calls = 0
-
-    def count(frame: object, event: str, arg: object) -> None:
-        nonlocal calls
-        if event in {"call", "c_call"}:
-            calls += 1
-
-    sys.setprofile(count)
-    try:
-        _, decoded = understand(request)
-    finally:
-        sys.setprofile(None)
+    (_, decoded), calls = python_calls(lambda: understand(request))
 
     assistants = [message for message in decoded.messages if message.role == "assistant"]
     assert [call.id for message in assistants for call in message.calls] == [f"c{n}" for n in range(rounds)]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from tests.conversations.test_demo_model import (
     user,
 )
 from tests.factories import UserFactory
+from tests.support import python_calls
 
 CORPUS_COPY = (
     Path(__file__).resolve().parents[1] / "fixtures" / "chat_templates" / "Qwen-Qwen2.5-7B-Instruct.jinja"
@@ -249,18 +249,7 @@ def test_a_long_prompt_is_read_in_work_that_grows_with_it_not_with_its_square() 
         "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n2\n</tool_response><|im_end|>\n"
         for _ in range(turns)
     )
-    calls = 0
-
-    def count(frame: object, event: str, arg: object) -> None:
-        nonlocal calls
-        if event in {"call", "c_call"}:
-            calls += 1
-
-    sys.setprofile(count)
-    try:
-        messages, _ = read_prompt(prompt)
-    finally:
-        sys.setprofile(None)
+    (messages, _), calls = python_calls(lambda: read_prompt(prompt))
 
     ids = [call.id for message in messages for call in message.calls]
     assert ids == [f"call_{n}" for n in range(1, turns + 1)]

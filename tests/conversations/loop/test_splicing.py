@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import gc
 import json
-import sys
 import weakref
 from collections.abc import Callable
 from datetime import datetime
@@ -36,6 +35,7 @@ from conversations.loop.splicing import (
 )
 from conversations.loop.splicing.pieces import spliced_pieces
 from conversations.typealias import JSONDict
+from tests.support import python_calls
 
 QWEN_LIKE = (
     Path(__file__).resolve().parents[2] / "fixtures" / "chat_templates" / "qwen_like.jinja"
@@ -970,22 +970,6 @@ def test_a_long_template_error_is_shortened_in_the_source() -> None:
     assert "x… — shown instead" in spliced.source
 
 
-def _python_calls(work: Callable[[], object]) -> int:
-    calls = 0
-
-    def count(frame: object, event: str, arg: object) -> None:
-        nonlocal calls
-        if event in {"call", "c_call"}:
-            calls += 1
-
-    sys.setprofile(count)
-    try:
-        work()
-    finally:
-        sys.setprofile(None)
-    return calls
-
-
 def test_prompt_diff_of_a_long_prompt_that_grew_costs_what_changed() -> None:
     """A step's prompt is the one before and what the step added: the lines both share at the
     start and end are not handed to the line matcher, whose work grows with the product of the
@@ -993,9 +977,9 @@ def test_prompt_diff_of_a_long_prompt_that_grew_costs_what_changed() -> None:
     previous = "<|im_start|>user\n" + "},\n\n" * 20_000
     current = previous + "<|im_start|>assistant\nok\n"
 
-    calls = _python_calls(lambda: prompt_diff(previous, current))
+    diff, calls = python_calls(lambda: prompt_diff(previous, current))
 
-    assert prompt_diff(previous, current) == [("same", previous), ("added", "<|im_start|>assistant\nok\n")]
+    assert diff == [("same", previous), ("added", "<|im_start|>assistant\nok\n")]
     assert calls < 1_000
 
 
@@ -1003,8 +987,7 @@ def test_prompt_diff_of_two_long_unrelated_prompts_is_bounded_and_still_rebuilds
     previous = "a\n\n" * 3_000
     current = "b\n\n" * 3_000
 
-    calls = _python_calls(lambda: prompt_diff(previous, current))
-    diff = prompt_diff(previous, current)
+    diff, calls = python_calls(lambda: prompt_diff(previous, current))
 
     assert calls < 100_000
     assert "".join(text for op, text in diff if op != "removed") == current
