@@ -447,6 +447,7 @@ async def _relay(
     carried: list[tuple[str, WireExchange]] = []  # the server's requests this stream brought
     held = EndpointRewrite(rewrite_endpoint) if rewrite_endpoint is not None else None
     ended = False
+    stopped = ""
     try:
         async for chunk in upstream.aiter_raw():
             total += len(chunk)
@@ -454,15 +455,26 @@ async def _relay(
                 kept += chunk[: limit - len(kept)]
             if held is not None:
                 released = held.feed(chunk)
-                if released is None:
+                if released is None and len(held.held) > limit:
+                    # A server that never names its endpoint must not fill the proxy's memory:
+                    # what it sent is passed on as it came, and the stream ends with it.
+                    stopped = (
+                        f"the server sent {len(held.held):,} bytes before its endpoint event, more than "
+                        "a record keeps (EXCHANGE_BODY_LIMIT): the proxy stopped waiting and ended the stream"
+                    )
+                    chunk, held = bytes(held.held), None
+                elif released is None:
                     continue
-                (chunk, endpoint), held = released, None
-                # The session's POSTs are answered on this stream: pair them in one place.
-                pairer = _pairer(sse_scope(route, endpoint))
+                else:
+                    (chunk, endpoint), held = released, None
+                    # The session's POSTs are answered on this stream: pair them in one place.
+                    pairer = _pairer(sse_scope(route, endpoint))
             yield chunk
             if events is not None:
                 for event in events.feed(chunk):
                     carried.extend(_event(route, pairer, event))
+            if stopped:
+                break
         ended = True
     finally:
         await upstream.aclose()
@@ -478,6 +490,7 @@ async def _relay(
             awaits_http=awaits_http,
             handed=handed,
             carried=carried,
+            stopped=stopped,
         )
 
 
@@ -485,8 +498,8 @@ class EndpointRewrite:
     """The start of a legacy SSE stream, held back until its ``endpoint`` event has fully arrived
     and then passed on with that event pointed back through the proxy.
 
-    Each chunk is read once, as it comes, not the whole held start again at every chunk. What is
-    held has no bound of its own: it is whatever the server sends before its endpoint event."""
+    Each chunk is read once, as it comes, not the whole held start again at every chunk. ``held``
+    is what the server sent before its endpoint event; the relay bounds it (a record's limit)."""
 
     def __init__(self, rewrite: Callable[[str], str]) -> None:
         self.rewrite = rewrite
@@ -534,6 +547,7 @@ def _finish(
     awaits_http: bool,
     handed: str | None,
     carried: Sequence[tuple[str, WireExchange]],
+    stopped: str = "",
 ) -> None:
     status = upstream.status_code
     for key, request in carried:
@@ -551,7 +565,7 @@ def _finish(
     text = decode_body(kept)
     if total > len(kept):
         text += f"\n… [cut: {total:,} bytes in all; the first {len(kept):,} are kept]"
-    note = "" if ended else "the host went away before the answer ended; this is what had passed"
+    note = stopped or ("" if ended else "the host went away before the answer ended; this is what had passed")
     json_answer = upstream.headers.get("content-type", "").startswith("application/json")
     # The legacy transport answers a POST "202 Accepted" and sends the response on its stream.
     later = events is None and status == 202

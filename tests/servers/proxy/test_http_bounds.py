@@ -118,3 +118,30 @@ def test_a_second_users_key_cannot_reach_the_first_users_session(app_url: str) -
     as_alice = Client()
     as_alice.force_login(alice_key.user)
     assert as_alice.get(f"/c/{alice_conversation.public_id}/").status_code == 200
+
+
+def test_a_legacy_stream_that_never_names_its_endpoint_is_ended_past_a_records_limit(
+    app_url: str, settings: Any
+) -> None:
+    """The start of a legacy SSE stream is held until its endpoint event (to point it back
+    through the proxy). A server that sends more than a record keeps and no endpoint event is
+    not waited for with the proxy's memory: what it sent reaches the host as it came, the stream
+    ends, and the record says why."""
+    settings.EXCHANGE_BODY_LIMIT = 10_000
+    key, raw = _key("alice")
+    fake = RawUpstream()
+    fake.parts = [b": padding, no endpoint yet\n\n" * 100 for _ in range(5)]
+    fake.hold = True  # and then nothing: the endpoint never comes
+    with served(fake) as upstream:
+        McpServer.objects.create(name="mute", transport="sse", url=f"{upstream}/sse", enabled=True)
+        try:
+            answer = httpx.get(f"{app_url}/proxy/{raw}/sse/mute", timeout=20)
+        finally:
+            fake.release.set()
+
+    sent = b"".join(fake.parts)
+    assert answer.status_code == 200
+    assert 10_000 < len(answer.content) <= len(sent) and sent.startswith(answer.content)
+    assert wait_until(lambda: bool(recorded(key)), 30)
+    (row,) = recorded(key)
+    assert "before its endpoint event" in row.error and "stopped waiting" in row.error
