@@ -19,7 +19,11 @@ from datetime import UTC, date, datetime, timedelta
 from conversations.demo.understanding import (
     OPERATION_WORDS,
     Facts,
+    blank_out,
+    matches_of,
+    quoted_in,
     tool_name_words,
+    unclosed_hidden,
     unit_key,
     word_forms_of,
     words_of,
@@ -268,24 +272,33 @@ def empty_of_type(slot: Slot, fill: Fill) -> JSONValue:
 
 # --- Formats, paths, names and queries -------------------------------------------------------
 
-_EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+# Patterns with a ``skip`` alternative are read with ``matches_of`` (where a run of characters
+# fails to match from its first start, it fails from every later one: ``skip`` takes those).
+_EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|(?P<skip>[\w.+-]++)")
 _URL_RE = re.compile(r"\b(?:https?|file|ftp)://[^\s\"'<>]+")
 _UUID_RE = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE)
 _IPV4_RE = re.compile(r"\b(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)\b")
-_HOST_RE = re.compile(r"\b(?:[a-z0-9-]+\.)+[a-z]{2,}\b", re.IGNORECASE)
+_HOST_RE = re.compile(
+    r"\b(?:[a-z0-9-]+\.)+[a-z]{2,}\b|(?P<skip>\b[a-z0-9-]++(?:\.[a-z0-9-]++)*+)", re.IGNORECASE
+)
 _ISO_DATE_RE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
-# Absolute paths (POSIX, ~, Windows) and relative ones with a directory or an extension.
+# Absolute paths (POSIX, ~, Windows) and relative ones with a directory or an extension; ``skip``
+# takes a run of name characters that starts none, but its last character (which may start "c:\").
 _PATH_RE = re.compile(
-    r"(?<![\w/:])(?:~?/[\w.\-/]*|[A-Za-z]:\\[\w.\-\\]*|\.{1,2}/[\w.\-/]*|[\w\-]+(?:/[\w.\-]+)+|[\w\-]+\.[A-Za-z0-9]{1,5})"
+    r"(?<![\w/:])(?:~?/[\w.\-/]*|[A-Za-z]:\\[\w.\-\\]*|\.{1,2}/[\w.\-/]*|[\w\-]+(?:/[\w.\-]+)+|[\w\-]+\.[A-Za-z0-9]{1,5}"
+    r"|(?P<skip>[\w\-](?:[\w\-](?=[\w\-]))*+))"
 )
 _GLOB_RE = re.compile(r"(?<!\S)[\w.\-/]*[*?][\w.\-/*?]*")
 _NAMED_RE = re.compile(r"\b(?:named|called|titled)\s+[\"'“]?([A-Z][\w'’-]*(?:\s+[A-Z][\w'’-]*)*|[\w.\-/]+)")
 _AFTER_FOR_RE = re.compile(r"\b(?:for|about|matching|containing|mentioning)\s+(.+)$", re.IGNORECASE)
 _TYPE_OF_RE = re.compile(r"\btype of (?:the |an? )?(\w+)", re.IGNORECASE)
 # An example a parameter's description gives: "e.g. 'Beijing'", "(e.g., 5, 10)", "such as UTC".
+# Read through ``unclosed_hidden``; its spaces and marks are taken whole (what follows each is
+# neither), as giving some back would retry each split of a long run of spaces.
 _DESCRIBED_EXAMPLE_RE = re.compile(
-    r"\b(?:e\.g\.|eg\.|for example|such as|like)\s*,?\s*\(?\s*(?:['\"“‘]([^'\"”’]+)['\"”’]|(-?\d+(?:\.\d+)?))"
+    r"\b(?:e\.g\.|eg\.|for example|such as|like)\s*+,?+\s*+\(?+\s*+(?:['\"“‘]([^'\"”’]+)['\"”’]|(-?\d+(?:\.\d+)?))"
 )
+_OPENING_QUOTES, _CLOSING_QUOTES = "“‘", "'\"”’"
 FILE_WORDS = frozenset("file files path paths directory directories dir folder folders filesystem".split())
 _PATH_SLOT_WORDS = frozenset("path paths file files filename filepath dir directory folder".split())
 ENDPOINT_NAMES = frozenset("source destination from to src dst target".split())
@@ -360,7 +373,7 @@ def _midnight(slot: Slot, fill: Fill) -> JSONValue:
 
 def _finder(pattern: re.Pattern[str]) -> Callable[[Slot, Fill], JSONValue]:
     def find(slot: Slot, fill: Fill) -> JSONValue:
-        match = pattern.search(fill.facts.text)
+        match = next(matches_of(pattern, fill.facts.text), None)
         return match.group().rstrip(".,;:!?)") if match else None
 
     return find
@@ -375,8 +388,8 @@ def _constant(value: str) -> Callable[[Slot, Fill], JSONValue]:
 
 def paths_in(text: str) -> list[str]:
     """File system paths the question names, in order (URLs and e-mail addresses are not)."""
-    hidden = _EMAIL_RE.sub(" ", _URL_RE.sub(" ", text))
-    found = [match.group().rstrip(".,;:!?)") for match in _PATH_RE.finditer(hidden)]
+    hidden = blank_out(_EMAIL_RE, _URL_RE.sub(" ", text))
+    found = [match.group().rstrip(".,;:!?)") for match in matches_of(_PATH_RE, hidden)]
     return [path for path in dict.fromkeys(found) if path and not _NUMBERISH.fullmatch(path)]
 
 
@@ -413,15 +426,25 @@ def _find_query(slot: Slot, fill: Fill) -> JSONValue:
         glob = _GLOB_RE.search(fill.facts.text)
         if glob:
             return glob.group()
-    match = _AFTER_FOR_RE.search(fill.facts.text)
+    match = _after_for(fill.facts.text)
     return match.group(1).strip(" ?.!\"'") or None if match else None
+
+
+def _after_for(text: str) -> re.Match[str] | None:
+    """:data:`_AFTER_FOR_RE`'s match. Its "$" ends a match at the text's end (or a last line
+    break), so a word before the last line starts one only across the white space that reaches
+    that line: the search starts there, not at each such word of each earlier line to read it
+    to its line's end (time growing with the square of the text)."""
+    last_line = text.rfind("\n", 0, len(text) - 1) + 1
+    reach = len(text[:last_line].rstrip()) - len("mentioning")  # the longest word
+    return _AFTER_FOR_RE.search(text, max(reach, 0))
 
 
 def proper_names(text: str) -> list[str]:
     """Names the question gives: after "named"/"called", quoted, then capitalised words that
     do not start a sentence (runs of them kept together)."""
     names = [match.group(1) for match in _NAMED_RE.finditer(text)]
-    names += [next(group for group in match.groups() if group) for match in _QUOTED_RE.finditer(text)]
+    names += quoted_in(text)
     for match in re.finditer(r"(?<![.!?]\s)(?<!^)\b([A-Z][\w'’-]*(?:\s+[A-Z][\w'’-]*)*)", text):
         words = [word for word in match.group(1).split() if word.lower() not in _NOT_NAMES]
         if words:
@@ -429,7 +452,6 @@ def proper_names(text: str) -> list[str]:
     return list(dict.fromkeys(name.strip() for name in names if name.strip()))
 
 
-_QUOTED_RE = re.compile(r"\"([^\"]+)\"|“([^”]+)”|(?<!\w)'([^']+)'(?!\w)")
 _NOT_NAMES = frozenset("i the a an and or what who when where which how is are".split())
 
 
@@ -454,7 +476,8 @@ def described_examples(schema: JSONDict) -> list[JSONValue]:
         found.extend(examples)
     description = schema.get("description")
     if isinstance(description, str):
-        for match in _DESCRIBED_EXAMPLE_RE.finditer(description):
+        hidden = unclosed_hidden(description, _OPENING_QUOTES, _CLOSING_QUOTES)
+        for match in _DESCRIBED_EXAMPLE_RE.finditer(hidden):
             quoted, number = match.group(1), match.group(2)
             found.append(quoted if quoted is not None else float(number) if "." in number else int(number))
     return found

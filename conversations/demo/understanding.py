@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from conversations.demo.request import Message, Tool
@@ -168,6 +168,7 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z'’]*")
 _ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 _DAY = re.compile(r"\b(\d{4}-\d{2}-\d{2}|" + "|".join(sorted(_DAY_WORDS)) + r")\b", re.IGNORECASE)
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?")
+# Read by :func:`quoted_in`, which hides each “ that no ” follows.
 _QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|(?<!\w)'([^']+)'(?!\w)")
 _WORD_OPERATORS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bmultiplied by\b", re.IGNORECASE), "*"),
@@ -178,11 +179,14 @@ _WORD_OPERATORS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?<=\d)\s*[x×]\s*(?=\d)"), " * "),
     (re.compile("÷"), "/"),
 )
-_EXPRESSION = re.compile(r"[-(\d][\d\s.+\-*/^%()]*[\d)]")
+# ``skip`` (:func:`matches_of`): the rest of a run in which no digit or ")" follows the start.
+_EXPRESSION = re.compile(r"[-(\d][\d\s.+\-*/^%()]*[\d)]|(?P<skip>[-(\d][\d\s.+\-*/^%()]*+)")
 _HAS_OPERATOR = re.compile(r"[\d)]\s*[+*/^%]\s*[-\d(]|[\d)]\s+-\s+[-\d(]")
+# Runs of white space are taken whole (``*+``, ``++``): what follows each is no white space, so
+# giving some back never helps, and would retry each split of a long run.
 _CONVERSION = re.compile(
-    r"(?<![\w.])(-?\d+(?:\.\d+)?)\s*(?:degrees?\s+)?(°?\s*[A-Za-z]+)"
-    r"\s+(?:to|in|into|as)\s+(?:degrees?\s+)?(°?\s*[A-Za-z]+)",
+    r"(?<![\w.])(-?\d+(?:\.\d+)?)\s*+(?:degrees?\s++)?(°?\s*+[A-Za-z]+)"
+    r"\s++(?:to|in|into|as)\s++(?:degrees?\s++)?(°?\s*+[A-Za-z]+)",
     re.IGNORECASE,
 )
 _CAPITALISED = r"[A-ZÀ-ÖØ-Þ][\w'’.-]*"
@@ -190,7 +194,7 @@ _PLACE = rf"{_CAPITALISED}(?:\s+(?:(?:de|del|da|la|le|am|upon|sur)\s+)?{_CAPITAL
 _PLACE_AFTER_PREPOSITION = re.compile(rf"\b(?:in|for|at)\s+({_PLACE})")
 _PLACE_ANYWHERE = re.compile(_PLACE)
 _LOWERCASE_PLACE = re.compile(r"\b(?:in|for|at)\s+([a-z][a-z'-]+)")
-_MORE_PLACES = re.compile(rf"\s*(?:,\s*(?:and\s+)?|\s+and\s+|\s*&\s*)(?:(?:in|for|at)\s+)?({_PLACE})")
+_MORE_PLACES = re.compile(rf"(?:\s*+,\s*+(?:and\s++)?|\s++and\s++|\s*+&\s*+)(?:(?:in|for|at)\s++)?({_PLACE})")
 
 
 @dataclass(frozen=True)
@@ -217,12 +221,17 @@ class Facts:
 
 
 # Paths and URLs: their words name folders, not what the question asks for ("/tmp/list/a.txt").
-_PATHS_AND_URLS = re.compile(r"(?:\b[a-z][a-z0-9+.-]*://|(?<![\w/])~?/|\b[A-Za-z]:\\)\S*")
+# ``skip`` (:func:`matches_of`): a run of scheme characters that ends in no "://", but its last
+# character (which may start a drive, "c:\").
+_PATHS_AND_URLS = re.compile(
+    r"(?:\b[a-z][a-z0-9+.-]*://|(?<![\w/])~?/|\b[A-Za-z]:\\)\S*"
+    r"|(?P<skip>\b[a-z](?:[a-z0-9+.-](?=[a-z0-9+.-]))*+)"
+)
 
 
 def read_facts(text: str) -> Facts:
     undated = _ISO_DATE.sub(" ", text)
-    wordy = _PATHS_AND_URLS.sub(" ", text)
+    wordy = blank_out(_PATHS_AND_URLS, text)
     expression = _find_expression(undated)
     conversion = _find_conversion(undated)
     intents = (("calculate",) if expression else ()) + (("convert",) if conversion else ())
@@ -235,8 +244,43 @@ def read_facts(text: str) -> Facts:
         numbers=tuple(_to_number(match.group()) for match in _NUMBER.finditer(undated)),
         expression=expression,
         conversion=conversion,
-        quoted=tuple(next(group for group in match.groups() if group) for match in _QUOTED.finditer(text)),
+        quoted=tuple(quoted_in(text)),
     )
+
+
+def matches_of(pattern: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
+    """The pattern's matches in ``text``, those of its ``skip`` alternative left out.
+
+    A pattern that reads a run of characters before the piece that ends a match ("((((" with no
+    digit after, "a.a.a…" with no "://", a local part with no "@") fails at each start inside the
+    run only after reading the run to its end: time growing with the square of the run. Its
+    ``(?P<skip>…)`` alternative, tried where the rest fail, takes the part of the run where no
+    match can start, so each character is read a few times at most; the matches left are the
+    ones the pattern without it finds."""
+    return (match for match in pattern.finditer(text) if match.lastgroup != "skip")
+
+
+def blank_out(pattern: re.Pattern[str], text: str) -> str:
+    """``text`` with each of the pattern's matches (:func:`matches_of`) replaced by a space."""
+    return pattern.sub(lambda match: match.group() if match.lastgroup == "skip" else " ", text)
+
+
+def unclosed_hidden(text: str, openers: str, closers: str) -> str:
+    """``text`` with each of ``openers`` that none of ``closers`` follows replaced by NUL (no
+    quote, word or space character; one character for one, so spans stay): it could open no
+    quote, yet a pattern would read on to the end of the text from each, for time growing with
+    the square of the text."""
+    end = max(text.rfind(closer) for closer in closers) + 1
+    tail = text[end:]
+    for opener in openers:
+        tail = tail.replace(opener, "\0")
+    return text[:end] + tail
+
+
+def quoted_in(text: str) -> list[str]:
+    """The texts between double quotes, curly double quotes or single quotes, in order."""
+    hidden = unclosed_hidden(text, "“", "”")
+    return [text[slice(*match.span(match.lastindex or 0))] for match in _QUOTED.finditer(hidden)]
 
 
 def words_of(text: str) -> list[str]:
@@ -277,7 +321,7 @@ def _find_expression(text: str) -> str | None:
     for pattern, symbol in _WORD_OPERATORS:
         text = pattern.sub(symbol, text)
     candidates = [
-        match.group() for match in _EXPRESSION.finditer(text) if _HAS_OPERATOR.search(match.group())
+        match.group() for match in matches_of(_EXPRESSION, text) if _HAS_OPERATOR.search(match.group())
     ]
     if not candidates:
         return None
