@@ -21,7 +21,15 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.inspector.test_browser import PASSWORD, WEATHER, InspectorServer
-from tests.inspector.test_browser_teaching import AXE, AXE_RUN, CONTRAST, _manage, _overflow, browser
+from tests.inspector.test_browser_teaching import (
+    AXE,
+    AXE_RUN,
+    CONTRAST,
+    _manage,
+    _overflow,
+    browser,
+    preference_kept,
+)
 
 __all__ = ["browser"]  # the module's Chromium, shared with the teaching tests' fixture
 
@@ -225,7 +233,8 @@ def test_the_class_view_hides_what_a_first_lesson_does_not_need_and_is_remembere
     expect(page.locator(".waterfall")).to_be_visible()
     before = _height(page)
 
-    toggle.click()
+    with preference_kept(page):
+        toggle.click()
     try:
         expect(page.locator("html")).to_have_attribute("data-class-view", "on")
         expect(toggle).to_have_attribute("aria-checked", "true")
@@ -236,15 +245,14 @@ def test_the_class_view_hides_what_a_first_lesson_does_not_need_and_is_remembere
         expect(page.locator(".teach-select .mark-select").first).to_be_visible()
         expect(page.locator(".teach-legend")).to_be_visible()
         assert _height(page) < before
-        page.wait_for_load_state("networkidle")
         again = _signed_in(browser, lesson, width=1920, height=1080)
         _open(again, lesson.weather)
         expect(again.locator("html")).to_have_attribute("data-class-view", "on")
         expect(again.locator(".waterfall")).to_be_hidden()
     finally:
-        page.keyboard.press("c")
+        with preference_kept(page):
+            page.keyboard.press("c")
         expect(page.locator("html")).to_have_attribute("data-class-view", "off")
-        page.wait_for_load_state("networkidle")
     page.reload()
     expect(page.locator("html")).to_have_attribute("data-class-view", "off")
 

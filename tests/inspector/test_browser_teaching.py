@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect, sync_playwright
@@ -121,6 +122,16 @@ def _signed_in(
 def _unfold(field: Locator) -> None:
     """Open the folded field notes ``field`` is in, with a click on their one-line summary."""
     field.locator("xpath=ancestor::details[contains(@class, 'teach-fields')][1]/summary").click()
+
+
+def preference_kept(page: Page) -> Any:
+    """Waits, on leaving the block, for the answer to the preference POST made inside it. A switch
+    kept by a POST the page does not wait for (class view, theme) needs it: "networkidle", once
+    reached, is not waited for again, and a reload could overtake the POST."""
+    return page.expect_response(
+        lambda response: response.request.method == "POST" and "/accounts/preferences" in response.url,
+        timeout=30_000,
+    )
 
 
 def _overflow(page: Page) -> int:
@@ -265,17 +276,18 @@ def test_dark_mode_follows_the_system_and_the_switch_overrides_it(browser: Brows
     dark = page.evaluate(background)
     assert dark == "rgb(18, 21, 28)"
 
-    page.select_option("#theme-select", "light")
+    with preference_kept(page):
+        page.select_option("#theme-select", "light")
     expect(page.locator("html")).to_have_attribute("data-theme", "light")
     assert page.evaluate(background) == "rgb(246, 247, 249)"
-    page.wait_for_load_state("networkidle")
     page.reload()
     assert page.evaluate(background) == "rgb(246, 247, 249)"
 
-    page.select_option("#theme-select", "dark")
+    with preference_kept(page):
+        page.select_option("#theme-select", "dark")
     assert page.evaluate(background) == dark
-    page.select_option("#theme-select", "system")
-    page.wait_for_load_state("networkidle")
+    with preference_kept(page):
+        page.select_option("#theme-select", "system")
 
 
 @pytest.mark.parametrize(("width", "height"), [(390, 844), (1280, 800), (1440, 900)])
