@@ -1,17 +1,20 @@
 """Small helpers the tests share: waiting for a condition, a database connection of a test's own,
-and a count of the work a call does."""
+a count of the work a call does, and work run under a CPU limit."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import psycopg
 from django.db import connection
 
 T = TypeVar("T")
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def wait_until(condition: Callable[[], object], seconds: float, step: float = 0.05) -> bool:
@@ -50,3 +53,31 @@ def python_calls(work: Callable[[], T]) -> tuple[T, int]:
     finally:
         sys.setprofile(None)
     return result, calls
+
+
+def within_cpu_limit(script: str, *args: str, seconds: int, setup: str = "") -> str:
+    """What ``script`` printed, run with ``args`` in a Python of its own (after ``setup``, whose
+    CPU is not counted) that the kernel stops once the script has taken ``seconds`` of CPU.
+
+    For a test that a piece of work on hostile input ends: the limit sits far above the work's
+    linear cost and far below what its quadratic form would take, so it holds on a loaded host
+    and fails on the quadratic code. Fails with the child's error output if it was stopped or
+    failed."""
+    limit = f"""
+import math as _math, resource as _resource
+_used = _resource.getrusage(_resource.RUSAGE_SELF)
+_spent = _math.ceil(_used.ru_utime + _used.ru_stime)
+_resource.setrlimit(_resource.RLIMIT_CPU, (_spent + {seconds}, _spent + {seconds + 1}))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", setup + limit + script, *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,  # a hang guard only: the CPU limit ends the child first
+        check=False,
+    )
+    assert done.returncode == 0, (
+        f"stopped ({done.returncode}) past {seconds} CPU seconds?\n{done.stderr[-3000:]}"
+    )
+    return done.stdout

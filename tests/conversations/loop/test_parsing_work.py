@@ -14,10 +14,7 @@ import itertools
 import json
 import random
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -32,8 +29,8 @@ from conversations.loop.parsing import (
     xml_calls,
 )
 from conversations.typealias import JSONDict
+from tests.support import within_cpu_limit
 
-ROOT = Path(__file__).resolve().parents[3]
 # CPU seconds a subprocess may spend reading one hostile reply of about 1 MB: one pass takes a
 # few hundredths of a second, the old readings took minutes to days.
 CPU_BUDGET = 10
@@ -284,18 +281,8 @@ HOSTILE: dict[str, tuple[str, list[object]]] = {
 }
 
 
-def _within_cpu_budget(script: str) -> str:
-    """``script`` run in a Python of its own that the kernel stops after CPU_BUDGET CPU seconds."""
-    limited = f"import resource\nresource.setrlimit(resource.RLIMIT_CPU, ({CPU_BUDGET}, {CPU_BUDGET + 1}))\n"
-    done = subprocess.run(
-        [sys.executable, "-c", limited + script], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, f"stopped ({done.returncode}) past {CPU_BUDGET} CPU seconds?\n{done.stderr}"
-    return done.stdout
-
-
 @pytest.mark.parametrize("shape", list(HOSTILE))
 def test_a_hostile_reply_is_read_within_a_cpu_budget(shape: str) -> None:
     call, expected = HOSTILE[shape]
-    out = _within_cpu_budget(f"{_setup(MB)}\nprint(json.dumps(show({call})))\n")
+    out = within_cpu_limit(f"{_setup(MB)}\nprint(json.dumps(show({call})))\n", seconds=CPU_BUDGET)
     assert json.loads(out) == expected

@@ -7,9 +7,6 @@ before, wherever the chunks split the stream (between CR and LF, inside a UTF-8 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +14,8 @@ import pytest
 from servers.proxy import sse
 from servers.proxy.http import EndpointRewrite
 from servers.proxy.sse import Event, EventReader, parse
+from tests.support import within_cpu_limit
 
-ROOT = Path(__file__).resolve().parents[3]
 # CPU seconds a subprocess may spend reading 32 MB: reading it once takes a fraction of a second,
 # searching the unfinished event again at every 4 kB chunk takes minutes.
 CPU_BUDGET = 10
@@ -188,19 +185,9 @@ def test_an_earlier_event_holding_the_endpoint_events_bytes_is_not_the_one_rewri
 
 
 def _within_cpu_budget(setup: str, work: str) -> str:
-    """``setup`` then ``work`` run in a Python of its own, which the kernel stops once ``work``
-    has taken CPU_BUDGET CPU seconds; what it printed."""
-    limit = f"""
-import math, resource
-usage = resource.getrusage(resource.RUSAGE_SELF)
-spent = math.ceil(usage.ru_utime + usage.ru_stime)
-resource.setrlimit(resource.RLIMIT_CPU, (spent + {CPU_BUDGET}, spent + {CPU_BUDGET + 1}))
-"""
-    done = subprocess.run(
-        [sys.executable, "-c", setup + limit + work], cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, f"stopped ({done.returncode}) past {CPU_BUDGET} CPU seconds?\n{done.stderr}"
-    return done.stdout
+    """``setup`` then ``work`` in a Python of its own, stopped once ``work`` has taken CPU_BUDGET
+    CPU seconds; what it printed."""
+    return within_cpu_limit(work, setup=setup, seconds=CPU_BUDGET)
 
 
 def test_a_32_mb_event_in_4_kb_chunks_is_read_within_a_cpu_budget() -> None:
