@@ -108,6 +108,11 @@ class Tap:
     http: bool = False
     _held: dict[int, tuple[Capture | None, WireExchange]] = field(default_factory=dict)
     _response_seen: asyncio.Event = field(default_factory=asyncio.Event)
+    # Whether the server gave the session an id (``Mcp-Session-Id``): only then does a streamable
+    # HTTP client open the session's listening stream, a GET, after the handshake. ``listening``
+    # is set once that GET has its answer, whatever its status.
+    session_id_given: bool = False
+    listening: asyncio.Event = field(default_factory=asyncio.Event)
     # stderr read since the last ``take_stderr`` (redacted).
     _stderr: list[str] = field(default_factory=list)
     # Why the server refused us (a 401, or an OAuth flow that failed): set once, read by the pool
@@ -289,10 +294,14 @@ class Tap:
     def http_response(self, record: WireExchange | None, status: int, headers: Any) -> None:
         if record is None:
             return
+        if "mcp-session-id" in headers:
+            self.session_id_given = True
         record.response_headers = {":status": str(status), **self._headers(headers)}
         if record.label.startswith(("GET ", "DELETE ")):
             record.status = str(status)
             record.direction = "client"
+        if record.label.startswith("GET "):
+            self.listening.set()
         held = self._held.pop(id(record), None)
         if held is not None:
             self._route(held[0], record)

@@ -9,6 +9,7 @@ task that entered them); requests are sent from the callers' tasks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -48,6 +49,8 @@ class AuthorizationNeeded(GatewayError):
 
 # How long a connect may wait while a person signs in at the authorization server.
 INTERACTIVE_AUTH_SECONDS = 900.0
+# The most a session's first operation waits for its listening stream's answer (``_listening``).
+LISTEN_SECONDS = 1.0
 
 
 async def _first_of(*waits: Coroutine[Any, Any, Any], timeout: float) -> None:
@@ -226,6 +229,7 @@ class PooledSession:
                     raw = await _discover(client, self.config.name)
                     client.session.adopt(types.DiscoverResult.model_validate(raw))
                 await self._apply_log_level(client)
+                await self._listening(client)
                 self.client = client
                 self._ready.set()
                 await self._stop.wait()
@@ -236,6 +240,21 @@ class PooledSession:
             self.client = None if self._error else self.client
             self._ready.set()
             self.tap.session_over()
+
+    async def _listening(self, client: Client) -> None:
+        """After an ``initialize`` handshake over streamable HTTP that gave the session an id, the
+        SDK opens the session's listening stream (a GET) beside what comes next: the first
+        operation waits for its answer (at most ``LISTEN_SECONDS``), so that the server sees the
+        session's requests in the order the client made them and messages it sends on that
+        stream from the start are heard."""
+        if (
+            self.config.transport != "http"
+            or client.session.discover_result is not None
+            or not self.tap.session_id_given
+        ):
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.tap.listening.wait(), LISTEN_SECONDS)
 
     async def _apply_log_level(self, client: Client) -> None:
         """The server's chosen log level, on a session whose server advertised logging."""

@@ -1,7 +1,7 @@
 """An operation's transcript in wire order: by the time each message was sent or received (the
-capture's own time), not by the order the messages were recorded in, against the demo server
-over streamable HTTP (where a notification is recorded only once its HTTP response arrives, so
-``tools/list`` sent after ``notifications/initialized`` was recorded, and shown, before it)."""
+capture's own time), not by the order the messages were recorded in. Over streamable HTTP a
+notification is recorded only once its HTTP response arrives: against a server that answers
+``notifications/initialized`` late, ``tools/list`` sent after it is recorded before it."""
 
 from __future__ import annotations
 
@@ -14,23 +14,30 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
-from servers import selectors
+from servers import gateway, selectors
 from servers.models import McpServer, Operation
 from servers.services import operation_start
+from tests.servers.late_answers_server import late_answers
 from tests.servers.test_gateway_http import demo_http_url as demo_http_url  # noqa: F401 — the fixture
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
+# How long the server holds its 202 to ``notifications/initialized``: longer than the client
+# takes to send ``tools/list`` and have it answered.
+NOTIFICATION_LATE = 0.3
+
+
 def test_an_operations_messages_are_shown_in_wire_order_with_the_recording_order_where_it_differs(
-    demo_http_url: str,  # noqa: F811
     workbench: None,
     alice: User,
     client: Client,
 ) -> None:
-    call_command("server", "add", "http-demo", "--url", demo_http_url)
-    server = McpServer.objects.get(name="http-demo")
-    operation = operation_start(server=server, user=alice, kind=Operation.Kind.TOOLS_LIST)
+    with late_answers(notification_late=NOTIFICATION_LATE) as late:
+        call_command("server", "add", "late-answers", "--url", late.url)
+        server = McpServer.objects.get(name="late-answers")
+        operation = operation_start(server=server, user=alice, kind=Operation.Kind.TOOLS_LIST)
+        gateway.close_all()
     assert operation.status == Operation.Status.OK, operation.error
 
     shown = selectors.operation_exchanges(operation=operation)
