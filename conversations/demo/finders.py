@@ -290,7 +290,8 @@ _PATH_RE = re.compile(
 )
 _GLOB_RE = re.compile(r"(?<!\S)[\w.\-/]*[*?][\w.\-/*?]*")
 _NAMED_RE = re.compile(r"\b(?:named|called|titled)\s+[\"'“]?([A-Z][\w'’-]*(?:\s+[A-Z][\w'’-]*)*|[\w.\-/]+)")
-_AFTER_FOR_RE = re.compile(r"\b(?:for|about|matching|containing|mentioning)\s+(.+)$", re.IGNORECASE)
+_AFTER_FOR_WORDS = ("for", "about", "matching", "containing", "mentioning")
+_AFTER_FOR_RE = re.compile(rf"\b(?:{'|'.join(_AFTER_FOR_WORDS)})\s+(.+)$", re.IGNORECASE)
 _TYPE_OF_RE = re.compile(r"\btype of (?:the |an? )?(\w+)", re.IGNORECASE)
 # An example a parameter's description gives: "e.g. 'Beijing'", "(e.g., 5, 10)", "such as UTC".
 # Read through ``unclosed_hidden``; its spaces and marks are taken whole (what follows each is
@@ -436,7 +437,7 @@ def _after_for(text: str) -> re.Match[str] | None:
     that line: the search starts there, not at each such word of each earlier line to read it
     to its line's end (time growing with the square of the text)."""
     last_line = text.rfind("\n", 0, len(text) - 1) + 1
-    reach = len(text[:last_line].rstrip()) - len("mentioning")  # the longest word
+    reach = len(text[:last_line].rstrip()) - max(map(len, _AFTER_FOR_WORDS))
     return _AFTER_FOR_RE.search(text, max(reach, 0))
 
 
