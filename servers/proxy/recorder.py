@@ -50,7 +50,14 @@ from servers.proxy.pairing import HOST, SERVER, STDERR, Dropped, Pairer, failure
 from servers.proxy.spool import Spool, redacted
 
 Store = Callable[[str | None, str, Sequence[WireExchange]], object]
-FLUSH_SECONDS = 0.2
+# When records are stored (``Recorder._recording``): storing a group costs the most per record
+# for small groups (a transaction, the session's lock, the turn's seal), and its CPU is what the
+# host, the pumps and the server would use while traffic flows. So a group is stored once
+# traffic pauses for QUIET_SECONDS, and during a burst once its oldest record has waited
+# FLUSH_SECONDS, or once GROUP_RECORDS are waiting (memory stays bounded). Decision 0600.
+QUIET_SECONDS = 0.02
+FLUSH_SECONDS = 1.0
+GROUP_RECORDS = 1000
 FIRST_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
 # What the queue carries: a stream's chunk kept, or (no bytes) the description of one not kept.
@@ -132,6 +139,10 @@ class Recorder:
         secrets: tuple[str, ...] = (),
         queue_limit: int = 64_000_000,
         log: TextIO | None = None,
+        quiet_seconds: float = QUIET_SECONDS,
+        flush_seconds: float = FLUSH_SECONDS,
+        group_records: int = GROUP_RECORDS,
+        group_chars: int | None = None,
     ) -> None:
         self.store = store
         self.spool = spool
@@ -140,6 +151,13 @@ class Recorder:
         self.server_name = server_name
         self.secrets = secrets
         self.queue_limit = queue_limit
+        self.quiet_seconds = quiet_seconds
+        self.flush_seconds = flush_seconds
+        self.group_records = group_records
+        self.group_chars = queue_limit if group_chars is None else group_chars
+        # Of the records waiting to be stored: how many were counted, and their bodies' length.
+        self._counted = 0
+        self._pending_chars = 0
         self.log = log if log is not None else sys.stderr
         self.stored = 0  # records stored (directly or from the spool), for tests and the final line
         self.spooled = 0
@@ -365,11 +383,16 @@ class Recorder:
                 self._failed("recording", exc)
 
     def _recording(self) -> None:
-        last_flush = time.monotonic()
+        """Read what is tapped into records, and store them in groups: once traffic pauses
+        (nothing tapped for ``quiet_seconds``), once the oldest record not yet stored has waited
+        ``flush_seconds``, or once ``group_records`` (or ``group_chars`` characters of bodies,
+        by default ``queue_limit``) are waiting; at the end, what is left."""
+        pending_since: float | None = None  # when the oldest record not yet stored was finished
         while not self._ended:
             timeout = None
-            if self.pairer.finished:
-                timeout = max(0.0, last_flush + FLUSH_SECONDS - time.monotonic())
+            if pending_since is not None:
+                due = pending_since + self.flush_seconds - time.monotonic()
+                timeout = max(0.0, min(self.quiet_seconds, due))
             if self._down:
                 wait = max(0.0, self._retry_at - time.monotonic())
                 timeout = wait if timeout is None else min(timeout, wait)
@@ -377,23 +400,41 @@ class Recorder:
                 item = self._queue.get(timeout=timeout)
             except queue.Empty:
                 item = None
+            quiet = item is None
             while item is not None:
                 if item is _END:
                     self._ended = True
                     break
                 self._feed(item)
+                if self._group_full():
+                    break
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     item = None
+            if pending_since is None and self.pairer.finished:
+                pending_since = time.monotonic()
             if self._down and time.monotonic() >= self._retry_at:
                 self._retry()
-            if self._ended or time.monotonic() - last_flush >= FLUSH_SECONDS:
-                records = self.pairer.close() if self._ended else self.pairer.take()
+            if self._ended:
+                break
+            if pending_since is not None and (
+                quiet or time.monotonic() - pending_since >= self.flush_seconds or self._group_full()
+            ):
+                records = self.pairer.take()
+                pending_since = None
+                self._counted = self._pending_chars = 0
                 self._deliver(records)
-                last_flush = time.monotonic()
+        self._deliver(self.pairer.close())
         if self._down:
             self._retry()
+
+    def _group_full(self) -> bool:
+        finished = self.pairer.finished
+        for record in finished[self._counted :]:
+            self._pending_chars += len(record.request_body) + len(record.response_body)
+        self._counted = len(finished)
+        return self._counted >= self.group_records or self._pending_chars >= self.group_chars
 
     def _feed(self, item: _Item) -> None:
         stream, data, dropped = item
