@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import math
 import os
 import queue
 import select
@@ -53,9 +54,12 @@ Store = Callable[[str | None, str, Sequence[WireExchange]], object]
 # When records are stored (``Recorder._recording``): storing a group costs the most per record
 # for small groups (a transaction, the session's lock, the turn's seal), and its CPU is what the
 # host, the pumps and the server would use while traffic flows. So a group is stored once
-# traffic pauses for QUIET_SECONDS, and during a burst once its oldest record has waited
-# FLUSH_SECONDS, or once GROUP_RECORDS are waiting (memory stays bounded). Decision 0600.
+# traffic pauses for QUIET_SECONDS (but not sooner than SPACING_SECONDS after the group before:
+# traffic that pauses often does not make a group of each message), during a burst once its
+# oldest record has waited FLUSH_SECONDS, or once GROUP_RECORDS are waiting (memory stays
+# bounded). Decision 0600.
 QUIET_SECONDS = 0.02
+SPACING_SECONDS = 0.2
 FLUSH_SECONDS = 1.0
 GROUP_RECORDS = 1000
 FIRST_BACKOFF = 0.5
@@ -140,6 +144,7 @@ class Recorder:
         queue_limit: int = 64_000_000,
         log: TextIO | None = None,
         quiet_seconds: float = QUIET_SECONDS,
+        spacing_seconds: float = SPACING_SECONDS,
         flush_seconds: float = FLUSH_SECONDS,
         group_records: int = GROUP_RECORDS,
         group_chars: int | None = None,
@@ -152,6 +157,7 @@ class Recorder:
         self.secrets = secrets
         self.queue_limit = queue_limit
         self.quiet_seconds = quiet_seconds
+        self.spacing_seconds = spacing_seconds
         self.flush_seconds = flush_seconds
         self.group_records = group_records
         self.group_chars = queue_limit if group_chars is None else group_chars
@@ -384,15 +390,19 @@ class Recorder:
 
     def _recording(self) -> None:
         """Read what is tapped into records, and store them in groups: once traffic pauses
-        (nothing tapped for ``quiet_seconds``), once the oldest record not yet stored has waited
-        ``flush_seconds``, or once ``group_records`` (or ``group_chars`` characters of bodies,
-        by default ``queue_limit``) are waiting; at the end, what is left."""
+        (nothing tapped for ``quiet_seconds``, and ``spacing_seconds`` since the group before),
+        once the oldest record not yet stored has waited ``flush_seconds``, or once
+        ``group_records`` (or ``group_chars`` characters of bodies, by default ``queue_limit``)
+        are waiting; at the end, what is left."""
         pending_since: float | None = None  # when the oldest record not yet stored was finished
+        last_group = -math.inf  # when the group before was stored
         while not self._ended:
             timeout = None
             if pending_since is not None:
-                due = pending_since + self.flush_seconds - time.monotonic()
-                timeout = max(0.0, min(self.quiet_seconds, due))
+                now = time.monotonic()
+                due = pending_since + self.flush_seconds - now
+                spaced = last_group + self.spacing_seconds - now
+                timeout = max(0.0, min(due, max(self.quiet_seconds, spaced)))
             if self._down:
                 wait = max(0.0, self._retry_at - time.monotonic())
                 timeout = wait if timeout is None else min(timeout, wait)
@@ -418,9 +428,13 @@ class Recorder:
                 self._retry()
             if self._ended:
                 break
+            now = time.monotonic()
             if pending_since is not None and (
-                quiet or time.monotonic() - pending_since >= self.flush_seconds or self._group_full()
+                (quiet and now - last_group >= self.spacing_seconds)
+                or now - pending_since >= self.flush_seconds
+                or self._group_full()
             ):
+                last_group = now
                 records = self.pairer.take()
                 pending_since = None
                 self._counted = self._pending_chars = 0

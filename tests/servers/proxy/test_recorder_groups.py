@@ -1,6 +1,6 @@
-"""When the stdio proxy's recorder stores what it read: in groups, once traffic pauses, during a
-burst once its oldest record has waited ``flush_seconds`` or ``group_records`` are waiting, and
-at the end what is left (decision 0600). Storing a group costs the most per record for small
+"""When the stdio proxy's recorder stores what it read: in groups, once traffic pauses (at most
+one group per ``spacing_seconds``), during a burst once its oldest record has waited
+``flush_seconds`` or ``group_records`` are waiting, and at the end what is left (decision 0600). Storing a group costs the most per record for small
 groups, and that CPU is what the host, the byte pumps and the server would use during a burst.
 
 The recorder runs in a thread here with a store that keeps each group's labels; the delays are
@@ -67,6 +67,24 @@ def test_a_record_is_stored_once_traffic_pauses(tmp_path: Path) -> None:
     assert wait_until(lambda: store.stored() == 1, 30), store.sizes
     assert recorder.finish(30)
     assert store.sizes == [1]
+
+
+def test_traffic_that_pauses_often_is_stored_a_group_per_spacing_not_a_group_per_pause(
+    tmp_path: Path,
+) -> None:
+    store = _Groups()
+    spacing = 0.3
+    recorder = _recorder(tmp_path, store, quiet_seconds=0.01, spacing_seconds=spacing, flush_seconds=NEVER)
+    started = time.monotonic()
+    for number in range(30):  # each call followed by a pause three times the quiet time
+        _call(recorder, number)
+        time.sleep(0.03)
+    took = time.monotonic() - started
+    assert recorder.finish(30)
+
+    assert store.stored() == 30
+    # At most one group per spacing (and the last, at the end), where each pause made one before.
+    assert 2 <= len(store.sizes) <= took / spacing + 2, (took, store.sizes)
 
 
 def test_a_burst_is_stored_as_one_group_when_it_pauses(tmp_path: Path) -> None:
