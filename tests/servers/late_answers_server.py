@@ -9,12 +9,14 @@ messages a client has in flight the server sees, or answers, first."""
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
 class LateAnswers(BaseHTTPRequestHandler):
@@ -67,6 +69,15 @@ class LateAnswers(BaseHTTPRequestHandler):
         self.end_headers()
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that closes a kept-alive connection is no error here; anything else is shown."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 @dataclass(frozen=True)
 class Served:
     url: str  # the MCP endpoint's
@@ -79,8 +90,7 @@ def late_answers(*, get_late: float = 0.0, notification_late: float = 0.0) -> It
     seen: list[tuple[str, float]] = []
     delays = {"seen": seen, "get_late": get_late, "notification_late": notification_late}
     handler = type("Handler", (LateAnswers,), delays)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
+    server = _Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
