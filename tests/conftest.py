@@ -29,7 +29,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.support import REPO_ROOT
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

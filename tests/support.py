@@ -62,7 +62,7 @@ def within_cpu_limit(script: str, *args: str, seconds: int, setup: str = "") -> 
     For a test that a piece of work on hostile input ends: the limit sits far above the work's
     linear cost and far below what its quadratic form would take, so it holds on a loaded host
     and fails on the quadratic code. Fails with the child's error output if it was stopped or
-    failed."""
+    failed or wrote to stderr."""
     limit = f"""
 import math as _math, resource as _resource
 _used = _resource.getrusage(_resource.RUSAGE_SELF)
@@ -77,7 +77,6 @@ _resource.setrlimit(_resource.RLIMIT_CPU, (_spent + {seconds}, _spent + {seconds
         timeout=600,  # a hang guard only: the CPU limit ends the child first
         check=False,
     )
-    assert done.returncode == 0, (
-        f"stopped ({done.returncode}) past {seconds} CPU seconds?\n{done.stderr[-3000:]}"
-    )
+    # Nothing on stderr either: a warning or a traceback the script caught is a failure too.
+    assert (done.returncode, done.stderr[-3000:]) == (0, ""), f"stopped past {seconds} CPU seconds, or failed"
     return done.stdout

@@ -36,8 +36,10 @@ def test_an_operations_messages_are_shown_in_wire_order_with_the_recording_order
     with late_answers(notification_late=NOTIFICATION_LATE) as late:
         call_command("server", "add", "late-answers", "--url", late.url)
         server = McpServer.objects.get(name="late-answers")
-        operation = operation_start(server=server, user=alice, kind=Operation.Kind.TOOLS_LIST)
-        gateway.close_all()
+        try:
+            operation = operation_start(server=server, user=alice, kind=Operation.Kind.TOOLS_LIST)
+        finally:
+            gateway.close_all()
     assert operation.status == Operation.Status.OK, operation.error
 
     shown = selectors.operation_exchanges(operation=operation)
