@@ -108,11 +108,13 @@ class Pairer:
     _lines: dict[str, _Line] = field(default_factory=dict)
     _pending: dict[str, tuple[WireExchange, float]] = field(default_factory=dict)
 
-    def feed(self, stream: str, data: bytes) -> None:
-        """Bytes as they crossed on ``stream`` (HOST, SERVER or STDERR)."""
+    def feed(self, stream: str, data: bytes, *, at: float | None = None) -> None:
+        """Bytes as they crossed on ``stream`` (HOST, SERVER or STDERR), at ``at`` (a
+        ``time.monotonic()``; None: now). A message, or a line that is not one, is stamped with
+        the time the chunk that ended it crossed, however much later it is read."""
         if stream == STDERR:
             if data:
-                self._local("stderr", decode_body(data), "")
+                self._local("stderr", decode_body(data), "", at=at)
             return
         line = self._lines.setdefault(stream, _Line())
         start = 0
@@ -125,19 +127,21 @@ class Pairer:
             line.total += len(piece)
             if end < 0:
                 return
-            self._safe_line(stream, line, ended=True)
+            self._safe_line(stream, line, ended=True, at=at)
             self._lines[stream] = line = _Line()
             start = end + 1
 
-    def lost(self, stream: str, dropped: Dropped) -> None:
-        """A chunk passed on ``stream`` that the recorder could not keep (it was behind): the line
-        it continued ends at its first newline, the whole lines inside it are recorded as one
-        note of what passed, and what follows its last newline starts the next line."""
+    def lost(self, stream: str, dropped: Dropped, *, at: float | None = None) -> None:
+        """A chunk passed on ``stream`` at ``at`` (as ``feed``'s) that the recorder could not keep
+        (it was behind): the line it continued ends at its first newline, the whole lines inside
+        it are recorded as one note of what passed, and what follows its last newline starts the
+        next line."""
         if stream == STDERR:
             self._local(
                 "stderr",
                 "",
                 f"{dropped.size:,} bytes of stderr passed while the recorder was behind; not kept",
+                at=at,
             )
             return
         line = self._lines.setdefault(stream, _Line())
@@ -147,7 +151,7 @@ class Pairer:
             return
         line.gap += dropped.first
         line.total += dropped.first
-        self._safe_line(stream, line, ended=True)
+        self._safe_line(stream, line, ended=True, at=at)
         if dropped.newlines > 1:
             whole = dropped.newlines - 1
             self._local(
@@ -155,6 +159,7 @@ class Pairer:
                 "",
                 f"{whole:,} line{'s' if whole > 1 else ''} ({dropped.last - dropped.first - 1:,} bytes) "
                 f"passed while the recorder was behind and {'are' if whole > 1 else 'is'} not kept",
+                at=at,
             )
         rest = dropped.size - dropped.last - 1
         self._lines[stream] = _Line(total=rest, gap=rest)
@@ -240,22 +245,22 @@ class Pairer:
         records, self.finished = self.finished, []
         return records
 
-    def kept_raw(self, stream: str, data: bytes, error: str) -> WireExchange:
+    def kept_raw(self, stream: str, data: bytes, error: str, *, at: float | None = None) -> WireExchange:
         """``data``, bytes that crossed on ``stream``, recorded as they are (not read as a message),
         marked with ``error``: what the recorder keeps of what it failed to read."""
         label = "stderr" if stream == STDERR else self.not_json[stream != HOST]
-        return self._local(label, decode_body(data), error)
+        return self._local(label, decode_body(data), error, at=at)
 
-    def _safe_line(self, stream: str, line: _Line, *, ended: bool) -> None:
+    def _safe_line(self, stream: str, line: _Line, *, ended: bool, at: float | None = None) -> None:
         """``_line``, and when reading the line fails (no line should make it, but a hostile one
         must not stop the recorder), the line kept as the bytes that crossed, marked."""
         try:
-            self._line(stream, line, ended=ended)
+            self._line(stream, line, ended=ended, at=at)
         except Exception as exc:  # noqa: BLE001 (whatever it was, the line is kept and recording goes on)
             log.warning("proxy: reading a line failed (%s); it is kept as its bytes", type(exc).__name__)
-            self.kept_raw(stream, bytes(line.kept), f"{READ_FAILED} ({failure(exc)})")
+            self.kept_raw(stream, bytes(line.kept), f"{READ_FAILED} ({failure(exc)})", at=at)
 
-    def _line(self, stream: str, line: _Line, *, ended: bool) -> None:
+    def _line(self, stream: str, line: _Line, *, ended: bool, at: float | None) -> None:
         raw = bytes(line.kept)
         if raw.endswith(b"\r"):
             raw = raw[:-1]
@@ -272,30 +277,31 @@ class Pairer:
         if not raw.strip() and not problems:
             return  # an empty line between messages
         if problems:
-            self._local(self.not_json[stream != HOST], decode_body(raw), "; ".join(problems))
+            self._local(self.not_json[stream != HOST], decode_body(raw), "; ".join(problems), at=at)
             return
-        self.message(stream, raw)
+        self.message(stream, raw, at=at)
 
-    def message(self, stream: str, raw: bytes, *, cut_at: int = 0) -> WireExchange:
-        """One whole message as it crossed on ``stream``; returns the record it opened, completed
-        or made. ``cut_at``: the message's true size when ``raw`` is only its kept start."""
+    def message(self, stream: str, raw: bytes, *, cut_at: int = 0, at: float | None = None) -> WireExchange:
+        """One whole message as it crossed on ``stream`` at ``at`` (as ``feed``'s); returns the
+        record it opened, completed or made. ``cut_at``: the message's true size when ``raw`` is
+        only its kept start."""
         text = decode_body(raw)
         body = cut(text, self.body_limit)
         if cut_at > len(raw):
             body += f"\n… [cut: {cut_at:,} bytes in all; the first {len(raw):,} are kept]"
-            return self._local(self.not_json[stream != HOST], body, "cut: too large to keep whole")
+            return self._local(self.not_json[stream != HOST], body, "cut: too large to keep whole", at=at)
         message, why = read_json(raw)
         if why or message is None:
             return self._local(
-                self.not_json[stream != HOST], text if not cut_at else body, why or NOT_A_MESSAGE
+                self.not_json[stream != HOST], text if not cut_at else body, why or NOT_A_MESSAGE, at=at
             )
-        return self._message(stream, message, body)
+        return self._message(stream, message, body, at)
 
-    def _local(self, label: str, body: str, error: str) -> WireExchange:
+    def _local(self, label: str, body: str, error: str, *, at: float | None = None) -> WireExchange:
         record = WireExchange(
             channel="mcp",
             label=label,
-            started_at=datetime.now(UTC),
+            started_at=_clocks(at)[1],
             direction="local",
             response_body=cut(body, self.body_limit),
             status="error" if error else "",
@@ -304,8 +310,8 @@ class Pairer:
         self.finished.append(record)
         return record
 
-    def _message(self, stream: str, message: object, body: str) -> WireExchange:
-        now, wall = time.monotonic(), datetime.now(UTC)
+    def _message(self, stream: str, message: object, body: str, at: float | None) -> WireExchange:
+        now, wall = _clocks(at)
         origin = "client" if stream == HOST else "server"
         if not isinstance(message, dict):
             # A JSON-RPC batch (or any other JSON value): passed on, recorded as one message.
@@ -362,6 +368,14 @@ class Pairer:
         record = _unpaired(str(method) if method is not None else "not JSON-RPC", wall, origin, stream, body)
         self.finished.append(record)
         return record
+
+
+def _clocks(at: float | None) -> tuple[float, datetime]:
+    """``at`` (a ``time.monotonic()``; None: now) on both clocks: monotonic, for durations, and
+    the wall clock's time then, for ``started_at``."""
+    if at is None:
+        return time.monotonic(), datetime.now(UTC)
+    return at, datetime.fromtimestamp(time.time() - (time.monotonic() - at), UTC)
 
 
 def _unpaired(label: str, wall: datetime, origin: str, stream: str, body: str) -> WireExchange:

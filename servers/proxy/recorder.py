@@ -64,13 +64,15 @@ FLUSH_SECONDS = 1.0
 GROUP_RECORDS = 1000
 FIRST_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
-# What the queue carries: a stream's chunk kept, or (no bytes) the description of one not kept.
-_Item = tuple[str, bytes | None, Dropped]
+# What the queue carries: a stream's chunk kept, or (no bytes) the description of one not kept,
+# and when it crossed (``time.monotonic()``, one clock for every process of the machine: the
+# pairer stamps each record with it, not with when it got to read it).
+_Item = tuple[str, bytes | None, Dropped, float]
 _KEPT = Dropped(0)
-_END: _Item = ("", None, _KEPT)
+_END: _Item = ("", None, _KEPT, 0.0)
 # A frame on the pipe to the recorder's process: the stream's code (high bit: a chunk not kept,
-# only described), the length of what follows, then the chunk (or its description).
-_FRAME = struct.Struct(">BI")
+# only described), the length of what follows, when it crossed, then the chunk (or its description).
+_FRAME = struct.Struct(">BId")
 _DROPPED = struct.Struct(">Qqqq")
 _CODES = {HOST: 1, SERVER: 2, STDERR: 3}
 _STREAMS = {code: stream for stream, code in _CODES.items()}
@@ -199,15 +201,16 @@ class Recorder:
 
     def tap(self, stream: str, data: bytes) -> None:
         """A copy of bytes just forwarded on ``stream``. Never blocks."""
+        at = time.monotonic()
         if self._child is not None:
             if self._pipe is not None:  # else the recorder's process is gone: nothing records
-                self._send(stream, data)
+                self._send(stream, data, at)
             return
         with self._lock:
             keep = self._queued + len(data) <= self.queue_limit
             if keep:
                 self._queued += len(data)
-        self._queue.put((stream, data, _KEPT) if keep else (stream, None, Dropped.of(data)))
+        self._queue.put((stream, data, _KEPT, at) if keep else (stream, None, Dropped.of(data), at))
 
     def finish(self, timeout: float) -> bool:
         """The session ended: record what is left. False if that took longer than ``timeout``."""
@@ -237,14 +240,14 @@ class Recorder:
         os.set_blocking(write_end, False)
         self._child, self._pipe = child, write_end
 
-    def _send(self, stream: str, data: bytes) -> None:
+    def _send(self, stream: str, data: bytes, at: float) -> None:
         assert self._pipe is not None
         if len(self._backlog) + len(data) > self.queue_limit:
             # Not kept, but where its newlines were is: the lines it ended end there.
             data = _DROPPED.pack(*Dropped.of(data))
-            head = _FRAME.pack(_CODES[stream] | _NOT_KEPT, len(data))
+            head = _FRAME.pack(_CODES[stream] | _NOT_KEPT, len(data), at)
         else:
-            head = _FRAME.pack(_CODES[stream], len(data))
+            head = _FRAME.pack(_CODES[stream], len(data), at)
         if self._backlog:
             self._backlog += head
             self._backlog += data
@@ -365,7 +368,7 @@ class Recorder:
                 head = pipe.read(_FRAME.size)
                 if len(head) < _FRAME.size:
                     break
-                code, size = _FRAME.unpack(head)
+                code, size, at = _FRAME.unpack(head)
                 stream = _STREAMS.get(code & ~_NOT_KEPT & 0xFF)
                 if stream is None:
                     break
@@ -373,11 +376,11 @@ class Recorder:
                 if len(data) < size:
                     break
                 if code & _NOT_KEPT:
-                    self._queue.put((stream, None, Dropped(*_DROPPED.unpack(data))))
+                    self._queue.put((stream, None, Dropped(*_DROPPED.unpack(data)), at))
                     continue
                 with self._lock:
                     self._queued += size
-                self._queue.put((stream, data, _KEPT))
+                self._queue.put((stream, data, _KEPT, at))
 
     def _run(self) -> None:
         self._retry()  # what an earlier proxy of this key left in the spool
@@ -451,17 +454,19 @@ class Recorder:
         return self._counted >= self.group_records or self._pending_chars >= self.group_chars
 
     def _feed(self, item: _Item) -> None:
-        stream, data, dropped = item
+        stream, data, dropped, at = item
         if data is None:
-            self.pairer.lost(stream, dropped)
+            self.pairer.lost(stream, dropped, at=at)
             return
         with self._lock:
             self._queued -= len(data)
         try:
-            self.pairer.feed(stream, data)
+            self.pairer.feed(stream, data, at=at)
         except Exception as exc:  # noqa: BLE001 (the pairer reads each line safely; this is the last guard)
             self._failed("reading a chunk", exc)
-            self.pairer.kept_raw(stream, data, f"the recorder failed reading this chunk ({failure(exc)})")
+            self.pairer.kept_raw(
+                stream, data, f"the recorder failed reading this chunk ({failure(exc)})", at=at
+            )
 
     def _deliver(self, records: list[WireExchange]) -> None:
         if not records or self.refused:

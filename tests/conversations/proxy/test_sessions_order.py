@@ -1,7 +1,8 @@
 """Records stored in another order than their calls were made: the LLM proxy stores its records
-from a pool of threads and the stdio proxy every 0.2 s, so a host that asks its next question at
-once can have that question's first model call stored before the last call (or the
-``tools/call``) of the question before. Each record still belongs to the turn of its question."""
+from a pool of threads and the stdio proxy in groups once traffic pauses, so a host that asks its
+next question at once can have that question's first model call stored before the last call (or
+the ``tools/call``) of the question before. Each record still belongs to the turn of its question,
+told by its ``started_at``: when it crossed the proxy (``tests/servers/proxy/test_recorder_times.py``)."""
 
 from __future__ import annotations
 

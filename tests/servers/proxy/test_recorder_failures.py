@@ -124,10 +124,10 @@ class _Store:
 class _ChokingPairer(Pairer):
     """A parser that raises on one message (no real line makes the real one raise)."""
 
-    def message(self, stream: str, raw: bytes, *, cut_at: int = 0) -> WireExchange:
+    def message(self, stream: str, raw: bytes, *, cut_at: int = 0, at: float | None = None) -> WireExchange:
         if b"choke" in raw:
             raise RuntimeError("injected: the parser choked")
-        return super().message(stream, raw, cut_at=cut_at)
+        return super().message(stream, raw, cut_at=cut_at, at=at)
 
 
 def _recorder(tmp_path: Path, store: object, pairer: Pairer | None = None) -> tuple[Recorder, io.StringIO]:
