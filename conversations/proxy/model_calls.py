@@ -59,8 +59,9 @@ def read_model_call(fmt: str, exchange: WireExchange) -> ReadCall:
     except ProviderError as exc:
         read.error = exc.message
         return read
-    except (ValueError, KeyError, TypeError) as exc:
-        read.error = f"the reply could not be read as {provider.label}: {exc}"
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        # RecursionError: JSON nested deeper than Python's parser recurses.
+        read.error = f"the reply could not be read as {provider.label}: {type(exc).__name__}: {exc}"
         return read
     read.text = reply.text or ""
     read.calls = [_parsed(call.as_json()) for call in reply.tool_calls]

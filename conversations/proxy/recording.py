@@ -10,6 +10,7 @@ the commit. Both are synchronous.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -19,7 +20,7 @@ from django.utils import timezone
 
 from conversations.loop.wire import WireExchange
 from conversations.models import Exchange
-from conversations.proxy.model_calls import read_model_call
+from conversations.proxy.model_calls import ReadCall, read_model_call
 from conversations.proxy.models import ProxyKey, ProxySession
 from conversations.proxy.sessions import session_for, turn_for
 from conversations.proxy.splicing import spliced_fields
@@ -27,6 +28,8 @@ from conversations.proxy.writing import NewStep, write_steps
 from conversations.record.exchanges import release_connection
 from conversations.secret_sources import active_redactor
 from conversations.typealias import JSONDict
+
+logger = logging.getLogger(__name__)
 
 NOT_SPLICED = (
     "recorded by proxy: no chat template is known for this key, so the request body is what the model got"
@@ -64,7 +67,7 @@ def _model_call(
     key: ProxyKey, *, session: str | None, fmt: str, exchange: WireExchange, secrets: tuple[str, ...]
 ) -> int:
     redact = active_redactor(secrets=secrets)
-    read = read_model_call(fmt, exchange)
+    read, spliced = _read(key, fmt, exchange)
     now = timezone.now()
     fields: dict[str, Any] = {
         "status": "error" if read.error else "ok",
@@ -73,7 +76,7 @@ def _model_call(
         "usage": read.usage,
         "diagnostics": read.diagnostics,
         "error": read.error,
-        **spliced_fields(key, fmt, read.request, fallback=NOT_SPLICED),
+        **spliced,
     }
     names = ", ".join(str(call.get("name")) for call in read.calls)
     title = (
@@ -103,6 +106,23 @@ def _model_call(
         written = write_steps(session=proxy, turn=turn, steps=[step], redact=redact)
         _touch(proxy, now)
     return written[0].pk
+
+
+def _read(key: ProxyKey, fmt: str, exchange: WireExchange) -> tuple[ReadCall, dict[str, Any]]:
+    """The call as read (``read_model_call``) and its spliced prompt's fields. Nothing a host or
+    an upstream sent may lose the record: should reading it fail all the same, the exchange is
+    stored with a step that says so."""
+    try:
+        read = read_model_call(fmt, exchange)
+        return read, spliced_fields(key, fmt, read.request, fallback=NOT_SPLICED)
+    except Exception as exc:  # noqa: BLE001 (the raw exchange is stored whatever it holds)
+        logger.exception("a proxied model call could not be read (%s); it is stored unread", exchange.label)
+        error = f"the call could not be read ({type(exc).__name__}); its exchange is stored as it passed"
+        return ReadCall(question="", model="", error=error), {
+            "prompt": "",
+            "prompt_exact": False,
+            "prompt_source": NOT_SPLICED,
+        }
 
 
 def record_mcp(

@@ -31,7 +31,7 @@ TURN_PARADIGM = "proxy"
 # The placeholder profile of a key without one: never run, offered in no picker (as an
 # import's: ``imported_by`` its user).
 PLACEHOLDER_PREFIX = "recorded by proxy: "
-NOT_KNOWN_MODEL = "(as the host sent it)"
+NOT_KNOWN_MODEL = "as the host sent it"
 
 
 def session_for(key: ProxyKey, *, hint: str | None, now: datetime, fmt: str) -> ProxySession:
@@ -71,8 +71,12 @@ def _locked(key: ProxyKey, hint: str, now: datetime) -> ProxySession | None:
 
 
 def _title(key: ProxyKey, hint: str) -> str:
+    """The conversation's title: the key's name and the session's, cut to the column (a hint
+    is up to 200 characters, as long as the whole title)."""
     name = key.name or key.prefix
-    return f"proxy · {name}" + (f" · {hint}" if hint else "")
+    title = f"proxy · {name}" + (f" · {hint}" if hint else "")
+    limit = Conversation._meta.get_field("title").max_length or len(title)
+    return title if len(title) <= limit else title[: limit - 1] + "…"
 
 
 def _profile(key: ProxyKey, fmt: str) -> ModelProfile:

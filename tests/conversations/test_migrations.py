@@ -131,3 +131,18 @@ def test_0026_compresses_the_records_long_columns_with_lz4_and_reads_what_pglz_w
             [body, before.pk, after.pk],
         )
         assert cursor.fetchall() == [(before.pk, "pglz", True), (after.pk, "lz4", True)]
+
+
+def test_0038_names_the_proxy_placeholder_profiles_model_without_brackets() -> None:
+    before = [("conversations", "0037_modelprofile_host_preset")]
+    after = [("conversations", "0038_proxy_placeholder_model_unbracketed")]
+    old = _migrate(before).loader.project_state(before).apps
+    Profile = old.get_model("conversations", "ModelProfile")
+    Profile.objects.create(name="recorded by proxy: openai_chat · 1", model="(as the host sent it)")
+    Profile.objects.create(name="mine", model="(as the host sent it)")
+
+    new = _migrate(after).loader.project_state(after).apps
+    models = dict(new.get_model("conversations", "ModelProfile").objects.values_list("name", "model"))
+
+    assert models["recorded by proxy: openai_chat · 1"] == "as the host sent it"
+    assert models["mine"] == "(as the host sent it)"  # a profile of a user's own is left as it is
