@@ -20,4 +20,4 @@ EXPOSE 8000
 # /healthz answers before the host and HTTPS checks, so this works whatever ALLOWED_HOSTS says.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4)"]
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "inspector.asgi:application"]
+CMD ["daphne", "-v", "0", "-b", "0.0.0.0", "-p", "8000", "inspector.asgi:application"]

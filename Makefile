@@ -42,7 +42,7 @@ setup: $(VENV)/.installed
 
 ## make run — set everything up and serve http://127.0.0.1:$(PORT) (embedded default)
 run: setup
-	$(VENV)/bin/daphne -b 127.0.0.1 -p $(PORT) inspector.asgi:application
+	$(VENV)/bin/daphne -v 0 -b 127.0.0.1 -p $(PORT) inspector.asgi:application
 
 ## make worker — a Celery worker for the scaled deployment (needs DATABASE_URL and REDIS_URL)
 worker: $(VENV)/.installed

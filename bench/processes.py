@@ -226,6 +226,8 @@ class WebServer:
                 sys.executable,
                 "-m",
                 "daphne",
+                "-v",
+                "0",
                 "-b",
                 "127.0.0.1",
                 "-p",

@@ -11,6 +11,7 @@ from channels.sessions import CookieMiddleware, SessionMiddleware  # noqa: E402
 
 from conversations import warm_start  # noqa: E402
 from inspector import memory  # noqa: E402
+from inspector.access_log import with_access_log  # noqa: E402
 from inspector.consumers import SocketAuthMiddleware  # noqa: E402
 from inspector.proxy_front import with_llm_proxy  # noqa: E402
 from inspector.routing import websocket_urlpatterns  # noqa: E402
@@ -18,8 +19,9 @@ from inspector.security import WebsocketOriginValidator  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        # The LLM proxy's routes are answered ahead of Django's middleware (inspector.proxy_front).
-        "http": with_llm_proxy(django_asgi_app),
+        # The LLM proxy's routes are answered ahead of Django's middleware (inspector.proxy_front);
+        # every request gets a line in the access log, redacted (inspector.access_log).
+        "http": with_access_log(with_llm_proxy(django_asgi_app)),
         # Channels' ``AuthMiddlewareStack``, its user read outside the thread pages are rendered in.
         "websocket": WebsocketOriginValidator(
             CookieMiddleware(SessionMiddleware(SocketAuthMiddleware(URLRouter(websocket_urlpatterns))))
