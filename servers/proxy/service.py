@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -65,6 +66,7 @@ def proxy_stdio(command: Sequence[str], *, raw_key: str, name: str, session: str
         OSError: the command could not be started.
     """
     _fail_fast_without_a_database()
+    _quiet_logging()
     # The byte pumps and the recorder share the GIL: when the recorder holds it (redacting,
     # sealing, writing a batch), the pumps wait for the next switch, 5 ms by default, on every
     # message. A shorter interval hands it back to them sooner (bench P13).
@@ -88,6 +90,16 @@ def proxy_stdio(command: Sequence[str], *, raw_key: str, name: str, session: str
             sys.stderr.write(
                 f"proxy: recording did not finish within {FINISH_SECONDS:.0f} s; what it had not stored is lost\n"
             )
+
+
+def _quiet_logging() -> None:
+    """Only what an operator must see reaches stderr, which a host shows in its own log beside
+    the server's: warnings and errors, and the recorder's own notes (written there directly:
+    the database away, back, a key refused). Not a line for each group stored (the seal's INFO),
+    nor the connection pool's warning at every retry while the database is away, which the
+    recorder has said once."""
+    logging.getLogger().setLevel(logging.WARNING)
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
 def _fail_fast_without_a_database() -> None:

@@ -189,3 +189,25 @@ def test_a_second_user_gets_404_on_the_session_and_the_owner_sees_it(tmp_path: P
     as_alice = Client()
     as_alice.force_login(key.user)  # type: ignore[attr-defined]
     assert as_alice.get(url).status_code == 200
+
+
+async def _spaced_calls(command: list[str], env: dict[str, str], errlog: Path, calls: int) -> None:
+    params = StdioServerParameters(command=command[0], args=command[1:], env=env)
+    with errlog.open("w") as log:
+        async with stdio_client(params, errlog=log) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            for _ in range(calls):
+                await session.call_tool("get_current_time", {"timezone": "Asia/Tokyo"})
+                await asyncio.sleep(0.3)  # a pause: each call is stored in a group of its own
+
+
+def test_the_proxy_writes_no_note_of_its_own_to_the_hosts_stderr_while_all_is_well(tmp_path: Path) -> None:
+    """A host shows a server's stderr in its log: every group stored must not add a line there."""
+    key, raw = _alice_key()
+    errlog = tmp_path / "stderr.log"
+    asyncio.run(
+        _spaced_calls(proxy_command(raw, "time", *TIME_SERVER), proxy_env(tmp_path / "var"), errlog, calls=4)
+    )
+
+    assert wait_until(lambda: sum(r.label == "tools/call" for r in recorded(key)) == 4, 30)  # type: ignore[arg-type]
+    assert errlog.read_text() == ""
