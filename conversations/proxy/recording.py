@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -158,6 +159,10 @@ def _mcp(
 ) -> list[int]:
     redact = active_redactor(secrets=secrets)
     now = timezone.now()
+    # ``proxy stdio``'s pairer knows no server: its records are the named one's.
+    records = [
+        record if record.server_name else replace(record, server_name=server_name) for record in records
+    ]
     steps = _mcp_steps(server_name, records)
     with transaction.atomic():
         proxy = session_for(key, hint=session, now=now, fmt="")

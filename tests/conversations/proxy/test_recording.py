@@ -19,7 +19,9 @@ from conversations.proxy import writing
 from conversations.proxy.keys import create_key
 from conversations.proxy.models import ProxyKey, ProxySession
 from conversations.proxy.recording import record_mcp, record_model_call
+from conversations.record.transcripts.document import transcript_document
 from conversations.record.verification import conversation_verify
+from servers.proxy.pairing import HOST, SERVER, Pairer
 from tests.conversations.proxy.wire import anthropic_call, chat_call, chat_stream, tools_call, tools_list
 from tests.factories import ModelProfileFactory
 
@@ -226,3 +228,29 @@ def test_gemini_and_responses_replies_and_stderr_lines_are_recorded() -> None:
     assert Exchange.objects.get(pk=line).direction == "local"
     answered = ProxySession.objects.get(key=key, hint="r").conversation.turns.get()
     assert answered.question == "Say hi" and answered.answer == "hi"
+
+
+def test_every_mcp_exchange_names_the_server_the_proxy_was_started_for() -> None:
+    """``proxy stdio``'s pairer knows no server: its records are named by ``--name``, in the rows
+    and in the transcript (the JSON Lines export: one exchange a line, the server on each)."""
+    key = _key()
+    pairer = Pairer(line_limit=100_000, body_limit=100_000)
+    pairer.feed(
+        HOST, b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{}}}\n'
+    )
+    pairer.feed(SERVER, b'{"jsonrpc":"2.0","id":1,"result":{"content":[]}}\n')
+    pairer.feed(HOST, b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+    records = pairer.take()
+    assert {record.server_name for record in records} == {""}
+
+    record_mcp(key, session="s", server_name="time", records=records)
+
+    conversation = ProxySession.objects.get(key=key).conversation
+    assert set(
+        Exchange.objects.filter(turn__conversation=conversation).values_list("server_name", flat=True)
+    ) == {"time"}
+    document = transcript_document(conversation=conversation)
+    exchanges = [
+        exchange for turn in document["turns"] for step in turn["steps"] for exchange in step["exchanges"]
+    ]
+    assert len(exchanges) == 2 and {exchange["server"] for exchange in exchanges} == {"time"}
