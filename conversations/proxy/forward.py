@@ -28,6 +28,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from weakref import WeakKeyDictionary
 
 import httpx2
@@ -85,13 +86,25 @@ def settled() -> bool:
 _clients: WeakKeyDictionary[asyncio.AbstractEventLoop, httpx2.AsyncClient] = WeakKeyDictionary()
 
 
+def _no_cookies() -> CookieJar:
+    """A jar that keeps no cookie and gives none: its policy allows no domain at all (stdlib
+    ``DefaultCookiePolicy``, ``allowed_domains``: the only domains cookies are set for or
+    returned to)."""
+    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+
+
 def upstream_client(read_timeout: float) -> httpx2.AsyncClient:
     """The process's client for upstreams, one per event loop (a connection pool belongs to one
-    loop), kept for the loop's life so connections are reused across requests."""
+    loop), kept for the loop's life so connections are reused across requests.
+
+    Every host's calls share it, so it keeps nothing of one call for the next: its cookie jar
+    refuses every cookie (an upstream's ``Set-Cookie`` still goes back to the host that was
+    answered, and the host's own ``Cookie`` goes on as sent)."""
     loop = asyncio.get_running_loop()
     client = _clients.get(loop)
     if client is None:
         client = httpx2.AsyncClient(
+            cookies=_no_cookies(),
             timeout=httpx2.Timeout(
                 connect=CONNECT_TIMEOUT_SECONDS,
                 read=read_timeout,
