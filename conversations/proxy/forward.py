@@ -1,10 +1,11 @@
 """Pass one HTTP request through to an upstream and its answer back, as it arrives, and capture both.
 
 The host's request goes out with its own headers (its credentials included, each the bytes the
-host sent) less the hop-by-hop ones, its body streamed on as it arrives; the upstream's answer
-comes back with its status, its headers (less the hop-by-hop ones)
-and its body bytes exactly as they came over the wire — a compressed body stays compressed, a
-stream is handed on chunk by chunk, never gathered first. Beside the bytes that pass, a
+host sent) less the hop-by-hop ones, and no others (no client default, no stored cookie: the
+proxy keeps nothing of one call for the next), its body streamed on as it arrives; the
+upstream's answer comes back with its status, its headers (less the hop-by-hop ones) and its
+body bytes exactly as they came over the wire — a compressed body stays compressed, a stream is
+handed on chunk by chunk, never gathered first. Beside the bytes that pass, a
 ``Capture`` keeps what the record needs: the body with its content-encoding undone, at most
 ``limit`` bytes of it (the rest is passed on and only counted; the record is marked cut), for
 the request's body as for the answer's.
@@ -99,7 +100,8 @@ def upstream_client(read_timeout: float) -> httpx2.AsyncClient:
 
     Every host's calls share it, so it keeps nothing of one call for the next: its cookie jar
     refuses every cookie (an upstream's ``Set-Cookie`` still goes back to the host that was
-    answered, and the host's own ``Cookie`` goes on as sent)."""
+    answered, and the host's own ``Cookie`` goes on as sent), and requests are built without
+    it (``outgoing``), so none of its default headers is added."""
     loop = asyncio.get_running_loop()
     client = _clients.get(loop)
     if client is None:
@@ -118,6 +120,18 @@ def upstream_client(read_timeout: float) -> httpx2.AsyncClient:
         )
         _clients[loop] = client
     return client
+
+
+def outgoing(
+    method: str, url: str, headers: list[tuple[bytes, bytes]], content: Body | None = None
+) -> httpx2.Request:
+    """The request to the upstream with exactly ``headers``, ``Host`` and the body's framing
+    (``Content-Length``, or chunked for a stream of unknown length) added as for any request.
+    Built on its own, not by the client's ``build_request``, which would merge in the client's
+    defaults (``Accept``, ``Accept-Encoding``, ``User-Agent``, ``Connection``): the upstream
+    would then compress an answer the host never asked to be compressed. ``send`` sends a
+    request as it is, with the client's timeouts."""
+    return httpx2.Request(method, url, headers=headers, content=content)
 
 
 def forwarded_headers(
@@ -304,19 +318,17 @@ async def pass_on(
         content: bytes | _Sent = body
     else:
         content = _Sent(body, sent)
-    outgoing = client.build_request(
-        method, url, content=content, headers=forwarded_headers(headers, streamed=streamed)
-    )
+    request = outgoing(method, url, forwarded_headers(headers, streamed=streamed), content)
     started = datetime.now(UTC)
     t0 = time.monotonic()
     exchange = WireExchange(
         channel="llm",
-        label=_label(outgoing),
+        label=_label(request),
         started_at=started,
-        request_headers={name.lower(): value for name, value in outgoing.headers.multi_items()},
+        request_headers={name.lower(): value for name, value in request.headers.multi_items()},
     )
     try:
-        upstream = await client.send(outgoing, stream=True)
+        upstream = await client.send(request, stream=True)
     except (httpx2.HTTPError, HostGone) as exc:
         gone = isinstance(exc, HostGone)
         if isinstance(content, _Sent) and not gone:
@@ -347,7 +359,7 @@ async def pass_on(
             )
         )
         _done(on_done, exchange, request=sent)
-        where = f"{outgoing.url.scheme}://{outgoing.url.netloc.decode('ascii', 'replace')}"
+        where = f"{request.url.scheme}://{request.url.netloc.decode('ascii', 'replace')}"
         message = (
             f"the inspector's proxy could not reach the upstream {where}: {type(exc).__name__}"
             f"{' (timed out)' if timed_out else ''}"
@@ -370,13 +382,12 @@ async def pass_on(
 def host_gone_first(method: str, url: str, headers: Iterable[tuple[str, str]], on_done: ExchangeDone) -> None:
     """Record a call whose host went away before the first piece of its body came: nothing was
     forwarded (the upstream never saw it), and the record says so."""
-    client = upstream_client(WRITE_TIMEOUT_SECONDS)
-    outgoing = client.build_request(method, url, headers=forwarded_headers(headers))
+    request = outgoing(method, url, forwarded_headers(headers))
     exchange = WireExchange(
         channel="llm",
-        label=_label(outgoing),
+        label=_label(request),
         started_at=datetime.now(UTC),
-        request_headers={name.lower(): value for name, value in outgoing.headers.multi_items()},
+        request_headers={name.lower(): value for name, value in request.headers.multi_items()},
         status="error",
         error="the host went away before sending its request body; nothing was forwarded",
         duration_ms=0.0,

@@ -1,7 +1,11 @@
-"""What the LLM proxy adds and keeps of its own (``conversations.proxy.forward``): nothing. No
-cookie is kept from one call for the next (whoever makes it)."""
+"""What the LLM proxy adds and keeps of its own (``conversations.proxy.forward``): nothing. The
+upstream gets the host's headers and no others, and no cookie is kept from one call for the
+next (whoever makes it)."""
 
 from __future__ import annotations
+
+import http.client
+from urllib.parse import urlsplit
 
 import httpx2
 import pytest
@@ -73,3 +77,40 @@ def test_the_hosts_own_cookie_goes_on_as_sent_and_no_stored_one_is_added(
 
     assert fake.received[1].header("cookie") == "mine=1; other=two"
     assert [name for name, _ in fake.received[1].headers].count(b"cookie") == 1
+
+
+def test_the_upstream_gets_exactly_the_hosts_headers_and_none_of_the_clients_defaults(
+    app: str, upstream: tuple[FakeUpstream, str], alice: User
+) -> None:
+    fake, base = upstream
+    _, raw = create_key(alice, openai_upstream=f"{base}/v1")
+    # A host of few words: no Accept, no Accept-Encoding, no User-Agent.
+    sent = [
+        (b"Content-Type", b"application/json"),
+        (b"Authorization", b"Bearer host-own"),
+        (b"X-Trace", b"7"),
+    ]
+    where = urlsplit(app)
+    host = http.client.HTTPConnection(where.hostname or "", where.port, timeout=30)
+    try:
+        host.putrequest(
+            "POST", f"/proxy/{raw}/openai/v1/chat/completions", skip_host=False, skip_accept_encoding=True
+        )
+        for name, value in [*sent, (b"Content-Length", str(len(CALL)).encode())]:
+            host.putheader(name, value)
+        host.endheaders(CALL)
+        answer = host.getresponse()
+        answer.read()
+    finally:
+        host.close()
+
+    assert answer.status == 200
+    [seen] = fake.received
+    assert seen.body == CALL
+    # Host and Content-Length are set for the upstream's connection; every other header is the host's.
+    framing = {b"host", b"content-length"}
+    assert {name.lower() for name, _ in seen.headers} == framing | {name.lower() for name, _ in sent}
+    assert [(name.lower(), value) for name, value in seen.headers if name.lower() not in framing] == [
+        (name.lower(), value) for name, value in sent
+    ]
+    assert seen.header("content-length") == str(len(CALL))
