@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 import time
 import zlib
@@ -165,12 +166,26 @@ def passed_back(headers: httpx2.Headers) -> list[tuple[str, str]]:
 SMALL_PIECE = 4096
 
 
+# What zlib reads for each encoding the record inflates (its ``wbits``): a gzip member (RFC 1952),
+# or a zlib stream, which is what HTTP's ``deflate`` is (RFC 9110 §8.4.1.2).
+INFLATED = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+# Where a member ends, zlib copies what follows it in its input (``unused_data``): a piece goes
+# to zlib whole, but once a member has ended in it the rest goes this much at a time, so a piece
+# of many tiny members costs a copy of this size per member, not of the rest of the piece.
+INFLATE_STEP = 4096
+_NOT_PADDING = re.compile(rb"[^\x00]")
+
+
 class Capture:
     """What the record keeps of a body passing by: at most ``limit`` bytes, content-encoding undone.
 
-    ``gzip`` and ``deflate`` are inflated (a megabyte at most beyond what is kept, so a bomb
-    never expands whole); another encoding is kept as it came and ``note`` says so. Past the
-    limit the bytes are only counted, and ``note`` says where the record was cut.
+    ``gzip`` and ``deflate`` are inflated (never more than one byte past what is kept, so a bomb
+    never expands whole), every member of them: a gzip body may be several members one after the
+    other (RFC 1952 §2.2), each decoded in turn as gzip(1) and browsers do, and a deflate body
+    several zlib streams likewise; zero bytes after a member are padding, skipped as gzip(1)
+    skips them. Bytes that do not inflate are kept as they came from there on, and ``note`` says
+    so, as it does for another encoding, kept as it came. Past the limit the bytes are only
+    counted, and ``note`` says where the record was cut.
     """
 
     def __init__(self, limit: int, encoding: str = "") -> None:
@@ -183,12 +198,13 @@ class Capture:
         self._kept: list[bytes] = []
         self._small = bytearray()
         self._size = 0
+        self._wbits = INFLATED.get(self.encoding, 0)
         self._inflate: zlib._Decompress | None = None  # noqa: SLF001 (the stdlib's own type name)
+        # A member has ended and the next one has not begun.
+        self._between = False
         self._undecoded = ""
-        if self.encoding in {"gzip", "x-gzip"}:
-            self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif self.encoding == "deflate":
-            self._inflate = zlib.decompressobj()
+        if self._wbits:
+            self._inflate = zlib.decompressobj(self._wbits)
         elif self.encoding not in {"", "identity"}:
             self._undecoded = f"its content-encoding {self.encoding!r} is kept as it came (not decoded)"
 
@@ -197,13 +213,7 @@ class Capture:
         if self.cut:
             return
         if self._inflate is not None:
-            try:
-                data = self._inflate.decompress(data, self.limit - self._size + 1)
-            except zlib.error as exc:
-                self._inflate = None
-                self._undecoded = (
-                    f"its {self.encoding} body could not be inflated ({exc}); the rest is kept as it came"
-                )
+            data = self._inflated(data)
         room = self.limit - self._size
         if len(data) > room:
             data = data[:room]
@@ -216,6 +226,43 @@ class Capture:
             self._kept.append(bytes(self._small))
             self._small.clear()
         self._kept.append(data)
+
+    def _inflated(self, data: bytes) -> bytes:
+        """``data`` inflated, member after member, until it is used up or the output is one byte
+        past the room left (then ``feed`` cuts the record, and nothing more is inflated)."""
+        inflate = self._inflate
+        if inflate is None:
+            return data
+        view = memoryview(data)
+        pieces: list[bytes] = []
+        wanted = self.limit - self._size + 1
+        at, size = 0, len(data)
+        try:
+            while at < len(data) and wanted > 0:
+                if self._between:
+                    found = _NOT_PADDING.search(data, at)
+                    if found is None:
+                        break
+                    at = found.start()
+                    inflate = self._inflate = zlib.decompressobj(self._wbits)
+                    self._between = False
+                step = view[at : at + size]
+                piece = inflate.decompress(step, wanted)
+                pieces.append(piece)
+                wanted -= len(piece)
+                if inflate.eof:
+                    self._between = True
+                    at += len(step) - len(inflate.unused_data)
+                    size = INFLATE_STEP
+                else:
+                    at += len(step)
+        except zlib.error as exc:
+            self._inflate = None
+            self._undecoded = (
+                f"its {self.encoding} body could not be inflated ({exc}); the rest is kept as it came"
+            )
+            pieces.append(data[at:])
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     @property
     def kept(self) -> int:
