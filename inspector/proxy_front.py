@@ -21,14 +21,18 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import tempfile
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any
 
 from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpResponse
 from django.http.request import split_domain_port, validate_host
 
 from conversations.proxy import forward, llm
 from inspector import security
+from servers.proxy import http as mcp
 
 # As Django's ASGIHandler takes them (django-stubs).
 Scope = dict[str, Any]
@@ -51,15 +55,36 @@ ROUTES: tuple[tuple[re.Pattern[str], llm.Format], ...] = (
 )
 
 
-def route(scope: Scope) -> tuple[str, llm.Format, str] | None:
-    """(the raw key, the format, the path under the upstream) of an LLM proxy call, else None."""
+# As servers/proxy/urls.py, mounted at proxy/<str:key>/: the MCP proxy's routes (http.ROUTES).
+MCP_ROUTE = re.compile(r"^/proxy/(?P<key>[^/]+)/(?P<kind>mcp|sse)/(?P<server>[^/]+)(?P<messages>/messages)?$")
+
+
+def _proxy_path(scope: Scope) -> str | None:
+    """The request's path under the app's root when it is a proxy route's, else None."""
     if scope["type"] != "http":
         return None
     path: str = scope.get("path", "")
     root: str = scope.get("root_path", "")
     if root and path.startswith(root):
         path = path[len(root) :]
-    if not path.startswith("/proxy/"):
+    return path if path.startswith("/proxy/") else None
+
+
+def mcp_route(scope: Scope) -> tuple[str, str, str] | None:
+    """(the raw key, the server's name, the route: a key of ``http.ROUTES``) of an MCP proxy
+    request, else None."""
+    path = _proxy_path(scope)
+    found = MCP_ROUTE.match(path) if path is not None else None
+    if found is None:
+        return None
+    kind = found["kind"] + (found["messages"] or "")
+    return (found["key"], found["server"], kind) if kind in mcp.ROUTES else None
+
+
+def route(scope: Scope) -> tuple[str, llm.Format, str] | None:
+    """(the raw key, the format, the path under the upstream) of an LLM proxy call, else None."""
+    path = _proxy_path(scope)
+    if path is None:
         return None
     for pattern, form in ROUTES:
         found = pattern.match(path)
@@ -69,14 +94,18 @@ def route(scope: Scope) -> tuple[str, llm.Format, str] | None:
 
 
 def with_llm_proxy(django: Asgi) -> Asgi:
-    """``django`` with the LLM proxy's routes answered in front of it."""
+    """``django`` with the LLM and MCP proxies' routes answered in front of it."""
 
     async def application(scope: Scope, receive: Receive, send: Send) -> None:
         found = route(scope)
-        if found is None:
-            await django(scope, receive, send)
+        if found is not None:
+            await _call(scope, receive, send, *found)
             return
-        await _call(scope, receive, send, *found)
+        to_mcp = mcp_route(scope)
+        if to_mcp is not None:
+            await _mcp_call(scope, receive, send, *to_mcp)
+            return
+        await django(scope, receive, send)
 
     return application
 
@@ -198,13 +227,22 @@ async def _json(send: Send, request: _Request, status: int, data: dict[str, dict
     await _whole(send, request, status, json.dumps(data).encode(), [("Content-Type", "application/json")])
 
 
-def _refused(request: _Request) -> llm.Refusal | None:
-    """Why the front refuses ``request`` before looking at its key, if it does (a 301's body
-    names no error: ``_refuse`` sends the redirect)."""
+def _not_served(request: _Request) -> llm.Refusal | None:
+    """Why the front refuses ``request`` whatever its route, if it does: a Host outside
+    ALLOWED_HOSTS, plain HTTP where HTTPS is required (a 301's body names no error: ``_refuse``
+    sends the redirect)."""
     if not _host_allowed(request.host):
         return llm.refusal(400, "disallowed_host", "this Host is not served here")
     if settings.SECURE_SSL_REDIRECT and not request.secure:
         return llm.refusal(301, "", "")
+    return None
+
+
+def _refused(request: _Request) -> llm.Refusal | None:
+    """Why the front refuses an LLM call before looking at its key, if it does."""
+    refused = _not_served(request)
+    if refused is not None:
+        return refused
     if request.method != "POST":
         return llm.refusal(405, "method_not_allowed", llm.NOT_POST.format(method=request.method))
     return None
@@ -238,7 +276,7 @@ async def _call(
     if isinstance(url, llm.Refusal):
         await _refuse(send, receive, request, url)
         return
-    on_done = llm.recorder(key, raw_key, form, request.headers, request.query)
+    on_done = llm.recorder(key, raw_key, form, request.items, request.query)
     body = _Body(receive)
     if not await body.start():
         forward.host_gone_first(request.method, url, request.items, on_done)
@@ -292,3 +330,32 @@ async def _stream(send: Send, receive: Receive, body: AsyncGenerator[bytes, None
         await asyncio.gather(watching, passing, return_exceptions=True)
     if passing in done:
         passing.result()
+
+
+async def _mcp_call(scope: Scope, receive: Receive, send: Send, raw_key: str, server: str, kind: str) -> None:
+    """An MCP proxy request, answered as ``servers.proxy.views`` would but sent as the server
+    answered: every header line it sent, in order, a repeated one as each of its lines (a
+    Django response keeps one value per name), and none that Django's middleware would add
+    (its ``Vary: Cookie``), the app's security headers aside (``_start``). The body is read
+    whole first, as Django's handler reads it before a view runs (``http._Body`` counts on it)."""
+    request = _Request(scope)
+    refused = _not_served(request)
+    if refused is not None:
+        await _refuse(send, receive, request, refused)
+        return
+    with tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b") as kept:
+        body = _Body(receive)
+        if not await body.start():
+            return
+        try:
+            async for piece in body:
+                kept.write(piece)
+        except forward.HostGone:
+            return
+        kept.seek(0)
+        answer = await mcp.serve(ASGIRequest(scope, kept), raw_key=raw_key, server_name=server, kind=kind)
+        if isinstance(answer, HttpResponse):
+            await _whole(send, request, answer.status_code, answer.content, list(answer.items()))
+            return
+        await _start(send, request, answer.status, answer.headers)
+        await _stream(send, receive, answer.body)

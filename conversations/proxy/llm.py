@@ -15,9 +15,9 @@ handles the request (the test client, WSGI). docs/proxy-llm.md describes the rou
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from urllib.parse import parse_qsl
+from urllib.parse import unquote_plus
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -67,20 +67,48 @@ ANTHROPIC = Format("anthropic", "anthropic_upstream", "Anthropic")
 GEMINI = Format("gemini", "gemini_upstream", "Gemini")
 
 
-def credentials(headers: Mapping[str, str], query: str) -> tuple[str, ...]:
-    """Every credential the host sent: header values whole and as their bare token, and ``?key=``.
-
-    ``headers`` is looked up by lower-case name (Django's ``request.headers`` answers any case)."""
+def credentials(headers: Iterable[tuple[str, str]], query: str) -> tuple[str, ...]:
+    """Every credential the host sent: each value of each credential header (a header sent twice
+    is two credentials), whole and as its bare token, and ``?key=`` both as sent and decoded (an
+    upstream may repeat either form)."""
     found: list[str] = []
-    for name in CREDENTIAL_HEADERS:
-        value = headers.get(name, "")
-        if value:
-            found.append(value)
-            scheme, _, token = value.partition(" ")
-            if token and scheme.lower() in {"bearer", "basic", "token"}:
-                found.append(token.strip())
-    found.extend(value for name, value in parse_qsl(query) if name == "key" and value)
-    return tuple(dict.fromkeys(found))
+    for name, value in headers:
+        if name.lower() not in CREDENTIAL_HEADERS or not value:
+            continue
+        found.append(value)
+        scheme, _, token = value.partition(" ")
+        if token and scheme.lower() in {"bearer", "basic", "token"}:
+            found.append(token.strip())
+    for part in query.split("&"):
+        name, _, value = part.partition("=")
+        if unquote_plus(name) == "key" and value:
+            found.extend((value, unquote_plus(value)))
+    return tuple(dict.fromkeys(value for value in found if value))
+
+
+def header_lines(request: HttpRequest) -> list[tuple[str, str]]:
+    """The host's header lines as it sent them, each byte one Latin-1 character, a repeated header
+    as each of its lines: from the ASGI scope the request was made from (Django's
+    ``request.headers`` joins a repeated header's values with commas, which no reader can split
+    back: a value may hold commas), else (WSGI, the test client) Django's headers."""
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, dict) and "headers" in scope:
+        return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in scope["headers"]]
+    return list(request.headers.items())
+
+
+def session_name(value: str) -> str | None:
+    """The session an ``X-Inspector-Session`` value names (None: none). Servers hand a header's
+    bytes over as Latin-1 text (one character a byte); a host that sends a name outside ASCII
+    sends its UTF-8, as ``proxy stdio --session`` reads its argument, so the bytes are read as
+    UTF-8 when they are UTF-8 (the same name is then one session on every route) and kept as the
+    Latin-1 text when not."""
+    if not value:
+        return None
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
 
 
 @dataclass(frozen=True)
@@ -121,12 +149,13 @@ def upstream_url(key: ProxyKey, form: Format, path: str, query: str) -> str | Re
 
 
 def recorder(
-    key: ProxyKey, raw_key: str, form: Format, headers: Mapping[str, str], query: str
+    key: ProxyKey, raw_key: str, form: Format, headers: Sequence[tuple[str, str]], query: str
 ) -> forward.ExchangeDone:
     """What records a finished exchange of ``key``: a recorder thread, handed the host's
-    credentials and the proxy key as secrets to mask."""
+    credentials and the proxy key as secrets to mask. ``headers``: the host's header lines."""
     secrets = (raw_key, *credentials(headers, query))
-    session = headers.get(SESSION_HEADER.lower()) or None
+    hint = next((value for name, value in headers if name.lower() == SESSION_HEADER.lower()), "")
+    session = session_name(hint)
 
     def on_done(exchange: WireExchange) -> None:
         RECORDERS.submit(key.pk, exchange, lambda queued: _record(key, session, form.fmt, queued, secrets))
@@ -153,7 +182,7 @@ async def _forward(request: HttpRequest, raw_key: str, form: Format, path: str) 
         url,
         limit=settings.RESPONSE_BODY_LIMIT,
         read_timeout=settings.MODEL_TIMEOUT_SECONDS,
-        on_done=recorder(key, raw_key, form, request.headers, query),
+        on_done=recorder(key, raw_key, form, header_lines(request), query),
     )
 
 

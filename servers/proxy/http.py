@@ -29,7 +29,7 @@ import sys
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import quote, urljoin, urlsplit
@@ -44,6 +44,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHt
 from conversations.loop.wire import SECRET_HEADER_RE, WireExchange, decode_body
 from conversations.proxy.forward import HOP_BY_HOP
 from conversations.proxy.keys import authenticate
+from conversations.proxy.llm import header_lines, session_name
 from conversations.proxy.models import ProxyKey
 from conversations.proxy.recording import record_mcp
 from conversations.record.connections import handed_back
@@ -111,13 +112,14 @@ def route_resolve(
             content_type="text/plain",
         )
     secrets = [raw_key]
-    for name, value in request.headers.items():
+    lines = header_lines(request)
+    for name, value in lines:
         if SECRET_HEADER_RE.search(name) and value:
             secrets.append(value)
             # "Bearer abc…": the token alone, wherever the host's traffic repeats it.
             secrets.append(value.split(" ", 1)[-1])
-    hint = request.headers.get(SESSION_HEADER) or None
-    return Route(key=key, raw_key=raw_key, server=server, session=hint, secrets=tuple(secrets))
+    hint = next((value for name, value in lines if name.lower() == SESSION_HEADER), "")
+    return Route(key=key, raw_key=raw_key, server=server, session=session_name(hint), secrets=tuple(secrets))
 
 
 def _client() -> httpx2.AsyncClient:
@@ -229,7 +231,7 @@ def _outgoing_headers(request: HttpRequest) -> list[tuple[bytes, bytes]]:
     bytes), less the hop-by-hop ones and the proxy's own."""
     headers = [
         (_wire(name), _wire(value))
-        for name, value in request.headers.items()
+        for name, value in header_lines(request)
         if name.lower() not in HOP_HEADERS
     ]
     length = request.headers.get("content-length")
@@ -245,13 +247,35 @@ def _stored(headers: Sequence[tuple[bytes, bytes]]) -> dict[str, str]:
 
 
 def _incoming_headers(response: httpx2.Response) -> list[tuple[str, str]]:
-    """The server's headers for the host, their bytes unchanged (Django writes a header's text as
-    Latin-1, so its bytes go out as they came in)."""
+    """The server's header lines for the host, in order, a repeated one as each of its lines, their
+    bytes unchanged (each byte one Latin-1 character, as ASGI and Django write a header's text)."""
     return [
         (name.decode("latin-1"), value.decode("latin-1"))
         for name, value in response.headers.raw
         if name.decode("latin-1").lower() not in HOP_HEADERS
     ]
+
+
+@dataclass
+class Answer:
+    """The server's answer as the host gets it: its status, every header line it sent (less the
+    hop-by-hop ones) in order, and its body as it arrives (recorded as it passes)."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: AsyncGenerator[bytes, None]
+
+
+def as_response(answer: Answer | HttpResponse) -> HttpResponseBase:
+    """``answer`` as a Django response, for a request Django itself serves (WSGI, the test client;
+    the web process sends answers as they are: ``inspector.proxy_front``). Django keeps one value
+    per header name: of a repeated header, the last line."""
+    if isinstance(answer, HttpResponse):
+        return answer
+    response = StreamingHttpResponse(answer.body, status=answer.status)
+    for name, value in answer.headers:
+        response.headers[name] = value
+    return response
 
 
 class _Body:
@@ -310,8 +334,9 @@ async def forward(
     scope: tuple[object, ...],
     rewrite_endpoint: Callable[[str], str] | None = None,
     answered_on_stream: bool = False,
-) -> HttpResponseBase:
-    """Forward ``request`` to ``url`` and stream the answer back, recording both.
+) -> Answer | HttpResponse:
+    """Forward ``request`` to ``url`` and stream the answer back, recording both (an
+    ``HttpResponse``: the proxy's own answer, the server not reached).
 
     ``answered_on_stream``: the request's JSON-RPC response comes on an event stream (the legacy
     transport's), which another web process may hold: the request waits for it in the shared
@@ -357,10 +382,7 @@ async def forward(
         awaits_http=awaits_http,
         handed=handed,
     )
-    response = StreamingHttpResponse(stream, status=upstream.status_code)
-    for name, value in _incoming_headers(upstream):
-        response.headers[name] = value
-    return response
+    return Answer(status=upstream.status_code, headers=_incoming_headers(upstream), body=stream)
 
 
 def _kept_limit() -> int:
@@ -439,7 +461,7 @@ async def _relay(
     rewrite_endpoint: Callable[[str], str] | None,
     awaits_http: bool,
     handed: str | None,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """The upstream's body as it arrives; recorded as it streams (events) or once it ends."""
     limit = _kept_limit()
     events = EventReader(limit) if event_stream else None
@@ -619,12 +641,12 @@ def same_origin(base: str, target: str) -> str | None:
     return resolved if (a.scheme, a.netloc) == (b.scheme, b.netloc) else None
 
 
-async def forward_streamable(request: HttpRequest, route: Route) -> HttpResponseBase:
+async def _streamable(request: HttpRequest, route: Route) -> Answer | HttpResponse:
     scope = (route.key.pk, route.server.name, request.headers.get("mcp-session-id", ""))
     return await forward(request, route, url=route.server.url, scope=scope)
 
 
-async def forward_sse_stream(request: HttpRequest, route: Route) -> HttpResponseBase:
+async def _sse_stream(request: HttpRequest, route: Route) -> Answer | HttpResponse:
     scope = (route.key.pk, route.server.name, "sse-stream", id(request))
     return await forward(
         request,
@@ -635,7 +657,7 @@ async def forward_sse_stream(request: HttpRequest, route: Route) -> HttpResponse
     )
 
 
-async def forward_sse_post(request: HttpRequest, route: Route, to: str) -> HttpResponseBase:
+async def _sse_post(request: HttpRequest, route: Route, to: str) -> Answer | HttpResponse:
     """A legacy session's POST, to the endpoint the stream named (on the server's origin only)."""
     target = same_origin(route.server.url, to) if to else None
     if target is None:
@@ -645,6 +667,43 @@ async def forward_sse_post(request: HttpRequest, route: Route, to: str) -> HttpR
             content_type="text/plain",
         )
     return await forward(request, route, url=target, scope=sse_scope(route, to), answered_on_stream=True)
+
+
+async def forward_streamable(request: HttpRequest, route: Route) -> HttpResponseBase:
+    return as_response(await _streamable(request, route))
+
+
+async def forward_sse_stream(request: HttpRequest, route: Route) -> HttpResponseBase:
+    return as_response(await _sse_stream(request, route))
+
+
+async def forward_sse_post(request: HttpRequest, route: Route, to: str) -> HttpResponseBase:
+    return as_response(await _sse_post(request, route, to))
+
+
+async def _sse_messages(request: HttpRequest, route: Route) -> Answer | HttpResponse:
+    return await _sse_post(request, route, request.GET.get("to", ""))
+
+
+# Each route of servers/proxy/urls.py: the transport its server must speak and what forwards it.
+ROUTES: dict[str, tuple[str, Callable[[HttpRequest, Route], Awaitable[Answer | HttpResponse]]]] = {
+    "mcp": ("http", _streamable),
+    "sse": ("sse", _sse_stream),
+    "sse/messages": ("sse", _sse_messages),
+}
+
+
+async def serve(request: HttpRequest, *, raw_key: str, server_name: str, kind: str) -> Answer | HttpResponse:
+    """What the route ``kind`` (a key of ``ROUTES``) answers ``request`` with, as the views of
+    ``servers.proxy.views`` do; the web process serves these routes this way, ahead of Django's
+    middleware (``inspector.proxy_front``), so the answer is sent as the server gave it."""
+    transport, forwarding = ROUTES[kind]
+    route = await sync_to_async(route_resolve)(
+        request, raw_key=raw_key, server_name=server_name, transport=transport
+    )
+    if isinstance(route, HttpResponse):
+        return route
+    return await forwarding(request, route)
 
 
 def sse_scope(route: Route, to: str) -> tuple[object, ...]:
