@@ -88,7 +88,7 @@ def settled() -> bool:
 _clients: WeakKeyDictionary[asyncio.AbstractEventLoop, httpx2.AsyncClient] = WeakKeyDictionary()
 
 
-def _no_cookies() -> CookieJar:
+def no_cookies() -> CookieJar:
     """A jar that keeps no cookie and gives none: its policy allows no domain at all (stdlib
     ``DefaultCookiePolicy``, ``allowed_domains``: the only domains cookies are set for or
     returned to)."""
@@ -107,7 +107,7 @@ def upstream_client(read_timeout: float) -> httpx2.AsyncClient:
     client = _clients.get(loop)
     if client is None:
         client = httpx2.AsyncClient(
-            cookies=_no_cookies(),
+            cookies=no_cookies(),
             timeout=httpx2.Timeout(
                 connect=CONNECT_TIMEOUT_SECONDS,
                 read=read_timeout,

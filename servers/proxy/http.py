@@ -42,7 +42,7 @@ from django.db import connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 
 from conversations.loop.wire import SECRET_HEADER_RE, WireExchange, decode_body
-from conversations.proxy.forward import HOP_BY_HOP
+from conversations.proxy.forward import HOP_BY_HOP, no_cookies
 from conversations.proxy.keys import authenticate
 from conversations.proxy.llm import header_lines, session_name
 from conversations.proxy.models import ProxyKey
@@ -127,7 +127,10 @@ def _client() -> httpx2.AsyncClient:
     client = _clients.get(loop)
     if client is None:
         timeout = httpx2.Timeout(connect=10.0, read=None, write=None, pool=10.0)
-        client = httpx2.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False)
+        # Shared by every key the process serves: it keeps no server's cookie (``forward.no_cookies``).
+        client = httpx2.AsyncClient(
+            timeout=timeout, follow_redirects=False, trust_env=False, cookies=no_cookies()
+        )
         _clients[loop] = client
     return client
 

@@ -4,16 +4,19 @@ that changes how a cache may keep the answer (``Vary``) is added on the way."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 from django.contrib.auth import get_user_model
 
 from conversations.proxy.keys import create_key
 from inspector.asgi import application
 from servers.models import McpServer
+from servers.proxy.http import _client
 from tests.servers.proxy.http_harness import RawUpstream, served
 from tests.servers.proxy.support import recorded
 from tests.support import wait_until
@@ -91,3 +94,17 @@ def test_a_repeated_request_header_reaches_the_server_as_every_line_the_host_sen
 
     [sent] = fake.lines
     assert [value for name, value in sent if name.lower() == b"x-trace"] == [b"one, two", b"three"]
+
+
+def test_the_shared_client_keeps_no_servers_cookie() -> None:
+    """Every key a web process serves shares its client: a server's ``Set-Cookie`` goes back to
+    the host it answered (above) and is kept nowhere for another's call."""
+
+    async def kept() -> int:
+        client = _client()
+        request = httpx2.Request("POST", "http://127.0.0.1:9/mcp")
+        answer = httpx2.Response(200, headers=[(b"set-cookie", b"session=alices")], request=request)
+        client.cookies.extract_cookies(answer)
+        return len(client.cookies.jar)
+
+    assert asyncio.run(kept()) == 0
