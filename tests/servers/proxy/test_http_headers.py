@@ -108,3 +108,18 @@ def test_the_shared_client_keeps_no_servers_cookie() -> None:
         return len(client.cookies.jar)
 
     assert asyncio.run(kept()) == 0
+
+
+def test_an_mcp_answer_carries_the_apps_security_headers_where_the_server_sent_none(app_url: str) -> None:
+    fake = LinesUpstream()
+    fake.content_type = b"application/json"
+    fake.parts = [ANSWER]
+    fake.extra_headers = [(b"x-frame-options", b"SAMEORIGIN")]
+    with served(fake) as upstream:
+        answer = _proxied(app_url, upstream, [(b"content-type", b"application/json")])
+    page = httpx.get(f"{app_url}/accounts/login/", timeout=30)
+
+    assert answer.headers["x-content-type-options"] == page.headers["x-content-type-options"] == "nosniff"
+    assert answer.headers["content-security-policy"] and answer.headers["referrer-policy"]
+    # The server's own is kept, and not doubled by the app's.
+    assert answer.headers.get_list("x-frame-options") == ["SAMEORIGIN"]
