@@ -1,8 +1,9 @@
-"""Small helpers the tests share: waiting for a condition, a database connection of a test's own,
-a count of the work a call does, and work run under a CPU limit."""
+"""Small helpers the tests share: waiting for a condition, a free local port, a database connection
+of a test's own, a count of the work a call does, and work run under a CPU limit."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +26,13 @@ def wait_until(condition: Callable[[], object], seconds: float, step: float = 0.
             return True
         time.sleep(step)
     return bool(condition())
+
+
+def free_port() -> int:
+    """A localhost TCP port nothing listens on (the system's choice), for a server of the test's own."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def other_connection() -> psycopg.Connection[tuple[object, ...]]:

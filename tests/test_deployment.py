@@ -21,6 +21,8 @@ import pytest
 import redis
 import yaml
 
+from tests.support import free_port
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SERVICES = {"web", "worker", "beat", "postgres", "redis"}
 APP_SERVICES = {"web", "worker", "beat"}
@@ -379,16 +381,10 @@ def test_the_defaults_are_not_mistaken_for_production(tmp_path: Path) -> None:
         assert warning in result.stderr + result.stdout
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_the_web_healthchecks_pass_against_a_served_app_with_production_host_and_https_rules(
     tmp_path: Path,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     env = {key: value for key, value in os.environ.items() if key not in {"DATABASE_URL", "REDIS_URL"}}
     env.update(VAR_DIR=str(tmp_path), ALLOWED_HOSTS="inspector.example.com", SECURE_SSL_REDIRECT="1")
     compose_check = _resolved()["services"]["web"]["healthcheck"]["test"][1:]

@@ -44,9 +44,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHt
 from conversations.loop.wire import SECRET_HEADER_RE, WireExchange, decode_body
 from conversations.proxy.forward import HOP_BY_HOP, no_cookies
 from conversations.proxy.keys import authenticate
-from conversations.proxy.llm import header_lines, session_name
 from conversations.proxy.models import ProxyKey
 from conversations.proxy.recording import record_mcp
+from conversations.proxy.requests import header_lines, session_name
 from conversations.record.connections import handed_back
 from servers.models import McpServer
 from servers.proxy.pairing import HOST, SERVER, TOO_DEEP, Pairer, Shared, cut, read_json

@@ -17,9 +17,8 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from conversations.proxy.keys import create_key
-from tests.servers.proxy.http_harness import free_port
 from tests.servers.proxy.support import proxy_env
-from tests.support import REPO_ROOT, wait_until
+from tests.support import REPO_ROOT, free_port, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # daphne's own access log off: the app writes its own (inspector.access_log).

@@ -7,7 +7,6 @@ import functools
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from conversations.selectors import CALLS_BATCH, CALLS_HEAD, CALLS_TAIL
 from inspector import views
+from tests.support import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -41,18 +41,12 @@ WEATHER = "What will the weather be like in Beijing tomorrow?"
 pytestmark = pytest.mark.browser
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class InspectorServer:
     """``make run``'s steps in a scratch directory: migrate, set up (``set_up``), serve with daphne."""
 
     def __init__(self, var_dir: Path) -> None:
         self.var_dir = var_dir
-        self.port = _free_port()
+        self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.env = {
             key: value for key, value in os.environ.items() if key not in {"DATABASE_URL", "REDIS_URL"}

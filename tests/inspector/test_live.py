@@ -4,7 +4,6 @@ without blocking the caller, and again once a Redis that was away is back."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import uuid
 from pathlib import Path
@@ -18,15 +17,9 @@ from django.test import override_settings
 from conversations import events
 from inspector import live
 from tests.services import PrivateRedis
+from tests.support import free_port
 
 pytestmark = [pytest.mark.celery, pytest.mark.usefixtures("redis_url")]
-
-
-def _free_port() -> int:
-    """A port nothing listens on, for a redis-server of the test's own (never the shared one)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def _subscribe(conversation_id: uuid.UUID) -> str:
@@ -142,7 +135,7 @@ def test_the_scaled_layer_is_sent_to_a_batch_at_a_time_on_its_one_redis() -> Non
 
 
 def test_doorbells_reach_subscribers_again_once_a_restarted_redis_is_back(tmp_path: Path) -> None:
-    server = PrivateRedis(_free_port(), tmp_path)
+    server = PrivateRedis(free_port(), tmp_path)
     server.start()
     try:
         layer = RedisPubSubChannelLayer(hosts=[server.url])
@@ -190,7 +183,7 @@ async def test_the_recorders_events_arrive_as_doorbells_through_the_layer() -> N
 async def test_a_process_whose_first_doorbells_find_redis_down_rings_again_once_it_is_up(
     tmp_path: Path,
 ) -> None:
-    server = PrivateRedis(_free_port(), tmp_path)  # not started: nothing listens on its port yet
+    server = PrivateRedis(free_port(), tmp_path)  # not started: nothing listens on its port yet
     conversation_id = uuid.uuid4()
 
     def ring(steps: range) -> bool:

@@ -12,6 +12,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent
 
 from servers import demo_server
+from tests.support import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_DEADLINE_SECONDS = 20.0
@@ -401,13 +402,6 @@ async def test_stdio_subprocess_serves_the_weather_forecast(tmp_path: Path) -> N
     assert result.is_error is False
     assert result.structured_content == expected
     assert result.structured_content["summary"].startswith("Beijing tomorrow: ")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.fixture

@@ -13,19 +13,14 @@ import pytest
 
 from servers import gateway
 from servers.gateway.config import ServerConfig
+from tests.support import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def demo_http_url() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "servers.demo_server", "--http", "--port", str(port)],
         cwd=REPO_ROOT,
@@ -101,7 +96,7 @@ def test_the_modern_era_is_adopted_without_a_handshake_over_http(demo_http_url: 
 
 
 def test_an_unreachable_http_server_is_a_clear_connect_error() -> None:
-    config = _config(f"http://127.0.0.1:{_free_port()}/mcp")
+    config = _config(f"http://127.0.0.1:{free_port()}/mcp")
 
     listing = gateway.list_tools(config)
 

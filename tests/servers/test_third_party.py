@@ -28,6 +28,7 @@ from conversations.models import Exchange
 from conversations.services import demo_profile_ensure
 from servers import gateway, selectors, services
 from servers.models import McpServer, Operation, PendingInput
+from tests.support import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NODE_MODULES = REPO_ROOT / "tests" / "mcp_servers" / "node_modules"
@@ -735,15 +736,9 @@ def test_python_servers_list_their_tools_with_a_lint_report_and_answer_calls(
 # --- the demo server over streamable HTTP, in each era -------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def demo_http_url() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "servers.demo_server", "--http", "--port", str(port)],
         cwd=REPO_ROOT,

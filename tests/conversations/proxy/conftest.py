@@ -20,11 +20,13 @@ def app() -> Iterator[str]:
 
 
 @pytest.fixture
-def upstream() -> Iterator[tuple[FakeUpstream, str]]:
+def upstream(request: pytest.FixtureRequest) -> Iterator[tuple[FakeUpstream, str]]:
     """The upstream fake and its URL. It holds the rest of a stream back until the test releases
-    it (``FakeUpstream.release``), or until the test ends; a module whose calls must be answered
-    at once overrides this fixture to release it first."""
+    it (``FakeUpstream.release``), or until the test ends; a test marked ``upstream_released``
+    (or a module whose ``pytestmark`` holds it) has its calls answered at once."""
     fake = FakeUpstream()
+    if request.node.get_closest_marker("upstream_released") is not None:
+        fake.release()
     with Served(fake) as served:
         yield fake, served.url
         fake.release()

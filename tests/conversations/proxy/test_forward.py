@@ -13,8 +13,8 @@ from django.test import override_settings
 
 from conversations.proxy import forward
 from tests.conversations.proxy import relay_urls
-from tests.conversations.proxy.llm_fakes import FakeUpstream, Reply, Served, ServedApp, free_port
-from tests.support import wait_until
+from tests.conversations.proxy.llm_fakes import FakeUpstream, Reply, Served, ServedApp
+from tests.support import free_port, wait_until
 
 # The served app's own background work (the stale-turn reaper) reads the database.
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -26,17 +26,11 @@ from tests.conversations.proxy import relay_urls
 from tests.conversations.proxy.llm_fakes import FakeUpstream, Reply, Served, ServedApp, canned
 from tests.support import wait_until
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# This module's calls are answered at once: the upstream fake's stream is never held back.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.upstream_released]
 
 CALL = b'{"model": "fake", "messages": [{"role": "user", "content": "hi"}]}'
 MB = 1024 * 1024
-
-
-@pytest.fixture
-def upstream(upstream: tuple[FakeUpstream, str]) -> tuple[FakeUpstream, str]:
-    """This module's calls are answered at once: the fake's stream is never held back."""
-    upstream[0].release()
-    return upstream
 
 
 @pytest.fixture
@@ -200,6 +194,16 @@ def _captured(encoding: str, body: bytes, limit: int, *, chunk: int = 997) -> fo
     return capture
 
 
+def _captured_with_peak(encoding: str, body: bytes, limit: int) -> tuple[forward.Capture, int]:
+    """``_captured`` in 64 kB chunks, and the most memory Python held at once while it ran."""
+    tracemalloc.start()
+    try:
+        capture = _captured(encoding, body, limit, chunk=65_536)
+        return capture, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 @pytest.mark.parametrize(
     ("encoding", "compress"),
     [("gzip", gzip.compress), ("x-gzip", gzip.compress), ("deflate", zlib.compress)],
@@ -243,12 +247,7 @@ def test_a_bomb_of_many_members_is_inflated_no_further_than_the_limit() -> None:
     body = member * 200
     limit = 2 * MB + 12_345
 
-    tracemalloc.start()
-    try:
-        capture = _captured("gzip", body, limit, chunk=65_536)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    capture, peak = _captured_with_peak("gzip", body, limit)
 
     assert capture.kept == len(capture.body) == limit
     assert capture.cut
@@ -262,12 +261,7 @@ def test_what_follows_a_first_small_member_is_inflated_within_the_limit_not_held
     body = gzip.compress(b"head ") + rest
     limit = 100_000
 
-    tracemalloc.start()
-    try:
-        capture = _captured("gzip", body, limit, chunk=65_536)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    capture, peak = _captured_with_peak("gzip", body, limit)
 
     assert capture.body[:5] == b"head "
     assert capture.kept == limit

@@ -22,8 +22,8 @@ from conversations.models import Exchange
 from conversations.proxy import recording
 from conversations.proxy.keys import create_key, revoke
 from conversations.proxy.models import ProxyKey, ProxySession
-from tests.conversations.proxy.llm_fakes import FakeUpstream, database_text, free_port
-from tests.support import wait_until
+from tests.conversations.proxy.llm_fakes import FakeUpstream, database_text
+from tests.support import free_port, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

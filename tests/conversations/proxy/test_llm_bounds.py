@@ -30,17 +30,11 @@ from inspector import memory
 from tests.conversations.proxy.llm_fakes import FakeUpstream
 from tests.support import wait_until
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# This module's calls are answered at once: the upstream fake's stream is never held back.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.upstream_released]
 
 CALL = b'{"model": "fake", "messages": [{"role": "user", "content": "hi"}]}'
 MB = 1024 * 1024
-
-
-@pytest.fixture
-def upstream(upstream: tuple[FakeUpstream, str]) -> tuple[FakeUpstream, str]:
-    """This module's calls are answered at once: the fake's stream is never held back."""
-    upstream[0].release()
-    return upstream
 
 
 def _exchange(body: str = "x" * 100) -> WireExchange:

@@ -5,7 +5,6 @@ its headers never stored or shown."""
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from conversations.services import conversation_start, demo_profile_ensure
 from servers import gateway
 from servers.services import demo_server_ensure
 from tests.conftest import running_celery_worker, worker_log_path
-from tests.support import wait_until
+from tests.support import free_port, wait_until
 
 WEATHER = "What will the weather be like in Beijing tomorrow?"
 SECRET = "s3cret-collector-key"
@@ -54,15 +53,9 @@ class Collector:
         ]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextmanager
 def collector(port: int | None = None, statuses: list[int] | None = None) -> Iterator[Collector]:
-    state = Collector(port=port or _free_port(), statuses=list(statuses or []))
+    state = Collector(port=port or free_port(), statuses=list(statuses or []))
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -166,7 +159,7 @@ def test_the_embedded_thread_sends_a_finished_turn_and_retries_while_the_collect
 @pytest.mark.django_db(transaction=True)
 def test_nothing_is_lost_while_the_collector_is_down_it_is_sent_when_it_comes_back() -> None:
     alice = User.objects.create_user("alice")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/v1/traces"
     with _embedded(url):
         turn = _run_turn(alice)

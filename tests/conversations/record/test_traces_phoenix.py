@@ -9,7 +9,6 @@ import fcntl
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from conversations.runner import turn_run
 from conversations.services import conversation_start, demo_format_profiles_ensure, demo_profile_ensure
 from servers import gateway
 from servers.services import demo_server_ensure
-from tests.support import wait_until
+from tests.support import free_port, wait_until
 
 # Pinned: the version docs/traces.md §7 names. A change of pin installs the new one.
 PHOENIX_VERSION = "20.26.1"
@@ -51,12 +50,6 @@ pytestmark = [
     pytest.mark.timeout(INSTALL_SECONDS + START_SECONDS + 180),
 ]
 WEATHER = "What will the weather be like in Beijing tomorrow?"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def phoenix_venv() -> Path:
@@ -126,7 +119,7 @@ def phoenix() -> Iterator[Phoenix]:
     """One Phoenix server for the module: free ports, a temporary working dir, stopped at the end."""
     venv = phoenix_venv()
     workdir = Path(tempfile.mkdtemp(prefix="phoenix-"))
-    port = _free_port()
+    port = free_port()
     env = {
         key: value
         for key, value in os.environ.items()
@@ -135,7 +128,7 @@ def phoenix() -> Iterator[Phoenix]:
     env.update(
         PHOENIX_HOST="127.0.0.1",
         PHOENIX_PORT=str(port),
-        PHOENIX_GRPC_PORT=str(_free_port()),
+        PHOENIX_GRPC_PORT=str(free_port()),
         PHOENIX_WORKING_DIR=str(workdir),
         PHOENIX_TELEMETRY_ENABLED="false",
         PHOENIX_ALLOW_EXTERNAL_RESOURCES="false",

@@ -18,13 +18,7 @@ import uvicorn
 
 from servers.proxy.http import stores_pending
 from tests.servers.test_third_party import node_server
-from tests.support import wait_until
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from tests.support import free_port, wait_until
 
 
 def _answers(port: int) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -14,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support import free_port
 
 BIN = Path("/usr/lib/postgresql/15/bin")
 
@@ -28,12 +29,6 @@ def _tool(name: str) -> str:
 def _as_postgres(command: list[str]) -> list[str]:
     """initdb and postgres refuse to run as root: run them as the postgres account then."""
     return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -66,7 +61,7 @@ def private_postgres() -> Iterator[PrivatePostgres]:
     folder = Path(tempfile.mkdtemp(prefix="private-pg-"))
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres", "postgres")
-    server = PrivatePostgres(folder=folder, port=_free_port())
+    server = PrivatePostgres(folder=folder, port=free_port())
     subprocess.run(
         _as_postgres(
             [

@@ -29,9 +29,9 @@ from conversations.proxy.models import ProxyKey
 from inspector.asgi import application
 from servers.models import McpServer
 from servers.proxy.http import Route, route_resolve, stores_pending
-from tests.servers.proxy.http_harness import RawUpstream, everything, free_port, served
+from tests.servers.proxy.http_harness import RawUpstream, everything, served
 from tests.servers.proxy.support import recorded
-from tests.support import wait_until
+from tests.support import free_port, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 HOST_TOKEN = "host-own-bearer-token-7f3a9c"

@@ -23,9 +23,9 @@ from conversations.models import Exchange
 from conversations.proxy.keys import create_key
 from conversations.proxy.models import ProxyKey
 from servers.models import McpServer
-from tests.servers.proxy.http_harness import everything, free_port
+from tests.servers.proxy.http_harness import everything
 from tests.servers.proxy.support import REPO, proxy_env
-from tests.support import wait_until
+from tests.support import free_port, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres, pytest.mark.slow]
 ANSWER_TEXT = "ANSWERED-THROUGH-THE-OTHER-PROCESS"
