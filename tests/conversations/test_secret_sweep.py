@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -17,7 +19,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
-from django.test import Client
+from django.test import Client, override_settings
 from django.urls import reverse
 
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
@@ -159,12 +161,27 @@ def _database_dump() -> str:
     return "\n".join(parts)
 
 
+# Prints every file under the folder given, a line after each.
+_READ_FILES = """
+import pathlib, sys
+for path in sorted(pathlib.Path(sys.argv[1]).rglob("*")):
+    if path.is_file():
+        sys.stdout.buffer.write(path.read_bytes() + b"\\n")
+"""
+
+
 def _var_files() -> str:
-    texts = []
-    for path in Path(settings.VAR_DIR).rglob("*"):
-        if path.is_file():
-            texts.append(path.read_bytes().decode("utf-8", "replace"))
-    return "\n".join(texts)
+    """Every file under VAR_DIR, as text: read by a process of its own. On the SQLite pass this
+    process holds its test database open there, and a file descriptor this process closes on
+    that database (or its ``-wal`` and ``-shm``) drops every POSIX lock SQLite holds on it here
+    (sqlite.org/howtocorrupt.html, 2.2.1): see the test below."""
+    read = subprocess.run(
+        [sys.executable, "-c", _READ_FILES, str(settings.VAR_DIR)],
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    return read.stdout.decode("utf-8", "replace")
 
 
 def _pages(client: Client, conversation: Conversation, operation: Operation) -> str:
@@ -348,3 +365,28 @@ def _page(client: Client, url: str) -> str:
     assert response.status_code == 200, url
     body = b"".join(response) if response.streaming else response.content
     return body.decode("utf-8", errors="replace")
+
+
+def test_reading_the_files_under_var_dir_leaves_this_processs_sqlite_locks_alone(tmp_path: Path) -> None:
+    """The sweep reads every file under VAR_DIR, where the SQLite pass keeps this worker's open
+    database. A file descriptor of this process closed on that database drops every POSIX lock
+    SQLite holds on it for this process; the next process to open it then takes itself for the
+    only one, resets the WAL and unlinks it on close, and this process's next connection fails
+    with "disk I/O error" while its open one writes to a WAL that is gone."""
+    database = tmp_path / "inspector.sqlite3"
+    held = sqlite3.connect(database, isolation_level=None)
+    held.execute("PRAGMA journal_mode=WAL")
+    held.execute("CREATE TABLE t (x)")
+    held.execute("INSERT INTO t VALUES (1)")
+    with override_settings(VAR_DIR=str(tmp_path)):
+        assert "CREATE TABLE t" in _var_files()
+    other = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); c.execute('INSERT INTO t VALUES (2)'); c.close()"
+    subprocess.run([sys.executable, "-c", other, str(database)], check=True, timeout=60)
+
+    held.execute("INSERT INTO t VALUES (3)")
+    fresh = sqlite3.connect(database, isolation_level=None)
+    try:
+        assert fresh.execute("SELECT count(*) FROM t").fetchone() == (3,)
+    finally:
+        fresh.close()
+        held.close()
