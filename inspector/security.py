@@ -1,5 +1,6 @@
-"""Hardening that every request and websocket passes: the health probe, the Content-Security-Policy,
-the security headers of a response made outside Django's chain, and the websocket's origin check.
+"""Hardening that every request and websocket passes: the health probe, the refusal of a NUL in an
+address, the Content-Security-Policy, the security headers of a response made outside Django's
+chain, and the websocket's origin check.
 
 Django 5.2 has no CSP middleware (6.0 adds one, reading a ``SECURE_CSP`` dict of the same shape as
 ours, so the swap is one line); the policy here is static — no inline script or style anywhere in
@@ -50,6 +51,31 @@ class HealthCheckMiddleware(MiddlewareMixin):
         except DatabaseError:
             return HttpResponse("unavailable\n", status=503, content_type="text/plain")
         return HttpResponse("ok\n", content_type="text/plain")
+
+
+class NulRefusalMiddleware(MiddlewareMixin):
+    """A request whose path, query or cookies hold a NUL character (``%00``) gets a plain 400.
+
+    No page takes one: a name, a search, a filter or a session key with a NUL in it matches
+    nothing stored, and PostgreSQL refuses NUL in a text parameter outright, which every view
+    (and the session lookup) would otherwise turn into a server error. Refused here, once, for
+    every route Django serves.
+    """
+
+    def process_request(self, request: HttpRequest) -> HttpResponse | None:
+        if not (
+            "\x00" in request.path
+            or any(
+                "\x00" in name or "\x00" in value for name, values in request.GET.lists() for value in values
+            )
+            or any("\x00" in name or "\x00" in value for name, value in request.COOKIES.items())
+        ):
+            return None
+        return HttpResponse(
+            "The request's address or cookies hold a NUL character (%00), which no page takes.\n",
+            status=400,
+            content_type="text/plain; charset=utf-8",
+        )
 
 
 def csp_for(*, secure: bool, host: str | None) -> str:

@@ -109,6 +109,7 @@ MIDDLEWARE = [
     "inspector.security.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "inspector.security.ContentSecurityPolicyMiddleware",
+    "inspector.security.NulRefusalMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -18,6 +18,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from conversations.escaping import storable_json
 from conversations.lifecycle import runner_name
 from conversations.loop.wire import MASK, WireExchange
 from conversations.models import AuditEvent, Exchange, Step
@@ -271,8 +272,11 @@ def operation_start(
         source=source,
         kind=kind,
         target=target,
-        # Stored redacted from the start (a secret typed into a tool form is sent, never kept).
-        arguments=active_redactor(secrets=user_run_secrets(server=server, user=user)).json(arguments),
+        # Stored redacted from the start (a secret typed into a tool form is sent, never kept),
+        # and storable (a NUL in them is sent as typed and kept escaped, as the record keeps it).
+        arguments=active_redactor(secrets=user_run_secrets(server=server, user=user)).json(
+            storable_json(arguments)[0]
+        ),
         saved_call=saved_call,
         invalid_arguments=list(invalid_arguments or []),
         runner=runner_name(),

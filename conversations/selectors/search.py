@@ -351,6 +351,8 @@ def conversation_search(
 # number nobody reads, is what made the list slow.
 LIST_COUNT_CAP = 1000
 CONVERSATIONS_PER_PAGE = 25
+# The highest page number a list is asked for (one past the end is the last page anyway).
+PAGE_MOST = 10**9
 
 
 class CappedPaginator(Paginator[Conversation]):
@@ -395,7 +397,8 @@ def conversation_page(
     page after the one asked for, whichever is further (so every page can be reached and "next"
     is always right). An unreadable ``number`` is page 1; one past the end is the last page."""
     try:
-        requested = max(1, int(str(number)))
+        # A number past any list is its last page; kept within what a SQL LIMIT takes.
+        requested = min(max(1, int(str(number))), PAGE_MOST)
     except ValueError:
         requested = 1
     cap = max(LIST_COUNT_CAP, (requested + 1) * per_page)
