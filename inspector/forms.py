@@ -149,7 +149,7 @@ SCENARIOS: list[tuple[str, str, str]] = [
     (
         "[demo:no-structured]",
         "No structured output",
-        "the provider refuses a json_schema response_format (400); Auto falls back to XML in the prompt",
+        "the provider refuses a json_schema response_format (400): the structured paradigm fails; with no native tools too, Auto falls back to XML in the prompt",
     ),
     (
         "[demo:http-500]",
