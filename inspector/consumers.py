@@ -8,6 +8,12 @@ switching it reloads the page, whose new socket follows the new setting. A
 ``step.partial`` event (a streamed reply so far, never stored) is passed on as it came, as plain
 data for the page to show as text.
 
+Access is asked again while the socket is open (``ConversationConsumer.still_admitted``): before
+every catch-up, and before passing a doorbell on when the last answer is older than
+``ACCESS_RECHECK_SECONDS``. A user who may no longer see the conversation (signed out, deactivated,
+out of the team, the conversation no longer their team's) gets nothing more of it: the socket is
+closed as ``connect`` would have refused it.
+
 A class watching one conversation opens a socket each; every doorbell reaches all of them. The
 consumers of a process render what one doorbell names once between them (``SharedRenders``),
 in a thread of their own (``LIVE_RENDERS``): not in the server's one thread for synchronous work,
@@ -26,10 +32,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Hashable
+from collections.abc import Callable, Coroutine, Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from importlib import import_module
 from types import SimpleNamespace
 from typing import Any, TypeVar, cast
 
@@ -39,6 +47,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import InMemoryChannelLayer
 from django.conf import settings
 from django.contrib import auth
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest
 
 from conversations.models import Conversation
@@ -65,6 +75,12 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 # An ISO-8601 timestamp with microseconds and an offset is 32 characters.
 SINCE_MAX_CHARS = 64
+# How long a socket's answer to "may its user still see the conversation?" holds for doorbells:
+# a class's sockets hear many a second, and asking costs a socket two or three small reads (its
+# session, often from the cache; its user; the conversation and the team). A catch-up always
+# asks. So a doorbell rung after the access went may still be passed on for up to this long
+# (and the render in flight when it went), never longer.
+ACCESS_RECHECK_SECONDS = 5.0
 
 
 class SharedRenders:
@@ -224,11 +240,16 @@ class _Watch:
                 await self._tell({"type": "changed", "at": timestamp_iso(now)})
 
     async def _tell(self, message: dict[str, str]) -> None:
-        for socket in list(self.sockets):
+        """Tell every socket ``message``, side by side (each may first ask whether its user may
+        still see the conversation: ``ConversationConsumer.tell``)."""
+
+        async def tell(socket: ConversationConsumer) -> None:
             try:
-                await socket.send_json(message)
+                await socket.tell(message)
             except Exception:  # one socket gone wrong must not keep the news from the others
                 logger.exception("could not tell a socket that its conversation changed")
+
+        await asyncio.gather(*(tell(socket) for socket in list(self.sockets)))
 
 
 class ConversationWatches:
@@ -298,11 +319,50 @@ def _admitted(user: Any, public_id: str) -> tuple[Conversation, bool] | None:
     return conversation, preference_get(user=user).teaching
 
 
+def _user_now(scope: Mapping[str, Any]) -> Any:
+    """The socket's user as a request made now would find them: from its session read afresh
+    from the store (``auth.get_user``: none once signed out or the session expired, nor once the
+    user is deactivated or changed password), anonymous if that is no longer the user the socket
+    opened with. A scope without a session (put together by hand, without ``SessionMiddleware``,
+    as tests do) has only its user: read again by id, anonymous if gone or deactivated."""
+    user = scope["user"]
+    session = scope.get("session")
+    if session is None:
+        found = get_user_model()._default_manager.filter(pk=user.pk, is_active=True).first()
+        return found or AnonymousUser()
+    if session.session_key is None:
+        return AnonymousUser()
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session.session_key)
+    fresh = auth.get_user(cast(HttpRequest, SimpleNamespace(session=store)))
+    return fresh if fresh.is_authenticated and fresh.pk == user.pk else AnonymousUser()
+
+
+def _refused(*, scope: Mapping[str, Any], public_id: str) -> int | None:
+    """The code to close a socket with whose user may no longer see the conversation
+    ``public_id`` (the one ``connect`` would refuse it with now: ``CLOSE_UNAUTHENTICATED`` for a
+    user signed out or deactivated, ``CLOSE_NOT_FOUND`` for a conversation gone or no longer
+    theirs or their team's); None while they still may. Read afresh, as a page's request would:
+    the user in the scope is the one read when the socket opened."""
+    user = _user_now(scope)
+    if not user.is_authenticated:
+        return CLOSE_UNAUTHENTICATED
+    try:
+        conversation_get(user=user, public_id=public_id, with_owner=False)
+    except Conversation.DoesNotExist:
+        return CLOSE_NOT_FOUND
+    return None
+
+
 class ConversationConsumer(AsyncJsonWebsocketConsumer):
     conversation: Conversation
     group: str
     teaching: bool = False
     watching: bool = False
+    # When the access was last found still granted (``time.monotonic``), and the code the socket
+    # was closed with once it was not.
+    admitted_at: float = 0.0
+    refused: int | None = None
+    asking: asyncio.Lock
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Channels first tidies the database connections of the server's thread for synchronous
@@ -321,6 +381,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         public_id = self.scope["url_route"]["kwargs"]["public_id"]
+        asked = time.monotonic()
         admitted = await _socket_read(lambda: _admitted(user, public_id))
         if admitted is None:
             await self.close(code=CLOSE_NOT_FOUND)
@@ -328,6 +389,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         # Teaching is read once: the rows this socket sends are for the page that opened it,
         # rendered with the preference that page was rendered with.
         self.conversation, self.teaching = admitted
+        self.admitted_at, self.asking = asked, asyncio.Lock()
         live.bind_server_loop(asyncio.get_running_loop())
         self.group = live.conversation_group(self.conversation.public_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
@@ -338,6 +400,36 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             # The conversation's watch tells the page to catch up (``changed``) instead.
             self.watching = True
             watches.join(self)
+
+    async def still_admitted(self, *, now: bool) -> bool:
+        """Whether this socket's user may still see its conversation; if not, the socket is
+        closed (once) with the code ``connect`` would refuse it with now, and sends nothing more.
+
+        Asked afresh (``_refused``) when ``now`` (a catch-up: it would send the whole
+        conversation) or when the last answer is older than ``ACCESS_RECHECK_SECONDS`` (a
+        doorbell: hundreds of sockets may hear many a second, a read each would be a query per
+        doorbell per socket). A read that fails (the database away) fails the message, as its
+        render would. The lock: the watch tells a socket ``changed`` beside its own messages,
+        and one read answers both."""
+        async with self.asking:
+            if self.refused is not None:
+                return False
+            asked = time.monotonic()
+            if not now and asked - self.admitted_at < ACCESS_RECHECK_SECONDS:
+                return True
+            scope, public_id = self.scope, str(self.conversation.public_id)
+            refused = await _socket_read(lambda: _refused(scope=scope, public_id=public_id))
+            if refused is None:
+                self.admitted_at = asked
+                return True
+            self.refused = refused
+        await self.close(code=refused)
+        return False
+
+    async def tell(self, message: dict[str, str]) -> None:
+        """Send the watch's ``message`` (the conversation changed) if the user may still see it."""
+        if await self.still_admitted(now=False):
+            await self.send_json(message)
 
     async def disconnect(self, code: int) -> None:
         if self.watching:
@@ -364,8 +456,11 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         """``{"type": "catch_up", "since": ISO-8601, "view": {...}}``: re-send rows and turns
         changed since then; with the page's ``view`` (``fragments.page_view_from_json``), only
         those the page would apply. A view that is refused gets an error message and the whole
-        catch-up: the view only saves work."""
+        catch-up: the view only saves work. A user who may no longer see the conversation gets
+        nothing of it: the socket is closed (``still_admitted``)."""
         if not isinstance(content, dict) or content.get("type") != "catch_up":
+            return
+        if not await self.still_admitted(now=True):
             return
         raw_since = content.get("since")
         try:
@@ -411,7 +506,10 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
     ) -> None:
         """Send the message ``render`` makes from the database (nothing for None), as JSON text
         made once for every consumer of this process that heard the same ring; a doorbell without
-        a ring (from an older sender) is rendered for this consumer alone."""
+        a ring (from an older sender) is rendered for this consumer alone. Nothing once the user
+        may no longer see the conversation (``still_admitted``)."""
+        if not await self.still_admitted(now=False):
+            return
 
         async def text() -> str | None:
             message = await sync_to_async(_released, thread_sensitive=False, executor=LIVE_RENDERS)(render)
@@ -426,6 +524,8 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             await self.send(text_data=made)
 
     async def step_partial(self, event: StepPartial) -> None:
+        if not await self.still_admitted(now=False):
+            return
         await self.send_json(
             {
                 "type": "partial",
