@@ -36,6 +36,8 @@ from servers.gateway.capture import Capture, current_capture
 from servers.gateway.config import ConfigError, ServerConfig
 from servers.gateway.features import log_level_send
 from servers.gateway.pool import (
+    IDLE_SECONDS,
+    MAX_SESSIONS,
     AuthorizationNeeded,
     GatewayError,
     GatewayLoop,
@@ -111,6 +113,8 @@ def _session_options() -> SessionOptions:
         connect_timeout=settings.MCP_CONNECT_TIMEOUT_SECONDS,
         line_limit=settings.MCP_STDOUT_LINE_LIMIT,
         http_body_limit=settings.RESPONSE_BODY_LIMIT,
+        max_sessions=getattr(settings, "MCP_POOL_MAX_SESSIONS", MAX_SESSIONS),
+        idle_seconds=getattr(settings, "MCP_POOL_IDLE_SECONDS", IDLE_SECONDS),
     )
 
 
@@ -175,7 +179,9 @@ async def _run(
             if session.tap.http and not session.dead:
                 await session.tap.settle(capture, HTTP_SETTLE_SECONDS)
         finally:
-            # Cancelled again while it waits, the operation still keeps what it captured.
+            # Cancelled again while it waits, the operation still keeps what it captured; the
+            # session may then be closed to make room (``SessionPool``).
+            pool.release(session)
             _finish(session, capture, outcome)
 
 

@@ -4,6 +4,11 @@ This is the only place where async meets sync: callers in plain threads (the in-
 Celery's thread pool, management commands) submit coroutines with ``GatewayLoop.run``. Each
 session is entered and exited by its own holder task (anyio cancel scopes must be left by the
 task that entered them); requests are sent from the callers' tasks.
+
+Pooling is what keeps a stdio server's process (and its memory) alive from one operation to the
+next, and spares each a new handshake. The pool is bounded: at most ``max_sessions`` sessions per
+process, the least recently used idle one closed to make room, and a session no operation has
+used for ``idle_seconds`` closed (``SessionPool``).
 """
 
 from __future__ import annotations
@@ -51,6 +56,10 @@ class AuthorizationNeeded(GatewayError):
 INTERACTIVE_AUTH_SECONDS = 900.0
 # The most a session's first operation waits for its listening stream's answer (``_listening``).
 LISTEN_SECONDS = 1.0
+# The most sessions (so stdio server processes) a process keeps at once, open, opening or closing
+# (``MCP_POOL_MAX_SESSIONS``), and how long one nobody uses stays open (``MCP_POOL_IDLE_SECONDS``).
+MAX_SESSIONS = 32
+IDLE_SECONDS = 900.0
 
 
 async def _first_of(*waits: Coroutine[Any, Any, Any], timeout: float) -> None:
@@ -135,7 +144,9 @@ class GatewayLoop:
 
 
 class PooledSession:
-    """One live connection to one server, shared by every turn in this process."""
+    """One live connection to one server, shared by the turns and operations its key names
+    (``session_key``) in this process. ``leases`` counts the operations running on it now (a
+    leased session is never closed to make room); ``last_used`` is when the last one ended."""
 
     def __init__(
         self,
@@ -159,6 +170,8 @@ class PooledSession:
         self.client: Client | None = None
         self.dead_reason = ""
         self.opened_at = time.time()
+        self.leases = 0
+        self.last_used = time.monotonic()
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -403,11 +416,20 @@ class SessionOptions:
     connect_timeout: float
     line_limit: int = 32_000_000
     http_body_limit: int = 32_000_000
+    max_sessions: int = MAX_SESSIONS
+    idle_seconds: float = IDLE_SECONDS
 
 
 class SessionPool:
-    """Sessions by server id and grant owner (``session_key``); a dead or reconfigured one is
-    replaced on next use.
+    """Sessions by ``session_key``; a dead or reconfigured one is replaced on next use.
+
+    Bounded, so that the number of keys (servers, grants...) never makes the number of server
+    processes unbounded: at most ``max_sessions`` are held at once — open, being opened or being
+    closed (a closing stdio server may still run). A new session makes room by closing the least
+    recently used one no operation is running on; when every one is in use it waits for one to
+    end, at most the connect timeout. A session unused for ``idle_seconds`` is closed (by a
+    reaper task on the gateway loop, and before any new session is opened). A caller ``release``s
+    what ``acquire`` gave it once its operation is over.
 
     A pool belongs to the process that made it (``pid``): its sessions live on that process's
     gateway loop, so a forked child makes a pool of its own and never uses or closes these.
@@ -420,70 +442,179 @@ class SessionPool:
         self.spawns: Counter[int] = Counter()
         self._sessions: dict[SessionKey, PooledSession] = {}
         self._locks: dict[SessionKey, asyncio.Lock] = {}
+        self._opening = 0
+        self._closing = 0
+        # Set whenever a session is released or closed: what a caller waiting for room waits on.
+        self._changed = asyncio.Event()
+        self._reaper: asyncio.Task[None] | None = None
+
+    @property
+    def held(self) -> int:
+        """The sessions ``max_sessions`` counts: open, being opened and being closed."""
+        return len(self._sessions) + self._opening + self._closing
 
     async def acquire(self, config: ServerConfig, capture: Capture) -> tuple[PooledSession, bool, str]:
-        """The live session for ``config``, opening one (recorded into ``capture``) if needed.
+        """The live session for ``config``, leased to the caller, opening one (recorded into
+        ``capture``) if needed.
 
         Returns the session, whether this call opened it, and why an earlier one was replaced.
 
         Raises:
-            GatewayError: a new session could not be opened.
+            GatewayError: a new session could not be opened, or no room was made for it in time.
         """
         key = session_key(config)
+        self._reap_later()
         lock = self._locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            session = self._sessions.get(key)
-            reason = ""
-            if session is not None and session.config != config:
-                reason = "the server's configuration changed"
-            elif session is not None and session.dead:
-                reason = f"the previous session died ({session.dead_reason or 'connection closed'})"
-            elif session is not None:
-                return session, False, ""
-            if session is not None:
-                del self._sessions[key]
-                await session.close()
-            generation = self.spawns[config.server_id] + 1
-            self.spawns[config.server_id] = generation
-            options = self.options()
-            fresh = PooledSession(
-                config,
-                generation,
-                options.stderr_dir,
-                options.body_limit,
-                options.connect_timeout,
-                options.line_limit,
-                options.http_body_limit,
-            )
-            token = current_capture.set(capture)
+        try:
+            async with lock:
+                session = self._sessions.get(key)
+                reason = ""
+                if session is not None and session.config != config:
+                    reason = "the server's configuration changed"
+                elif session is not None and session.dead:
+                    reason = f"the previous session died ({session.dead_reason or 'connection closed'})"
+                elif session is not None:
+                    session.leases += 1
+                    return session, False, ""
+                if session is not None:
+                    await self._retire(key)
+                options = self.options()
+                await self._make_room(options)
+                try:
+                    fresh = await self._open(config, capture, options)
+                finally:
+                    self._opening -= 1
+                    self._changed.set()
+                fresh.leases += 1
+                self._sessions[key] = fresh
+                return fresh, True, reason
+        finally:
+            self._forget_lock(key, lock)
+
+    async def _open(self, config: ServerConfig, capture: Capture, options: SessionOptions) -> PooledSession:
+        """A new session for ``config``, connected, its connection recorded into ``capture``.
+
+        Raises:
+            GatewayError: it could not be opened (what the server wrote on stderr is named).
+        """
+        generation = self.spawns[config.server_id] + 1
+        self.spawns[config.server_id] = generation
+        fresh = PooledSession(
+            config,
+            generation,
+            options.stderr_dir,
+            options.body_limit,
+            options.connect_timeout,
+            options.line_limit,
+            options.http_body_limit,
+        )
+        token = current_capture.set(capture)
+        try:
+            await fresh.open(options.connect_timeout)
+        except GatewayError as exc:
+            for record in fresh.take_unclaimed():
+                capture.add(record)
+            stderr = fresh.read_stderr()
+            if stderr:
+                capture.add(stderr_record(stderr, fresh.tap))
+            fresh.tap.finish(capture)
+            if stderr.strip() and not isinstance(exc, EraNotOffered):
+                raise GatewayError(f"{exc}{_stderr_pointer(stderr, fresh.tap)}") from exc
+            raise
+        finally:
+            current_capture.reset(token)
+        return fresh
+
+    def release(self, session: PooledSession) -> None:
+        """The operation ``acquire`` leased ``session`` to is over: it may be closed when idle."""
+        session.leases = max(0, session.leases - 1)
+        session.last_used = time.monotonic()
+        self._changed.set()
+
+    async def _make_room(self, options: SessionOptions) -> None:
+        """Reserve room for one more session (counted in ``held`` until the caller's open ends).
+
+        Raises:
+            GatewayError: every session was in use for the whole connect timeout.
+        """
+        deadline = time.monotonic() + options.connect_timeout
+        while True:
+            await self.evict_idle(options.idle_seconds)
+            if self.held < options.max_sessions:
+                self._opening += 1
+                return
+            unused = [(key, session) for key, session in self._sessions.items() if session.leases == 0]
+            if unused:
+                await self._retire(min(unused, key=lambda item: item[1].last_used)[0])
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise GatewayError(
+                    f"this process already holds {options.max_sessions} MCP sessions, the most it keeps, "
+                    f"and all were in use for {options.connect_timeout:.0f} s; try again when one ends"
+                )
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), remaining)
+
+    async def evict_idle(self, idle_seconds: float) -> None:
+        """Close every session no operation is running on that died or was unused for
+        ``idle_seconds``."""
+        now = time.monotonic()
+        for key, session in list(self._sessions.items()):
+            if session.leases == 0 and (session.dead or now - session.last_used >= idle_seconds):
+                if self._sessions.get(key) is session:
+                    await self._retire(key)
+
+    async def _retire(self, key: SessionKey) -> None:
+        """Close the session under ``key``; it counts in ``held`` until its server has stopped."""
+        session = self._sessions.pop(key, None)
+        if session is None:
+            return
+        self._closing += 1
+        try:
+            await session.close()
+        finally:
+            self._closing -= 1
+            self._changed.set()
+            lock = self._locks.get(key)
+            if lock is not None:
+                self._forget_lock(key, lock)
+
+    def _forget_lock(self, key: SessionKey, lock: asyncio.Lock) -> None:
+        """Drop a key's lock once nothing holds it and no session is under it, so the locks stay as
+        few as the sessions. (An asyncio lock nobody holds has no waiters, and a caller that gets it
+        takes it without yielding.)"""
+        if key not in self._sessions and self._locks.get(key) is lock and not lock.locked():
+            del self._locks[key]
+
+    def _reap_later(self) -> None:
+        """Start the reaper on this loop unless it runs."""
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.get_running_loop().create_task(self._reap(), name="mcp-session-reaper")
+
+    async def _reap(self) -> None:
+        """Close idle sessions now and then, so a quiet process does not keep servers running."""
+        while True:
+            idle = self.options().idle_seconds
+            await asyncio.sleep(min(max(idle / 4, 0.05), 60.0))
             try:
-                await fresh.open(options.connect_timeout)
-            except GatewayError as exc:
-                for record in fresh.take_unclaimed():
-                    capture.add(record)
-                stderr = fresh.read_stderr()
-                if stderr:
-                    capture.add(stderr_record(stderr, fresh.tap))
-                fresh.tap.finish(capture)
-                if stderr.strip() and not isinstance(exc, EraNotOffered):
-                    raise GatewayError(f"{exc}{_stderr_pointer(stderr, fresh.tap)}") from exc
-                raise
-            finally:
-                current_capture.reset(token)
-            self._sessions[key] = fresh
-            return fresh, True, reason
+                await self.evict_idle(self.options().idle_seconds)
+            except Exception:  # noqa: BLE001 — closing is best effort; the next round tries again
+                continue
 
     async def close_all(self) -> None:
-        sessions = list(self._sessions.values())
-        self._sessions.clear()
-        for session in sessions:
-            await session.close()
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
+        for key in list(self._sessions):
+            await self._retire(key)
 
     async def close(self, server_id: int, owner: str | None = None) -> None:
         """Close the server's sessions: every owner's, or only ``owner``'s ("" : no grant)."""
         for key in [key for key in self._sessions if key[0] == server_id]:
             if owner is None or key[1] == owner:
-                await self._sessions.pop(key).close()
+                await self._retire(key)
 
 
 STDERR_TAIL_LINES = 5

@@ -1,0 +1,146 @@
+"""The session pool is bounded: however many keys ask (servers, grants, users), a process holds at
+most ``max_sessions`` sessions — so at most that many stdio server processes — closes the least
+recently used idle one to make room, waits (at most the connect timeout) when all are in use,
+and closes a session nobody used for ``idle_seconds``. Real parts: the bundled demo server over
+stdio, through a pool of the test's own on an event loop of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from servers.gateway.capture import Capture
+from servers.gateway.config import ServerConfig
+from servers.gateway.pool import GatewayError, SessionOptions, SessionPool
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="counts processes in /proc")
+
+
+def demo(server_id: int = 7000, **fields: Any) -> ServerConfig:
+    return ServerConfig(
+        server_id=server_id,
+        name="demo",
+        transport="stdio",
+        command=sys.executable,
+        args=("-m", "servers.demo_server"),
+        cwd=str(REPO_ROOT),
+        call_timeout=10.0,
+        **fields,
+    )
+
+
+def demo_processes() -> int:
+    """The demo servers this process runs now (its live children, not yet reaped ones excepted)."""
+    count = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, parent = stat.read_text().rsplit(")", 1)[1].split()[:2]
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if state != "Z" and int(parent) == os.getpid() and b"servers.demo_server" in command:
+            count += 1
+    return count
+
+
+def scenario(
+    tmp_path: Path, work: Callable[[SessionPool], Awaitable[T]], *, connect: float = 20.0, **limits: Any
+) -> T:
+    """Run ``work`` against a fresh pool on a loop of its own, closing every session after."""
+
+    async def run() -> T:
+        pool = SessionPool(
+            lambda: SessionOptions(stderr_dir=tmp_path, body_limit=100_000, connect_timeout=connect, **limits)
+        )
+        try:
+            return await work(pool)
+        finally:
+            await pool.close_all()
+
+    return asyncio.run(run())
+
+
+async def used(pool: SessionPool, config: ServerConfig) -> bool:
+    """One operation on ``config``'s session: whether it opened a new one."""
+    session, spawned, _ = await pool.acquire(config, Capture())
+    try:
+        assert session.client is not None
+        result = await session.client.call_tool("list_notes", {})
+        assert not result.is_error
+    finally:
+        pool.release(session)
+    return spawned
+
+
+def test_many_keys_never_hold_more_than_max_sessions_processes(tmp_path: Path) -> None:
+    async def work(pool: SessionPool) -> tuple[list[tuple[int, int]], bool, bool]:
+        seen = []
+        for server_id in range(7001, 7009):
+            await used(pool, demo(server_id))
+            seen.append((pool.held, demo_processes()))
+        newest_again = await used(pool, demo(7008))
+        oldest_again = await used(pool, demo(7001))
+        return seen, newest_again, oldest_again
+
+    seen, newest_again, oldest_again = scenario(tmp_path, work, max_sessions=3)
+
+    assert [held for held, _ in seen] == [1, 2, 3, 3, 3, 3, 3, 3]
+    assert max(processes for _, processes in seen) <= 3
+    assert newest_again is False  # the most recently used stayed open
+    assert oldest_again is True  # the least recently used was closed to make room
+    assert demo_processes() == 0
+
+
+def test_when_every_session_is_in_use_a_new_one_waits_for_room_then_gives_up(tmp_path: Path) -> None:
+    async def work(pool: SessionPool) -> tuple[str, float, int, bool, bool, int]:
+        first, _, _ = await pool.acquire(demo(7101), Capture())
+        began = time.monotonic()
+        with pytest.raises(GatewayError) as refused:
+            await pool.acquire(demo(7102), Capture())
+        waited = time.monotonic() - began
+        later = asyncio.ensure_future(pool.acquire(demo(7103), Capture()))
+        await asyncio.sleep(0.3)
+        still_waiting = not later.done()
+        held_meanwhile = pool.held
+        pool.release(first)
+        second, spawned, _ = await later
+        pool.release(second)
+        return str(refused.value), waited, held_meanwhile, still_waiting, spawned and first.dead, pool.held
+
+    message, waited, held_meanwhile, still_waiting, replaced, held = scenario(
+        tmp_path, work, connect=4.0, max_sessions=1
+    )
+
+    assert message == (
+        "this process already holds 1 MCP sessions, the most it keeps, and all were in use for 4 s; "
+        "try again when one ends"
+    )
+    assert waited >= 3.9
+    assert still_waiting and held_meanwhile == 1
+    assert replaced  # the first session, released, was closed to make room for the waiting one
+    assert held == 1
+
+
+def test_a_session_nobody_uses_is_closed_after_the_idle_time(tmp_path: Path) -> None:
+    async def work(pool: SessionPool) -> tuple[int, int, int, int, bool]:
+        await used(pool, demo(7201))
+        open_after_use = pool.held, demo_processes()
+        await asyncio.sleep(1.5)
+        closed_when_idle = pool.held, demo_processes()
+        return (*open_after_use, *closed_when_idle, await used(pool, demo(7201)))
+
+    held, processes, held_idle, processes_idle, reopened = scenario(tmp_path, work, idle_seconds=0.5)
+
+    assert (held, processes) == (1, 1)
+    assert (held_idle, processes_idle) == (0, 0)
+    assert reopened is True
