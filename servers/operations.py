@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -519,6 +520,8 @@ def operation_run(
         config = server.to_config(
             interactive=operation.source == Operation.Source.WEB or bool(elicitation), oauth=oauth
         )
+        # On the user's own pooled session: a server's state (its process's memory) is per user.
+        config = replace(config, user_id=operation.user_id)
     except ConfigError as exc:
         return _finish(operation, status=Operation.Status.ERROR, error=str(exc))
     recorder = _Recorder(operation, active_redactor(secrets=run_secrets(server=server, oauth=oauth)), oauth)

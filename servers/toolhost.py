@@ -10,11 +10,15 @@ listing and call) on a pooled session of that grant's own. A team mate without a
 owner's only when its owner shared it with the team (``OAuthGrant.shared_with_team``, set on the
 server page and audited); otherwise the server's 401 says clearly that it needs authorization,
 with the server page's Connect link. Nobody else's grant is ever used.
+
+Every server of a turn is reached on a pooled session of the conversation's owner (its
+``ServerConfig.user_id``): the state a server keeps per session (a stdio process's memory) is
+shared by that owner's turns and operations, never with another user's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.urls import reverse
@@ -178,7 +182,8 @@ class GatewayServers:
             # No redirect: nobody can sign in during a turn, so a grant whose token cannot be
             # refreshed ends in a clear "needs authorization", never a wait.
             oauth = grant_settings(grant=grant) if grant is not None else None
-            config = server.to_config(oauth=oauth)
+            # The owner's session: a team mate asking shares the conversation's, nobody else does.
+            config = replace(server.to_config(oauth=oauth), user_id=self.conversation.owner_id)
             configs[server.pk] = config
             if grant is not None:
                 grants[server.pk] = grant

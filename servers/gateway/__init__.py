@@ -45,7 +45,6 @@ from servers.gateway.pool import (
     SessionInfo,
     SessionOptions,
     SessionPool,
-    session_key,
     stderr_record,
 )
 
@@ -141,7 +140,7 @@ async def _run(
     current_capture.set(capture)
     pool = _get_pool()
     if fresh:
-        await pool.close(*session_key(config))
+        await pool.close_session(config)
     try:
         session, spawned, reason = await pool.acquire(config, capture)
     except (GatewayError, ConfigError) as exc:

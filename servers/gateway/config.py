@@ -54,6 +54,11 @@ class ServerConfig:
     log_level: str = field(default="", compare=False)
     # HTTP only: authorize with OAuth (the SDK's flow, recorded) as this grant's owner.
     oauth: OAuthSettings | None = None
+    # Whom the session is for: the conversation's owner for a turn, the signed-in user for a
+    # workbench operation (None: an operation nobody owns, run by staff with ``manage.py
+    # server``). A server keeps state per session (a stdio process's memory), so users never
+    # share one (``pool.session_key``).
+    user_id: int | None = None
 
     def client_mode(self) -> str:
         """The SDK ``Client(mode=...)`` value for this era."""

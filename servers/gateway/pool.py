@@ -393,17 +393,20 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if not text.startswith(type(exc).__name__) else text
 
 
-SessionKey = tuple[int, str]
+SessionKey = tuple[int, str, int | None]
 
 
 def session_key(config: ServerConfig) -> SessionKey:
-    """Which pooled session serves ``config``: one per server and OAuth grant owner.
+    """Which pooled session serves ``config``: one per server, OAuth grant owner and user.
 
     A session authorized with a user's token answers that user only: another user (or the same
     server without a grant) gets a session of their own, so one user's token never serves
-    another's operation or turn.
+    another's operation or turn. And a session is never shared between users
+    (``ServerConfig.user_id``): a server keeps state per session — a stdio server in its
+    process's memory (the demo server's notes), an HTTP server under its session id — that one
+    user must not read or change for another. One user's turns and operations share theirs.
     """
-    return config.server_id, config.oauth.owner if config.oauth is not None else ""
+    return config.server_id, config.oauth.owner if config.oauth is not None else "", config.user_id
 
 
 @dataclass(frozen=True)
@@ -610,11 +613,14 @@ class SessionPool:
         for key in list(self._sessions):
             await self._retire(key)
 
-    async def close(self, server_id: int, owner: str | None = None) -> None:
-        """Close the server's sessions: every owner's, or only ``owner``'s ("" : no grant)."""
+    async def close(self, server_id: int) -> None:
+        """Close the server's sessions, everyone's."""
         for key in [key for key in self._sessions if key[0] == server_id]:
-            if owner is None or key[1] == owner:
-                await self._retire(key)
+            await self._retire(key)
+
+    async def close_session(self, config: ServerConfig) -> None:
+        """Close the session that serves ``config`` (``session_key``), no one else's."""
+        await self._retire(session_key(config))
 
 
 STDERR_TAIL_LINES = 5

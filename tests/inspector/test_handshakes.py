@@ -65,10 +65,11 @@ def test_a_later_turn_links_to_the_handshake_of_the_turn_that_opened_its_session
 
 
 def test_a_session_opened_in_another_conversation_is_said_to_be_so_never_linked() -> None:
-    alice, bob = UserFactory(username="alice"), UserFactory(username="bob")
+    # Sessions are pooled per user: the other conversation is alice's too.
+    alice = UserFactory(username="alice")
     profile, demo = demo_profile_ensure(), demo_server_ensure()
     elsewhere, opened = conversation_start(
-        owner=bob, model_profile=profile, question=WEATHER, servers=[demo], dispatch=False
+        owner=alice, model_profile=profile, question=WEATHER, servers=[demo], dispatch=False
     )
     turn_run(turn_id=opened.pk)
     conversation, turn = conversation_start(
@@ -80,7 +81,7 @@ def test_a_session_opened_in_another_conversation_is_said_to_be_so_never_linked(
     assert [(o.server, o.turn_seq, o.exchange_id) for o in origins] == [("demo", None, None)]
     text = _page(alice, conversation)
     assert "was opened before this conversation" in text
-    # Nothing of bob's conversation reaches alice's page.
+    # Nothing of the other conversation reaches this one's page.
     assert str(Exchange.objects.get(turn=opened, label="initialize").pk) not in re.findall(
         r"#exchange-(\d+)", text
     )
@@ -91,10 +92,10 @@ def test_a_first_turns_reused_session_is_told_without_a_read_and_a_later_turns_w
 ) -> None:
     # Every closed connect row a doorbell renders asks where its sessions were opened: a
     # conversation's first turn has no turn before it to have opened them.
-    alice, bob = UserFactory(username="alice"), UserFactory(username="bob")
+    alice = UserFactory(username="alice")
     profile, demo = demo_profile_ensure(), demo_server_ensure()
     _, opened = conversation_start(
-        owner=bob, model_profile=profile, question=WEATHER, servers=[demo], dispatch=False
+        owner=alice, model_profile=profile, question=WEATHER, servers=[demo], dispatch=False
     )
     turn_run(turn_id=opened.pk)
     conversation, first = conversation_start(

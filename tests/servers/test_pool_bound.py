@@ -144,3 +144,33 @@ def test_a_session_nobody_uses_is_closed_after_the_idle_time(tmp_path: Path) -> 
     assert (held, processes) == (1, 1)
     assert (held_idle, processes_idle) == (0, 0)
     assert reopened is True
+
+
+def test_many_users_of_one_server_get_a_session_each_within_the_bound(tmp_path: Path) -> None:
+    async def work(pool: SessionPool) -> tuple[list[tuple[int, int]], list[bool], str, str]:
+        seen = []
+        for user_id in range(1, 11):
+            await used(pool, demo(user_id=user_id))
+            seen.append((pool.held, demo_processes()))
+        again = [await used(pool, demo(user_id=user_id)) for user_id in (9, 10, 8)]
+        # Each session is its user's own: a note written by user 10 is not in user 9's.
+        mine, _, _ = await pool.acquire(demo(user_id=10), Capture())
+        theirs, _, _ = await pool.acquire(demo(user_id=9), Capture())
+        try:
+            assert mine.client is not None and theirs.client is not None
+            await mine.client.call_tool("write_note", {"title": "ten", "text": "user 10's"})
+            own = await mine.client.call_tool("list_notes", {})
+            other = await theirs.client.call_tool("list_notes", {})
+        finally:
+            pool.release(mine)
+            pool.release(theirs)
+        return seen, again, own.content[0].text, other.content[0].text  # type: ignore[union-attr]
+
+    seen, again, own, other = scenario(tmp_path, work, max_sessions=4)
+
+    assert [held for held, _ in seen] == [1, 2, 3, 4, 4, 4, 4, 4, 4, 4]
+    assert max(processes for _, processes in seen) <= 4
+    assert again == [False, False, False]  # the newest users' sessions were kept, and reused
+    assert own == "1 note:\n- ten (9 characters)"
+    assert other == "No notes yet. Use write_note to add one."
+    assert demo_processes() == 0
