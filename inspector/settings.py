@@ -365,6 +365,10 @@ PROXY_SESSION_GAP_SECONDS = env_float("PROXY_SESSION_GAP_SECONDS", 600.0)
 # MCP gateway.
 MCP_CALL_TIMEOUT_SECONDS = env_float("MCP_CALL_TIMEOUT_SECONDS", 30.0)
 MCP_CONNECT_TIMEOUT_SECONDS = env_float("MCP_CONNECT_TIMEOUT_SECONDS", 20.0)
+# The pooled MCP sessions a process holds at once (one stdio server process each), and how long one
+# nobody uses stays open (servers.gateway.pool; docs/deployment.md §2).
+MCP_POOL_MAX_SESSIONS = env_int("MCP_POOL_MAX_SESSIONS", 32)
+MCP_POOL_IDLE_SECONDS = env_float("MCP_POOL_IDLE_SECONDS", 900.0)
 # Where an OAuth authorization server sends the browser back (this app's callback page).
 OAUTH_REDIRECT_URL = env_str("OAUTH_REDIRECT_URL", "http://localhost:8000/servers/oauth/callback/")
 # An HTTPS client ID metadata document describing this app, used as its client_id where supported.

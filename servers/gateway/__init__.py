@@ -36,8 +36,6 @@ from servers.gateway.capture import Capture, current_capture
 from servers.gateway.config import ConfigError, ServerConfig
 from servers.gateway.features import log_level_send
 from servers.gateway.pool import (
-    IDLE_SECONDS,
-    MAX_SESSIONS,
     AuthorizationNeeded,
     GatewayError,
     GatewayLoop,
@@ -112,8 +110,8 @@ def _session_options() -> SessionOptions:
         connect_timeout=settings.MCP_CONNECT_TIMEOUT_SECONDS,
         line_limit=settings.MCP_STDOUT_LINE_LIMIT,
         http_body_limit=settings.RESPONSE_BODY_LIMIT,
-        max_sessions=getattr(settings, "MCP_POOL_MAX_SESSIONS", MAX_SESSIONS),
-        idle_seconds=getattr(settings, "MCP_POOL_IDLE_SECONDS", IDLE_SECONDS),
+        max_sessions=settings.MCP_POOL_MAX_SESSIONS,
+        idle_seconds=settings.MCP_POOL_IDLE_SECONDS,
     )
 
 
