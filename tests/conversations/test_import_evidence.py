@@ -1,6 +1,7 @@
 """Imports are evidence: a file that does not verify with this installation's key is shown as an
 unverified import, never as an intact record; a file claiming the id of a conversation recorded
-here is compared with it and refused where it differs."""
+here, that its importer may see, is compared with it and refused where it differs (one the
+importer may not see: ``test_import_foreign_ids``)."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def _badge(conversation: Conversation) -> str:
 
 @pytest.mark.parametrize("forgery", ["integrity removed", "key id changed"])
 def test_an_edited_export_of_a_conversation_recorded_here_is_refused_naming_the_change(forgery: str) -> None:
-    document = _document(_sealed())
+    conversation = _sealed()
+    document = _document(conversation)
     _tool(document)["result"] = {"sky": "forged"}
     if forgery == "integrity removed":
         del document["conversation"]["integrity"]
@@ -74,25 +76,26 @@ def test_an_edited_export_of_a_conversation_recorded_here_is_refused_naming_the_
     with pytest.raises(
         TranscriptError, match=r"recorded here and the file differs from it at turns\[0\]\.steps"
     ):
-        transcript_import(data=json.dumps(document), owner=UserFactory())
+        transcript_import(data=json.dumps(document), owner=conversation.owner)
     assert Conversation.objects.count() == 1
 
 
 def test_a_renamed_server_in_an_export_of_a_conversation_recorded_here_is_refused() -> None:
-    document = _document(_sealed())
+    conversation = _sealed()
+    document = _document(conversation)
     exchange = _tool(document)["exchanges"][0]
     exchange["server"] = "forged-server"
     del document["conversation"]["integrity"]
 
     with pytest.raises(TranscriptError, match=r"exchanges\[0\]\.server"):
-        transcript_import(data=json.dumps(document), owner=UserFactory())
+        transcript_import(data=json.dumps(document), owner=conversation.owner)
 
 
 def test_a_faithful_copy_of_a_conversation_recorded_here_imports_verified_and_intact() -> None:
     conversation = _sealed()
 
     imported = transcript_import(
-        data=transcript_export(conversation=conversation, fmt="json"), owner=UserFactory()
+        data=transcript_export(conversation=conversation, fmt="json"), owner=conversation.owner
     )
 
     assert (imported.imported_meta or {})["verification"]["status"] == VERIFIED_HERE

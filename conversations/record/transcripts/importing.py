@@ -49,6 +49,7 @@ from conversations.record.verification import (
     import_seal,
     manifest_verify,
 )
+from conversations.selectors.access import visible_to
 from conversations.typealias import JSONDict, JSONValue
 
 IMPORTED_PROFILE_PREFIX = "imported: "
@@ -438,16 +439,26 @@ def _records_of(turn: object) -> list[tuple[str, str, object]]:
     return records
 
 
-def local_differences(imported: Conversation, claimed_id: str) -> list[str] | None:
+def local_differences(
+    imported: Conversation, claimed_id: str, *, importer: AbstractBaseUser
+) -> list[str] | None:
     """How the records of ``imported`` (the rows just made from a file) differ from those of the
-    conversation recorded here under the id the file claims: None when there is none, else the
-    paths of the first few differing fields (``[]``: a faithful copy of it, or of its first turns).
+    conversation recorded here under the id the file claims, among those ``importer`` may see
+    (``visible_to``): None when there is none, else the paths of the first few differing fields
+    (``[]``: a faithful copy of it, or of its first turns).
+
+    A conversation the importer may not see is never compared: the fields named, or a file
+    matching or not, would tell them what it holds. Its id reads as one recorded nowhere here, so
+    the file is imported as a new conversation like any other (every import gets a fresh id;
+    ``imported_meta`` keeps the one it claims, as a claim) and the answer is the same whether or
+    not the id exists.
 
     The records are compared as the transcript document shows them, both read back from rows (so
     a file's older format reads as ours does); ids and the keyed chain are each installation's
     own (``ID_KEYS``). The conversation's own block is not compared: an import keeps it as what
     the file claims (``imported_meta``), shown as such."""
-    local = Conversation.objects.filter(public_id=claimed_id).exclude(pk=imported.pk).first()
+    claimed = Conversation.objects.filter(public_id=claimed_id).exclude(pk=imported.pk)
+    local = visible_to(claimed, user=importer, owner="owner").first()
     if local is None:
         return None
     here = transcript_document(conversation=local, signed=False)["turns"]
@@ -484,8 +495,9 @@ def transcript_import(
     names go to ``server_name``; no local server row is linked.
 
     A transcript whose chain does not verify is refused: it was changed after export. So is one
-    that claims the id of a conversation recorded here and differs from it (``local_differences``):
-    the local record is the evidence, whatever the file's own chain says. ``compare_local``
+    that claims the id of a conversation recorded here that ``owner`` may see and differs from it
+    (``local_differences``): the local record is the evidence, whatever the file's own chain says;
+    a conversation ``owner`` may not see is neither compared nor revealed. ``compare_local``
     False skips that comparison (an OTLP trace rebuilds only part of a record: it never matches).
 
     Raises:
@@ -515,7 +527,7 @@ def transcript_import(
         for turn in document["turns"]:
             _import_turn(conversation, turn)
         meta["verification"] = _file_verdict(conversation, document)
-        differences = local_differences(conversation, block["id"]) if compare_local else None
+        differences = local_differences(conversation, block["id"], importer=owner) if compare_local else None
         if differences:
             raise TranscriptError(
                 f"a conversation with the id {block['id']} is recorded here and the file differs from it at "
