@@ -7,6 +7,7 @@ What survives an import and what changes (``ID_KEYS``) is described in
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import cast
@@ -17,6 +18,7 @@ from django.utils import timezone
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from conversations.escaping import refused_character
 from conversations.loop.wire import TRANSPORT_NAMES
 from conversations.models import Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.record.integrity import (
@@ -85,22 +87,35 @@ def _reject_constant(name: str) -> JSONValue:
     raise TranscriptError(f"not valid JSON: {name} is not a JSON number")
 
 
-def _nul_free(document: JSONValue) -> None:
-    """No NUL characters anywhere: PostgreSQL cannot store them (and our exports never have them).
+def _storable(document: JSONValue) -> None:
+    """No character any database refuses, in any string or key (``escaping.refused_character``):
+    no NUL, which PostgreSQL cannot store, and no lone surrogate (``"\\ud800"`` in JSON), which
+    no database stores and UTF-8 cannot encode.
 
+    This installation's exports never hold either: the recorder stores such text escaped and an
+    export writes the escape, so a file that holds one was not written by an export. It is
+    refused, not escaped: stored escaped, the import would hold other values than the file.
+    Keys are checked before what they hold, so a path named is one a page can show.
     Iterative: recorded JSON may nest as deep as the parser allowed.
     """
     pending: list[tuple[JSONValue, list[str | int]]] = [(document, [])]
     while pending:
         value, path = pending.pop()
         if isinstance(value, str):
-            if "\x00" in value:
-                raise TranscriptError(f"{_where(path)}: contains a NUL character")
+            problem = refused_character(value)
+            if problem is not None:
+                raise TranscriptError(f"{_where(path)}: holds a {problem}, {_UNSTORABLE}")
         elif isinstance(value, list):
             pending.extend((item, [*path, position]) for position, item in enumerate(value))
         elif isinstance(value, dict):
             for key, item in value.items():
-                pending.extend([(key, path), (item, [*path, key])])
+                problem = refused_character(key)
+                if problem is not None:
+                    raise TranscriptError(f"{_where(path)}: a key holds a {problem}, {_UNSTORABLE}")
+                pending.append((item, [*path, key]))
+
+
+_UNSTORABLE = "which no database stores (an export writes it escaped)"
 
 
 def _parse(data: str | bytes) -> TranscriptDoc:
@@ -126,20 +141,25 @@ def _parse(data: str | bytes) -> TranscriptDoc:
     error = best_match(_VALIDATOR.iter_errors(value))
     if error is not None:
         raise TranscriptError(f"{_where(list(error.absolute_path))}: {_short(error.message)}")
-    _nul_free(value)
+    _storable(value)
     document = cast(TranscriptDoc, value)
     _check_structure(document)
     return document
 
 
 def _when(value: str, where: str) -> datetime:
+    """The moment ``value`` names, in UTC; one whose UTC time falls outside the years 1 to 9999
+    (``0001-01-01T00:00:00+01:00``) cannot be held by a ``datetime`` and is refused too."""
     try:
         moment = datetime.fromisoformat(value)
     except ValueError as exc:
         raise TranscriptError(f"{where}: {value!r} is not an ISO 8601 date and time") from exc
     if moment.tzinfo is None:
         raise TranscriptError(f"{where}: {value!r} has no time zone")
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError as exc:
+        raise TranscriptError(f"{where}: {value!r} is outside the years 1 to 9999 in UTC") from exc
 
 
 def _when_or_none(value: str | None, where: str) -> datetime | None:
@@ -456,8 +476,13 @@ def local_differences(
     The records are compared as the transcript document shows them, both read back from rows (so
     a file's older format reads as ours does); ids and the keyed chain are each installation's
     own (``ID_KEYS``). The conversation's own block is not compared: an import keeps it as what
-    the file claims (``imported_meta``), shown as such."""
-    claimed = Conversation.objects.filter(public_id=claimed_id).exclude(pk=imported.pk)
+    the file claims (``imported_meta``), shown as such. An id that is no UUID names no
+    conversation here."""
+    try:
+        public_id = uuid.UUID(claimed_id)
+    except ValueError:
+        return None
+    claimed = Conversation.objects.filter(public_id=public_id).exclude(pk=imported.pk)
     local = visible_to(claimed, user=importer, owner="owner").first()
     if local is None:
         return None

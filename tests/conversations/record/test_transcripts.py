@@ -527,7 +527,7 @@ def _broken(change: str) -> str | bytes:
         ("unexpected key", r"turns\[0\]\.steps\[0\]: Additional properties .*'colour'"),
         ("unknown step kind", r"turns\[0\]\.steps\[0\]\.kind: 'dream' is not one of"),
         ("NaN", "NaN is not a JSON number"),
-        ("NUL character", r"turns\[0\]\.question: contains a NUL character"),
+        ("NUL character", r"turns\[0\]\.question: holds a NUL U\+0000 at character 1"),
         ("bad time", r"turns\[0\]\.steps\[0\]\.started_at: 'yesterday' is not an ISO 8601"),
         ("dangling parent", r"turns\[0\]\.steps\[1\]\.parent: 999999 is not another step"),
         ("turn twice", r"turns\[1\]\.seq: turn 1 appears twice"),
