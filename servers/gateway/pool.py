@@ -393,7 +393,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if not text.startswith(type(exc).__name__) else text
 
 
-SessionKey = tuple[int, str, int | None]
+SessionKey = tuple[int, str, int | None, bool]
 
 
 def session_key(config: ServerConfig) -> SessionKey:
@@ -405,8 +405,14 @@ def session_key(config: ServerConfig) -> SessionKey:
     (``ServerConfig.user_id``): a server keeps state per session — a stdio server in its
     process's memory (the demo server's notes), an HTTP server under its session id — that one
     user must not read or change for another. One user's turns and operations share theirs.
+
+    Whether the client offers elicitation is part of the key too: the workbench offers it (a
+    person is there to answer), a turn does not, and a session is opened with one or the other.
+    Were they one key, each switch between a user's workbench and turns would replace the
+    session, its server's state with it.
     """
-    return config.server_id, config.oauth.owner if config.oauth is not None else "", config.user_id
+    owner = config.oauth.owner if config.oauth is not None else ""
+    return config.server_id, owner, config.user_id, config.elicitation
 
 
 @dataclass(frozen=True)
@@ -447,6 +453,10 @@ class SessionPool:
         self._locks: dict[SessionKey, asyncio.Lock] = {}
         self._opening = 0
         self._closing = 0
+        # Taken out of service (replaced, or their server closed) while a call still ran on them:
+        # each is closed when its last lease is released, or once a call could no longer be
+        # running on it (its call timeout: a subscription, which holds its lease, ends then).
+        self._draining: set[PooledSession] = set()
         # Set whenever a session is released or closed: what a caller waiting for room waits on.
         self._changed = asyncio.Event()
         self._reaper: asyncio.Task[None] | None = None
@@ -454,7 +464,7 @@ class SessionPool:
     @property
     def held(self) -> int:
         """The sessions ``max_sessions`` counts: open, being opened and being closed."""
-        return len(self._sessions) + self._opening + self._closing
+        return len(self._sessions) + self._opening + self._closing + len(self._draining)
 
     async def acquire(self, config: ServerConfig, capture: Capture) -> tuple[PooledSession, bool, str]:
         """The live session for ``config``, leased to the caller, opening one (recorded into
@@ -529,9 +539,13 @@ class SessionPool:
         return fresh
 
     def release(self, session: PooledSession) -> None:
-        """The operation ``acquire`` leased ``session`` to is over: it may be closed when idle."""
+        """The operation ``acquire`` leased ``session`` to is over: it may be closed when idle, and
+        is closed now if it was taken out of service while the operation ran (``_retire``). Called
+        on the pool's loop."""
         session.leases = max(0, session.leases - 1)
         session.last_used = time.monotonic()
+        if session.leases == 0:
+            self._drained(session)
         self._changed.set()
 
     async def _make_room(self, options: SessionOptions) -> None:
@@ -569,20 +583,38 @@ class SessionPool:
                 if self._sessions.get(key) is session:
                     await self._retire(key)
 
-    async def _retire(self, key: SessionKey) -> None:
-        """Close the session under ``key``; it counts in ``held`` until its server has stopped."""
+    async def _retire(self, key: SessionKey, *, now: bool = False) -> None:
+        """Take the session under ``key`` out of service and close it; it counts in ``held`` until
+        its server has stopped. A session a call still runs on is closed when the last such call
+        ends (``release``), at the latest after its call timeout, unless ``now``; the next caller
+        of ``key`` gets a new one meanwhile."""
         session = self._sessions.pop(key, None)
         if session is None:
             return
+        lock = self._locks.get(key)
+        if lock is not None:
+            self._forget_lock(key, lock)
+        if session.leases > 0 and not now:
+            self._draining.add(session)
+            asyncio.get_running_loop().call_later(session.config.call_timeout, self._drained, session)
+            return
         self._closing += 1
+        await self._close(session)
+
+    def _drained(self, session: PooledSession) -> None:
+        """Close ``session`` now if it is still being drained (its calls outlived their timeout)."""
+        if session in self._draining:
+            self._draining.discard(session)
+            self._closing += 1
+            asyncio.get_running_loop().create_task(self._close(session), name="mcp-session-close")
+
+    async def _close(self, session: PooledSession) -> None:
+        """Close ``session``, counted in ``_closing`` by the caller until its server has stopped."""
         try:
             await session.close()
         finally:
             self._closing -= 1
             self._changed.set()
-            lock = self._locks.get(key)
-            if lock is not None:
-                self._forget_lock(key, lock)
 
     def _forget_lock(self, key: SessionKey, lock: asyncio.Lock) -> None:
         """Drop a key's lock once nothing holds it and no session is under it, so the locks stay as
@@ -611,16 +643,21 @@ class SessionPool:
             self._reaper.cancel()
             self._reaper = None
         for key in list(self._sessions):
-            await self._retire(key)
+            await self._retire(key, now=True)
+        draining, self._draining = list(self._draining), set()
+        for session in draining:
+            self._closing += 1
+            await self._close(session)
 
     async def close(self, server_id: int) -> None:
-        """Close the server's sessions, everyone's."""
+        """Close the server's sessions, everyone's (each once no call runs on it)."""
         for key in [key for key in self._sessions if key[0] == server_id]:
             await self._retire(key)
 
     async def close_session(self, config: ServerConfig) -> None:
-        """Close the session that serves ``config`` (``session_key``), no one else's."""
-        await self._retire(session_key(config))
+        """Close the session that serves ``config`` (``session_key``), no one else's, now: the
+        user asked for a new one (what still ran on it ends with the session's error)."""
+        await self._retire(session_key(config), now=True)
 
 
 STDERR_TAIL_LINES = 5
