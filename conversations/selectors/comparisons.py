@@ -40,6 +40,8 @@ class RunSummary:
     ``prompt_tokens`` sums the offline tokenizer's count of each spliced prompt;
     ``llm_ms`` sums the model calls' HTTP durations, ``wall_ms`` is the turn's own run time.
     ``tool`` and ``arguments`` are those of the first tool call made ("" / None if none).
+    ``problems`` are what its ``connect`` step reported as failed (a server that did not connect,
+    tools withheld): a run that answered without the tools it was meant to have says so.
     """
 
     conversation: Conversation
@@ -64,6 +66,7 @@ class RunSummary:
     answer: str
     error: str
     rows: list[RunRow] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
 
 
 def comparison_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Comparison]:
@@ -171,6 +174,13 @@ def _run_summary(conversation: Conversation, turn: Turn | None, steps: list[Step
         answer=turn.answer if turn is not None else "",
         error=turn.error if turn is not None else "",
         rows=_run_rows(steps),
+        problems=[
+            str(problem)
+            for step in steps
+            if step.kind == Step.Kind.CONNECT and step.status == Step.Status.ERROR
+            for problem in (step.diagnostics if isinstance(step.diagnostics, list) else [step.diagnostics])
+            if problem
+        ],
     )
 
 

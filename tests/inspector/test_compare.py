@@ -442,3 +442,26 @@ def test_staff_may_compare_with_any_stdio_server(
 
     assert response.status_code == 302
     assert {s.name for c in Conversation.objects.all() for s in c.servers.all()} == {"local-tools"}
+
+
+def test_a_run_whose_servers_failed_to_connect_says_so_beside_its_answer(
+    alice_client: Client, alice: Any
+) -> None:
+    comparison = ComparisonFactory(owner=alice, question=WEATHER)
+    turn = run(comparison, status=Turn.Status.DONE, answer="No tools were offered, so I cannot look this up.")
+    StepFactory(
+        turn=turn,
+        seq=1,
+        kind=Step.Kind.CONNECT,
+        status=Step.Status.ERROR,
+        title="0 tools from 1 server(s)",
+        diagnostics=["demo: error: demo closed the connection during the call"],
+    )
+
+    [summary] = comparison_runs(comparison=comparison)
+    page = alice_client.get(detail_url(comparison)).content.decode()
+
+    assert summary.answered
+    assert summary.problems == ["demo: error: demo closed the connection during the call"]
+    assert 'class="badge tone-error run-problems"' in page
+    assert "demo closed the connection during the call" in page
