@@ -10,6 +10,7 @@ import asyncio
 import os
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,7 +27,13 @@ T = TypeVar("T")
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="counts processes in /proc")
 
 
+# In the environment of every demo server these tests start: the count below tells them from the
+# ones other tests of this process left in the process's own pool (open until they are idle).
+MARK = ("INSPECTOR_POOL_TEST", f"{os.getpid()}-{uuid.uuid4().hex}")
+
+
 def demo(server_id: int = 7000, **fields: Any) -> ServerConfig:
+    env = (MARK, *fields.pop("env", ()))
     return ServerConfig(
         server_id=server_id,
         name="demo",
@@ -35,20 +42,29 @@ def demo(server_id: int = 7000, **fields: Any) -> ServerConfig:
         args=("-m", "servers.demo_server"),
         cwd=str(REPO_ROOT),
         call_timeout=10.0,
+        env=env,
         **fields,
     )
 
 
 def demo_processes() -> int:
-    """The demo servers this process runs now (its live children, not yet reaped ones excepted)."""
+    """The demo servers these tests started that run now (live children of this process with the
+    tests' mark in their environment; not yet reaped ones excepted)."""
+    mark = "=".join(MARK).encode()
     count = 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             state, parent = stat.read_text().rsplit(")", 1)[1].split()[:2]
             command = (stat.parent / "cmdline").read_bytes()
+            environment = (stat.parent / "environ").read_bytes().split(b"\0")
         except (OSError, ValueError):
             continue
-        if state != "Z" and int(parent) == os.getpid() and b"servers.demo_server" in command:
+        if (
+            state != "Z"
+            and int(parent) == os.getpid()
+            and b"servers.demo_server" in command
+            and mark in environment
+        ):
             count += 1
     return count
 

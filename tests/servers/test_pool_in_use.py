@@ -97,7 +97,7 @@ def test_closing_a_servers_sessions_lets_the_calls_on_them_finish(tmp_path: Path
 
 def test_a_replaced_session_a_call_never_lets_go_of_is_closed_after_its_call_timeout(tmp_path: Path) -> None:
     before = dataclasses.replace(demo(7304, user_id=1), call_timeout=3.0)
-    after = dataclasses.replace(before, env=(("CHANGED", "1"),))
+    after = dataclasses.replace(before, env=(*before.env, ("CHANGED", "1")))
 
     async def work(pool: SessionPool) -> tuple[bool, bool, int]:
         held_forever, _, _ = await pool.acquire(before, Capture())  # a subscription, say
