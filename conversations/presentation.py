@@ -178,7 +178,7 @@ def run_summary_json(run: RunSummary) -> JSONDict:
         "answered": run.answered,
         "answer": run.answer,
         "error": run.error,
-        "problems": run.problems,
+        "problems": [str(problem) for problem in run.problems],
     }
 
 
