@@ -457,13 +457,16 @@ class SessionPool:
         # each is closed when its last lease is released, or once a call could no longer be
         # running on it (its call timeout: a subscription, which holds its lease, ends then).
         self._draining: set[PooledSession] = set()
+        # Closes started from a callback (``_drained``), kept until done: the loop holds a task
+        # only weakly.
+        self._closers: set[asyncio.Task[None]] = set()
         # Set whenever a session is released or closed: what a caller waiting for room waits on.
         self._changed = asyncio.Event()
         self._reaper: asyncio.Task[None] | None = None
 
     @property
     def held(self) -> int:
-        """The sessions ``max_sessions`` counts: open, being opened and being closed."""
+        """The sessions ``max_sessions`` counts: open, being opened, drained and being closed."""
         return len(self._sessions) + self._opening + self._closing + len(self._draining)
 
     async def acquire(self, config: ServerConfig, capture: Capture) -> tuple[PooledSession, bool, str]:
@@ -606,7 +609,9 @@ class SessionPool:
         if session in self._draining:
             self._draining.discard(session)
             self._closing += 1
-            asyncio.get_running_loop().create_task(self._close(session), name="mcp-session-close")
+            closer = asyncio.get_running_loop().create_task(self._close(session), name="mcp-session-close")
+            self._closers.add(closer)
+            closer.add_done_callback(self._closers.discard)
 
     async def _close(self, session: PooledSession) -> None:
         """Close ``session``, counted in ``_closing`` by the caller until its server has stopped."""

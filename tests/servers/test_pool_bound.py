@@ -24,9 +24,6 @@ from servers.gateway.pool import GatewayError, SessionOptions, SessionPool
 REPO_ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="counts processes in /proc")
-
-
 # In the environment of every demo server these tests start: the count below tells them from the
 # ones other tests of this process left in the process's own pool (open until they are idle).
 MARK = ("INSPECTOR_POOL_TEST", f"{os.getpid()}-{uuid.uuid4().hex}")
