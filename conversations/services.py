@@ -12,7 +12,7 @@ from django.db.models import Model
 from django.utils import timezone
 
 from conversations import events
-from conversations.chat_templates import DEMO_CHAT_TEMPLATE, DEMO_CHAT_TEMPLATE_SOURCE
+from conversations.chat_templates import DEMO_CHAT_TEMPLATE, DEMO_CHAT_TEMPLATE_SOURCE, DEMO_TOKENIZER
 from conversations.execution import turn_dispatch
 from conversations.lifecycle import turn_signal_local, turn_step_record
 from conversations.loop.providers import PROVIDERS
@@ -237,8 +237,8 @@ def _demo_template(provider: str) -> dict[str, str]:
     return {
         "chat_template": DEMO_CHAT_TEMPLATE,
         "chat_template_source": DEMO_CHAT_TEMPLATE_SOURCE,
-        # Counted with the tokenizer of the template's family: the demo has none of its own.
-        "tokenizer": "qwen3",
+        # Counted with the tokenizer of the template's family, as the demo counts what it reads.
+        "tokenizer": DEMO_TOKENIZER,
     }
 
 

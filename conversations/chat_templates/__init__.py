@@ -19,3 +19,6 @@ DEMO_CHAT_TEMPLATE_SOURCE = (
     "the demo model's chat template (Qwen2.5-7B-Instruct's), rendered as vLLM renders it: "
     "the demo reads this text"
 )
+# The tokenizer of the template's family: the demo counts the text it reads with it (the usage it
+# reports), and the demo profiles count their spliced prompts with it, so the two agree.
+DEMO_TOKENIZER = "qwen3"

@@ -40,16 +40,18 @@ Pure Python: no Django, no I/O, no randomness.
 from __future__ import annotations
 
 import hashlib
-import re
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from conversations.chat_templates import DEMO_TOKENIZER
 from conversations.demo.conventions import Written, check_response_format, format_type, understand
 from conversations.demo.prompt import through_template
-from conversations.demo.request import Request, RequestError, dump, parse_request
+from conversations.demo.request import Request, RequestError, parse_request
 from conversations.demo.scenarios import DRIP_MARKER_CAP_SECONDS, SLOW_MARKER_CAP_SECONDS
 from conversations.demo.understanding import Question, read_question
+from conversations.loop.splicing.tokens import count_tokens
 from conversations.typealias import JSONDict, JSONValue
 
 
@@ -144,10 +146,8 @@ def _completion_body(request: Request, turn: Written) -> JSONDict:
             for call in turn.calls
         ]
         message["tool_calls"] = tool_calls
-    prompt_tokens = _approximate_tokens(request)
-    completion_tokens = _count_tokens(turn.content or "") + sum(
-        _count_tokens(call.name) + _count_tokens(call.arguments) for call in turn.calls
-    )
+    prompt_tokens = count_tokens(request.prompt, DEMO_TOKENIZER)
+    completion_tokens = count_tokens(_generated(turn), DEMO_TOKENIZER)
     return {
         "id": "chatcmpl-demo" + hashlib.sha256(request.messages_fingerprint.encode()).hexdigest()[:24],
         "object": "chat.completion",
@@ -171,14 +171,20 @@ def _completion_body(request: Request, turn: Written) -> JSONDict:
     }
 
 
-def _approximate_tokens(request: Request) -> int:
-    """A crude stand-in for the prompt's token count: words and punctuation marks in the
-    messages, the calls they replay and the tool definitions. Not a real tokenizer."""
-    texts = [message.text for message in request.messages]
-    texts += [f"{call.name} {call.arguments}" for message in request.messages for call in message.calls]
-    texts += [f"{tool.name} {tool.description} {dump(tool.parameters)}" for tool in request.tools]
-    return sum(_count_tokens(text) for text in texts)
+def _generated(turn: Written) -> str:
+    """The text a model of the template's family generates for ``turn``: its content, each call
+    in the template's ``<tool_call>`` form, and the end of its turn (what a serving engine counts
+    as completion tokens)."""
+    calls = [
+        f'<tool_call>\n{{"name": {json.dumps(call.name)}, "arguments": {_arguments(call.arguments)}}}\n</tool_call>'
+        for call in turn.calls
+    ]
+    return "\n".join(filter(None, [turn.content or "", *calls])) + "<|im_end|>"
 
 
-def _count_tokens(text: str) -> int:
-    return len(re.findall(r"\w+|[^\w\s]", text))
+def _arguments(text: str) -> str:
+    """A call's arguments as the template writes them (``tojson``: JSON, non-ASCII kept)."""
+    try:
+        return json.dumps(json.loads(text), ensure_ascii=False)
+    except ValueError:
+        return json.dumps(text, ensure_ascii=False)

@@ -188,5 +188,6 @@ def _read_responses(body: str, messages: list[Message]) -> list[Message]:
 def through_template(raw: Mapping[str, JSONValue], request: Request) -> Request:
     """``request`` with its messages and tools replaced by those read from its rendered prompt:
     what the demo decides from."""
-    messages, tools = read_prompt(rendered_prompt(raw, request))
-    return replace(request, messages=messages, tools=tools)
+    text = rendered_prompt(raw, request)
+    messages, tools = read_prompt(text)
+    return replace(request, messages=messages, tools=tools, prompt=text)

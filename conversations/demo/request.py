@@ -77,6 +77,9 @@ class Request:
     fingerprint: str
     messages_fingerprint: str
     response_format: JSONDict | None = None
+    # The text the demo read: its chat template's rendering of the request (set by
+    # ``prompt.through_template``; empty before): what its reported usage counts.
+    prompt: str = ""
 
     @property
     def can_call(self) -> bool:
