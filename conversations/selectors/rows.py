@@ -24,6 +24,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, RowNumber
 
+from conversations.loop.llm import ChoiceMode, ToolChoice
 from conversations.models import Conversation, Exchange, ModelProfile, Step, TraceDelivery, Turn
 from conversations.selectors.lone_reads import (
     SERVER_SHOWN,
@@ -355,6 +356,22 @@ def exchange_count(*, conversation: Conversation) -> int:
 def step_get(*, conversation: Conversation, step_id: int) -> Step | None:
     """One step (any, a tool call too) of ``conversation``; None if it is not one of its turns'."""
     return Step.objects.filter(turn__conversation=conversation, pk=step_id).first()
+
+
+def tool_choice_in_force(step: Step) -> tuple[str, str]:
+    """The tool_choice (mode, named tool) the model call of ``step`` ran under: the turn's own
+    until its first decision with calls, ``auto`` after it — the loop relaxes a forced choice
+    once the model has called (``ToolChoice.after_call``). A decision's tool calls are rows after
+    it, so a call of the turn before ``step`` means a decision with calls came before it. One
+    query, only for a forced choice (``auto`` and ``none`` never change)."""
+    turn = step.turn
+    mode, name = turn.tool_choice, turn.tool_choice_name
+    if mode not in {"required", "named"}:
+        return mode, name
+    called = Step.objects.filter(turn_id=step.turn_id, kind=Step.Kind.TOOL, seq__lt=step.seq).exists()
+    choice = ToolChoice(cast("ChoiceMode", mode), name)
+    relaxed = choice.after_call() if called else choice
+    return relaxed.mode, relaxed.name or ""
 
 
 def turn_get(*, conversation: Conversation, turn_id: int) -> Turn | None:

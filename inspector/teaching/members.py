@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import cast
 
 from conversations.typealias import JSONValue
@@ -97,11 +98,12 @@ def _closes_the_object(body: str, at: int) -> bool:
             return False
 
 
-def sent_tool_choice(body: str, fmt: str, *, in_words: str = "") -> str:
+def sent_tool_choice(body: str, fmt: str, *, in_words: str | Callable[[], str] = "") -> str:
     """The tool_choice a model request sent, as written on the wire (compact JSON for an object);
     for a request without one, why (docs/wire-formats.md §1, §3, §4, §5). ``in_words`` is the
-    turn's tool_choice (:func:`turn_tool_choice`): a request that sends no tools field is a
-    paradigm's, whose prompt says that tool_choice in words. Only the members it needs are read
+    tool_choice the request ran under (:func:`turn_tool_choice`), or a function that gives it
+    (called only when needed): a request that sends no tools field is a paradigm's, whose
+    prompt says that tool_choice in words. Only the members it needs are read
     (``top_level_member``): the request's history beside them is most of the body."""
     if not body.lstrip(" \t\n\r").startswith("{"):
         return ""
@@ -124,7 +126,8 @@ def sent_tool_choice(body: str, fmt: str, *, in_words: str = "") -> str:
         has_tools = bool(member("tools"))
         if has_tools:
             return notes().tool_choice["provider_default"]
-        if in_words:
-            return notes().tool_choice["in_words"].format(in_words=in_words)
+        words = in_words() if callable(in_words) else in_words
+        if words:
+            return notes().tool_choice["in_words"].format(in_words=words)
         return notes().tool_choice["no_tools"]
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))

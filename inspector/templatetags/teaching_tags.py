@@ -13,6 +13,7 @@ from django import template
 from django.http import HttpRequest
 from django.utils.safestring import SafeString, mark_safe
 
+from conversations import selectors
 from conversations.models import Exchange, Step, Turn, UserPreference
 from inspector import teaching
 from inspector.preferences import request_preferences
@@ -121,14 +122,14 @@ def call_note(child: Step) -> dict[str, str]:
 @register.filter
 def tool_choice_sent(exchange: Exchange, step: Step) -> str:
     """The tool_choice value a model request carried (for the row's head); for a paradigm's
-    request without the field, the turn's, which its prompt says in words."""
+    request without the field, the one it ran under, which its prompt says in words
+    (``selectors.tool_choice_in_force``: read only for such a request)."""
     if exchange.channel != "llm" or len(exchange.request_body) > FIELDS_LIMIT_CHARS:
         return ""
-    turn = step.turn
     return teaching.sent_tool_choice(
         exchange.request_body,
         teaching.body_format(channel=exchange.channel, label=exchange.label),
-        in_words=teaching.turn_tool_choice(turn.tool_choice, turn.tool_choice_name),
+        in_words=lambda: teaching.turn_tool_choice(*selectors.tool_choice_in_force(step)),
     )
 
 
