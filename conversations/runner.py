@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 import httpx2
 from django.conf import settings
-from django.core.handlers.wsgi import WSGIHandler
 from django.db import DatabaseError, connection
 
 from conversations import events
 from conversations.capabilities import CAPABILITY_FIELDS, capability_downgrades_remember
 from conversations.counting import definitions_counted, prompt_tools_counted, with_response_format
+from conversations.demo import urls as demo_urls
 from conversations.lifecycle import CANCEL, TurnSignal, turn_claim, turn_unwatch, turn_watch, turns_reap_stale
 from conversations.limits import turn_limits
 from conversations.loop.agent import AgentTurn, PromptRenderer, TurnCancelled, run_agent
@@ -97,10 +97,11 @@ def endpoint_for(profile: ModelProfile) -> Endpoint:
 
 @functools.cache
 def _in_process_transport() -> httpx2.WSGITransport:
-    """The app itself as an HTTP transport (the demo model's views), built once per process."""
-    # Not get_wsgi_application(): it runs django.setup() again, whose logging configuration
-    # would write to a Celery worker's redirected sys.stderr, which drops every later record.
-    return httpx2.WSGITransport(app=WSGIHandler())
+    """The demo model's routes as an HTTP transport, built once per process: their own WSGI
+    application (``conversations.demo.urls.application``), not the site's handler, whose
+    middleware is for requests from the network (under the production settings its host check
+    and HTTPS redirect refused the app's own call)."""
+    return httpx2.WSGITransport(app=demo_urls.application)
 
 
 def _on_own_thread(call: Callable[[], ModelReply], *, name: str) -> Future[ModelReply]:
@@ -131,10 +132,10 @@ class AbandonableProvider:
     the record. A reply that was complete before the stop is returned: the loop stops at its
     next check.
 
-    A call to the app's own demo model (``in_process``) has no connection to shut down and runs
-    Django's request handling, whose end-of-request cleanup must not touch the turn's database
-    connection: it runs on a thread of its own, which the turn stops waiting for on a stop (the
-    demo model, seeing ``call_abandoned``, stops "thinking" too); its reply is dropped.
+    A call to the app's own demo model (``in_process``) has no connection to shut down and ends
+    its request as Django does (``request_finished``), whose cleanup must not touch the turn's
+    database connection: it runs on a thread of its own, which the turn stops waiting for on a
+    stop (the demo model, seeing ``call_abandoned``, stops "thinking" too); its reply is dropped.
     """
 
     inner: Provider

@@ -5,6 +5,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from conversations.demo import urls as demo_urls
 from inspector import accounts, api, api_errors, evals_views, paging_views, proxy_views, views
 
 # The admin's own login page counts and refuses password guesses like the site's login.
@@ -108,6 +109,6 @@ urlpatterns = [
     path(
         "api/evals/runs/<uuid:public_id>/cancel", api.EvalRunCancelView.as_view(), name="api-eval-run-cancel"
     ),
-    path("demo-model/", include("conversations.demo.urls")),
+    path(demo_urls.MOUNT, include(demo_urls)),
     path("proxy/<str:key>/", include("conversations.proxy.urls")),
 ]
