@@ -17,6 +17,12 @@ WIDTH = 1000  # the drawing's width in SVG units; the label column takes LABEL_W
 LABEL_WIDTH = 300
 ROW = 26
 MIN_BAR = 2
+FONT = 11  # the text's size in SVG units (.wf-detail in static/css/conversation_detail.css)
+# A width per character of the latency text at FONT: as wide as the widest digit of the usual sans
+# fonts (DejaVu Sans's), wider than its words' letters, so the text fits wherever it is put.
+DETAIL_CHAR = FONT * 0.64
+GAP = 4
+DETAIL_LINE = 14  # a latency text with no room on its bar's row takes a line of this height below
 # A turn of thousands of calls draws its first and last ones, one row between saying how many it
 # left out (10,000 bars were 3 MB of SVG).
 HEAD_BARS = 40
@@ -32,17 +38,16 @@ class Bar:
     label: str
     detail: str
     status: str
+    # Where the latency text goes (``_detail_place``): after, before or inside the bar, or below.
+    detail_place: str
+    detail_x: float
+    detail_y: int
     # The step's own wire exchanges inside the bar: (x, width) each.
     wire: tuple[tuple[float, float], ...] = field(default=())
 
     @property
     def detail_anchor(self) -> str:
-        """Where the latency text goes: after the bar, or before it when the bar ends near the edge."""
-        return "end" if self.x + self.width > WIDTH - 180 else "start"
-
-    @property
-    def detail_x(self) -> float:
-        return self.x - 4 if self.detail_anchor == "end" else self.x + self.width + 4
+        return "end" if self.detail_place == "before" else "start"
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,21 @@ WATERFALL_FIELDS = (
 )
 
 
+def _detail_place(x: float, width: float, detail: str) -> tuple[str, float]:
+    """Where a bar's latency text goes, and the x it is anchored at: after the bar, else before it,
+    else inside it, else on a line of its own below it — never in the label column (a bar from
+    the turn's start to near its end has no room before it, and its text used to land on the
+    labels)."""
+    text = len(detail) * DETAIL_CHAR
+    if x + width + GAP + text <= WIDTH:
+        return "after", x + width + GAP
+    if x - GAP - text >= LABEL_WIDTH + GAP:
+        return "before", x - GAP
+    if width >= text + 2 * GAP:
+        return "inside", x + GAP
+    return "below", max(LABEL_WIDTH + GAP, min(x, WIDTH - text))
+
+
 # One wire exchange's timing, as the bars read it: (step id, started at, duration in ms).
 WireTiming = tuple[int | None, datetime, float | None]
 
@@ -112,25 +132,37 @@ def turn_waterfall(
         ordered = [*ordered[:HEAD_BARS], *ordered[-TAIL_BARS:]] if left_out else ordered
     drawn = ordered
     bars = []
+    y = 0
+    gap_y = 0
     for place, step in enumerate(drawn):
         assert step.finished_at is not None
-        # The row after the first ones says how many were left out.
-        index = place + 1 if left_out and place >= HEAD_BARS else place
+        if left_out and place == HEAD_BARS:
+            # The row after the first ones says how many were left out.
+            gap_y = y + 16
+            y += ROW
         offset = (step.started_at - start).total_seconds() * 1000
         took = (step.finished_at - step.started_at).total_seconds() * 1000
         kind = "tool" if step.parent_id else step.kind
         own = timings.get(step.pk, [])
         on_wire = sum(duration for _, duration in own)
         wire_text = f" · {on_wire:,.0f} ms on the wire" if own else ""
+        x = LABEL_WIDTH + offset * scale
+        width = max(took * scale, MIN_BAR)
+        detail = f"{took:,.0f} ms{wire_text}{_tokens(step)}"
+        detail_place, detail_x = _detail_place(x, width, detail)
+        below = detail_place == "below"
         bars.append(
             Bar(
-                y=index * ROW,
-                x=LABEL_WIDTH + offset * scale,
-                width=max(took * scale, MIN_BAR),
+                y=y,
+                x=x,
+                width=width,
                 kind=kind,
                 label=f"{'  ' if step.parent_id else ''}#{step.seq} {step.title}"[:48],
-                detail=f"{took:,.0f} ms{wire_text}{_tokens(step)}",
+                detail=detail,
                 status=step.status,
+                detail_place=detail_place,
+                detail_x=detail_x,
+                detail_y=y + ROW + 6 if below else y + 16,
                 wire=tuple(
                     (
                         LABEL_WIDTH + (at - start).total_seconds() * 1000 * scale,
@@ -140,11 +172,9 @@ def turn_waterfall(
                 ),
             )
         )
+        y += ROW + (DETAIL_LINE if below else 0)
     ticks = [
         (LABEL_WIDTH + (WIDTH - LABEL_WIDTH) * part / 4, f"{total_ms * part / 4:,.0f} ms")
         for part in range(5)
     ]
-    rows = len(bars) + (1 if left_out else 0)
-    return Waterfall(
-        bars, rows * ROW + 20, total_ms, ticks, len(drawn) + left_out, left_out, HEAD_BARS * ROW + 16
-    )
+    return Waterfall(bars, y + 20, total_ms, ticks, len(drawn) + left_out, left_out, gap_y)

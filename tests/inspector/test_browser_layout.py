@@ -1,0 +1,115 @@
+"""The pages a lecturer projects, measured in a real browser at a projector's sizes: the timeline's
+latency text off the row labels.
+
+The server is the one `make run` starts (tests/inspector/test_browser.py); its conversations are
+asked with `manage.py ask` before it starts: the weather question, Compare over every paradigm, and
+Compare over the demo model's four wire formats (Compare providers)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page
+
+from inspector.waterfall import LABEL_WIDTH, WIDTH
+from tests.inspector.test_browser import PASSWORD, WEATHER, InspectorServer
+from tests.inspector.test_browser_teaching import _manage, browser
+
+__all__ = ["browser"]  # the module's Chromium, shared with the teaching tests' fixture
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
+
+PROVIDERS = ("openai_chat", "openai_responses", "anthropic", "gemini")
+SET_UP = (
+    "from django.contrib.auth import get_user_model; "
+    "from conversations.services import demo_format_profiles_ensure; "
+    "from inspector.preferences import preference_set; "
+    "demo_format_profiles_ensure(stream=False); "
+    "preference_set(user=get_user_model().objects.get(username='admin'), teaching=True)"
+)
+
+
+@dataclass
+class Hall:
+    server: InspectorServer
+    weather: str  # the weather conversation's page
+    paradigms: str  # Compare over every paradigm, the demo model
+    providers: str  # Compare over the four wire formats, native function calling
+
+
+@pytest.fixture(scope="module")
+def hall(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hall]:
+    server = InspectorServer(tmp_path_factory.mktemp("layout"))
+    server.set_up()
+    _manage(server, "shell", "-c", SET_UP)
+    weather = json.loads(_manage(server, "ask", WEATHER, "--json"))
+    every = "native,prompt_xml,prompt_json,structured,intent,auto"
+    paradigms = json.loads(_manage(server, "ask", WEATHER, "--compare", every, "--json"))
+    runs = ",".join(f"demo {provider}:native" for provider in PROVIDERS)
+    providers = json.loads(_manage(server, "ask", WEATHER, "--compare", runs, "--json"))
+    server.start()
+    try:
+        yield Hall(
+            server,
+            f"{server.base}/c/{weather['conversation']['id']}/",
+            f"{server.base}/compare/{paradigms['comparison']}/",
+            f"{server.base}/compare/{providers['comparison']}/",
+        )
+    finally:
+        server.stop()
+
+
+def _signed_in(browser: Browser, hall: Hall, *, width: int, height: int, **options: object) -> Page:
+    context: BrowserContext = browser.new_context(viewport={"width": width, "height": height}, **options)  # type: ignore[arg-type]
+    page = context.new_page()
+    page.goto(f"{hall.server.base}/accounts/login/")
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("form.stacked-form button[type=submit]")
+    page.wait_for_url(f"{hall.server.base}/")
+    return page
+
+
+def _open(page: Page, url: str) -> None:
+    page.goto(url)
+    page.wait_for_load_state("networkidle")
+
+
+def _overlap(a: dict[str, float], b: dict[str, float]) -> bool:
+    return (
+        a["x"] < b["x"] + b["width"]
+        and b["x"] < a["x"] + a["width"]
+        and a["y"] < b["y"] + b["height"]
+        and b["y"] < a["y"] + a["height"]
+    )
+
+
+# Each bar's row label and latency text, as boxes in the drawing's own units.
+WATERFALL_BOXES = """() => [...document.querySelectorAll('.waterfall-chart g.wf-bar')].map(g => {
+  const box = (e) => { const b = e.getBBox(); return {x: b.x, y: b.y, width: b.width, height: b.height}; };
+  return {label: box(g.querySelector('.wf-label')), detail: box(g.querySelector('.wf-detail')),
+          text: g.querySelector('.wf-detail').textContent};
+})"""
+
+
+@pytest.mark.parametrize(("width", "scheme"), [(1280, "light"), (1024, "dark")])
+def test_the_timelines_latency_text_never_lands_on_the_row_labels(
+    browser: Browser, hall: Hall, width: int, scheme: str
+) -> None:
+    page = _signed_in(browser, hall, width=width, height=800, color_scheme=scheme)
+    _open(page, hall.weather)
+
+    rows: list[dict[str, Any]] = page.evaluate(WATERFALL_BOXES)
+
+    assert len(rows) == 4
+    labels = [row["label"] for row in rows]
+    for row in rows:
+        detail = row["detail"]
+        assert detail["x"] >= LABEL_WIDTH, f"{row['text']!r} starts at {detail['x']:.0f}, among the labels"
+        assert detail["x"] + detail["width"] <= WIDTH, f"{row['text']!r} runs past the drawing"
+        assert not any(_overlap(detail, label) for label in labels), row["text"]
+    page.context.close()
