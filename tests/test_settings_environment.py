@@ -222,6 +222,31 @@ def test_an_empty_or_blank_value_means_the_default(monkeypatch: pytest.MonkeyPat
     assert environment.env_str("SECRET_KEY", "kept") == "kept"
 
 
+def _env_reads() -> list[ast.Call]:
+    """The calls in ``settings.py`` that read a variable: a function called with its name first."""
+    return [
+        node
+        for node in ast.walk(ast.parse(SETTINGS.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id.startswith("env_")
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    ]
+
+
+def settings_names() -> set[str]:
+    """Every environment variable ``settings.py`` reads (a string setting's ``NAME_FILE`` aside)."""
+    return {str(call.args[0].value) for call in _env_reads() if isinstance(call.args[0], ast.Constant)}
+
+
+def test_every_setting_read_from_the_environment_is_documented_in_the_deployment_guide() -> None:
+    guide = (REPO_ROOT / "docs" / "deployment.md").read_text()
+
+    assert sorted(name for name in settings_names() if f"`{name}`" not in guide) == []
+
+
 def _settings_readers() -> set[str]:
     """The names of the functions ``settings.py`` calls with a variable's name (a string) first."""
     tree = ast.parse(SETTINGS.read_text())
