@@ -217,3 +217,21 @@ def test_unknown_names_are_refused_with_the_valid_ones(args: list[str], message:
         call_command("ask", WEATHER, *args, stdout=StringIO())
 
     assert not Conversation.objects.exists()
+
+
+HOSTILE = "\x1b]0;PWNED\x07\x1b[31mred\x1b[0m \u202eevil\u202c What is 12 * (3 + 4)?\u2028next"
+
+
+def test_text_a_model_or_a_user_wrote_reaches_the_terminal_inert() -> None:
+    readable, as_json = StringIO(), StringIO()
+
+    call_command("ask", HOSTILE, stdout=readable)
+    call_command("ask", HOSTILE, "--json", stdout=as_json)
+
+    shown = readable.getvalue()
+    for char in ("\x1b", "\x07", "\u202e", "\u202c", "\u2028"):
+        assert char not in shown and char not in as_json.getvalue()
+    assert "⟨U+001B⟩]0;PWNED⟨U+0007⟩" in shown and "⟨U+202E⟩evil⟨U+202C⟩" in shown
+    # The JSON is the same value: only its spelling is escaped.
+    [turn] = json.loads(as_json.getvalue())["turns"]
+    assert turn["question"] == HOSTILE

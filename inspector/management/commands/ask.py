@@ -26,11 +26,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.management.color import Style
 from django.urls import reverse
 
+from conversations.escaping import hidden_marked
 from conversations.loop.llm import tool_result_text
 from conversations.loop.paradigms import PARADIGMS
 from conversations.models import TOOL_CHOICE_MODES, Conversation, Exchange, ModelProfile, Step, Turn
 from conversations.presentation import run_summary_json
-from conversations.record.transcripts.document import export_json, transcript_document
+from conversations.record.transcripts.document import transcript_document
 from conversations.record.transcripts.fields import TranscriptDoc
 from conversations.runner import turn_run
 from conversations.selectors import (
@@ -129,7 +130,7 @@ class Command(BaseCommand):
             for line in turn_report(conversation=conversation, turn=turn, style=self.style):
                 self.stdout.write(line)
         if turn.status != Turn.Status.DONE:
-            raise CommandError(f"the turn {turn.status}: {turn.error or 'no answer'}")
+            raise CommandError(f"the turn {turn.status}: {hidden_marked(turn.error) or 'no answer'}")
 
     def _compare(self, options: dict[str, Any], *, runs: list[tuple[ModelProfile, str]]) -> None:
         """Start the comparison, run each turn here in turn, then print the table (or the JSON)."""
@@ -162,26 +163,31 @@ class Command(BaseCommand):
         unfinished = [run for run in summaries if run.status != Turn.Status.DONE]
         if unfinished:
             listed = "; ".join(
-                f"{run.profile}:{run.paradigm} {run.status}: {run.error or 'no answer'}" for run in unfinished
+                f"{run.profile}:{run.paradigm} {run.status}: {hidden_marked(run.error) or 'no answer'}"
+                for run in unfinished
             )
             raise CommandError(f"{len(unfinished)} of {len(summaries)} runs did not finish: {listed}")
 
     def _print_comparison(self, question: str, runs: list[RunSummary]) -> None:
         self.stdout.write("")
-        self.stdout.write(f"Q: {question}")
+        self.stdout.write(f"Q: {hidden_marked(question)}")
         self.stdout.write("")
         table = [SUMMARY_COLUMNS, *(_summary_row(run) for run in runs)]
         widths = [max(len(row[column]) for row in table) for column in range(len(SUMMARY_COLUMNS))]
         for index, row in enumerate(table):
             self.stdout.write(
-                "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+                hidden_marked(
+                    "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+                )
             )
             if index == 0:
                 self.stdout.write("  ".join("-" * width for width in widths))
         self.stdout.write("")
         for run in runs:
             answer = " ".join(run.answer.split()) or f"({run.status}: {run.error or 'no answer'})"
-            self.stdout.write(f"{run.paradigm} · {run.profile}: {_cut(answer, ANSWER_LINE_CHARS)}")
+            self.stdout.write(
+                hidden_marked(f"{run.paradigm} · {run.profile}: {_cut(answer, ANSWER_LINE_CHARS)}")
+            )
 
 
 def api_document(*, conversation: Conversation) -> TranscriptDoc:
@@ -196,8 +202,13 @@ def api_document(*, conversation: Conversation) -> TranscriptDoc:
 
 
 def turn_json(*, conversation: Conversation) -> str:
-    """What ``--json`` prints for one turn's conversation."""
-    return export_json(api_document(conversation=conversation))
+    """What ``--json`` prints for one turn's conversation: the API's document, every character
+    past ASCII escaped (the same JSON value; a bidi override a model wrote cannot reorder the
+    terminal's line, and control characters are escaped by JSON itself)."""
+    return (
+        json.dumps(api_document(conversation=conversation), indent=2, ensure_ascii=True, sort_keys=True)
+        + "\n"
+    )
 
 
 def turn_report(*, conversation: Conversation, turn: Turn, style: Style) -> Iterator[str]:
@@ -207,7 +218,7 @@ def turn_report(*, conversation: Conversation, turn: Turn, style: Style) -> Iter
     profile = conversation.model_profile
     servers = ", ".join(s.name for s in conversation.servers.order_by("name")) or "none"
     choice = turn.tool_choice + (f" {turn.tool_choice_name}" if turn.tool_choice_name else "")
-    yield f"Q: {turn.question}"
+    yield f"Q: {hidden_marked(turn.question)}"
     yield f"model {profile}  ·  paradigm {turn.paradigm}  ·  tool choice {choice}  ·  servers {servers}"
     yield ""
     for step in turn_rows(turn=turn):
@@ -220,9 +231,9 @@ def turn_report(*, conversation: Conversation, turn: Turn, style: Style) -> Iter
             yield from _step_lines(child, depth=1, style=style)
     yield ""
     if turn.status == Turn.Status.DONE:
-        yield style.SUCCESS(f"Answer: {turn.answer}")
+        yield style.SUCCESS(f"Answer: {hidden_marked(turn.answer)}")
     else:
-        yield style.ERROR(f"Turn {turn.status}: {turn.error}")
+        yield style.ERROR(f"Turn {turn.status}: {hidden_marked(turn.error)}")
     path = reverse("inspector-conversation", kwargs={"public_id": conversation.public_id})
     yield f"Conversation {conversation.public_id}  {path}"
 
@@ -239,12 +250,13 @@ def _steps_path(turn: Turn) -> str:
 def _step_lines(step: Step, *, depth: int, style: Style) -> Iterator[str]:
     pad = INDENT * depth
     status = style.ERROR(step.status) if step.status == Step.Status.ERROR else step.status
-    yield f"{pad}[{step.seq}] {step.kind} · {status} · {step.title}"
+    yield f"{pad}[{step.seq}] {step.kind} · {status} · {hidden_marked(step.title)}"
     for detail in _step_details(step):
-        for line in detail.splitlines() or [""]:
+        # Marked before it is split: a line or paragraph separator is shown, not obeyed.
+        for line in hidden_marked(detail).split("\n") or [""]:
             yield f"{pad}{INDENT}{line}"
     for exchange in loaded_exchanges(step):
-        yield f"{pad}{INDENT}⇄ {_exchange_line(exchange)}"
+        yield f"{pad}{INDENT}⇄ {hidden_marked(_exchange_line(exchange))}"
 
 
 def _step_details(step: Step) -> list[str]:
