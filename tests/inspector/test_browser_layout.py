@@ -1,5 +1,5 @@
 """The pages a lecturer projects, measured in a real browser at a projector's sizes: the timeline's
-latency text off the row labels.
+latency text off the row labels, and the call id inside its column.
 
 The server is the one `make run` starts (tests/inspector/test_browser.py); its conversations are
 asked with `manage.py ask` before it starts: the weather question, Compare over every paradigm, and
@@ -112,4 +112,21 @@ def test_the_timelines_latency_text_never_lands_on_the_row_labels(
         assert detail["x"] >= LABEL_WIDTH, f"{row['text']!r} starts at {detail['x']:.0f}, among the labels"
         assert detail["x"] + detail["width"] <= WIDTH, f"{row['text']!r} runs past the drawing"
         assert not any(_overlap(detail, label) for label in labels), row["text"]
+    page.context.close()
+
+
+def test_a_long_call_id_wraps_inside_its_column(browser: Browser, hall: Hall) -> None:
+    page = _signed_in(browser, hall, width=1024, height=768, color_scheme="dark")
+    _open(page, hall.weather)
+
+    boxes: list[list[float]] = page.evaluate(
+        """() => [...document.querySelectorAll('.call-id code')].map(code => {
+          const own = code.getBoundingClientRect(), column = code.closest('.call').getBoundingClientRect();
+          return [own.right, column.right];
+        })"""
+    )
+
+    assert boxes
+    for right, column in boxes:
+        assert right <= column + 0.5, f"the call id ends at {right:.0f} px, past its column's {column:.0f}"
     page.context.close()
