@@ -1,5 +1,6 @@
 """The pages a lecturer projects, measured in a real browser at a projector's sizes: the timeline's
-latency text off the row labels, and the call id inside its column.
+latency text off the row labels, the call id inside its column, and the home page's "Search
+in" boxes on their labels' lines.
 
 The server is the one `make run` starts (tests/inspector/test_browser.py); its conversations are
 asked with `manage.py ask` before it starts: the weather question, Compare over every paradigm, and
@@ -129,4 +130,28 @@ def test_a_long_call_id_wraps_inside_its_column(browser: Browser, hall: Hall) ->
     assert boxes
     for right, column in boxes:
         assert right <= column + 0.5, f"the call id ends at {right:.0f} px, past its column's {column:.0f}"
+    page.context.close()
+
+
+def test_each_search_in_box_sits_on_its_labels_line(browser: Browser, hall: Hall) -> None:
+    page = _signed_in(browser, hall, width=1280, height=800)
+
+    boxes: list[dict[str, Any]] = page.evaluate(
+        """() => [...document.querySelectorAll('.field-scope input[type=checkbox]')].map(box => {
+          const label = box.closest('label'), range = document.createRange();
+          range.selectNodeContents(label);
+          range.setStartAfter(box);
+          const line = range.getClientRects()[0], own = box.getBoundingClientRect();
+          return {text: label.textContent.trim(), box: {top: own.top, bottom: own.bottom, right: own.right},
+                  line: {top: line.top, bottom: line.bottom, left: line.left}};
+        })"""
+    )
+
+    assert len(boxes) == 5
+    for option in boxes:
+        middle = (option["box"]["top"] + option["box"]["bottom"]) / 2
+        assert option["line"]["top"] <= middle <= option["line"]["bottom"], (
+            f"{option['text']}: not on its line"
+        )
+        assert option["box"]["right"] <= option["line"]["left"] + 1, f"{option['text']}: not before its label"
     page.context.close()
