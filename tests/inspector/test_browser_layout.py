@@ -1,6 +1,6 @@
 """The pages a lecturer projects, measured in a real browser at a projector's sizes: the timeline's
-latency text off the row labels, the call id inside its column, and the home page's "Search
-in" boxes on their labels' lines.
+latency text off the row labels, the call id inside its column, the home page's "Search in"
+boxes on their labels' lines, and the field notes' summaries wrapped rather than cut.
 
 The server is the one `make run` starts (tests/inspector/test_browser.py); its conversations are
 asked with `manage.py ask` before it starts: the weather question, Compare over every paradigm, and
@@ -9,6 +9,7 @@ Compare over the demo model's four wire formats (Compare providers)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -154,4 +155,28 @@ def test_each_search_in_box_sits_on_its_labels_line(browser: Browser, hall: Hall
             f"{option['text']}: not on its line"
         )
         assert option["box"]["right"] <= option["line"]["left"] + 1, f"{option['text']}: not before its label"
+    page.context.close()
+
+
+# A projector's screens.
+SIZES = [(1024, 768), (1280, 720), (1366, 768), (1920, 1080)]
+
+
+@pytest.mark.parametrize(("width", "height"), SIZES[:3])
+def test_the_field_notes_summaries_wrap_rather_than_hide_their_count(
+    browser: Browser, hall: Hall, width: int, height: int
+) -> None:
+    page = _signed_in(browser, hall, width=width, height=height)
+    for url in (hall.weather, hall.providers):
+        _open(page, url)
+
+        summaries: list[dict[str, Any]] = page.evaluate(
+            """() => [...document.querySelectorAll('.teach-fields > summary')].map(s => (
+              {text: s.textContent, scroll: s.scrollWidth, client: s.clientWidth}))"""
+        )
+
+        assert summaries
+        for summary in summaries:
+            assert re.search(r"\(\d+ fields?, ", summary["text"]), summary["text"]
+            assert summary["scroll"] <= summary["client"], f"{width} px: {summary['text']!r} is cut"
     page.context.close()
