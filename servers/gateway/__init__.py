@@ -173,7 +173,7 @@ async def _run(
             # A reused session authorizes with the store it was opened with.
             config.oauth.store.take_from(session.config.oauth.store)
         try:
-            if session.tap.http and not session.dead:
+            if not session.dead:
                 await session.tap.settle(capture, HTTP_SETTLE_SECONDS)
         finally:
             # Cancelled again while it waits, the operation still keeps what it captured; the

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import mcp.types as types
+from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 
 from conversations.loop.wire import WireExchange, decode_body, safe_headers
@@ -41,10 +42,37 @@ class Released(StrayLine):
     """Sent after a big message so the SDK's read loop lets go of it (see ``_exact_stdio``)."""
 
 
+# How many answered requests a session remembers, to tell a later answer to one as a duplicate.
+REMEMBERED_ANSWERS = 64
+
+
 def _id_key(value: object) -> str:
-    """A JSON-RPC id (or progress token) as a dictionary key that keeps its type: JSON-RPC 2.0
-    ids are a string or a number, and ``1`` and ``"1"`` are two different ids."""
+    """A JSON-RPC id (or progress token) as the MCP client library correlates it.
+
+    JSON-RPC 2.0 makes ``7`` and ``"7"`` two ids, but the SDK takes them as one
+    (``mcp.shared.dispatcher.coerce_request_id``, as the TypeScript SDK does): a server that
+    answers request 7 with ``"id": "7"`` has answered it, for the client. The capture pairs as
+    the client does, so its record shows the answer the client used (``_id_note`` says the type
+    was wrong)."""
+    if isinstance(value, str):
+        value = coerce_request_id(value)
     return json.dumps(value)
+
+
+def _id_kind(value: object) -> str:
+    return "a string" if isinstance(value, str) else "a number" if isinstance(value, int) else "not an id"
+
+
+def _id_note(sent: object, answered: object) -> str:
+    """What a record says when an answer's id is the request's only as the client library
+    correlates ids (``_id_key``), not as JSON-RPC 2.0 compares them."""
+    if type(sent) is type(answered) and sent == answered:
+        return ""
+    return (
+        f"the server answered with the id {json.dumps(answered)} ({_id_kind(answered)}) for request id "
+        f"{json.dumps(sent)} ({_id_kind(sent)}): JSON-RPC 2.0 counts them as two ids, the MCP client "
+        "library as one (coerce_request_id), so this is the answer the client used"
+    )
 
 
 class Capture:
@@ -83,6 +111,8 @@ class _Pending:
     capture: Capture | None
     record: WireExchange
     started: float
+    # The request's id as it was sent (its record keeps it as text).
+    sent_id: object = None
 
 
 @dataclass
@@ -103,11 +133,18 @@ class Tap:
     _progress: dict[str, Capture] = field(default_factory=dict)
     _sent_notifications: dict[str, WireExchange] = field(default_factory=dict)
     _answered: dict[str, WireExchange] = field(default_factory=dict)
+    # The last REMEMBERED_ANSWERS requests answered, by the key their answer had, with the
+    # operation each belonged to: a further answer to one is recorded there, as a duplicate.
+    _settled: dict[str, tuple[Capture | None, WireExchange]] = field(default_factory=dict)
+    # Lines a stdio server wrote that the transport has read and the session not yet taken
+    # (``settle`` waits for them: an answer written right after the one the client used).
+    _unseen_lines: int = 0
     # Over HTTP a notification (and a GET or DELETE) is complete only once its HTTP response
     # arrives: such records are held, with the operation they belong to, until then.
     http: bool = False
     _held: dict[int, tuple[Capture | None, WireExchange]] = field(default_factory=dict)
-    _response_seen: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set whenever a held message gets its HTTP response or the session takes a line read.
+    _arrived: asyncio.Event = field(default_factory=asyncio.Event)
     # Whether the server gave the session an id (``Mcp-Session-Id``): only then does a streamable
     # HTTP client open the session's listening stream, a GET, after the handshake. ``listening``
     # is set once that GET has its answer, whatever its status.
@@ -305,23 +342,36 @@ class Tap:
         held = self._held.pop(id(record), None)
         if held is not None:
             self._route(held[0], record)
-            self._response_seen.set()
+            self._arrived.set()
+
+    def lines_read(self, count: int) -> None:
+        """The stdio transport read ``count`` more complete stdout lines."""
+        self._unseen_lines += count
+
+    def line_taken(self) -> None:
+        """The session took one of those lines (or the transport dropped it: ``_LineCutter``)."""
+        self._unseen_lines = max(0, self._unseen_lines - 1)
+        self._arrived.set()
 
     async def settle(self, capture: Capture, seconds: float) -> None:
-        """Wait, at most ``seconds``, for the HTTP responses of ``capture``'s held messages.
+        """Wait, at most ``seconds``, until what already arrived for ``capture`` is recorded.
 
-        The SDK's send of a notification returns before its POST is answered (202), so an
-        operation that ends with one (the handshake's notifications/initialized, a cancel) would
-        otherwise record it without its HTTP status.
+        Over stdio: the lines the server wrote that the transport has read and the session not yet
+        taken. A server may write a second answer right behind the one the client used; taken
+        after the operation ended it would go to the server's transcript, not to the operation
+        as a duplicate. Over HTTP: the responses to ``capture``'s held messages. The SDK's send
+        of a notification returns before its POST is answered (202), so an operation that ends
+        with one (the handshake's notifications/initialized, a cancel) would otherwise record it
+        without its HTTP status.
         """
         deadline = time.monotonic() + seconds
-        while any(owner is capture for owner, _ in self._held.values()):
+        while self._unseen_lines > 0 or any(owner is capture for owner, _ in self._held.values()):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            self._response_seen.clear()
+            self._arrived.clear()
             try:
-                await asyncio.wait_for(self._response_seen.wait(), remaining)
+                await asyncio.wait_for(self._arrived.wait(), remaining)
             except TimeoutError:
                 return
 
@@ -342,6 +392,12 @@ class Tap:
         """Record one item seen on a stream (``send`` = client→server, ``recv`` = server→client)."""
         now = time.monotonic()
         wall = datetime.now(UTC)
+        if (
+            direction == "recv"
+            and isinstance(item, SessionMessage | StrayLine)
+            and not isinstance(item, Released)
+        ):
+            self.line_taken()
         if isinstance(item, StrayLine):
             return  # recorded verbatim when it was read
         if not isinstance(item, SessionMessage):
@@ -376,7 +432,7 @@ class Tap:
                 request_body=body,
             )
             capture = current_capture.get() if direction == "send" else self.newest_active()
-            self._pending[key] = _Pending(capture, record, now)
+            self._pending[key] = _Pending(capture, record, now, sent_id=msg_id)
             token = (message.get("params") or {}).get("_meta", {}).get("progressToken")
             if token is not None and capture is not None:
                 self._progress[_id_key(token)] = capture
@@ -386,6 +442,9 @@ class Tap:
         if is_response:
             counterpart = f"{'send' if direction == 'recv' else 'recv'}:{_id_key(msg_id)}"
             pending = self._pending.pop(counterpart, None)
+            if pending is None and counterpart in self._settled:
+                self._duplicate(direction, msg_id, message, body, wall, *self._settled[counterpart])
+                return
             if pending is None:
                 # Linked to the call in flight when it came (its step shows it; the server's
                 # transcript has it through that call); with none in flight, the transcript's.
@@ -408,11 +467,19 @@ class Tap:
             record.duration_ms = (now - pending.started) * 1000
             if direction == "send":
                 self._answered = {_id_key(msg_id): record}
+            note = _id_note(pending.sent_id, msg_id)
             if "error" in message:
                 record.status = "error"
-                record.error = self.mask(str(message["error"].get("message", "")))
+                record.error = "; ".join(
+                    filter(None, (self.mask(str(message["error"].get("message", ""))), note))
+                )
             else:
                 record.status = "ok"
+                record.error = note
+            self._settled.pop(counterpart, None)
+            self._settled[counterpart] = (pending.capture, record)
+            if len(self._settled) > REMEMBERED_ANSWERS:
+                del self._settled[next(iter(self._settled))]
             self._route(pending.capture, record)
             return
         # A notification.
@@ -440,6 +507,38 @@ class Tap:
             # A log line sent while an operation runs is shown with it (it also reaches the
             # server's transcript through that operation).
             target = self.newest_active()
+        self._route(target, record)
+
+    def _duplicate(
+        self,
+        direction: str,
+        msg_id: object,
+        message: dict[str, Any],
+        body: str,
+        wall: datetime,
+        owner: Capture | None,
+        first: WireExchange,
+    ) -> None:
+        """A further answer to a request already answered: recorded with that request's operation
+        while it is open (else with the one in flight, else the server's transcript). The client
+        library used the first answer: it drops a second one, whatever its id's type."""
+        target = owner if owner is not None and not owner.closed else None
+        if target is None and direction == "recv":
+            target = self.newest_active()
+        where = "" if target is owner else " (it came after that request's operation ended)"
+        record = WireExchange(
+            channel="mcp",
+            label="duplicate response",
+            started_at=wall,
+            jsonrpc_id=str(msg_id),
+            direction="server" if direction == "recv" else "client",
+            response_body=body,
+            status="error" if "error" in message else "ok",
+            error=(
+                f"request {first.jsonrpc_id} ({first.label}) was already answered{where}: the client "
+                "library used the first answer and dropped this one"
+            ),
+        )
         self._route(target, record)
 
     def _watcher(self, uri: str) -> Capture | None:

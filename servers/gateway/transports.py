@@ -229,12 +229,16 @@ async def _each_line_async(
     """
     with suppress(anyio.EndOfStream, OSError):
         async for chunk in stream:
+            # Counted until the session takes each (``Tap.settle``).
+            cutter.tap.lines_read(chunk.count(b"\n"))
             start = 0
             while (end := chunk.find(b"\n", start)) >= 0:
                 cutter.add(chunk[start:end])
                 line = cutter.end(ended=True)
                 if line is not None:
                     await deliver(line)
+                else:
+                    cutter.tap.line_taken()
                 del line
                 start = end + 1
             if start < len(chunk):
