@@ -141,7 +141,7 @@ def _statements(vendor: str) -> _Statements:
         f"SELECT {columns('e', exchange_fields)}, {columns('v', server_fields)} "
         f"FROM {table(Exchange)} e "
         f"LEFT OUTER JOIN {table(server_model)} v ON v.{quote('id')} = e.{quote('server_id')} "
-        f"WHERE e.{quote('step_id')} = %s ORDER BY e.{quote('seq')} ASC, e.{quote('id')} ASC"
+        f"WHERE e.{quote('step_id')} = %s ORDER BY e.{quote('seq')} ASC, e.{quote('id')} ASC LIMIT %s"
     )
     lone_turn = (
         f"SELECT {columns('t', turn_whole_fields)}, {columns('d', delivery_fields)} "
@@ -228,12 +228,12 @@ def lone_row(*, conversation_id: int, step_id: int, calls_count: str, has_exchan
     return step
 
 
-def lone_row_exchanges(*, step_id: int) -> list[Exchange]:
-    """The exchanges of step ``step_id`` in the order they happened, each with its server (its
-    id and name, as ``rows._step_exchanges()`` reads them)."""
+def lone_row_exchanges(*, step_id: int, most: int) -> list[Exchange]:
+    """The first ``most`` exchanges of step ``step_id`` in the order they happened, each with
+    its server (its id and name, as ``rows._step_exchanges()`` reads them)."""
     statements = _statements(connection.vendor)
     with connection.cursor() as cursor:
-        cursor.execute(statements.exchanges, [step_id])
+        cursor.execute(statements.exchanges, [step_id, most])
         found = cursor.fetchall()
     width = len(statements.exchange.attnames)
     exchanges = []

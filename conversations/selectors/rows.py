@@ -97,6 +97,13 @@ CALLS_BATCH = 100
 # A long turn's rows before the ones its page shows load this many at a time (a turn of
 # thousands of rows is read a batch at a time, never whole).
 ROWS_BATCH = 50
+# A step's exchanges a page shows: of a step of more, the first EXCHANGES_HEAD and the last
+# EXCHANGES_TAIL, and how many are between (a server that flooded one step with 100,000
+# notifications made a 184 MB page that took 52 s). The export and the API have every one.
+EXCHANGES_HEAD = 20
+EXCHANGES_TAIL = 20
+# The attribute a step whose exchanges were cut carries: how many it has in all.
+EXCHANGES_COUNT = "exchanges_count"
 
 
 def _tool_calls() -> QuerySet[Step]:
@@ -143,8 +150,51 @@ def _loaded(rows: Iterable[Step], *, every_call: bool = False) -> list[Step]:
         *(row for row in rows if getattr(row, HAS_EXCHANGES, True) and not hasattr(row, EXCHANGES_READ)),
         *(child for row in with_calls for child in row.children.all()),
     ]
-    prefetch_related_objects(steps, Prefetch("exchanges", queryset=_step_exchanges()))
+    if steps:
+        ids = [step.pk for step in steps]
+        prefetch_related_objects(
+            steps, Prefetch("exchanges", queryset=_step_exchanges().filter(pk__in=_exchange_ends(ids)))
+        )
+        _count_cut(steps)
     return rows
+
+
+def _exchange_ends(steps: list[int]) -> Subquery:
+    """The ids of the first ``EXCHANGES_HEAD`` and the last ``EXCHANGES_TAIL`` exchanges of each
+    of ``steps`` (all of a step of fewer), in ``_step_exchanges``' order."""
+    by_step = [F("step_id")]
+    numbered = Exchange.objects.filter(step_id__in=steps).annotate(
+        place=Window(RowNumber(), partition_by=by_step, order_by=[F("seq").asc(), F("id").asc()]),
+        place_from_end=Window(RowNumber(), partition_by=by_step, order_by=[F("seq").desc(), F("id").desc()]),
+    )
+    return Subquery(
+        numbered.filter(Q(place__lte=EXCHANGES_HEAD) | Q(place_from_end__lte=EXCHANGES_TAIL)).values("pk")
+    )
+
+
+def _count_cut(steps: list[Step]) -> None:
+    """Give each step that may have had exchanges left out (as many loaded as a cut step shows)
+    its count in all (``EXCHANGES_COUNT``): one query, only for those."""
+    full = [step.pk for step in steps if len(step.exchanges.all()) == EXCHANGES_HEAD + EXCHANGES_TAIL]
+    if not full:
+        return
+    counts = dict(
+        Exchange.objects.filter(step_id__in=full)
+        .order_by()
+        .values("step_id")
+        .annotate(n=Count("pk"))
+        .values_list("step_id", "n")
+    )
+    for step in steps:
+        if counts.get(step.pk, 0) > EXCHANGES_HEAD + EXCHANGES_TAIL:
+            setattr(step, EXCHANGES_COUNT, counts[step.pk])
+
+
+def exchanges_left(step: Step) -> int:
+    """How many exchanges of ``step`` its loaded ones leave out (between the first
+    ``EXCHANGES_HEAD`` and the last ``EXCHANGES_TAIL``); 0 for a step loaded whole."""
+    total = getattr(step, EXCHANGES_COUNT, None)
+    return 0 if total is None else total - len(loaded_exchanges(step))
 
 
 def loaded_calls(row: Step) -> list[Step]:
@@ -255,9 +305,13 @@ def step_row(*, conversation: Conversation, step_id: int) -> Step | None:
     )
     if row is None:
         return None
-    # A row with tool calls has its exchanges read with theirs (``_loaded``: one query for all).
+    # A row with tool calls has its exchanges read with theirs (``_loaded``: one query for all);
+    # so has a row of more exchanges than a page shows (``_loaded`` reads only its ends).
     if getattr(row, HAS_EXCHANGES) and not getattr(row, CALLS_COUNT):
-        setattr(row, EXCHANGES_READ, lone_row_exchanges(step_id=row.pk))
+        whole = EXCHANGES_HEAD + EXCHANGES_TAIL
+        read = lone_row_exchanges(step_id=row.pk, most=whole + 1)
+        if len(read) <= whole:
+            setattr(row, EXCHANGES_READ, read)
     return _loaded([row])[0]
 
 

@@ -41,7 +41,15 @@ from conversations.pricing import (
     tool_definitions_cost,
     turn_cost,
 )
-from conversations.selectors import CALLS_HEAD, CALLS_TAIL, RunSummary, loaded_exchanges, turn_trace_delivery
+from conversations.selectors import (
+    CALLS_HEAD,
+    CALLS_TAIL,
+    EXCHANGES_HEAD,
+    RunSummary,
+    exchanges_left,
+    loaded_exchanges,
+    turn_trace_delivery,
+)
 from conversations.typealias import JSONValue
 from inspector.fragments import timestamp_iso
 from inspector.handshakes import Origin, session_origins
@@ -429,8 +437,20 @@ def llm_exchanges(step: Step) -> list[Exchange]:
 
 @register.filter
 def mcp_exchanges(step: Step) -> list[Exchange]:
-    """The JSON-RPC messages of a step, notifications and stderr included (as loaded)."""
+    """The JSON-RPC messages of a step, notifications and stderr included (as loaded: of a step
+    of many, its first and last, ``exchanges_cut``)."""
     return [e for e in loaded_exchanges(step) if e.channel == Exchange.Channel.MCP]
+
+
+@register.filter
+def exchanges_cut(step: Step) -> dict[str, int] | None:
+    """Where the messages a step's page leaves out go among its JSON-RPC messages (``at``: after
+    that many of them) and how many they are (``left``); None for a step shown whole."""
+    left = exchanges_left(step)
+    if not left:
+        return None
+    head = loaded_exchanges(step)[:EXCHANGES_HEAD]
+    return {"at": sum(1 for e in head if e.channel == Exchange.Channel.MCP), "left": left}
 
 
 @register.filter
