@@ -163,6 +163,7 @@ async def _run(
         outcome.error = _describe_failure(config, exc)
         if isinstance(exc, MCPError) and exc.error.code == -32001:
             outcome.timed_out = True
+            await pool.give_up(session, outcome.error)
         if _connection_lost(exc):
             session.mark_dead(outcome.error)
             outcome.error = f"{config.name} closed the connection during the call ({outcome.error})"

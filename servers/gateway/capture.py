@@ -156,6 +156,9 @@ class Tap:
     # to fail the connect or the operation at once instead of waiting for a timeout.
     auth_failure: str = ""
     _auth_failed: asyncio.Event | None = None
+    # A request on the session timed out (``SessionPool.give_up``): its transport ends the server
+    # at once — SIGKILL to a stdio server's process group — instead of asking it to stop.
+    hung: bool = False
 
     def stdout_line(self, raw: bytes) -> SessionMessage | Exception:
         """One line a stdio server wrote on stdout (without its newline), for the session.

@@ -463,6 +463,8 @@ class SessionPool:
         # Set whenever a session is released or closed: what a caller waiting for room waits on.
         self._changed = asyncio.Event()
         self._reaper: asyncio.Task[None] | None = None
+        # Why a key's session was given up (``give_up``): told to the caller that opens the next.
+        self._given_up: dict[SessionKey, str] = {}
 
     @property
     def held(self) -> int:
@@ -494,6 +496,7 @@ class SessionPool:
                     return session, False, ""
                 if session is not None:
                     await self._retire(key)
+                reason = reason or self._given_up.pop(key, "")
                 options = self.options()
                 await self._make_room(options)
                 try:
@@ -540,6 +543,22 @@ class SessionPool:
         finally:
             current_capture.reset(token)
         return fresh
+
+    async def give_up(self, session: PooledSession, reason: str) -> None:
+        """A request on ``session`` timed out (``reason``): its server may be stopped or wedged,
+        and every later request on it would wait its whole timeout too.
+
+        It is taken out of service at once, so the next caller gets a new session (and a stdio
+        server a new process); drained as a replaced session is (``_retire``: closed when the
+        calls still running on it end, at the latest after its call timeout); and its server is
+        then killed, not asked to stop (``Tap.hung``: SIGKILL to a stdio server's process group).
+        """
+        session.tap.hung = True
+        session.dead_reason = session.dead_reason or reason
+        key = session_key(session.config)
+        if self._sessions.get(key) is session:
+            self._given_up[key] = f"a request on the previous session timed out ({reason})"
+            await self._retire(key)
 
     def release(self, session: PooledSession) -> None:
         """The operation ``acquire`` leased ``session`` to is over: it may be closed when idle, and

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
@@ -147,7 +149,7 @@ async def _exact_stdio(
             yield read_stream, write_stream
         finally:
             with anyio.CancelScope(shield=True):
-                await _stop(process)
+                await _stop(process, kill=tap.hung)
                 for stream in (read_stream, write_stream, read_writer, write_reader):
                     await stream.aclose()
             tasks.cancel_scope.cancel()
@@ -247,19 +249,26 @@ async def _each_line_async(
     return cutter.end(ended=False) or b""
 
 
-async def _stop(process: Process) -> None:
-    """Close stdin, give the server a grace period, then end its whole process group."""
+async def _stop(process: Process, *, kill: bool = False) -> None:
+    """Close stdin, give the server a grace period, then end its whole process group (SIGTERM,
+    then SIGKILL to what is left) — also when the server itself exited, as what it started may
+    not have. ``kill``: a server that stopped answering (a request timed out) may be stopped
+    (SIGSTOP) or wedged, and would neither read EOF nor handle SIGTERM: its group is sent
+    SIGKILL at once."""
     with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         assert process.stdin is not None
         await process.stdin.aclose()
+    if kill:
+        # The group's id is the server's pid (start_new_session); gone already: nothing to kill.
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
     with anyio.move_on_after(STDIO_EXIT_GRACE_SECONDS):
         while process.returncode is None:
             await anyio.sleep(0.01)
-    if process.returncode is None:
-        await terminate_posix_process_tree(process, STDIO_EXIT_GRACE_SECONDS)
-        with anyio.move_on_after(STDIO_EXIT_GRACE_SECONDS):
-            while process.returncode is None:
-                await anyio.sleep(0.01)
+    await terminate_posix_process_tree(process, STDIO_EXIT_GRACE_SECONDS)
+    with anyio.move_on_after(STDIO_EXIT_GRACE_SECONDS):
+        while process.returncode is None:
+            await anyio.sleep(0.01)
     for pipe in (process.stdout, process.stderr):
         if pipe is not None:
             with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
