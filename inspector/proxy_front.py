@@ -21,10 +21,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 import tempfile
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any
 
+import httpx2
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse
@@ -298,22 +300,111 @@ async def _call(
         if await body.drained():
             await _json(send, request, answer.status, answer.error or {})
         return
-    await _start(send, request, answer.status, answer.headers)
-    await _stream(send, receive, answer.body)
+    await _stream(send, receive, request, (answer.status, answer.headers), answer.body, _llm_broke_off)
 
 
-async def _stream(send: Send, receive: Receive, body: AsyncGenerator[bytes, None]) -> None:
-    """Send ``body`` to the host chunk by chunk; a host that goes away stops it (the body's
-    generator then records what had passed). An upstream that breaks off raises here, so the
-    server breaks the host's answer off too."""
+# What the host gets instead of an answer whose body broke before its first byte: (status,
+# headers, body) for the upstream's error.
+BrokeOff = Callable[[httpx2.HTTPError], tuple[int, list[tuple[str, str]], bytes]]
+
+
+def _llm_broke_off(exc: httpx2.HTTPError) -> tuple[int, list[tuple[str, str]], bytes]:
+    timed_out = isinstance(exc, httpx2.TimeoutException)
+    message = (
+        "the upstream did not go on with its answer in time (MODEL_TIMEOUT_SECONDS)"
+        if timed_out
+        else f"the upstream broke off its answer before its first byte: {type(exc).__name__}"
+    )
+    body = json.dumps(forward.error_body("upstream_broke_off", message)).encode()
+    return 504 if timed_out else 502, [("Content-Type", "application/json")], body
+
+
+def _mcp_broke_off(exc: httpx2.HTTPError) -> tuple[int, list[tuple[str, str]], bytes]:
+    timed_out = isinstance(exc, httpx2.TimeoutException)
+    body = f"proxy: the MCP server broke off its answer before its first byte ({type(exc).__name__})\n"
+    return 504 if timed_out else 502, [("Content-Type", "text/plain")], body.encode()
+
+
+def _running_reactor() -> Any:
+    """Twisted's reactor when it runs this process (daphne serves it), else None."""
+    reactor = sys.modules.get("twisted.internet.reactor")
+    return reactor if reactor is not None and getattr(reactor, "running", False) else None
+
+
+def _daphne_transport(task: asyncio.Task[Any] | None) -> Any:
+    """The Twisted transport of the connection daphne runs ``task`` (the request's application
+    instance) for, else None (another server, or none found). Found from the reactor's listening
+    ports: each one's factory is daphne's, whose server maps every connection's protocol to the
+    application instance it runs."""
+    reactor = _running_reactor()
+    if task is None or reactor is None:
+        return None
+    for reader in reactor.getReaders():
+        server = getattr(getattr(reader, "factory", None), "server", None)
+        for protocol, details in dict(getattr(server, "connections", None) or {}).items():
+            if isinstance(details, dict) and details.get("application_instance") is task:
+                return getattr(protocol, "transport", None)
+    return None
+
+
+async def _break_off(task: asyncio.Task[Any] | None, send: Send) -> None:
+    """End the host's connection with its answer incomplete, as the upstream's broke off: the
+    host must not wait on, and must be able to tell the body did not end (a chunked answer has
+    no terminating chunk, one of a known length falls short).
+
+    ASGI has no message for it: the specification leaves it to the server to close the
+    connection of an application that raises (or returns) mid-answer, which uvicorn does; daphne
+    does not — it logs the error, tries to start a 500 on the started answer, which raises in its
+    application checker (no later application is then reaped) and leaves the socket open. So under
+    daphne the connection is closed here, through its transport (what was sent is flushed first);
+    should it not be found, the answer is ended whole, so the host is at least not left waiting."""
+    transport = _daphne_transport(task)
+    if transport is not None:
+        transport.loseConnection()
+        return
+    if _running_reactor() is not None:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    # Another server closes the connection of an application that returns mid-answer.
+
+
+async def _stream(
+    send: Send,
+    receive: Receive,
+    request: _Request,
+    head: tuple[int, list[tuple[str, str]]],
+    body: AsyncGenerator[bytes, None],
+    broke_off: BrokeOff,
+) -> None:
+    """Send the answer's ``head`` (status, headers) and ``body`` to the host chunk by chunk; a
+    host that goes away stops it (the body's generator then records what had passed).
+
+    The head goes with the first byte of the body (as daphne writes it anyway): an upstream whose
+    body breaks before it gets the host ``broke_off``'s answer (a 502, a 504 for a timeout) at
+    once; one that breaks later has the host's connection ended with its answer incomplete
+    (``_break_off``)."""
+
+    application = asyncio.current_task()  # daphne's application instance for this request
 
     async def pump() -> None:
+        started = False
         try:
             async for chunk in body:
+                if not started:
+                    await _start(send, request, *head)
+                    started = True
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except httpx2.HTTPError as exc:
+            if started:
+                await _break_off(application, send)
+            else:
+                status, headers, text = broke_off(exc)
+                await _whole(send, request, status, text, headers)
+            return
         finally:
             await body.aclose()
+        if not started:
+            await _start(send, request, *head)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def gone() -> None:
         while (await receive())["type"] != "http.disconnect":
@@ -357,5 +448,4 @@ async def _mcp_call(scope: Scope, receive: Receive, send: Send, raw_key: str, se
         if isinstance(answer, HttpResponse):
             await _whole(send, request, answer.status_code, answer.content, list(answer.items()))
             return
-        await _start(send, request, answer.status, answer.headers)
-        await _stream(send, receive, answer.body)
+        await _stream(send, receive, request, (answer.status, answer.headers), answer.body, _mcp_broke_off)

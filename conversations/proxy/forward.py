@@ -491,15 +491,30 @@ async def _passed(
 ) -> AsyncGenerator[bytes, None]:
     problem = ""
     sent, capture = captures
+    # The last bytes of an event stream as they came (none decoded: an encoded one is not read).
+    events = _is_event_stream(upstream.headers)
+    tail = b""
     try:
         async for chunk in upstream.aiter_raw():
             capture.feed(chunk)
+            if events and chunk:
+                tail = (tail + chunk[-4:])[-4:]
             yield chunk
+        if tail and not _ends_an_event(tail):
+            problem = (
+                "the event stream ended mid-event: the upstream closed it with no blank line after "
+                "its last event"
+            )
     except httpx2.HTTPError as exc:
         problem = f"the upstream stopped sending mid-body: {type(exc).__name__}: {exc}"
         raise
     except (asyncio.CancelledError, GeneratorExit):
-        problem = f"the host went away mid-body; the {capture.wire_bytes:,} bytes passed until then are kept"
+        kept = (
+            f"the record keeps the first {capture.kept:,} bytes of it"
+            if capture.cut
+            else "the record keeps them all"
+        )
+        problem = f"the host went away mid-body; {capture.wire_bytes:,} bytes had passed until then, {kept}"
         raise
     finally:
         exchange.status = str(upstream.status_code)
@@ -512,6 +527,26 @@ async def _passed(
             await upstream.aclose()
         except Exception:  # closing a broken connection: nothing left to pass or record
             logger.debug("closing an upstream response failed", exc_info=True)
+
+
+def _is_event_stream(headers: httpx2.Headers) -> bool:
+    encoding = headers.get("content-encoding", "").strip().lower()
+    return headers.get("content-type", "").lower().startswith("text/event-stream") and encoding in (
+        "",
+        "identity",
+    )
+
+
+def _ends_an_event(tail: bytes) -> bool:
+    """``tail`` (an event stream's last bytes) ends with a blank line: two line ends (CRLF, LF
+    or CR each), which is where an event ends (HTML Living Standard, "Server-sent events")."""
+    if tail.endswith(b"\r\n"):
+        rest = tail[:-2]
+    elif tail.endswith((b"\n", b"\r")):
+        rest = tail[:-1]
+    else:
+        return False
+    return rest.endswith((b"\n", b"\r"))
 
 
 def _done(

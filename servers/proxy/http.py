@@ -472,7 +472,7 @@ async def _relay(
     carried: list[tuple[str, WireExchange]] = []  # the server's requests this stream brought
     held = EndpointRewrite(rewrite_endpoint) if rewrite_endpoint is not None else None
     ended = False
-    stopped = ""
+    stopped = broke = ""
     try:
         async for chunk in upstream.aiter_raw():
             total += len(chunk)
@@ -501,6 +501,14 @@ async def _relay(
             if stopped:
                 break
         ended = True
+    except httpx2.HTTPError as exc:
+        # The server broke off (the host's connection is then ended: inspector.proxy_front).
+        broke = (
+            f"the server broke off its answer: {type(exc).__name__}: {exc}"
+            if str(exc)
+            else type(exc).__name__
+        )
+        raise
     finally:
         await upstream.aclose()
         _finish(
@@ -515,7 +523,7 @@ async def _relay(
             awaits_http=awaits_http,
             handed=handed,
             carried=carried,
-            stopped=stopped,
+            stopped=stopped or broke,
         )
 
 
@@ -603,15 +611,22 @@ def _finish(
             return
         if events is None and json_answer and kept and status < 400 and total == len(kept) and ended:
             pairer.message(SERVER, kept)  # the response, read as a message (it pairs with the request)
-        if pairer.pending(record) and (not ended or (events is None and not later)):
+        # Its response comes later only on the legacy transport's stream (a 202 here); else the
+        # answer has ended without it, and the request is recorded with none.
+        if pairer.pending(record) and (not ended or not later):
             if status >= 400:
                 error = f"HTTP {status}"
             elif total > len(kept):
                 error = "the answer was too large to keep whole (EXCHANGE_BODY_LIMIT): recorded cut"
+            elif events is not None and ended:
+                error = "the event stream ended with no JSON-RPC response to this request"
             else:
                 error = "" if not ended else "no JSON-RPC response in the answer"
             pairer.settle(
-                record, body=text if events is None else "", error="; ".join(filter(None, [error, note]))
+                record,
+                body=text if events is None else "",
+                error="; ".join(filter(None, [error, note])),
+                status="no response" if ended and status < 400 and events is not None else "error",
             )
     else:
         # A notification or a response of the host's, a body that is no message, a GET stream, a
