@@ -209,8 +209,11 @@ class RedactionRuleAdmin(admin.ModelAdmin[RedactionRule]):
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin[Team]):
+    """Members see and act on each other's things; viewers follow the members' read-only (a class:
+    the lecturer a member, the students viewers)."""
+
     list_display = ("name",)
-    filter_horizontal = ("members",)
+    filter_horizontal = ("members", "viewers")
     search_fields = ("name",)
 
 

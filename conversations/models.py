@@ -576,10 +576,18 @@ class SecretsChange(models.Model):
 
 
 class Team(models.Model):
-    """People who see each other's conversations."""
+    """People who see each other's conversations: ``members`` see and act on each other's things;
+    ``viewers`` (a class following its lecturer) see the members' things read-only, and the team
+    sees nothing of theirs (``conversations.selectors.access``)."""
 
     name = models.CharField(max_length=80, unique=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="inspector_teams", blank=True)
+    viewers = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        related_name="inspector_teams_viewed",
+        blank=True,
+        help_text="Follow the members' conversations and workbench read-only; their own stay unseen by the team.",
+    )
 
     class Meta:
         ordering = ["name"]

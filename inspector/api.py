@@ -29,7 +29,7 @@ from drf_spectacular.views import SpectacularJSONAPIView
 from rest_framework import serializers
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.authtoken.views import ObtainAuthToken
-from rest_framework.exceptions import NotFound, Throttled, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, Throttled, ValidationError
 from rest_framework.generics import ListAPIView
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import BasePermission, IsAuthenticated
@@ -44,6 +44,7 @@ from conversations.record.transcripts.document import transcript_document, turn_
 from conversations.selectors import (
     conversation_get,
     conversation_list,
+    may_act,
     text_match,
     turn_for_cancel,
     turn_for_reading,
@@ -68,6 +69,10 @@ from inspector.tokens import ExpiringTokenAuthentication, token_obtain, token_re
 
 API_AUTHENTICATION: list[type[BaseAuthentication]] = [ExpiringTokenAuthentication, SessionAuthentication]
 API_PERMISSIONS: list[type[BasePermission]] = [IsAuthenticated]
+
+
+# What a viewer of a team is told when they try to act on a member's conversation they may see.
+READ_ONLY = "You follow this conversation read-only, as a viewer of its owner's team: you may not {}."
 
 
 class ConversationPagination(PageNumberPagination):
@@ -230,6 +235,7 @@ class TurnCancelView(APIView):
                     "cancel_requested_by": serializers.CharField(),
                 },
             ),
+            403: OpenApiResponse(description="A viewer of the owner's team: they follow it read-only."),
             404: OpenApiResponse(description="No such turn, or not yours (the same answer)."),
             409: OpenApiResponse(description="The turn has already finished."),
         },
@@ -237,6 +243,10 @@ class TurnCancelView(APIView):
     def post(self, request: Request, turn_id: int) -> Response:
         turn = turn_for_cancel(user=request.user, turn_id=turn_id)
         if turn is None or not isinstance(request.user, AbstractBaseUser):
+            # A viewer of the owner's team sees the turn: told why, not told it is missing.
+            seen = turn_for_reading(user=request.user, turn_id=turn_id)
+            if seen is not None and not may_act(request.user, seen.conversation.owner_id):
+                raise PermissionDenied(READ_ONLY.format("cancel its turns"))
             raise NotFound("No such turn.")
         try:
             turn = turn_cancel(turn=turn, actor=request.user)

@@ -54,7 +54,7 @@ from django.http import HttpRequest
 from conversations.models import Conversation
 from conversations.record.audit import audit_read
 from conversations.record.exchanges import release_connection
-from conversations.selectors import conversation_changed_at, conversation_get
+from conversations.selectors import conversation_changed_at, conversation_get, following
 from inspector import live, memory
 from inspector.fragments import (
     Message,
@@ -91,9 +91,10 @@ class SharedRenders:
     handle it starts the render, the others that heard the same ring wait for that render and
     send the same text. A render started once a ring has been heard reads the row at least as new
     as the commit that rang it, so it answers everyone who heard that ring, however long each
-    waited in line; a later change rings again. The message depends on the conversation, the row
-    and the teaching layer alone (it is rendered without a request), all three in the key, and
-    every consumer was let in to its conversation when it connected.
+    waited in line; a later change rings again. The message depends on the conversation, the row,
+    the teaching layer and whether the user follows it read-only (a viewer's rows have no buttons
+    that act) alone (it is rendered without a request), all four in the key, and every consumer
+    was let in to its conversation when it connected.
 
     A finished render is kept ``KEEP_SECONDS`` for consumers still in line, at most ``MOST`` of
     them and ``MOST_CHARS`` of their text in all (the oldest go first: one who hears its ring
@@ -517,7 +518,8 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
 
         ring = event.get("ring")
         if isinstance(ring, str):
-            made = await shared_renders.get((ring, *what, self.conversation.pk, self.teaching), text)
+            key = (ring, *what, self.conversation.pk, self.teaching, following(self.conversation))
+            made = await shared_renders.get(key, text)
         else:
             made = await text()
         if made is not None:

@@ -146,6 +146,14 @@ def _spawn_refusals(request: HttpRequest, conversation: Conversation) -> list[st
     return [refusal for server in servers if (refusal := server_spawn_refusal(server=server, user=user))]
 
 
+def _refused_to_viewer(request: HttpRequest, conversation: Conversation, what: str) -> HttpResponse | None:
+    """The page with a 403 (no leak: a viewer sees it) if the user follows it read-only; else None."""
+    if not selectors.following(conversation):
+        return None
+    problem = f"You follow this conversation read-only, as a viewer of its owner's team: you may not {what}."
+    return _detail_page(request, conversation, QuestionForm(), status=STATUS_FORBIDDEN, problem=problem)
+
+
 def _audit_runs(request: HttpRequest, comparison: Comparison, via: str) -> None:
     """A comparison shows its runs' answers and wire formats: a read of each run's conversation."""
     for conversation in comparison.conversations.all():
@@ -313,6 +321,8 @@ def conversation_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
 def turn_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
     # The owner's id is all the question needs; a refused one's page reads the owner then.
     conversation = _conversation(request, public_id, with_owner=False)
+    if refused := _refused_to_viewer(request, conversation, "ask in it"):
+        return refused
     form = QuestionForm(request.POST)
     if not form.is_valid():
         return _detail_page(request, conversation, form, status=STATUS_BAD_REQUEST)
@@ -344,6 +354,8 @@ def step_app(request: HttpRequest, public_id: UUID, step_id: int) -> HttpRespons
     """Open the MCP App of a tool call a turn made: on the workbench page that hosts it
     (``servers.services.app_operation_for_step``), with the call's recorded arguments and result."""
     conversation = _conversation(request, public_id)
+    if refused := _refused_to_viewer(request, conversation, "open its apps (they call its servers)"):
+        return refused
     step = (
         Step.objects.filter(
             pk=step_id, turn__conversation=conversation, kind=Step.Kind.TOOL, server__isnull=False
@@ -362,6 +374,8 @@ def turn_cancel(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResp
     """The page's Cancel button: the same as ``POST /api/turns/<id>/cancel``, then back to the page
     (which shows the turn end live)."""
     conversation = _conversation(request, public_id)
+    if refused := _refused_to_viewer(request, conversation, "cancel its turns"):
+        return refused
     turn = selectors.turn_for_cancel(user=_user(request), turn_id=turn_id)
     if turn is None or turn.conversation_id != conversation.pk:
         raise Http404("No such turn.")
@@ -513,6 +527,8 @@ def turns_earlier(request: HttpRequest, public_id: UUID) -> HttpResponse:
 def turn_replay(request: HttpRequest, public_id: UUID, turn_id: int) -> HttpResponse:
     conversation = _conversation(request, public_id)
     turn = _turn(conversation, turn_id)
+    if refused := _refused_to_viewer(request, conversation, "replay its turns"):
+        return refused
     try:
         replay, _ = services.turn_replay(turn=turn, actor=_user(request))
     except services.ReplayError as exc:

@@ -16,6 +16,7 @@ from conversations.signed_in import signed_in_user as _user
 from servers import mcp_apps, selectors, services
 from servers.models import Operation
 from servers.view_access import operation_or_404 as _operation
+from servers.view_access import read_only_refusal
 
 STATUS_BAD_REQUEST = 400
 STATUS_FORBIDDEN = 403
@@ -52,6 +53,13 @@ def app_tool(request: HttpRequest, operation: Operation) -> tuple[dict[str, Any]
     return (definition, uri) if definition is not None and uri else None
 
 
+def _read_only(request: HttpRequest, operation: Operation) -> JsonResponse | None:
+    """A 403 when the user follows the operation read-only (a viewer of its owner's team sees its
+    app's record but does not drive the app: no reads, calls or traffic on it); else None."""
+    reason = read_only_refusal(request, owner_id=operation.user_id, what="use its MCP App")
+    return None if reason is None else JsonResponse({"error": reason}, status=STATUS_FORBIDDEN)
+
+
 def _app_call(request: HttpRequest, public_id: UUID) -> tuple[Operation, dict[str, Any], str]:
     """The operation whose app is talking, if the user may see it and it has an app; else 404."""
     operation = _operation(request, public_id)
@@ -74,6 +82,8 @@ def app_open(request: HttpRequest, public_id: UUID) -> JsonResponse:
     say where the sandboxed frame loads it from and under which policy; for an app viewed
     before, also the tool calls it made then with the answers it got (the page replays them)."""
     operation, _tool, uri = _app_call(request, public_id)
+    if refused := _read_only(request, operation):
+        return refused
     try:
         read = services.operation_start(
             server=operation.server, user=_user(request), kind=Operation.Kind.RESOURCE_READ, target=uri
@@ -125,6 +135,8 @@ def app_tool_call(request: HttpRequest, public_id: UUID) -> JsonResponse:
     """A ``tools/call`` an app asks the host for: only a tool of the same server (as last
     listed), run and recorded as an ordinary workbench call of the signed-in user."""
     operation, _tool, _uri = _app_call(request, public_id)
+    if refused := _read_only(request, operation):
+        return refused
     body = _json_body(request)
     name = body.get("name") if isinstance(body, dict) else None
     arguments = body.get("arguments", {}) if isinstance(body, dict) else None
@@ -166,6 +178,8 @@ def app_traffic(request: HttpRequest, public_id: UUID) -> JsonResponse:
     Untrusted: at most ``BATCH_MESSAGES`` per post, each cut to ``MESSAGE_CHARS``; items that
     are not ``{"side": "app"|"host", "message": text}`` are refused and counted."""
     operation, _tool, _uri = _app_call(request, public_id)
+    if refused := _read_only(request, operation):
+        return refused
     body = _json_body(request)
     items = body.get("messages") if isinstance(body, dict) else None
     if not isinstance(items, list):

@@ -7,7 +7,9 @@ visible to staff only) and use them, except that only staff may cause a stdio se
 to be started, unless an administrator allowed it on that server: anyone else gets a 403 page
 that says so (``services.SpawnRefused``). What was done with a server — operations, their
 questions, saved calls, the transcript — is visible to the user who did it, their team mates
-and staff (``servers.selectors``); anyone else gets a 404, as for a missing one.
+and staff (``servers.selectors``), and to the viewers of their team read-only: a viewer who
+tries to cancel it, answer its questions, save it, or run or delete a saved call gets a 403
+that says why (``view_access.read_only_refusal``); anyone else gets a 404, as for a missing one.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from servers.gateway.capabilities import unavailable
 from servers.models import LOG_LEVELS, McpServer, OAuthGrant, Operation, PendingInput, SavedCall
 from servers.sampling import review_edits, review_rows
 from servers.view_access import operation_or_404 as _operation
+from servers.view_access import read_only_refusal
 
 TRANSCRIPT_PER_PAGE = 50
 # How long Connect (and the OAuth callback) wait for the flow to reach its next stop.
@@ -80,6 +83,14 @@ def _start(request: HttpRequest, server: McpServer, **operation: Any) -> Operati
         return services.operation_start(server=server, user=_user(request), **operation)
     except services.SpawnRefused as refused:
         return _refused(request, server, str(refused))
+
+
+def _read_only(request: HttpRequest, owner_id: int | None, what: str) -> HttpResponse | None:
+    """A 403 that says why, when the user only follows the row (``read_only_refusal``); else None."""
+    reason = read_only_refusal(request, owner_id=owner_id, what=what)
+    if reason is None:
+        return None
+    return HttpResponse(reason, status=STATUS_FORBIDDEN, content_type="text/plain; charset=utf-8")
 
 
 def _server(request: HttpRequest, name: str) -> McpServer:
@@ -512,7 +523,9 @@ def _operation_context(operation: Operation) -> dict[str, Any]:
 def operation_detail(request: HttpRequest, public_id: UUID) -> HttpResponse:
     operation = _operation(request, public_id)
     context = _operation_context(operation) | {"save_form": SaveCallForm()}
-    found = app_tool(request, operation)
+    # A viewer of the owner's team sees the call but does not drive its app (``app_views``).
+    following = read_only_refusal(request, owner_id=operation.user_id, what="use its app") is not None
+    found = None if following else app_tool(request, operation)
     if found is not None and operation.is_finished and operation.result is not None:
         definition, uri = found
         context["app"] = {"uri": uri, "tool": definition, "arguments": operation.arguments}
@@ -531,6 +544,8 @@ def operation_state(request: HttpRequest, public_id: UUID) -> JsonResponse:
 @require_POST
 def operation_cancel(request: HttpRequest, public_id: UUID) -> HttpResponse:
     operation = _operation(request, public_id)
+    if refused := _read_only(request, operation.user_id, "cancel this operation"):
+        return refused
     services.operation_cancel(operation=operation)
     return redirect("servers-operation", public_id=operation.public_id)
 
@@ -542,6 +557,8 @@ def question_answer(request: HttpRequest, public_id: UUID, question_id: int) -> 
         question = selectors.question_get(user=_user(request), operation=operation, question_id=question_id)
     except PendingInput.DoesNotExist:
         raise Http404("No such question.") from None
+    if refused := _read_only(request, operation.user_id, "answer the questions its server asks"):
+        return refused
     if question.kind == "sampling":
         return _sampling_review(request, operation, question)
     action = request.POST.get("action", "decline")
@@ -593,6 +610,8 @@ def _sampling_review(request: HttpRequest, operation: Operation, question: Pendi
 @require_POST
 def saved_call_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
     operation = _operation(request, public_id)
+    if refused := _read_only(request, operation.user_id, "save its calls"):
+        return refused
     if operation.kind != Operation.Kind.TOOLS_CALL:
         return HttpResponse("Only tool calls can be saved.", status=STATUS_BAD_REQUEST)
     form = SaveCallForm(request.POST)
@@ -606,6 +625,8 @@ def saved_call_create(request: HttpRequest, public_id: UUID) -> HttpResponse:
 @require_POST
 def saved_call_run(request: HttpRequest, public_id: UUID) -> HttpResponse:
     saved = _saved_call(request, public_id)
+    if refused := _read_only(request, saved.owner_id, "run its saved calls"):
+        return refused
     definition = selectors.tool_definition(server=saved.server, name=saved.tool, user=_user(request))
     schema = (definition or {}).get("inputSchema")
     started = _start(
@@ -629,6 +650,8 @@ def saved_call_run(request: HttpRequest, public_id: UUID) -> HttpResponse:
 @require_POST
 def saved_call_delete(request: HttpRequest, public_id: UUID) -> HttpResponse:
     saved = _saved_call(request, public_id)
+    if refused := _read_only(request, saved.owner_id, "delete its saved calls"):
+        return refused
     services.saved_call_delete(saved_call=saved)
     return redirect(reverse("servers-detail", kwargs={"name": saved.server.name}) + "#saved")
 

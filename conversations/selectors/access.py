@@ -13,6 +13,7 @@ from django.db.models import (
     Exists,
     Model,
     OuterRef,
+    Q,
     QuerySet,
     Subquery,
 )
@@ -23,38 +24,77 @@ from conversations.selectors.lone_reads import lone_conversation
 
 _Owned = TypeVar("_Owned", bound=Model)
 
+# The attribute ``conversation_get`` sets on the row it returns: True when the user sees it as
+# a viewer of a team its owner is a member of, and so may not act on it (``following``).
+FOLLOWING = "followed_read_only"
+
 
 def visible_to(
-    rows: QuerySet[_Owned], *, user: AbstractBaseUser | AnonymousUser, owner: str
+    rows: QuerySet[_Owned],
+    *,
+    user: AbstractBaseUser | AnonymousUser,
+    owner: str,
+    acting: bool = False,
 ) -> QuerySet[_Owned]:
     """The one access rule, applied to ``rows`` whose user foreign key is at path ``owner``.
 
-    A row is visible to the user it belongs to and to the members of any team that user belongs
-    to; staff see all; anonymous users see none. A row that belongs to no one (made by a
-    management command, or whose user was deleted) is visible to staff only. Conversations
-    (``owner``), workbench operations (``user``), saved calls (``owner``) and the questions a
-    server asked (``operation__user``) all go through here: every page, API call, export and
-    websocket that shows one looks it up among these rows, so anyone else gets a 404.
+    A row is seen by the user it belongs to, by the members of any team that user is a member
+    of, and by that team's viewers; it is acted on (``acting=True``: a question asked into it, a
+    turn cancelled or replayed, a server's question answered, a saved call run or deleted, an
+    MCP App driven) by its user and those team mates only, never by a viewer. A viewer's own rows
+    are seen by no one of the team they view (only through teams they are a member of). Staff see
+    and act on all; anonymous users on none. A row that belongs to no one (made by a management
+    command, or whose user was deleted) is for staff only. Conversations (``owner``), workbench
+    operations (``user``), saved calls (``owner``) and the questions a server asked
+    (``operation__user``) all go through here: every page, API call, export and websocket that
+    shows one looks it up among these rows, so anyone else gets a 404; a viewer who tries to act
+    on one they see gets a 403 (``may_act``).
     """
     if not user.is_authenticated:
         return rows.none()
     if getattr(user, "is_staff", False):
         return rows
-    # One IN over a short list of users (the user and their team mates, read now), not an OR of
-    # two conditions: the planner can then walk an (owner, ...) index per user.
-    return rows.filter(**{f"{owner}__in": {user.pk, *_team_mates(user.pk)}})
+    # One IN over a short list of users (the user and the owners they may see or act for, read
+    # now), not an OR of conditions: the planner can then walk an (owner, ...) index per user.
+    return rows.filter(**{f"{owner}__in": {user.pk, *_owners(user.pk, acting=acting)}})
 
 
-def _team_mates(user_id: int) -> QuerySet[Model, int]:
-    """The ids of the users who share a team with ``user_id`` (the user too, if in any team)."""
-    return get_user_model().objects.filter(inspector_teams__members=user_id).values_list("pk", flat=True)
+def _owners(user_id: int, *, acting: bool) -> QuerySet[Model, int]:
+    """The ids of the users whose rows ``user_id`` sees (``acting=False``: the members of the
+    teams ``user_id`` is a member or a viewer of) or acts on (``acting=True``: a member of)."""
+    teams = Q(inspector_teams__members=user_id)
+    if not acting:
+        teams |= Q(inspector_teams__viewers=user_id)
+    return get_user_model().objects.filter(teams).values_list("pk", flat=True)
 
 
-def _sees_owners(user: AbstractBaseUser, *, owner_id: int) -> bool:
-    """``visible_to``'s rule for a member (not staff), for one row already read whose owner is
-    ``owner_id``: the user's own row at no cost, a team mate's by one small membership query. The
-    tests hold the two forms to the same answers."""
-    return owner_id == user.pk or _team_mates(user.pk).filter(pk=owner_id).exists()
+def may_act(user: AbstractBaseUser | AnonymousUser, owner_id: int | None) -> bool:
+    """``visible_to(..., acting=True)``'s rule for one row already read (and seen) whose owner is
+    ``owner_id``: staff, the owner, or a member of a team the owner is a member of. False for a
+    viewer, who may see the row but not act on it (a 403, not a 404: the row is no secret to
+    them). The tests hold the two forms to the same answers."""
+    if not user.is_authenticated:
+        return False
+    if getattr(user, "is_staff", False) or (owner_id is not None and owner_id == user.pk):
+        return True
+    return owner_id is not None and _owners(user.pk, acting=True).filter(pk=owner_id).exists()
+
+
+def _sight(user: AbstractBaseUser, *, owner_id: int) -> bool | None:
+    """``visible_to``'s rule for a member or viewer (not staff), for one row already read whose
+    owner is ``owner_id``: None if ``user`` may not see it, else whether they may act on it. The
+    user's own row at no cost, a team mate's by one small membership query, a followed member's
+    by a second."""
+    if owner_id == user.pk or _owners(user.pk, acting=True).filter(pk=owner_id).exists():
+        return True
+    return False if _owners(user.pk, acting=False).filter(pk=owner_id).exists() else None
+
+
+def following(conversation: Conversation) -> bool:
+    """Whether ``conversation`` (from ``conversation_get``) is followed read-only by the user it
+    was read for: a viewer of a team its owner is a member of. Its page shows no question form
+    and no buttons that act; each such request gets a 403."""
+    return bool(getattr(conversation, FOLLOWING, False))
 
 
 def conversation_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Conversation]:
@@ -101,8 +141,9 @@ def conversation_get(
     Not ``conversation_list``'s query: every page, API call and websocket of a conversation
     starts here, and needs nothing a list carries besides (the turn count's subquery, the
     order). The row is read by its public id alone and the rule decided on its owner
-    (``_sees_owners``): building the rule into the query cost more CPU than the owner's read
-    itself, and a team mate's costs one small query more. ``with_owner=False``: the owner is not
+    (``_sight``): building the rule into the query cost more CPU than the owner's read
+    itself, and a team mate's costs one small query more (a followed member's, two). The row
+    carries whether the user follows it read-only (``following``). ``with_owner=False``: the owner is not
     joined (read if asked for), for callers that need the owner's id alone (the question's POST:
     the owner's columns cost about 6% of that request's CPU).
 
@@ -116,8 +157,12 @@ def conversation_get(
     found = lone_conversation(public_id=public_id, with_owner=with_owner)
     if found is None:
         raise Conversation.DoesNotExist("no such conversation")
-    if not (getattr(user, "is_staff", False) or _sees_owners(user, owner_id=found.owner_id)):
+    acting = True if getattr(user, "is_staff", False) else _sight(user, owner_id=found.owner_id)
+    if acting is None:
         raise Conversation.DoesNotExist("no such conversation")
+    # Read by the page's fragments (the question form and the buttons that act are left out)
+    # and by every view that acts, without asking the teams again.
+    setattr(found, FOLLOWING, not acting)
     return found
 
 
