@@ -10,10 +10,13 @@ the app — so it needs no nonces and no third-party package.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+import psycopg
+import redis
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
@@ -28,6 +31,11 @@ from django.utils.deprecation import MiddlewareMixin
 from django.utils.http import is_same_domain
 
 HEALTH_PATH = "/healthz"
+# The longest the probe waits for PostgreSQL or Redis: container probes give up after 4-5 s, and
+# libpq counts any connect_timeout below 2 as 2.
+HEALTH_TIMEOUT_SECONDS = 2
+
+logger = logging.getLogger(__name__)
 
 
 def csp_header_value(policy: Mapping[str, Sequence[str]]) -> str:
@@ -36,21 +44,60 @@ def csp_header_value(policy: Mapping[str, Sequence[str]]) -> str:
 
 
 class HealthCheckMiddleware(MiddlewareMixin):
-    """``GET /healthz``: 200 ``ok`` when the database answers, 503 ``unavailable`` when not.
+    """``GET /healthz``: 200 ``ok`` when the database answers, and Redis when the deployment has
+    one (every page needs it: sessions and throttling live there); 503 ``unavailable`` when not,
+    within about ``HEALTH_TIMEOUT_SECONDS``.
 
     First in the chain, so a container's probe on ``localhost`` needs neither a host listed in
-    ALLOWED_HOSTS, nor HTTPS, nor a session; it reveals nothing but up or down.
+    ALLOWED_HOSTS, nor HTTPS, nor a session; it reveals nothing but up or down (the log says
+    which service did not answer).
     """
 
     def process_request(self, request: HttpRequest) -> HttpResponse | None:
         if request.path != HEALTH_PATH:
             return None
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT 1")
-        except DatabaseError:
+        down = _database_down() or _redis_down()
+        if down:
+            logger.warning("/healthz: %s", down)
             return HttpResponse("unavailable\n", status=503, content_type="text/plain")
         return HttpResponse("ok\n", content_type="text/plain")
+
+
+def _database_down() -> str | None:
+    """Why the database does not answer, or None. PostgreSQL is asked on a connection of the
+    probe's own with a short connect timeout: a connection from the pool would wait up to
+    DATABASE_POOL_TIMEOUT_SECONDS (30 s) while the database is down, far past the probe's wait,
+    holding a thread all along. SQLite is a local file, asked as the pages ask it."""
+    try:
+        if connection.vendor != "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            return None
+        # The parameters Django itself connects with (host, database, user, TLS options).
+        parameters = {**connection.get_connection_params(), "connect_timeout": HEALTH_TIMEOUT_SECONDS}
+        with psycopg.connect(**parameters) as probe:
+            probe.execute("SELECT 1")
+    except (DatabaseError, psycopg.Error) as error:
+        return f"the database does not answer: {error}"
+    return None
+
+
+def _redis_down() -> str | None:
+    """Why Redis does not answer, or None; None too when the deployment has no Redis."""
+    if not settings.REDIS_URL:
+        return None
+    client = redis.Redis.from_url(
+        settings.REDIS_URL,
+        socket_connect_timeout=HEALTH_TIMEOUT_SECONDS,
+        socket_timeout=HEALTH_TIMEOUT_SECONDS,
+    )
+    try:
+        client.ping()
+    except redis.RedisError as error:
+        return f"Redis does not answer: {error}"
+    finally:
+        client.close()
+    return None
 
 
 class NulRefusalMiddleware(MiddlewareMixin):

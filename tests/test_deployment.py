@@ -545,3 +545,55 @@ def test_every_app_service_starts_with_the_compose_environment_resolved_from_the
     # One key of each kind, generated in the shared volume and readable by its owner only.
     for key in ("secret_key", "integrity_key"):
         assert (var_dir / key).is_file() and (var_dir / key).stat().st_mode & 0o777 == 0o600
+
+
+# --- the health probe answers within the container probes' wait ----------------------------------
+
+HEALTH_PROBE = (
+    "import django; django.setup(); from django.test import Client; "
+    "r = Client().get('/healthz'); print(r.status_code, r.content)"
+)
+
+
+@contextlib.contextmanager
+def _silent_server() -> Iterator[int]:
+    """A port that accepts connections and never answers: a hung or firewalled server."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        yield int(silent.getsockname()[1])
+
+
+def test_the_health_probe_answers_503_within_its_own_short_wait_not_the_pools_when_the_database_hangs(
+    tmp_path: Path,
+) -> None:
+    with _silent_server() as port:
+        env = {key: value for key, value in os.environ.items() if key not in {"DATABASE_URL", "REDIS_URL"}}
+        env.update(
+            VAR_DIR=str(tmp_path),
+            DJANGO_SETTINGS_MODULE="inspector.settings",
+            DATABASE_URL=f"postgres://inspector@127.0.0.1:{port}/inspector",
+            # Real requests may wait this long for a connection; the probe must not.
+            DATABASE_POOL_TIMEOUT_SECONDS="3600",
+        )
+        # The bound: long enough for any start-up, far shorter than the pool's timeout.
+        probe = subprocess.run(
+            [sys.executable, "-c", HEALTH_PROBE],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    assert probe.stdout.strip() == "503 b'unavailable\\n'", probe.stderr
+
+
+@pytest.mark.django_db
+def test_the_health_probe_answers_503_when_the_deployment_has_redis_and_it_hangs() -> None:
+    from django.test import Client, override_settings
+
+    with _silent_server() as port, override_settings(REDIS_URL=f"redis://127.0.0.1:{port}/0"):
+        response = Client().get("/healthz", HTTP_HOST="localhost")
+
+    assert (response.status_code, response.content) == (503, b"unavailable\n")
