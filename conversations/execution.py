@@ -13,7 +13,7 @@ from typing import Protocol
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
-from conversations.lifecycle import lifecycle_start
+from conversations.lifecycle import QueuedScan, lifecycle_start, stale_check_register, turns_recover_queued
 from conversations.models import Turn
 from conversations.record.trace_delivery import trace_deliveries_retry
 from conversations.runner import turn_abandon, turn_run
@@ -80,6 +80,25 @@ def turns_resume_queued() -> list[int]:
     for turn_id in queued:
         turn_dispatch(turn_id)
     return queued
+
+
+_queued_scan = QueuedScan()
+
+
+def queued_turns_check() -> None:
+    """In the Celery mode, a check of every serving process (web and worker, ``lifecycle``'s
+    stale check, every ``TURN_REAP_SECONDS``): a turn whose task the broker lost (Redis restarted
+    without persistence while no worker had taken it) is sent again, once, after
+    ``TURN_QUEUED_REDISPATCH_SECONDS``, and failed with the reason after ``TURN_QUEUED_FAIL_SECONDS``
+    (``lifecycle.turns_recover_queued``). The embedded mode resumes its queued turns when a web
+    process starts (``embedded_resume``) and has no broker to lose them."""
+    if settings.TURN_RUNNER == "celery":
+        turns_recover_queued(dispatch=turn_dispatch, scan=_queued_scan)
+
+
+# Registered as this module is imported: every process of the app imports it (the app's
+# ``ready``), so the check is in place before a web process or a worker first looks.
+stale_check_register(queued_turns_check)
 
 
 def serving_start(sender: object, **kwargs: object) -> None:

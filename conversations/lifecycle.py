@@ -16,6 +16,13 @@ recorded and adding an error step that says why. The marking is a conditional UP
 turn that heart-beat meanwhile is left alone, and of two processes reaping at once only one
 writes.
 
+A queued turn has no runner to lose, but its task can be lost: a broker that restarts without
+persistence forgets the messages no worker has taken. ``turns_recover_queued`` (run on the same
+beat in the Celery mode, ``conversations.execution``) hands a turn queued for
+``TURN_QUEUED_REDISPATCH_SECONDS`` to the runner once more, and fails one still queued after
+``TURN_QUEUED_FAIL_SECONDS`` with an error step that says why; the claim makes the second task
+harmless when the first one was not lost after all.
+
 Other apps may check for their own stale work on the same beat (``stale_check_register``): the
 evals app takes over an eval run whose driver is gone. This module never imports them.
 """
@@ -34,7 +41,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from conversations.models import Step, Turn
@@ -407,6 +414,123 @@ def turns_reap_stale(*, now: datetime | None = None, window: float | None = None
         if _interrupt(pk, reason, Q(runner=runner)):
             reaped.append(pk)
     return reaped
+
+
+# How long a turn may stay queued: handed to the runner once more after the first bound, failed
+# after the second. Not in inspector/settings.py (yet): read with these defaults.
+QUEUED_REDISPATCH_SECONDS = 120.0
+QUEUED_FAIL_SECONDS = 3600.0
+
+
+def queued_bounds() -> tuple[float, float]:
+    """``(TURN_QUEUED_REDISPATCH_SECONDS, TURN_QUEUED_FAIL_SECONDS)``, as the settings say now."""
+    return (
+        float(getattr(settings, "TURN_QUEUED_REDISPATCH_SECONDS", QUEUED_REDISPATCH_SECONDS)),
+        float(getattr(settings, "TURN_QUEUED_FAIL_SECONDS", QUEUED_FAIL_SECONDS)),
+    )
+
+
+@dataclass
+class QueuedScan:
+    """Where a process's next look for queued turns starts, so that a look every few seconds reads
+    the newest turns by their primary key, not the whole table (no index has the status).
+
+    ``floor``: ids below it were not queued at the last look, or were dealt with. ``top``: the
+    highest id at the last look. The next floor is the lowest id still queued, or else the top of
+    the look *before*: a turn whose creating transaction commits late (its id drawn before a look,
+    visible only after it) is still read, unless that transaction outlived a whole interval.
+    """
+
+    floor: int = 0
+    top: int = 0
+
+
+@dataclass(frozen=True)
+class QueuedRecovery:
+    """What ``turns_recover_queued`` did: the turns it handed to the runner again, and those it failed."""
+
+    redispatched: list[int]
+    failed: list[int]
+
+
+def turns_recover_queued(
+    *, dispatch: Callable[[int], object], now: datetime | None = None, scan: QueuedScan | None = None
+) -> QueuedRecovery:
+    """Queued turns whose task may have been lost: hand each turn queued for
+    ``TURN_QUEUED_REDISPATCH_SECONDS`` to ``dispatch`` once more — once: a conditional ``UPDATE``
+    marks it (``heartbeat_at``, which only a claim sets otherwise), and of several processes
+    checking at once only the one that marked it dispatches it — and mark failed each turn still
+    queued after ``TURN_QUEUED_FAIL_SECONDS``, with an error step saying why.
+
+    A task that was not lost after all runs the turn or finds it claimed (``turn_claim``): a turn
+    runs once however many tasks it gets. ``scan``: read from where the last look of this process
+    left off (``QueuedScan``); without, every queued turn is read.
+
+    Raises:
+        Exception: whatever ``dispatch`` raised (the broker cannot be reached): that turn is
+            unmarked, so a later check hands it on again.
+    """
+    now = now or timezone.now()
+    again_after, fail_after = queued_bounds()
+    queued = Turn.objects.filter(status=Turn.Status.QUEUED)
+    top = 0
+    if scan is not None:
+        top = Turn.objects.aggregate(top=Max("pk"))["top"] or 0
+        queued = queued.filter(pk__gte=scan.floor)
+    redispatched: list[int] = []
+    failed: list[int] = []
+    waiting: list[int] = []
+    for pk, created, handed in queued.order_by("pk").values_list("pk", "created_at", "heartbeat_at"):
+        age = (now - created).total_seconds()
+        if age >= fail_after:
+            if _fail_queued(pk, _never_started(age, handed is not None)):
+                failed.append(pk)
+            continue
+        waiting.append(pk)
+        if handed is None and age >= again_after and _redispatch(pk, now, age, dispatch):
+            redispatched.append(pk)
+    if scan is not None:
+        scan.floor, scan.top = min([*waiting, scan.top + 1]), top
+    return QueuedRecovery(redispatched=redispatched, failed=failed)
+
+
+def _redispatch(turn_id: int, now: datetime, age: float, dispatch: Callable[[int], object]) -> bool:
+    """Mark the queued turn handed on again, then hand it on, if no process has done so yet. The
+    mark is ``heartbeat_at`` (``updated_at`` stays: browsers have nothing new to show)."""
+    marked = Turn.objects.filter(pk=turn_id, status=Turn.Status.QUEUED, heartbeat_at__isnull=True)
+    if not marked.update(heartbeat_at=now):
+        return False
+    try:
+        dispatch(turn_id)
+    except Exception:
+        Turn.objects.filter(pk=turn_id, status=Turn.Status.QUEUED, heartbeat_at=now).update(heartbeat_at=None)
+        raise
+    logger.warning("turn %s was still queued after %.0f s: handed to the runner again", turn_id, age)
+    return True
+
+
+def _never_started(age: float, handed_again: bool) -> str:
+    again = " (its task was sent again on the way)" if handed_again else ""
+    return (
+        f"the turn never started: no worker took it in the {age:.0f} s it was queued{again}. "
+        "Its task may have been lost (the broker restarted without persistence) or no worker is "
+        "running; ask again once a worker is up."
+    )
+
+
+def _fail_queued(turn_id: int, reason: str) -> bool:
+    """Mark the turn failed if it is still queued, with an error step that says why."""
+    now = timezone.now()
+    # One transaction: nobody sees the turn failed without the step that says why.
+    with transaction.atomic():
+        marked = Turn.objects.filter(pk=turn_id, status=Turn.Status.QUEUED).update(
+            status=Turn.Status.FAILED, error=reason, finished_at=now, updated_at=now
+        )
+        if not marked:
+            return False
+        turn_step_record(turn_id=turn_id, title="the turn never started", error=reason)
+    logger.warning("turn %s failed: %s", turn_id, reason)
+    return True
 
 
 # What a step the dead runner left open says: it never got an answer (its duration is unknown).
