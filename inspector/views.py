@@ -607,8 +607,8 @@ def _columns_context(comparison: Comparison) -> dict[str, object]:
 @require_GET
 def comparison_list(request: HttpRequest) -> HttpResponse:
     """The comparisons and the two forms. ``?from=<conversation>&turn=<id>`` (a turn's "Compare
-    providers" link) fills the providers form with that turn's question: one of the user's
-    turns, its read audited; anyone else's is a 404."""
+    providers" link) fills the providers form with that turn's question: a turn the user may
+    see (``visible_to``: a team's, a followed one's), its read audited; anyone else's is a 404."""
     providers = None
     if "from" in request.GET or "turn" in request.GET:
         turn = _turn_from(request)

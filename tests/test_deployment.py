@@ -9,6 +9,7 @@ import re
 import secrets
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -597,3 +598,42 @@ def test_the_health_probe_answers_503_when_the_deployment_has_redis_and_it_hangs
         response = Client().get("/healthz", HTTP_HOST="localhost")
 
     assert (response.status_code, response.content) == (503, b"unavailable\n")
+
+
+# --- backups ----------------------------------------------------------------------------------
+
+
+def test_the_documented_backup_commands_leave_copies_only_their_owner_can_read(tmp_path: Path) -> None:
+    guide = (REPO_ROOT / "docs" / "deployment.md").read_text()
+    section = guide.split("### Backups", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
+    assert block is not None, "docs/deployment.md §6 Backups shows no commands"
+    # The SQLite installation's lines (pg_dump and manage.py need a server and the app).
+    lines = [
+        line.replace(".venv/bin/python", sys.executable)
+        for line in block.group(1).splitlines()
+        if line.strip()
+        and not line.lstrip().startswith("#")
+        and "pg_dump" not in line
+        and "manage.py" not in line
+    ]
+    (tmp_path / "var").mkdir()
+    with contextlib.closing(sqlite3.connect(tmp_path / "var" / "inspector.sqlite3")) as database:
+        database.execute("CREATE TABLE django_session (k)")
+        database.commit()
+    for key in ("secret_key", "integrity_key"):
+        (tmp_path / "var" / key).write_text("k" * 64)
+        (tmp_path / "var" / key).chmod(0o600)
+
+    # An ordinary login shell's umask, which would leave a new file 0644.
+    result = subprocess.run(
+        ["sh", "-c", "umask 022\n" + "\n".join(lines)], cwd=tmp_path, capture_output=True, text=True
+    )
+
+    assert result.returncode == 0, result.stderr
+    copies = sorted((tmp_path / "backups").iterdir())
+    assert [copy.name for copy in copies] == ["inspector.sqlite3", "integrity_key", "secret_key"]
+    assert {copy.name: copy.stat().st_mode & 0o777 for copy in copies} == dict.fromkeys(
+        ["inspector.sqlite3", "integrity_key", "secret_key"], 0o600
+    )
+    assert (tmp_path / "backups").stat().st_mode & 0o777 == 0o700

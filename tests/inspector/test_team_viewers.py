@@ -349,6 +349,9 @@ def test_a_member_and_staff_still_ask_and_cancel_in_the_lecturers_conversation(
     c = lecture.conversation.public_id
     page = _client(people["assistant"]).get(f"/c/{c}/").content.decode()
     assert 'id="follow-up"' in page and READ_ONLY not in page
+    # docs/teaching.md §7: a team mate's turn fills Compare's form too (not a 404).
+    compare = _client(people["assistant"]).get(f"/compare/?from={c}&turn={lecture.finished.pk}")
+    assert compare.status_code == 200 and "What is the weather in Oslo?" in compare.content.decode()
 
     cancelled = _client(people["dave"]).post(f"/api/turns/{lecture.running.pk}/cancel")
     assert cancelled.status_code == 202
