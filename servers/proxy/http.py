@@ -6,8 +6,9 @@ headers and ``X-Inspector-Session`` left out) and its body streamed as it is; th
 back with the upstream's status and headers, its body streamed chunk by chunk as it arrives
 (``Mcp-Session-Id`` and ``MCP-Protocol-Version`` cross both ways like any header). Nothing is
 parsed on the way: a copy of each chunk is read afterwards, off the byte path, into records
-(``servers.proxy.pairing``), which are stored with ``record_mcp`` in the background, the host's
-credentials (and the proxy key) passed as secrets to mask.
+(``servers.proxy.pairing``), which are stored with ``record_mcp`` in the background, batched and
+bounded (``servers.proxy.storing``), the host's credentials (and the proxy key) passed as
+secrets to mask.
 
 The one change the proxy makes to traffic: the legacy transport's ``endpoint`` event, which
 tells the host where to POST its messages, is rewritten to point back through the proxy
@@ -38,19 +39,19 @@ import httpx2
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 
 from conversations.loop.wire import SECRET_HEADER_RE, WireExchange, decode_body
 from conversations.proxy.forward import HOP_BY_HOP, no_cookies
 from conversations.proxy.keys import authenticate
 from conversations.proxy.models import ProxyKey
-from conversations.proxy.recording import record_mcp
 from conversations.proxy.requests import header_lines, session_name
 from conversations.record.connections import handed_back
 from servers.models import McpServer
 from servers.proxy.pairing import HOST, SERVER, TOO_DEEP, Pairer, Shared, cut, read_json
 from servers.proxy.sse import Event, EventReader
+from servers.proxy.storing import store as _store
+from servers.proxy.storing import stores_pending as stores_pending  # what a test or a shutdown waits on
 from servers.selectors import server_get
 
 log = logging.getLogger(__name__)
@@ -68,10 +69,6 @@ MAX_SCOPES = 1000
 SHARED_PENDING_SECONDS = 24 * 3600
 _pairers: OrderedDict[tuple[object, ...], Pairer] = OrderedDict()
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx2.AsyncClient] = (
-    weakref.WeakKeyDictionary()
-)
-_storing: set[asyncio.Task[None]] = set()
-_order: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.Lock]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -174,49 +171,6 @@ def _pairer(scope: tuple[object, ...]) -> Pairer:
             _pairers.popitem(last=False)
     _pairers.move_to_end(scope)
     return pairer
-
-
-def _store(route: Route, records: Sequence[WireExchange]) -> None:
-    """Store ``records`` in the background (never in the way of the bytes)."""
-    if not records:
-        return
-
-    loop = asyncio.get_running_loop()
-    locks = _order.setdefault(loop, {})
-    lock = locks.setdefault(route.key.pk, asyncio.Lock())
-
-    async def store() -> None:
-        # One key's records are stored one group at a time, in the order they were made (a
-        # lock is fair: tasks reach it in the order they were created).
-        async with lock:
-            try:
-                await sync_to_async(_record, thread_sensitive=False)(route, records)
-            except Exception:
-                log.exception("proxy: %d records of %s could not be stored", len(records), route.server.name)
-
-    task = loop.create_task(store())
-    _storing.add(task)
-    task.add_done_callback(_storing.discard)
-
-
-def stores_pending() -> int:
-    """How many groups of records this process has yet to store (a server shutting down, or a
-    test ending, waits for none to be left)."""
-    return sum(1 for task in list(_storing) if not task.done())
-
-
-def _record(route: Route, records: Sequence[WireExchange]) -> None:
-    try:
-        record_mcp(
-            route.key,
-            session=route.session,
-            server_name=route.server.name,
-            records=list(records),
-            secrets=route.secrets,
-        )
-    finally:
-        # A worker thread of its own: hand its connection back to the pool (no request ends here).
-        connections.close_all()
 
 
 def _wire(text: str) -> bytes:
