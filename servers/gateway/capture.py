@@ -34,6 +34,12 @@ Listener = Callable[[WireExchange], None]
 STRAY_LABEL = "transport error"
 
 
+def wire_text(item: SessionMessage) -> str:
+    """A message as the client writes it: the stdio transport writes this line (and the tap
+    records it), so what is recorded is what crossed the pipe."""
+    return item.message.model_dump_json(by_alias=True, exclude_unset=True)
+
+
 class StrayLine(ValueError):
     """A stdout line that is not a JSON-RPC message; already recorded verbatim by the tap."""
 
@@ -139,6 +145,9 @@ class Tap:
     # Lines a stdio server wrote that the transport has read and the session not yet taken
     # (``settle`` waits for them: an answer written right after the one the client used).
     _unseen_lines: int = 0
+    # The line each message the stdio transport read was parsed from, until the session takes
+    # it (``observe``), by the message's id (the message is kept with it, so the id stays its).
+    _lines: dict[int, tuple[SessionMessage, bytes]] = field(default_factory=dict)
     # Over HTTP a notification (and a GET or DELETE) is complete only once its HTTP response
     # arrives: such records are held, with the operation they belong to, until then.
     http: bool = False
@@ -180,11 +189,14 @@ class Tap:
             except ValueError as parse_error:
                 return self._stray(raw, f"{bad}; not a JSON-RPC message: {_first_line(parse_error)}")
             self._stray(raw, f"{bad}; passed on as a message with U+FFFD in their place")
+            self._lines[id(message)] = (message, raw)
             return message
         try:
-            return SessionMessage(types.jsonrpc_message_adapter.validate_json(text, by_name=False))
+            message = SessionMessage(types.jsonrpc_message_adapter.validate_json(text, by_name=False))
         except ValueError as parse_error:
             return self._stray(raw, f"not a JSON-RPC message: {_first_line(parse_error)}")
+        self._lines[id(message)] = (message, raw)
+        return message
 
     def stdout_fragment(self, raw: bytes) -> None:
         """What a server left after its last newline when its stdout closed (it died mid-line)."""
@@ -301,7 +313,27 @@ class Tap:
         return text
 
     def _body(self, message: dict[str, Any]) -> str:
-        text = self.mask(json.dumps(message, ensure_ascii=False, separators=(",", ":")))
+        """The message as the client library parsed it, serialised (what an HTTP server sent:
+        the SDK reads its bodies and events itself), masked and cut."""
+        return self._cut(self.mask(json.dumps(message, ensure_ascii=False, separators=(",", ":"))))
+
+    def _exact_body(self, text: str, message: dict[str, Any]) -> str:
+        """``text``, the message as it crossed the wire, masked and cut.
+
+        A secret written with JSON escapes (``\\u0073ecret``, ``a\\/b``) is not in the text as
+        itself, so the mask would miss it: when the text has escapes and its parsed value, masked,
+        still holds a secret, the record keeps the message as parsed (``_body``) instead."""
+        masked = self.mask(text)
+        if self.secrets and "\\" in masked:
+            try:
+                value = json.dumps(json.loads(masked), ensure_ascii=False)
+            except ValueError:
+                return self._body(message)
+            if any(secret in value for secret in self.secrets):
+                return self._body(message)
+        return self._cut(masked)
+
+    def _cut(self, text: str) -> str:
         if len(text) > self.body_limit:
             return text[: self.body_limit] + f"\n… [cut: {len(text)} characters in all]"
         return text
@@ -418,8 +450,16 @@ class Tap:
                 current_capture.get(), record
             )
             return
-        message = json.loads(item.message.model_dump_json(by_alias=True, exclude_unset=True))
-        body = self._body(message)
+        text = wire_text(item)
+        message = json.loads(text)
+        line = self._lines.pop(id(item), None) if direction == "recv" else None
+        if direction == "send":
+            body = self._exact_body(text, message)
+        elif line is not None and line[0] is item:
+            body = self._exact_body(decode_body(line[1]), message)
+        else:
+            body = self._body(message)
+        del line
         method = message.get("method")
         msg_id = message.get("id")
         key = f"{direction}:{_id_key(msg_id)}"

@@ -19,7 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
-from servers.gateway.capture import Released, Tap
+from servers.gateway.capture import Released, Tap, wire_text
 from servers.gateway.config import ServerConfig, resolve_references
 from servers.gateway.http_limit import BoundedTransport
 from servers.gateway.oauth import FLOW_STEP, recording_auth
@@ -136,8 +136,7 @@ async def _exact_stdio(
         try:
             async with write_reader:
                 async for message in write_reader:
-                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await stdin.send(data.encode() + b"\n")
+                    await stdin.send(wire_text(message).encode() + b"\n")
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             await read_writer.aclose()
 
