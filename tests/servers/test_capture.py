@@ -353,57 +353,6 @@ def test_over_http_settle_does_not_wait_for_the_messages_of_other_captures() -> 
     assert mine.records == [] and other.records == []
 
 
-def test_a_response_with_the_string_id_does_not_answer_the_request_with_the_number_id() -> None:
-    # JSON-RPC 2.0 ids are a string or a number, and 1 and "1" are two different ids.
-    tap, capture = Tap(body_limit=BODY_LIMIT), Capture()
-
-    with within(capture):
-        tap.observe("send", request(1, "tools/call", CALL))
-    tap.observe("recv", response("1", RESULT))
-
-    assert capture.records == []
-    [stray] = tap.unclaimed
-    assert stray.label == "response to unknown id"
-    assert json.loads(stray.response_body)["id"] == "1"
-
-    tap.observe("recv", response(1, RESULT))
-
-    [record] = capture.records
-    assert (record.label, record.status) == ("tools/call", "ok")
-    assert json.loads(record.response_body)["id"] == 1
-
-
-def test_requests_with_the_ids_1_and_string_1_in_flight_together_each_get_their_own_response() -> None:
-    tap, numbered, named = Tap(body_limit=BODY_LIMIT), Capture(), Capture()
-
-    with within(numbered):
-        tap.observe("send", request(1, "tools/list"))
-    with within(named):
-        tap.observe("send", request("1", "tools/call", CALL))
-    tap.observe("recv", response("1", RESULT))
-    tap.observe("recv", response(1, {"tools": []}))
-
-    [listing] = numbered.records
-    [call] = named.records
-    assert (listing.label, json.loads(listing.response_body)["result"]) == ("tools/list", {"tools": []})
-    assert (call.label, json.loads(call.response_body)["result"]) == ("tools/call", RESULT)
-    assert tap.unclaimed == []
-
-
-def test_a_progress_token_1_is_not_the_token_string_1() -> None:
-    tap, calling = Tap(body_limit=BODY_LIMIT), Capture()
-    params = {**CALL, "_meta": {"progressToken": 1}}
-
-    with within(calling):
-        tap.observe("send", request(5, "tools/call", params))
-    tap.observe("recv", notification("notifications/progress", {"progressToken": "1", "progress": 0.5}))
-    tap.observe("recv", notification("notifications/progress", {"progressToken": 1, "progress": 0.7}))
-
-    [progress] = [r for r in calling.records if r.label == "notifications/progress"]
-    assert json.loads(progress.response_body)["params"]["progress"] == 0.7
-    assert [r.label for r in tap.unclaimed] == ["notifications/progress"]
-
-
 def test_a_response_to_an_unknown_id_goes_with_the_operation_in_flight() -> None:
     tap, capture = Tap(body_limit=BODY_LIMIT), Capture()
     tap.active.append(capture)
