@@ -96,6 +96,7 @@ def test_the_demo_model_over_http_still_meets_the_host_check_and_the_https_redir
     assert over_https.json()["choices"][0]["message"]["content"]
 
 
+@pytest.mark.timeout(600)  # a migrated set-up made on the process's first use, then a process of its own
 def test_manage_py_ask_answers_with_the_readmes_production_settings(tmp_path: Path) -> None:
     """``manage.py ask`` with the README's production block, as an operator runs it after
     ``make setup`` (the embedded default: SQLite, the turn in process)."""
