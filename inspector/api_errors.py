@@ -13,8 +13,10 @@ same shape for any path under ``/api/``, and with the site's own pages elsewhere
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
@@ -22,6 +24,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
+
+from conversations.record.exchanges import release_connection
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +68,34 @@ def _is_api(request: HttpRequest) -> bool:
     return request.path.startswith(API_PREFIX)
 
 
+P = ParamSpec("P")
+
+
+def _connection_handed_back(handler: Callable[P, HttpResponse]) -> Callable[P, HttpResponse]:
+    """``handler`` between two hand-backs of the thread's database connection, as Django closes
+    one around a request (outside a transaction; ``release_connection``: a pooled one goes back
+    to the pool, which drops a broken one).
+
+    Served by daphne, Django renders an error page on a thread of the event loop's executor
+    (``convert_exception_to_response``: ``sync_to_async(response_for_exception,
+    thread_sensitive=False)``), where no request starts or ends and nothing else closes a
+    connection. The page reads the signed-in user and their preferences (the ``teaching``
+    context processor): that connection stayed lent from the pool for the thread's life — a
+    burst of 404s could lend them all — and after a database restart every later page of that
+    thread was a 500."""
+
+    @functools.wraps(handler)
+    def page(*args: P.args, **kwargs: P.kwargs) -> HttpResponse:
+        release_connection(always=True)
+        try:
+            return handler(*args, **kwargs)
+        finally:
+            release_connection(always=True)
+
+    return page
+
+
+@_connection_handed_back
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     """``handler400``: a request Django refused before any view read it."""
     if not _is_api(request):
@@ -73,6 +105,7 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     return JsonResponse({"detail": "the request was refused as malformed"}, status=STATUS_BAD_REQUEST)
 
 
+@_connection_handed_back
 def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
     """``handler403``."""
     if not _is_api(request):
@@ -80,6 +113,7 @@ def permission_denied(request: HttpRequest, exception: Exception) -> HttpRespons
     return JsonResponse({"detail": "you may not do this"}, status=STATUS_FORBIDDEN)
 
 
+@_connection_handed_back
 def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     """``handler404``: under ``/api/``, the path is no endpoint (the list is in
     ``/api/openapi.json``)."""
@@ -91,6 +125,7 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     )
 
 
+@_connection_handed_back
 def server_error(request: HttpRequest) -> HttpResponse:
     """``handler500``: Django has logged the exception already."""
     if not _is_api(request):

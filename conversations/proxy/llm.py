@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
-from django.db import connections
+from django.db import close_old_connections, connections
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -81,11 +81,28 @@ BAD_KEY = refusal(401, "invalid_proxy_key", "unknown or revoked inspector proxy 
 
 async def key_for(raw_key: str) -> ProxyKey | None:
     """The key ``raw_key`` is (None: unknown or revoked): from this process's recent keys while
-    fresh (``keys.KEY_CACHE_SECONDS``), else looked up in a thread."""
+    fresh (``keys.KEY_CACHE_SECONDS``), else looked up in a thread (``_looked_up``)."""
     key = keys.RECENT.get(raw_key)
     if key is None:
-        key = await sync_to_async(keys.RECENT.authenticate, thread_sensitive=False)(raw_key)
+        key = await sync_to_async(_looked_up, thread_sensitive=False)(raw_key)
     return key
+
+
+def _looked_up(raw_key: str) -> ProxyKey | None:
+    """``keys.RECENT.authenticate`` on a thread of the event loop's executor, as Django handles a
+    request: a connection the thread kept is dropped first (``close_old_connections``) and every
+    one it holds is closed after.
+
+    No request starts or ends on such a thread, so nothing else does it, and the thread also
+    renders Django's error pages (``inspector.api_errors``). A connection left open there stayed
+    lent from the pool for the thread's life and, after a database restart, failed every later
+    look-up with "the connection is closed". Closed, a pooled connection goes back to the pool
+    (a broken one is dropped by it) and the look-up borrows one the pool has tested."""
+    close_old_connections()
+    try:
+        return keys.RECENT.authenticate(raw_key)
+    finally:
+        connections.close_all()
 
 
 def upstream_url(key: ProxyKey, form: Format, path: str, query: str) -> str | Refusal:
