@@ -1,6 +1,7 @@
 """The pages a lecturer projects, measured in a real browser at a projector's sizes: the timeline's
-latency text off the row labels, the call id inside its column, the home page's "Search in"
-boxes on their labels' lines, and the field notes' summaries wrapped rather than cut.
+latency text off the row labels, Compare's charts readable (text at least 12 CSS px, no label under
+a bar or a value), the call id inside its column, the home page's "Search in" boxes on their
+labels' lines, and the field notes' summaries wrapped rather than cut.
 
 The server is the one `make run` starts (tests/inspector/test_browser.py); its conversations are
 asked with `manage.py ask` before it starts: the weather question, Compare over every paradigm, and
@@ -19,7 +20,7 @@ from playwright.sync_api import Browser, BrowserContext, Page
 
 from inspector.waterfall import LABEL_WIDTH, WIDTH
 from tests.inspector.test_browser import PASSWORD, WEATHER, InspectorServer
-from tests.inspector.test_browser_teaching import _manage, browser
+from tests.inspector.test_browser_teaching import _manage, _overflow, browser
 
 __all__ = ["browser"]  # the module's Chromium, shared with the teaching tests' fixture
 
@@ -179,4 +180,76 @@ def test_the_field_notes_summaries_wrap_rather_than_hide_their_count(
         for summary in summaries:
             assert re.search(r"\(\d+ fields?, ", summary["text"]), summary["text"]
             assert summary["scroll"] <= summary["client"], f"{width} px: {summary['text']!r} is cut"
+    page.context.close()
+
+
+# What text on a projector must be at least (CSS px) to be read in a hall.
+READABLE_PX = 12
+
+# Every chart's texts and bars: each text's size on screen (its font size times the drawing's
+# scale), and its box in the drawing's units; each bar's box.
+CHART_GEOMETRY = """() => [...document.querySelectorAll('#compare-charts svg.bar-chart')].map(svg => {
+  const scale = svg.getScreenCTM().a;
+  const box = (e) => { const b = e.getBBox(); return {x: b.x, y: b.y, width: b.width, height: b.height}; };
+  const text = (e) => ({text: e.textContent, box: box(e), px: parseFloat(getComputedStyle(e).fontSize) * scale});
+  return {
+    measure: svg.closest('figure').dataset.measure,
+    view: svg.viewBox.baseVal.width,
+    labels: [...svg.querySelectorAll('.cc-label')].map(text),
+    values: [...svg.querySelectorAll('.cc-value')].map(text),
+    bars: [...svg.querySelectorAll('rect')].map(box),
+  };
+})"""
+
+
+def _assert_readable(chart: dict[str, Any], where: str) -> None:
+    for text in chart["labels"] + chart["values"]:
+        assert text["px"] >= READABLE_PX, f"{where}: {text['text']!r} is {text['px']:.1f} px"
+        box = text["box"]
+        assert box["x"] >= 0 and box["x"] + box["width"] <= chart["view"], f"{where}: {text['text']!r} is cut"
+    for label in chart["labels"]:
+        for bar in chart["bars"]:
+            assert not _overlap(label["box"], bar), f"{where}: a bar covers {label['text']!r}"
+        for value in chart["values"]:
+            assert not _overlap(label["box"], value["box"]), (
+                f"{where}: {value['text']!r} on {label['text']!r}"
+            )
+    shown = [label["text"] for label in chart["labels"]]
+    assert len(set(shown)) == len(shown), f"{where}: two runs read alike: {shown}"
+
+
+@pytest.mark.parametrize(("width", "height"), SIZES)
+def test_compares_charts_are_readable_on_a_projector_and_tell_the_runs_apart(
+    browser: Browser, hall: Hall, width: int, height: int
+) -> None:
+    page = _signed_in(browser, hall, width=width, height=height)
+    for url, runs in ((hall.paradigms, 6), (hall.providers, len(PROVIDERS))):
+        _open(page, url)
+
+        charts: list[dict[str, Any]] = page.evaluate(CHART_GEOMETRY)
+
+        assert len(charts) == 6
+        for chart in charts:
+            where = f"{width}x{height} {chart['measure']}"
+            assert len(chart["labels"]) == runs, where
+            _assert_readable(chart, where)
+        assert _overflow(page) == 0
+    # Compare providers: what tells the runs apart (the wire format's profile) is on screen.
+    tokens = next(chart for chart in charts if chart["measure"] == "tokens_in")
+    for provider, label in zip(PROVIDERS, tokens["labels"], strict=True):
+        assert f"demo {provider}" in label["text"]
+    page.context.close()
+
+
+def test_the_cost_charts_no_price_text_stays_off_the_labels(browser: Browser, hall: Hall) -> None:
+    page = _signed_in(browser, hall, width=1024, height=768)
+    _open(page, hall.paradigms)
+
+    charts: list[dict[str, Any]] = page.evaluate(CHART_GEOMETRY)
+
+    cost = next(chart for chart in charts if chart["measure"] == "cost")
+    assert {value["text"] for value in cost["values"]} == {"no price or no usage"}
+    for value in cost["values"]:
+        for label in cost["labels"]:
+            assert not _overlap(value["box"], label["box"]), f"{value['text']!r} on {label['text']!r}"
     page.context.close()
