@@ -55,6 +55,11 @@ ROW_SECTIONS: Mapping[str, frozenset[str]] = {
     "layers": frozenset(
         {
             "prompt",
+            "prompt_exact",
+            "prompt_illustrative",
+            "prompt_as_sent",
+            "prompt_warning",
+            "prompt_failed",
             "request",
             "response",
             "parsed",

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from html import escape
 
+from conversations.loop.splicing.templates import PARADIGM_SOURCE
 from inspector.teaching.loading import Note, notes
 from inspector.teaching.markup import note_html
 
@@ -20,8 +21,14 @@ _ROWS = notes()
 ROLES: Mapping[str, str] = _ROWS.roles
 # What each kind of row (step) is, for the row's teaching line.
 STEP_NOTES: Mapping[str, str] = _ROWS.steps
-# The columns of a row, as layers.
+# The columns of a row, as layers (a spliced prompt's: :func:`prompt_layer`).
 LAYERS: Mapping[str, str] = _ROWS.layers
+# What a spliced prompt may claim, as the code labels it (``Rendering.status``): the badge of
+# templates/inspector/_prompt_badge.html shows one, :func:`prompt_label` reads it from a record.
+PROMPT_LABELS = ("exact", "warning", "failed", "as sent", "illustrative")
+# How the source of a paradigm's messages starts: "as sent", or, in a record made before that
+# label existed (which stored them as exact), the words after it.
+_AS_SENT_SOURCES = (PARADIGM_SOURCE.partition(" — ")[0], PARADIGM_SOURCE.partition(": ")[2])
 SELECT_NOTE: Note = _ROWS.calls["select"]
 EXECUTE_NOTE: Note = _ROWS.calls["execute"]
 # The mark teaching mode sets before a selected call's note, by what happened to the call.
@@ -99,6 +106,30 @@ def step_note(kind: str, *, went_on: bool | None = None) -> str:
 def call_note(outcome: str) -> tuple[str, Note]:
     """The mark and the note of a call's outcome (:func:`call_outcome`)."""
     return CALL_MARKS[outcome], _ROWS.calls[outcome]
+
+
+def prompt_label(*, exact: bool, source: str) -> str:
+    """The label of a recorded spliced prompt (``Step.prompt_exact``, ``Step.prompt_source``), one
+    of :data:`PROMPT_LABELS`, by the rules of the badge every page shows
+    (templates/inspector/_prompt_badge.html): a failed template first, then the messages as sent
+    (an old record stored those as exact), then exact, a warning, and otherwise illustrative."""
+    if source.startswith("failed:"):
+        return "failed"
+    if source.startswith(_AS_SENT_SOURCES):
+        return "as sent"
+    if exact:
+        return "exact"
+    if " — warning: " in source:
+        return "warning"
+    return "illustrative"
+
+
+def prompt_layer(label: str) -> str:
+    """What a spliced prompt labelled ``label`` (:data:`PROMPT_LABELS`; ``as-sent`` and ``as_sent``
+    too) is, for its teaching note: only an exact prompt is the text the model reads. A label not
+    known here gets the note that is true of every prompt (``LAYERS["prompt"]``)."""
+    key = "prompt_" + label.strip().replace(" ", "_").replace("-", "_")
+    return LAYERS.get(key, LAYERS["prompt"])
 
 
 def turn_tool_choice(mode: str, name: str = "") -> str:
