@@ -46,6 +46,10 @@ class Slide:
     text: str = ""
     mark: str = ""  # "select" or "execute": the two moments teaching mode points at
     fmt: str = ""
+    # The words of the mark (SELECT; for a call, what happened to it: EXECUTE, NOT EXECUTED…).
+    mark_text: str = ""
+    # A prompt slide's row: its label (exact, illustrative, as sent), source and token counts.
+    prompt_of: Step | None = None
 
     @cached_property
     def _shown(self) -> tuple[str, bool]:
@@ -80,7 +84,7 @@ def _pretty(text: str) -> tuple[str, bool]:
 
 
 def _exchange_slide(
-    step: Step, exchange: Exchange, part: str, *, layer: str, title: str, mark: str = ""
+    step: Step, exchange: Exchange, part: str, *, layer: str, title: str, mark: str = "", mark_text: str = ""
 ) -> Slide:
     body = exchange.request_body if part == "request" else exchange.response_body
     roles = teaching.exchange_roles(
@@ -99,6 +103,7 @@ def _exchange_slide(
         explanation=teaching.LAYERS[layer],
         text=body,
         mark=mark,
+        mark_text=mark_text,
         fmt=teaching.body_format(channel=exchange.channel, label=exchange.label),
     )
 
@@ -128,21 +133,25 @@ def _model_slides(step: Step, exchanges: Sequence[Exchange]) -> list[Slide]:
     slides: list[Slide] = []
     host_model = teaching.Roles("Host", "Model", "What the model reads: text, whatever the paradigm.")
     if step.prompt:
+        label = teaching.prompt_label(exact=step.prompt_exact, source=step.prompt_source)
         slides.append(
             Slide(
                 step.seq,
                 "prompt",
-                f"#{step.seq} What the model reads",
+                f"#{step.seq} What the model reads"
+                if label == "exact"
+                else f"#{step.seq} The prompt ({label})",
                 host_model,
-                teaching.LAYERS["prompt"],
+                teaching.prompt_layer(label),
                 step.prompt,
+                prompt_of=step,
             )
         )
     for exchange in exchanges:
         choice = teaching.sent_tool_choice(
             exchange.request_body,
             teaching.body_format(channel="llm", label=exchange.label),
-            in_words=teaching.turn_tool_choice(step.turn.tool_choice, step.turn.tool_choice_name),
+            in_words=lambda: teaching.turn_tool_choice(*selectors.tool_choice_in_force(step)),
         )
         title = f"#{step.seq} The request: {exchange.label}" + (f" · tool_choice {choice}" if choice else "")
         slides.append(_exchange_slide(step, exchange, "request", layer="request", title=title))
@@ -159,17 +168,27 @@ def _model_slides(step: Step, exchanges: Sequence[Exchange]) -> list[Slide]:
                 teaching.LAYERS["parsed"],
                 _calls_text(step.calls),
                 mark="select",
+                mark_text="SELECT",
             )
         )
     return slides
 
 
 def _call_slides(step: Step, child: Step) -> list[Slide]:
+    """The slides of one selected call (the tool step ``child``), marked with what its record
+    says happened to it (``teaching.call_outcome``, as its row on the page is): a call the host
+    refused was never sent, so its slide says that, not what a ``tools/call`` does."""
+    exchanges = list(child.exchanges.all())
+    sent = any(e.channel == "mcp" and e.label == "tools/call" for e in exchanges)
+    outcome = teaching.call_outcome(
+        status=child.status, error=child.error, is_error=child.is_error, sent=sent
+    )
+    mark_text, note = teaching.call_note(outcome)
     slides: list[Slide] = []
-    for exchange in child.exchanges.all():
+    for exchange in exchanges:
         if exchange.channel != "mcp" or exchange.label == "stderr":
             continue
-        mark = "execute" if exchange.label == "tools/call" else ""
+        call = exchange.label == "tools/call"
         slides.append(
             _exchange_slide(
                 step,
@@ -177,7 +196,8 @@ def _call_slides(step: Step, child: Step) -> list[Slide]:
                 "request",
                 layer="rpc_request",
                 title=f"#{step.seq} The host executes: {exchange.label}",
-                mark=mark,
+                mark="execute" if call else "",
+                mark_text=mark_text if call else "",
             )
         )
         slides.append(
@@ -189,15 +209,28 @@ def _call_slides(step: Step, child: Step) -> list[Slide]:
                 title=f"#{step.seq} The result of {child.title}",
             )
         )
-    if child.error and not child.exchanges.all():
+    if outcome == "refused":
         slides.append(
             Slide(
                 step.seq,
-                "rpc_request",
+                "refused",
                 f"#{step.seq} Not executed: {child.title}",
-                None,
-                teaching.LAYERS["rpc_request"],
+                teaching.Roles("Host", "Model", note.text, note.spec),
+                "The host's reason, which goes back to the model as the call's result:",
                 child.error,
+                mark_text=mark_text,
+            )
+        )
+    elif child.error and not exchanges:
+        slides.append(
+            Slide(
+                step.seq,
+                "error",
+                f"#{step.seq} No exchange recorded: {child.title}",
+                teaching.Roles("Host", "Model", note.text, note.spec),
+                teaching.LAYERS["error"],
+                child.error,
+                mark_text=mark_text,
             )
         )
     return slides
