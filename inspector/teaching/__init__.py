@@ -40,6 +40,7 @@ from inspector.teaching.roles import (
     exchange_roles,
     prompt_label,
     prompt_layer,
+    select_note,
     step_note,
     turn_tool_choice,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "notes_load",
     "prompt_label",
     "prompt_layer",
+    "select_note",
     "sent_tool_choice",
     "step_note",
     "top_level_member",

@@ -7,7 +7,8 @@ Which files there are and what each may hold:
   optionally ``inherits`` (the shared file whose notes the format starts from; its own win).
 - ``model_apis.yaml``: the notes every model API shares (``notes`` only), inherited.
 - ``rows.yaml``: ``roles`` (party to text), ``steps`` (step kind to text), ``layers`` (layer to
-  text), ``calls`` (``select`` and ``execute``, notes), ``exchanges`` (notes whose text may
+  text), ``calls`` (``select`` and ``execute``, notes), ``select`` (paradigm to note: how the
+  model selected a call), ``exchanges`` (notes whose text may
   name ``{label}`` and ``{server}``) and ``tool_choice`` (why a request sent none; text that may
   name ``{in_words}``), each with exactly the keys the pages ask for.
 
@@ -74,11 +75,12 @@ ROW_SECTIONS: Mapping[str, frozenset[str]] = {
     "calls": frozenset(
         {"select", "execute", "tool_error", "running", "refused", "failed", "cancelled", "recorded"}
     ),
+    "select": frozenset({"native", "prompt_xml", "prompt_json", "structured", "intent"}),
     "exchanges": frozenset({"model", "stderr", "from_server", "tools_call", "to_server"}),
     "tool_choice": frozenset({"provider_default", "in_words", "no_tools"}),
 }
 # Sections of rows.yaml whose values are notes (text and spec) rather than plain text.
-NOTE_SECTIONS = frozenset({"calls", "exchanges"})
+NOTE_SECTIONS = frozenset({"calls", "select", "exchanges"})
 # The placeholders a section's texts may name (``str.format`` fields); elsewhere none.
 PLACEHOLDERS: Mapping[str, frozenset[str]] = {
     "exchanges": frozenset({"label", "server"}),
@@ -103,6 +105,7 @@ class Notes:
     steps: Mapping[str, str]
     layers: Mapping[str, str]
     calls: Mapping[str, Note]
+    select: Mapping[str, Note]
     exchanges: Mapping[str, Note]
     tool_choice: Mapping[str, str]
 
@@ -286,6 +289,7 @@ def notes_load(directory: Path = NOTES_DIR) -> Notes:
         steps=_texts(rows["steps"]),
         layers=_texts(rows["layers"]),
         calls=rows["calls"],
+        select=rows["select"],
         exchanges=rows["exchanges"],
         tool_choice=_texts(rows["tool_choice"]),
     )

@@ -29,7 +29,25 @@ PROMPT_LABELS = ("exact", "warning", "failed", "as sent", "illustrative")
 # How the source of a paradigm's messages starts: "as sent", or, in a record made before that
 # label existed (which stored them as exact), the words after it.
 _AS_SENT_SOURCES = (PARADIGM_SOURCE.partition(" — ")[0], PARADIGM_SOURCE.partition(": ")[2])
+# A selected call's note where its paradigm is not known: it claims none (:func:`select_note`).
 SELECT_NOTE: Note = _ROWS.calls["select"]
+# For a paradigm that uses a provider's own mechanism, the field whose note cites that provider's
+# guide to it, by format: a native call links the format's tool-calling guide, a structured reply
+# its structured-output guide.
+_GUIDE_FIELDS: Mapping[str, Mapping[str, str]] = {
+    "native": {
+        "openai_chat": "tool_calls",
+        "openai_responses": "call_id",
+        "anthropic": "tool_use_id",
+        "gemini": "functionCall",
+    },
+    "structured": {
+        "openai_chat": "response_format",
+        "openai_responses": "format",
+        "anthropic": "output_config",
+        "gemini": "responseJsonSchema",
+    },
+}
 EXECUTE_NOTE: Note = _ROWS.calls["execute"]
 # The mark teaching mode sets before a selected call's note, by what happened to the call.
 CALL_MARKS: Mapping[str, str] = {
@@ -106,6 +124,21 @@ def step_note(kind: str, *, went_on: bool | None = None) -> str:
 def call_note(outcome: str) -> tuple[str, Note]:
     """The mark and the note of a call's outcome (:func:`call_outcome`)."""
     return CALL_MARKS[outcome], _ROWS.calls[outcome]
+
+
+def select_note(paradigm: str, fmt: str = "") -> Note:
+    """How the model selected a call under ``paradigm`` (a rung: ``native``, ``prompt_xml``,
+    ``prompt_json``, ``structured``, ``intent``), its link the guide of the provider format ``fmt``
+    speaks (:data:`FORMATS`; empty: the OpenAI guide) where the paradigm uses the provider's own
+    mechanism. Only ``native`` is function calling. A paradigm that names no rung (``auto``
+    before its rung is known, a proxied or imported turn) gets :data:`SELECT_NOTE`, which claims
+    none."""
+    note = _ROWS.select.get(paradigm)
+    if note is None:
+        return SELECT_NOTE
+    field = _GUIDE_FIELDS.get(paradigm, {}).get(fmt)
+    guide = notes().fields[fmt][field].spec if field is not None else ""
+    return Note(note.text, guide or note.spec)
 
 
 def prompt_label(*, exact: bool, source: str) -> str:
