@@ -4,7 +4,10 @@ it (in document order, not walking the tool's or the user's own data) and their 
 
 The notes are keyed by the format a body speaks (:data:`FORMATS`): the same name can mean
 different things in two formats (``input`` is the conversation in OpenAI Responses and a tool's
-arguments in Anthropic Messages), so each format has its own table over a shared one. The values
+arguments in Anthropic Messages), so each format has its own table over a shared one. Within one
+format a name can mean different things at two paths (``message`` in a choice is the reply, in an
+error its explanation): a note may be given for the member a field is in (the format's ``at``
+notes), and a name whose paths get different notes is listed once for each. The values
 of some fields are the tool's or the user's own data (a tool's arguments, a JSON Schema): their
 inner names belong to no protocol, so they are not walked (:data:`OPAQUE`).
 
@@ -14,7 +17,8 @@ Pure Python: no Django.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
@@ -29,6 +33,9 @@ OAUTH_LABEL = "oauth:"
 class FieldNote:
     name: str
     note: Note | None
+    # Where the field is (the first place with this note), when its name is listed more than once
+    # because its note depends on where it is: "in choices", "at the top level". Else empty.
+    where: str = ""
 
 
 # Fields whose value is the tool's or the user's own data (arguments, a JSON Schema, metadata):
@@ -121,44 +128,51 @@ class _Rules:
     beside: Mapping[str, str]
 
 
-_Entry = tuple[str | None, JSONValue, bool]
+# A member to walk: its name (None for a document or a list's item), its value, whether the value
+# is data by :data:`OPAQUE_BESIDE`, and the name of the member it is in ("" at the top).
+_Entry = tuple[str | None, JSONValue, bool, str]
 
 
-def _members(value: Mapping[str, JSONValue], rules: _Rules) -> Iterator[_Entry]:
+def _members(value: Mapping[str, JSONValue], rules: _Rules, parent: str) -> Iterator[_Entry]:
     """An object's members; each flagged when its value is data by :data:`OPAQUE_BESIDE`."""
     data = {name for name, sibling in rules.beside.items() if name in value and sibling in value}
-    return ((key, item, key in data) for key, item in value.items())
+    return ((key, item, key in data, parent) for key, item in value.items())
 
 
-def _walk(value: JSONValue, rules: _Rules, seen: dict[str, None]) -> None:
-    """Every key in ``value`` in document order (depth first). A loop over its own stack of
-    iterators, so a body nested as deep as a JSON parser allows (untrusted) cannot exhaust
-    Python's."""
-    stack: list[Iterator[_Entry]] = [iter([(None, value, False)])]
+def _items(values: Iterable[JSONValue], parent: str) -> Iterator[_Entry]:
+    """A list's items (or a :data:`KEYED_BY_DATA` object's values), in the member ``parent``."""
+    return ((None, item, False, parent) for item in values)
+
+
+def _walk(value: JSONValue, rules: _Rules, seen: dict[tuple[str, str], None]) -> None:
+    """Every key in ``value`` with the name of the member it is in (lists are transparent), in
+    document order (depth first). A loop over its own stack of iterators, so a body nested as
+    deep as a JSON parser allows (untrusted) cannot exhaust Python's."""
+    stack: list[Iterator[_Entry]] = [_items([value], "")]
     while stack:
         entry = next(stack[-1], None)
         if entry is None:
             stack.pop()
             continue
-        key, current, data = entry
+        key, current, data, parent = entry
         if key is not None:
-            seen.setdefault(key, None)
+            seen.setdefault((key, parent), None)
             if data or key in rules.opaque:
                 continue
+            parent = key
         if isinstance(current, dict):
             if key in rules.keyed:
-                stack.append((None, item, False) for item in current.values())
+                stack.append(_items(current.values(), parent))
             else:
-                stack.append(_members(current, rules))
+                stack.append(_members(current, rules, parent))
         elif isinstance(current, list):
-            stack.append((None, item, False) for item in current)
+            stack.append(_items(current, parent))
 
 
-def field_names(body: str, fmt: str) -> list[str]:
-    """Every field name in ``body`` (a JSON body, an event stream, or an OAuth form), in order of
-    first appearance, not looking inside :data:`OPAQUE` values nor listing the keys of
-    :data:`KEYED_BY_DATA` objects."""
-    seen: dict[str, None] = {}
+def _fields(body: str, fmt: str) -> list[tuple[str, str]]:
+    """Each field of ``body`` with the name of the member it is in, once per pair, in order of
+    first appearance (:func:`field_names`)."""
+    seen: dict[tuple[str, str], None] = {}
     rules = _Rules(
         OPAQUE.get(fmt, frozenset()), KEYED_BY_DATA.get(fmt, frozenset()), OPAQUE_BESIDE.get(fmt, {})
     )
@@ -167,10 +181,37 @@ def field_names(body: str, fmt: str) -> list[str]:
     return list(seen)
 
 
-def note_for(name: str, fmt: str) -> Note | None:
-    return notes().fields.get(fmt, {}).get(name)
+def field_names(body: str, fmt: str) -> list[str]:
+    """Every field name in ``body`` (a JSON body, an event stream, or an OAuth form), in order of
+    first appearance, not looking inside :data:`OPAQUE` values nor listing the keys of
+    :data:`KEYED_BY_DATA` objects."""
+    return list(dict.fromkeys(name for name, _ in _fields(body, fmt)))
+
+
+def note_for(name: str, fmt: str, parent: str = "") -> Note | None:
+    """The note of the field ``name`` of ``fmt``; in the member ``parent``, the note for that
+    place when the format has one (its ``at`` notes), else the name's."""
+    shipped = notes()
+    if parent:
+        placed = shipped.at.get(fmt, {}).get(parent, {}).get(name)
+        if placed is not None:
+            return placed
+    return shipped.fields.get(fmt, {}).get(name)
 
 
 def field_notes(body: str, fmt: str) -> list[FieldNote]:
-    """Each field of ``body`` with its note (None where the table has none)."""
-    return [FieldNote(name, note_for(name, fmt)) for name in field_names(body, fmt)]
+    """Each field of ``body`` with its note (None where the table has none), in order of first
+    appearance: once per name, or, for a name whose note depends on where it is, once per note,
+    each saying where (``FieldNote.where``)."""
+    listed: dict[tuple[str, Note | None], str] = {}
+    for name, parent in _fields(body, fmt):
+        listed.setdefault((name, note_for(name, fmt, parent)), parent)
+    names = Counter(name for name, _ in listed)
+    return [
+        FieldNote(name, note, _where(parent) if names[name] > 1 else "")
+        for (name, note), parent in listed.items()
+    ]
+
+
+def _where(parent: str) -> str:
+    return f"in {parent}" if parent else "at the top level"

@@ -3,8 +3,11 @@
 Which files there are and what each may hold:
 
 - ``links.yaml``: the public references a note cites, ``name: URL``.
-- ``<format>.yaml`` for each of :data:`FORMATS`: ``notes`` (a field name to a note) and
-  optionally ``inherits`` (the shared file whose notes the format starts from; its own win).
+- ``<format>.yaml`` for each of :data:`FORMATS`: ``notes`` (a field name to a note),
+  optionally ``inherits`` (the shared file whose notes the format starts from; its own win) and
+  optionally ``at`` (notes that depend on where a field is: the name of the member it is in, to a
+  field name, to a note — ``at: {choices: {message: …}}`` is ``message`` in ``choices[i]``; a
+  list is transparent, so the member is the nearest enclosing one with a name).
 - ``model_apis.yaml``: the notes every model API shares (``notes`` only), inherited.
 - ``rows.yaml``: ``roles`` (party to text), ``steps`` (step kind to text), ``layers`` (layer to
   text), ``calls`` (``select`` and ``execute``, notes), ``select`` (paradigm to note: how the
@@ -44,7 +47,7 @@ ROWS_FILE = "rows"
 KNOWN_FILES = frozenset((*FORMATS, *SHARED_FILES, LINKS_FILE, ROWS_FILE))
 
 NOTE_KEYS = frozenset({"text", "spec"})
-FORMAT_KEYS = frozenset({"notes", "inherits"})
+FORMAT_KEYS = frozenset({"notes", "inherits", "at"})
 SHARED_KEYS = frozenset({"notes"})
 # Each section of rows.yaml with the keys the code reads (exactly these: one missing would fail a
 # page, one more would be read by nothing).
@@ -101,6 +104,8 @@ class Notes:
     """Everything in ``notes/``, checked."""
 
     fields: Mapping[str, Mapping[str, Note]]
+    # By format, the notes that depend on where a field is: enclosing member's name, field name.
+    at: Mapping[str, Mapping[str, Mapping[str, Note]]]
     roles: Mapping[str, str]
     steps: Mapping[str, str]
     layers: Mapping[str, str]
@@ -210,9 +215,22 @@ def _shared(directory: Path, links: Mapping[str, str]) -> dict[str, dict[str, No
     return shared
 
 
+def _at(value: object, links: Mapping[str, str], file: str) -> dict[str, dict[str, Note]]:
+    """A format's ``at`` section: each enclosing member's name, to its fields' notes."""
+    data = _mapping(value, file, "at")
+    return {
+        parent: {
+            name: _note(note, links, file, f"at.{parent}.{name}")
+            for name, note in _mapping(named, file, f"at.{parent}").items()
+        }
+        for parent, named in data.items()
+    }
+
+
 def _format(
     directory: Path, fmt: str, links: Mapping[str, str], shared: Mapping[str, Mapping[str, Note]]
-) -> dict[str, Note]:
+) -> tuple[dict[str, Note], dict[str, dict[str, Note]]]:
+    """A format's notes by field name, and its notes by where a field is (``at``)."""
     file = f"{fmt}.yaml"
     data = _read(directory, fmt)
     _keys(data, FORMAT_KEYS, file, "")
@@ -224,7 +242,8 @@ def _format(
                 file, "inherits", f"unknown shared file {inherits!r} (one of {', '.join(shared)})"
             )
         base = shared[inherits]
-    return {**base, **_notes(data.get("notes"), links, file)}
+    at = _at(data["at"], links, file) if "at" in data else {}
+    return {**base, **_notes(data.get("notes"), links, file)}, at
 
 
 def _template(note: Note, section: str, file: str, entry: str) -> Note:
@@ -281,10 +300,11 @@ def notes_load(directory: Path = NOTES_DIR) -> Notes:
             )
     links = _links(directory)
     shared = _shared(directory, links)
-    fields = {fmt: _format(directory, fmt, links, shared) for fmt in FORMATS}
+    formats = {fmt: _format(directory, fmt, links, shared) for fmt in FORMATS}
     rows = _rows(directory, links)
     return Notes(
-        fields=fields,
+        fields={fmt: fields for fmt, (fields, _) in formats.items()},
+        at={fmt: at for fmt, (_, at) in formats.items()},
         roles=_texts(rows["roles"]),
         steps=_texts(rows["steps"]),
         layers=_texts(rows["layers"]),
