@@ -493,17 +493,11 @@ class Tap:
                 # transcript has it through that call); with none in flight, the transcript's.
                 target = self.newest_active() if direction == "recv" else None
                 during = " (it came while this operation was in flight)" if target is not None else ""
-                record = WireExchange(
-                    channel="mcp",
-                    label="response to unknown id",
-                    started_at=wall,
-                    jsonrpc_id=str(msg_id),
-                    direction="server" if direction == "recv" else "client",
-                    response_body=body,
-                    status="error" if "error" in message else "ok",
-                    error=f"the id matches no request in flight{during}",
+                error = f"the id matches no request in flight{during}"
+                self._route(
+                    target,
+                    _lone_response("response to unknown id", direction, msg_id, message, body, wall, error),
                 )
-                self._route(target, record)
                 return
             record = pending.record
             record.response_body = body
@@ -569,20 +563,13 @@ class Tap:
         if target is None and direction == "recv":
             target = self.newest_active()
         where = "" if target is owner else " (it came after that request's operation ended)"
-        record = WireExchange(
-            channel="mcp",
-            label="duplicate response",
-            started_at=wall,
-            jsonrpc_id=str(msg_id),
-            direction="server" if direction == "recv" else "client",
-            response_body=body,
-            status="error" if "error" in message else "ok",
-            error=(
-                f"request {first.jsonrpc_id} ({first.label}) was already answered{where}: the client "
-                "library used the first answer and dropped this one"
-            ),
+        error = (
+            f"request {first.jsonrpc_id} ({first.label}) was already answered{where}: the client "
+            "library used the first answer and dropped this one"
         )
-        self._route(target, record)
+        self._route(
+            target, _lone_response("duplicate response", direction, msg_id, message, body, wall, error)
+        )
 
     def _watcher(self, uri: str) -> Capture | None:
         """The open subscription operation following ``uri``, newest first."""
@@ -614,6 +601,22 @@ class Tap:
                 del self._progress[token]
         capture.closed = True
         self._release_orphans()
+
+
+def _lone_response(
+    label: str, direction: str, msg_id: Any, message: dict[str, Any], body: str, wall: datetime, error: str
+) -> WireExchange:
+    """A response that answers no request in flight (``label`` says how), as its own record."""
+    return WireExchange(
+        channel="mcp",
+        label=label,
+        started_at=wall,
+        jsonrpc_id=str(msg_id),
+        direction="server" if direction == "recv" else "client",
+        response_body=body,
+        status="error" if "error" in message else "ok",
+        error=error,
+    )
 
 
 def _first_line(error: Exception) -> str:
