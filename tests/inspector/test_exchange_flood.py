@@ -90,3 +90,19 @@ def test_a_flooded_steps_page_and_live_row_show_its_ends_and_count_the_rest(mess
         *range(messages - selectors.EXCHANGES_TAIL + 1, messages + 1),
     ]
     assert selectors.exchanges_left(read) == messages - SHOWN
+
+
+def test_a_tool_call_flooded_with_notifications_shows_its_ends_and_counts_the_rest() -> None:
+    alice = UserFactory(username="alice")
+    conversation = ConversationFactory(owner=alice)
+    turn = TurnFactory(conversation=conversation)
+    decide = StepFactory(turn=turn, seq=1, kind=Step.Kind.DECIDE, title="calls demo/echo")
+    call = StepFactory(turn=turn, seq=2, parent=decide, kind=Step.Kind.TOOL, title="demo/echo")
+    Exchange.objects.bulk_create([_notification(call, n) for n in range(1, FLOOD + 1)])
+    client = Client()
+    client.force_login(alice)
+
+    page = client.get(reverse("inspector-conversation", args=[conversation.public_id])).content.decode()
+
+    assert f"{FLOOD - SHOWN:,} more messages of this step" in page
+    assert page.count("notifications/message") < 4 * SHOWN
